@@ -1,0 +1,5 @@
+import sys
+
+from fedstream.cli import main
+
+sys.exit(main())

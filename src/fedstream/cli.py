@@ -1,0 +1,139 @@
+"""The ``fedstream`` command line.
+
+    fedstream presets
+    fedstream run CONFIG [--set KEY=VALUE ...] [--out DIR] [--resume] [--quiet]
+
+Errors that are the user's to fix (config, data files, checkpoints) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from fedstream import __version__
+from fedstream.config import list_presets, load_config
+from fedstream.errors import FedstreamError
+
+console = Console(stderr=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedstream", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"fedstream {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("presets", help="list the built-in configurations")
+    run = sub.add_parser("run", help="run one configuration (a preset name or a TOML/YAML file)")
+    run.add_argument("config", help="preset name (see `fedstream presets`) or path to a .toml/.yaml file")
+    run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set optimizer.name=dlr (repeatable)")
+    run.add_argument("--out", type=Path, help="folder for summary.json, metrics.csv, config and checkpoints")
+    run.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    return parser
+
+
+def cmd_presets(_args) -> int:
+    table = Table("preset", "description", title="built-in presets (fedstream run NAME)")
+    for name, text in list_presets().items():
+        table.add_row(name, text)
+    Console().print(table)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from fedstream.runtime.output import RunDirectory
+    from fedstream.vfl.engine import OnlineVFL
+
+    config = load_config(args.config, args.sets)
+    if args.resume and args.out is None:
+        raise FedstreamError("--resume needs --out DIR (the folder holding checkpoint.npz)")
+    run = OnlineVFL(config)
+    out = RunDirectory(args.out) if args.out else None
+    if out is not None:
+        if args.resume:
+            run.load(out.checkpoint)
+        elif out.checkpoint.exists():
+            raise FedstreamError(f"{out.checkpoint} exists: add --resume to continue it, or choose another --out")
+        out.prepare(config, run.interval_rows)
+    with _progress(args.quiet) as bar:
+        task = bar.add_task(_title(config), total=config["rounds"], completed=run.t, error=float("nan"), rps=0.0)
+
+        def on_progress(r: OnlineVFL) -> None:
+            elapsed = bar.tasks[task].elapsed or 1e-9
+            bar.update(task, completed=r.t, error=r.metrics.current_interval_error, rps=(r.t - start) / elapsed)
+
+        start = run.t
+        summary = run.run(
+            on_progress=on_progress,
+            on_interval=out.append_row if out else None,
+            checkpoint_path=out.checkpoint if out else None,
+            checkpoint_every=config["checkpoint.every"],
+        )
+        bar.update(task, completed=run.t)
+    if out is not None:
+        summary["output"] = str(out.write_summary(summary))
+    if not args.quiet:
+        Console().print(summary_table(summary))
+    return 0
+
+
+def _title(config: dict) -> str:
+    act = config["activation.name"]
+    return f"{config['optimizer.name'].upper()}-{act.capitalize()} on {config['data.name']}"
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("err {task.fields[error]:.4f}"), TextColumn("{task.fields[rps]:,.0f} rounds/s"),
+        TimeRemainingColumn(), console=console, disable=quiet,
+    )
+
+
+def summary_table(s: dict) -> Table:
+    """A compact human-readable view of ``summary.json``."""
+    c = s["config"]
+    table = Table(title=f"fedstream {s['task']}: {_title(c)}, {s['rounds']:,} rounds", show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    b = s["bytes"]
+    rows = [
+        ("accumulated error", f"{s['accumulated_error']:.4f}"),
+        ("last interval error", f"{s['interval_errors'][-1]:.4f}" if s["interval_errors"] else "-"),
+        ("communication (MB, 2^20 B)", f"{b['total'] / 2**20:,.2f}  (up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})"),
+        ("activation rate per client", " ".join(f"{r:.3f}" for r in s["activation_rate"])),
+        ("client compute (s)", f"{s['client_compute_seconds']:.2f}"),
+        ("server compute (s)", f"{s['server_compute_seconds']:.2f}"),
+        ("wall time (s)", f"{s['wall_seconds']:.1f}"),
+        ("rounds / s", f"{s['rounds_per_second']:,.0f}"),
+    ]
+    if "output" in s:
+        rows.append(("summary", s["output"]))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+COMMANDS = {"presets": cmd_presets, "run": cmd_run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except FedstreamError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("interrupted: rerun with --resume to continue from the last checkpoint")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

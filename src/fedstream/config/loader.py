@@ -1,0 +1,154 @@
+"""Load, override and validate run configurations.
+
+A config is a TOML or YAML file (or a built-in preset name) of nested tables; fedstream works
+with flat dotted keys (``optimizer.lr``). ``--set key=value`` overrides are parsed with the key's
+type. Anything unknown, mistyped or out of range raises :class:`ConfigError` naming the key, the
+value received and what is allowed, before any work starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedstream.config.schema import SCHEMA, Field
+from fedstream.errors import ConfigError
+
+PRESET_DIR = "presets"
+
+
+def list_presets() -> dict[str, str]:
+    """Built-in preset names with the first line of their description."""
+    out = {}
+    for item in sorted(resources.files("fedstream.config").joinpath(PRESET_DIR).iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".toml"):
+            first = item.read_text().splitlines()[0] if item.read_text() else ""
+            out[item.name[:-5]] = first.lstrip("# ").strip()
+    return out
+
+
+def _read(source: str) -> tuple[dict, str]:
+    """Parse a preset name or a config file path into nested dicts."""
+    path = Path(source)
+    if not path.exists() and source in list_presets():
+        text = resources.files("fedstream.config").joinpath(PRESET_DIR, source + ".toml").read_text()
+        return tomllib.loads(text), f"preset {source}"
+    if not path.exists():
+        presets = ", ".join(list_presets())
+        raise ConfigError(f"{source}: no such config file or preset (presets: {presets})")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(path.read_text()) or {}
+        elif path.suffix == ".toml":
+            data = tomllib.loads(path.read_text())
+        else:
+            raise ConfigError(f"{path}: config files must end in .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a table of keys at the top level, got {type(data).__name__}")
+    return data, str(path)
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= flatten(value, name + ".")
+        else:
+            flat[name] = value
+    return flat
+
+
+def nest(flat: dict[str, Any]) -> dict:
+    """{"a.b": 1} -> {"a": {"b": 1}}."""
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def _unknown(key: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, SCHEMA, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; known keys: {', '.join(SCHEMA)}"
+    return ConfigError(f"{where}: unknown config key {key!r}{hint}")
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Parse ``key=value`` from ``--set`` with the key's type."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=0.01")
+    key, text = (s.strip() for s in item.split("=", 1))
+    if key not in SCHEMA:
+        raise _unknown(key, "--set")
+    field = SCHEMA[key]
+    if field.optional and text.lower() in ("", "none", "null"):
+        return key, None
+    try:
+        if field.type is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return key, text.lower() in ("true", "1", "yes")
+        return key, field.type(text)
+    except ValueError:
+        raise ConfigError(f"--set {key}={text!r}: expected {field.describe()}") from None
+
+
+def check_value(key: str, value: Any, field: Field, where: str) -> Any:
+    """Return ``value`` coerced to the field's type, or raise a ConfigError that says why not."""
+    if value is None:
+        if field.optional:
+            return None
+        raise ConfigError(f"{where}: {key} must be {field.describe()}, got nothing")
+    ok_type = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        bool: isinstance(value, bool),
+    }[field.type]
+    if not ok_type:
+        raise ConfigError(f"{where}: {key} = {value!r} ({type(value).__name__}); expected {field.describe()}")
+    value = field.type(value)
+    bad = (
+        (field.choices is not None and value not in field.choices)
+        or (field.type is float and not math.isfinite(value))
+        or (field.min is not None and value < field.min)
+        or (field.max is not None and value > field.max)
+    )
+    if bad:
+        raise ConfigError(f"{where}: {key} = {value!r} is out of range; expected {field.describe()}")
+    return value
+
+
+def load_config(source: str | None = None, overrides: list[str] | dict | None = None) -> dict[str, Any]:
+    """Resolve a flat config: schema defaults < file or preset < overrides; all validated."""
+    flat: dict[str, Any] = {k: f.default for k, f in SCHEMA.items()}
+    where = "defaults"
+    if source is not None:
+        data, where = _read(source)
+        for key, value in flatten(data).items():
+            if key not in SCHEMA:
+                raise _unknown(key, where)
+            flat[key] = value
+    if isinstance(overrides, dict):
+        items = list(overrides.items())
+        for key, _ in items:
+            if key not in SCHEMA:
+                raise _unknown(key, "overrides")
+    else:
+        items = [parse_override(s) for s in overrides or []]
+    flat.update(items)
+    resolved = {key: check_value(key, flat[key], SCHEMA[key], where) for key in SCHEMA}
+    return resolved

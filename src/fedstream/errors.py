@@ -1,0 +1,22 @@
+"""Errors a user can act on.
+
+Every error raised at a public boundary (config, data files, messages) derives from
+:class:`FedstreamError`; the CLI prints its message and exits with code 2, without a traceback.
+Messages name the file, key or party involved and the value that was expected.
+"""
+
+
+class FedstreamError(Exception):
+    """Base class of the errors that are the user's to fix (exit code 2 in the CLI)."""
+
+
+class ConfigError(FedstreamError):
+    """An unknown config key, a value of the wrong type or out of range."""
+
+
+class DataError(FedstreamError):
+    """A data file is missing, truncated, corrupt or holds values out of range."""
+
+
+class ProtocolError(FedstreamError):
+    """A message that does not decode, or does not fit the party that received it."""

@@ -1,0 +1,145 @@
+"""A numpy multi-layer perceptron whose gradients come out as low-rank factors.
+
+Why not autograd: in online VFL every round is one sample, so a framework's per-call overhead
+dominates. A dense layer's gradient for a batch of n samples is ``dW = delta.T @ inp`` and
+``db = delta.sum(0)``; we hand the optimiser the factors ``(delta, inp)`` instead of the matrix.
+For one sample this is a rank-one gradient, which lets DLR keep its window of past gradients in
+O(in + out) memory per entry (see :mod:`fedstream.optim.dlr`).
+
+Initialisation follows PyTorch's ``nn.Linear`` default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+weights and biases, so the plain PyTorch reference can start from the very same parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.errors import ConfigError
+
+DTYPE = np.float32
+
+
+@dataclass
+class LayerGrad:
+    """Gradient of one dense layer as factors: dW = delta.T @ inp, db = delta.sum(axis=0)."""
+
+    delta: np.ndarray  # (n, out)
+    inp: np.ndarray  # (n, in)
+
+    def weight(self) -> np.ndarray:
+        """The dense weight gradient (out, in); only for tests and reference code."""
+        return self.delta.T @ self.inp
+
+    def bias(self) -> np.ndarray:
+        return self.delta.sum(axis=0)
+
+
+class Dense:
+    """y = x @ W.T + b, optionally followed by ReLU."""
+
+    def __init__(self, n_in: int, n_out: int, *, relu: bool, rng: np.random.Generator):
+        bound = 1.0 / np.sqrt(n_in)
+        self.W = rng.uniform(-bound, bound, size=(n_out, n_in)).astype(DTYPE)
+        self.b = rng.uniform(-bound, bound, size=(n_out,)).astype(DTYPE)
+        self.relu = relu
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.W.shape  # (out, in)
+
+
+class MLP:
+    """A stack of :class:`Dense` layers with forward and backward passes on 2-D batches."""
+
+    def __init__(self, sizes: list[int], *, relu_last: bool, rng: np.random.Generator):
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ConfigError(f"model sizes must be >= 2 positive integers, got {sizes}")
+        n = len(sizes) - 1
+        self.layers = [
+            Dense(sizes[i], sizes[i + 1], relu=(i < n - 1) or relu_last, rng=rng) for i in range(n)
+        ]
+        self.sizes = list(sizes)
+
+    @property
+    def n_in(self) -> int:
+        return self.sizes[0]
+
+    @property
+    def n_out(self) -> int:
+        return self.sizes[-1]
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Return the output (n, out) and the layer inputs/outputs needed by :meth:`backward`."""
+        acts = [x]
+        for layer in self.layers:
+            z = acts[-1] @ layer.W.T
+            z += layer.b
+            if layer.relu:
+                np.maximum(z, 0.0, out=z)
+            acts.append(z)
+        return acts[-1], acts
+
+    def backward(
+        self, acts: list[np.ndarray], grad_out: np.ndarray, *, need_input_grad: bool = False
+    ) -> tuple[list[LayerGrad], np.ndarray | None]:
+        """Back-propagate ``grad_out`` (n, out); return per-layer factors and d(loss)/d(input)."""
+        grads: list[LayerGrad] = [None] * len(self.layers)  # type: ignore[list-item]
+        g = grad_out
+        for k in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[k]
+            if layer.relu:
+                g = g * (acts[k + 1] > 0)
+            grads[k] = LayerGrad(delta=g, inp=acts[k])
+            if k > 0 or need_input_grad:
+                g = g @ layer.W
+        return grads, (g if need_input_grad else None)
+
+    # -- state -------------------------------------------------------------------------------
+    def parameters(self) -> list[np.ndarray]:
+        """Weights and biases in layer order: [W0, b0, W1, b1, ...]."""
+        out = []
+        for layer in self.layers:
+            out += [layer.W, layer.b]
+        return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {f"p{i}": p.copy() for i, p in enumerate(self.parameters())}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for i, p in enumerate(self.parameters()):
+            p[...] = state[f"p{i}"]
+
+
+def build_client_model(
+    dataset: str, n_in: int, embedding: int, rng: np.random.Generator
+) -> MLP:
+    """The paper's client bottom model.
+
+    Images: one layer n_in -> embedding with ReLU (section 5.1).
+    HIGGS/SUSY: n_in -> 32 -> 64 -> 98 -> embedding (128 in the paper), ReLU after each hidden
+    layer and none on the output layer (appendix D.2 says "after each hidden layer").
+    """
+    if dataset in ("higgs", "susy"):
+        return MLP([n_in, 32, 64, 98, embedding], relu_last=False, rng=rng)
+    return MLP([n_in, embedding], relu_last=True, rng=rng)
+
+
+def build_server_model(dataset: str, n_in: int, n_classes: int, rng: np.random.Generator) -> MLP:
+    """The paper's server top model: 256 ReLU -> classes (images); 256-128-64-32 -> 2 (HIGGS/SUSY)."""
+    if dataset in ("higgs", "susy"):
+        return MLP([n_in, 256, 128, 64, 32, n_classes], relu_last=False, rng=rng)
+    return MLP([n_in, 256, n_classes], relu_last=False, rng=rng)
+
+
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample cross-entropy losses (n,) and d(loss_i)/d(logits_i) (n, C), numerically stable."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    ez = np.exp(z)
+    s = ez.sum(axis=1, keepdims=True)
+    p = ez / s
+    rows = np.arange(len(y))
+    loss = np.log(s[:, 0]) - z[rows, y]
+    p[rows, y] -= 1.0
+    return loss, p

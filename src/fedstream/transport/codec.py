@@ -1,0 +1,58 @@
+"""Binary encoding of VFL messages: what the byte counts measure.
+
+Layout (little-endian): a 11-byte header ``kind:u8 round:u32 client:u16 rows:u16 cols:u16``
+followed by ``rows*cols`` float32 values for embeddings and gradients (none for a query).
+Decoding validates everything a receiver relies on and raises :class:`ProtocolError` otherwise.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from fedstream.errors import ProtocolError
+from fedstream.vfl.messages import Embedding, Gradient, Message, Query
+
+HEADER = struct.Struct("<BIHHH")
+KINDS: dict[type, int] = {Embedding: 1, Query: 2, Gradient: 3}
+TYPES = {v: k for k, v in KINDS.items()}
+MAX_ROUND = 2**32 - 1
+
+
+def encode(msg: Message) -> bytes:
+    """Serialise ``msg``; the length of the result is what the ledger counts."""
+    kind = KINDS.get(type(msg))
+    if kind is None:
+        raise ProtocolError(f"cannot encode {type(msg).__name__}; expected one of {list(KINDS)}")
+    if not 0 <= msg.round <= MAX_ROUND:
+        raise ProtocolError(f"round {msg.round} does not fit the u32 round field")
+    if isinstance(msg, Query):
+        return HEADER.pack(kind, msg.round, msg.client, msg.rows, 0)
+    values = np.ascontiguousarray(msg.values, dtype="<f4")
+    if values.ndim != 2:
+        raise ProtocolError(f"{type(msg).__name__}.values must be 2-D, got shape {values.shape}")
+    rows, cols = values.shape
+    return HEADER.pack(kind, msg.round, msg.client, rows, cols) + values.tobytes()
+
+
+def decode(data: bytes) -> Message:
+    """Parse bytes made by :func:`encode`; reject truncated, oversized or non-finite payloads."""
+    if len(data) < HEADER.size:
+        raise ProtocolError(f"message of {len(data)} bytes is shorter than the {HEADER.size}-byte header")
+    kind, rnd, client, rows, cols = HEADER.unpack_from(data)
+    cls = TYPES.get(kind)
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind}; expected one of {sorted(TYPES)}")
+    expected = HEADER.size + 4 * rows * cols
+    if len(data) != expected:
+        raise ProtocolError(
+            f"{cls.__name__} for round {rnd}: header says {rows}x{cols} float32 "
+            f"({expected} bytes) but the message holds {len(data)} bytes"
+        )
+    if cls is Query:
+        return Query(round=rnd, client=client, rows=rows)
+    values = np.frombuffer(data, dtype="<f4", offset=HEADER.size).reshape(rows, cols)
+    if not np.isfinite(values).all():
+        raise ProtocolError(f"{cls.__name__} for round {rnd} from/to client {client} holds NaN or inf")
+    return cls(round=rnd, client=client, values=values)

@@ -1,0 +1,94 @@
+"""Activation policies: which clients an event activates in each round.
+
+A policy sees a chunk of rounds at once (vectorised) and returns a boolean mask (rounds, clients).
+Randomness is drawn from a generator keyed by ``(seed, chunk index)``, so the mask of a round does
+not depend on where a run started or resumed. In a deployment each client would evaluate its own
+column (``random`` and ``event`` need nothing from other parties; ``fixed`` is a coordinator's draw).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedstream.errors import ConfigError
+
+
+class Activation:
+    """Base class. ``block_means`` (rounds, clients) is each client's mean standardised feature."""
+
+    name = "base"
+
+    def __init__(self, n_clients: int, *, seed: int = 0):
+        self.n_clients, self.seed = n_clients, seed
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _rng(self, chunk: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, 3, chunk])
+
+
+class Full(Activation):
+    """Every client is activated in every round."""
+
+    name = "full"
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        return np.ones(block_means.shape, dtype=bool)
+
+
+class RandomActivation(Activation):
+    """Each client independently with probability p (paper: "Random")."""
+
+    name = "random"
+
+    def __init__(self, n_clients: int, *, p: float, seed: int = 0):
+        super().__init__(n_clients, seed=seed)
+        if not 0.0 <= p <= 1.0:
+            raise ConfigError(f"activation.p must be in [0, 1], got {p!r}")
+        self.p = p
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        return self._rng(chunk).random(block_means.shape) < self.p
+
+
+class EventActivation(Activation):
+    """A client is activated when the mean of its standardised features exceeds Γ (paper: "Event")."""
+
+    name = "event"
+
+    def __init__(self, n_clients: int, *, threshold: float, seed: int = 0):
+        super().__init__(n_clients, seed=seed)
+        self.threshold = threshold
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        return block_means > self.threshold
+
+
+class FixedCount(Activation):
+    """Exactly k clients, chosen uniformly at random each round (paper appendix D.3, Fig. 13)."""
+
+    name = "fixed"
+
+    def __init__(self, n_clients: int, *, k: int, seed: int = 0):
+        super().__init__(n_clients, seed=seed)
+        if not 0 <= k <= n_clients:
+            raise ConfigError(f"activation.k must be in [0, vfl.clients={n_clients}], got {k!r}")
+        self.k = k
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        ranks = self._rng(chunk).random(block_means.shape).argsort(axis=1).argsort(axis=1)
+        return ranks < self.k
+
+
+def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k: int, seed: int) -> Activation:
+    """The policy for ``activation.name``."""
+    if name == "full":
+        return Full(n_clients, seed=seed)
+    if name == "random":
+        return RandomActivation(n_clients, p=p, seed=seed)
+    if name == "event":
+        return EventActivation(n_clients, threshold=threshold, seed=seed)
+    if name == "fixed":
+        return FixedCount(n_clients, k=k, seed=seed)
+    raise ConfigError(f"activation.name must be one of full, random, event, fixed; got {name!r}")

@@ -1,0 +1,185 @@
+"""The in-process simulator of event-driven online VFL.
+
+:class:`OnlineVFL` builds the parties from a config, feeds them the stream chunk by chunk and
+plays :func:`fedstream.vfl.protocol.play_round` over an :class:`InProcessTransport`. It owns the
+run-level bookkeeping: prequential metrics, activation counts, compute clocks and checkpoints.
+All randomness is keyed by (seed, absolute round or chunk), so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import fedstream
+from fedstream.data import Stream, load_source, resolve_data_root
+from fedstream.errors import ConfigError
+from fedstream.metrics import Prequential
+from fedstream.models import build_client_model, build_server_model
+from fedstream.optim import make_optimizer
+from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runtime.state import collect, restore
+from fedstream.transport import InProcessTransport
+from fedstream.vfl.activation import make_activation
+from fedstream.vfl.client import Client
+from fedstream.vfl.protocol import ComputeClock, play_round
+from fedstream.vfl.server import Server
+
+CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
+
+
+def feature_blocks(n_features: int, n_clients: int) -> list[slice]:
+    """Contiguous feature blocks, as equal as possible (the first blocks get the remainder)."""
+    if not 1 <= n_clients <= n_features:
+        raise ConfigError(f"vfl.clients = {n_clients}: must be between 1 and the {n_features} features")
+    parts = np.array_split(np.arange(n_features), n_clients)
+    return [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
+
+
+def make_stream(config: dict) -> Stream:
+    """The stream a config asks for, read from the resolved data root."""
+    root = resolve_data_root(config["data.root"])
+    source = load_source(config["data.name"], root, seed=config["seed"], stats_rows=config["data.stats_rows"])
+    return Stream(source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"])
+
+
+class OnlineVFL:
+    """One online VFL run: M clients and a server over a stream, in one process."""
+
+    def __init__(self, config: dict, *, stream: Stream | None = None):
+        self.config = config
+        self.stream = stream if stream is not None else make_stream(config)
+        source = self.stream.source
+        name, M, e = config["data.name"], config["vfl.clients"], config["model.embedding"]
+        self.blocks = feature_blocks(source.n_features, M)
+        window = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
+        opt = dict(window=config["optimizer.window"], alpha=config["optimizer.alpha"])
+        rng = np.random.default_rng([config["seed"], 0])
+        self.clients = []
+        for m, block in enumerate(self.blocks):
+            model = build_client_model(name, block.stop - block.start, e, rng)
+            optimizer = make_optimizer(config["optimizer.name"], model, lr=config["optimizer.lr"], **opt)
+            self.clients.append(Client(m, model, optimizer, window=window))
+        server_model = build_server_model(name, M * e, source.n_classes, rng)
+        server_lr = config["optimizer.server_lr"] or config["optimizer.lr"]
+        server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr, **opt)
+        self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
+        self.transport = InProcessTransport(M)
+        self.activation = make_activation(
+            config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
+            k=config["activation.k"], seed=config["seed"],
+        )
+        self.metrics = Prequential(config["eval.interval"])
+        self.active_counts = np.zeros(M, dtype=np.int64)
+        self.clock = ComputeClock()
+        self.wall_seconds = 0.0
+        self.interval_rows: list[dict] = []
+        self.t = 0  # next round to play
+
+    # -- running -----------------------------------------------------------------------------
+    def run(
+        self,
+        rounds: int | None = None,
+        *,
+        on_progress: Callable[["OnlineVFL"], None] | None = None,
+        on_interval: Callable[[dict], None] | None = None,
+        on_round: Callable[[int, int, int], None] | None = None,
+        checkpoint_path: Path | None = None,
+        checkpoint_every: int = 0,
+        progress_every: int = 500,
+    ) -> dict:
+        """Play rounds ``self.t .. rounds-1`` and return the summary.
+
+        Callbacks: ``on_progress(run)`` every ``progress_every`` rounds, ``on_interval(row)`` when
+        an evaluation interval closes, ``on_round(t, y, prediction)`` after every round.
+        """
+        end = self.config["rounds"] if rounds is None else rounds
+        start_wall = time.perf_counter()
+        while self.t < end:
+            chunk = self.t // CHUNK
+            X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+            means = np.stack([X[:, b].mean(axis=1) for b in self.blocks], axis=1)
+            mask = self.activation.mask(chunk, means)
+            for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
+                t = chunk * CHUNK + j
+                blocks = [X[j, b] for b in self.blocks]
+                result = play_round(t, blocks, int(y[j]), mask[j], self.server, self.clients, self.transport, self.clock)
+                self.metrics.update(int(y[j]), result.prediction)
+                self.active_counts += mask[j]
+                if on_round is not None:
+                    on_round(t, int(y[j]), result.prediction)
+                self.t = t + 1
+                if self.t % self.metrics.interval == 0:
+                    self._record_interval(start_wall, on_interval)
+                if on_progress is not None and self.t % progress_every == 0:
+                    on_progress(self)
+                if checkpoint_path is not None and checkpoint_every and self.t % checkpoint_every == 0:
+                    self.save(checkpoint_path, wall=time.perf_counter() - start_wall)
+        self.wall_seconds += time.perf_counter() - start_wall
+        if checkpoint_path is not None:
+            self.save(checkpoint_path)
+        return self.summary()
+
+    def _record_interval(self, start_wall: float, on_interval) -> None:
+        row = {
+            "round": self.t,
+            "interval_error": self.metrics.intervals[-1],
+            "accumulated_error": self.metrics.accumulated_error,
+            "bytes_total": self.transport.ledger.total,
+            "client_compute_seconds": self.clock.client,
+            "wall_seconds": self.wall_seconds + time.perf_counter() - start_wall,
+        }
+        self.interval_rows.append(row)
+        if on_interval is not None:
+            on_interval(row)
+
+    # -- results -----------------------------------------------------------------------------
+    def summary(self) -> dict:
+        rounds = self.t
+        return {
+            "task": self.config["task"],
+            "config": dict(self.config),
+            "rounds": rounds,
+            "accumulated_error": self.metrics.accumulated_error,
+            "interval_errors": list(self.metrics.intervals),
+            "bytes": self.transport.ledger.summary(),
+            "activation_rate": (self.active_counts / max(rounds, 1)).tolist(),
+            "client_compute_seconds": self.clock.client,
+            "server_compute_seconds": self.clock.server,
+            "wall_seconds": self.wall_seconds,
+            "rounds_per_second": rounds / self.wall_seconds if self.wall_seconds else float("nan"),
+            "fedstream_version": fedstream.__version__,
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _parts(self) -> dict[str, object]:
+        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
+        return parts
+
+    def save(self, path: Path, *, wall: float = 0.0) -> None:
+        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically."""
+        state = collect(self._parts()) | {"active_counts": self.active_counts}
+        meta = {
+            "round": self.t, "config": self.config, "clock": [self.clock.client, self.clock.server],
+            "wall_seconds": self.wall_seconds + wall, "interval_rows": self.interval_rows,
+            "fedstream_version": fedstream.__version__,
+        }
+        save_checkpoint(path, state, meta)
+
+    def load(self, path: Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` for the same configuration."""
+        state, meta = load_checkpoint(path)
+        changed = [k for k, v in meta["config"].items() if k not in ("rounds", "checkpoint.every") and self.config.get(k) != v]
+        if changed:
+            details = ", ".join(f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed)
+            raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
+        restore(self._parts(), state)
+        self.active_counts[:] = state["active_counts"]
+        self.t = int(meta["round"])
+        self.clock.client, self.clock.server = meta["clock"]
+        self.wall_seconds = float(meta["wall_seconds"])
+        self.interval_rows = list(meta["interval_rows"])

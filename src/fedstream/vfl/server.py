@@ -1,0 +1,89 @@
+"""The server party of event-driven online VFL (paper Algorithm 1, server procedure).
+
+The server holds the labels and the top model. Once the activated clients' embeddings for round
+t are in, it queries the passive clients, predicts (the prequential "test" step), computes the
+loss, updates its own model and returns d loss / d embedding for the activated clients only.
+
+With SLR (``window = l``) each client sends the embeddings of its last l samples at current
+parameters, the server keeps the last l labels and descends F = (1/l) sum_i f^{t-i}; it returns
+the per-sample gradients d f^{t-i} / d h (l rows), as in Algorithm 5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.errors import ProtocolError
+from fedstream.models import MLP
+from fedstream.models.mlp import softmax_cross_entropy
+from fedstream.optim import Optimizer
+from fedstream.runtime.state import collect, restore
+from fedstream.vfl.messages import Embedding, Gradient, Query
+from fedstream.vfl.window import RowWindow
+
+
+@dataclass
+class RoundResult:
+    """What the server learned in one round: its prediction (before learning) and the loss."""
+
+    prediction: int
+    loss: float
+    gradients: list[Gradient]
+
+
+class Server:
+    """The label-holding party with the top model."""
+
+    def __init__(self, model: MLP, optimizer: Optimizer, *, n_clients: int, embedding: int, window: int = 1):
+        if model.n_in != n_clients * embedding:
+            raise ProtocolError(
+                f"server model takes {model.n_in} inputs but {n_clients} clients x {embedding} "
+                f"embedding = {n_clients * embedding}"
+            )
+        self.model, self.optimizer = model, optimizer
+        self.n_clients, self.embedding, self.window = n_clients, embedding, window
+        self.labels = RowWindow(window, 1, dtype=np.int64)
+
+    def query(self, t: int, client: int) -> Query:
+        """The query a passive client receives for round t."""
+        return Query(round=t, client=client, rows=min(self.labels.count + 1, self.window))
+
+    def on_embeddings(self, t: int, y: int, embeddings: list[Embedding], active: list[int]) -> RoundResult:
+        """Predict, learn from label ``y`` and return gradients for the ``active`` clients."""
+        self.labels.push(np.array([y]))
+        h = self._stack(t, embeddings)
+        logits, acts = self.model.forward(h)
+        prediction = int(np.argmax(logits[-1]))
+        ys = self.labels.rows()[:, 0]
+        losses, g_logits = softmax_cross_entropy(logits, ys)
+        grads, g_h = self.model.backward(acts, g_logits, need_input_grad=True)
+        if self.window > 1:  # F = (1/l) sum f: scale the server's own step, not the clients' rows
+            for g in grads:
+                g.delta = g.delta / self.window
+        self.optimizer.step(grads)
+        e = self.embedding
+        out = [Gradient(round=t, client=m, values=g_h[:, m * e:(m + 1) * e]) for m in active]
+        return RoundResult(prediction=prediction, loss=float(losses[-1]), gradients=out)
+
+    def _stack(self, t: int, embeddings: list[Embedding]) -> np.ndarray:
+        rows = min(self.labels.count, self.window)
+        if [m.client for m in embeddings] != list(range(self.n_clients)):
+            raise ProtocolError(f"round {t}: expected embeddings from clients 0..{self.n_clients - 1} in order")
+        for m in embeddings:
+            if m.round != t or m.values.shape != (rows, self.embedding):
+                raise ProtocolError(
+                    f"round {t}: embedding from client {m.client} for round {m.round} has shape "
+                    f"{m.values.shape}, expected ({rows}, {self.embedding})"
+                )
+        return np.concatenate([m.values for m in embeddings], axis=1)
+
+    def _parts(self) -> dict[str, object]:
+        return {"model": self.model, "optim": self.optimizer, "labels": self.labels}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return collect(self._parts())
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        restore(self._parts(), state)

@@ -1,0 +1,31 @@
+"""A fixed-length ring of the last l rows, read back oldest first (SLR's sample window)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RowWindow:
+    """Keeps the last ``length`` rows pushed; :meth:`rows` returns them oldest -> newest."""
+
+    def __init__(self, length: int, width: int, dtype=np.float32):
+        self.buf = np.zeros((length, width), dtype=dtype)
+        self.count = 0  # rows pushed so far
+
+    def push(self, row: np.ndarray) -> None:
+        self.buf[self.count % len(self.buf)] = row
+        self.count += 1
+
+    def rows(self) -> np.ndarray:
+        n, length = min(self.count, len(self.buf)), len(self.buf)
+        if self.count <= length:
+            return self.buf[:n]
+        start = self.count % length
+        return np.concatenate([self.buf[start:], self.buf[:start]])
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"buf": self.buf.copy(), "count": np.array(self.count)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.buf[...] = state["buf"]
+        self.count = int(state["count"])

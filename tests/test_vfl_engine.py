@@ -1,0 +1,153 @@
+"""The online VFL simulator: equal to the plain reference, exact bytes, exact resume."""
+
+import numpy as np
+import pytest
+
+from conftest import small_config, synthetic_stream
+from fedstream.transport import encode
+from fedstream.transport.codec import HEADER
+from fedstream.vfl.engine import OnlineVFL, feature_blocks
+from fedstream.vfl.reference import ReferenceOnlineVFL
+
+ACTIVATIONS = {
+    "full": {},
+    "random": {"activation.p": 0.5},
+    "event": {"activation.threshold": 0.0},
+    "fixed": {"activation.k": 1},
+}
+
+
+def _assert_same_models(engine: OnlineVFL, ref: ReferenceOnlineVFL, tol: float) -> None:
+    got = {"server": engine.server.model.parameters()} | {f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)}
+    for party, params in ref.parameters().items():
+        for p_fast, p_ref in zip(got[party], params):
+            np.testing.assert_allclose(p_fast, p_ref, rtol=tol, atol=tol, err_msg=party)
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("optimizer", ["ogd", "slr", "dlr"])
+def test_fast_engine_equals_plain_reference(optimizer, activation):
+    """Models after 200 rounds agree with per-sample autograd within float32 tolerance (1e-4)."""
+    overrides = {"optimizer.name": optimizer, "activation.name": activation, "optimizer.window": 5,
+                 "rounds": 200} | ACTIVATIONS[activation]
+    cfg = small_config(**overrides)
+    engine = OnlineVFL(cfg, stream=synthetic_stream())
+    ref = ReferenceOnlineVFL(OnlineVFL(cfg, stream=synthetic_stream()))
+    engine.run()
+    ref.run(cfg["rounds"])
+    _assert_same_models(engine, ref, tol=1e-4)
+    agree = np.mean(np.array(ref.predictions) == engine_predictions(cfg))
+    assert agree > 0.99
+
+
+def engine_predictions(cfg):
+    """Predictions of a fresh engine run, round by round."""
+    preds = []
+    OnlineVFL(cfg, stream=synthetic_stream()).run(on_round=lambda t, y, p: preds.append(p))
+    return preds
+
+
+def test_deep_tabular_models_equal_reference():
+    """HIGGS/SUSY architecture (multi-layer clients and server) with DLR, 2 clients."""
+    cfg = small_config(**{"data.name": "higgs", "vfl.clients": 2, "optimizer.name": "dlr", "rounds": 150,
+                          "activation.name": "random", "optimizer.lr": 0.01})
+    stream = lambda: synthetic_stream(classes=2, d=10)  # noqa: E731
+    engine, ref = OnlineVFL(cfg, stream=stream()), ReferenceOnlineVFL(OnlineVFL(cfg, stream=stream()))
+    engine.run()
+    ref.run(cfg["rounds"])
+    _assert_same_models(engine, ref, tol=1e-4)
+
+
+class RecordingTransport:
+    """Wraps a transport and records the size of every encoded message, independently."""
+
+    def __init__(self, inner):
+        self.inner, self.sizes, self.ledger = inner, [], inner.ledger
+
+    def up(self, msg):
+        self.sizes.append(len(encode(msg)))
+        return self.inner.up(msg)
+
+    def down(self, msg):
+        self.sizes.append(len(encode(msg)))
+        return self.inner.down(msg)
+
+
+@pytest.mark.parametrize("optimizer", ["dlr", "slr"])
+def test_bytes_equal_the_sum_of_encoded_messages(optimizer):
+    cfg = small_config(**{"optimizer.name": optimizer, "activation.name": "random", "rounds": 120})
+    engine = OnlineVFL(cfg, stream=synthetic_stream())
+    engine.transport = recorder = RecordingTransport(engine.transport)
+    s = engine.run()
+    assert s["bytes"]["total"] == sum(recorder.sizes) > 0
+    assert s["bytes"]["up"] + s["bytes"]["down"] == s["bytes"]["total"]
+    assert sum(c["up"] + c["down"] for c in s["bytes"]["per_client"]) == s["bytes"]["total"]
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
+def test_random_activation_bytes_approach_one_plus_p_over_two(p):
+    """Embeddings go up from all clients, gradients down to the active ones: (1+p)/2 of Full."""
+    full = OnlineVFL(small_config(**{"model.embedding": 64, "rounds": 1000}), stream=synthetic_stream()).run()
+    rand = OnlineVFL(small_config(**{"model.embedding": 64, "rounds": 1000, "activation.name": "random",
+                                     "activation.p": p}), stream=synthetic_stream()).run()
+    rate = np.mean(rand["activation_rate"])
+    assert abs(rate - p) < 0.03
+    # exact accounting: every message is a header plus 64 float32, queries are a header alone
+    per_msg = HEADER.size + 4 * 64
+    rounds, M = 1000, 4
+    assert full["bytes"]["total"] == 2 * M * rounds * per_msg
+    n_active = round(rate * M * rounds)
+    expected = M * rounds * per_msg + n_active * per_msg + (M * rounds - n_active) * HEADER.size
+    assert rand["bytes"]["total"] == expected
+    assert rand["bytes"]["total"] / full["bytes"]["total"] == pytest.approx((1 + p) / 2, abs=0.025)
+
+
+def test_passive_clients_do_not_learn_but_server_does():
+    cfg = small_config(**{"activation.name": "fixed", "activation.k": 0, "rounds": 50})
+    engine = OnlineVFL(cfg, stream=synthetic_stream())
+    before = [p.copy() for c in engine.clients for p in c.model.parameters()]
+    server_before = [p.copy() for p in engine.server.model.parameters()]
+    s = engine.run()
+    after = [p for c in engine.clients for p in c.model.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert not all(np.array_equal(a, b) for a, b in zip(server_before, engine.server.model.parameters()))
+    assert s["activation_rate"] == [0.0] * 4
+
+
+def test_fixed_activation_picks_exactly_k_each_round():
+    engine = OnlineVFL(small_config(**{"activation.name": "fixed", "activation.k": 3}), stream=synthetic_stream())
+    mask = engine.activation.mask(0, np.zeros((500, 4)))
+    assert (mask.sum(axis=1) == 3).all()
+    assert np.allclose(mask.mean(axis=0), 0.75, atol=0.07)
+
+
+def test_learns_the_synthetic_stream():
+    s = OnlineVFL(small_config(**{"rounds": 1500}), stream=synthetic_stream()).run()
+    assert s["interval_errors"][-1] < 0.2 < s["interval_errors"][0] + 0.5
+
+
+@pytest.mark.parametrize("optimizer", ["dlr", "slr"])
+def test_resume_equals_uninterrupted(tmp_path, optimizer):
+    cfg = small_config(**{"optimizer.name": optimizer, "activation.name": "random", "rounds": 500,
+                          "stream.drift": "class-prior"})
+    full = OnlineVFL(cfg, stream=synthetic_stream(drift="class-prior")).run()
+    first = OnlineVFL(cfg, stream=synthetic_stream(drift="class-prior"))
+    first.run(230, checkpoint_path=tmp_path / "ck.npz", checkpoint_every=100)
+    second = OnlineVFL(cfg, stream=synthetic_stream(drift="class-prior"))
+    second.load(tmp_path / "ck.npz")
+    assert second.t == 230
+    resumed = second.run()
+    timing = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second"}
+    for key in full:
+        if key not in timing:
+            assert resumed[key] == full[key], key
+
+
+def test_feature_blocks_are_contiguous_and_cover_everything():
+    blocks = feature_blocks(784, 4)
+    assert [(b.start, b.stop) for b in blocks] == [(0, 196), (196, 392), (392, 588), (588, 784)]
+    assert sum(b.stop - b.start for b in feature_blocks(18, 4)) == 18
+    from fedstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vfl.clients"):
+        feature_blocks(3, 4)
