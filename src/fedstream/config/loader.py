@@ -135,20 +135,20 @@ def check_value(key: str, value: Any, field: Field, where: str) -> Any:
 def load_config(source: str | None = None, overrides: list[str] | dict | None = None) -> dict[str, Any]:
     """Resolve a flat config: schema defaults < file or preset < overrides; all validated."""
     flat: dict[str, Any] = {k: f.default for k, f in SCHEMA.items()}
-    where = "defaults"
+    origin = dict.fromkeys(SCHEMA, "defaults")
     if source is not None:
         data, where = _read(source)
         for key, value in flatten(data).items():
             if key not in SCHEMA:
                 raise _unknown(key, where)
-            flat[key] = value
+            flat[key], origin[key] = value, where
     if isinstance(overrides, dict):
-        items = list(overrides.items())
-        for key, _ in items:
+        for key in overrides:
             if key not in SCHEMA:
                 raise _unknown(key, "overrides")
+        items = list(overrides.items())
     else:
         items = [parse_override(s) for s in overrides or []]
-    flat.update(items)
-    resolved = {key: check_value(key, flat[key], SCHEMA[key], where) for key in SCHEMA}
-    return resolved
+    for key, value in items:
+        flat[key], origin[key] = value, "--set"
+    return {key: check_value(key, flat[key], SCHEMA[key], origin[key]) for key in SCHEMA}

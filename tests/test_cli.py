@@ -1,0 +1,117 @@
+"""The command line: runs, outputs, resume, and one-line errors with exit code 2."""
+
+import gzip
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedstream.cli import main
+
+TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second", "output"}
+
+
+def run_cli(*args):
+    return main(["run", *args])
+
+
+def test_presets_lists_the_default(capsys):
+    assert main(["presets"]) == 0
+    assert "ovfl-imnist" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["ovfl-imnist", "--set", "optimizer.nme=dlr"], "optimizer.name"),
+        (["ovfl-imnist", "--set", "activation.name=sometimes"], "full, random, event, fixed"),
+        (["no-such-preset"], "no such config file or preset"),
+        (["ovfl-imnist", "--resume"], "--resume needs --out"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(capsys, args, needle):
+    assert run_cli(*args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_entry_point_exits_2_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "fedstream", "run", "ovfl-imnist", "--set", "rounds=-3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "rounds = -3 is out of range" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_truncated_data_file_is_named(tmp_path, capsys):
+    (tmp_path / "mnist").mkdir()
+    header = np.array([2051, 60000, 28, 28], dtype=">u4").tobytes()
+    with gzip.open(tmp_path / "mnist" / "train-images-idx3-ubyte.gz", "wb") as fh:
+        fh.write(header + b"\x00" * 1000)
+    with gzip.open(tmp_path / "mnist" / "train-labels-idx1-ubyte.gz", "wb") as fh:
+        fh.write(np.array([2049, 60000], dtype=">u4").tobytes() + b"\x00" * 60000)
+    assert run_cli("ovfl-imnist", "--set", f"data.root={tmp_path}", "--quiet") == 2
+    err = capsys.readouterr().err
+    assert "train-images-idx3-ubyte.gz" in err and "truncated" in err
+
+
+def _summary(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_run_writes_outputs_and_resume_equals_uninterrupted(tmp_path, data_root):
+    common = ["--quiet", "--set", f"data.root={data_root}", "--set", "eval.interval=200",
+              "--set", "checkpoint.every=200", "--set", "stream.drift=class-prior"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert run_cli("ovfl-imnist", "--set", "rounds=600", "--out", str(full), *common) == 0
+    s = _summary(full)
+    for key in ("task", "config", "rounds", "accumulated_error", "interval_errors", "bytes", "activation_rate",
+                "client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second",
+                "fedstream_version"):
+        assert key in s, key
+    assert s["rounds"] == 600 and len(s["interval_errors"]) == 3
+    assert {"total", "up", "down", "per_client"} <= set(s["bytes"]) and len(s["bytes"]["per_client"]) == 4
+    assert len((full / "metrics.csv").read_text().strip().splitlines()) == 1 + 3
+    assert (full / "config.yaml").exists() and (full / "checkpoint.npz").exists()
+
+    # "crash" after 400 rounds, then resume to 600
+    assert run_cli("ovfl-imnist", "--set", "rounds=400", "--out", str(part), *common) == 0
+    assert run_cli("ovfl-imnist", "--set", "rounds=600", "--out", str(part), "--resume", *common) == 0
+    a, b = _summary(full), _summary(part)
+    assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+    assert (full / "metrics.csv").read_text().count("\n") == (part / "metrics.csv").read_text().count("\n")
+
+    # an existing checkpoint is never overwritten silently; a changed config cannot resume it
+    assert run_cli("ovfl-imnist", "--set", "rounds=600", "--out", str(part), *common) == 2
+    assert run_cli("ovfl-imnist", "--set", "rounds=800", "--set", "optimizer.name=ogd", "--out", str(part),
+                   "--resume", *common) == 2
+
+
+def test_config_file_written_by_a_run_can_be_rerun(tmp_path, data_root):
+    out = tmp_path / "a"
+    assert run_cli("ovfl-imnist", "--quiet", "--set", f"data.root={data_root}", "--set", "rounds=100",
+                   "--set", "optimizer.name=slr", "--set", "activation.name=event", "--out", str(out)) == 0
+    assert run_cli(str(out / "config.yaml"), "--quiet", "--out", str(tmp_path / "b")) == 0
+    assert _summary(out)["accumulated_error"] == _summary(tmp_path / "b")["accumulated_error"]
+
+
+def test_susy_csv_written_in_the_uci_format_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, size=400)
+    X = rng.normal(size=(400, 18)) + y[:, None]
+    lines = [",".join(f"{v:.18e}" for v in [float(lab), *row]) for lab, row in zip(y, X)]
+    with gzip.open(tmp_path / "SUSY.csv.gz", "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    out = tmp_path / "susy"
+    assert run_cli("ovfl-susy", "--quiet", "--set", f"data.root={tmp_path}", "--set", "rounds=300",
+                   "--out", str(out)) == 0
+    s = _summary(out)
+    assert s["rounds"] == 300 and len(s["activation_rate"]) == 2
+
+
+def test_higgs_subset_from_shared_data(tmp_path, data_root):
+    out = tmp_path / "higgs"
+    assert run_cli("ovfl-higgs", "--quiet", "--set", f"data.root={data_root}", "--set", "rounds=300",
+                   "--set", "activation.name=event", "--set", "activation.threshold=0", "--out", str(out)) == 0
+    assert _summary(out)["rounds"] == 300
