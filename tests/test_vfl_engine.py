@@ -151,3 +151,21 @@ def test_feature_blocks_are_contiguous_and_cover_everything():
 
     with pytest.raises(ConfigError, match="vfl.clients"):
         feature_blocks(3, 4)
+
+
+def test_client_rejects_a_feature_block_that_does_not_fit_its_model():
+    from fedstream.errors import ProtocolError
+
+    engine = OnlineVFL(small_config(), stream=synthetic_stream())
+    with pytest.raises(ProtocolError, match=r"client 0: feature block has shape \(5,\), its model expects \(4,\)"):
+        engine.clients[0].observe(0, np.zeros(5, np.float32))
+
+
+def test_server_rejects_embeddings_of_the_wrong_shape():
+    from fedstream.errors import ProtocolError
+    from fedstream.vfl.messages import Embedding
+
+    engine = OnlineVFL(small_config(), stream=synthetic_stream())
+    bad = [Embedding(0, m, np.zeros((1, 8 if m else 7), np.float32)) for m in range(4)]
+    with pytest.raises(ProtocolError, match="embedding from client 0 .* shape \\(1, 7\\), expected \\(1, 8\\)"):
+        engine.server.on_embeddings(0, 1, bad, [0, 1, 2, 3])

@@ -22,9 +22,41 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba import njit
+
 from fedstream.errors import ConfigError
 from fedstream.models import MLP, LayerGrad
 from fedstream.optim.base import Optimizer
+
+
+@njit(cache=True)
+def dlr_layer_update(W, b, S_W, S_b, d, x, old_d, old_x, alpha, alpha_l, scale):  # pragma: no cover (jit)
+    """One DLR round of a dense layer, fused into a single pass over W and S_W:
+
+        S_W <- alpha * S_W + outer(d, x) - alpha^l * outer(old_d, old_x)
+        S_b <- alpha * S_b + d - alpha^l * old_d
+        W   <- W - scale * S_W,   b <- b - scale * S_b        (not done when scale == 0)
+
+    then the ring slot (old_d, old_x) takes the newest factors (d, x). ``d = 0`` with ``scale = 0``
+    is a passive round. Arguments are 1-D factor vectors; W, S_W are (out, in).
+    """
+    n_out, n_in = W.shape
+    for i in range(n_out):
+        di = d[i]
+        odi = alpha_l * old_d[i]
+        for j in range(n_in):
+            s = alpha * S_W[i, j] + di * x[j] - odi * old_x[j]
+            S_W[i, j] = s
+            if scale != 0.0:
+                W[i, j] -= scale * s
+        sb = alpha * S_b[i] + di - odi
+        S_b[i] = sb
+        if scale != 0.0:
+            b[i] -= scale * sb
+    for j in range(n_in):
+        old_x[j] = x[j]
+    for i in range(n_out):
+        old_d[i] = d[i]
 
 
 class DLR(Optimizer):
@@ -46,39 +78,30 @@ class DLR(Optimizer):
         self.S_b = [np.zeros_like(layer.b) for layer in model.layers]
         self.ring_delta = [np.zeros((window, layer.W.shape[0]), layer.W.dtype) for layer in model.layers]
         self.ring_inp = [np.zeros((window, layer.W.shape[1]), layer.W.dtype) for layer in model.layers]
+        self._zeros = [np.zeros_like(layer.b) for layer in model.layers]
 
-    def _push(self, grads: list[LayerGrad] | None) -> None:
-        """Advance the window by one entry (``None`` = a zero gradient) and update S."""
-        a, al, p = self.alpha, self.alpha_l, self.pos
-        for k in range(len(self.S_W)):
+    def _push(self, grads: list[LayerGrad] | None, scale: float) -> None:
+        """Advance the window by one entry (``None`` = a zero gradient), update S and, if
+        ``scale`` > 0, the parameters: one fused kernel call per layer."""
+        p = self.pos
+        for k, layer in enumerate(self.model.layers):
             old_d, old_x = self.ring_delta[k][p], self.ring_inp[k][p]
-            S_W, S_b = self.S_W[k], self.S_b[k]
-            S_W *= a
-            S_b *= a
             if grads is None:
-                S_W -= al * np.outer(old_d, old_x)
-                S_b -= al * old_d
-                old_d[:] = 0.0
-                continue
-            d, x = grads[k].delta, grads[k].inp
-            if d.shape[0] != 1:
-                raise ValueError(f"DLR takes one-sample gradients, got a batch of {d.shape[0]}")
-            # rank-2 update: + outer(d, x) - alpha^l outer(old_d, old_x), as one small matmul
-            S_W += np.stack([d[0], -al * old_d]).T @ np.stack([x[0], old_x])
-            S_b += d[0] - al * old_d
-            old_d[:] = d[0]
-            old_x[:] = x[0]
+                d, x = self._zeros[k], old_x
+            else:
+                d, x = grads[k].delta, grads[k].inp
+                if d.shape[0] != 1:
+                    raise ValueError(f"DLR takes one-sample gradients, got a batch of {d.shape[0]}")
+                d, x = d[0], x[0]
+            dlr_layer_update(layer.W, layer.b, self.S_W[k], self.S_b[k], d, x, old_d, old_x,
+                             self.alpha, self.alpha_l, scale)
         self.pos = (p + 1) % self.window
 
     def _step(self, grads: list[LayerGrad]) -> None:
-        self._push(grads)
-        scale = self.lr / self.norm
-        for layer, S_W, S_b in zip(self.model.layers, self.S_W, self.S_b):
-            layer.W -= scale * S_W
-            layer.b -= scale * S_b
+        self._push(grads, self.lr / self.norm)
 
     def skip(self) -> None:
-        self._push(None)
+        self._push(None, 0.0)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {"pos": np.array(self.pos)}
