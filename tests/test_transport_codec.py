@@ -30,8 +30,8 @@ def test_transport_ledger_counts_encoded_bytes():
     e = Embedding(1, 1, np.ones((2, 5), np.float32))
     tr.up(e)
     tr.down(Query(1, 0))
-    assert tr.ledger.up.tolist() == [0, len(encode(e))]
-    assert tr.ledger.down.tolist() == [HEADER.size, 0]
+    assert tr.ledger.up == [0, len(encode(e))]
+    assert tr.ledger.down == [HEADER.size, 0]
     assert tr.ledger.total == len(encode(e)) + HEADER.size
 
 

@@ -36,7 +36,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="folder for summary.json, metrics.csv, config and checkpoints")
     run.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
+    bench.add_argument("what", choices=["ovfl"], help="ovfl: fast online VFL engine vs the PyTorch reference")
+    bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
+    bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
+    bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
+    bench.add_argument("--json", type=Path, default=Path("bench-ovfl.json"), help="where to write the figures")
     return parser
+
+
+def cmd_bench(args) -> int:
+    from fedstream.bench.ovfl import bench_ovfl, write_json
+
+    if args.rounds < 1 or args.ref_rounds < 1:
+        raise FedstreamError("--rounds and --ref-rounds must be >= 1")
+    results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
+                         log=lambda line: Console().print(line, highlight=False))
+    write_json(results, args.json)
+    Console().print(f"figures written to {args.json}")
+    return 0
 
 
 def cmd_presets(_args) -> int:
@@ -121,7 +139,7 @@ def summary_table(s: dict) -> Table:
     return table
 
 
-COMMANDS = {"presets": cmd_presets, "run": cmd_run}
+COMMANDS = {"presets": cmd_presets, "run": cmd_run, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from fedstream.models import MLP, LayerGrad
 from fedstream.optim.base import Optimizer
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def dlr_layer_update(W, b, S_W, S_b, d, x, old_d, old_x, alpha, alpha_l, scale):  # pragma: no cover (jit)
     """One DLR round of a dense layer, fused into a single pass over W and S_W:
 
@@ -38,25 +38,28 @@ def dlr_layer_update(W, b, S_W, S_b, d, x, old_d, old_x, alpha, alpha_l, scale):
         W   <- W - scale * S_W,   b <- b - scale * S_b        (not done when scale == 0)
 
     then the ring slot (old_d, old_x) takes the newest factors (d, x). ``d = 0`` with ``scale = 0``
-    is a passive round. Arguments are 1-D factor vectors; W, S_W are (out, in).
+    is a passive round. Arguments are 1-D factor vectors; W, S_W are (out, in). Scalars are cast
+    to the arrays' dtype so the inner loop stays in one precision and vectorises.
     """
+    dt = W.dtype.type
+    a, al, sc = dt(alpha), dt(alpha_l), dt(scale)
     n_out, n_in = W.shape
     for i in range(n_out):
-        di = d[i]
-        odi = alpha_l * old_d[i]
-        for j in range(n_in):
-            s = alpha * S_W[i, j] + di * x[j] - odi * old_x[j]
-            S_W[i, j] = s
-            if scale != 0.0:
-                W[i, j] -= scale * s
-        sb = alpha * S_b[i] + di - odi
-        S_b[i] = sb
-        if scale != 0.0:
-            b[i] -= scale * sb
-    for j in range(n_in):
-        old_x[j] = x[j]
-    for i in range(n_out):
-        old_d[i] = d[i]
+        di, odi = d[i], al * old_d[i]
+        S_i, W_i = S_W[i], W[i]
+        if sc != 0:
+            for j in range(n_in):
+                s = a * S_i[j] + di * x[j] - odi * old_x[j]
+                S_i[j] = s
+                W_i[j] -= sc * s
+        else:
+            for j in range(n_in):
+                S_i[j] = a * S_i[j] + di * x[j] - odi * old_x[j]
+        S_b[i] = a * S_b[i] + di - odi
+        if sc != 0:
+            b[i] -= sc * S_b[i]
+    old_x[:] = x
+    old_d[:] = d
 
 
 class DLR(Optimizer):

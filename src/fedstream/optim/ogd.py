@@ -12,14 +12,16 @@ from fedstream.models import LayerGrad
 from fedstream.optim.base import Optimizer
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def rank1_descent(W, b, d, x, lr):  # pragma: no cover (jit)
     """W <- W - lr * outer(d, x),  b <- b - lr * d: a one-sample step without a temporary."""
+    step = W.dtype.type(lr)
     n_out, n_in = W.shape
     for i in range(n_out):
-        g = lr * d[i]
+        g = step * d[i]
+        W_i = W[i]
         for j in range(n_in):
-            W[i, j] -= g * x[j]
+            W_i[j] -= g * x[j]
         b[i] -= g
 
 

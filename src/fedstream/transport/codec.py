@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from numba import njit
 
 from fedstream.errors import ProtocolError
 from fedstream.vfl.messages import Embedding, Gradient, Message, Query
@@ -18,6 +19,18 @@ HEADER = struct.Struct("<BIHHH")
 KINDS: dict[type, int] = {Embedding: 1, Query: 2, Gradient: 3}
 TYPES = {v: k for k, v in KINDS.items()}
 MAX_ROUND = 2**32 - 1
+
+
+F32 = np.dtype("<f4")
+
+
+@njit(cache=True)
+def all_finite(values) -> bool:  # pragma: no cover (jit)
+    """True when no entry is NaN or infinite (one pass, no temporary)."""
+    for v in values.flat:
+        if not np.isfinite(v):
+            return False
+    return True
 
 
 def encode(msg: Message) -> bytes:
@@ -29,7 +42,7 @@ def encode(msg: Message) -> bytes:
         raise ProtocolError(f"round {msg.round} does not fit the u32 round field")
     if isinstance(msg, Query):
         return HEADER.pack(kind, msg.round, msg.client, msg.rows, 0)
-    values = np.ascontiguousarray(msg.values, dtype="<f4")
+    values = msg.values if msg.values.dtype == F32 and msg.values.flags.c_contiguous else np.ascontiguousarray(msg.values, dtype=F32)
     if values.ndim != 2:
         raise ProtocolError(f"{type(msg).__name__}.values must be 2-D, got shape {values.shape}")
     rows, cols = values.shape
@@ -51,8 +64,8 @@ def decode(data: bytes) -> Message:
             f"({expected} bytes) but the message holds {len(data)} bytes"
         )
     if cls is Query:
-        return Query(round=rnd, client=client, rows=rows)
-    values = np.frombuffer(data, dtype="<f4", offset=HEADER.size).reshape(rows, cols)
-    if not np.isfinite(values).all():
+        return Query(rnd, client, rows)
+    values = np.ndarray((rows, cols), F32, data, HEADER.size)  # a read-only view of the payload
+    if not all_finite(values):
         raise ProtocolError(f"{cls.__name__} for round {rnd} from/to client {client} holds NaN or inf")
-    return cls(round=rnd, client=client, values=values)
+    return cls(rnd, client, values)

@@ -6,12 +6,15 @@ import numpy as np
 
 
 class ByteLedger:
-    """Counts encoded bytes: ``up`` = client -> server, ``down`` = server -> client."""
+    """Counts encoded bytes: ``up`` = client -> server, ``down`` = server -> client.
+
+    Counters are plain Python integers (exact, and cheap to bump once per message).
+    """
 
     def __init__(self, n_clients: int):
-        self.up = np.zeros(n_clients, dtype=np.int64)
-        self.down = np.zeros(n_clients, dtype=np.int64)
-        self.messages = np.zeros(n_clients, dtype=np.int64)
+        self.up = [0] * n_clients
+        self.down = [0] * n_clients
+        self.messages = [0] * n_clients
 
     def add(self, client: int, direction: str, n_bytes: int) -> None:
         (self.up if direction == "up" else self.down)[client] += n_bytes
@@ -19,19 +22,20 @@ class ByteLedger:
 
     @property
     def total(self) -> int:
-        return int(self.up.sum() + self.down.sum())
+        return sum(self.up) + sum(self.down)
 
     def summary(self) -> dict:
         return {
             "total": self.total,
-            "up": int(self.up.sum()),
-            "down": int(self.down.sum()),
-            "messages": int(self.messages.sum()),
-            "per_client": [{"up": int(u), "down": int(d)} for u, d in zip(self.up, self.down)],
+            "up": sum(self.up),
+            "down": sum(self.down),
+            "messages": sum(self.messages),
+            "per_client": [{"up": u, "down": d} for u, d in zip(self.up, self.down)],
         }
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"up": self.up.copy(), "down": self.down.copy(), "messages": self.messages.copy()}
+        return {k: np.array(getattr(self, k), dtype=np.int64) for k in ("up", "down", "messages")}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.up[:], self.down[:], self.messages[:] = state["up"], state["down"], state["messages"]
+        for k in ("up", "down", "messages"):
+            setattr(self, k, [int(v) for v in state[k]])

@@ -2,18 +2,18 @@
 
 Parties build and consume these objects; only a transport turns them into bytes
 (:mod:`fedstream.transport.codec`). ``values`` always has two dimensions (rows, width): one row
-for a single event, l rows for SLR's window of embeddings or gradients.
+for a single event, l rows for SLR's window of embeddings or gradients. Messages are immutable
+named tuples: cheap to build, since the simulator makes several per round.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Embedding:
+class Embedding(NamedTuple):
     """Client -> server: the client's embedding(s) for ``round``."""
 
     round: int
@@ -21,8 +21,7 @@ class Embedding:
     values: np.ndarray  # (rows, embedding) float32
 
 
-@dataclass(frozen=True)
-class Query:
+class Query(NamedTuple):
     """Server -> passive client: "send me your embedding for ``round``" (``rows`` of them)."""
 
     round: int
@@ -30,8 +29,7 @@ class Query:
     rows: int = 1
 
 
-@dataclass(frozen=True)
-class Gradient:
+class Gradient(NamedTuple):
     """Server -> activated client: d loss / d embedding for ``round``."""
 
     round: int
