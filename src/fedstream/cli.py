@@ -8,6 +8,13 @@ Errors that are the user's to fix (config, data files, checkpoints) print one li
 
 from __future__ import annotations
 
+import os
+
+# One sample per round: BLAS threads only add overhead on such small matrices, and they
+# oversubscribe the cores when runs go side by side. Set before numpy is imported.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import argparse
 import sys
 from pathlib import Path

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import ConfigError
+from fedstream.models.kernels import dense_backward, dense_forward, softmax_cross_entropy_into
 
 DTYPE = np.float32
 
@@ -61,6 +62,7 @@ class MLP:
             Dense(sizes[i], sizes[i + 1], relu=(i < n - 1) or relu_last, rng=rng) for i in range(n)
         ]
         self.sizes = list(sizes)
+        self._buffers: dict[int, list[dict[str, np.ndarray]]] = {}
 
     @property
     def n_in(self) -> int:
@@ -71,30 +73,45 @@ class MLP:
         return self.sizes[-1]
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Return the output (n, out) and the layer inputs/outputs needed by :meth:`backward`."""
+        """Return the output (n, out) and the layer inputs/outputs needed by :meth:`backward`.
+
+        Outputs live in buffers owned by the model and are overwritten by the next call: use (or
+        copy) them before the next forward pass. Senders encode them at once, so this is safe.
+        """
+        n = x.shape[0]
         acts = [x]
-        for layer in self.layers:
-            z = acts[-1] @ layer.W.T
-            z += layer.b
-            if layer.relu:
-                np.maximum(z, 0.0, out=z)
-            acts.append(z)
+        for layer, buf in zip(self.layers, self._bufs(n)):
+            out = buf["out"]
+            dense_forward(acts[-1], layer.W, layer.b, layer.relu, out)
+            acts.append(out)
         return acts[-1], acts
 
     def backward(
         self, acts: list[np.ndarray], grad_out: np.ndarray, *, need_input_grad: bool = False
     ) -> tuple[list[LayerGrad], np.ndarray | None]:
         """Back-propagate ``grad_out`` (n, out); return per-layer factors and d(loss)/d(input)."""
+        bufs = self._bufs(grad_out.shape[0])
         grads: list[LayerGrad] = [None] * len(self.layers)  # type: ignore[list-item]
         g = grad_out
         for k in range(len(self.layers) - 1, -1, -1):
-            layer = self.layers[k]
-            if layer.relu:
-                g = g * (acts[k + 1] > 0)
-            grads[k] = LayerGrad(delta=g, inp=acts[k])
-            if k > 0 or need_input_grad:
-                g = g @ layer.W
+            layer, buf = self.layers[k], bufs[k]
+            need = k > 0 or need_input_grad
+            dense_backward(g, acts[k + 1], layer.W, layer.relu, buf["delta"], buf["grad_in"], need)
+            grads[k] = LayerGrad(delta=buf["delta"], inp=acts[k])
+            g = buf["grad_in"]
         return grads, (g if need_input_grad else None)
+
+    def _bufs(self, n: int) -> list[dict[str, np.ndarray]]:
+        """Per-layer work buffers for a batch of n rows, allocated once per distinct n."""
+        bufs = self._buffers.get(n)
+        if bufs is None:
+            bufs = [
+                {"out": np.empty((n, l.W.shape[0]), DTYPE), "delta": np.empty((n, l.W.shape[0]), DTYPE),
+                 "grad_in": np.empty((n, l.W.shape[1]), DTYPE)}
+                for l in self.layers
+            ]
+            self._buffers[n] = bufs
+        return bufs
 
     # -- state -------------------------------------------------------------------------------
     def parameters(self) -> list[np.ndarray]:
@@ -135,11 +152,7 @@ def build_server_model(dataset: str, n_in: int, n_classes: int, rng: np.random.G
 
 def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample cross-entropy losses (n,) and d(loss_i)/d(logits_i) (n, C), numerically stable."""
-    z = logits - logits.max(axis=1, keepdims=True)
-    ez = np.exp(z)
-    s = ez.sum(axis=1, keepdims=True)
-    p = ez / s
-    rows = np.arange(len(y))
-    loss = np.log(s[:, 0]) - z[rows, y]
-    p[rows, y] -= 1.0
-    return loss, p
+    losses = np.empty(len(y), np.float64)
+    grad = np.empty(logits.shape, logits.dtype)
+    softmax_cross_entropy_into(logits, np.asarray(y, np.int64), losses, grad)
+    return losses, grad

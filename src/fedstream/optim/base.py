@@ -3,7 +3,7 @@
 An optimiser owns the update rule of one party's model. ``step`` receives the gradient of this
 round's loss as per-layer factors (see :class:`fedstream.models.LayerGrad`); ``skip`` is called in a
 round where the party is passive (it answered a query but learns nothing). Subclasses override
-``_step`` and, if they keep history, ``skip`` and the state methods.
+``step`` and, if they keep history, ``skip`` and the state methods.
 """
 
 from __future__ import annotations
@@ -26,12 +26,7 @@ class Optimizer:
         self.lr = float(lr)
 
     def step(self, grads: list[LayerGrad]) -> None:
-        """Update the model with this round's gradient factors."""
-        if len(grads) != len(self.model.layers):
-            raise ValueError(f"expected {len(self.model.layers)} layer gradients, got {len(grads)}")
-        self._step(grads)
-
-    def _step(self, grads: list[LayerGrad]) -> None:
+        """Update the model with this round's gradient factors (one per layer, in layer order)."""
         raise NotImplementedError
 
     def skip(self) -> None:

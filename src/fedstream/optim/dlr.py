@@ -81,26 +81,26 @@ class DLR(Optimizer):
         self.S_b = [np.zeros_like(layer.b) for layer in model.layers]
         self.ring_delta = [np.zeros((window, layer.W.shape[0]), layer.W.dtype) for layer in model.layers]
         self.ring_inp = [np.zeros((window, layer.W.shape[1]), layer.W.dtype) for layer in model.layers]
-        self._zeros = [np.zeros_like(layer.b) for layer in model.layers]
+        zeros = [np.zeros_like(layer.b) for layer in model.layers]
+        self._layer_state = list(zip(model.layers, self.S_W, self.S_b, zeros))
 
     def _push(self, grads: list[LayerGrad] | None, scale: float) -> None:
         """Advance the window by one entry (``None`` = a zero gradient), update S and, if
         ``scale`` > 0, the parameters: one fused kernel call per layer."""
-        p = self.pos
-        for k, layer in enumerate(self.model.layers):
+        p, a, al = self.pos, self.alpha, self.alpha_l
+        for k, (layer, S_W, S_b, zeros) in enumerate(self._layer_state):
             old_d, old_x = self.ring_delta[k][p], self.ring_inp[k][p]
             if grads is None:
-                d, x = self._zeros[k], old_x
+                d, x = zeros, old_x
             else:
-                d, x = grads[k].delta, grads[k].inp
-                if d.shape[0] != 1:
-                    raise ValueError(f"DLR takes one-sample gradients, got a batch of {d.shape[0]}")
-                d, x = d[0], x[0]
-            dlr_layer_update(layer.W, layer.b, self.S_W[k], self.S_b[k], d, x, old_d, old_x,
-                             self.alpha, self.alpha_l, scale)
+                g = grads[k]
+                if g.delta.shape[0] != 1:
+                    raise ValueError(f"DLR takes one-sample gradients, got a batch of {g.delta.shape[0]}")
+                d, x = g.delta[0], g.inp[0]
+            dlr_layer_update(layer.W, layer.b, S_W, S_b, d, x, old_d, old_x, a, al, scale)
         self.pos = (p + 1) % self.window
 
-    def _step(self, grads: list[LayerGrad]) -> None:
+    def step(self, grads: list[LayerGrad]) -> None:
         self._push(grads, self.lr / self.norm)
 
     def skip(self) -> None:

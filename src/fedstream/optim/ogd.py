@@ -13,27 +13,30 @@ from fedstream.optim.base import Optimizer
 
 
 @njit(cache=True, fastmath=True)
-def rank1_descent(W, b, d, x, lr):  # pragma: no cover (jit)
-    """W <- W - lr * outer(d, x),  b <- b - lr * d: a one-sample step without a temporary."""
+def low_rank_descent(W, b, D, X, lr):  # pragma: no cover (jit)
+    """W <- W - lr * D.T @ X,  b <- b - lr * D.sum(0), in place and without a temporary.
+
+    D is (n, out) and X is (n, in): the factors of a gradient summed over n samples (n = 1 for
+    OGD and DLR, the window length for SLR).
+    """
     step = W.dtype.type(lr)
-    n_out, n_in = W.shape
+    n, n_out = D.shape
+    n_in = W.shape[1]
     for i in range(n_out):
-        g = step * d[i]
         W_i = W[i]
-        for j in range(n_in):
-            W_i[j] -= g * x[j]
-        b[i] -= g
+        for r in range(n):
+            g = step * D[r, i]
+            X_r = X[r]
+            for j in range(n_in):
+                W_i[j] -= g * X_r[j]
+            b[i] -= g
 
 
 class OGD(Optimizer):
-    """W -= lr * delta.T @ inp ; b -= lr * sum(delta)."""
+    """W -= lr * delta.T @ inp ; b -= lr * sum(delta), with a fused kernel."""
 
     name = "ogd"
 
-    def _step(self, grads: list[LayerGrad]) -> None:
+    def step(self, grads: list[LayerGrad]) -> None:
         for layer, g in zip(self.model.layers, grads):
-            if g.delta.shape[0] == 1:
-                rank1_descent(layer.W, layer.b, g.delta[0], g.inp[0], self.lr)
-            else:  # SLR: the gradient of a window of samples
-                layer.W -= self.lr * (g.delta.T @ g.inp)
-                layer.b -= self.lr * g.delta.sum(axis=0)
+            low_rank_descent(layer.W, layer.b, g.delta, g.inp, self.lr)

@@ -100,13 +100,11 @@ class OnlineVFL:
         start_wall = time.perf_counter()
         while self.t < end:
             chunk = self.t // CHUNK
-            X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
-            means = np.stack([X[:, b].mean(axis=1) for b in self.blocks], axis=1)
-            mask = self.activation.mask(chunk, means)
+            blocks, y, mask = self._chunk(chunk)
             for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
                 t = chunk * CHUNK + j
-                blocks = [X[j, b] for b in self.blocks]
-                result = play_round(t, blocks, int(y[j]), mask[j], self.server, self.clients, self.transport, self.clock)
+                result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
+                                    self.clients, self.transport, self.clock)
                 self.metrics.update(int(y[j]), result.prediction)
                 self.active_counts += mask[j]
                 if on_round is not None:
@@ -122,6 +120,14 @@ class OnlineVFL:
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         return self.summary()
+
+    def _chunk(self, chunk: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Rounds [chunk*CHUNK, (chunk+1)*CHUNK): each client's contiguous feature block, the labels
+        and the activation mask (drawn from the chunk's own key, so resume-safe)."""
+        X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+        blocks = [np.ascontiguousarray(X[:, b]) for b in self.blocks]
+        means = np.stack([b.mean(axis=1) for b in blocks], axis=1)
+        return blocks, y, self.activation.mask(chunk, means)
 
     def _record_interval(self, start_wall: float, on_interval) -> None:
         row = {

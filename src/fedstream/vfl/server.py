@@ -68,14 +68,16 @@ class Server:
         return RoundResult(prediction=prediction, loss=float(losses[-1]), gradients=out)
 
     def _stack(self, t: int, embeddings: list[Embedding]) -> np.ndarray:
-        rows = min(self.labels.count, self.window)
-        if [m.client for m in embeddings] != list(range(self.n_clients)):
-            raise ProtocolError(f"round {t}: expected embeddings from clients 0..{self.n_clients - 1} in order")
-        for m in embeddings:
-            if m.round != t or m.values.shape != (rows, self.embedding):
+        shape = (min(self.labels.count, self.window), self.embedding)
+        if len(embeddings) != self.n_clients:
+            raise ProtocolError(f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}")
+        for m, msg in enumerate(embeddings):
+            if msg.client != m:
+                raise ProtocolError(f"round {t}: embedding {m} comes from client {msg.client}, expected client {m}")
+            if msg.round != t or msg.values.shape != shape:
                 raise ProtocolError(
-                    f"round {t}: embedding from client {m.client} for round {m.round} has shape "
-                    f"{m.values.shape}, expected ({rows}, {self.embedding})"
+                    f"round {t}: embedding from client {m} for round {msg.round} has shape "
+                    f"{msg.values.shape}, expected {shape}"
                 )
         return np.concatenate([m.values for m in embeddings], axis=1)
 

@@ -10,17 +10,20 @@ class RowWindow:
 
     def __init__(self, length: int, width: int, dtype=np.float32):
         self.buf = np.zeros((length, width), dtype=dtype)
+        self.length = length
         self.count = 0  # rows pushed so far
 
     def push(self, row: np.ndarray) -> None:
-        self.buf[self.count % len(self.buf)] = row
+        self.buf[self.count % self.length] = row
         self.count += 1
 
     def rows(self) -> np.ndarray:
-        n, length = min(self.count, len(self.buf)), len(self.buf)
-        if self.count <= length:
-            return self.buf[:n]
-        start = self.count % length
+        count, length = self.count, self.length
+        if count >= length == 1:  # the common one-sample case: no slicing
+            return self.buf
+        if count <= length:
+            return self.buf[:count]
+        start = count % length
         return np.concatenate([self.buf[start:], self.buf[:start]])
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -1,0 +1,65 @@
+"""Fused per-sample kernels of the dense layers (numba), writing into preallocated buffers.
+
+Each kernel states its formula; the plain numpy/PyTorch versions they must equal are exercised by
+``tests/test_models_kernels.py`` and by the reference-equivalence tests of the engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, fastmath=True)
+def dense_forward(X, W, b, relu, out):  # pragma: no cover (jit)
+    """out = X @ W.T + b, then max(out, 0) if ``relu``.  X (n, in), W (out, in), out (n, out)."""
+    n, n_in = X.shape
+    n_out = W.shape[0]
+    for r in range(n):
+        x = X[r]
+        for i in range(n_out):
+            w = W[i]
+            acc = b[i]
+            for j in range(n_in):
+                acc += w[j] * x[j]
+            out[r, i] = max(acc, 0.0) if relu else acc
+
+
+@njit(cache=True, fastmath=True)
+def dense_backward(G, Z, W, relu, delta, grad_in, need_input_grad):  # pragma: no cover (jit)
+    """delta = G * (Z > 0) if ``relu`` else G;  grad_in = delta @ W if ``need_input_grad``.
+
+    G, Z, delta (n, out); W (out, in); grad_in (n, in). ``Z`` is the layer's (post-ReLU) output.
+    """
+    n, n_out = G.shape
+    n_in = W.shape[1]
+    for r in range(n):
+        for i in range(n_out):
+            delta[r, i] = G[r, i] if (not relu or Z[r, i] > 0) else 0.0
+        if need_input_grad:
+            gi = grad_in[r]
+            gi[:] = 0.0
+            for i in range(n_out):
+                d = delta[r, i]
+                if d != 0.0:
+                    w = W[i]
+                    for j in range(n_in):
+                        gi[j] += d * w[j]
+
+
+@njit(cache=True)
+def softmax_cross_entropy_into(logits, y, losses, grad):  # pragma: no cover (jit)
+    """Per row: loss = logsumexp(z) - z[y];  grad = softmax(z) - onehot(y). Numerically stable."""
+    n, c = logits.shape
+    for r in range(n):
+        z = logits[r]
+        m = z.max()
+        s = 0.0
+        for k in range(c):
+            e = np.exp(z[k] - m)
+            grad[r, k] = e
+            s += e
+        for k in range(c):
+            grad[r, k] /= s
+        grad[r, y[r]] -= 1.0
+        losses[r] = np.log(s) + m - z[y[r]]
