@@ -2,6 +2,8 @@
 
     fedstream presets
     fedstream run CONFIG [--set KEY=VALUE ...] [--out DIR] [--resume] [--quiet]
+    fedstream sweep CONFIG --grid KEY=V1,V2 [--grid ...] [--set ...] --out DIR [--workers N]
+    fedstream bench ovfl [--rounds N] [--ref-rounds N] [--json PATH]
 
 Errors that are the user's to fix (config, data files, checkpoints) print one line and exit 2.
 """
@@ -43,6 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="folder for summary.json, metrics.csv, config and checkpoints")
     run.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    sweep = sub.add_parser("sweep", help="run a grid of configurations side by side on every core")
+    sweep.add_argument("config", help="base preset name or config file")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                       help="a grid axis, e.g. --grid optimizer.name=ogd,slr,dlr (repeatable: cartesian product)")
+    sweep.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a key for every run (repeatable)")
+    sweep.add_argument("--out", type=Path, required=True, help="folder; one sub-folder per run, plus sweep.json")
+    sweep.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar or table")
     bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
     bench.add_argument("what", choices=["ovfl"], help="ovfl: fast online VFL engine vs the PyTorch reference")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
@@ -50,6 +61,33 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument("--json", type=Path, default=Path("bench-ovfl.json"), help="where to write the figures")
     return parser
+
+
+def cmd_sweep(args) -> int:
+    from fedstream.experiments.sweep import expand_grid, sweep, write_index
+
+    if args.workers is not None and args.workers < 1:
+        raise FedstreamError("--workers must be >= 1")
+    specs = expand_grid(args.config, args.sets, args.grid, args.out)
+    total = sum(s.config["rounds"] for s in specs)
+    with _progress(args.quiet, error=False) as bar:
+        task = bar.add_task(f"sweep of {len(specs)} runs", total=total, rps=0.0)
+        done: dict[str, int] = {}
+
+        def on_report(name: str, t: int) -> None:
+            done[name] = t
+            elapsed = bar.tasks[task].elapsed or 1e-9
+            bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
+
+        summaries = sweep(specs, workers=args.workers, on_report=on_report)
+    index = write_index(specs, summaries, args.out)
+    if not args.quiet:
+        table = Table("run", "acc. error", "MB", "client s", "rounds/s", title=f"sweep: {index}")
+        for spec, s in zip(specs, summaries):
+            table.add_row(spec.name, f"{s['accumulated_error']:.4f}", f"{s['bytes']['total'] / 2**20:,.1f}",
+                          f"{s['client_compute_seconds']:.1f}", f"{s['rounds_per_second']:,.0f}")
+        Console().print(table)
+    return 0
 
 
 def cmd_bench(args) -> int:
@@ -114,12 +152,12 @@ def _title(config: dict) -> str:
     return f"{config['optimizer.name'].upper()}-{act.capitalize()} on {config['data.name']}"
 
 
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("err {task.fields[error]:.4f}"), TextColumn("{task.fields[rps]:,.0f} rounds/s"),
-        TimeRemainingColumn(), console=console, disable=quiet,
-    )
+def _progress(quiet: bool, *, error: bool = True) -> Progress:
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if error:
+        columns.append(TextColumn("err {task.fields[error]:.4f}"))
+    columns += [TextColumn("{task.fields[rps]:,.0f} rounds/s"), TimeRemainingColumn()]
+    return Progress(*columns, console=console, disable=quiet)
 
 
 def summary_table(s: dict) -> Table:
@@ -146,7 +184,7 @@ def summary_table(s: dict) -> Table:
     return table
 
 
-COMMANDS = {"presets": cmd_presets, "run": cmd_run, "bench": cmd_bench}
+COMMANDS = {"presets": cmd_presets, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

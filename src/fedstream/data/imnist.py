@@ -28,7 +28,10 @@ stored: 2 x 60000 x 784 floats would be 376 MB). Every index is deformed, includ
 original maps i < 70000 to the clean MNIST test and train images).
 
 All per-image arithmetic is elementwise float32 (no BLAS), so an image does not depend on which
-other indices share its batch.
+other indices share its batch. ``InfiniteMNIST.images`` runs a fused numba kernel
+(:func:`_deform_kernel`, one image at a time: blur, derivatives, deformation, clip, rounding and
+shift in one pass); :func:`_deform_reference` is the plain numpy implementation of the same
+arithmetic, kept to check the kernel against (the tests require identical images).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import functools
 import time
 
 import numpy as np
+from numba import njit
 
 N_FIELDS = 1522  # size of the displacement-field bank (k2 ranges over 0..1521)
 K1_MOD = 1521  # k1 ranges over 0..1520
@@ -45,7 +49,7 @@ FIELD_SIGMA = 4.0  # px: smoothness of the random displacement fields
 FIELD_STD = 0.75  # px: standard deviation of each displacement field
 TANGENT_SIGMA = 1.0  # px: blur before differentiating the image
 SIZE = 28
-CHUNK = 512  # images per internal sub-batch (cache-friendly; no effect on the result)
+CHUNK = 512  # images per sub-batch of _deform_reference (cache-friendly; no effect on the result)
 # k1 mod 9 -> (dy, dx): content moves dy rows down and dx columns right.
 SHIFTS = (
     (0, 0),  # none
@@ -145,64 +149,177 @@ class InfiniteMNIST:
         """int64 labels of the given indices (the label of base image i mod n)."""
         return self._labels[_check_indices(indices) % self.n_base]
 
-    def _tangents(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Smoothed horizontal and vertical derivatives of float32 images x (m, 28, 28)."""
-        w = self._blur
-        r = len(w) // 2
-        m = x.shape[0]
-        # Separable blur with zero padding (MNIST background is 0).
-        p = np.zeros((m, SIZE + 2 * r, SIZE), np.float32)
-        p[:, r : r + SIZE] = x
-        b = _smooth_valid(p, w, 1)
-        p = np.zeros((m, SIZE, SIZE + 2 * r), np.float32)
-        p[:, :, r : r + SIZE] = b
-        b = _smooth_valid(p, w, 2)
-        # Central differences, zero outside the image.
-        tx = np.zeros_like(b)
-        ty = np.zeros_like(b)
-        tx[:, :, 1:-1] = b[:, :, 2:] - b[:, :, :-2]
-        tx[:, :, 0] = b[:, :, 1]
-        tx[:, :, -1] = -b[:, :, -2]
-        ty[:, 1:-1] = b[:, 2:] - b[:, :-2]
-        ty[:, 0] = b[:, 1]
-        ty[:, -1] = -b[:, -2]
-        tx *= np.float32(0.5)
-        ty *= np.float32(0.5)
-        return tx, ty
-
     def images(self, indices: np.ndarray) -> np.ndarray:
-        """uint8 (len(indices), 28, 28): the deformed image of each index (vectorised)."""
+        """uint8 (len(indices), 28, 28): the deformed image of each index (see module doc).
+
+        ``x = clip(X[a] + alpha (F[k1] Tx[a] - F[k2] Ty[a]), 0, 255)``, rounded half up to uint8
+        and shifted by ``SHIFTS[k1 mod 9]`` (fused kernel; same float32 arithmetic as
+        :func:`_deform_reference`).
+        """
         idx = _check_indices(indices)
-        out = np.zeros((idx.size, SIZE, SIZE), np.uint8)
-        # Sub-batches keep the float32 temporaries in cache; the result does not depend on them.
-        for s in range(0, idx.size, CHUNK):
-            self._deform(idx[s : s + CHUNK], out[s : s + CHUNK])
+        out = np.empty((idx.size, SIZE, SIZE), np.uint8)
+        if idx.size == 0:
+            return out
+        k1, k2, alpha = field_indices(idx)
+        fields = np.asarray(self._fields, dtype=np.float32)
+        _deform_kernel(self._images, np.ascontiguousarray(fields), self._blur, idx % self.n_base,
+                       k1, k2, alpha.astype(np.float32), k1 % 9, _SHIFT_TABLE, out)
         return out
 
-    def _deform(self, idx: np.ndarray, out: np.ndarray) -> None:
-        """Write the images of idx into out (zeroed uint8 (len(idx), 28, 28))."""
-        a = idx % self.n_base
-        k1, k2, alpha = field_indices(idx)
-        x = self._images[a].astype(np.float32)
-        tx, ty = self._tangents(x)
-        tx *= self._fields[k1]
-        ty *= self._fields[k2]
-        tx -= ty
-        tx *= alpha.astype(np.float32)[:, None, None]
-        x += tx
-        np.clip(x, 0.0, 255.0, out=x)
-        x += np.float32(0.5)  # round half up on truncation to uint8
-        y = x.astype(np.uint8)
-        shift = k1 % 9
-        for s, (dy, dx) in enumerate(SHIFTS):
-            sel = np.flatnonzero(shift == s)
-            if sel.size == 0:
+
+_SHIFT_TABLE = np.array(SHIFTS, dtype=np.int64)  # (9, 2): (dy, dx) per k1 mod 9
+
+
+@njit(cache=True, fastmath=False)
+def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # pragma: no cover
+    """Fused i-MNIST deformation, one image at a time, into ``out`` (uint8 (m, 28, 28)).
+
+    Per image j: ``x = X[a] + alpha (F[k1] Tx - F[k2] Ty)``, clipped to [0, 255], ``+ 0.5`` and
+    truncated to uint8, then shifted by ``shifts[shift[j]]`` with zero fill. Tx, Ty are half the
+    central differences (one-sided at the border, zero outside) of X[a] blurred by the separable
+    taps w with zero padding. float32 throughout, each sum taken in the same order as
+    :func:`_deform_reference` (no fastmath, so no reassociation or fused multiply-add): the
+    result equals the reference and does not depend on the other images of the batch.
+    """
+    S = images.shape[1]
+    nt = w.shape[0]
+    r = nt // 2
+    half = np.float32(0.5)
+    zero = np.float32(0.0)
+    top = np.float32(255.0)
+    pv = np.zeros((S + 2 * r, S), np.float32)  # image, zero-padded rows (pad stays 0)
+    ph = np.zeros((S, S + 2 * r), np.float32)  # vertical blur, zero-padded columns
+    b = np.empty((S, S), np.float32)  # full blur
+    acc = np.empty(S, np.float32)
+    for j in range(a.shape[0]):
+        img = images[a[j]]
+        f1 = fields[k1[j]]
+        f2 = fields[k2[j]]
+        al = alpha[j]
+        for y in range(S):
+            for x in range(S):
+                pv[r + y, x] = np.float32(img[y, x])
+        # Vertical pass: ph[y, r + x] = sum_k w[k] pv[y + k, x], summed over k in order.
+        for y in range(S):
+            for x in range(S):
+                acc[x] = pv[y, x] * w[0]
+            for k in range(1, nt):
+                wk = w[k]
+                for x in range(S):
+                    acc[x] = acc[x] + pv[y + k, x] * wk
+            for x in range(S):
+                ph[y, r + x] = acc[x]
+        # Horizontal pass: b[y, x] = sum_k w[k] ph[y, x + k].
+        for y in range(S):
+            for x in range(S):
+                acc[x] = ph[y, x] * w[0]
+            for k in range(1, nt):
+                wk = w[k]
+                for x in range(S):
+                    acc[x] = acc[x] + ph[y, x + k] * wk
+            for x in range(S):
+                b[y, x] = acc[x]
+        dy = shifts[shift[j], 0]
+        dx = shifts[shift[j], 1]
+        o = out[j]
+        for yo in range(S):
+            ys = yo - dy
+            if ys < 0 or ys >= S:
+                for xo in range(S):
+                    o[yo, xo] = 0
                 continue
-            dst_r = slice(max(dy, 0), SIZE + min(dy, 0))
-            src_r = slice(max(-dy, 0), SIZE + min(-dy, 0))
-            dst_c = slice(max(dx, 0), SIZE + min(dx, 0))
-            src_c = slice(max(-dx, 0), SIZE + min(-dx, 0))
-            out[sel, dst_r, dst_c] = y[sel, src_r, src_c]
+            for xo in range(S):
+                xs = xo - dx
+                if xs < 0 or xs >= S:
+                    o[yo, xo] = 0
+                    continue
+                # Central differences, one-sided (zero outside) at the border; then * 0.5.
+                if xs == 0:
+                    tx = b[ys, 1]
+                elif xs == S - 1:
+                    tx = -b[ys, S - 2]
+                else:
+                    tx = b[ys, xs + 1] - b[ys, xs - 1]
+                if ys == 0:
+                    ty = b[1, xs]
+                elif ys == S - 1:
+                    ty = -b[S - 2, xs]
+                else:
+                    ty = b[ys + 1, xs] - b[ys - 1, xs]
+                tx = tx * half
+                ty = ty * half
+                d = (tx * f1[ys, xs] - ty * f2[ys, xs]) * al
+                v = pv[r + ys, xs] + d
+                if v < zero:
+                    v = zero
+                elif v > top:
+                    v = top
+                v = v + half  # round half up on truncation to uint8
+                o[yo, xo] = np.uint8(v)
+
+
+def _tangents_reference(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smoothed horizontal and vertical derivatives of float32 images x (m, 28, 28) (numpy)."""
+    r = len(w) // 2
+    m = x.shape[0]
+    # Separable blur with zero padding (MNIST background is 0).
+    p = np.zeros((m, SIZE + 2 * r, SIZE), np.float32)
+    p[:, r : r + SIZE] = x
+    b = _smooth_valid(p, w, 1)
+    p = np.zeros((m, SIZE, SIZE + 2 * r), np.float32)
+    p[:, :, r : r + SIZE] = b
+    b = _smooth_valid(p, w, 2)
+    # Central differences, zero outside the image.
+    tx = np.zeros_like(b)
+    ty = np.zeros_like(b)
+    tx[:, :, 1:-1] = b[:, :, 2:] - b[:, :, :-2]
+    tx[:, :, 0] = b[:, :, 1]
+    tx[:, :, -1] = -b[:, :, -2]
+    ty[:, 1:-1] = b[:, 2:] - b[:, :-2]
+    ty[:, 0] = b[:, 1]
+    ty[:, -1] = -b[:, -2]
+    tx *= np.float32(0.5)
+    ty *= np.float32(0.5)
+    return tx, ty
+
+
+def _deform_reference(gen: InfiniteMNIST, indices: np.ndarray) -> np.ndarray:
+    """Plain numpy implementation of ``gen.images(indices)`` (the reference for the kernel).
+
+    ``x = clip(X[a] + alpha (F[k1] Tx[a] - F[k2] Ty[a]), 0, 255)``, ``+ 0.5`` truncated to uint8,
+    shifted by ``SHIFTS[k1 mod 9]`` with zero fill; vectorised over sub-batches of CHUNK images.
+    """
+    idx = _check_indices(indices)
+    out = np.zeros((idx.size, SIZE, SIZE), np.uint8)
+    for s in range(0, idx.size, CHUNK):
+        _deform_reference_chunk(gen, idx[s : s + CHUNK], out[s : s + CHUNK])
+    return out
+
+
+def _deform_reference_chunk(gen: InfiniteMNIST, idx: np.ndarray, out: np.ndarray) -> None:
+    """Write the images of idx into out (zeroed uint8 (len(idx), 28, 28))."""
+    a = idx % gen.n_base
+    k1, k2, alpha = field_indices(idx)
+    x = gen._images[a].astype(np.float32)
+    tx, ty = _tangents_reference(x, gen._blur)
+    tx *= gen._fields[k1]
+    ty *= gen._fields[k2]
+    tx -= ty
+    tx *= alpha.astype(np.float32)[:, None, None]
+    x += tx
+    np.clip(x, 0.0, 255.0, out=x)
+    x += np.float32(0.5)  # round half up on truncation to uint8
+    y = x.astype(np.uint8)
+    shift = k1 % 9
+    for s, (dy, dx) in enumerate(SHIFTS):
+        sel = np.flatnonzero(shift == s)
+        if sel.size == 0:
+            continue
+        dst_r = slice(max(dy, 0), SIZE + min(dy, 0))
+        src_r = slice(max(-dy, 0), SIZE + min(-dy, 0))
+        dst_c = slice(max(dx, 0), SIZE + min(dx, 0))
+        src_c = slice(max(-dx, 0), SIZE + min(-dx, 0))
+        out[sel, dst_r, dst_c] = y[sel, src_r, src_c]
 
 
 def measure_throughput(gen: InfiniteMNIST, n: int = 20000, batch: int = 2048) -> float:

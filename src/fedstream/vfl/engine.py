@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,23 @@ from fedstream.vfl.protocol import ComputeClock, play_round
 from fedstream.vfl.server import Server
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
+
+
+@dataclass
+class Hooks:
+    """What a run does besides learning: callbacks and checkpoints.
+
+    ``on_progress(run)`` every ``progress_every`` rounds; ``on_interval(row)`` when an evaluation
+    interval closes; ``on_round(t, y, prediction)`` after every round; a checkpoint to
+    ``checkpoint_path`` every ``checkpoint_every`` rounds (0: only at the end).
+    """
+
+    on_progress: Callable[["OnlineVFL"], None] | None = None
+    on_interval: Callable[[dict], None] | None = None
+    on_round: Callable[[int, int, int], None] | None = None
+    checkpoint_path: Path | None = None
+    checkpoint_every: int = 0
+    progress_every: int = 500
 
 
 def feature_blocks(n_features: int, n_clients: int) -> list[slice]:
@@ -80,63 +98,68 @@ class OnlineVFL:
         self.t = 0  # next round to play
 
     # -- running -----------------------------------------------------------------------------
-    def run(
-        self,
-        rounds: int | None = None,
-        *,
-        on_progress: Callable[["OnlineVFL"], None] | None = None,
-        on_interval: Callable[[dict], None] | None = None,
-        on_round: Callable[[int, int, int], None] | None = None,
-        checkpoint_path: Path | None = None,
-        checkpoint_every: int = 0,
-        progress_every: int = 500,
-    ) -> dict:
-        """Play rounds ``self.t .. rounds-1`` and return the summary.
+    def run(self, rounds: int | None = None, **hooks) -> dict:
+        """Play rounds ``self.t .. rounds-1`` (default: ``config["rounds"]``); return the summary.
 
-        Callbacks: ``on_progress(run)`` every ``progress_every`` rounds, ``on_interval(row)`` when
-        an evaluation interval closes, ``on_round(t, y, prediction)`` after every round.
+        ``hooks`` are the fields of :class:`Hooks` (callbacks and checkpointing).
         """
         end = self.config["rounds"] if rounds is None else rounds
-        start_wall = time.perf_counter()
+        h = Hooks(**hooks)
         while self.t < end:
+            tic = time.perf_counter()
             chunk = self.t // CHUNK
-            blocks, y, mask = self._chunk(chunk)
-            for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
-                t = chunk * CHUNK + j
-                result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
-                                    self.clients, self.transport, self.clock)
-                self.metrics.update(int(y[j]), result.prediction)
-                self.active_counts += mask[j]
-                if on_round is not None:
-                    on_round(t, int(y[j]), result.prediction)
-                self.t = t + 1
-                if self.t % self.metrics.interval == 0:
-                    self._record_interval(start_wall, on_interval)
-                if on_progress is not None and self.t % progress_every == 0:
-                    on_progress(self)
-                if checkpoint_path is not None and checkpoint_every and self.t % checkpoint_every == 0:
-                    self.save(checkpoint_path, wall=time.perf_counter() - start_wall)
-        self.wall_seconds += time.perf_counter() - start_wall
-        if checkpoint_path is not None:
-            self.save(checkpoint_path)
+            X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+            self.wall_seconds += time.perf_counter() - tic
+            self.play_chunk(chunk, X, y, end, h)
+        self.finish(h)
         return self.summary()
 
-    def _chunk(self, chunk: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-        """Rounds [chunk*CHUNK, (chunk+1)*CHUNK): each client's contiguous feature block, the labels
-        and the activation mask (drawn from the chunk's own key, so resume-safe)."""
-        X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+    def finish(self, hooks: "Hooks") -> None:
+        """Write the final checkpoint, if checkpointing."""
+        if hooks.checkpoint_path is not None:
+            self.save(hooks.checkpoint_path)
+
+    def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: "Hooks") -> None:
+        """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
+
+        The stream rows are passed in so that several runs over the same stream can share one
+        generated chunk (see :mod:`fedstream.experiments.sweep`). Time spent here is this run's.
+        """
+        tic = time.perf_counter()
+        blocks, mask = self._split(chunk, X)
+        h = hooks
+        for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
+            t = chunk * CHUNK + j
+            result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
+                                self.clients, self.transport, self.clock)
+            self.metrics.update(int(y[j]), result.prediction)
+            self.active_counts += mask[j]
+            if h.on_round is not None:
+                h.on_round(t, int(y[j]), result.prediction)
+            self.t = t + 1
+            if self.t % self.metrics.interval == 0:
+                self._record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
+            if h.on_progress is not None and self.t % h.progress_every == 0:
+                h.on_progress(self)
+            if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
+                self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+        self.wall_seconds += time.perf_counter() - tic
+
+    def _split(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's contiguous feature block of a chunk, and the chunk's activation mask
+        (drawn from the chunk's own key, so resume-safe)."""
         blocks = [np.ascontiguousarray(X[:, b]) for b in self.blocks]
         means = np.stack([b.mean(axis=1) for b in blocks], axis=1)
-        return blocks, y, self.activation.mask(chunk, means)
+        return blocks, self.activation.mask(chunk, means)
 
-    def _record_interval(self, start_wall: float, on_interval) -> None:
+    def _record_interval(self, wall: float, on_interval) -> None:
         row = {
             "round": self.t,
             "interval_error": self.metrics.intervals[-1],
             "accumulated_error": self.metrics.accumulated_error,
             "bytes_total": self.transport.ledger.total,
             "client_compute_seconds": self.clock.client,
-            "wall_seconds": self.wall_seconds + time.perf_counter() - start_wall,
+            "wall_seconds": wall,
         }
         self.interval_rows.append(row)
         if on_interval is not None:

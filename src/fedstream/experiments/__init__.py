@@ -1,0 +1,1 @@
+"""Experiments: grids of runs executed side by side on every core."""

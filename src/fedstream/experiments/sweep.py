@@ -1,0 +1,188 @@
+"""Run a grid of online VFL configurations side by side, on every core.
+
+Runs are spread over worker processes (one per core by default, balanced by estimated cost).
+Inside a worker, runs that read the same stream advance together chunk by chunk: each chunk of
+the stream is generated once and played by every run that needs it. Every run writes its own
+folder as it goes (metrics rows, checkpoints, summary), so an interrupted sweep resumes where it
+stopped and finished runs are skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedstream.config import load_config
+from fedstream.config.loader import parse_override
+from fedstream.errors import ConfigError
+from fedstream.runtime.output import RunDirectory
+from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL, make_stream
+
+STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every")
+
+
+@dataclass
+class RunSpec:
+    """One run of a sweep: its name (from the grid values), resolved config and folder."""
+
+    name: str
+    config: dict
+    out: Path
+
+    @property
+    def cost(self) -> float:
+        """Relative cost estimate, for balancing workers (SLR embeds l samples per round)."""
+        c = self.config
+        per_round = 1.0 + (0.35 * c["optimizer.window"] if c["optimizer.name"] == "slr" else 0.0)
+        return per_round * c["rounds"]
+
+
+def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> list[RunSpec]:
+    """The cartesian product of ``--grid KEY=V1,V2`` items over ``config`` with ``--set``s."""
+    axes = []
+    for item in grid:
+        if "=" not in item:
+            raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. --grid optimizer.name=ogd,dlr")
+        key, values = item.split("=", 1)
+        axes.append([f"{key.strip()}={v.strip()}" for v in values.split(",") if v.strip()])
+    specs = []
+    for combo in itertools.product(*axes) if axes else [()]:
+        for item in combo:
+            parse_override(item)  # validates key and type with the usual messages
+        # a run is named by its grid values ("dlr-random"); its config.yaml holds the rest
+        name = "-".join(item.split("=", 1)[1] for item in combo) or "base"
+        safe = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", name)
+        specs.append(RunSpec(name, load_config(config, [*sets, *combo]), out / safe))
+    return specs
+
+
+def assign(specs: list[RunSpec], workers: int) -> list[list[RunSpec]]:
+    """Greedy longest-first assignment of runs to workers, keeping stream-sharing runs together
+    when it does not unbalance the load."""
+    loads: list[float] = [0.0] * workers
+    groups: list[list[RunSpec]] = [[] for _ in range(workers)]
+    for spec in sorted(specs, key=lambda s: -s.cost):
+        w = min(range(workers), key=lambda i: loads[i])
+        groups[w].append(spec)
+        loads[w] += spec.cost
+    return [g for g in groups if g]
+
+
+def _complete(spec: RunSpec) -> dict | None:
+    """The summary of a run that already finished with this very config, else None."""
+    path = spec.out / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("config") == spec.config and summary.get("rounds") == spec.config["rounds"] else None
+
+
+class _Member:
+    """A run inside a worker: engine, folder and hooks."""
+
+    def __init__(self, spec: RunSpec, stream, report: Callable[[str, int], None]):
+        self.spec, self.dir = spec, RunDirectory(spec.out)
+        self.run = OnlineVFL(spec.config, stream=stream)
+        if self.dir.checkpoint.exists():
+            self.run.load(self.dir.checkpoint)
+        self.dir.prepare(spec.config, self.run.interval_rows)
+        self.hooks = Hooks(on_interval=self.dir.append_row, checkpoint_path=self.dir.checkpoint,
+                           checkpoint_every=spec.config["checkpoint.every"], progress_every=2048,
+                           on_progress=lambda r: report(spec.name, r.t))
+        self.end = spec.config["rounds"]
+
+    @property
+    def done(self) -> bool:
+        return self.run.t >= self.end
+
+
+def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda n, t: None) -> list[dict]:
+    """Run ``specs`` side by side in this process; return their summaries."""
+    summaries = {}
+    todo = []
+    for spec in specs:
+        done = _complete(spec)
+        if done is not None:
+            summaries[spec.name] = done
+            report(spec.name, spec.config["rounds"])
+        else:
+            todo.append(spec)
+    by_stream: dict[tuple, list[RunSpec]] = {}
+    for spec in todo:
+        by_stream.setdefault(tuple(spec.config[k] for k in STREAM_KEYS), []).append(spec)
+    for group in by_stream.values():
+        stream = make_stream(group[0].config)
+        members = [_Member(spec, stream, report) for spec in group]
+        while not all(m.done for m in members):
+            chunk = min(m.run.t // CHUNK for m in members if not m.done)
+            players = [m for m in members if not m.done and m.run.t // CHUNK == chunk]
+            tic = time.perf_counter()
+            X, y, _ = stream.batch(chunk * CHUNK, CHUNK)
+            share = (time.perf_counter() - tic) / len(players)  # the shared chunk's cost, split
+            for m in players:
+                m.run.wall_seconds += share
+                m.run.play_chunk(chunk, X, y, m.end, m.hooks)
+                if m.done:
+                    m.run.finish(m.hooks)
+                    summary = m.run.summary()
+                    m.dir.write_summary(summary)
+                    summaries[m.spec.name] = summary
+                    report(m.spec.name, m.run.t)
+    return [summaries[s.name] for s in specs]
+
+
+_QUEUE = None
+
+
+def _init_worker(queue) -> None:
+    global _QUEUE
+    _QUEUE = queue
+
+
+def _worker(specs: list[RunSpec]) -> list[dict]:
+    return run_group(specs, lambda name, t: _QUEUE.put((name, t)))
+
+
+def sweep(specs: list[RunSpec], *, workers: int | None = None,
+          on_report: Callable[[str, int], None] = lambda n, t: None) -> list[dict]:
+    """Run every spec, on ``workers`` processes (default: every core); summaries in spec order."""
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two runs of the sweep have the same name; check --grid for repeated values")
+    workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
+    if workers == 1:
+        return run_group(specs, on_report)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Manager().Queue()
+    results: dict[str, dict] = {}
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
+        groups = assign(specs, workers)
+        futures = [pool.submit(_worker, group) for group in groups]
+        while not all(f.done() for f in futures) or not queue.empty():
+            while not queue.empty():
+                on_report(*queue.get())
+            time.sleep(0.2)
+        for group, f in zip(groups, futures):
+            results |= {spec.name: summary for spec, summary in zip(group, f.result())}
+    return [results[s.name] for s in specs]
+
+
+def write_index(specs: list[RunSpec], summaries: list[dict], out: Path) -> Path:
+    """``sweep.json``: one entry per run with its folder and headline figures."""
+    rows = [{
+        "name": s.name, "folder": str(s.out), "rounds": r["rounds"], "accumulated_error": r["accumulated_error"],
+        "bytes_total": r["bytes"]["total"], "client_compute_seconds": r["client_compute_seconds"],
+        "rounds_per_second": r["rounds_per_second"], "activation_rate": r["activation_rate"],
+    } for s, r in zip(specs, summaries)]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "sweep.json"
+    path.write_text(json.dumps(rows, indent=2))
+    return path

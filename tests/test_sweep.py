@@ -1,0 +1,78 @@
+"""Sweeps: grid expansion, side-by-side runs equal single runs, skip and resume."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from fedstream.cli import main
+from fedstream.config import load_config
+from fedstream.errors import ConfigError
+from fedstream.experiments.sweep import assign, expand_grid, sweep
+from fedstream.vfl.engine import OnlineVFL
+
+TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second"}
+
+
+@pytest.fixture
+def susy_root(tmp_path):
+    """A small SUSY file in the UCI format (label + 18 features), written by the test."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, size=600)
+    X = rng.normal(size=(600, 18)) + 0.8 * y[:, None]
+    with gzip.open(tmp_path / "SUSY.csv.gz", "wt") as fh:
+        fh.write("\n".join(",".join(f"{v:.10e}" for v in [float(a), *row]) for a, row in zip(y, X)) + "\n")
+    return tmp_path
+
+
+def _strip(summary):
+    return {k: v for k, v in summary.items() if k not in TIMING}
+
+
+def test_grid_expansion_names_and_errors(tmp_path):
+    specs = expand_grid("ovfl-imnist", ["rounds=10"], ["optimizer.name=ogd,dlr", "activation.name=full,random"], tmp_path)
+    assert [s.name for s in specs] == ["ogd-full", "ogd-random", "dlr-full", "dlr-random"]
+    assert specs[3].config["optimizer.name"] == "dlr" and specs[3].config["rounds"] == 10
+    assert specs[0].out == tmp_path / "ogd-full"
+    with pytest.raises(ConfigError, match="KEY=V1,V2"):
+        expand_grid("ovfl-imnist", [], ["optimizer.name"], tmp_path)
+    with pytest.raises(ConfigError, match="one of ogd, slr, dlr"):
+        expand_grid("ovfl-imnist", [], ["optimizer.name=ogd,adam"], tmp_path)
+
+
+def test_assign_balances_cost(tmp_path):
+    specs = expand_grid("ovfl-imnist", [], ["optimizer.name=ogd,slr,dlr", "seed=1,2"], tmp_path)
+    groups = assign(specs, 2)
+    assert sorted(len(g) for g in groups) == [3, 3]
+    assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in specs)
+
+
+def test_side_by_side_runs_equal_single_runs_and_resume(susy_root, tmp_path):
+    sets = [f"data.root={susy_root}", "rounds=300", "eval.interval=100", "checkpoint.every=100"]
+    grid = ["optimizer.name=ogd,dlr", "activation.name=full,random"]
+    specs = expand_grid("ovfl-susy", sets, grid, tmp_path / "sw")
+    summaries = sweep(specs, workers=2)
+    for spec, s in zip(specs, summaries):
+        alone = OnlineVFL(spec.config).run()
+        assert _strip(s) == _strip(alone), spec.name
+        assert json.loads((spec.out / "summary.json").read_text())["rounds"] == 300
+    # a second sweep with more rounds resumes every run from its checkpoint: equal to 500 at once
+    longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
+    resumed = sweep(longer, workers=1)
+    for spec, s in zip(longer, resumed):
+        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+    # and a finished sweep is skipped: same summaries, nothing recomputed
+    again = sweep(longer, workers=1)
+    assert [_strip(a) for a in again] == [_strip(b) for b in resumed]
+    assert [a["wall_seconds"] for a in again] == [b["wall_seconds"] for b in resumed]
+
+
+def test_sweep_cli(susy_root, tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["sweep", "ovfl-susy", "--quiet", "--set", f"data.root={susy_root}", "--set", "rounds=200",
+                 "--grid", "optimizer.name=ogd,slr", "--out", str(out), "--workers", "1"]) == 0
+    index = json.loads((out / "sweep.json").read_text())
+    assert [r["name"] for r in index] == ["ogd", "slr"] and all(r["rounds"] == 200 for r in index)
+    assert main(["sweep", "ovfl-susy", "--grid", "optimizer.lr=x", "--out", str(out)]) == 2
+    assert "optimizer.lr" in capsys.readouterr().err
