@@ -75,11 +75,54 @@ def breakdown(rounds: int, data_root: str | None) -> dict:
     return {k: 1e6 * v / rounds for k, v in per.items()}  # microseconds per round
 
 
+def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, workers: int | None) -> dict:
+    """Run-rounds/s of ``k`` configurations (optimiser x activation x lr) advanced side by side."""
+    import tempfile
+
+    from fedstream.experiments.sweep import expand_grid, sweep
+
+    axes = {1: ["optimizer.name=dlr"],
+            8: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed"],
+            32: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed", "optimizer.lr=0.01,0.005,0.02,0.003"]}[k]
+    sets = [f"rounds={rounds}", "checkpoint.every=0", "activation.name=full"]
+    if data_root:
+        sets.append(f"data.root={data_root}")
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = expand_grid("ovfl-imnist", sets, axes, Path(tmp))
+        tic = time.perf_counter()
+        sweep(specs, workers=workers)
+        wall = time.perf_counter() - tic
+    return {"k": k, "rounds_each": rounds, "seconds": wall, "run_rounds_per_second": k * rounds / wall}
+
+
+PAPER_ROUNDS = 2_000_000
+
+
+def project_paper_grid(rounds: int, data_root: str | None, workers: int) -> dict:
+    """Projected wall time of the paper's Tables 1-2 (18 runs of 2M rounds) on ``workers`` cores,
+    from the measured single-run speed of each of the 9 configurations (each table has the same 9;
+    Table 2's drift does not change the cost per round)."""
+    per_config = {}
+    for optimizer in ("ogd", "slr", "dlr"):
+        for activation in ("full", "random", "event"):
+            cfg = load_config("ovfl-imnist", {"optimizer.name": optimizer, "activation.name": activation,
+                                              "rounds": rounds + WARMUP, "data.root": data_root})
+            run = OnlineVFL(cfg)
+            run.run(WARMUP)
+            tic = time.perf_counter()
+            run.run()
+            per_config[f"{optimizer}-{activation}"] = rounds / (time.perf_counter() - tic)
+    core_seconds = 2 * sum(PAPER_ROUNDS / rps for rps in per_config.values())
+    return {"rounds_per_second": per_config, "core_seconds": core_seconds, "workers": workers,
+            "projected_wall_minutes": core_seconds / workers / 60}
+
+
 CASES = [("dlr", 10), ("dlr", 100), ("ogd", 10)]
 
 
 def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: str | None = None,
-               windows: tuple[int, ...] = (10, 50, 100, 150), log=print) -> dict:
+               windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 8192,
+               workers: int | None = None, log=print) -> dict:
     """Run every case; return (and log) a JSON-ready dict of the figures."""
     import torch
 
@@ -99,6 +142,17 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
         log(f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   DLR/OGD {dlr / ogd:5.2f}")
     results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
     log("time per fast DLR-Full round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
+    results["sweep"] = []
+    for k in (1, 8, 32):
+        row = sweep_run_rounds_per_second(k, sweep_rounds, data_root, workers)
+        results["sweep"].append(row)
+        log(f"sweep K={k:<3d} {row['run_rounds_per_second']:9.1f} run-rounds/s ({row['seconds']:.1f} s wall)")
+    import os
+
+    grid = project_paper_grid(min(fast_rounds, 8192), data_root, workers or os.cpu_count() or 1)
+    results["paper_grid"] = grid
+    log(f"paper Tables 1-2 (18 runs x 2M rounds): {grid['core_seconds'] / 60:.1f} core-minutes, "
+        f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers")
     return results
 
 

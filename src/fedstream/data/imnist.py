@@ -180,8 +180,9 @@ def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # 
     taps w with zero padding. float32 throughout, each sum taken in the same order as
     :func:`_deform_reference` (no fastmath, so no reassociation or fused multiply-add): the
     result equals the reference and does not depend on the other images of the batch.
+    The inner loops run along image rows (contiguous, vectorisable); scratch arrays are reused.
     """
-    S = images.shape[1]
+    S = SIZE
     nt = w.shape[0]
     r = nt // 2
     half = np.float32(0.5)
@@ -190,7 +191,9 @@ def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # 
     pv = np.zeros((S + 2 * r, S), np.float32)  # image, zero-padded rows (pad stays 0)
     ph = np.zeros((S, S + 2 * r), np.float32)  # vertical blur, zero-padded columns
     b = np.empty((S, S), np.float32)  # full blur
-    acc = np.empty(S, np.float32)
+    tx = np.empty((S, S), np.float32)
+    ty = np.empty((S, S), np.float32)
+    y8 = np.empty((S, S), np.uint8)  # deformed image before the shift
     for j in range(a.shape[0]):
         img = images[a[j]]
         f1 = fields[k1[j]]
@@ -201,24 +204,41 @@ def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # 
                 pv[r + y, x] = np.float32(img[y, x])
         # Vertical pass: ph[y, r + x] = sum_k w[k] pv[y + k, x], summed over k in order.
         for y in range(S):
+            w0 = w[0]
             for x in range(S):
-                acc[x] = pv[y, x] * w[0]
+                ph[y, r + x] = pv[y, x] * w0
             for k in range(1, nt):
                 wk = w[k]
                 for x in range(S):
-                    acc[x] = acc[x] + pv[y + k, x] * wk
-            for x in range(S):
-                ph[y, r + x] = acc[x]
+                    ph[y, r + x] = ph[y, r + x] + pv[y + k, x] * wk
         # Horizontal pass: b[y, x] = sum_k w[k] ph[y, x + k].
         for y in range(S):
+            w0 = w[0]
             for x in range(S):
-                acc[x] = ph[y, x] * w[0]
+                b[y, x] = ph[y, x] * w0
             for k in range(1, nt):
                 wk = w[k]
                 for x in range(S):
-                    acc[x] = acc[x] + ph[y, x + k] * wk
+                    b[y, x] = b[y, x] + ph[y, x + k] * wk
+        # Half central differences, one-sided (zero outside the image) at the border.
+        for y in range(S):
+            tx[y, 0] = b[y, 1] * half
+            for x in range(1, S - 1):
+                tx[y, x] = (b[y, x + 1] - b[y, x - 1]) * half
+            tx[y, S - 1] = (-b[y, S - 2]) * half
+        for x in range(S):
+            ty[0, x] = b[1, x] * half
+            ty[S - 1, x] = (-b[S - 2, x]) * half
+        for y in range(1, S - 1):
             for x in range(S):
-                b[y, x] = acc[x]
+                ty[y, x] = (b[y + 1, x] - b[y - 1, x]) * half
+        # x + alpha (F1 Tx - F2 Ty), clipped to [0, 255], rounded half up to uint8.
+        for y in range(S):
+            for x in range(S):
+                v = pv[r + y, x] + (tx[y, x] * f1[y, x] - ty[y, x] * f2[y, x]) * al
+                v = min(max(v, zero), top) + half
+                y8[y, x] = np.uint8(v)
+        # Shift by (dy, dx) with zero fill.
         dy = shifts[shift[j], 0]
         dx = shifts[shift[j], 1]
         o = out[j]
@@ -227,35 +247,10 @@ def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # 
             if ys < 0 or ys >= S:
                 for xo in range(S):
                     o[yo, xo] = 0
-                continue
-            for xo in range(S):
-                xs = xo - dx
-                if xs < 0 or xs >= S:
-                    o[yo, xo] = 0
-                    continue
-                # Central differences, one-sided (zero outside) at the border; then * 0.5.
-                if xs == 0:
-                    tx = b[ys, 1]
-                elif xs == S - 1:
-                    tx = -b[ys, S - 2]
-                else:
-                    tx = b[ys, xs + 1] - b[ys, xs - 1]
-                if ys == 0:
-                    ty = b[1, xs]
-                elif ys == S - 1:
-                    ty = -b[S - 2, xs]
-                else:
-                    ty = b[ys + 1, xs] - b[ys - 1, xs]
-                tx = tx * half
-                ty = ty * half
-                d = (tx * f1[ys, xs] - ty * f2[ys, xs]) * al
-                v = pv[r + ys, xs] + d
-                if v < zero:
-                    v = zero
-                elif v > top:
-                    v = top
-                v = v + half  # round half up on truncation to uint8
-                o[yo, xo] = np.uint8(v)
+            else:
+                for xo in range(S):
+                    xs = xo - dx
+                    o[yo, xo] = y8[ys, xs] if 0 <= xs < S else 0
 
 
 def _tangents_reference(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
