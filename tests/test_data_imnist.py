@@ -82,6 +82,32 @@ def test_deterministic_and_batch_independent(small: InfiniteMNIST) -> None:
     assert all((other[j] != batch[j]).any() for j in range(len(idx)))
 
 
+def test_kernel_matches_numpy_reference(small: InfiniteMNIST) -> None:
+    """The fused numba kernel computes exactly what the plain numpy reference computes."""
+    rng = np.random.default_rng(2)
+    idx = np.concatenate([np.arange(0, 1500), rng.integers(0, 2**62, 1500), [2**63 - 1]])
+    fast = small.images(idx)
+    ref = imnist._deform_reference(small, idx)
+    assert ref.dtype == np.uint8 and ref.shape == fast.shape
+    # float32 in the same order and no fastmath: bit-identical (the contract allows +-1).
+    assert np.abs(fast.astype(np.int64) - ref).max() <= 1
+    np.testing.assert_array_equal(fast, ref)
+    # every shift and both clip bounds are exercised
+    assert len(set((field_indices(idx)[0] % 9).tolist())) == 9
+    assert (ref == 0).any() and (ref == 255).any()
+
+
+def test_kernel_matches_reference_on_extreme_images() -> None:
+    """Saturated, empty and noisy images (clipping on both sides) with a non-contiguous input."""
+    rng = np.random.default_rng(7)
+    imgs = rng.integers(0, 256, (6, 28, 56), dtype=np.uint8)[:, :, ::2]
+    imgs[0] = 0
+    imgs[1] = 255
+    gen = InfiniteMNIST(imgs, np.arange(6), seed=1)
+    idx = np.arange(0, 600, dtype=np.int64) * 7919
+    np.testing.assert_array_equal(gen.images(idx), imnist._deform_reference(gen, idx))
+
+
 def test_labels_and_period(small: InfiniteMNIST) -> None:
     n = small.n_base
     i = np.arange(0, 200, dtype=np.int64)
@@ -147,3 +173,5 @@ def test_real_mnist_deformation() -> None:
     assert np.abs(d - base).mean() < 0.6 * np.abs(other - base).mean()
     np.testing.assert_array_equal(gen.labels(i + 60000), y[i % 60000])
     assert (gen.images(i[:50] + 60000) != gen.images(i[:50])).any(axis=(1, 2)).all()
+    far = i[:1000] + 10**9
+    np.testing.assert_array_equal(gen.images(far), imnist._deform_reference(gen, far))

@@ -53,6 +53,28 @@ def test_image_source_standardisation() -> None:
     np.testing.assert_array_equal(d.labels(np.array([3, 13])), [y[3], y[3]])
 
 
+def test_image_source_features_are_the_float32_formula() -> None:
+    """The lookup-table path gives exactly (x / 255 - 0.1307) / 0.3081 cast to float32."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
+    x[0].ravel()[:256] = np.arange(256)  # every grey level
+    y = rng.integers(0, 10, 7)
+    idx = np.array([0, 6, 7, 13, 3, 10**12 + 5])
+
+    def formula(img: np.ndarray) -> np.ndarray:
+        z = (img.reshape(len(img), -1) / 255.0 - sources.MNIST_MEAN) / sources.MNIST_STD
+        return z.astype(np.float32)
+
+    s = ImageSource(x, y, name="mnist", deform=False)
+    np.testing.assert_array_equal(s.features(idx), formula(x[idx % 7]))
+    d = ImageSource(x, y, name="imnist", deform=True, seed=2)
+    f = d.features(idx)
+    assert f.dtype == np.float32 and f.flags.c_contiguous
+    np.testing.assert_array_equal(f, formula(d._gen.images(idx)))
+    assert s.features(np.array([], dtype=np.int64)).shape == (0, 784)
+    assert d.features(np.array([], dtype=np.int64)).shape == (0, 784)
+
+
 def test_tabular_source_standardisation() -> None:
     rng = np.random.default_rng(0)
     X = (rng.standard_normal((300, 4)) * [1, 5, 0, 2] + [0, 3, 7, -1]).astype(np.float32)

@@ -140,7 +140,7 @@ class InfiniteMNIST:
             raise ValueError("images: expected at least one image, found 0")
         self.n_base = images.shape[0]
         self.seed = int(seed)
-        self._images = images
+        self._images = np.ascontiguousarray(images)  # no copy if already contiguous
         self._labels = labels.astype(np.int64)
         self._fields = make_field_bank(self.seed)
         self._blur = gaussian_kernel(TANGENT_SIGMA).astype(np.float32)
@@ -157,14 +157,15 @@ class InfiniteMNIST:
         :func:`_deform_reference`).
         """
         idx = _check_indices(indices)
-        out = np.empty((idx.size, SIZE, SIZE), np.uint8)
-        if idx.size == 0:
-            return out
-        k1, k2, alpha = field_indices(idx)
-        fields = np.asarray(self._fields, dtype=np.float32)
-        _deform_kernel(self._images, np.ascontiguousarray(fields), self._blur, idx % self.n_base,
-                       k1, k2, alpha.astype(np.float32), k1 % 9, _SHIFT_TABLE, out)
-        return out
+        out = np.empty((idx.size, SIZE * SIZE), np.uint8)
+        if idx.size:
+            k1, k2, alpha = field_indices(idx)
+            images = self._images.reshape(self.n_base, SIZE * SIZE)
+            fields = np.ascontiguousarray(self._fields, dtype=np.float32)
+            fields = fields.reshape(fields.shape[0], SIZE * SIZE)
+            _deform_kernel(images, fields, self._blur, idx % self.n_base, k1, k2,
+                           alpha.astype(np.float32), k1 % 9, _SHIFT_TABLE, out)
+        return out.reshape(idx.size, SIZE, SIZE)
 
 
 _SHIFT_TABLE = np.array(SHIFTS, dtype=np.int64)  # (9, 2): (dy, dx) per k1 mod 9
@@ -172,85 +173,98 @@ _SHIFT_TABLE = np.array(SHIFTS, dtype=np.int64)  # (9, 2): (dy, dx) per k1 mod 9
 
 @njit(cache=True, fastmath=False)
 def _deform_kernel(images, fields, w, a, k1, k2, alpha, shift, shifts, out):  # pragma: no cover
-    """Fused i-MNIST deformation, one image at a time, into ``out`` (uint8 (m, 28, 28)).
+    """Fused i-MNIST deformation, one image at a time, into ``out`` (uint8 (m, 28 * 28)).
 
+    ``images`` uint8 (n, 28 * 28) and ``fields`` float32 (N_FIELDS, 28 * 28) are flattened rows.
     Per image j: ``x = X[a] + alpha (F[k1] Tx - F[k2] Ty)``, clipped to [0, 255], ``+ 0.5`` and
     truncated to uint8, then shifted by ``shifts[shift[j]]`` with zero fill. Tx, Ty are half the
     central differences (one-sided at the border, zero outside) of X[a] blurred by the separable
     taps w with zero padding. float32 throughout, each sum taken in the same order as
     :func:`_deform_reference` (no fastmath, so no reassociation or fused multiply-add): the
     result equals the reference and does not depend on the other images of the batch.
-    The inner loops run along image rows (contiguous, vectorisable); scratch arrays are reused.
+
+    Every pass is one long contiguous loop over the flattened image (vectorisable); scratch
+    buffers are reused. Zero padding is a zero margin around the flat buffer, and where a
+    horizontal neighbour would wrap to the next row a precomputed column mask substitutes the
+    0 the padded image would hold (so each term, and each sum, is the reference's).
     """
     S = SIZE
+    n = S * S
     nt = w.shape[0]
     r = nt // 2
     half = np.float32(0.5)
     zero = np.float32(0.0)
     top = np.float32(255.0)
-    pv = np.zeros((S + 2 * r, S), np.float32)  # image, zero-padded rows (pad stays 0)
-    ph = np.zeros((S, S + 2 * r), np.float32)  # vertical blur, zero-padded columns
-    b = np.empty((S, S), np.float32)  # full blur
-    tx = np.empty((S, S), np.float32)
-    ty = np.empty((S, S), np.float32)
-    y8 = np.empty((S, S), np.uint8)  # deformed image before the shift
+    # inside[k, i]: column of pixel i shifted by k - r is inside the image (horizontal taps).
+    inside = np.empty((nt, n), np.bool_)
+    for k in range(nt):
+        for i in range(n):
+            c = i % S + k - r
+            inside[k, i] = 0 <= c < S
+    # keep[d + 1, i]: column of pixel i minus d is inside the image (shift by d columns).
+    keep = np.empty((3, n), np.bool_)
+    for d in range(-1, 2):
+        for i in range(n):
+            c = i % S - d
+            keep[d + 1, i] = 0 <= c < S
+    xf = np.zeros(n + 2 * r * S, np.float32)  # image, r zero rows above and below
+    bv = np.zeros(n + 2 * r, np.float32)  # vertical blur at offset r, zero margins
+    b = np.empty(n, np.float32)  # full blur
+    tx = np.empty(n, np.float32)
+    ty = np.empty(n, np.float32)
+    m = S + 1
+    y8 = np.zeros(n + 2 * m, np.uint8)  # deformed image at offset m, zero margins (for the shift)
+    x0 = r * S
     for j in range(a.shape[0]):
         img = images[a[j]]
         f1 = fields[k1[j]]
         f2 = fields[k2[j]]
         al = alpha[j]
-        for y in range(S):
-            for x in range(S):
-                pv[r + y, x] = np.float32(img[y, x])
-        # Vertical pass: ph[y, r + x] = sum_k w[k] pv[y + k, x], summed over k in order.
-        for y in range(S):
-            w0 = w[0]
-            for x in range(S):
-                ph[y, r + x] = pv[y, x] * w0
-            for k in range(1, nt):
-                wk = w[k]
-                for x in range(S):
-                    ph[y, r + x] = ph[y, r + x] + pv[y + k, x] * wk
-        # Horizontal pass: b[y, x] = sum_k w[k] ph[y, x + k].
-        for y in range(S):
-            w0 = w[0]
-            for x in range(S):
-                b[y, x] = ph[y, x] * w0
-            for k in range(1, nt):
-                wk = w[k]
-                for x in range(S):
-                    b[y, x] = b[y, x] + ph[y, x + k] * wk
+        for i in range(n):
+            xf[x0 + i] = np.float32(img[i])
+        # Vertical pass: blur[y, x] = sum_k w[k] x[y + k - r, x], summed over k in order.
+        wk = w[0]
+        for i in range(n):
+            bv[r + i] = xf[i] * wk
+        for k in range(1, nt):
+            wk = w[k]
+            o = k * S
+            for i in range(n):
+                bv[r + i] = bv[r + i] + xf[o + i] * wk
+        # Horizontal pass: b[y, x] = sum_k w[k] blur[y, x + k - r] (0 outside the row).
+        wk = w[0]
+        msk = inside[0]
+        for i in range(n):
+            b[i] = (bv[i] if msk[i] else zero) * wk
+        for k in range(1, nt):
+            wk = w[k]
+            msk = inside[k]
+            for i in range(n):
+                b[i] = b[i] + (bv[i + k] if msk[i] else zero) * wk
         # Half central differences, one-sided (zero outside the image) at the border.
+        for i in range(1, n - 1):
+            tx[i] = (b[i + 1] - b[i - 1]) * half
         for y in range(S):
-            tx[y, 0] = b[y, 1] * half
-            for x in range(1, S - 1):
-                tx[y, x] = (b[y, x + 1] - b[y, x - 1]) * half
-            tx[y, S - 1] = (-b[y, S - 2]) * half
+            tx[y * S] = b[y * S + 1] * half
+            tx[y * S + S - 1] = (-b[y * S + S - 2]) * half
+        for i in range(S, n - S):
+            ty[i] = (b[i + S] - b[i - S]) * half
         for x in range(S):
-            ty[0, x] = b[1, x] * half
-            ty[S - 1, x] = (-b[S - 2, x]) * half
-        for y in range(1, S - 1):
-            for x in range(S):
-                ty[y, x] = (b[y + 1, x] - b[y - 1, x]) * half
+            ty[x] = b[S + x] * half
+            ty[n - S + x] = (-b[n - 2 * S + x]) * half
         # x + alpha (F1 Tx - F2 Ty), clipped to [0, 255], rounded half up to uint8.
-        for y in range(S):
-            for x in range(S):
-                v = pv[r + y, x] + (tx[y, x] * f1[y, x] - ty[y, x] * f2[y, x]) * al
-                v = min(max(v, zero), top) + half
-                y8[y, x] = np.uint8(v)
-        # Shift by (dy, dx) with zero fill.
+        for i in range(n):
+            v = xf[x0 + i] + (tx[i] * f1[i] - ty[i] * f2[i]) * al
+            v = min(max(v, zero), top) + half
+            y8[m + i] = np.uint8(v)
+        # Shift: out[y, x] = y8[y - dy, x - dx], 0 outside (zero margins rows, mask columns).
         dy = shifts[shift[j], 0]
         dx = shifts[shift[j], 1]
-        o = out[j]
-        for yo in range(S):
-            ys = yo - dy
-            if ys < 0 or ys >= S:
-                for xo in range(S):
-                    o[yo, xo] = 0
-            else:
-                for xo in range(S):
-                    xs = xo - dx
-                    o[yo, xo] = y8[ys, xs] if 0 <= xs < S else 0
+        src = m - dy * S - dx
+        msk = keep[dx + 1]
+        oj = out[j]
+        for i in range(n):
+            oj[i] = y8[src + i] if msk[i] else 0
 
 
 def _tangents_reference(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+from numba import njit
 
 from fedstream.data.idx import read_idx_images, read_idx_labels
 from fedstream.data.imnist import InfiniteMNIST, _check_indices
@@ -73,18 +74,40 @@ class ImageSource:
         self.n_classes = int(n_classes)
         self.base_labels = labels.astype(np.int64)
         self.deform = bool(deform)
-        self._images = images
+        self._images = np.ascontiguousarray(images)  # no copy if already contiguous
         self._gen = InfiniteMNIST(images, labels, seed=seed) if deform else None
-        # Lookup table pixel value -> standardised float32.
+        # Lookup table pixel value -> standardised float32, (v / 255 - MNIST_MEAN) / MNIST_STD.
         self._lut = ((np.arange(256) / 255.0 - MNIST_MEAN) / MNIST_STD).astype(np.float32)
 
     def features(self, indices: np.ndarray) -> np.ndarray:
+        """float32 (len(indices), n_features): ``(x / 255 - 0.1307) / 0.3081`` of each pixel x.
+
+        Computed as ``lut[x]`` (same float32 values as the formula cast to float32), by a numba
+        loop that gathers the rows and looks the pixels up in one pass.
+        """
         idx = _check_indices(indices)
-        img = self._gen.images(idx) if self._gen is not None else self._images[idx % self.n_base]
-        return self._lut[img.reshape(idx.size, self.n_features)]
+        if self._gen is not None:
+            img = self._gen.images(idx).reshape(idx.size, self.n_features)
+            rows = np.arange(idx.size, dtype=np.int64)
+        else:
+            img = self._images.reshape(self.n_base, self.n_features)
+            rows = idx % self.n_base
+        out = np.empty((idx.size, self.n_features), np.float32)
+        _lookup_rows(self._lut, img, rows, out)
+        return out
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
         return self.base_labels[_check_indices(indices) % self.n_base]
+
+
+@njit(cache=True)
+def _lookup_rows(lut, images, rows, out):  # pragma: no cover
+    """out[j, i] = lut[images[rows[j], i]] (uint8 pixels -> float32 via a 256-entry table)."""
+    for j in range(rows.shape[0]):
+        img = images[rows[j]]
+        o = out[j]
+        for i in range(img.shape[0]):
+            o[i] = lut[img[i]]
 
 
 class TabularSource:
