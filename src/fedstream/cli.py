@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=["ovfl"], help="ovfl: fast online VFL engine vs the PyTorch reference")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
+    bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
+    bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument("--json", type=Path, default=Path("bench-ovfl.json"), help="where to write the figures")
     return parser
@@ -93,9 +95,10 @@ def cmd_sweep(args) -> int:
 def cmd_bench(args) -> int:
     from fedstream.bench.ovfl import bench_ovfl, write_json
 
-    if args.rounds < 1 or args.ref_rounds < 1:
-        raise FedstreamError("--rounds and --ref-rounds must be >= 1")
+    if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
+        raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")
     results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
+                         sweep_rounds=args.sweep_rounds, workers=args.workers,
                          log=lambda line: Console().print(line, highlight=False))
     write_json(results, args.json)
     Console().print(f"figures written to {args.json}")

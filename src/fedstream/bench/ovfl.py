@@ -121,7 +121,7 @@ CASES = [("dlr", 10), ("dlr", 100), ("ogd", 10)]
 
 
 def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: str | None = None,
-               windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 8192,
+               windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 16384,
                workers: int | None = None, log=print) -> dict:
     """Run every case; return (and log) a JSON-ready dict of the figures."""
     import torch
