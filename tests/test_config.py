@@ -55,3 +55,24 @@ def test_bad_file_contents(tmp_path):
         load_config(str(p))
     with pytest.raises(ConfigError, match="no such config file or preset"):
         load_config(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["optimizer.server_lr=0"], "optimizer.server_lr = 0.0 is out of range"),
+        (["optimizer.alpha=1"], "optimizer.alpha = 1.0 is out of range; expected a number > 0.0 and < 1.0"),
+        (["model.embedding=70000"], "model.embedding"),
+        (["activation.k=5"], "activation.k = 5 exceeds vfl.clients = 4"),
+    ],
+)
+def test_bounds_and_cross_key_checks(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("ovfl-imnist", overrides)
+
+
+def test_unreadable_config_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_bytes(b"rounds = \xff\xfe\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(str(p))

@@ -76,3 +76,20 @@ def test_sweep_cli(susy_root, tmp_path, capsys):
     assert [r["name"] for r in index] == ["ogd", "slr"] and all(r["rounds"] == 200 for r in index)
     assert main(["sweep", "ovfl-susy", "--grid", "optimizer.lr=x", "--out", str(out)]) == 2
     assert "optimizer.lr" in capsys.readouterr().err
+
+
+def test_sweep_finishes_a_run_checkpointed_at_its_end_without_summary(susy_root, tmp_path):
+    """A crash between the last checkpoint and summary.json must not break the next sweep."""
+    specs = expand_grid("ovfl-susy", [f"data.root={susy_root}", "rounds=200", "checkpoint.every=100"],
+                        ["optimizer.name=ogd,dlr"], tmp_path / "sw")
+    first = sweep(specs, workers=1)
+    (specs[1].out / "summary.json").unlink()
+    again = sweep(specs, workers=1)
+    assert _strip(again[1]) == _strip(first[1]) and (specs[1].out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("grid,match", [(["optimizer.name="], "no values"),
+                                        (["vfl.clients=2,4", "activation.k=3"], "exceeds vfl.clients")])
+def test_grid_problems_are_caught_before_any_run(tmp_path, grid, match):
+    with pytest.raises(ConfigError, match=match):
+        expand_grid("ovfl-imnist", [], grid, tmp_path)

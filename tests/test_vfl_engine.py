@@ -169,3 +169,20 @@ def test_server_rejects_embeddings_of_the_wrong_shape():
     bad = [Embedding(0, m, np.zeros((1, 8 if m else 7), np.float32)) for m in range(4)]
     with pytest.raises(ProtocolError, match="embedding from client 0 .* shape \\(1, 7\\), expected \\(1, 8\\)"):
         engine.server.on_embeddings(0, 1, bad, [0, 1, 2, 3])
+
+
+def test_resume_refuses_a_checkpoint_beyond_rounds(tmp_path):
+    from fedstream.errors import ConfigError
+
+    cfg = small_config(**{"rounds": 200})
+    OnlineVFL(cfg, stream=synthetic_stream()).run(checkpoint_path=tmp_path / "ck.npz")
+    shorter = OnlineVFL(small_config(**{"rounds": 100}), stream=synthetic_stream())
+    with pytest.raises(ConfigError, match="at round 200, beyond rounds = 100"):
+        shorter.load(tmp_path / "ck.npz")
+
+
+def test_server_lr_defaults_to_lr_and_can_differ():
+    from fedstream.vfl.engine import server_lr
+
+    assert server_lr(small_config()) == 0.05
+    assert server_lr(small_config(**{"optimizer.server_lr": 0.2})) == 0.2

@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar or table")
     bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
-    bench.add_argument("what", choices=["ovfl"], help="ovfl: fast online VFL engine vs the PyTorch reference")
+    bench.add_argument("what", choices=["ovfl", "huffman"],
+                       help="ovfl: fast online VFL engine vs the PyTorch reference; "
+                            "huffman: our Huffman coder vs the pure-Python dahuffman package")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
@@ -94,6 +96,14 @@ def cmd_sweep(args) -> int:
 
 def cmd_bench(args) -> int:
     from fedstream.bench.ovfl import bench_ovfl, write_json
+
+    if args.what == "huffman":
+        from fedstream.bench.huffman import bench_huffman, format_huffman_bench
+
+        results = bench_huffman()
+        Console().print(format_huffman_bench(results), highlight=False)
+        write_json(results, args.json.with_name("bench-huffman.json") if args.json.name == "bench-ovfl.json" else args.json)
+        return 0
 
     if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
         raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")

@@ -40,7 +40,7 @@ def fast_rounds_per_second(optimizer: str, window: int, rounds: int, data_root: 
 def reference_rounds_per_second(optimizer: str, window: int, rounds: int, data_root: str | None) -> dict:
     """Rounds/s of the plain PyTorch reference on the same configuration."""
     ref = ReferenceOnlineVFL(OnlineVFL(_config(optimizer, window, rounds, data_root)))
-    ref.run(min(WARMUP, rounds))
+    ref.run(min(WARMUP, rounds))  # warm-up (the timed call replays from round 0; same cost per round)
     tic = time.perf_counter()
     ref.run(rounds)
     wall = time.perf_counter() - tic

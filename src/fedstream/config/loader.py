@@ -43,12 +43,16 @@ def _read(source: str) -> tuple[dict, str]:
         presets = ", ".join(list_presets())
         raise ConfigError(f"{source}: no such config file or preset (presets: {presets})")
     try:
-        if path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(path.read_text()) or {}
-        elif path.suffix == ".toml":
-            data = tomllib.loads(path.read_text())
-        else:
+        if path.suffix not in (".yaml", ".yml", ".toml"):
             raise ConfigError(f"{path}: config files must end in .toml, .yaml or .yml")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
     if not isinstance(data, dict):
@@ -124,8 +128,8 @@ def check_value(key: str, value: Any, field: Field, where: str) -> Any:
     bad = (
         (field.choices is not None and value not in field.choices)
         or (field.type is float and not math.isfinite(value))
-        or (field.min is not None and value < field.min)
-        or (field.max is not None and value > field.max)
+        or (field.min is not None and (value <= field.min if field.exclusive_min else value < field.min))
+        or (field.max is not None and (value >= field.max if field.exclusive_max else value > field.max))
     )
     if bad:
         raise ConfigError(f"{where}: {key} = {value!r} is out of range; expected {field.describe()}")
@@ -151,4 +155,13 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
         items = [parse_override(s) for s in overrides or []]
     for key, value in items:
         flat[key], origin[key] = value, "--set"
-    return {key: check_value(key, flat[key], SCHEMA[key], origin[key]) for key in SCHEMA}
+    return check_config({key: check_value(key, flat[key], SCHEMA[key], origin[key]) for key in SCHEMA})
+
+
+def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Checks that involve several keys (the per-key ones are in the schema)."""
+    if cfg["activation.k"] > cfg["vfl.clients"]:
+        raise ConfigError(f"activation.k = {cfg['activation.k']} exceeds vfl.clients = {cfg['vfl.clients']}")
+    if cfg["data.name"] in ("imnist", "mnist", "fashion-mnist") and cfg["vfl.clients"] > 784:
+        raise ConfigError(f"vfl.clients = {cfg['vfl.clients']}: images have only 784 features")
+    return cfg

@@ -21,15 +21,17 @@ class Field:
     min: float | None = None
     max: float | None = None
     optional: bool = False  # None is allowed
+    exclusive_min: bool = False  # the value must be > min, not >= min
+    exclusive_max: bool = False
 
     def describe(self) -> str:
         if self.choices:
             return "one of " + ", ".join(map(str, self.choices))
         bounds = []
         if self.min is not None:
-            bounds.append(f">= {self.min}")
+            bounds.append(f"{'>' if self.exclusive_min else '>='} {self.min}")
         if self.max is not None:
-            bounds.append(f"<= {self.max}")
+            bounds.append(f"{'<' if self.exclusive_max else '<='} {self.max}")
         text = f"{'a number' if self.type is float else 'an integer' if self.type is int else 'a ' + self.type.__name__}"
         return text + (" " + " and ".join(bounds) if bounds else "")
 
@@ -46,16 +48,16 @@ SCHEMA: dict[str, Field] = {
     "stream.drift": Field(str, "none", "non-stationarity of the stream", choices=("none", "class-prior")),
     "stream.drift_every": Field(int, 50, "rounds between class-prior redraws", min=1),
     "vfl.clients": Field(int, 4, "number of clients M (equal contiguous feature blocks)", min=1),
-    "model.embedding": Field(int, 64, "width of each client's embedding", min=1),
+    "model.embedding": Field(int, 64, "width of each client's embedding", min=1, max=65535),
     "optimizer.name": Field(str, "dlr", "update rule of every party", choices=("ogd", "slr", "dlr")),
-    "optimizer.lr": Field(float, 0.01, "learning rate of the clients (and of the server unless server_lr)", min=0.0),
-    "optimizer.server_lr": Field(float, None, "learning rate of the server (default: optimizer.lr)", min=0.0, optional=True),
+    "optimizer.lr": Field(float, 0.01, "learning rate of the clients (and of the server unless server_lr)", min=0.0, exclusive_min=True),
+    "optimizer.server_lr": Field(float, None, "learning rate of the server (default: optimizer.lr)", min=0.0, exclusive_min=True, optional=True),
     "optimizer.window": Field(int, 10, "window length l of SLR and DLR", min=1, max=65535),
-    "optimizer.alpha": Field(float, 0.95, "DLR's attenuation coefficient alpha", min=0.0, max=1.0),
+    "optimizer.alpha": Field(float, 0.95, "DLR's attenuation coefficient alpha (paper: 0 < alpha < 1)", min=0.0, max=1.0, exclusive_min=True, exclusive_max=True),
     "activation.name": Field(str, "full", "which clients an event activates", choices=("full", "random", "event", "fixed")),
     "activation.p": Field(float, 0.5, "Random: activation probability of each client", min=0.0, max=1.0),
     "activation.threshold": Field(float, 0.2, "Event: threshold Γ on the mean standardised feature"),
     "activation.k": Field(int, 2, "Fixed: number of clients activated per round", min=0),
     "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1),
-    "checkpoint.every": Field(int, 10000, "rounds between checkpoints when --out is given (0: none)", min=0),
+    "checkpoint.every": Field(int, 10000, "rounds between checkpoints when --out is given (0: only at the end)", min=0),
 }

@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedstream.config import load_config
+from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
 from fedstream.errors import ConfigError
 from fedstream.runtime.output import RunDirectory
@@ -52,7 +52,10 @@ def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> lis
         if "=" not in item:
             raise ConfigError(f"--grid {item!r}: expected KEY=V1,V2,..., e.g. --grid optimizer.name=ogd,dlr")
         key, values = item.split("=", 1)
-        axes.append([f"{key.strip()}={v.strip()}" for v in values.split(",") if v.strip()])
+        axis = [f"{key.strip()}={v.strip()}" for v in values.split(",") if v.strip()]
+        if not axis:
+            raise ConfigError(f"--grid {item!r}: no values; expected KEY=V1,V2,...")
+        axes.append(axis)
     specs = []
     for combo in itertools.product(*axes) if axes else [()]:
         for item in combo:
@@ -61,12 +64,16 @@ def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> lis
         name = "-".join(item.split("=", 1)[1] for item in combo) or "base"
         safe = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", name)
         specs.append(RunSpec(name, load_config(config, [*sets, *combo]), out / safe))
+    folders = [s.out for s in specs]
+    if len(set(folders)) != len(folders):
+        raise ConfigError("two runs of the grid map to the same folder; check --grid for repeated values")
+    for spec in specs:  # cross-key checks now, not in a worker after other runs have finished
+        check_config(spec.config)
     return specs
 
 
 def assign(specs: list[RunSpec], workers: int) -> list[list[RunSpec]]:
-    """Greedy longest-first assignment of runs to workers, keeping stream-sharing runs together
-    when it does not unbalance the load."""
+    """Greedy longest-first assignment of runs to workers by estimated cost."""
     loads: list[float] = [0.0] * workers
     groups: list[list[RunSpec]] = [[] for _ in range(workers)]
     for spec in sorted(specs, key=lambda s: -s.cost):
@@ -121,6 +128,9 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
     for group in by_stream.values():
         stream = make_stream(group[0].config)
         members = [_Member(spec, stream, report) for spec in group]
+        for m in members:  # checkpointed at its last round, but stopped before its summary
+            if m.done:
+                _close(m, summaries, report)
         while not all(m.done for m in members):
             chunk = min(m.run.t // CHUNK for m in members if not m.done)
             players = [m for m in members if not m.done and m.run.t // CHUNK == chunk]
@@ -131,12 +141,16 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
                 m.run.wall_seconds += share
                 m.run.play_chunk(chunk, X, y, m.end, m.hooks)
                 if m.done:
-                    m.run.finish(m.hooks)
-                    summary = m.run.summary()
-                    m.dir.write_summary(summary)
-                    summaries[m.spec.name] = summary
-                    report(m.spec.name, m.run.t)
+                    _close(m, summaries, report)
     return [summaries[s.name] for s in specs]
+
+
+def _close(m: _Member, summaries: dict, report: Callable[[str, int], None]) -> None:
+    """Final checkpoint and summary of a finished run."""
+    m.run.finish(m.hooks)
+    summaries[m.spec.name] = summary = m.run.summary()
+    m.dir.write_summary(summary)
+    report(m.spec.name, m.run.t)
 
 
 _QUEUE = None

@@ -71,8 +71,8 @@ class DLR(Optimizer):
         super().__init__(model, lr=lr)
         if not (isinstance(window, int) and window >= 1):
             raise ConfigError(f"optimizer.window must be an integer >= 1, got {window!r}")
-        if not (0.0 < alpha <= 1.0):
-            raise ConfigError(f"optimizer.alpha must be in (0, 1], got {alpha!r}")
+        if not (0.0 < alpha < 1.0):  # with alpha = 1 rounding errors in the running sum never decay
+            raise ConfigError(f"optimizer.alpha must be in (0, 1), got {alpha!r}")
         self.window, self.alpha = window, float(alpha)
         self.alpha_l = self.alpha**window  # weight of the entry that leaves the window
         self.norm = float(sum(self.alpha**i for i in range(window)))  # W

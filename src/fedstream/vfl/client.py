@@ -57,6 +57,11 @@ class Client:
         """Passive: answer the server's query; no learning, a zero enters the DLR window."""
         self._check_round(query.round)
         msg = self._embed()
+        if query.rows != msg.values.shape[0]:
+            raise ProtocolError(
+                f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
+                f"its window holds {msg.values.shape[0]}"
+            )
         self._acts = None
         self.optimizer.skip()
         return msg

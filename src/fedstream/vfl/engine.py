@@ -57,6 +57,12 @@ def feature_blocks(n_features: int, n_clients: int) -> list[slice]:
     return [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
 
 
+def server_lr(config: dict) -> float:
+    """The server's learning rate: ``optimizer.server_lr`` if set, else ``optimizer.lr``."""
+    lr = config["optimizer.server_lr"]
+    return config["optimizer.lr"] if lr is None else lr
+
+
 def make_stream(config: dict) -> Stream:
     """The stream a config asks for, read from the resolved data root."""
     root = resolve_data_root(config["data.root"])
@@ -82,8 +88,7 @@ class OnlineVFL:
             optimizer = make_optimizer(config["optimizer.name"], model, lr=config["optimizer.lr"], **opt)
             self.clients.append(Client(m, model, optimizer, window=window))
         server_model = build_server_model(name, M * e, source.n_classes, rng)
-        server_lr = config["optimizer.server_lr"] or config["optimizer.lr"]
-        server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr, **opt)
+        server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
         self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
         self.transport = InProcessTransport(M)
         self.activation = make_activation(
@@ -206,8 +211,13 @@ class OnlineVFL:
         if changed:
             details = ", ".join(f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed)
             raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
-        restore(self._parts(), state)
-        self.active_counts[:] = state["active_counts"]
+        if self.config["rounds"] < meta["round"]:
+            raise ConfigError(f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}")
+        try:
+            restore(self._parts(), state)
+            self.active_counts[:] = state["active_counts"]
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
         self.t = int(meta["round"])
         self.clock.client, self.clock.server = meta["clock"]
         self.wall_seconds = float(meta["wall_seconds"])

@@ -14,7 +14,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from fedstream.vfl.engine import CHUNK, OnlineVFL
+from fedstream.vfl.engine import CHUNK, OnlineVFL, server_lr
 
 
 def _torch_mlp(model) -> torch.nn.Sequential:
@@ -67,8 +67,7 @@ class ReferenceOnlineVFL:
         self.clients = [_torch_mlp(c.model) for c in engine.clients]
         self.server = _torch_mlp(engine.server.model)
         self.client_opts = [PlainOptimizer(list(c.parameters()), lr=cfg["optimizer.lr"], **kw) for c in self.clients]
-        server_lr = cfg["optimizer.server_lr"] or cfg["optimizer.lr"]
-        self.server_opt = PlainOptimizer(list(self.server.parameters()), lr=server_lr, **kw)
+        self.server_opt = PlainOptimizer(list(self.server.parameters()), lr=server_lr(cfg), **kw)
         self.inputs: list[deque] = [deque(maxlen=self.window) for _ in self.clients]
         self.labels: deque = deque(maxlen=self.window)
         self.predictions: list[int] = []

@@ -26,10 +26,9 @@ from fedstream.vfl.window import RowWindow
 
 @dataclass
 class RoundResult:
-    """What the server learned in one round: its prediction (before learning) and the loss."""
+    """What the server made of one round: its prediction (before learning) and the gradients."""
 
     prediction: int
-    loss: float
     gradients: list[Gradient]
 
 
@@ -57,7 +56,7 @@ class Server:
         logits, acts = self.model.forward(h)
         prediction = int(np.argmax(logits[-1]))
         ys = self.labels.rows()[:, 0]
-        losses, g_logits = softmax_cross_entropy(logits, ys)
+        _, g_logits = softmax_cross_entropy(logits, ys)
         grads, g_h = self.model.backward(acts, g_logits, need_input_grad=True)
         if self.window > 1:  # F = (1/l) sum f: scale the server's own step, not the clients' rows
             for g in grads:
@@ -65,7 +64,7 @@ class Server:
         self.optimizer.step(grads)
         e = self.embedding
         out = [Gradient(round=t, client=m, values=g_h[:, m * e:(m + 1) * e]) for m in active]
-        return RoundResult(prediction=prediction, loss=float(losses[-1]), gradients=out)
+        return RoundResult(prediction=prediction, gradients=out)
 
     def _stack(self, t: int, embeddings: list[Embedding]) -> np.ndarray:
         shape = (min(self.labels.count, self.window), self.embedding)

@@ -1,0 +1,194 @@
+"""Downlink gradient codecs: the paper's 3-sigma quantiser (section 3.2), signSGD and no compression.
+
+:class:`ThreeSigmaQuantizer` follows section 3.2 of the paper. Before sending client i its
+gradient dL/dE, the server takes the mean mu and standard deviation sigma of the *previous
+round's unquantised* gradient of the same client (its "gradient distribution table"), keeps the
+threshold interval [mu - 3 sigma, mu + 3 sigma] (the 3-sigma rule), sets every entry outside it
+to 0, splits the interval into P equal parts and rounds every other entry to the nearest of the
+P + 1 end points::
+
+    lo = mu - 3 sigma,  step = 6 sigma / P,  k = rint((g - lo) / step) in 0..P,  g~ = lo + k step
+
+Symbols 0..P name the end points and P + 1 names "zero (outlier)"; the P + 2 symbols are
+Huffman-coded with a table built from this message's own symbol counts. After sending, the
+server records the raw gradient's mu, sigma for the next round ("the server re-records the
+distribution of each client's original, uncompressed gradient after every iteration").
+
+Choices the paper leaves open, made here:
+
+* **First round.** There is no previous gradient, so mu and sigma come from the current one.
+* **sigma** is the population standard deviation (ddof = 0). The paper writes "均值μ和方差σ"
+  (mean mu and *variance* sigma), but the interval uses the 3-sigma rule, which is stated in
+  standard deviations.
+* **The message carries mu and sigma** (2 float32). The receiving client never sees the raw
+  gradient, so it cannot compute them itself; carrying them also makes decoding stateless and
+  robust to a lost round. The per-client state therefore lives with the sender only
+  (:class:`QuantizerState`, one per client on the server).
+* The sender quantises with the float32-rounded mu and sigma it transmits, so both sides compute
+  the same end points bit for bit.
+* sigma = 0 (a constant previous gradient) collapses the interval to the point mu: entries equal
+  to mu get symbol 0 (value mu), all others are outliers (0).
+
+Message layout (little-endian)::
+
+    levels P: u8 | padding bits of the last byte: u8 | mu: f32 | sigma: f32
+    | entry count: varint | Huffman table (HuffmanCode.to_bytes) | bit string
+
+:class:`SignCodec` (signSGD, ref. [18]) and :class:`Float32Codec` are the paper's baselines.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.compression.base import F32, as_bytes, as_float32, check_shape
+from fedstream.compression.huffman import HuffmanCode
+from fedstream.compression.varint import encode_varint, read_varint
+from fedstream.errors import ProtocolError
+
+_QHEAD = struct.Struct("<BBff")
+
+
+@dataclass
+class QuantizerState:
+    """What the sender remembers about one client's gradients: the previous round's raw mu, sigma.
+
+    ``None`` until the first gradient is observed. Keep one per client (the paper's 梯度分布表).
+    """
+
+    mu: float | None = None
+    sigma: float | None = None
+    rounds: int = 0
+
+    def observe(self, grad: np.ndarray) -> None:
+        """Record an unquantised gradient's statistics for the next round."""
+        self.mu, self.sigma = gradient_stats(grad)
+        self.rounds += 1
+
+
+def gradient_stats(grad: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation (ddof=0) of a gradient, accumulated in float64, rounded to float32."""
+    g = grad.astype(np.float64, copy=False)
+    mu, sigma = (np.float32(g.mean()), np.float32(g.std())) if g.size else (np.float32(0), np.float32(0))
+    if not (np.isfinite(mu) and np.isfinite(sigma)):
+        raise ProtocolError(f"gradient statistics mu={mu}, sigma={sigma} do not fit float32")
+    return float(mu), float(sigma)
+
+
+class ThreeSigmaQuantizer:
+    """The paper's downlink codec: 3-sigma clipping, P-level uniform quantisation, Huffman coding."""
+
+    def __init__(self, levels: int = 24):
+        if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 1 <= levels <= 254:
+            raise ProtocolError(f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}")
+        self.levels = int(levels)
+        self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
+
+    def symbols(self, grad: np.ndarray, mu: float, sigma: float) -> np.ndarray:
+        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``, P + 1 outside the interval."""
+        g = grad.astype(np.float64, copy=False).ravel()
+        lo, hi, step = self._grid(mu, sigma)
+        inside = (g >= lo) & (g <= hi)
+        if step > 0:
+            k = np.clip(np.rint((g - lo) / step), 0, self.levels).astype(np.int64)
+        else:
+            k = np.zeros(g.size, dtype=np.int64)
+        return np.where(inside, k, self.outlier)
+
+    def values(self, mu: float, sigma: float) -> np.ndarray:
+        """The float32 value of each of the P + 2 symbols (the end points, then 0 for outliers)."""
+        lo, _, step = self._grid(mu, sigma)
+        out = np.zeros(self.levels + 2, dtype=np.float64)
+        out[: self.levels + 1] = lo + step * np.arange(self.levels + 1)
+        return out.astype(F32)
+
+    def _grid(self, mu: float, sigma: float) -> tuple[float, float, float]:
+        mu, sigma = float(np.float32(mu)), float(np.float32(sigma))
+        return mu - 3.0 * sigma, mu + 3.0 * sigma, 6.0 * sigma / self.levels
+
+    def encode(self, grad: np.ndarray, state: QuantizerState) -> bytes:
+        """Quantise and code ``grad`` with the previous round's stats in ``state``, then record this round's."""
+        if not isinstance(state, QuantizerState):
+            raise ProtocolError(f"state must be a QuantizerState, got {type(state).__name__}")
+        g = as_float32(grad, "3-sigma quantiser")
+        current = gradient_stats(g)
+        mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))  # first round: current
+        sym = self.symbols(g, mu, sigma)
+        code = HuffmanCode.from_counts(np.bincount(sym, minlength=self.levels + 2))
+        bits, n_bits = code.encode(sym)
+        state.mu, state.sigma = current
+        state.rounds += 1
+        pad = (-n_bits) % 8
+        return _QHEAD.pack(self.levels, pad, mu, sigma) + encode_varint(g.size) + code.to_bytes() + bits
+
+    def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+        """The dequantised float32 gradient of ``shape`` from a message made by :meth:`encode`."""
+        data, shape = as_bytes(data, "3-sigma quantiser"), check_shape(shape, "3-sigma quantiser")
+        if len(data) < _QHEAD.size:
+            raise ProtocolError(f"quantised gradient of {len(data)} bytes is shorter than its {_QHEAD.size}-byte header")
+        levels, pad, mu, sigma = _QHEAD.unpack_from(data)
+        if levels != self.levels:
+            raise ProtocolError(f"quantised gradient uses P={levels} levels, this codec expects P={self.levels}")
+        if pad > 7:
+            raise ProtocolError(f"quantised gradient: padding of {pad} bits, expected 0..7")
+        if not (np.isfinite(mu) and np.isfinite(sigma) and sigma >= 0):
+            raise ProtocolError(f"quantised gradient: mu={mu}, sigma={sigma}; expected finite values and sigma >= 0")
+        n, offset = read_varint(data, _QHEAD.size, what="quantised gradient entry count")
+        expected = int(np.prod(shape, dtype=np.int64))
+        if n != expected:
+            raise ProtocolError(f"quantised gradient holds {n} entries, expected {expected} for shape {shape}")
+        code, offset = HuffmanCode.read_from(data, offset)
+        if code.alphabet_size != self.levels + 2:
+            raise ProtocolError(f"quantised gradient: Huffman table over {code.alphabet_size} symbols, expected P+2={self.levels + 2}")
+        bits = data[offset:]
+        sym = code.decode(bits, n, n_bits=8 * len(bits) - pad)
+        return self.values(mu, sigma)[sym].reshape(shape)
+
+
+class SignCodec:
+    """signSGD (ref. [18]): one bit per entry (its sign) and one float32 scale, mean |g|.
+
+    Decoded entries are ``+scale`` or ``-scale``; an exact 0 counts as positive (1 bit cannot say
+    "zero"). The scale keeps the decoded gradient's L1 norm equal to the original's. Layout:
+    ``scale: f32 | np.packbits(g >= 0)`` (MSB first, zero padding), 4 + ceil(n/8) bytes.
+    """
+
+    def encode(self, values: np.ndarray) -> bytes:
+        g = as_float32(values, "sign codec")
+        scale = np.float32(np.abs(g, dtype=np.float64).mean()) if g.size else np.float32(0)
+        return struct.pack("<f", scale) + np.packbits(g.ravel() >= 0).tobytes()
+
+    def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+        data, shape = as_bytes(data, "sign codec"), check_shape(shape, "sign codec")
+        n = int(np.prod(shape, dtype=np.int64))
+        expected = 4 + (n + 7) // 8
+        if len(data) != expected:
+            raise ProtocolError(f"sign-coded gradient for shape {shape}: expected {expected} bytes, got {len(data)}")
+        (scale,) = struct.unpack_from("<f", data)
+        if not (np.isfinite(scale) and scale >= 0):
+            raise ProtocolError(f"sign-coded gradient: scale {scale}, expected a finite value >= 0")
+        bits = np.unpackbits(np.frombuffer(data, np.uint8, offset=4))
+        if bits[n:].any():
+            raise ProtocolError("sign-coded gradient: non-zero padding bits after the last entry")
+        s = np.float32(scale)
+        return np.where(bits[:n].astype(bool), s, -s).astype(F32).reshape(shape)
+
+
+class Float32Codec:
+    """No compression: the raw little-endian float32 values, 4 bytes per entry (the baseline)."""
+
+    def encode(self, values: np.ndarray) -> bytes:
+        return as_float32(values, "float32 codec").tobytes()
+
+    def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+        data, shape = as_bytes(data, "float32 codec"), check_shape(shape, "float32 codec")
+        n = int(np.prod(shape, dtype=np.int64))
+        if len(data) != 4 * n:
+            raise ProtocolError(f"float32 payload for shape {shape}: expected {4 * n} bytes, got {len(data)}")
+        out = np.frombuffer(data, F32).reshape(shape).copy()
+        if not np.isfinite(out).all():
+            raise ProtocolError("float32 payload holds NaN or inf")
+        return out
