@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
     bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
-    bench.add_argument("--json", type=Path, default=Path("bench-ovfl.json"), help="where to write the figures")
+    bench.add_argument("--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)")
     return parser
 
 
@@ -102,7 +102,7 @@ def cmd_bench(args) -> int:
 
         results = bench_huffman()
         Console().print(format_huffman_bench(results), highlight=False)
-        write_json(results, args.json.with_name("bench-huffman.json") if args.json.name == "bench-ovfl.json" else args.json)
+        write_json(results, args.json or Path("bench-huffman.json"))
         return 0
 
     if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
@@ -110,8 +110,9 @@ def cmd_bench(args) -> int:
     results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
                          sweep_rounds=args.sweep_rounds, workers=args.workers,
                          log=lambda line: Console().print(line, highlight=False))
-    write_json(results, args.json)
-    Console().print(f"figures written to {args.json}")
+    path = args.json or Path("bench-ovfl.json")
+    write_json(results, path)
+    Console().print(f"figures written to {path}")
     return 0
 
 

@@ -59,8 +59,7 @@ def breakdown(rounds: int, data_root: str | None) -> dict:
     tic = time.perf_counter()
     for t0 in range(0, rounds, CHUNK):
         X, _, _ = run.stream.batch(t0, CHUNK)
-        means = np.stack([X[:, b].mean(axis=1) for b in run.blocks], axis=1)
-        run.activation.mask(t0 // CHUNK, means)
+        run.chunk_inputs(t0 // CHUNK, X)
     stream = time.perf_counter() - tic
     transport, e = InProcessTransport(4), np.zeros((1, 64), np.float32)
     tic = time.perf_counter()

@@ -131,7 +131,7 @@ class OnlineVFL:
         generated chunk (see :mod:`fedstream.experiments.sweep`). Time spent here is this run's.
         """
         tic = time.perf_counter()
-        blocks, mask = self._split(chunk, X)
+        blocks, mask = self.chunk_inputs(chunk, X)
         h = hooks
         for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
             t = chunk * CHUNK + j
@@ -150,7 +150,7 @@ class OnlineVFL:
                 self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
 
-    def _split(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Each client's contiguous feature block of a chunk, and the chunk's activation mask
         (drawn from the chunk's own key, so resume-safe)."""
         blocks = [np.ascontiguousarray(X[:, b]) for b in self.blocks]

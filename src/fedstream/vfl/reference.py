@@ -78,10 +78,8 @@ class ReferenceOnlineVFL:
             chunk, j = divmod(t, CHUNK)
             if j == 0:
                 X, y, _ = eng.stream.batch(chunk * CHUNK, CHUNK)
-                means = np.stack([X[:, b].mean(axis=1) for b in eng.blocks], axis=1)
-                mask = eng.activation.mask(chunk, means)
-            blocks = [torch.from_numpy(X[j, b].copy()) for b in eng.blocks]
-            self.play(blocks, int(y[j]), mask[j])
+                blocks, mask = eng.chunk_inputs(chunk, X)  # the same data and activation draws
+            self.play([torch.from_numpy(b[j].copy()) for b in blocks], int(y[j]), mask[j])
         return self
 
     def play(self, blocks: list[torch.Tensor], y: int, active: np.ndarray) -> None:
