@@ -22,14 +22,16 @@ def plain_dlr(params, grad_seq, *, lr, window, alpha):
     return params
 
 
+@pytest.mark.parametrize("defer", [False, True], ids=["running-sum", "deferred"])
 @pytest.mark.parametrize("window,alpha", [(1, 0.9), (3, 0.95), (10, 0.95), (25, 0.5)])
-def test_dlr_running_sum_equals_plain_window(window, alpha):
+def test_dlr_equals_plain_window(window, alpha, defer):
     rng = np.random.default_rng(window)
     model = MLP([6, 5, 3], relu_last=False, rng=rng)
     start = [p.astype(np.float64) for p in model.parameters()]
     for layer in model.layers:  # run the fast path in float64 so only the algorithm is compared
         layer.W, layer.b = layer.W.astype(np.float64), layer.b.astype(np.float64)
-    opt = DLR(model, lr=0.1, window=window, alpha=alpha)
+    opt = DLR(model, lr=0.1, window=window, alpha=alpha, defer=defer)
+    assert opt.deferred_layers == ([0, 1] if defer else [])
     seq = []
     for t in range(4 * window + 7):
         if rng.random() < 0.3:  # passive round
@@ -47,16 +49,18 @@ def test_dlr_running_sum_equals_plain_window(window, alpha):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-def test_dlr_state_roundtrip_continues_identically():
+@pytest.mark.parametrize("defer", [False, True], ids=["running-sum", "deferred"])
+def test_dlr_state_roundtrip_continues_identically(defer):
     rng = np.random.default_rng(0)
     a = MLP([4, 3], relu_last=True, rng=np.random.default_rng(1))
     b = MLP([4, 3], relu_last=True, rng=np.random.default_rng(1))
-    oa, ob = DLR(a, lr=0.1, window=4, alpha=0.9), DLR(b, lr=0.1, window=4, alpha=0.9)
+    oa, ob = (DLR(m, lr=0.1, window=4, alpha=0.9, defer=defer) for m in (a, b))
     grads = [[LayerGrad(rng.normal(size=(1, 3)).astype(np.float32), rng.normal(size=(1, 4)).astype(np.float32))] for _ in range(9)]
     for g in grads[:5]:
         oa.step(g)
         ob.step(g)
     ob.load_state_dict(oa.state_dict())
+    b.load_state_dict(a.state_dict())
     for g in grads[5:]:
         oa.step(g)
         ob.step(g)
@@ -79,3 +83,32 @@ def test_dlr_rejects_bad_hyperparameters(kwargs):
 
     with pytest.raises(ConfigError):
         DLR(MLP([2, 2], relu_last=False, rng=np.random.default_rng(0)), lr=0.1, **kwargs)
+
+
+def test_dlr_auto_defers_big_layers_only():
+    """The deferred way is picked where l (in + out) is small against in * out."""
+    model = MLP([256, 256, 10], relu_last=False, rng=np.random.default_rng(0))
+    assert DLR(model, lr=0.1, window=10, alpha=0.9).deferred_layers == [0]
+    assert DLR(model, lr=0.1, window=150, alpha=0.9).deferred_layers == []
+
+
+def test_deferred_forward_and_input_grad_use_the_effective_weight():
+    """Forward and backward of a layer with deferred terms equal those of the dense W_eff."""
+    rng = np.random.default_rng(3)
+    model = MLP([7, 5, 4], relu_last=False, rng=rng)
+    opt = DLR(model, lr=0.3, window=3, alpha=0.8, defer=True)
+    for _ in range(5):
+        _, acts = model.forward(rng.normal(size=(1, 7)).astype(np.float32))
+        grads, _ = model.backward(acts, rng.normal(size=(1, 4)).astype(np.float32))
+        opt.step(grads)
+    dense = MLP([7, 5, 4], relu_last=False, rng=rng)
+    for layer, eff in zip(dense.layers, model.layers):
+        layer.W[...], layer.b[...] = eff.weight(), eff.b
+    x = rng.normal(size=(2, 7)).astype(np.float32)
+    g_out = rng.normal(size=(2, 4)).astype(np.float32)
+    out, acts = model.forward(x)
+    want, acts_d = dense.forward(x)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    _, g_in = model.backward(acts, g_out, need_input_grad=True)
+    _, g_want = dense.backward(acts_d, g_out, need_input_grad=True)
+    np.testing.assert_allclose(g_in, g_want, rtol=1e-5, atol=1e-6)

@@ -47,6 +47,53 @@ def dense_backward(G, Z, W, relu, delta, grad_in, need_input_grad):  # pragma: n
                         gi[j] += d * w[j]
 
 
+@njit(cache=True, fastmath=True)
+def _dot(a, b):  # pragma: no cover (jit)
+    """sum_j a[j] * b[j] (a loop, so numba needs no BLAS)."""
+    acc = a.dtype.type(0.0)
+    for j in range(a.shape[0]):
+        acc += a[j] * b[j]
+    return acc
+
+
+@njit(cache=True, fastmath=True)
+def dense_forward_deferred(X, W, b, relu, out, U, V, A):  # pragma: no cover (jit)
+    """As :func:`dense_forward` with the weight W_eff = W - sum_s A[s] * outer(U[s], V[s]).
+
+    U (r, out), V (r, in), A (r,): a low-rank update not yet folded into W (see
+    :class:`fedstream.models.mlp.Deferred`). Costs n * r * (in + out) more than the plain kernel.
+    """
+    dense_forward(X, W, b, False, out)
+    n = X.shape[0]
+    r_count, n_out = U.shape
+    for r in range(n):
+        x = X[r]
+        for s in range(r_count):
+            if A[s] != 0.0:
+                q = A[s] * _dot(V[s], x)
+                u = U[s]
+                for i in range(n_out):
+                    out[r, i] -= q * u[i]
+        if relu:
+            for i in range(n_out):
+                out[r, i] = max(out[r, i], 0.0)
+
+
+@njit(cache=True, fastmath=True)
+def deferred_input_grad(delta, U, V, A, grad_in):  # pragma: no cover (jit)
+    """grad_in -= delta @ (sum_s A[s] * outer(U[s], V[s])): the deferred part of delta @ W_eff."""
+    n = delta.shape[0]
+    r_count, n_in = V.shape
+    for r in range(n):
+        gi = grad_in[r]
+        for s in range(r_count):
+            if A[s] != 0.0:
+                q = A[s] * _dot(U[s], delta[r])
+                v = V[s]
+                for j in range(n_in):
+                    gi[j] -= q * v[j]
+
+
 @njit(cache=True)
 def softmax_cross_entropy_into(logits, y, losses, grad):  # pragma: no cover (jit)
     """Per row: loss = logsumexp(z) - z[y];  grad = softmax(z) - onehot(y). Numerically stable."""

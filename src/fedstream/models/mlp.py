@@ -13,18 +13,27 @@ weights and biases, so the plain PyTorch reference can start from the very same 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from fedstream.errors import ConfigError
-from fedstream.models.kernels import dense_backward, dense_forward, softmax_cross_entropy_into
+from fedstream.models.kernels import (
+    deferred_input_grad,
+    dense_backward,
+    dense_forward,
+    dense_forward_deferred,
+    softmax_cross_entropy_into,
+)
 
 DTYPE = np.float32
 
 
-@dataclass
-class LayerGrad:
-    """Gradient of one dense layer as factors: dW = delta.T @ inp, db = delta.sum(axis=0)."""
+class LayerGrad(NamedTuple):
+    """Gradient of one dense layer as factors: dW = delta.T @ inp, db = delta.sum(axis=0).
+
+    A named tuple: the backward pass makes one per layer per round, so it must be cheap to build.
+    """
 
     delta: np.ndarray  # (n, out)
     inp: np.ndarray  # (n, in)
@@ -37,18 +46,44 @@ class LayerGrad:
         return self.delta.sum(axis=0)
 
 
+@dataclass
+class Deferred:
+    """A low-rank weight update an optimiser has not folded into ``W`` yet.
+
+    The layer's weight is ``W_eff = W - sum_s A[s] * outer(U[s], V[s])``. DLR uses this to keep
+    its window as rank-one factors and touch W once per round, as OGD does
+    (:mod:`fedstream.optim.dlr`). Forward and backward passes apply the r terms in
+    O(r * (in + out)), so they always see ``W_eff``.
+    """
+
+    U: np.ndarray  # (r, out)
+    V: np.ndarray  # (r, in)
+    A: np.ndarray  # (r,)
+
+    def matrix(self) -> np.ndarray:
+        """sum_s A[s] * outer(U[s], V[s]) as a dense (out, in) matrix (tests, checkpoints)."""
+        return (self.U * self.A[:, None]).T @ self.V
+
+
 class Dense:
-    """y = x @ W.T + b, optionally followed by ReLU."""
+    """y = x @ W_eff.T + b, optionally followed by ReLU (W_eff = W unless an update is deferred)."""
 
     def __init__(self, n_in: int, n_out: int, *, relu: bool, rng: np.random.Generator):
         bound = 1.0 / np.sqrt(n_in)
         self.W = rng.uniform(-bound, bound, size=(n_out, n_in)).astype(DTYPE)
         self.b = rng.uniform(-bound, bound, size=(n_out,)).astype(DTYPE)
         self.relu = relu
+        self.deferred: Deferred | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.W.shape  # (out, in)
+
+    def weight(self) -> np.ndarray:
+        """The effective weight W_eff: ``W`` itself, or a new array when an update is deferred."""
+        if self.deferred is None:
+            return self.W
+        return (self.W - self.deferred.matrix()).astype(self.W.dtype)
 
 
 class MLP:
@@ -62,7 +97,7 @@ class MLP:
             Dense(sizes[i], sizes[i + 1], relu=(i < n - 1) or relu_last, rng=rng) for i in range(n)
         ]
         self.sizes = list(sizes)
-        self._buffers: dict[int, list[dict[str, np.ndarray]]] = {}
+        self._buffers: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
     @property
     def n_in(self) -> int:
@@ -80,9 +115,12 @@ class MLP:
         """
         n = x.shape[0]
         acts = [x]
-        for layer, buf in zip(self.layers, self._bufs(n)):
-            out = buf["out"]
-            dense_forward(acts[-1], layer.W, layer.b, layer.relu, out)
+        for layer, (out, _, _) in zip(self.layers, self._bufs(n)):
+            d = layer.deferred
+            if d is None:
+                dense_forward(acts[-1], layer.W, layer.b, layer.relu, out)
+            else:
+                dense_forward_deferred(acts[-1], layer.W, layer.b, layer.relu, out, d.U, d.V, d.A)
             acts.append(out)
         return acts[-1], acts
 
@@ -94,20 +132,23 @@ class MLP:
         grads: list[LayerGrad] = [None] * len(self.layers)  # type: ignore[list-item]
         g = grad_out
         for k in range(len(self.layers) - 1, -1, -1):
-            layer, buf = self.layers[k], bufs[k]
+            layer, (_, delta, grad_in) = self.layers[k], bufs[k]
             need = k > 0 or need_input_grad
-            dense_backward(g, acts[k + 1], layer.W, layer.relu, buf["delta"], buf["grad_in"], need)
-            grads[k] = LayerGrad(delta=buf["delta"], inp=acts[k])
-            g = buf["grad_in"]
+            dense_backward(g, acts[k + 1], layer.W, layer.relu, delta, grad_in, need)
+            if need and layer.deferred is not None:
+                d = layer.deferred
+                deferred_input_grad(delta, d.U, d.V, d.A, grad_in)
+            grads[k] = LayerGrad(delta, acts[k])
+            g = grad_in
         return grads, (g if need_input_grad else None)
 
-    def _bufs(self, n: int) -> list[dict[str, np.ndarray]]:
-        """Per-layer work buffers for a batch of n rows, allocated once per distinct n."""
+    def _bufs(self, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per-layer work buffers (out, delta, grad_in) for n rows, allocated once per distinct n."""
         bufs = self._buffers.get(n)
         if bufs is None:
             bufs = [
-                {"out": np.empty((n, l.W.shape[0]), DTYPE), "delta": np.empty((n, l.W.shape[0]), DTYPE),
-                 "grad_in": np.empty((n, l.W.shape[1]), DTYPE)}
+                (np.empty((n, l.W.shape[0]), DTYPE), np.empty((n, l.W.shape[0]), DTYPE),
+                 np.empty((n, l.W.shape[1]), DTYPE))
                 for l in self.layers
             ]
             self._buffers[n] = bufs
@@ -115,17 +156,27 @@ class MLP:
 
     # -- state -------------------------------------------------------------------------------
     def parameters(self) -> list[np.ndarray]:
-        """Weights and biases in layer order: [W0, b0, W1, b1, ...]."""
+        """The model's effective weights and biases in layer order: [W0, b0, W1, b1, ...].
+
+        Read-only by contract: a layer with a deferred update returns a materialised copy.
+        """
+        out = []
+        for layer in self.layers:
+            out += [layer.weight(), layer.b]
+        return out
+
+    def _stored(self) -> list[np.ndarray]:
+        """The arrays the model stores (W without deferred terms, which their optimiser keeps)."""
         out = []
         for layer in self.layers:
             out += [layer.W, layer.b]
         return out
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {f"p{i}": p.copy() for i, p in enumerate(self.parameters())}
+        return {f"p{i}": p.copy() for i, p in enumerate(self._stored())}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for i, p in enumerate(self.parameters()):
+        for i, p in enumerate(self._stored()):
             p[...] = state[f"p{i}"]
 
 

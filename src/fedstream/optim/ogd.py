@@ -17,7 +17,7 @@ def low_rank_descent(W, b, D, X, lr):  # pragma: no cover (jit)
     """W <- W - lr * D.T @ X,  b <- b - lr * D.sum(0), in place and without a temporary.
 
     D is (n, out) and X is (n, in): the factors of a gradient summed over n samples (n = 1 for
-    OGD and DLR, the window length for SLR).
+    OGD, the window length for SLR). Rows with D[r, i] = 0 (units a ReLU switched off) are skipped.
     """
     step = W.dtype.type(lr)
     n, n_out = D.shape
@@ -26,10 +26,11 @@ def low_rank_descent(W, b, D, X, lr):  # pragma: no cover (jit)
         W_i = W[i]
         for r in range(n):
             g = step * D[r, i]
-            X_r = X[r]
-            for j in range(n_in):
-                W_i[j] -= g * X_r[j]
-            b[i] -= g
+            if g != 0:
+                X_r = X[r]
+                for j in range(n_in):
+                    W_i[j] -= g * X_r[j]
+                b[i] -= g
 
 
 class OGD(Optimizer):

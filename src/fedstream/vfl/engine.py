@@ -133,21 +133,26 @@ class OnlineVFL:
         tic = time.perf_counter()
         blocks, mask = self.chunk_inputs(chunk, X)
         h = hooks
-        for j in range(self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)):
+        first, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
+        counted = first  # rows of ``mask`` already added to active_counts
+        for j in range(first, stop):
             t = chunk * CHUNK + j
             result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
                                 self.clients, self.transport, self.clock)
             self.metrics.update(int(y[j]), result.prediction)
-            self.active_counts += mask[j]
             if h.on_round is not None:
                 h.on_round(t, int(y[j]), result.prediction)
             self.t = t + 1
+            if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
+                self.active_counts += mask[counted:j + 1].sum(axis=0)
+                counted = j + 1
             if self.t % self.metrics.interval == 0:
                 self._record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
             if h.on_progress is not None and self.t % h.progress_every == 0:
                 h.on_progress(self)
             if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
                 self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+        self.active_counts += mask[counted:stop].sum(axis=0)
         self.wall_seconds += time.perf_counter() - tic
 
     def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

@@ -23,7 +23,7 @@ def _torch_mlp(model) -> torch.nn.Sequential:
     for layer in model.layers:
         lin = torch.nn.Linear(layer.W.shape[1], layer.W.shape[0])
         with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(layer.W.copy()))
+            lin.weight.copy_(torch.from_numpy(layer.weight().copy()))
             lin.bias.copy_(torch.from_numpy(layer.b.copy()))
         mods += [lin, torch.nn.ReLU()] if layer.relu else [lin]
     return torch.nn.Sequential(*mods)

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedstream.errors import ProtocolError
 from fedstream.models import MLP
-from fedstream.models.mlp import softmax_cross_entropy
+from fedstream.models.kernels import softmax_cross_entropy_into
 from fedstream.optim import Optimizer
 from fedstream.runtime.state import collect, restore
 from fedstream.vfl.messages import Embedding, Gradient, Query
@@ -44,6 +44,7 @@ class Server:
         self.model, self.optimizer = model, optimizer
         self.n_clients, self.embedding, self.window = n_clients, embedding, window
         self.labels = RowWindow(window, 1, dtype=np.int64)
+        self._work: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per row count
 
     def query(self, t: int, client: int) -> Query:
         """The query a passive client receives for round t."""
@@ -51,25 +52,37 @@ class Server:
 
     def on_embeddings(self, t: int, y: int, embeddings: list[Embedding], active: list[int]) -> RoundResult:
         """Predict, learn from label ``y`` and return gradients for the ``active`` clients."""
-        self.labels.push(np.array([y]))
-        h = self._stack(t, embeddings)
+        self.labels.push(y)
+        h, losses, g_logits = self._buffers(min(self.labels.count, self.window))
+        self._stack(t, embeddings, h)
         logits, acts = self.model.forward(h)
-        prediction = int(np.argmax(logits[-1]))
-        ys = self.labels.rows()[:, 0]
-        _, g_logits = softmax_cross_entropy(logits, ys)
+        prediction = int(logits[-1].argmax())
+        softmax_cross_entropy_into(logits, self.labels.rows()[:, 0], losses, g_logits)
         grads, g_h = self.model.backward(acts, g_logits, need_input_grad=True)
         if self.window > 1:  # F = (1/l) sum f: scale the server's own step, not the clients' rows
             for g in grads:
-                g.delta = g.delta / self.window
+                g.delta[...] *= 1.0 / self.window  # in place; g_h was computed from unscaled rows
         self.optimizer.step(grads)
         e = self.embedding
-        out = [Gradient(round=t, client=m, values=g_h[:, m * e:(m + 1) * e]) for m in active]
-        return RoundResult(prediction=prediction, gradients=out)
+        out = [Gradient(t, m, g_h[:, m * e:(m + 1) * e]) for m in active]
+        return RoundResult(prediction, out)
 
-    def _stack(self, t: int, embeddings: list[Embedding]) -> np.ndarray:
-        shape = (min(self.labels.count, self.window), self.embedding)
+    def _buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The stacked embeddings (rows, M*e), per-row losses and d loss / d logits, allocated once."""
+        work = self._work.get(rows)
+        if work is None:
+            dtype = self.model.layers[0].W.dtype
+            work = (np.empty((rows, self.model.n_in), dtype), np.empty(rows, np.float64),
+                    np.empty((rows, self.model.n_out), dtype))
+            self._work[rows] = work
+        return work
+
+    def _stack(self, t: int, embeddings: list[Embedding], h: np.ndarray) -> None:
+        """Check each client's embedding for round t and copy it into its columns of ``h``."""
         if len(embeddings) != self.n_clients:
             raise ProtocolError(f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}")
+        e = self.embedding
+        shape = (h.shape[0], e)
         for m, msg in enumerate(embeddings):
             if msg.client != m:
                 raise ProtocolError(f"round {t}: embedding {m} comes from client {msg.client}, expected client {m}")
@@ -78,7 +91,7 @@ class Server:
                     f"round {t}: embedding from client {m} for round {msg.round} has shape "
                     f"{msg.values.shape}, expected {shape}"
                 )
-        return np.concatenate([m.values for m in embeddings], axis=1)
+            h[:, m * e:(m + 1) * e] = msg.values
 
     def _parts(self) -> dict[str, object]:
         return {"model": self.model, "optim": self.optimizer, "labels": self.labels}
