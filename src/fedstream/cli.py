@@ -3,7 +3,10 @@
     fedstream presets
     fedstream run CONFIG [--set KEY=VALUE ...] [--out DIR] [--resume] [--quiet]
     fedstream sweep CONFIG --grid KEY=V1,V2 [--grid ...] [--set ...] --out DIR [--workers N]
-    fedstream bench ovfl [--rounds N] [--ref-rounds N] [--json PATH]
+    fedstream bench ovfl|huffman [--rounds N] [--ref-rounds N] [--json PATH]
+    fedstream experiment list
+    fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--backend local|ray]
+    fedstream report DIR
 
 Errors that are the user's to fix (config, data files, checkpoints) print one line and exit 2.
 """
@@ -64,7 +67,65 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument("--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)")
+    exp = sub.add_parser("experiment", help="the paper's tables and figures as ready experiments")
+    exp_sub = exp.add_subparsers(dest="action", required=True)
+    exp_sub.add_parser("list", help="list the shipped experiments")
+    exp_run = exp_sub.add_parser("run", help="tune and run an experiment's grid (resumes if interrupted)")
+    exp_run.add_argument("name", help="experiment name (see `fedstream experiment list`) or a .toml file")
+    exp_run.add_argument("--scale", choices=["small", "paper"], default="small",
+                         help="small: a smoke test in minutes; paper: the paper's size")
+    exp_run.add_argument("--out", type=Path, required=True, help="experiment folder (rerun the command to resume)")
+    exp_run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key for every run (repeatable)")
+    exp_run.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    exp_run.add_argument("--backend", choices=["local", "ray"], default="local",
+                         help="local processes, or Ray tasks (pip install 'fedstream[ray]')")
+    exp_run.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
+    exp_run.add_argument("--quiet", action="store_true", help="no progress bar")
+    report = sub.add_parser("report", help="report.md and PNG figures from an experiment folder")
+    report.add_argument("folder", type=Path, help="a folder written by `fedstream experiment run`")
     return parser
+
+
+def cmd_experiment(args) -> int:
+    from fedstream.experiments.definition import list_experiments, load_experiment
+
+    if args.action == "list":
+        table = Table("experiment", "runs", "title", title="fedstream experiment run NAME --scale small|paper --out DIR")
+        for e in list_experiments():
+            n = 1
+            for values in e.grid.values():
+                n *= len(values)
+            table.add_row(e.name, str(n), e.title)
+        Console().print(table)
+        return 0
+    from fedstream.experiments.runner import run_experiment, total_rounds
+
+    if args.workers is not None and args.workers < 1:
+        raise FedstreamError("--workers must be >= 1")
+    exp = load_experiment(args.name)
+    with _progress(args.quiet, error=False) as bar:
+        total = total_rounds(exp, args.scale, args.sets)
+        task = bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0)
+        done: dict[str, int] = {}
+
+        def on_report(name: str, t: int) -> None:
+            done[name] = t
+            elapsed = bar.tasks[task].elapsed or 1e-9
+            bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
+
+        run_experiment(exp, scale=args.scale, out=args.out, sets=args.sets, workers=args.workers,
+                       backend=args.backend, ray_address=args.ray_address, on_report=on_report)
+    Console().print(f"results in {args.out}; render them with: fedstream report {args.out}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from fedstream.experiments.report import write_report
+
+    path = write_report(args.folder)
+    Console().print(f"report written to {path}")
+    return 0
 
 
 def cmd_sweep(args) -> int:
@@ -198,7 +259,8 @@ def summary_table(s: dict) -> Table:
     return table
 
 
-COMMANDS = {"presets": cmd_presets, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench}
+COMMANDS = {"presets": cmd_presets, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
+            "experiment": cmd_experiment, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,206 @@
+"""``fedstream report DIR``: an experiment folder -> ``report.md`` and PNG figures.
+
+The report puts our numbers next to the paper's: one table per ``[[paper]]`` entry of the
+definition with ours, the paper's and the relative difference (flagged beyond 20 %), a table of
+every run, the learning rates the tuning chose, and the figures the definition asks for
+(:mod:`fedstream.experiments.plots`). Runs still in progress are listed as such; the report can be
+rendered at any time from what has been written so far.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedstream.errors import ConfigError
+from fedstream.experiments.definition import Experiment, PaperTable, load_experiment, parse_experiment
+
+MB = 2**20  # the paper's MB: its Full figure, 1953.13 MB, is 2e6 rounds x 512 values x 2 bytes / 2^20
+FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
+CUMULATIVE = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "total_mb", "up_mb", "down_mb"}
+LABELS = {
+    "accumulated_error": "acc. error", "client_compute_seconds": "client compute (s)",
+    "server_compute_seconds": "server compute (s)", "wall_seconds": "wall (s)", "total_mb": "total MB",
+    "up_mb": "up MB", "down_mb": "down MB", "rounds_per_second": "rounds/s",
+    "mean_activation_rate": "mean activation rate",
+}
+
+
+@dataclass
+class Run:
+    """One run of the experiment folder: its grid values and whatever it has written so far."""
+
+    name: str
+    grid: dict
+    config: dict
+    summary: dict | None
+    curve: list[dict]
+
+    @property
+    def done(self) -> bool:
+        return self.summary is not None
+
+
+def column_value(summary: dict, column: str) -> float | None:
+    """A report column from a summary.json (see the definition's column names)."""
+    if column.startswith("activation_rate."):
+        rates = summary.get("activation_rate", [])
+        m = int(column.split(".", 1)[1])
+        return rates[m] if m < len(rates) else None
+    if column in ("total_mb", "up_mb", "down_mb"):
+        return summary["bytes"][{"total_mb": "total", "up_mb": "up", "down_mb": "down"}[column]] / MB
+    if column == "mean_activation_rate":
+        rates = summary.get("activation_rate", [])
+        return sum(rates) / len(rates) if rates else None
+    value = summary.get(column)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _read_curve(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(fh)]
+
+
+def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
+    """The experiment index, its definition and every run, from an experiment folder."""
+    index_path = folder / "experiment.json"
+    if not index_path.exists():
+        raise ConfigError(f"{folder}: no experiment.json; is this a folder written by `fedstream experiment run`?")
+    try:
+        index = json.loads(index_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{index_path}: not valid JSON ({exc})") from None
+    exp = _definition(index)
+    runs = []
+    for entry in index["runs"]:
+        run_dir = folder / entry["folder"]
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        runs.append(Run(entry["name"], entry["grid"], entry["config"], summary, _read_curve(run_dir / "metrics.csv")))
+    return index, exp, runs
+
+
+def _definition(index: dict) -> Experiment:
+    """The definition the experiment ran with (the shipped one by name if its file moved)."""
+    path = index.get("definition")
+    if path and Path(path).is_file():
+        return load_experiment(path)
+    return load_experiment(index["experiment"])
+
+
+def _fmt(value: float | None, column: str) -> str:
+    if value is None:
+        return "–"
+    if column == "accumulated_error" or column.startswith("activation_rate") or column == "mean_activation_rate":
+        return f"{value:.4f}"
+    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def _diff(ours: float | None, paper: float | None) -> str:
+    if ours is None or paper is None or paper == 0:
+        return "–"
+    rel = (ours - paper) / abs(paper)
+    return f"{rel:+.0%}" + (" ⚠" if abs(rel) > FLAG else "")
+
+
+def _match(run: Run, keys: dict) -> bool:
+    return all(str(run.grid.get(k)) == str(v) for k, v in keys.items())
+
+
+def label(grid: dict) -> str:
+    """A run's label in tables and legends: its grid values, e.g. "dlr / random"."""
+    return " / ".join(str(v) for v in grid.values()) or "base"
+
+
+def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) -> list[str]:
+    """Markdown lines: ours, paper and difference for each column of a paper table."""
+    head = ["run"]
+    for c in table.columns:
+        name = LABELS.get(c, c)
+        head += [f"{name} ours", f"{name} paper", "diff"]
+    lines = [f"### {table.table}", ""]
+    if table.caption:
+        lines += [table.caption, ""]
+    if scale_factor:
+        lines += [f"Cumulative columns (compute seconds, MB) are scaled ×{scale_factor:g} from our rounds to the "
+                  "paper's, so they compare per round; error rates are not scaled.", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for keys, paper_values in table.rows:
+        match = [r for r in runs if _match(r, keys)]
+        run = match[0] if match else None
+        cells = [label(keys)]
+        for column, paper in zip(table.columns, paper_values):
+            ours = column_value(run.summary, column) if run and run.done else None
+            if ours is not None and scale_factor and column in CUMULATIVE:
+                ours *= scale_factor
+            cells += [_fmt(ours, column), _fmt(paper, column), _diff(ours, paper)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def runs_table(runs: list[Run]) -> list[str]:
+    """Markdown lines: every run's headline figures (or its progress)."""
+    cols = ["accumulated_error", "client_compute_seconds", "total_mb", "up_mb", "down_mb", "mean_activation_rate",
+            "rounds_per_second"]
+    lines = ["| run | rounds | " + " | ".join(LABELS[c] for c in cols) + " |", "|" + "---|" * (len(cols) + 2)]
+    for run in runs:
+        if run.done:
+            cells = [str(run.summary["rounds"])] + [_fmt(column_value(run.summary, c), c) for c in cols]
+        else:
+            last = int(run.curve[-1]["round"]) if run.curve else 0
+            cells = [f"{last} of {run.config['rounds']} (running)"] + ["–"] * len(cols)
+        lines.append(f"| {label(run.grid)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def tuning_table(index: dict) -> list[str]:
+    tuning = index.get("tuning") or {}
+    if not tuning:
+        return []
+    rows = list(tuning.values())
+    values = list(rows[0]["values"])
+    lines = [f"## Tuning of `{rows[0]['key']}` ({rows[0]['metric']}, lower is better)", "",
+             "| for | " + " | ".join(values) + " | chosen |", "|" + "---|" * (len(values) + 2)]
+    for row in rows:
+        best = str(row["chosen"])
+        cells = [(f"**{row['values'][v]:.4f}**" if v == best else f"{row['values'][v]:.4f}") for v in values]
+        lines.append(f"| {label(row['per'])} | " + " | ".join(cells) + f" | {row['chosen']} |")
+    return lines + [""]
+
+
+def write_report(folder: Path) -> Path:
+    """Render ``folder/report.md`` and ``folder/figures/*.png``; return the report's path."""
+    from fedstream.experiments.plots import draw
+
+    folder = Path(folder)
+    index, exp, runs = load_runs(folder)
+    paper_rounds = exp.scales.get("paper", {}).get("rounds")
+    done = [r for r in runs if r.done]
+    our_rounds = done[0].summary["rounds"] if done else None
+    factor = paper_rounds / our_rounds if paper_rounds and our_rounds and paper_rounds != our_rounds else None
+    lines = [f"# {exp.title}", "", f"Source: {exp.source}. Experiment `{exp.name}`, scale `{index['scale']}`"
+             f" ({len(done)} of {len(runs)} runs finished).", ""]
+    shown = {k: v for k, v in (index.get("overrides") or {}).items() if k != "data.root"}  # no machine paths
+    if shown:
+        lines += ["Settings: " + ", ".join(f"`{k}={v}`" for k, v in shown.items()), ""]
+    if exp.notes:
+        lines += [exp.notes.strip(), ""]
+    if exp.paper:
+        lines += ["## Ours next to the paper's", ""]
+        for table in exp.paper:
+            lines += paper_table(table, runs, factor)
+    lines += ["## Every run", ""] + runs_table(runs) + tuning_table(index)
+    figures = draw(exp, runs, folder / "figures")
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{title}](figures/{path.name})\n" for title, path in figures]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+__all__ = ["write_report", "load_runs", "column_value", "label", "parse_experiment"]

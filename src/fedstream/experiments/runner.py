@@ -1,0 +1,137 @@
+"""Run an experiment definition: tune, then run the grid, writing results as they come.
+
+Layout of an experiment folder::
+
+    OUT/experiment.json        what was asked (definition, scale, overrides) and each run's folder
+    OUT/tuning.json            per tuned combination: the metric of every candidate and the choice
+    OUT/tuning/<run>/          the short tuning runs (each a normal run folder)
+    OUT/runs/<run>/            config.yaml, metrics.csv (appended as produced), checkpoint, summary.json
+
+Runs go through :func:`fedstream.experiments.sweep.sweep` (every core, shared stream chunks,
+checkpoints) or, with ``backend="ray"``, through Ray tasks. A finished run is skipped and an
+interrupted one resumes from its checkpoint, so running the same command again completes the
+experiment; a crash loses at most ``checkpoint.every`` rounds of one run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from fedstream.config import check_config, load_config
+from fedstream.config.loader import parse_override
+from fedstream.errors import ConfigError
+from fedstream.experiments.definition import Experiment
+from fedstream.experiments.sweep import RunSpec, sweep
+
+BACKENDS = ("local", "ray")
+
+
+def grid_points(exp: Experiment) -> list[dict]:
+    """Every combination of the grid values, in definition order."""
+    keys = list(exp.grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
+
+
+def run_name(point: dict) -> str:
+    """A run's folder name: its grid values joined by '-' ("dlr-random"), or "base"."""
+    name = "-".join(str(v) for v in point.values()) or "base"
+    return "".join(c if c.isalnum() or c in "._=,+-" else "_" for c in name)
+
+
+def _spec(exp: Experiment, overrides: dict, name: str, folder: Path) -> RunSpec:
+    return RunSpec(name, check_config(load_config(exp.base, overrides)), folder)
+
+
+def _summary_value(summary: dict, metric: str) -> float:
+    value = summary.get(metric)
+    if not isinstance(value, (int, float)):
+        raise ConfigError(f"tune.metric {metric!r} is not a number in summary.json (got {value!r})")
+    return float(value)
+
+
+def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Callable) -> dict[str, dict]:
+    """One short run per candidate value and per combination of ``tune.per`` (other grid keys at
+    their first value); returns ``{combination: {"values": {value: metric}, "chosen": value}}``.
+    Lower metric wins; ties go to the earlier candidate."""
+    t = exp.tune
+    if t is None or scale not in t.rounds:
+        return {}
+    first = {k: v[0] for k, v in exp.grid.items()}
+    combos = [dict(zip(t.per, c)) for c in itertools.product(*(exp.grid[k] for k in t.per))]
+    specs, index = [], []
+    for combo in combos:
+        for value in t.values:
+            name = run_name(combo | {t.key: value})
+            cfg = overrides | first | combo | {t.key: value, "rounds": t.rounds[scale], "checkpoint.every": 0}
+            specs.append(_spec(exp, cfg, name, out / "tuning" / name))
+            index.append((run_name(combo), value))
+    summaries = execute(specs)
+    results: dict[str, dict] = {}
+    for (combo, value), summary in zip(index, summaries):
+        results.setdefault(combo, {"key": t.key, "metric": t.metric, "values": {}})["values"][str(value)] = \
+            _summary_value(summary, t.metric)
+    for combo, (name, row) in zip(combos, results.items()):
+        scores = [row["values"][str(v)] for v in t.values]
+        row["chosen"] = t.values[scores.index(min(scores))]
+        row["per"] = combo
+    (out / "tuning.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def _chosen(exp: Experiment, tuning: dict, point: dict) -> dict:
+    if not tuning:
+        return {}
+    combo = run_name({k: point[k] for k in exp.tune.per})
+    return {exp.tune.key: tuning[combo]["chosen"]}
+
+
+def _execute_local(workers: int | None, on_report) -> Callable[[list[RunSpec]], list[dict]]:
+    return lambda specs: sweep(specs, workers=workers, on_report=on_report)
+
+
+def total_rounds(exp: Experiment, scale: str, sets: list[str] = ()) -> int:
+    """Rounds the experiment plays at ``scale``, tuning included (for progress bars)."""
+    overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
+    main = sum(load_config(exp.base, overrides | p)["rounds"] for p in grid_points(exp))
+    t = exp.tune
+    if t is None or scale not in t.rounds:
+        return main
+    combos = 1
+    for k in t.per:
+        combos *= len(exp.grid[k])
+    return main + combos * len(t.values) * t.rounds[scale]
+
+
+def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = (), workers: int | None = None,
+                   backend: str = "local", ray_address: str | None = None,
+                   on_report: Callable[[str, int], None] = lambda name, t: None) -> dict:
+    """Tune (if the definition says so), run every grid point at ``scale``; return the index."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {list(BACKENDS)}, got {backend!r}")
+    overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
+    points = grid_points(exp)
+    for point in points:  # every config must resolve before any run starts
+        load_config(exp.base, overrides | point)
+    out.mkdir(parents=True, exist_ok=True)
+    if backend == "ray":
+        from fedstream.experiments.ray_backend import execute_on_ray
+
+        execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)  # noqa: E731
+    else:
+        execute = _execute_local(workers, on_report)
+    tuning = tune(exp, scale, overrides, out, execute)
+    specs = [_spec(exp, overrides | p | _chosen(exp, tuning, p), run_name(p), out / "runs" / run_name(p))
+             for p in points]
+    index = {
+        "experiment": exp.name, "title": exp.title, "source": exp.source,
+        "definition": str(exp.path) if exp.path else None, "scale": scale, "overrides": overrides,
+        "tuning": tuning,
+        "runs": [{"name": s.name, "grid": p, "folder": str(s.out.relative_to(out)), "config": s.config}
+                 for s, p in zip(specs, points)],
+    }
+    (out / "experiment.json").write_text(json.dumps(index, indent=2, default=str))
+    execute(specs)
+    return index
