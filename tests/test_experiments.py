@@ -130,3 +130,25 @@ def test_bad_definitions_name_file_and_key(tmp_path, edit, needle):
 
 def test_report_needs_an_experiment_folder(tmp_path):
     assert main(["report", str(tmp_path)]) == 2
+
+
+def test_a_diverging_candidate_loses_the_tuning_and_does_not_stop_the_others(tiny, tmp_path, monkeypatch):
+    from fedstream.errors import DivergedError
+    from fedstream.vfl.engine import OnlineVFL
+
+    play = OnlineVFL.play_chunk
+
+    def blow_up_at_large_lr(self, chunk, X, y, end, hooks):
+        if self.config["optimizer.lr"] == 0.02:
+            raise DivergedError("training diverged at round 7", 7)
+        return play(self, chunk, X, y, end, hooks)
+
+    monkeypatch.setattr(OnlineVFL, "play_chunk", blow_up_at_large_lr)
+    exp, sets = tiny
+    out = tmp_path / "out"
+    run_experiment(exp, scale="small", out=out, sets=sets, workers=1)
+    tuning = json.loads((out / "tuning.json").read_text())
+    assert all(row["chosen"] == 0.001 and row["values"]["0.02"] == float("inf") for row in tuning.values())
+    diverged = json.loads((out / "tuning" / "ogd-0.02" / "summary.json").read_text())
+    assert diverged["diverged_at"] == 7
+    assert "diverged" in write_report(out).read_text()

@@ -186,3 +186,15 @@ def test_server_lr_defaults_to_lr_and_can_differ():
 
     assert server_lr(small_config()) == 0.05
     assert server_lr(small_config(**{"optimizer.server_lr": 0.2})) == 0.2
+
+
+def test_nan_model_is_reported_as_divergence_not_a_protocol_bug():
+    from fedstream.errors import DivergedError
+
+    cfg = small_config(rounds=50)
+    engine = OnlineVFL(cfg, stream=synthetic_stream())
+    engine.run(10)
+    engine.clients[1].model.layers[0].W[:] = np.inf  # what a far too large learning rate leads to
+    with pytest.raises(DivergedError, match="round 10: the model of client 1") as exc:
+        engine.run()
+    assert exc.value.round == 10

@@ -20,3 +20,12 @@ class DataError(FedstreamError):
 
 class ProtocolError(FedstreamError):
     """A message that does not decode, or does not fit the party that received it."""
+
+
+class DivergedError(FedstreamError):
+    """Training blew up: a party's model or message holds NaN or inf (usually: too large a learning
+    rate). ``round`` is the round where it was detected."""
+
+    def __init__(self, message: str, round: int):
+        super().__init__(message)
+        self.round = round

@@ -148,7 +148,9 @@ def runs_table(runs: list[Run]) -> list[str]:
             "rounds_per_second"]
     lines = ["| run | rounds | " + " | ".join(LABELS[c] for c in cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for run in runs:
-        if run.done:
+        if run.done and run.summary.get("diverged_at") is not None:
+            cells = [f"diverged at round {run.summary['diverged_at']}"] + ["–"] * len(cols)
+        elif run.done:
             cells = [str(run.summary["rounds"])] + [_fmt(column_value(run.summary, c), c) for c in cols]
         else:
             last = int(run.curve[-1]["round"]) if run.curve else 0
@@ -167,7 +169,8 @@ def tuning_table(index: dict) -> list[str]:
              "| for | " + " | ".join(values) + " | chosen |", "|" + "---|" * (len(values) + 2)]
     for row in rows:
         best = str(row["chosen"])
-        cells = [(f"**{row['values'][v]:.4f}**" if v == best else f"{row['values'][v]:.4f}") for v in values]
+        cells = [("diverged" if row["values"][v] == float("inf") else
+                  f"**{row['values'][v]:.4f}**" if v == best else f"{row['values'][v]:.4f}") for v in values]
         lines.append(f"| {label(row['per'])} | " + " | ".join(cells) + f" | {row['chosen']} |")
     return lines + [""]
 

@@ -46,6 +46,9 @@ def _spec(exp: Experiment, overrides: dict, name: str, folder: Path) -> RunSpec:
 
 
 def _summary_value(summary: dict, metric: str) -> float:
+    """The tuning metric of a run; a diverged run is the worst candidate."""
+    if summary.get("diverged_at") is not None:
+        return float("inf")
     value = summary.get(metric)
     if not isinstance(value, (int, float)):
         raise ConfigError(f"tune.metric {metric!r} is not a number in summary.json (got {value!r})")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, DivergedError
 from fedstream.runtime.output import RunDirectory
 from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL, make_stream
 
@@ -89,7 +89,8 @@ def _complete(spec: RunSpec) -> dict | None:
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("config") == spec.config and summary.get("rounds") == spec.config["rounds"] else None
+    finished = summary.get("rounds") == spec.config["rounds"] or summary.get("diverged_at") is not None
+    return summary if summary.get("config") == spec.config and finished else None
 
 
 class _Member:
@@ -139,7 +140,11 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
             share = (time.perf_counter() - tic) / len(players)  # the shared chunk's cost, split
             for m in players:
                 m.run.wall_seconds += share
-                m.run.play_chunk(chunk, X, y, m.end, m.hooks)
+                try:
+                    m.run.play_chunk(chunk, X, y, m.end, m.hooks)
+                except DivergedError as exc:  # one run blowing up must not stop the others
+                    _close_diverged(m, exc, summaries, report)
+                    continue
                 if m.done:
                     _close(m, summaries, report)
     return [summaries[s.name] for s in specs]
@@ -151,6 +156,15 @@ def _close(m: _Member, summaries: dict, report: Callable[[str, int], None]) -> N
     summaries[m.spec.name] = summary = m.run.summary()
     m.dir.write_summary(summary)
     report(m.spec.name, m.run.t)
+
+
+def _close_diverged(m: _Member, exc: DivergedError, summaries: dict, report: Callable[[str, int], None]) -> None:
+    """A run whose model went NaN/inf: its summary says where, and it counts as finished."""
+    summary = m.run.summary() | {"diverged_at": exc.round, "error": str(exc)}
+    summaries[m.spec.name] = summary
+    m.dir.write_summary(summary)
+    m.end = m.run.t  # done
+    report(m.spec.name, m.spec.config["rounds"])
 
 
 _QUEUE = None
