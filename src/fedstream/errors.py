@@ -22,6 +22,11 @@ class ProtocolError(FedstreamError):
     """A message that does not decode, or does not fit the party that received it."""
 
 
+class NonFiniteError(ProtocolError):
+    """A message whose values hold NaN or inf. From a peer: a malformed message; inside the
+    simulator, where both sides are fedstream's own parties: the training has diverged."""
+
+
 class DivergedError(FedstreamError):
     """Training blew up: a party's model or message holds NaN or inf (usually: too large a learning
     rate). ``round`` is the round where it was detected."""

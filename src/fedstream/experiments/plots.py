@@ -26,6 +26,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "figure"
 
 
+def _short(key: str) -> str:
+    """A grid key as a panel title: "activation.name" -> "activation", "activation.p" stays."""
+    return key.removesuffix(".name")
+
+
 def _legend(run, skip: set[str]) -> str:
     from fedstream.experiments.report import label
 
@@ -45,7 +50,7 @@ def curves(plt, exp, fig_def, runs, path: Path) -> None:
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, label=_legend(run, {panel_key}))
-        ax.set_title(f"{panel_key.split('.')[-1]} = {value}" if value is not None else fig_def.title, fontsize=10)
+        ax.set_title(f"{_short(panel_key)} = {value}" if value is not None else fig_def.title, fontsize=10)
         ax.set_xlabel("samples seen (rounds)")
         ax.grid(alpha=0.3)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
@@ -59,43 +64,51 @@ def curves(plt, exp, fig_def, runs, path: Path) -> None:
     plt.close(fig)
 
 
-def _paper_points(exp) -> list[tuple[float, float, str]]:
-    """(MB, accumulated error, label) of every paper row that reports both."""
+def _paper_points(exp) -> dict[str, tuple[float, float]]:
+    """{run label: (MB, accumulated error)} of every paper row that reports both."""
     from fedstream.experiments.report import label
 
-    points = []
+    points = {}
     for table in exp.paper:
         if {"total_mb", "accumulated_error"} <= set(table.columns):
             i, j = table.columns.index("total_mb"), table.columns.index("accumulated_error")
-            points += [(v[i], v[j], label(keys)) for keys, v in table.rows if v[i] is not None and v[j] is not None]
+            points |= {label(keys): (v[i], v[j]) for keys, v in table.rows if v[i] is not None and v[j] is not None}
     return points
 
 
-def scatter(plt, exp, fig_def, runs, path: Path) -> None:
-    """Total communication (MB) against accumulated error, one labelled point per finished run."""
-    from fedstream.experiments.report import column_value
+def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = None) -> None:
+    """Total communication (MB) against accumulated error: one colour per run, ours as dots and
+    the paper's as crosses. ``scale_factor`` projects our MB to the paper's number of rounds."""
+    from fedstream.experiments.report import column_value, label
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    done = [r for r in runs if r.done]
-    for run in done:
-        x, y = column_value(run.summary, "total_mb"), column_value(run.summary, "accumulated_error")
-        ax.scatter([x], [y], s=30, color="tab:blue", label="ours" if run is done[0] else None)
-        ax.annotate(_legend(run, set()), (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
-    for i, (x, y, name) in enumerate(_paper_points(exp)):
-        ax.scatter([x], [y], s=34, marker="x", color="tab:red", label="paper" if i == 0 else None)
-        ax.annotate(name, (x, y), fontsize=7, color="tab:red", xytext=(4, -9), textcoords="offset points")
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    paper = _paper_points(exp)
+    colours = plt.get_cmap("tab10").colors
+    for i, run in enumerate(r for r in runs if r.done and r.summary.get("diverged_at") is None):
+        colour, name = colours[i % len(colours)], label(run.grid)
+        x = column_value(run.summary, "total_mb") * (scale_factor or 1.0)
+        ax.scatter([x], [column_value(run.summary, "accumulated_error")], s=36, color=colour, label=name)
+        if name in paper:
+            ax.scatter([paper[name][0]], [paper[name][1]], s=44, marker="x", color=colour)
+    ax.scatter([], [], marker="o", color="black", label="ours")
+    if paper:
+        ax.scatter([], [], marker="x", color="black", label="paper")
     ax.set_xscale("log")
-    ax.set_xlabel("total communication (MB = 2^20 bytes, log scale)")
-    ax.legend(fontsize=8)
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
+    scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""
+    ax.set_xlabel(f"total communication (MB = 2^20 bytes, log scale{scaled})")
     ax.set_ylabel("accumulated error rate")
     ax.set_title(fig_def.title, fontsize=11)
     ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def draw(exp, runs, folder: Path) -> list[tuple[str, Path]]:
+def draw(exp, runs, folder: Path, scale_factor: float | None = None) -> list[tuple[str, Path]]:
     """Every figure of the definition, as PNG files in ``folder``; returns (title, path) pairs."""
     if not exp.figures:
         return []
@@ -104,6 +117,9 @@ def draw(exp, runs, folder: Path) -> list[tuple[str, Path]]:
     out = []
     for i, fig_def in enumerate(exp.figures):
         path = folder / f"{i + 1}-{_slug(fig_def.title)}.png"
-        (curves if fig_def.kind == "curves" else scatter)(plt, exp, fig_def, runs, path)
+        if fig_def.kind == "curves":
+            curves(plt, exp, fig_def, runs, path)
+        else:
+            scatter(plt, exp, fig_def, runs, path, scale_factor)
         out.append((fig_def.title, path))
     return out

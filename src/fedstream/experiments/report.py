@@ -197,7 +197,7 @@ def write_report(folder: Path) -> Path:
         for table in exp.paper:
             lines += paper_table(table, runs, factor)
     lines += ["## Every run", ""] + runs_table(runs) + tuning_table(index)
-    figures = draw(exp, runs, folder / "figures")
+    figures = draw(exp, runs, folder / "figures", factor)
     if figures:
         lines += ["## Figures", ""]
         lines += [f"![{title}](figures/{path.name})\n" for title, path in figures]

@@ -125,16 +125,24 @@ def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = 
         execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)  # noqa: E731
     else:
         execute = _execute_local(workers, on_report)
+    _write_index(exp, scale, overrides, {}, points, out, status="tuning")  # the report can render from now on
     tuning = tune(exp, scale, overrides, out, execute)
+    specs = _write_index(exp, scale, overrides, tuning, points, out, status="running")
+    execute(specs)
+    return json.loads((out / "experiment.json").read_text())
+
+
+def _write_index(exp: Experiment, scale: str, overrides: dict, tuning: dict, points: list[dict], out: Path,
+                 *, status: str) -> list[RunSpec]:
+    """Write ``experiment.json`` (what is asked, and where each run writes); return the run specs."""
     specs = [_spec(exp, overrides | p | _chosen(exp, tuning, p), run_name(p), out / "runs" / run_name(p))
              for p in points]
     index = {
         "experiment": exp.name, "title": exp.title, "source": exp.source,
         "definition": str(exp.path) if exp.path else None, "scale": scale, "overrides": overrides,
-        "tuning": tuning,
+        "status": status, "tuning": tuning,
         "runs": [{"name": s.name, "grid": p, "folder": str(s.out.relative_to(out)), "config": s.config}
                  for s, p in zip(specs, points)],
     }
     (out / "experiment.json").write_text(json.dumps(index, indent=2, default=str))
-    execute(specs)
-    return index
+    return specs

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 from numba import njit
 
-from fedstream.errors import ProtocolError
+from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.vfl.messages import Embedding, Gradient, Message, Query
 
 HEADER = struct.Struct("<BIHHH")
@@ -67,5 +67,5 @@ def decode(data: bytes) -> Message:
         return Query(rnd, client, rows)
     values = np.ndarray((rows, cols), F32, data, HEADER.size)  # a read-only view of the payload
     if not all_finite(values):
-        raise ProtocolError(f"{cls.__name__} for round {rnd} from/to client {client} holds NaN or inf")
+        raise NonFiniteError(f"{cls.__name__} for round {rnd} from/to client {client} holds NaN or inf")
     return cls(rnd, client, values)

@@ -17,7 +17,7 @@ import numpy as np
 
 import fedstream
 from fedstream.data import Stream, load_source, resolve_data_root
-from fedstream.errors import ConfigError, DivergedError, ProtocolError
+from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
@@ -140,9 +140,8 @@ class OnlineVFL:
             try:
                 result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
                                     self.clients, self.transport, self.clock)
-            except ProtocolError as exc:
-                self._check_diverged(t, exc)
-                raise
+            except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+                raise self._diverged(t, exc) from exc
             self.metrics.update(int(y[j]), result.prediction)
             if h.on_round is not None:
                 h.on_round(t, int(y[j]), result.prediction)
@@ -159,14 +158,13 @@ class OnlineVFL:
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.wall_seconds += time.perf_counter() - tic
 
-    def _check_diverged(self, t: int, exc: ProtocolError) -> None:
-        """Turn a rejected message into a DivergedError if a party's model is no longer finite."""
+    def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
+        """The error to raise when a party produced a NaN/inf message in round t."""
         parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
         bad = [name for name, model in parties.items() if not all(np.isfinite(p).all() for p in model.parameters())]
-        if bad:
-            lr = self.config["optimizer.lr"]
-            raise DivergedError(f"training diverged at round {t}: the model of {', '.join(bad)} holds NaN or inf "
-                                f"(optimizer.lr = {lr}; try a smaller one)", t) from exc
+        where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
+        return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
+                             f"{self.config['optimizer.lr']}; try a smaller one)", t)
 
     def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Each client's contiguous feature block of a chunk, and the chunk's activation mask
