@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key for every run (repeatable)")
     exp_run.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    exp_run.add_argument("--tune-rounds", type=int, default=None,
+                         help="rounds of each tuning run (default: the definition's, per scale)")
     exp_run.add_argument("--backend", choices=["local", "ray"], default="local",
                          help="local processes, or Ray tasks (pip install 'fedstream[ray]')")
     exp_run.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
@@ -105,7 +107,7 @@ def cmd_experiment(args) -> int:
         raise FedstreamError("--workers must be >= 1")
     exp = load_experiment(args.name)
     with _progress(args.quiet, error=False) as bar:
-        total = total_rounds(exp, args.scale, args.sets)
+        total = total_rounds(exp, args.scale, args.sets, args.tune_rounds)
         task = bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0)
         done: dict[str, int] = {}
 
@@ -115,7 +117,8 @@ def cmd_experiment(args) -> int:
             bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
 
         run_experiment(exp, scale=args.scale, out=args.out, sets=args.sets, workers=args.workers,
-                       backend=args.backend, ray_address=args.ray_address, on_report=on_report)
+                       backend=args.backend, ray_address=args.ray_address, tune_rounds=args.tune_rounds,
+                       on_report=on_report)
     Console().print(f"results in {args.out}; render them with: fedstream report {args.out}")
     return 0
 

@@ -165,7 +165,8 @@ def tuning_table(index: dict) -> list[str]:
         return []
     rows = list(tuning.values())
     values = list(rows[0]["values"])
-    lines = [f"## Tuning of `{rows[0]['key']}` ({rows[0]['metric']}, lower is better)", "",
+    lines = [f"## Tuning of `{rows[0]['key']}`", "", f"One run of {rows[0].get('rounds', '?'):,} rounds per candidate; "
+             f"{rows[0]['metric']} (lower is better); the bold value was chosen.", "",
              "| for | " + " | ".join(values) + " | chosen |", "|" + "---|" * (len(values) + 2)]
     for row in rows:
         best = str(row["chosen"])

@@ -55,26 +55,28 @@ def _summary_value(summary: dict, metric: str) -> float:
     return float(value)
 
 
-def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Callable) -> dict[str, dict]:
+def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Callable,
+         rounds: int | None = None) -> dict[str, dict]:
     """One short run per candidate value and per combination of ``tune.per`` (other grid keys at
     their first value); returns ``{combination: {"values": {value: metric}, "chosen": value}}``.
     Lower metric wins; ties go to the earlier candidate."""
     t = exp.tune
-    if t is None or scale not in t.rounds:
+    if t is None or (scale not in t.rounds and rounds is None):
         return {}
+    rounds = rounds or t.rounds[scale]
     first = {k: v[0] for k, v in exp.grid.items()}
     combos = [dict(zip(t.per, c)) for c in itertools.product(*(exp.grid[k] for k in t.per))]
     specs, index = [], []
     for combo in combos:
         for value in t.values:
             name = run_name(combo | {t.key: value})
-            cfg = overrides | first | combo | {t.key: value, "rounds": t.rounds[scale], "checkpoint.every": 0}
+            cfg = overrides | first | combo | {t.key: value, "rounds": rounds, "checkpoint.every": 0}
             specs.append(_spec(exp, cfg, name, out / "tuning" / name))
             index.append((run_name(combo), value))
     summaries = execute(specs)
     results: dict[str, dict] = {}
     for (combo, value), summary in zip(index, summaries):
-        results.setdefault(combo, {"key": t.key, "metric": t.metric, "values": {}})["values"][str(value)] = \
+        results.setdefault(combo, {"key": t.key, "metric": t.metric, "rounds": rounds, "values": {}})["values"][str(value)] = \
             _summary_value(summary, t.metric)
     for combo, (name, row) in zip(combos, results.items()):
         scores = [row["values"][str(v)] for v in t.values]
@@ -95,23 +97,26 @@ def _execute_local(workers: int | None, on_report) -> Callable[[list[RunSpec]], 
     return lambda specs: sweep(specs, workers=workers, on_report=on_report)
 
 
-def total_rounds(exp: Experiment, scale: str, sets: list[str] = ()) -> int:
+def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds: int | None = None) -> int:
     """Rounds the experiment plays at ``scale``, tuning included (for progress bars)."""
     overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
     main = sum(load_config(exp.base, overrides | p)["rounds"] for p in grid_points(exp))
     t = exp.tune
-    if t is None or scale not in t.rounds:
+    if t is None or (scale not in t.rounds and tune_rounds is None):
         return main
     combos = 1
     for k in t.per:
         combos *= len(exp.grid[k])
-    return main + combos * len(t.values) * t.rounds[scale]
+    return main + combos * len(t.values) * (tune_rounds or t.rounds[scale])
 
 
 def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = (), workers: int | None = None,
-                   backend: str = "local", ray_address: str | None = None,
+                   backend: str = "local", ray_address: str | None = None, tune_rounds: int | None = None,
                    on_report: Callable[[str, int], None] = lambda name, t: None) -> dict:
-    """Tune (if the definition says so), run every grid point at ``scale``; return the index."""
+    """Tune (if the definition says so), run every grid point at ``scale``; return the index.
+    ``tune_rounds`` replaces the definition's tuning length (for scales between small and paper)."""
+    if tune_rounds is not None and tune_rounds < 1:
+        raise ConfigError(f"--tune-rounds must be >= 1, got {tune_rounds}")
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {list(BACKENDS)}, got {backend!r}")
     overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
@@ -126,7 +131,7 @@ def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = 
     else:
         execute = _execute_local(workers, on_report)
     _write_index(exp, scale, overrides, {}, points, out, status="tuning")  # the report can render from now on
-    tuning = tune(exp, scale, overrides, out, execute)
+    tuning = tune(exp, scale, overrides, out, execute, tune_rounds)
     specs = _write_index(exp, scale, overrides, tuning, points, out, status="running")
     execute(specs)
     return json.loads((out / "experiment.json").read_text())
