@@ -6,9 +6,39 @@ from fedstream.config import SCHEMA, list_presets, load_config
 from fedstream.errors import ConfigError
 
 
-def test_defaults_cover_every_key():
-    cfg = load_config()
-    assert set(cfg) == set(SCHEMA)
+@pytest.mark.parametrize("task", ["ovfl", "vfl", "chfl"])
+def test_each_task_gets_exactly_its_keys(task):
+    cfg = load_config(None, [f"task={task}"])
+    assert set(cfg) == {k for k, f in SCHEMA.items() if f.tasks is None or task in f.tasks}
+    assert cfg["data.name"] == {"ovfl": "imnist", "vfl": "mnist", "chfl": "covertype"}[task]
+
+
+def test_every_key_belongs_to_some_task():
+    covered = set()
+    for task in ("ovfl", "vfl", "chfl"):
+        covered |= set(load_config(None, [f"task={task}"]))
+    assert covered == set(SCHEMA)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["task=vfl", "optimizer.window=5"], "optimizer.window is not a setting of task = 'vfl'"),
+    (["compression.up=topk"], "compression.up is not a setting of task = 'ovfl'"),
+    (["task=vfl", "data.name=imnist"], "not a dataset of task = 'vfl'"),
+    (["task=vfl", "compression.cache=true"], "needs compression.up"),
+    (["task=chfl", "hfl.mus=0,2"], "hfl.mus"),
+    (["task=chfl", "hfl.hidden=512,x"], "hfl.hidden"),
+])
+def test_keys_and_values_are_checked_per_task(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, overrides)
+
+
+def test_task_defaults_and_none_meaning_the_papers_choice():
+    vfl = load_config(None, ["task=vfl"])
+    assert vfl["optimizer.lr"] is None and vfl["model.embedding"] is None  # the paper's, per dataset
+    assert load_config(None, ["task=vfl", "optimizer.lr=none"])["optimizer.lr"] is None
+    with pytest.raises(ConfigError, match="optimizer.lr"):
+        load_config(None, ["optimizer.lr=none"])  # ovfl needs a number
 
 
 def test_preset_and_overrides():

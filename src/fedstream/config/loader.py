@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fedstream.config.schema import SCHEMA, Field
+from fedstream.config.schema import DATASETS_BY_TASK, SCHEMA, Field
 from fedstream.errors import ConfigError
 
 PRESET_DIR = "presets"
@@ -98,8 +98,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     if key not in SCHEMA:
         raise _unknown(key, "--set")
     field = SCHEMA[key]
-    if field.optional and text.lower() in ("", "none", "null"):
-        return key, None
+    nullable = field.optional or field.default is None or any(v is None for _, v in field.task_defaults)
+    if nullable and text.lower() in ("", "none", "null"):
+        return key, None  # whether this task allows it is checked with the task known
     try:
         if field.type is bool:
             if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -110,10 +111,10 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {key}={text!r}: expected {field.describe()}") from None
 
 
-def check_value(key: str, value: Any, field: Field, where: str) -> Any:
+def check_value(key: str, value: Any, field: Field, where: str, task: str = "ovfl") -> Any:
     """Return ``value`` coerced to the field's type, or raise a ConfigError that says why not."""
     if value is None:
-        if field.optional:
+        if field.allows_none(task):
             return None
         raise ConfigError(f"{where}: {key} must be {field.describe()}, got nothing")
     ok_type = {
@@ -137,15 +138,18 @@ def check_value(key: str, value: Any, field: Field, where: str) -> Any:
 
 
 def load_config(source: str | None = None, overrides: list[str] | dict | None = None) -> dict[str, Any]:
-    """Resolve a flat config: schema defaults < file or preset < overrides; all validated."""
-    flat: dict[str, Any] = {k: f.default for k, f in SCHEMA.items()}
-    origin = dict.fromkeys(SCHEMA, "defaults")
+    """Resolve a flat config: schema defaults < file or preset < overrides; all validated.
+
+    The result holds the keys of its task only (``task``: ovfl, vfl or chfl); a key given for
+    another task is an error, not silently ignored.
+    """
+    given: dict[str, tuple[Any, str]] = {}  # key -> (value, where it came from)
     if source is not None:
         data, where = _read(source)
         for key, value in flatten(data).items():
             if key not in SCHEMA:
                 raise _unknown(key, where)
-            flat[key], origin[key] = value, where
+            given[key] = (value, where)
     if isinstance(overrides, dict):
         for key in overrides:
             if key not in SCHEMA:
@@ -154,14 +158,55 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
     else:
         items = [parse_override(s) for s in overrides or []]
     for key, value in items:
-        flat[key], origin[key] = value, "--set"
-    return check_config({key: check_value(key, flat[key], SCHEMA[key], origin[key]) for key in SCHEMA})
+        given[key] = (value, "--set")
+    task_value, task_where = given.get("task", (SCHEMA["task"].default, "defaults"))
+    task = check_value("task", task_value, SCHEMA["task"], task_where)
+    for key, (_, where) in given.items():
+        tasks = SCHEMA[key].tasks
+        if tasks is not None and task not in tasks:
+            raise ConfigError(f"{where}: {key} is not a setting of task = {task!r} (it belongs to task "
+                              f"{' / '.join(tasks)}); remove it or set task accordingly")
+    config = {}
+    for key, field in SCHEMA.items():
+        if field.tasks is None or task in field.tasks:
+            value, where = given.get(key, (field.default_for(task), "defaults"))
+            config[key] = check_value(key, value, field, where, task)
+    return check_config(config)
 
 
 def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """Checks that involve several keys (the per-key ones are in the schema)."""
+    task, data = cfg["task"], cfg["data.name"]
+    if data not in DATASETS_BY_TASK[task]:
+        raise ConfigError(f"data.name = {data!r} is not a dataset of task = {task!r}; expected one of "
+                          f"{', '.join(DATASETS_BY_TASK[task])}")
+    if task == "vfl" and cfg["compression.cache"] and cfg["compression.up"] == "none":
+        raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
+                          "(the cache fills the entries top-k did not send)")
+    if task == "chfl":
+        _check_number_list(cfg, "hfl.hidden", int, 1, None)
+        _check_number_list(cfg, "hfl.lrs", float, 0.0, None)
+        _check_number_list(cfg, "hfl.mus", float, -1e-12, 1.0)
+    if task != "ovfl":
+        return cfg
     if cfg["activation.k"] > cfg["vfl.clients"]:
         raise ConfigError(f"activation.k = {cfg['activation.k']} exceeds vfl.clients = {cfg['vfl.clients']}")
     if cfg["data.name"] in ("imnist", "mnist", "fashion-mnist") and cfg["vfl.clients"] > 784:
         raise ConfigError(f"vfl.clients = {cfg['vfl.clients']}: images have only 784 features")
     return cfg
+
+
+def _check_number_list(cfg: dict[str, Any], key: str, kind: type, above: float, at_most: float | None) -> None:
+    """A comma-separated list of numbers, each > ``above`` (and <= ``at_most``)."""
+    try:
+        values = [kind(v) for v in cfg[key].split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v <= above or (at_most is not None and v > at_most) for v in values):
+        bound = f"in ({above:g}, {at_most:g}]" if at_most is not None else f"> {above:g}"
+        raise ConfigError(f"{key} = {cfg[key]!r}: expected a comma-separated list of numbers {bound}")
+
+
+def number_list(text: str, kind: type = float) -> tuple:
+    """``"0.003,0.001"`` -> ``(0.003, 0.001)`` (values already checked by :func:`check_config`)."""
+    return tuple(kind(v) for v in text.split(","))

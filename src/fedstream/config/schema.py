@@ -23,6 +23,14 @@ class Field:
     optional: bool = False  # None is allowed
     exclusive_min: bool = False  # the value must be > min, not >= min
     exclusive_max: bool = False
+    tasks: tuple[str, ...] | None = None  # the tasks that read this key (None: every task)
+    task_defaults: tuple[tuple[str, Any], ...] = ()  # (task, default) where a task's default differs
+
+    def default_for(self, task: str) -> Any:
+        return dict(self.task_defaults).get(task, self.default)
+
+    def allows_none(self, task: str) -> bool:
+        return self.optional or self.default_for(task) is None
 
     def describe(self) -> str:
         if self.choices:
@@ -36,28 +44,79 @@ class Field:
         return text + (" " + " and ".join(bounds) if bounds else "")
 
 
-DATASETS = ("imnist", "mnist", "fashion-mnist", "higgs", "susy")
+TASKS = ("ovfl", "vfl", "chfl")
+OVFL, VFL, CHFL = ("ovfl",), ("vfl",), ("chfl",)
+DATASETS_BY_TASK = {
+    "ovfl": ("imnist", "mnist", "fashion-mnist", "higgs", "susy"),
+    "vfl": ("mnist", "fashion-mnist", "cifar10"),
+    "chfl": ("covertype", "covertype-uci", "sensorless", "jannis", "helena", "aloi"),
+}
+DATASETS = tuple(dict.fromkeys(d for names in DATASETS_BY_TASK.values() for d in names))
 
 SCHEMA: dict[str, Field] = {
-    "task": Field(str, "ovfl", "what to run: ovfl = event-driven online vertical FL", choices=("ovfl",)),
-    "seed": Field(int, 0, "seed of models, stream and activation draws", min=0),
-    "rounds": Field(int, 20000, "number of rounds (one sample per round)", min=1),
-    "data.name": Field(str, "imnist", "the stream's dataset", choices=DATASETS),
+    "task": Field(str, "ovfl", "what to run: ovfl = event-driven online vertical FL, vfl = batch vertical FL "
+                  "(with compression), chfl = continual horizontal FL", choices=TASKS),
+    "seed": Field(int, 0, "seed of models, data order, splits and activation draws", min=0),
+    "data.name": Field(str, "imnist", "the dataset (which ones depends on the task)", choices=DATASETS,
+                       task_defaults=(("vfl", "mnist"), ("chfl", "covertype"))),
     "data.root": Field(str, None, "data folder (else $FEDSTREAM_DATA, ./data, ../shared/data)", optional=True),
-    "data.stats_rows": Field(int, 10000, "rows used for the standardisation statistics (tabular data)", min=1),
-    "stream.drift": Field(str, "none", "non-stationarity of the stream", choices=("none", "class-prior")),
-    "stream.drift_every": Field(int, 50, "rounds between class-prior redraws", min=1),
-    "vfl.clients": Field(int, 4, "number of clients M (equal contiguous feature blocks)", min=1),
-    "model.embedding": Field(int, 64, "width of each client's embedding", min=1, max=65535),
-    "optimizer.name": Field(str, "dlr", "update rule of every party", choices=("ogd", "slr", "dlr")),
-    "optimizer.lr": Field(float, 0.01, "learning rate of the clients (and of the server unless server_lr)", min=0.0, exclusive_min=True),
-    "optimizer.server_lr": Field(float, None, "learning rate of the server (default: optimizer.lr)", min=0.0, exclusive_min=True, optional=True),
-    "optimizer.window": Field(int, 10, "window length l of SLR and DLR", min=1, max=65535),
-    "optimizer.alpha": Field(float, 0.95, "DLR's attenuation coefficient alpha (paper: 0 < alpha < 1)", min=0.0, max=1.0, exclusive_min=True, exclusive_max=True),
-    "activation.name": Field(str, "full", "which clients an event activates", choices=("full", "random", "event", "fixed")),
-    "activation.p": Field(float, 0.5, "Random: activation probability of each client", min=0.0, max=1.0),
-    "activation.threshold": Field(float, 0.2, "Event: threshold Γ on the mean standardised feature"),
-    "activation.k": Field(int, 2, "Fixed: number of clients activated per round", min=0),
-    "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1),
-    "checkpoint.every": Field(int, 10000, "rounds between checkpoints when --out is given (0: only at the end)", min=0),
+    # -- online VFL (task = ovfl) ----------------------------------------------------------------
+    "rounds": Field(int, 20000, "number of rounds (one sample per round)", min=1, tasks=OVFL),
+    "data.stats_rows": Field(int, 10000, "rows used for the standardisation statistics (tabular data)", min=1, tasks=OVFL),
+    "stream.drift": Field(str, "none", "non-stationarity of the stream", choices=("none", "class-prior"), tasks=OVFL),
+    "stream.drift_every": Field(int, 50, "rounds between class-prior redraws", min=1, tasks=OVFL),
+    "vfl.clients": Field(int, 4, "number of clients M (equal contiguous feature blocks)", min=1, tasks=("ovfl", "vfl")),
+    "model.embedding": Field(int, 64, "width of each client's embedding (vfl: none = the paper's, 128 or 16)",
+                             min=1, max=65535, tasks=("ovfl", "vfl"), task_defaults=(("vfl", None),)),
+    "optimizer.name": Field(str, "dlr", "update rule of every party", choices=("ogd", "slr", "dlr"), tasks=OVFL),
+    "optimizer.lr": Field(float, 0.01, "learning rate of the clients (and of the server unless server_lr); "
+                          "vfl: none = the paper's (0.01, CIFAR-10 0.001)", min=0.0, exclusive_min=True,
+                          tasks=("ovfl", "vfl"), task_defaults=(("vfl", None),)),
+    "optimizer.server_lr": Field(float, None, "learning rate of the server (default: optimizer.lr)", min=0.0, exclusive_min=True, optional=True, tasks=OVFL),
+    "optimizer.window": Field(int, 10, "window length l of SLR and DLR", min=1, max=65535, tasks=OVFL),
+    "optimizer.alpha": Field(float, 0.95, "DLR's attenuation coefficient alpha (paper: 0 < alpha < 1)", min=0.0, max=1.0, exclusive_min=True, exclusive_max=True, tasks=OVFL),
+    "activation.name": Field(str, "full", "which clients an event activates", choices=("full", "random", "event", "fixed"), tasks=OVFL),
+    "activation.p": Field(float, 0.5, "Random: activation probability of each client", min=0.0, max=1.0, tasks=OVFL),
+    "activation.threshold": Field(float, 0.2, "Event: threshold Γ on the mean standardised feature", tasks=OVFL),
+    "activation.k": Field(int, 2, "Fixed: number of clients activated per round", min=0, tasks=OVFL),
+    "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1, tasks=OVFL),
+    "checkpoint.every": Field(int, 10000, "rounds between checkpoints when --out is given (0: only at the end)", min=0, tasks=OVFL),
+    # -- batch VFL with compression (task = vfl) ---------------------------------------------------
+    "train.epochs": Field(int, 10, "passes over the training set", min=1, tasks=VFL),
+    "train.batch_size": Field(int, 100, "samples per mini-batch (paper: 100)", min=1, max=65535, tasks=VFL),
+    "model.hidden": Field(int, 256, "hidden width of the MNIST-like client MLPs", min=1, tasks=VFL),
+    "model.resnet_width": Field(int, 64, "base channels of the CIFAR-10 clients' ResNet-18", min=1, tasks=VFL),
+    "data.train_rows": Field(int, None, "use only the first rows of the training set", min=1, optional=True, tasks=VFL),
+    "data.test_rows": Field(int, None, "use only the first rows of the test set", min=1, optional=True, tasks=VFL),
+    "compression.up": Field(str, "none", "embedding codec: top-k by magnitude or ranked by the last gradient",
+                            choices=("none", "topk", "topk-grad"), tasks=VFL),
+    "compression.cache": Field(bool, False, "the server fills unsent embedding entries from its cache", tasks=VFL),
+    "compression.ratio": Field(float, 0.125, "fraction k/n of each embedding row sent (paper: 0.125)", min=0.0, max=1.0, exclusive_min=True, tasks=VFL),
+    "compression.down": Field(str, "none", "gradient codec: signSGD or 3-sigma quantisation + Huffman",
+                              choices=("none", "sign", "quant-huffman"), tasks=VFL),
+    "compression.levels": Field(int, 24, "quantisation intervals P (paper: 24)", min=1, max=254, tasks=VFL),
+    # -- continual horizontal FL (task = chfl) -----------------------------------------------------
+    "hfl.method": Field(str, "chfl", "chfl, or a baseline: common (FedAvg on common features), local, "
+                        "concat (section V-B5), fedprox", choices=("chfl", "common", "local", "concat", "fedprox"), tasks=CHFL),
+    "hfl.mode": Field(str, "batch", "batch: the paper's rounds of local epochs; stream: samples arrive online",
+                      choices=("batch", "stream"), tasks=CHFL),
+    "hfl.clients": Field(int, 5, "number of clients K", min=1, tasks=CHFL),
+    "hfl.common_ratio": Field(float, 0.3, "fraction r of the features every client has", min=0.0, max=1.0, exclusive_min=True, exclusive_max=True, tasks=CHFL),
+    "hfl.split": Field(str, "random", "how common features are drawn (Table IV: by correlation with the rest)",
+                       choices=("random", "max-corr", "median-corr", "min-corr"), tasks=CHFL),
+    "hfl.split_index": Field(int, 0, "which random feature split (seeds the split)", min=0, tasks=CHFL),
+    "hfl.rounds": Field(int, 3, "FedAvg rounds T (not given by the paper)", min=1, tasks=CHFL),
+    "hfl.local_epochs": Field(int, 5, "local epochs per round (paper: 5)", min=1, tasks=CHFL),
+    "hfl.batch_size": Field(int, 64, "mini-batch size (paper: 64)", min=1, tasks=CHFL),
+    "hfl.hidden": Field(str, "512,256,128", "hidden widths of each column, comma-separated", tasks=CHFL),
+    "hfl.lrs": Field(str, "0.003,0.001", "Adam learning rates each client chooses from on validation", tasks=CHFL),
+    "hfl.mus": Field(str, "0,0.5,1", "lateral-connection scales mu each client chooses from", tasks=CHFL),
+    "hfl.prox_mu": Field(float, 0.01, "FedProx proximal weight", min=0.0, exclusive_min=True, tasks=CHFL),
+    "hfl.max_rows": Field(int, None, "use only this many rows of the dataset", min=1, optional=True, tasks=CHFL),
+    "online.batch": Field(int, 16, "stream mode: samples per tick per active client", min=1, tasks=CHFL),
+    "online.sync_every": Field(int, 10, "stream mode: ticks between FedAvg rounds", min=1, tasks=CHFL),
+    "online.lr": Field(float, 0.001, "stream mode: Adam learning rate", min=0.0, exclusive_min=True, tasks=CHFL),
+    "online.mu": Field(float, 0.5, "stream mode: lateral-connection scale", min=0.0, max=1.0, tasks=CHFL),
+    "online.late_join": Field(float, 0.5, "stream mode: fraction of the stream after which the last client joins", min=0.0, max=1.0, exclusive_max=True, tasks=CHFL),
+    "online.eval_every": Field(int, 20, "stream mode: ticks per point of the accuracy curve", min=1, tasks=CHFL),
 }

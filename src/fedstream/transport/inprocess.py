@@ -25,6 +25,10 @@ class InProcessTransport:
         """Server -> client ``msg.client``."""
         return self._carry(msg, "down")
 
+    def fork(self) -> "InProcessTransport":
+        """A transport for the same clients with a fresh ledger (the plain format keeps no other state)."""
+        return InProcessTransport(len(self.ledger.up))
+
     def _carry(self, msg: Message, direction: str) -> Message:
         data = encode(msg)
         self.ledger.add(msg.client, direction, len(data))

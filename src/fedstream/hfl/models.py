@@ -1,0 +1,114 @@
+"""The networks of CHFL and its baselines (torch).
+
+* :class:`Column`: a ReLU MLP d -> 512 -> 256 -> 128 -> C (paper V-A2); the common column, the
+  Common and Local baselines' network, and (with unique features as input) a unique column.
+* :class:`LateralColumn`: the unique column of CHFL (section IV-B). Its layer i+1 also receives
+  the common column's layer-i output through a lateral matrix U^(i+1) scaled by μ (eq. 6):
+  ``z_u^(i+1) = a(W z_u^(i) + b + μ U z_c^(i))``, for i = 1..L-1, the last one feeding the
+  output layer (no activation there). μ = 0 builds no lateral matrices at all.
+* Output aggregation (eq. 7): the prediction is softmax(z_c^(L) + z_u^(L)); the modules return
+  logits, the softmax being inside the cross-entropy.
+* :class:`ConcatHead`: the simple method of section V-B5, a column over the unique features
+  concatenated with the common network's output F_θc(x_c) = softmax(z_c^(L)); its own output is
+  the prediction (no lateral connections, no aggregation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+HIDDEN = (512, 256, 128)
+
+
+class Column(nn.Module):
+    """ReLU MLP ``d_in -> hidden... -> n_classes``; :meth:`run` also returns the hidden outputs."""
+
+    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN):
+        super().__init__()
+        sizes = [d_in, *hidden, n_classes]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+
+    def run(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(hidden outputs z^(1..L-1), logits z^(L))."""
+        hs: list[torch.Tensor] = []
+        for layer in self.layers[:-1]:
+            x = torch.relu(layer(x))
+            hs.append(x)
+        return hs, self.layers[-1](x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.run(x)[1]
+
+
+class LateralColumn(nn.Module):
+    """CHFL's unique column: eq. 6 lateral inputs scaled by a fixed μ in [0, 1], eq. 7 output sum.
+
+    ``forward(x_u, common_hidden, common_logits)`` returns z_c^(L) + z_u^(L). The common column's
+    outputs are taken as given: Algorithm 2 trains θ_u and U with θ_c fixed, so callers pass them
+    detached.
+    """
+
+    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN, *, mu: float = 1.0):
+        super().__init__()
+        if not 0.0 <= mu <= 1.0:
+            raise ValueError(f"mu: expected a number in [0, 1], found {mu}")
+        self.mu = float(mu)
+        self.column = Column(d_in, n_classes, hidden)
+        outs = [*hidden[1:], n_classes]  # U^(i+1): n_i -> n_{i+1}, i = 1..L-1
+        self.laterals = nn.ModuleList(
+            nn.Linear(a, b, bias=False) for a, b in zip(hidden, outs)) if mu > 0 else nn.ModuleList()
+
+    def unique_logits(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor]) -> torch.Tensor:
+        """z_u^(L) by eq. 6."""
+        layers = self.column.layers
+        z = torch.relu(layers[0](x_u))
+        for i in range(1, len(layers)):
+            pre = layers[i](z)
+            if self.laterals:
+                pre = pre + self.mu * self.laterals[i - 1](common_hidden[i - 1])
+            z = pre if i == len(layers) - 1 else torch.relu(pre)
+        return z
+
+    def forward(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor],
+                common_logits: torch.Tensor) -> torch.Tensor:
+        return common_logits + self.unique_logits(x_u, common_hidden)
+
+
+class ConcatHead(nn.Module):
+    """Section V-B5: a column over [x_u, softmax(z_c^(L))]; its logits are the prediction."""
+
+    def __init__(self, d_unique: int, n_classes: int, hidden: Sequence[int] = HIDDEN):
+        super().__init__()
+        self.column = Column(d_unique + n_classes, n_classes, hidden)
+
+    def forward(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor],
+                common_logits: torch.Tensor) -> torch.Tensor:
+        return self.column(torch.cat([x_u, torch.softmax(common_logits, dim=1)], dim=1))
+
+
+class CHFLNet(nn.Module):
+    """One client's whole CHFL network Θ_k = (θ_c, θ_u,k, U_k): F(x_c, x_u) before the softmax."""
+
+    def __init__(self, d_common: int, d_unique: int, n_classes: int,
+                 hidden: Sequence[int] = HIDDEN, *, mu: float = 1.0):
+        super().__init__()
+        self.common = Column(d_common, n_classes, hidden)
+        self.unique = LateralColumn(d_unique, n_classes, hidden, mu=mu)
+
+    def forward(self, x_c: torch.Tensor, x_u: torch.Tensor) -> torch.Tensor:
+        hs, logits = self.common.run(x_c)
+        return self.unique(x_u, hs, logits)
+
+
+def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
+    """The module's parameters as float32 numpy arrays (copies), keyed by parameter name."""
+    return {k: v.detach().numpy().astype(np.float32, copy=True) for k, v in module.state_dict().items()}
+
+
+def load_arrays(module: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Copy named arrays (e.g. a decoded ModelUpdate) into the module's parameters."""
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)

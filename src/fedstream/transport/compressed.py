@@ -1,0 +1,246 @@
+"""Compressed links between the server and each client (issue 7; the paper's sections 3.1-3.2).
+
+:class:`CompressionSpec` is the configuration (``compression.*``): one payload codec per direction.
+A link has two ends. :class:`ClientEndpoint` sits with client m: it encodes m's embeddings with
+the uplink codec and decodes the gradients m receives. :class:`ServerEndpoint` sits with the
+server, one per client: it decodes m's embeddings (and keeps m's embedding cache) and encodes m's
+gradients (and keeps m's gradient distribution table). :class:`CompressedTransport` joins the two
+ends of every link in one process: like :class:`InProcessTransport`, every message is really
+encoded, counted by the ledger and decoded, and the receiver gets the decoded, lossy values, so
+training sees the compression. A network backend would put the ends in different processes.
+
+A direction configured ``none`` sends the plain format of :mod:`fedstream.transport.codec`, byte
+for byte; :func:`make_transport` returns the plain :class:`InProcessTransport` (untouched, as fast
+as before) when neither direction compresses.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.transport.codec import decode, encode
+from fedstream.transport.inprocess import InProcessTransport
+from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.links import (
+    QuantReceiver,
+    QuantSender,
+    RankedTopKSender,
+    Receiver,
+    Sender,
+    SignReceiver,
+    SignSender,
+    SparseReceiver,
+    TopKSender,
+)
+from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
+from fedstream.vfl.messages import Embedding, Gradient, Message
+
+UP_CODECS = ("none", "topk", "topk-grad")
+DOWN_CODECS = ("none", "sign", "quant-huffman")
+
+
+@dataclass(frozen=True)
+class CompressionSpec:
+    """Which codec each direction uses (paper settings: ratio 0.125, P = 24 levels).
+
+    ``up``: ``none``, ``topk`` (C-VFL, eq. 1) or ``topk-grad`` (ranked by the last received
+    gradient); ``cache``: the server fills unsent entries from its cache (eqs. 2-3; top-k only);
+    ``ratio``: fraction of each embedding row sent; ``down``: ``none``, ``sign`` (signSGD) or
+    ``quant-huffman`` (3-sigma quantiser + Huffman); ``levels``: P.
+    """
+
+    up: str = "none"
+    down: str = "none"
+    ratio: float = 0.125
+    levels: int = 24
+    cache: bool = False
+
+    def __post_init__(self) -> None:
+        _check_choice("compression.up", self.up, UP_CODECS)
+        _check_choice("compression.down", self.down, DOWN_CODECS)
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
+            raise ConfigError(f"compression.ratio = {self.ratio!r}: expected a number in (0, 1] (paper: 0.125)")
+        if isinstance(self.levels, bool) or not isinstance(self.levels, int) or not 1 <= self.levels <= 254:
+            raise ConfigError(f"compression.levels = {self.levels!r}: expected an integer in 1..254 (paper: 24)")
+        if not isinstance(self.cache, bool):
+            raise ConfigError(f"compression.cache = {self.cache!r}: expected true or false")
+        if self.cache and self.up == "none":
+            raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
+                              "(the cache fills the entries top-k did not send)")
+
+    @property
+    def is_none(self) -> bool:
+        """True when neither direction compresses (the plain transport applies)."""
+        return self.up == "none" and self.down == "none"
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> CompressionSpec:
+        """The spec of a flat config (``compression.up`` ...); absent keys take the defaults."""
+        keys = {f: f"compression.{f}" for f in ("up", "down", "ratio", "levels", "cache")}
+        return cls(**{f: config[k] for f, k in keys.items() if config.get(k) is not None})
+
+
+def _check_choice(key: str, value, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key} = {value!r}: expected one of {', '.join(choices)}")
+
+
+def up_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
+    """(client-side sender, server-side receiver) of the uplink, or None for ``none``."""
+    if spec.up == "none":
+        return None
+    sender = TopKSender(spec.ratio) if spec.up == "topk" else RankedTopKSender(spec.ratio)
+    return sender, SparseReceiver(spec.cache)
+
+
+def down_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
+    """(server-side sender, client-side receiver) of the downlink, or None for ``none``."""
+    if spec.down == "none":
+        return None
+    if spec.down == "sign":
+        return SignSender(), SignReceiver()
+    return QuantSender(spec.levels), QuantReceiver(spec.levels)
+
+
+class _Endpoint:
+    """One end of client ``client``'s link: a sender for one direction, a receiver for the other."""
+
+    sends: type  # the message type this end encodes with ``sender``
+    receives: type
+
+    def __init__(self, client: int, sender: Sender | None, receiver: Receiver | None):
+        self.client = client
+        self.sender = sender
+        self.receiver = receiver
+
+    def send(self, msg: Message) -> bytes:
+        """Bytes of ``msg``: compressed when it is this end's message type and the direction compresses."""
+        if self.sender is None or type(msg) is not self.sends:
+            return encode(msg)
+        return frame(msg, self.sender.wire, self.sender.payload(msg.values))
+
+    def receive(self, data: bytes) -> Message:
+        """The message that ``data`` decodes to; compressed payloads are decoded by this end's receiver."""
+        if not is_compressed(data):
+            msg = decode(data)
+        else:
+            msg = self._decompress(data)
+        if msg.client != self.client:
+            raise ProtocolError(f"a {type(msg).__name__} for client {msg.client} arrived on client {self.client}'s link")
+        return msg
+
+    def _decompress(self, data: bytes) -> Message:
+        f = unframe(data)
+        if f.type is not self.receives or self.receiver is None:
+            raise ProtocolError(f"compressed {f.type.__name__} for round {f.round} arrived at the {self.side} end "
+                                f"of client {self.client}'s link, which expects {self._expects()}")
+        if f.codec != self.receiver.wire:
+            raise ProtocolError(f"{f.type.__name__} for round {f.round}, client {f.client}: payload coded with "
+                                f"{CODEC_NAMES[f.codec]}, this link is configured for {CODEC_NAMES[self.receiver.wire]}")
+        return f.type(f.round, f.client, self.receiver.values(f.payload, f.shape))
+
+    def _expects(self) -> str:
+        return "uncompressed messages only" if self.receiver is None else f"compressed {self.receives.__name__}s"
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {}
+        for name, part in (("sender", self.sender), ("receiver", self.receiver)):
+            if part is not None:
+                state |= {f"{name}.{k}": v for k, v in part.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for name, part in (("sender", self.sender), ("receiver", self.receiver)):
+            if part is not None:
+                prefix = f"{name}."
+                part.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
+class ClientEndpoint(_Endpoint):
+    """Client m's end: compresses its embeddings, decodes its gradients (and shows them to the ranking)."""
+
+    sends, receives, side = Embedding, Gradient, "client"
+
+    def __init__(self, client: int, spec: CompressionSpec):
+        up, down = up_codec(spec), down_codec(spec)
+        super().__init__(client, up and up[0], down and down[1])
+
+    def receive(self, data: bytes) -> Message:
+        msg = super().receive(data)
+        if self.sender is not None and isinstance(msg, Gradient):
+            self.sender.observe_gradient(msg.values)
+        return msg
+
+
+class ServerEndpoint(_Endpoint):
+    """The server's end of client m's link: decodes m's embeddings, compresses m's gradients."""
+
+    sends, receives, side = Gradient, Embedding, "server"
+
+    def __init__(self, client: int, spec: CompressionSpec):
+        up, down = up_codec(spec), down_codec(spec)
+        super().__init__(client, down and down[0], up and up[1])
+
+
+class CompressedTransport:
+    """Moves messages between parties in one process through compressed links; counts the bytes."""
+
+    def __init__(self, n_clients: int, spec: CompressionSpec):
+        if not isinstance(spec, CompressionSpec):
+            raise ConfigError(f"expected a CompressionSpec, got {type(spec).__name__}")
+        self.spec = spec
+        self.ledger = ByteLedger(n_clients)
+        self.client_ends = [ClientEndpoint(m, spec) for m in range(n_clients)]
+        self.server_ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
+
+    def up(self, msg: Message) -> Message:
+        """Client ``msg.client`` -> server."""
+        m = self._client(msg)
+        data = self.client_ends[m].send(msg)
+        self.ledger.add(m, "up", len(data))
+        return self.server_ends[m].receive(data)
+
+    def down(self, msg: Message) -> Message:
+        """Server -> client ``msg.client``."""
+        m = self._client(msg)
+        data = self.server_ends[m].send(msg)
+        self.ledger.add(m, "down", len(data))
+        return self.client_ends[m].receive(data)
+
+    def _client(self, msg: Message) -> int:
+        if not 0 <= msg.client < len(self.client_ends):
+            raise ProtocolError(f"{type(msg).__name__} names client {msg.client}; "
+                                f"this transport links clients 0..{len(self.client_ends) - 1}")
+        return msg.client
+
+    def fork(self) -> CompressedTransport:
+        """An independent copy of every end's state with a fresh ledger (e.g. to evaluate without side effects)."""
+        twin = copy.deepcopy(self)
+        twin.ledger = ByteLedger(len(self.client_ends))
+        return twin
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The links' state (ranking gradients, caches, mu/sigma tables) for a checkpoint; not the ledger."""
+        state = {}
+        for side, ends in (("client", self.client_ends), ("server", self.server_ends)):
+            for end in ends:
+                state |= {f"{side}{end.client}.{k}": v for k, v in end.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for side, ends in (("client", self.client_ends), ("server", self.server_ends)):
+            for end in ends:
+                prefix = f"{side}{end.client}."
+                end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
+def make_transport(n_clients: int, spec: CompressionSpec | None = None) -> InProcessTransport | CompressedTransport:
+    """The plain in-process transport when nothing is compressed, else a :class:`CompressedTransport`."""
+    if spec is None or spec.is_none:
+        return InProcessTransport(n_clients)
+    return CompressedTransport(n_clients, spec)

@@ -1,0 +1,13 @@
+"""Batch (offline) vertical FL with bidirectional compression (issue 7, the compression paper).
+
+M clients hold row strips of every image and a bottom model each; the server holds the labels
+and a top model; mini-batch SGD over epochs; the embeddings (up) and gradients (down) travel
+through a transport whose per-direction codecs come from ``compression.*``. Entry point:
+:func:`run_batch_vfl` with :class:`BatchVFLSettings`.
+"""
+
+from fedstream.vfl.batch.parties import BatchClient, BatchServer
+from fedstream.vfl.batch.settings import CONFIG_KEYS, BatchVFLSettings
+from fedstream.vfl.batch.trainer import COLUMNS, run_batch_vfl
+
+__all__ = ["BatchClient", "BatchServer", "BatchVFLSettings", "CONFIG_KEYS", "COLUMNS", "run_batch_vfl"]

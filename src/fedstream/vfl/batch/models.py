@@ -1,0 +1,64 @@
+"""The models of the paper's experiments (section 4.1), in plain torch.nn.
+
+* MNIST / Fashion-MNIST: "clients and server both use MLPs", embedding 128. The paper gives no
+  layer sizes; we use one hidden layer of ``hidden`` = 256 ReLU units on each side: client
+  strip -> 256 -> embedding (linear output, so entries have both signs, the general case for
+  top-k), server M * embedding -> 256 -> 10.
+* CIFAR-10: each client a ResNet-18, embedding 16; the server one linear layer M * 16 -> 10.
+  torchvision is not used: :func:`resnet18` is the CIFAR variant (3x3 stem, no max-pool; four
+  stages of two basic blocks, strides 1, 2, 2, 2, widths w, 2w, 4w, 8w; global average pooling;
+  a linear head to the embedding). ``width`` w = 64 is ResNet-18; smaller w only for tests.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def client_mlp(n_in: int, hidden: int, embedding: int) -> nn.Sequential:
+    """Client bottom model for MNIST-like data: flatten -> hidden ReLU -> embedding."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, embedding))
+
+
+def server_mlp(n_in: int, hidden: int, n_classes: int) -> nn.Sequential:
+    """Server top model for MNIST-like data: concatenated embeddings -> hidden ReLU -> logits."""
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 conv-BN layers with a residual connection (1x1 conv-BN when the shape changes)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
+            nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out),
+        )
+        self.skip = nn.Identity() if stride == 1 and c_in == c_out else nn.Sequential(
+            nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.body(x) + self.skip(x))
+
+
+def resnet18(in_channels: int, embedding: int, width: int = 64) -> nn.Sequential:
+    """CIFAR-style ResNet-18 mapping (n, in_channels, h, w) images to (n, embedding)."""
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+    c = width
+    for i, stride in enumerate((1, 2, 2, 2)):
+        out = width * 2**i
+        layers += [BasicBlock(c, out, stride), BasicBlock(out, out, 1)]
+        c = out
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, embedding))
+
+
+def build_models(dataset: str, strip_shapes: list[tuple[int, int, int]], *, embedding: int, hidden: int,
+                 resnet_width: int, n_classes: int) -> tuple[list[nn.Module], nn.Module]:
+    """(client models, server model) of the paper's setting for ``dataset``."""
+    m = len(strip_shapes)
+    if dataset == "cifar10":
+        clients = [resnet18(c, embedding, resnet_width) for c, _, _ in strip_shapes]
+        return clients, nn.Linear(m * embedding, n_classes)
+    clients = [client_mlp(c * h * w, hidden, embedding) for c, h, w in strip_shapes]
+    return clients, server_mlp(m * embedding, hidden, n_classes)
