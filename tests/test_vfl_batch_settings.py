@@ -20,8 +20,8 @@ def test_paper_defaults_resolve_per_dataset():
     [
         ({"dataset": "svhn"}, "data.name = 'svhn': expected one of mnist, fashion-mnist, cifar10"),
         ({"clients": 0}, r"vfl.clients = 0: expected an integer in 1..32"),
-        ({"epochs": 1.5}, "epochs = 1.5: expected an integer >= 1"),
-        ({"batch_size": 70000}, r"batch_size = 70000: expected an integer in 1..65535"),
+        ({"epochs": 1.5}, "train.epochs = 1.5: expected an integer >= 1"),
+        ({"batch_size": 70000}, r"train.batch_size = 70000: expected an integer in 1..65535"),
         ({"lr": 0}, "optimizer.lr = 0: expected a number > 0"),
         ({"lr": "fast"}, "optimizer.lr = 'fast'"),
         ({"embedding": True}, "model.embedding = True: expected an integer in 1..65535 or none"),
@@ -38,7 +38,7 @@ def test_each_field_is_validated_by_its_config_key(kwargs, match):
 
 
 def test_flat_config_round_trip():
-    config = {"data.name": "fashion-mnist", "vfl.clients": 2, "epochs": 3, "batch_size": 50, "optimizer.lr": 0.05,
+    config = {"data.name": "fashion-mnist", "vfl.clients": 2, "train.epochs": 3, "train.batch_size": 50, "optimizer.lr": 0.05,
               "model.embedding": None, "compression.up": "topk-grad", "compression.cache": True,
               "compression.down": "quant-huffman", "compression.levels": 16, "unrelated.key": 1}
     s = BatchVFLSettings.from_config(config)

@@ -193,6 +193,8 @@ def cmd_run(args) -> int:
     from fedstream.vfl.engine import OnlineVFL
 
     config = load_config(args.config, args.sets)
+    if config["task"] != "ovfl":
+        return _run_batch(config, args)
     if args.resume and args.out is None:
         raise FedstreamError("--resume needs --out DIR (the folder holding checkpoint.npz)")
     run = OnlineVFL(config)
@@ -223,6 +225,61 @@ def cmd_run(args) -> int:
     if not args.quiet:
         Console().print(summary_table(summary))
     return 0
+
+
+def _run_batch(config: dict, args) -> int:
+    """``fedstream run`` for the batch tasks (vfl, chfl): a status line while it trains, a table after."""
+    from fedstream.tasks import run_batch_task
+
+    if args.resume:
+        raise FedstreamError(f"--resume is for online runs (task = ovfl); task = {config['task']} reruns from the start")
+    if args.out is not None and (args.out / "summary.json").exists():
+        raise FedstreamError(f"{args.out / 'summary.json'} exists: choose another --out")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                        console=console, disable=args.quiet)
+    with progress as bar:
+        task = bar.add_task(f"{config['task']} on {config['data.name']}", total=None, status="starting")
+
+        def on_progress(event: dict) -> None:
+            if event.get("event") == "step":  # batch VFL: steps of an epoch
+                bar.update(task, total=event["steps"], completed=event["step"],
+                           status=f"epoch {event['epoch']}  loss {event.get('loss', float('nan')):.4f}")
+            elif event.get("event") == "epoch":
+                bar.update(task, status=f"epoch {event['epoch']}  test accuracy {event['test_accuracy']:.4f}")
+            else:  # CHFL: federated rounds per method and learning rate
+                bar.update(task, status=" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                 for k, v in event.items()))
+
+        summary = run_batch_task(config, args.out, on_progress)
+    if not args.quiet:
+        Console().print(batch_summary_table(summary))
+    return 0
+
+
+def batch_summary_table(s: dict) -> Table:
+    """The headline figures of a vfl or chfl summary."""
+    c = s["config"]
+    table = Table(title=f"fedstream {s['task']} on {c['data.name']}", show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    b = s.get("bytes", {})
+    rows = []
+    if s["task"] == "vfl":
+        rows += [("test accuracy (final / best)", f"{s['final_accuracy']:.4f} / {s['best_accuracy']:.4f}"),
+                 ("epochs", str(s["epochs"])),
+                 ("compression", f"up {c['compression.up']}{' + cache' if c['compression.cache'] else ''}, "
+                                 f"down {c['compression.down']}")]
+    elif "prequential_acc" in s:
+        rows += [("method", f"{c['hfl.method']} (stream)"), ("prequential accuracy", f"{s['prequential_acc']:.4f}")]
+    else:
+        rows += [("method", c["hfl.method"]), ("test accuracy (mean over clients)", f"{s['test_acc']:.4f}")]
+    if b:
+        rows.append(("communication (MB, 2^20 B)", f"{(b['up'] + b['down']) / 2**20:,.2f}  "
+                                                   f"(up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})"))
+    rows.append(("wall time (s)", f"{s.get('wall_seconds', float('nan')):.1f}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
 
 
 def _title(config: dict) -> str:

@@ -68,7 +68,9 @@ PAPER_KEYS = {"table", "columns", "rows", "caption"}
 FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"}
 FIGURE_KINDS = ("curves", "scatter")
 SUMMARY_COLUMNS = ("accumulated_error", "client_compute_seconds", "server_compute_seconds", "wall_seconds",
-                   "total_mb", "up_mb", "down_mb", "rounds_per_second", "mean_activation_rate")
+                   "total_mb", "up_mb", "down_mb", "rounds_per_second", "mean_activation_rate",
+                   # batch VFL (task = vfl) and CHFL (task = chfl) summaries
+                   "final_accuracy", "best_accuracy", "bytes_per_client_mb", "test_acc", "prequential_acc")
 
 
 @dataclass
@@ -94,10 +96,22 @@ class PaperTable:
 
 @dataclass
 class Figure:
+    """A figure of the report. Curves plot metrics.csv column ``y`` against ``x`` (online VFL:
+    interval error per round; batch VFL: test_accuracy per epoch or per bytes_total); a scatter
+    plots summary column ``y`` against ``x`` (default: accumulated error against total MB)."""
+
     kind: str
     title: str
     panels: str | None = None
     lines: str | None = None
+    x: str | None = None
+    y: str | None = None
+
+    @property
+    def axes(self) -> tuple[str, str]:
+        if self.kind == "curves":
+            return self.x or "round", self.y or "interval_error"
+        return self.x or "total_mb", self.y or "accumulated_error"
 
 
 @dataclass
@@ -231,7 +245,13 @@ def _figures(where: str, raw, grid: dict) -> list[Figure]:
         for key in ("panels", "lines"):
             if entry.get(key) is not None and entry[key] not in grid:
                 raise _fail(w, f"{key!r} = {entry[key]!r} is not a grid key ({list(grid)})")
-        figures.append(Figure(kind, _string(w, entry, "title"), entry.get("panels"), entry.get("lines")))
+        for key in ("x", "y"):
+            if kind == "scatter" and entry.get(key) is not None:
+                _column(w, entry[key])
+            elif entry.get(key) is not None and not isinstance(entry[key], str):
+                raise _fail(w, f"{key!r} must name a metrics.csv column, got {entry[key]!r}")
+        figures.append(Figure(kind, _string(w, entry, "title"), entry.get("panels"), entry.get("lines"),
+                              entry.get("x"), entry.get("y")))
     return figures
 
 

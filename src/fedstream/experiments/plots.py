@@ -11,6 +11,13 @@ from pathlib import Path
 from fedstream.errors import ConfigError
 
 
+AXIS_LABELS = {
+    "round": "samples seen (rounds)", "interval_error": "error rate per interval", "epoch": "epoch",
+    "test_accuracy": "test accuracy", "bytes_total": "bytes sent so far (up + down)", "tick": "ticks",
+    "acc": "prequential accuracy",
+}
+
+
 def _pyplot():
     try:
         import matplotlib
@@ -45,18 +52,19 @@ def curves(plt, exp, fig_def, runs, path: Path) -> None:
     fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 3.6), sharey=True, squeeze=False)
     for ax, value in zip(axes[0], values):
         members = [r for r in runs if value is None or str(r.grid[panel_key]) == value]
+        x_key, y_key = fig_def.axes
         for run in members:
-            pts = [(row["round"], row["interval_error"]) for row in run.curve if "interval_error" in row]
+            pts = [(row[x_key], row[y_key]) for row in run.curve if x_key in row and y_key in row]
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, label=_legend(run, {panel_key}))
         ax.set_title(f"{_short(panel_key)} = {value}" if value is not None else fig_def.title, fontsize=10)
-        ax.set_xlabel("samples seen (rounds)")
+        ax.set_xlabel(AXIS_LABELS.get(x_key, x_key))
         ax.grid(alpha=0.3)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
         if any(line.get_label() for line in ax.get_lines()):
             ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("error rate per interval")
+    axes[0][0].set_ylabel(AXIS_LABELS.get(fig_def.axes[1], fig_def.axes[1]))
     if panel_key:
         fig.suptitle(fig_def.title, fontsize=11)
     fig.tight_layout()
@@ -86,9 +94,14 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     colours = plt.get_cmap("tab10").colors
     for i, run in enumerate(r for r in runs if r.done and r.summary.get("diverged_at") is None):
         colour, name = colours[i % len(colours)], label(run.grid)
-        x = column_value(run.summary, "total_mb") * (scale_factor or 1.0)
-        ax.scatter([x], [column_value(run.summary, "accumulated_error")], s=36, color=colour, label=name)
-        if name in paper:
+        x_key, y_key = fig_def.axes
+        x = column_value(run.summary, x_key)
+        y = column_value(run.summary, y_key)
+        if x is None or y is None:
+            continue
+        x *= (scale_factor or 1.0) if x_key in ("total_mb", "up_mb", "down_mb") else 1.0
+        ax.scatter([x], [y], s=36, color=colour, label=name)
+        if name in paper and fig_def.axes == ("total_mb", "accumulated_error"):
             ax.scatter([paper[name][0]], [paper[name][1]], s=44, marker="x", color=colour)
     ax.scatter([], [], marker="o", color="black", label="ours")
     if paper:
@@ -98,8 +111,12 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
 
     ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
     scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""
-    ax.set_xlabel(f"total communication (MB = 2^20 bytes, log scale{scaled})")
-    ax.set_ylabel("accumulated error rate")
+    from fedstream.experiments.report import LABELS
+
+    x_key, y_key = fig_def.axes
+    ax.set_xlabel(f"{LABELS.get(x_key, x_key)} (MB = 2^20 bytes, log scale{scaled})" if x_key.endswith("mb")
+                  else LABELS.get(x_key, x_key))
+    ax.set_ylabel(LABELS.get(y_key, y_key))
     ax.set_title(fig_def.title, fontsize=11)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))

@@ -21,6 +21,8 @@ MB = 2**20  # the paper's MB: its Full figure, 1953.13 MB, is 2e6 rounds x 512 v
 FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
 CUMULATIVE = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "total_mb", "up_mb", "down_mb"}
 LABELS = {
+    "final_accuracy": "final accuracy", "best_accuracy": "best accuracy", "test_acc": "test accuracy",
+    "prequential_acc": "prequential accuracy", "bytes_per_client_mb": "MB per client",
     "accumulated_error": "acc. error", "client_compute_seconds": "client compute (s)",
     "server_compute_seconds": "server compute (s)", "wall_seconds": "wall (s)", "total_mb": "total MB",
     "up_mb": "up MB", "down_mb": "down MB", "rounds_per_second": "rounds/s",
@@ -50,7 +52,11 @@ def column_value(summary: dict, column: str) -> float | None:
         m = int(column.split(".", 1)[1])
         return rates[m] if m < len(rates) else None
     if column in ("total_mb", "up_mb", "down_mb"):
+        if "bytes" not in summary:
+            return None
         return summary["bytes"][{"total_mb": "total", "up_mb": "up", "down_mb": "down"}[column]] / MB
+    if column == "bytes_per_client_mb":
+        return summary["bytes_per_client"] / MB if "bytes_per_client" in summary else None
     if column == "mean_activation_rate":
         rates = summary.get("activation_rate", [])
         return sum(rates) / len(rates) if rates else None
@@ -95,7 +101,8 @@ def _definition(index: dict) -> Experiment:
 def _fmt(value: float | None, column: str) -> str:
     if value is None:
         return "–"
-    if column == "accumulated_error" or column.startswith("activation_rate") or column == "mean_activation_rate":
+    if column in ("accumulated_error", "mean_activation_rate", "final_accuracy", "best_accuracy", "test_acc",
+                  "prequential_acc") or column.startswith("activation_rate"):
         return f"{value:.4f}"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
@@ -142,19 +149,34 @@ def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) 
     return lines + [""]
 
 
+TASK_COLUMNS = {
+    "ovfl": ["accumulated_error", "client_compute_seconds", "total_mb", "up_mb", "down_mb", "mean_activation_rate",
+             "rounds_per_second"],
+    "vfl": ["final_accuracy", "best_accuracy", "total_mb", "up_mb", "down_mb", "bytes_per_client_mb", "wall_seconds"],
+    "chfl": ["test_acc", "prequential_acc", "total_mb", "up_mb", "down_mb", "wall_seconds"],
+}
+
+
+def _length(run: Run) -> str:
+    """How far a run got: rounds (online), epochs (batch VFL) or done (CHFL)."""
+    s, c = run.summary, run.config
+    if c["task"] == "ovfl":
+        if s is None:
+            last = int(run.curve[-1]["round"]) if run.curve else 0
+            return f"{last} of {c['rounds']} rounds (running)"
+        return f"diverged at round {s['diverged_at']}" if s.get("diverged_at") is not None else f"{s['rounds']} rounds"
+    if c["task"] == "vfl":
+        return f"{s['epochs']} epochs" if s else f"{len(run.curve)} of {c['train.epochs']} epochs (running)"
+    return "done" if s else "running"
+
+
 def runs_table(runs: list[Run]) -> list[str]:
     """Markdown lines: every run's headline figures (or its progress)."""
-    cols = ["accumulated_error", "client_compute_seconds", "total_mb", "up_mb", "down_mb", "mean_activation_rate",
-            "rounds_per_second"]
-    lines = ["| run | rounds | " + " | ".join(LABELS[c] for c in cols) + " |", "|" + "---|" * (len(cols) + 2)]
+    cols = TASK_COLUMNS[runs[0].config["task"]] if runs else []
+    lines = ["| run | length | " + " | ".join(LABELS[c] for c in cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for run in runs:
-        if run.done and run.summary.get("diverged_at") is not None:
-            cells = [f"diverged at round {run.summary['diverged_at']}"] + ["–"] * len(cols)
-        elif run.done:
-            cells = [str(run.summary["rounds"])] + [_fmt(column_value(run.summary, c), c) for c in cols]
-        else:
-            last = int(run.curve[-1]["round"]) if run.curve else 0
-            cells = [f"{last} of {run.config['rounds']} (running)"] + ["–"] * len(cols)
+        ok = run.done and run.summary.get("diverged_at") is None
+        cells = [_length(run)] + [_fmt(column_value(run.summary, c), c) if ok else "–" for c in cols]
         lines.append(f"| {label(run.grid)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -184,7 +206,7 @@ def write_report(folder: Path) -> Path:
     index, exp, runs = load_runs(folder)
     paper_rounds = exp.scales.get("paper", {}).get("rounds")
     done = [r for r in runs if r.done]
-    our_rounds = done[0].summary["rounds"] if done else None
+    our_rounds = done[0].summary.get("rounds") if done else None
     factor = paper_rounds / our_rounds if paper_rounds and our_rounds and paper_rounds != our_rounds else None
     lines = [f"# {exp.title}", "", f"Source: {exp.source}. Experiment `{exp.name}`, scale `{index['scale']}`"
              f" ({len(done)} of {len(runs)} runs finished).", ""]

@@ -21,8 +21,8 @@ MAX_U16 = 65535  # rows and columns travel as u16 in the message header
 CONFIG_KEYS = {
     "dataset": "data.name",
     "clients": "vfl.clients",
-    "epochs": "epochs",
-    "batch_size": "batch_size",
+    "epochs": "train.epochs",
+    "batch_size": "train.batch_size",
     "lr": "optimizer.lr",
     "embedding": "model.embedding",
     "hidden": "model.hidden",
