@@ -22,7 +22,8 @@ def test_every_key_belongs_to_some_task():
 
 @pytest.mark.parametrize("overrides,match", [
     (["task=vfl", "optimizer.window=5"], "optimizer.window is not a setting of task = 'vfl'"),
-    (["compression.up=topk"], "compression.up is not a setting of task = 'ovfl'"),
+    (["hfl.clients=3"], "hfl.clients is not a setting of task = 'ovfl'"),
+    (["compression.cache=true"], "needs compression.up"),
     (["task=vfl", "data.name=imnist"], "not a dataset of task = 'vfl'"),
     (["task=vfl", "compression.cache=true"], "needs compression.up"),
     (["task=chfl", "hfl.mus=0,2"], "hfl.mus"),

@@ -58,15 +58,27 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar or table")
     bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
-    bench.add_argument("what", choices=["ovfl", "huffman"],
+    bench.add_argument("what", choices=["ovfl", "huffman", "selection"],
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
-                            "huffman: our Huffman coder vs the pure-Python dahuffman package")
+                            "huffman: our Huffman coder vs the pure-Python dahuffman package; "
+                            "selection: VF-PS scoring vs the per-sample reference")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
     bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument("--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)")
+    sel = bench.add_argument_group("selection")
+    sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
+    sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
+    sel.add_argument("--k", type=int, default=10, help="neighbours K")
+    sel.add_argument("--groups", type=int, default=10, help="random groups of the group testing")
+    sel.add_argument("--seed", type=int, default=100, help="seed of the groups")
+    sel.add_argument("--scale-clients", type=int, default=16, help="clients of the synthetic scale run")
+    sel.add_argument("--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)")
+    sel.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
+    sel.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
+    sel.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
     exp = sub.add_parser("experiment", help="the paper's tables and figures as ready experiments")
     exp_sub = exp.add_subparsers(dest="action", required=True)
     exp_sub.add_parser("list", help="list the shipped experiments")
@@ -161,6 +173,16 @@ def cmd_sweep(args) -> int:
 def cmd_bench(args) -> int:
     from fedstream.bench.ovfl import bench_ovfl, write_json
 
+    if args.what == "selection":
+        from fedstream.bench.selection import bench_selection, format_selection_bench
+
+        results = bench_selection(args.data_root, samples=args.samples, ref_samples=args.ref_samples, k=args.k,
+                                  n_groups=args.groups, seed=args.seed, scale_clients=args.scale_clients,
+                                  scale_samples=args.scale_samples, scale_queries=args.scale_queries,
+                                  paillier=not args.no_paillier, key_bits=args.key_bits, workers=args.workers)
+        Console().print(format_selection_bench(results), highlight=False)
+        write_json(results, args.json or Path("bench-selection.json"))
+        return 0
     if args.what == "huffman":
         from fedstream.bench.huffman import bench_huffman, format_huffman_bench
 

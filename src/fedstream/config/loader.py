@@ -180,7 +180,7 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if data not in DATASETS_BY_TASK[task]:
         raise ConfigError(f"data.name = {data!r} is not a dataset of task = {task!r}; expected one of "
                           f"{', '.join(DATASETS_BY_TASK[task])}")
-    if task == "vfl" and cfg["compression.cache"] and cfg["compression.up"] == "none":
+    if task in ("ovfl", "vfl") and cfg["compression.cache"] and cfg["compression.up"] == "none":
         raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
                           "(the cache fills the entries top-k did not send)")
     if task == "chfl":

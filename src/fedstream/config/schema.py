@@ -89,12 +89,12 @@ SCHEMA: dict[str, Field] = {
     "data.train_rows": Field(int, None, "use only the first rows of the training set", min=1, optional=True, tasks=VFL),
     "data.test_rows": Field(int, None, "use only the first rows of the test set", min=1, optional=True, tasks=VFL),
     "compression.up": Field(str, "none", "embedding codec: top-k by magnitude or ranked by the last gradient",
-                            choices=("none", "topk", "topk-grad"), tasks=VFL),
-    "compression.cache": Field(bool, False, "the server fills unsent embedding entries from its cache", tasks=VFL),
-    "compression.ratio": Field(float, 0.125, "fraction k/n of each embedding row sent (paper: 0.125)", min=0.0, max=1.0, exclusive_min=True, tasks=VFL),
+                            choices=("none", "topk", "topk-grad"), tasks=("ovfl", "vfl")),
+    "compression.cache": Field(bool, False, "the server fills unsent embedding entries from its cache", tasks=("ovfl", "vfl")),
+    "compression.ratio": Field(float, 0.125, "fraction k/n of each embedding row sent (paper: 0.125)", min=0.0, max=1.0, exclusive_min=True, tasks=("ovfl", "vfl")),
     "compression.down": Field(str, "none", "gradient codec: signSGD or 3-sigma quantisation + Huffman",
-                              choices=("none", "sign", "quant-huffman"), tasks=VFL),
-    "compression.levels": Field(int, 24, "quantisation intervals P (paper: 24)", min=1, max=254, tasks=VFL),
+                              choices=("none", "sign", "quant-huffman"), tasks=("ovfl", "vfl")),
+    "compression.levels": Field(int, 24, "quantisation intervals P (paper: 24)", min=1, max=254, tasks=("ovfl", "vfl")),
     # -- continual horizontal FL (task = chfl) -----------------------------------------------------
     "hfl.method": Field(str, "chfl", "chfl, or a baseline: common (FedAvg on common features), local, "
                         "concat (section V-B5), fedprox", choices=("chfl", "common", "local", "concat", "fedprox"), tasks=CHFL),

@@ -94,9 +94,25 @@ def _complete(spec: RunSpec) -> dict | None:
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
+    if not same_config(summary.get("config", {}), spec.config):
+        return None
     finished = (spec.config["task"] != "ovfl" or summary.get("rounds") == spec.config["rounds"]
                 or summary.get("diverged_at") is not None)
-    return summary if summary.get("config") == spec.config and finished else None
+    return summary if finished else None
+
+
+def same_config(old: dict, new: dict) -> bool:
+    """True when ``new`` asks for the run ``old`` describes: equal values, where a key that ``old``
+    lacks (added to fedstream since) counts as equal if ``new`` has it at its default."""
+    from fedstream.config.schema import SCHEMA
+
+    for key, value in new.items():
+        if key in old:
+            if old[key] != value:
+                return False
+        elif key not in SCHEMA or value != SCHEMA[key].default_for(new["task"]):
+            return False
+    return set(old) <= set(new)
 
 
 class _Member:

@@ -23,7 +23,7 @@ from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
 from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runtime.state import collect, restore
-from fedstream.transport import InProcessTransport
+from fedstream.transport import CompressionSpec, make_transport
 from fedstream.vfl.activation import make_activation
 from fedstream.vfl.client import Client
 from fedstream.vfl.protocol import ComputeClock, play_round
@@ -90,7 +90,7 @@ class OnlineVFL:
         server_model = build_server_model(name, M * e, source.n_classes, rng)
         server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
         self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
-        self.transport = InProcessTransport(M)
+        self.transport = make_transport(M, CompressionSpec.from_config(config))  # plain float32 unless compressed
         self.activation = make_activation(
             config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
             k=config["activation.k"], seed=config["seed"],
@@ -207,6 +207,8 @@ class OnlineVFL:
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        if hasattr(self.transport, "state_dict"):  # codec state: caches, last gradients, previous sigma
+            parts["codecs"] = self.transport
         parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
         return parts
 

@@ -1,0 +1,360 @@
+"""The tiled two-phase computation behind :func:`fedstream.selection.knn_mi.knn_mi`.
+
+Data are put in class-sorted order, queries first: ``[queries by class | other samples by class]``.
+
+* Phase 1 (:meth:`Engine.radii`) visits only same-class tiles (about 1/C of all pairs) and keeps,
+  per group and query, the K smallest same-class distances; the K-th is the radius r_q.
+* Phase 2 (:meth:`Engine.counts`) visits each row block of queries against (a) itself, row side
+  only, (b) the later query columns, crediting both sides (each unordered pair once), (c) the
+  non-query columns, row side only. Tiles are cut at class boundaries, so every same-class tile
+  is skipped whole.
+
+Each task (a row block) runs on a worker thread: one single-threaded BLAS GEMM per client and tile
+for the dot products, then a serial numba kernel that releases the GIL (see ``_kernels``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.errors import ConfigError
+from fedstream.selection import _kernels as K
+
+BACKENDS = ("auto", "dots", "direct")
+PRECISIONS = ("auto", "float32", "float64")
+DIRECT_MAX_WIDTH = 8  # auto backend: fused feature loop when clients hold at most this many features on average
+TILE_ROWS = 512
+TILE_COLS = 2048
+WORK_BYTES = 256 << 10  # one row's work buffer (client + group distances) stays in L2
+TILE_BYTES = 16 << 20  # one worker's per-client dot products for a tile (two workers fit the shared L3)
+
+
+@dataclass
+class Prepared:
+    """The data in class-sorted order: queries first (by class), then the other samples (by class)."""
+
+    labels: np.ndarray  # (n,) class codes, sorted order
+    pos_of_query: np.ndarray  # (|Q|,) sorted position of each query (queries in ascending index order)
+    n_queries: int
+    n_clients: int
+    mode: str  # "dots" or "direct"
+    int_mode: bool = False  # dots mode with exact int32 distance arithmetic
+    feats: list[np.ndarray] | None = None  # dots: per-client (n, d_j) in sorted order
+    norms: np.ndarray | None = None  # dots: (m, n) squared norms (int32 in int_mode, else float64)
+    XT: np.ndarray | None = None  # direct: (D, n) features, column-major (float32 or float64)
+    offsets: np.ndarray | None = None  # direct: (m+1,) feature offsets of the clients
+
+
+def informative_columns(a: np.ndarray) -> np.ndarray:
+    """Columns of ``a`` that are not constant (constant ones add zero to every distance)."""
+    keep = (a != a[:1]).any(axis=0)
+    return a[:, keep] if keep.any() else np.zeros((a.shape[0], 1), dtype=a.dtype)
+
+
+def _integer_valued(a: np.ndarray) -> bool:
+    return bool(np.issubdtype(a.dtype, np.integer) or np.array_equal(a, np.round(a)))
+
+
+def exact_in_int32(blocks: list[np.ndarray]) -> bool:
+    """True when the features are integers small enough for an exact float32 GEMM and int32 sums.
+
+    A client's dot products and norms are exact in float32 when d_j · max|x|² < 2²⁴; every global
+    distance stays below 2³¹ when 2 Σ_j d_j · max_j|x|² < 2³¹.
+    """
+    total = 0.0
+    for a in blocks:
+        if not _integer_valued(a):
+            return False
+        big = float(np.abs(a).max()) if a.size else 0.0
+        if a.shape[1] * big * big >= 2.0**24:
+            return False
+        total += 2.0 * a.shape[1] * big * big
+    return total < 2.0**31
+
+
+def exact_in_float32_direct(blocks: list[np.ndarray]) -> bool:
+    """True when float32 (x_a − x_b)² sums are exact: integer features with Σ_f range_f² < 2²⁴."""
+    if not all(_integer_valued(a) for a in blocks):
+        return False
+    span = sum(float(((a.max(axis=0) - a.min(axis=0)).astype(np.float64) ** 2).sum()) for a in blocks)
+    return span < 2.0**24
+
+
+def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
+    """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here).
+
+    ``"auto"`` precision picks float32 only where it is exact (integer features that are small
+    enough), so the result equals the float64 one; ``"float32"`` forces it (faster, approximate for
+    real-valued features: distances that differ by less than float32 rounding may swap).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
+    if backend == "auto":
+        mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
+        backend = "direct" if mean_width <= DIRECT_MAX_WIDTH else "dots"
+    exact = exact_in_int32(blocks) if backend == "dots" else exact_in_float32_direct(blocks)
+    if precision == "auto":
+        precision = "float32" if exact else "float64"
+    int_mode = backend == "dots" and precision == "float32" and exact
+    return backend, np.float32 if precision == "float32" else np.float64, int_mode
+
+
+def prepare(blocks: list[np.ndarray], y: np.ndarray, queries: np.ndarray, backend: str, precision: str) -> Prepared:
+    """Sort, drop constant columns, and lay the features out for the chosen backend."""
+    n = y.shape[0]
+    is_query = np.zeros(n, dtype=bool)
+    is_query[queries] = True
+    perm = np.lexsort((y, ~is_query))
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    blocks = [informative_columns(b) for b in blocks]
+    mode, dtype, int_mode = choose(blocks, backend, precision)
+    prep = Prepared(labels=y[perm], pos_of_query=inv[queries], n_queries=queries.size, n_clients=len(blocks),
+                    mode=mode, int_mode=int_mode)
+    if mode == "dots":
+        feats = []
+        for b in blocks:
+            f = b[perm].astype(np.float64)
+            if not _integer_valued(b):
+                f -= f.mean(axis=0)  # centring keeps distances and cuts cancellation in |a|²+|b|²−2a·b
+            feats.append(np.ascontiguousarray(f, dtype=dtype))
+        norms = np.stack([np.einsum("ij,ij->i", f.astype(np.float64), f.astype(np.float64)) for f in feats])
+        prep.feats, prep.norms = feats, (norms.astype(np.int32) if int_mode else norms)
+    else:
+        XT = np.concatenate([b[perm] for b in blocks], axis=1).T
+        prep.XT = np.ascontiguousarray(XT, dtype=dtype)  # differences x_a - x_b need no centring
+        prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
+    return prep
+
+
+def sum_plan(groups: list[tuple[int, ...]], m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How the server forms every group's distance with one vector add per new subset.
+
+    Buffer rows 0..m-1 hold the clients' local distances; row m + r is row ``parent[r]`` plus client
+    ``client[r]``'s row. Groups are built smallest first, each from the largest subset already
+    stored, adding its missing clients one at a time (every step a stored subset others can reuse).
+    Returns ``(parent, client, grow)`` with ``grow[g]`` the row holding group g's distance.
+    """
+    rows: dict[frozenset, int] = {frozenset([j]): j for j in range(m)}
+    parent: list[int] = []
+    client: list[int] = []
+    for g in sorted(set(groups), key=lambda t: (len(t), t)):
+        key = frozenset(g)
+        if key in rows:
+            continue
+        base = max((s for s in rows if s <= key), key=lambda s: (len(s), -rows[s]))
+        current = set(base)
+        for c in sorted(key - base):
+            previous = rows[frozenset(current)]
+            current.add(c)
+            if frozenset(current) not in rows:
+                parent.append(previous)
+                client.append(c)
+                rows[frozenset(current)] = m + len(parent) - 1
+    return (np.array(parent, dtype=np.int64), np.array(client, dtype=np.int64),
+            np.array([rows[frozenset(g)] for g in groups], dtype=np.int64))
+
+
+def tile_shape(prep: Prepared, tile, plan_rows: int) -> tuple[int, int]:
+    """(rows, cols) of a tile: ``tile`` if given (an int means square), else sized to the caches.
+
+    Columns are limited so that one row's work buffer (clients + plan rows) stays in L2 and one
+    worker's dot products for a tile stay in the shared L3.
+    """
+    if tile is not None:
+        r, c = (tile, tile) if np.isscalar(tile) else tile
+        if int(r) < 1 or int(c) < 1:
+            raise ConfigError(f"tile must be positive (rows, cols), got {tile!r}")
+        return int(r), int(c)
+    itemsize = (prep.XT if prep.mode == "direct" else prep.feats[0]).itemsize
+    cols = WORK_BYTES // ((prep.n_clients + plan_rows) * max(itemsize, 4))
+    if prep.mode == "dots":
+        cols = min(cols, TILE_BYTES // (prep.n_clients * TILE_ROWS * itemsize))
+    return TILE_ROWS, int(np.clip(cols // 64 * 64, 64, TILE_COLS))
+
+
+def _spans(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
+    return [(s, min(hi, s + step)) for s in range(lo, hi, step)]
+
+
+def _class_spans(labels: np.ndarray, lo: int, hi: int, step: int) -> list[tuple[int, int]]:
+    """[lo, hi) of the label-sorted ``labels`` cut at every class boundary, then into pieces <= step.
+
+    Single-class tiles let phase 2 skip every same-class tile whole.
+    """
+    part = labels[lo:hi]
+    cuts = [lo, *(lo + np.flatnonzero(part[1:] != part[:-1]) + 1).tolist(), hi]
+    return [span for a, b in zip(cuts[:-1], cuts[1:]) for span in _spans(a, b, step)]
+
+
+def _class_range(labels: np.ndarray, lo: int, hi: int, c: int) -> tuple[int, int]:
+    """[start, stop) of class c inside the label-sorted stretch labels[lo:hi]."""
+    part = labels[lo:hi]
+    return lo + int(np.searchsorted(part, c, "left")), lo + int(np.searchsorted(part, c, "right"))
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of a tile's slice (numba vectorises unit-stride loops only)."""
+    return np.ascontiguousarray(a)
+
+
+@contextmanager
+def single_threaded_blas():
+    """Limit BLAS to one thread per call while the tiles run (no-op without threadpoolctl).
+
+    Measured on the shared 2-core machine: a 2-thread OpenBLAS on these tile-sized GEMMs spends
+    most of its time synchronising; two single-threaded workers use about 3x less CPU.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - optional
+        ctx = nullcontext()
+    else:
+        ctx = threadpool_limits(1, user_api="blas")
+    with ctx:
+        yield
+
+
+def default_workers() -> int:
+    """Worker threads: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Engine:
+    """Runs the two phases over the tiles of one prepared data set for a list of groups."""
+
+    def __init__(self, prep: Prepared, groups: list[tuple[int, ...]], k: int, tile, workers: int | None):
+        self.prep, self.k = prep, k
+        self.workers = default_workers() if workers is None else int(workers)
+        self.parent, self.client, self.grow = sum_plan(groups, prep.n_clients)
+        self.rows, self.cols = tile_shape(prep, tile, self.parent.shape[0])
+        self.G = len(groups)
+        if prep.mode == "direct":
+            self.dtype = prep.XT.dtype.type
+        else:
+            self.dtype = np.int32 if prep.int_mode else np.float64
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ per-thread work buffers
+    def _buffers(self):
+        loc = self._local
+        if not hasattr(loc, "work"):
+            width = self.prep.n_clients + self.parent.shape[0]
+            loc.work = np.empty(width * max(self.cols, self.rows), dtype=self.dtype)
+            if self.prep.mode == "dots":
+                loc.dots = np.empty(self.prep.n_clients * self.rows * max(self.cols, self.rows),
+                                    dtype=self.prep.feats[0].dtype)
+        return loc
+
+    def _dots(self, r0, r1, c0, c1) -> np.ndarray:
+        feats, loc = self.prep.feats, self._buffers()
+        R, C = r1 - r0, c1 - c0
+        dots = loc.dots[: len(feats) * R * C].reshape(len(feats), R, C)
+        for j, f in enumerate(feats):
+            np.matmul(f[r0:r1], f[c0:c1].T, out=dots[j])
+        return dots
+
+    def _run(self, fn, tasks, consume) -> None:
+        """consume(task, fn(task)) for every task, fn on the worker threads, results taken in order.
+
+        Results are consumed as they come (not collected), so at most a few tasks' outputs are held.
+        """
+        with single_threaded_blas():
+            if self.workers == 1 or len(tasks) <= 1:
+                for t in tasks:
+                    consume(t, fn(t))
+                return
+            with ThreadPoolExecutor(self.workers) as ex:
+                for t, out in zip(tasks, ex.map(fn, tasks)):
+                    consume(t, out)
+
+    # ------------------------------------------------------------------ phase 1
+    def radii(self) -> np.ndarray:
+        """(G, |Q|) squared distance of each query's K-th same-class neighbour (sorted query order)."""
+        p, nq, n = self.prep, self.prep.n_queries, self.prep.labels.shape[0]
+        tasks = []
+        for c in np.unique(p.labels[:nq]):
+            q0, q1 = _class_range(p.labels, 0, nq, c)
+            s0, s1 = _class_range(p.labels, nq, n, c)
+            cols = _spans(q0, q1, self.cols) + _spans(s0, s1, self.cols)
+            tasks += [(r0, r1, cols) for r0, r1 in _spans(q0, q1, self.rows)]
+        radius = np.empty((self.G, nq), dtype=self.dtype)
+
+        def store(task, rad):
+            radius[:, task[0]:task[1]] = rad
+
+        self._run(self._radii_task, tasks, store)
+        return radius
+
+    def _radii_task(self, task) -> np.ndarray:
+        r0, r1, cols = task
+        p, loc = self.prep, self._buffers()
+        big = np.iinfo(np.int32).max if self.dtype == np.int32 else np.inf
+        top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
+        for c0, c1 in cols:
+            if p.mode == "dots":
+                K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
+                            p.int_mode, self.parent, self.client, self.grow, top, loc.work)
+            else:
+                K.topk_direct(p.XT, p.offsets, r0, c0, c1 - c0, self.parent, self.client, self.grow, top, loc.work)
+        return top[:, :, self.k - 1]
+
+    # ------------------------------------------------------------------ phase 2
+    def counts(self, radius: np.ndarray) -> np.ndarray:
+        """(G, |Q|) other-class samples strictly closer than each query's radius (sorted query order)."""
+        nq = self.prep.n_queries
+        cnt = np.zeros((self.G, nq), dtype=np.int64)
+
+        def add(task, out):
+            (r0, r1), (row_cnt, col_cnt) = task, out
+            cnt[:, r0:r1] += row_cnt
+            if col_cnt is not None:
+                cnt[:, r1:] += col_cnt
+
+        rows = _class_spans(self.prep.labels, 0, nq, self.rows)
+        self._run(lambda t: self._counts_task(t, radius), rows, add)
+        return cnt
+
+    def _counts_task(self, task, radius):
+        r0, r1 = task
+        nq, n = self.prep.n_queries, self.prep.labels.shape[0]
+        row_cnt = np.zeros((self.G, r1 - r0), dtype=np.int64)
+        row_rad = _c(radius[:, r0:r1])
+        col_cnt = np.zeros((self.G, nq - r1), dtype=np.int32) if r1 < nq else None
+        self._count_tile(row_cnt, row_rad, None, None, r0, r1, r0, r1)  # the diagonal block, row side
+        lab = self.prep.labels
+        for c0, c1 in _class_spans(lab, r1, nq, self.cols):  # later queries: both sides
+            credit = np.zeros((self.G, c1 - c0), dtype=np.int32)
+            if self._count_tile(row_cnt, row_rad, _c(radius[:, c0:c1]), credit, r0, r1, c0, c1):
+                col_cnt[:, c0 - r1: c1 - r1] += credit
+        for c0, c1 in _class_spans(lab, nq, n, self.cols):  # samples that are not queries: row side
+            self._count_tile(row_cnt, row_rad, None, None, r0, r1, c0, c1)
+        return row_cnt, col_cnt
+
+    def _count_tile(self, row_cnt, row_rad, col_rad, credit, r0, r1, c0, c1) -> bool:
+        lab, p = self.prep.labels, self.prep
+        if lab[r0] == lab[r1 - 1] == lab[c0] == lab[c1 - 1]:
+            return False  # a single-class tile holds no other-class pair
+        symmetric = credit is not None
+        if not symmetric:  # placeholders the kernel does not read
+            col_rad = np.zeros((self.G, 1), dtype=self.dtype)
+            credit = np.zeros((self.G, 1), dtype=np.int32)
+        loc = self._buffers()
+        args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
+                row_cnt, credit, loc.work)
+        if p.mode == "dots":
+            K.count_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), p.int_mode, *args)
+        else:
+            K.count_direct(p.XT, p.offsets, r0, c0, c1 - c0, *args)
+        return symmetric

@@ -1,0 +1,117 @@
+"""Vectorised VF-PS mutual-information score of groups of clients (eq. (1) of the Dynamic VF-PS report).
+
+For a group G of clients the score is
+
+    I(G) = (1/|Q|) Σ_{q∈Q} ( ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q) )                              (1)
+
+with N the number of samples, N_q the number of samples of q's class, and m_q the number of
+candidates met when scanning the other samples in increasing *global* distance from q until K of
+q's class have been met (ties go to q's class first), i.e. m_q = K + #{other-class samples strictly
+closer than q's K-th same-class neighbour}. The global squared distance of two samples is the sum
+over the group's clients of their *local* squared Euclidean distances, so each client only ever
+contributes distances, never features; the query itself is left out of its own neighbours
+(leave-one-out, as scikit-learn's KSG estimator does). This is Ross's (2014) estimator of the MI
+between the group's features and the label.
+
+How it is made fast (no Python loop per sample):
+
+* one pass over the data scores *all* groups: per tile of query rows × candidate columns, each
+  client's local distances are computed once and every group sums its members' rows (the batched
+  group testing of VF-PS, which reuses neighbour computations across groups);
+* samples are sorted by class. Phase 1 visits only same-class tiles (about 1/C of all pairs) and
+  keeps, per group and query, the K smallest same-class distances: the K-th is the radius r_q.
+  Phase 2 visits cross-class tiles once per unordered pair and counts, for both samples, the
+  other-class neighbours closer than their radius;
+* local distances come from one BLAS GEMM per client and tile (``backend="dots"``, for clients with
+  many features) or from a fused numba loop over the features (``backend="direct"``, few features).
+  ``precision="auto"`` runs the GEMM in float32, and the distance arithmetic in int32, only when
+  that is exact (integer-valued features with d_j · max|x|² < 2²⁴, e.g. MNIST pixels), else in
+  float64;
+* tiles are spread over ``workers`` threads (default: the available cores), each running a
+  single-threaded BLAS and numba kernels that release the GIL (see ``_engine`` and ``_kernels``).
+
+A scipy ``cKDTree`` was measured as the alternative: on a 196-pixel MNIST client, 500 same-class
+K-NN queries take 0.3 s (about 36 s for the same-class phase alone of 60,000 queries, before the
+range counts), because trees degrade to brute force at that dimension; blocked GEMM is faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.selection._engine import Engine, prepare
+from fedstream.selection.digamma import check_psi
+from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
+from fedstream.selection.validation import check_blocks, check_groups, check_k, check_labels, check_queries
+
+
+@dataclass(frozen=True)
+class GroupMI:
+    """Result of :func:`knn_mi`: one score per group and the per-query counts behind it."""
+
+    groups: list[tuple[int, ...]]
+    scores: np.ndarray  # (G,) eq. (1) per group
+    m_counts: np.ndarray  # (G, |Q|) m_q per group and query
+    queries: np.ndarray  # (|Q|,) sorted sample indices the columns of m_counts refer to
+    k: int
+    psi: str
+
+
+def knn_counts(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, queries=None,
+               backend: str = "auto", precision: str = "auto", tile=None,
+               workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """m_q of eq. (1) for every group and query: ``(m_counts (G, |Q|), queries (|Q|,))``.
+
+    ``blocks[j]`` is client j's (n, d_j) feature block, ``labels`` the n class ids (the server's),
+    ``groups`` a list of client-index tuples, ``queries`` None (all samples) or sample indices.
+    """
+    blocks = check_blocks(blocks)
+    y = check_labels(labels, blocks[0].shape[0])
+    groups = check_groups(groups, len(blocks))
+    q = check_queries(queries, y.shape[0])
+    k = check_k(k, y, q)
+    prep = prepare(blocks, y, q, backend, precision)
+    engine = Engine(prep, groups, k, tile, workers)
+    others = engine.counts(engine.radii())
+    # rows of `others` follow the sorted order of the query prefix; map back to ascending indices
+    return k + others[:, prep.pos_of_query], q
+
+
+def mi_from_counts(m_counts: np.ndarray, labels, queries: np.ndarray, k: int, psi: str = "approx") -> np.ndarray:
+    """Eq. (1) per group from the counts m_q: mean over queries of ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q).
+
+    The mean is an exactly rounded sum (``math.fsum``), so it does not depend on the order of the
+    queries or the layout of ``m_counts``; the reference uses the same expression.
+    """
+    y = np.unique(np.asarray(labels), return_inverse=True)[1]
+    n, n_class = y.shape[0], np.bincount(y)[y[queries]]
+    const = digamma(n, psi) - digamma(n_class, psi) + digamma(k, psi)
+    terms = const - digamma(np.atleast_2d(m_counts), psi)
+    return np.array([math.fsum(row) / row.size for row in terms])
+
+
+def knn_mi(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, queries=None, psi: str = "approx",
+           backend: str = "auto", precision: str = "auto", tile=None, workers: int | None = None) -> GroupMI:
+    """Eq. (1) for every group in one batched pass; see the module docstring for the method.
+
+    Example::
+
+        blocks = [X[:, 0:196], X[:, 196:392]]           # two clients' pixels
+        res = knn_mi(blocks, y, [(0,), (1,), (0, 1)], k=10)
+        res.scores                                       # one MI estimate per group
+    """
+    check_psi(psi)
+    counts, q = knn_counts(blocks, labels, groups, k=k, queries=queries, backend=backend,
+                           precision=precision, tile=tile, workers=workers)
+    groups = check_groups(groups, len(blocks))
+    return GroupMI(groups=groups, scores=mi_from_counts(counts, labels, q, k, psi), m_counts=counts,
+                   queries=q, k=k, psi=psi)
+
+
+def knn_mi_scores(blocks: Sequence[np.ndarray], labels, groups, **kwargs) -> np.ndarray:
+    """Just the (G,) scores of :func:`knn_mi`."""
+    return knn_mi(blocks, labels, groups, **kwargs).scores
