@@ -43,17 +43,19 @@ Measured with ``fedstream bench ovfl`` (see docs/online-vfl.md)."""
 
 
 @njit(cache=True, fastmath=True)
-def dlr_layer_update(W, b, S_W, S_b, d, x, old_d, old_x, alpha, alpha_l, scale):  # pragma: no cover (jit)
-    """One DLR round of a dense layer, fused into a single pass over W and S_W:
+def dlr_layer_update(W, b, S_W, S_b, U, V, pos, D, X, alpha, alpha_l, scale):  # pragma: no cover (jit)
+    """One DLR round of a dense layer, fused into a single pass over W and S_W; with
+    (d, x) = (D[0], X[0]) the newest factors and (old_d, old_x) = (U[pos], V[pos]) the leaving ones:
 
         S_W <- alpha * S_W + outer(d, x) - alpha^l * outer(old_d, old_x)
         S_b <- alpha * S_b + d - alpha^l * old_d
         W   <- W - scale * S_W,   b <- b - scale * S_b        (not done when scale == 0)
 
-    then the ring slot (old_d, old_x) takes the newest factors (d, x). ``d = 0`` with ``scale = 0``
-    is a passive round. Arguments are 1-D factor vectors; W, S_W are (out, in). Scalars are cast
-    to the arrays' dtype so the inner loop stays in one precision and vectorises.
+    then the ring slot pos takes (d, x). ``d = 0`` with ``scale = 0`` is a passive round.
+    W, S_W are (out, in), U (l, out), V (l, in), D (1, out), X (1, in). Scalars are cast to the
+    arrays' dtype so the inner loop stays in one precision and vectorises.
     """
+    d, x, old_d, old_x = D[0], X[0], U[pos], V[pos]
     dt = W.dtype.type
     a, al, sc = dt(alpha), dt(alpha_l), dt(scale)
     n_out, n_in = W.shape
@@ -76,7 +78,7 @@ def dlr_layer_update(W, b, S_W, S_b, d, x, old_d, old_x, alpha, alpha_l, scale):
 
 
 @njit(cache=True, fastmath=True)
-def dlr_deferred_update(W, b, S_b, U, V, A, pos, d, x, alpha, alpha_l, scale):  # pragma: no cover (jit)
+def dlr_deferred_update(W, b, S_b, U, V, A, pos, D, X, alpha, alpha_l, scale):  # pragma: no cover (jit)
     """One DLR round of a layer whose weight is W_eff = W - sum_s A[s] outer(U[s], V[s]):
 
         W    <- W - A[pos] * outer(U[pos], V[pos])      (the leaving entry's share is final)
@@ -84,8 +86,10 @@ def dlr_deferred_update(W, b, S_b, U, V, A, pos, d, x, alpha, alpha_l, scale):  
         (U[pos], V[pos], A[pos]) <- (d, x, 0)           (the newest entry enters)
         A[(pos - i) mod l] += scale * alpha^i  for i < l   (the step: W_eff -= scale * S_t)
 
-    ``d = 0`` with ``scale = 0`` is a passive round. U (l, out), V (l, in), A (l,).
+    with (d, x) = (D[0], X[0]). ``d = 0`` with ``scale = 0`` is a passive round. U (l, out),
+    V (l, in), A (l,), D (1, out), X (1, in).
     """
+    d, x = D[0], X[0]
     dt = W.dtype.type
     a, al, sc = dt(alpha), dt(alpha_l), dt(scale)
     n_out, n_in = W.shape
@@ -149,7 +153,11 @@ class DLR(Optimizer):
                 layer.deferred = None
                 self.S_W.append(np.zeros_like(layer.W))
                 self.shares.append(None)
-        self._zeros = [np.zeros_like(layer.b) for layer in model.layers]
+        self._zeros = [(np.zeros((1, layer.W.shape[0]), layer.W.dtype), np.zeros((1, layer.W.shape[1]), layer.W.dtype))
+                       for layer in model.layers]  # the factors of a passive round's zero gradient
+        # per layer, what its kernel call needs, looked up once (the step runs every round)
+        self._calls = [(A is not None, layer.W, layer.b, self.S_W[k] if A is None else A, self.S_b[k],
+                        self.ring_delta[k], self.ring_inp[k]) for k, (layer, A) in enumerate(zip(model.layers, self.shares))]
 
     @property
     def deferred_layers(self) -> list[int]:
@@ -160,21 +168,14 @@ class DLR(Optimizer):
         """Advance the window by one entry (``None`` = a zero gradient) and, if ``scale`` > 0,
         step: one fused kernel call per layer."""
         p, a, al = self.pos, self.alpha, self.alpha_l
-        for k, layer in enumerate(self.model.layers):
-            if grads is None:
-                d, x = self._zeros[k], self.ring_inp[k][p]
+        factors = self._zeros if grads is None else grads
+        if grads is not None and grads[0].delta.shape[0] != 1:
+            raise ValueError(f"DLR takes one-sample gradients, got a batch of {grads[0].delta.shape[0]}")
+        for (deferred, W, b, S_or_A, S_b, U, V), (D, X) in zip(self._calls, factors):
+            if deferred:
+                dlr_deferred_update(W, b, S_b, U, V, S_or_A, p, D, X, a, al, scale)
             else:
-                g = grads[k]
-                if g.delta.shape[0] != 1:
-                    raise ValueError(f"DLR takes one-sample gradients, got a batch of {g.delta.shape[0]}")
-                d, x = g.delta[0], g.inp[0]
-            A = self.shares[k]
-            if A is None:
-                dlr_layer_update(layer.W, layer.b, self.S_W[k], self.S_b[k], d, x,
-                                 self.ring_delta[k][p], self.ring_inp[k][p], a, al, scale)
-            else:
-                dlr_deferred_update(layer.W, layer.b, self.S_b[k], self.ring_delta[k], self.ring_inp[k],
-                                    A, p, d, x, a, al, scale)
+                dlr_layer_update(W, b, S_or_A, S_b, U, V, p, D, X, a, al, scale)
         self.pos = (p + 1) % self.window
 
     def step(self, grads: list[LayerGrad]) -> None:
