@@ -45,31 +45,89 @@ def _legend(run, skip: set[str]) -> str:
     return label(rest) if rest else run.name
 
 
+def _run_points(run, x_key: str, y_key: str, by_setting: bool) -> list[tuple]:
+    """A run's (x, y) points: its metrics.csv rows, or (its grid value of ``x_key``, summary ``y_key``)."""
+    if by_setting:
+        from fedstream.experiments.report import column_value
+
+        y = column_value(run.summary, y_key) if run.done and run.summary.get("diverged_at") is None else None
+        return [] if y is None else [(run.grid[x_key], y)]
+    return [(row[x_key], row[y_key]) for row in run.curve if x_key in row and y_key in row]
+
+
+def _mean_line(point_lists: list[list[tuple]], by_setting: bool) -> list[tuple]:
+    """One line from several runs' points: the mean y per x value (x a grid setting), else the
+    pointwise mean of x and y over the runs that have the i-th point (curves of equal schedule)."""
+    if by_setting:
+        ys: dict = {}
+        for pts in point_lists:
+            for x, y in pts:
+                ys.setdefault(x, []).append(y)
+        return [(x, sum(v) / len(v)) for x, v in ys.items()]
+    out = []
+    for i in range(max((len(p) for p in point_lists), default=0)):
+        have = [p[i] for p in point_lists if i < len(p)]
+        out.append((sum(x for x, _ in have) / len(have), sum(y for _, y in have) / len(have)))
+    return out
+
+
 def curves(plt, exp, fig_def, runs, path: Path) -> None:
-    """Interval error against samples seen, one panel per value of ``panels``, one line per run."""
-    panel_key = fig_def.panels
+    """``y`` against ``x``, one panel per value of ``panels``, one line per value of ``lines`` (the
+    mean of the runs that share it, when other grid keys vary) or else one line per run.
+
+    ``x`` names a metrics.csv column (interval error per round, test accuracy per epoch, ...) or a
+    grid key; then ``y`` is a summary column and each run is one point at its grid value (test
+    accuracy against the common-feature ratio, say)."""
+    panel_key, line_key = fig_def.panels, fig_def.lines
+    x_key, y_key = fig_def.axes
+    by_setting = x_key in exp.grid
     values = list(dict.fromkeys(str(r.grid[panel_key]) for r in runs)) if panel_key else [None]
-    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 3.6), sharey=True, squeeze=False)
+    width = 4.2 * len(values) + 1 if panel_key else 7.0
+    fig, axes = plt.subplots(1, len(values), figsize=(width, 3.8), sharey=True, squeeze=False)
     for ax, value in zip(axes[0], values):
         members = [r for r in runs if value is None or str(r.grid[panel_key]) == value]
-        x_key, y_key = fig_def.axes
-        for run in members:
-            pts = [(row[x_key], row[y_key]) for row in run.curve if x_key in row and y_key in row]
-            if pts:
-                xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=1.2, label=_legend(run, {panel_key}))
+        if line_key:
+            groups: dict[str, list] = {}
+            for run in members:
+                groups.setdefault(str(run.grid[line_key]), []).append(run)
+            lines = list(groups.items())
+        else:
+            lines = [(_legend(run, {panel_key}), [run]) for run in members]
+        for name, group in lines:
+            point_lists = [p for p in (_run_points(r, x_key, y_key, by_setting) for r in group) if p]
+            if not point_lists:
+                continue
+            pts = point_lists[0] if len(point_lists) == 1 else _mean_line(point_lists, by_setting)
+            per_point = len(point_lists) // len(pts) if by_setting else len(point_lists)
+            if per_point > 1:
+                name = f"{name} (mean of {per_point} runs)"
+            if by_setting:  # grid order, which is the order the definition lists the values in
+                order = [str(v) for v in exp.grid[x_key]]
+                pts = sorted(pts, key=lambda p: order.index(str(p[0])) if str(p[0]) in order else len(order))
+            xs, ys = zip(*pts)
+            if by_setting and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
+                xs = [str(x) for x in xs]  # categorical axis (dataset, split kind, ...)
+            ax.plot(xs, ys, marker="o", markersize=2.5 if not by_setting else 4, linewidth=1.2, label=name)
         ax.set_title(f"{_short(panel_key)} = {value}" if value is not None else fig_def.title, fontsize=10)
-        ax.set_xlabel(AXIS_LABELS.get(x_key, x_key))
+        ax.set_xlabel(AXIS_LABELS.get(x_key, _short(x_key)))
         ax.grid(alpha=0.3)
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+        if not by_setting or all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in exp.grid[x_key]):
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
         if any(line.get_label() for line in ax.get_lines()):
-            ax.legend(fontsize=8)
-    axes[0][0].set_ylabel(AXIS_LABELS.get(fig_def.axes[1], fig_def.axes[1]))
+            rest = [k for k in (runs[0].grid if runs else {}) if k != panel_key]
+            ax.legend(fontsize=8, title=" / ".join(_short(k) for k in rest) or None, title_fontsize=8)
+    axes[0][0].set_ylabel(AXIS_LABELS.get(y_key, _label(y_key)))
     if panel_key:
         fig.suptitle(fig_def.title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _label(column: str) -> str:
+    from fedstream.experiments.report import LABELS
+
+    return LABELS.get(column, column)
 
 
 def _paper_points(exp) -> dict[str, tuple[float, float]]:
