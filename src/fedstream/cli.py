@@ -22,6 +22,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -120,19 +121,24 @@ def cmd_experiment(args) -> int:
     exp = load_experiment(args.name)
     with _progress(args.quiet, error=False) as bar:
         total = total_rounds(exp, args.scale, args.sets, args.tune_rounds)
-        task = bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0)
-        done: dict[str, int] = {}
-
-        def on_report(name: str, t: int) -> None:
-            done[name] = t
-            elapsed = bar.tasks[task].elapsed or 1e-9
-            bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
-
+        on_report = _reporter(bar, bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0))
         run_experiment(exp, scale=args.scale, out=args.out, sets=args.sets, workers=args.workers,
                        backend=args.backend, ray_address=args.ray_address, tune_rounds=args.tune_rounds,
                        on_report=on_report)
     Console().print(f"results in {args.out}; render them with: fedstream report {args.out}")
     return 0
+
+
+def _reporter(bar: Progress, task) -> Callable[[str, int], None]:
+    """The ``on_report(run, rounds done)`` callback of runs side by side: their total and rate."""
+    done: dict[str, int] = {}
+
+    def on_report(name: str, t: int) -> None:
+        done[name] = t
+        elapsed = bar.tasks[task].elapsed or 1e-9
+        bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
+
+    return on_report
 
 
 def cmd_report(args) -> int:
@@ -149,23 +155,19 @@ def cmd_sweep(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise FedstreamError("--workers must be >= 1")
     specs = expand_grid(args.config, args.sets, args.grid, args.out)
-    total = sum(s.config["rounds"] for s in specs)
+    total = sum(s.config.get("rounds", 1) for s in specs)  # batch tasks count as one unit each
     with _progress(args.quiet, error=False) as bar:
-        task = bar.add_task(f"sweep of {len(specs)} runs", total=total, rps=0.0)
-        done: dict[str, int] = {}
-
-        def on_report(name: str, t: int) -> None:
-            done[name] = t
-            elapsed = bar.tasks[task].elapsed or 1e-9
-            bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
-
+        on_report = _reporter(bar, bar.add_task(f"sweep of {len(specs)} runs", total=total, rps=0.0))
         summaries = sweep(specs, workers=args.workers, on_report=on_report)
     index = write_index(specs, summaries, args.out)
     if not args.quiet:
-        table = Table("run", "acc. error", "MB", "client s", "rounds/s", title=f"sweep: {index}")
+        from fedstream.experiments.report import LABELS, TASK_COLUMNS, column_value
+
+        columns = TASK_COLUMNS[specs[0].config["task"]]
+        table = Table("run", *(LABELS.get(c, c) for c in columns), title=f"sweep: {index}")
         for spec, s in zip(specs, summaries):
-            table.add_row(spec.name, f"{s['accumulated_error']:.4f}", f"{s['bytes']['total'] / 2**20:,.1f}",
-                          f"{s['client_compute_seconds']:.1f}", f"{s['rounds_per_second']:,.0f}")
+            values = [column_value(s, c) for c in columns]
+            table.add_row(spec.name, *("-" if v is None else f"{v:,.4g}" for v in values))
         Console().print(table)
     return 0
 

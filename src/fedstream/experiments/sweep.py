@@ -231,12 +231,15 @@ def sweep(specs: list[RunSpec], *, workers: int | None = None,
 
 
 def write_index(specs: list[RunSpec], summaries: list[dict], out: Path) -> Path:
-    """``sweep.json``: one entry per run with its folder and headline figures."""
-    rows = [{
-        "name": s.name, "folder": str(s.out), "rounds": r["rounds"], "accumulated_error": r["accumulated_error"],
-        "bytes_total": r["bytes"]["total"], "client_compute_seconds": r["client_compute_seconds"],
-        "rounds_per_second": r["rounds_per_second"], "activation_rate": r["activation_rate"],
-    } for s, r in zip(specs, summaries)]
+    """``sweep.json``: one entry per run with its folder and headline figures (those of its task)."""
+    from fedstream.experiments.report import TASK_COLUMNS, column_value
+
+    rows = []
+    for s, r in zip(specs, summaries):
+        row = {"name": s.name, "folder": str(s.out), "task": s.config["task"]}
+        if s.config["task"] == "ovfl":
+            row |= {"rounds": r["rounds"], "bytes_total": r["bytes"]["total"], "activation_rate": r["activation_rate"]}
+        rows.append(row | {c: column_value(r, c) for c in TASK_COLUMNS[s.config["task"]]})
     out.mkdir(parents=True, exist_ok=True)
     path = out / "sweep.json"
     path.write_text(json.dumps(rows, indent=2))
