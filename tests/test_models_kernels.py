@@ -53,14 +53,15 @@ def test_low_rank_descent(n):
 @pytest.mark.parametrize("scale", [0.0, 0.05])
 def test_dlr_layer_update(scale):
     W, b, S, Sb = arr(4, 6), arr(4), arr(4, 6), arr(4)
-    d, x, od, ox = arr(4), arr(6), arr(4), arr(6)
-    W0, b0, S0, Sb0, od0, ox0 = W.copy(), b.copy(), S.copy(), Sb.copy(), od.copy(), ox.copy()
-    dlr_layer_update(W, b, S, Sb, d, x, od, ox, 0.9, 0.9**3, scale)
+    U, V, D, X, pos = arr(3, 4), arr(3, 6), arr(1, 4), arr(1, 6), 1  # ring of 3; slot 1 leaves
+    d, x, od0, ox0 = D[0], X[0], U[pos].copy(), V[pos].copy()
+    W0, b0, S0, Sb0 = W.copy(), b.copy(), S.copy(), Sb.copy()
+    dlr_layer_update(W, b, S, Sb, U, V, pos, D, X, 0.9, 0.9**3, scale)
     S_want = 0.9 * S0 + np.outer(d, x) - 0.9**3 * np.outer(od0, ox0)
     Sb_want = 0.9 * Sb0 + d - 0.9**3 * od0
     np.testing.assert_allclose(S, S_want, **TOL)
     np.testing.assert_allclose(Sb, Sb_want, **TOL)
     np.testing.assert_allclose(W, W0 - scale * S_want, **TOL)
     np.testing.assert_allclose(b, b0 - scale * Sb_want, **TOL)
-    np.testing.assert_array_equal(od, d)
-    np.testing.assert_array_equal(ox, x)
+    np.testing.assert_array_equal(U[pos], d)  # the newest factors take the leaving slot
+    np.testing.assert_array_equal(V[pos], x)
