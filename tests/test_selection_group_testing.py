@@ -25,11 +25,14 @@ def test_random_groups_cover_all_subsets_uniformly():
     assert counts.size == 7 and np.all(np.abs(counts / 7000 - 1 / 7) < 0.02)
 
 
-def test_client_scores_are_means_of_their_groups():
+def test_client_scores_sum_or_average_their_groups():
     groups = [(0,), (0, 1), (1, 2), (0, 1, 2)]
-    s = client_scores(groups, np.array([1.0, 2.0, 4.0, 8.0]), 4)
-    np.testing.assert_allclose(s[:3], [(1 + 2 + 8) / 3, (2 + 4 + 8) / 3, (4 + 8) / 2])
-    assert np.isnan(s[3])
+    scores = np.array([1.0, 2.0, 4.0, 8.0])
+    total = client_scores(groups, scores, 4)  # the reference code accumulates
+    np.testing.assert_allclose(total[:3], [1 + 2 + 8, 2 + 4 + 8, 4 + 8])
+    mean = client_scores(groups, scores, 4, aggregate="mean")
+    np.testing.assert_allclose(mean[:3], [(1 + 2 + 8) / 3, (2 + 4 + 8) / 3, (4 + 8) / 2])
+    assert np.isnan(total[3]) and np.isnan(mean[3])
 
 
 def test_batched_equals_one_group_at_a_time():

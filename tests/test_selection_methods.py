@@ -24,7 +24,9 @@ def test_vfps_selects_the_informative_clients(data):
     blocks, y = data
     sel = VFPSSelector(2, n_groups=12, seed=0).select(blocks, y)
     assert sel.clients == (1, 3) and sel.method == "vfps" and sel.seconds > 0
-    assert sel.scores.shape == (4,) and np.argmax(sel.scores) == 1
+    mean = VFPSSelector(2, n_groups=12, seed=0, aggregate="mean").select(blocks, y)
+    assert mean.clients == (1, 3)  # summed (default, the reference's) or averaged: the same pick here
+    assert mean.scores.shape == (4,) and np.argmax(mean.scores) == 1
     np.testing.assert_array_equal(sel.mask(4), [False, True, False, True])
 
 

@@ -70,15 +70,28 @@ def random_groups(m: int, n_groups: int = DEFAULT_GROUPS, *, rng: np.random.Gene
     return groups
 
 
-def client_scores(groups: Sequence[tuple[int, ...]], group_scores: np.ndarray, m: int) -> np.ndarray:
-    """(m,) mean of ``group_scores`` over the groups each client belongs to (NaN for a client in none)."""
+AGGREGATES = ("sum", "mean")
+
+
+def client_scores(groups: Sequence[tuple[int, ...]], group_scores: np.ndarray, m: int,
+                  aggregate: str = "sum") -> np.ndarray:
+    """(m,) each client's score from the groups it belongs to (NaN for a client in none).
+
+    ``sum``: the VF-PS reference accumulates the MI of every group a party is in
+    (``reference-facts.md``), which also rewards being in many groups; ``mean``: the dynamic
+    VF-PS report's wording (section 2.1.2), which does not. With random groups the two can rank
+    differently; the default follows the reference code.
+    """
+    if aggregate not in AGGREGATES:
+        raise ConfigError(f"aggregate = {aggregate!r}: expected one of {', '.join(AGGREGATES)}")
     groups = check_groups(groups, m)
     total, count = np.zeros(m), np.zeros(m)
     for g, s in zip(groups, np.asarray(group_scores, dtype=np.float64)):
         total[list(g)] += s
         count[list(g)] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    if aggregate == "sum":
+        return np.where(count > 0, total, np.nan)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def subsample_queries(n: int, queries, rng: np.random.Generator) -> np.ndarray | None:
@@ -92,7 +105,7 @@ def subsample_queries(n: int, queries, rng: np.random.Generator) -> np.ndarray |
 def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[int, ...]] | None = None,
                n_groups: int = DEFAULT_GROUPS, k: int = DEFAULT_K, queries=None, seed: int = DEFAULT_SEED,
                batched: bool = True, psi: str = "approx", fagin_batch: int | None = None,
-               **knn_kwargs) -> GroupTestResult:
+               aggregate: str = "sum", **knn_kwargs) -> GroupTestResult:
     """Score ``groups`` (default: :func:`random_groups` from ``seed``) and derive per-client scores.
 
     ``queries``: None (every sample), an int (that many random samples, drawn from ``seed``) or
@@ -125,5 +138,5 @@ def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[i
             res = knn_mi(blocks, labels, [g], k=k, queries=q, psi=psi, **knn_kwargs)
             by_group[g], q_used = res.scores[0], res.queries
     scores = np.array([by_group[g] for g in groups])
-    return GroupTestResult(groups=groups, group_scores=scores, client_scores=client_scores(groups, scores, m),
+    return GroupTestResult(groups=groups, group_scores=scores, client_scores=client_scores(groups, scores, m, aggregate),
                            queries=q_used, list_reads=reads)
