@@ -53,11 +53,12 @@ def test_dlr_equals_plain_window(window, alpha, defer):
 def test_dlr_state_roundtrip_continues_identically(defer):
     rng = np.random.default_rng(0)
     a = MLP([4, 3], relu_last=True, rng=np.random.default_rng(1))
-    b = MLP([4, 3], relu_last=True, rng=np.random.default_rng(1))
+    b = MLP([4, 3], relu_last=True, rng=np.random.default_rng(2))  # restored below, from a's state
     oa, ob = (DLR(m, lr=0.1, window=4, alpha=0.9, defer=defer) for m in (a, b))
     grads = [[LayerGrad(rng.normal(size=(1, 3)).astype(np.float32), rng.normal(size=(1, 4)).astype(np.float32))] for _ in range(9)]
     for g in grads[:5]:
         oa.step(g)
+    for g in grads[2:4]:  # b's window and shares differ from a's before the restore
         ob.step(g)
     ob.load_state_dict(oa.state_dict())
     b.load_state_dict(a.state_dict())
@@ -112,3 +113,15 @@ def test_deferred_forward_and_input_grad_use_the_effective_weight():
     _, g_in = model.backward(acts, g_out, need_input_grad=True)
     _, g_want = dense.backward(acts_d, g_out, need_input_grad=True)
     np.testing.assert_allclose(g_in, g_want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_dlr_on_the_same_model_keeps_the_pending_steps():
+    rng = np.random.default_rng(5)
+    model = MLP([6, 4], relu_last=False, rng=rng)
+    opt = DLR(model, lr=0.2, window=4, alpha=0.9, defer=True)
+    for _ in range(3):
+        opt.step([LayerGrad(rng.normal(size=(1, 4)).astype(np.float32), rng.normal(size=(1, 6)).astype(np.float32))])
+    before = [p.copy() for p in model.parameters()]
+    DLR(model, lr=0.2, window=4, alpha=0.9, defer=True)
+    for got, want in zip(model.parameters(), before):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

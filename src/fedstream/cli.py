@@ -343,6 +343,13 @@ def summary_table(s: dict) -> Table:
     return table
 
 
+INTERRUPTED = {
+    "run": "interrupted: an online run (task ovfl) with --out continues from its last checkpoint with --resume; "
+           "a batch run (vfl, chfl) starts again",
+    "sweep": "interrupted: rerun the same command to skip finished runs and resume the others",
+    "experiment": "interrupted: rerun the same command to skip finished runs and resume the others",
+}
+
 COMMANDS = {"presets": cmd_presets, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
             "experiment": cmd_experiment, "report": cmd_report}
 
@@ -355,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
-        console.print("interrupted: rerun with --resume to continue from the last checkpoint")
+        console.print(INTERRUPTED.get(args.command, "interrupted"))
         return 130
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from fedstream.config import nest
 from fedstream.config.loader import number_list
+from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 
 BATCH_TASKS = ("vfl", "chfl")
 
@@ -67,8 +68,35 @@ def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[di
     if task not in BATCH_TASKS:
         raise ValueError(f"run_batch_task runs {BATCH_TASKS}, not {task!r}")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        _write(out, "config.yaml", yaml.safe_dump(nest(config), sort_keys=False))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            _write(out, "config.yaml", yaml.safe_dump(nest(config), sort_keys=False))
+        except OSError as exc:
+            raise ConfigError(f"{out}: cannot write the run's folder ({exc.strerror or exc})") from None
+    try:
+        result = _train(task, config, out, progress)
+    except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+        raise DivergedError(f"training diverged: {exc} (optimizer.lr = {config.get('optimizer.lr')}; "
+                            "try a smaller one)", 0) from exc
+    summary = result | {"task": task, "config": dict(config)}
+    if out is not None:
+        if task == "chfl":
+            _write_curve(out, result)
+        _write(out, "summary.json", json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _write_curve(out: Path, result: dict) -> None:
+    rows = _curve_rows(result)
+    if rows:
+        with open(out / "metrics.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _train(task: str, config: dict, out: Path | None, progress) -> dict:
+    """The task's trainer on ``config``: its result dict."""
     if task == "vfl":
         from fedstream.vfl.batch.settings import BatchVFLSettings
         from fedstream.vfl.batch.trainer import run_batch_vfl
@@ -85,14 +113,4 @@ def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[di
 
         result = run_chfl(chfl_settings(config), config["data.root"], method=config["hfl.method"],
                           seed=config["seed"], progress=progress)
-    summary = result | {"task": task, "config": dict(config)}
-    if out is not None:
-        if task == "chfl":
-            rows = _curve_rows(result)
-            if rows:
-                with open(out / "metrics.csv", "w", newline="") as fh:
-                    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                    writer.writeheader()
-                    writer.writerows(rows)
-        _write(out, "summary.json", json.dumps(summary, indent=2, default=str))
-    return summary
+    return result

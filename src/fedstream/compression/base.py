@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from fedstream.errors import ProtocolError
+from fedstream.errors import NonFiniteError, ProtocolError
 
 F32 = np.dtype("<f4")
 
@@ -33,7 +33,7 @@ def as_float32(values: np.ndarray, what: str) -> np.ndarray:
         raise ProtocolError(f"{what}: expected a float array, got dtype {values.dtype}")
     v = np.ascontiguousarray(values, dtype=F32)
     if v.size and not np.isfinite(v).all():  # also catches float64 values that overflow float32
-        raise ProtocolError(f"{what}: values hold NaN or inf (after conversion to float32)")
+        raise NonFiniteError(f"{what}: values hold NaN or inf (after conversion to float32)")
     return v
 
 

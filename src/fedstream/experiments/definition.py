@@ -70,7 +70,9 @@ FIGURE_KINDS = ("curves", "scatter")
 SUMMARY_COLUMNS = ("accumulated_error", "client_compute_seconds", "server_compute_seconds", "wall_seconds",
                    "total_mb", "up_mb", "down_mb", "rounds_per_second", "mean_activation_rate",
                    # batch VFL (task = vfl) and CHFL (task = chfl) summaries
-                   "final_accuracy", "best_accuracy", "bytes_per_client_mb", "test_acc", "prequential_acc")
+                   "final_accuracy", "best_accuracy", "bytes_per_client_mb", "test_acc", "prequential_acc",
+                   # batch VFL, best over the epochs (the Dynamic VF-PS report's "maximum so far"), selection cost
+                   "best_train_accuracy", "best_train_loss", "best_test_loss", "selection_seconds")
 
 
 @dataclass

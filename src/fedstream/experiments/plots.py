@@ -5,6 +5,7 @@ matplotlib is needed only here (``pip install 'fedstream[report]'``); it draws o
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -111,10 +112,12 @@ def curves(plt, exp, fig_def, runs, path: Path) -> None:
         ax.set_title(f"{_short(panel_key)} = {value}" if value is not None else fig_def.title, fontsize=10)
         ax.set_xlabel(AXIS_LABELS.get(x_key, _short(x_key)))
         ax.grid(alpha=0.3)
-        if not by_setting or all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in exp.grid[x_key]):
+        if not by_setting:
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in exp.grid[x_key]):
+            ax.set_xticks(exp.grid[x_key])  # the settings themselves (2, 5, 10 clients; 0.1 ... 0.5)
         if any(line.get_label() for line in ax.get_lines()):
-            rest = [k for k in (runs[0].grid if runs else {}) if k != panel_key]
+            rest = [line_key] if line_key else [k for k in (runs[0].grid if runs else {}) if k != panel_key]
             ax.legend(fontsize=8, title=" / ".join(_short(k) for k in rest) or None, title_fontsize=8)
     axes[0][0].set_ylabel(AXIS_LABELS.get(y_key, _label(y_key)))
     if panel_key:
@@ -142,6 +145,14 @@ def _paper_points(exp) -> dict[str, tuple[float, float]]:
     return points
 
 
+def _one_two_five(value: float, _pos=None) -> str:
+    """Log-axis tick label: the value at 1, 2 and 5 x 10^n ("20", "5000", "0.2"), else none."""
+    if value <= 0:
+        return ""
+    mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+    return f"{value:g}" if any(abs(mantissa - m) < 1e-6 * m for m in (1, 2, 5)) else ""
+
+
 def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = None) -> None:
     """Total communication (MB) against accumulated error: one colour per run, ours as dots and
     the paper's as crosses. ``scale_factor`` projects our MB to the paper's number of rounds."""
@@ -165,9 +176,14 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     if paper:
         ax.scatter([], [], marker="x", color="black", label="paper")
     ax.set_xscale("log")
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
+    low, high = ax.get_xlim()
+    if high > 100 * low:  # decade labels only: minor ones overlap
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:  # within two decades (batch VFL codecs: 4-40 MB) a decade label may be the only one
+        ax.xaxis.set_major_formatter(FuncFormatter(_one_two_five))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_one_two_five))
     scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""
     from fedstream.experiments.report import LABELS
 

@@ -45,7 +45,7 @@ def execute_on_ray(specs: list[RunSpec], *, address: str | None = None,
             done, pending = ray.wait(pending, num_returns=1)
             spec = refs[done[0]]
             results[spec.name] = ray.get(done[0])
-            on_report(spec.name, spec.config["rounds"])
+            on_report(spec.name, spec.config.get("rounds", 1))  # a batch run counts as one unit
         return [results[s.name] for s in specs]
     finally:
         if started:

@@ -85,7 +85,10 @@ def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
     for entry in index["runs"]:
         run_dir = folder / entry["folder"]
         summary_path = run_dir / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        try:
+            summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{summary_path}: not valid JSON ({exc})") from None
         runs.append(Run(entry["name"], entry["grid"], entry["config"], summary, _read_curve(run_dir / "metrics.csv")))
     return index, exp, runs
 
@@ -160,6 +163,8 @@ TASK_COLUMNS = {
 def _length(run: Run) -> str:
     """How far a run got: rounds (online), epochs (batch VFL) or done (CHFL)."""
     s, c = run.summary, run.config
+    if s is not None and s.get("diverged_at") is not None and c["task"] != "ovfl":
+        return "diverged"
     if c["task"] == "ovfl":
         if s is None:
             last = int(run.curve[-1]["round"]) if run.curve else 0

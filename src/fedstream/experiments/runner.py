@@ -70,7 +70,9 @@ def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Calla
     for combo in combos:
         for value in t.values:
             name = run_name(combo | {t.key: value})
-            cfg = overrides | first | combo | {t.key: value, "rounds": rounds, "checkpoint.every": 0}
+            cfg = overrides | first | combo | {t.key: value}
+            if load_config(exp.base, cfg)["task"] == "ovfl":  # online runs: a shorter run per candidate
+                cfg |= {"rounds": rounds, "checkpoint.every": 0}
             specs.append(_spec(exp, cfg, name, out / "tuning" / name))
             index.append((run_name(combo), value))
     summaries = execute(specs)
@@ -98,9 +100,10 @@ def _execute_local(workers: int | None, on_report) -> Callable[[list[RunSpec]], 
 
 
 def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds: int | None = None) -> int:
-    """Rounds the experiment plays at ``scale``, tuning included (for progress bars)."""
+    """Rounds the experiment plays at ``scale``, tuning included (for progress bars); a run of a batch
+    task (vfl, chfl) counts as one unit."""
     overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
-    main = sum(load_config(exp.base, overrides | p)["rounds"] for p in grid_points(exp))
+    main = sum(load_config(exp.base, overrides | p).get("rounds", 1) for p in grid_points(exp))
     t = exp.tune
     if t is None or (scale not in t.rounds and tune_rounds is None):
         return main

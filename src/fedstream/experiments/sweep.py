@@ -93,7 +93,10 @@ def _complete(spec: RunSpec) -> dict | None:
     path = spec.out / "summary.json"
     if not path.exists():
         return None
-    summary = json.loads(path.read_text())
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); delete it to rerun that run") from None
     if not same_config(summary.get("config", {}), spec.config):
         return None
     finished = (spec.config["task"] != "ovfl" or summary.get("rounds") == spec.config["rounds"]
@@ -142,13 +145,18 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
         done = _complete(spec)
         if done is not None:
             summaries[spec.name] = done
-            report(spec.name, spec.config["rounds"])
+            report(spec.name, spec.config.get("rounds", 1))  # a batch run counts as one unit
         else:
             todo.append(spec)
     for spec in [s for s in todo if s.config["task"] != "ovfl"]:  # batch tasks: one after the other
         from fedstream.tasks import run_batch_task
 
-        summaries[spec.name] = run_batch_task(spec.config, spec.out)
+        try:
+            summaries[spec.name] = run_batch_task(spec.config, spec.out)
+        except DivergedError as exc:  # one run blowing up must not stop the others
+            summaries[spec.name] = {"task": spec.config["task"], "config": spec.config,
+                                    "diverged_at": exc.round, "error": str(exc)}
+            RunDirectory(spec.out).write_summary(summaries[spec.name])
         report(spec.name, 1)
     by_stream: dict[tuple, list[RunSpec]] = {}
     for spec in [s for s in todo if s.config["task"] == "ovfl"]:

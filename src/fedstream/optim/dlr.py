@@ -142,6 +142,9 @@ class DLR(Optimizer):
         self.S_W: list[np.ndarray | None] = []
         self.shares: list[np.ndarray | None] = []
         for k, layer in enumerate(model.layers):
+            if layer.deferred is not None:  # a previous DLR on this model: keep its pending steps
+                layer.W[...] -= layer.deferred.matrix().astype(layer.W.dtype)
+                layer.deferred = None
             n_out, n_in = layer.W.shape
             deferred = defer if defer != "auto" else DEFER_COST * window * (n_in + n_out) <= n_in * n_out
             if deferred:
@@ -185,7 +188,7 @@ class DLR(Optimizer):
         self._push(None, 0.0)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        state = {"pos": np.array(self.pos)}
+        state = {"pos": np.array(self.pos), "deferred": np.array([A is not None for A in self.shares])}
         for k in range(len(self.S_b)):
             state |= {f"S_b{k}": self.S_b[k], f"ring_delta{k}": self.ring_delta[k], f"ring_inp{k}": self.ring_inp[k]}
             state[f"S_W{k}" if self.S_W[k] is not None else f"share{k}"] = (
@@ -193,6 +196,11 @@ class DLR(Optimizer):
         return {key: np.array(v, copy=True) for key, v in state.items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        mine = [A is not None for A in self.shares]
+        if "deferred" in state and list(state["deferred"]) != mine:
+            raise ConfigError(f"DLR state was saved with deferred layers {list(np.flatnonzero(state['deferred']))}, "
+                              f"this optimiser defers {list(np.flatnonzero(mine))} (DEFER_COST changed?); "
+                              "resume with the fedstream version that wrote it")
         self.pos = int(state["pos"])
         for k in range(len(self.S_b)):
             for name in ("S_b", "ring_delta", "ring_inp"):

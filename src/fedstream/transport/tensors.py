@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from fedstream.errors import ProtocolError
+from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.hfl.messages import ModelUpdate, check_update
 from fedstream.transport.ledger import ByteLedger
 
@@ -109,7 +109,7 @@ def decode_update(data: bytes) -> ModelUpdate:
     values = np.frombuffer(data, dtype=F32, offset=r.pos).astype(np.float32)
     if not np.isfinite(values).all():
         bad = desc[int(np.searchsorted(np.cumsum(sizes), np.argmin(np.isfinite(values)), "right"))][0]
-        raise ProtocolError(f"{what}: tensor {bad!r} holds NaN or inf")
+        raise NonFiniteError(f"{what}: tensor {bad!r} holds NaN or inf")
     tensors: dict[str, np.ndarray] = {}
     start = 0
     for (name, shape), size in zip(desc, sizes):
