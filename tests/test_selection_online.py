@@ -11,7 +11,8 @@ from fedstream.selection.synthetic import informative_clients
 def test_top_l_follows_the_informative_clients_through_a_drift():
     policy = TopLActivation(4, l=2, window=600, k=5, n_groups=30, smoothing=0.7, seed=0)
     means = np.zeros((10, 4))
-    assert policy.mask(0, means).all()  # cold start: everyone
+    cold = policy.mask(0, means)  # cold start: l clients drawn per round
+    assert (cold.sum(axis=1) == 2).all() and not (cold == cold[0]).all()
     blocks, y = informative_clients(600, [0.0, 2.0, 0.0, 1.5], dims=2, classes=4, seed=1)
     policy.observe(blocks, y)
     np.testing.assert_array_equal(policy.mask(1, means), np.tile([False, True, False, True], (10, 1)))

@@ -183,6 +183,8 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if task in ("ovfl", "vfl") and cfg["compression.cache"] and cfg["compression.up"] == "none":
         raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
                           "(the cache fills the entries top-k did not send)")
+    if task == "vfl":
+        _check_selection(cfg)
     if task == "chfl":
         _check_number_list(cfg, "hfl.hidden", int, 1, None)
         _check_number_list(cfg, "hfl.lrs", float, 0.0, None)
@@ -191,9 +193,19 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
         return cfg
     if cfg["activation.k"] > cfg["vfl.clients"]:
         raise ConfigError(f"activation.k = {cfg['activation.k']} exceeds vfl.clients = {cfg['vfl.clients']}")
+    if cfg["activation.name"] == "topl" and cfg["activation.l"] > cfg["vfl.clients"]:
+        raise ConfigError(f"activation.l = {cfg['activation.l']} exceeds vfl.clients = {cfg['vfl.clients']}: "
+                          f"topl activates l of the {cfg['vfl.clients']} clients")
     if cfg["data.name"] in ("imnist", "mnist", "fashion-mnist") and cfg["vfl.clients"] > 784:
         raise ConfigError(f"vfl.clients = {cfg['vfl.clients']}: images have only 784 features")
     return cfg
+
+
+def _check_selection(cfg: dict[str, Any]) -> None:
+    """The selection.* keys against each other and against vfl.clients (errors name the key)."""
+    from fedstream.vfl.batch.selection import SelectionSpec
+
+    SelectionSpec.from_config(cfg).check_clients(cfg["vfl.clients"])
 
 
 def _check_number_list(cfg: dict[str, Any], key: str, kind: type, above: float, at_most: float | None) -> None:

@@ -4,6 +4,8 @@ A policy sees a chunk of rounds at once (vectorised) and returns a boolean mask 
 Randomness is drawn from a generator keyed by ``(seed, chunk index)``, so the mask of a round does
 not depend on where a run started or resumed. In a deployment each client would evaluate its own
 column (``random`` and ``event`` need nothing from other parties; ``fixed`` is a coordinator's draw).
+``topl`` (participant selection as a policy, :mod:`fedstream.selection.online`) is the server's
+choice from an online KNN-MI estimate, updated from each complete chunk via :meth:`Activation.observe`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class Activation:
 
     def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def observe(self, blocks: list[np.ndarray], labels: np.ndarray) -> None:
+        """The rounds of a complete chunk, once played (per-client blocks, labels); a policy that
+        learns from the data (``topl``) overrides this. Called once per chunk, outside the round loop."""
 
     def _rng(self, chunk: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, 3, chunk])
@@ -81,8 +87,10 @@ class FixedCount(Activation):
         return ranks < self.k
 
 
-def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k: int, seed: int) -> Activation:
-    """The policy for ``activation.name``."""
+def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k: int, seed: int,
+                    l: int = 2, window: int = 2000) -> Activation:
+    """The policy for ``activation.name`` (``topl``: :class:`fedstream.selection.online.TopLActivation`
+    with ``activation.l`` and ``activation.window``)."""
     if name == "full":
         return Full(n_clients, seed=seed)
     if name == "random":
@@ -91,4 +99,10 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
         return EventActivation(n_clients, threshold=threshold, seed=seed)
     if name == "fixed":
         return FixedCount(n_clients, k=k, seed=seed)
-    raise ConfigError(f"activation.name must be one of full, random, event, fixed; got {name!r}")
+    if name == "topl":
+        from fedstream.selection.online import TopLActivation  # selection imports this module
+
+        if not 1 <= l <= n_clients:
+            raise ConfigError(f"activation.l must be in [1, vfl.clients={n_clients}], got {l!r}")
+        return TopLActivation(n_clients, l=l, window=window, seed=seed)
+    raise ConfigError(f"activation.name must be one of full, random, event, fixed, topl; got {name!r}")

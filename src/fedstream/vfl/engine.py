@@ -93,7 +93,7 @@ class OnlineVFL:
         self.transport = make_transport(M, CompressionSpec.from_config(config))  # plain float32 unless compressed
         self.activation = make_activation(
             config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
-            k=config["activation.k"], seed=config["seed"],
+            k=config["activation.k"], seed=config["seed"], l=config["activation.l"], window=config["activation.window"],
         )
         self.metrics = Prequential(config["eval.interval"])
         self.active_counts = np.zeros(M, dtype=np.int64)
@@ -156,6 +156,8 @@ class OnlineVFL:
             if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
                 self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
         self.active_counts += mask[counted:stop].sum(axis=0)
+        if stop == CHUNK:  # a complete chunk: a policy that learns from the data (topl) sees it once
+            self.activation.observe(blocks, y)
         self.wall_seconds += time.perf_counter() - tic
 
     def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
@@ -202,13 +204,22 @@ class OnlineVFL:
             "wall_seconds": self.wall_seconds,
             "rounds_per_second": rounds / self.wall_seconds if self.wall_seconds else float("nan"),
             "fedstream_version": fedstream.__version__,
-        }
+        } | self._selection_summary()
+
+    def _selection_summary(self) -> dict:
+        """topl: the time spent scoring clients and the distance traffic it implies (not in ``bytes``)."""
+        if not hasattr(self.activation, "distance_bytes"):
+            return {}
+        return {"selection_seconds": self.activation.seconds,
+                "selection_distance_bytes": self.activation.distance_bytes}
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
         if hasattr(self.transport, "state_dict"):  # codec state: caches, last gradients, previous sigma
             parts["codecs"] = self.transport
+        if hasattr(self.activation, "state_dict"):  # topl: its online estimate
+            parts["activation"] = self.activation
         parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
         return parts
 

@@ -80,6 +80,8 @@ class ReferenceOnlineVFL:
                 X, y, _ = eng.stream.batch(chunk * CHUNK, CHUNK)
                 blocks, mask = eng.chunk_inputs(chunk, X)  # the same data and activation draws
             self.play([torch.from_numpy(b[j].copy()) for b in blocks], int(y[j]), mask[j])
+            if j == CHUNK - 1:  # as the engine: a complete chunk is shown to the policy once
+                eng.activation.observe(blocks, y)
         return self
 
     def play(self, blocks: list[torch.Tensor], y: int, active: np.ndarray) -> None:

@@ -3,7 +3,8 @@
 * MNIST / Fashion-MNIST: "clients and server both use MLPs", embedding 128. The paper gives no
   layer sizes; we use one hidden layer of ``hidden`` = 256 ReLU units on each side: client
   strip -> 256 -> embedding (linear output, so entries have both signs, the general case for
-  top-k), server M * embedding -> 256 -> 10.
+  top-k), server M * embedding -> 256 -> 10 (``server_hidden`` sets the server's width apart:
+  the Dynamic VF-PS report's clients are 196 -> 16 -> 32 and its server 128 -> 64 -> 10).
 * CIFAR-10: each client a ResNet-18, embedding 16; the server one linear layer M * 16 -> 10.
   torchvision is not used: :func:`resnet18` is the CIFAR variant (3x3 stem, no max-pool; four
   stages of two basic blocks, strides 1, 2, 2, 2, widths w, 2w, 4w, 8w; global average pooling;
@@ -54,11 +55,12 @@ def resnet18(in_channels: int, embedding: int, width: int = 64) -> nn.Sequential
 
 
 def build_models(dataset: str, strip_shapes: list[tuple[int, int, int]], *, embedding: int, hidden: int,
-                 resnet_width: int, n_classes: int) -> tuple[list[nn.Module], nn.Module]:
-    """(client models, server model) of the paper's setting for ``dataset``."""
+                 resnet_width: int, n_classes: int, server_hidden: int | None = None) -> tuple[list[nn.Module], nn.Module]:
+    """(client models, server model) of the paper's setting for ``dataset``; the MNIST-like server's
+    hidden width is ``server_hidden`` (default: ``hidden``)."""
     m = len(strip_shapes)
     if dataset == "cifar10":
         clients = [resnet18(c, embedding, resnet_width) for c, _, _ in strip_shapes]
         return clients, nn.Linear(m * embedding, n_classes)
     clients = [client_mlp(c * h * w, hidden, embedding) for c, h, w in strip_shapes]
-    return clients, server_mlp(m * embedding, hidden, n_classes)
+    return clients, server_mlp(m * embedding, hidden if server_hidden is None else server_hidden, n_classes)

@@ -6,6 +6,10 @@ graph until the server's dL/dE comes back; it then back-propagates exactly what 
 (eq. 4: grad theta = dL/dE * dE/dtheta, with dL/dE possibly quantised). The server concatenates
 the embeddings it received (possibly sparsified or cache-filled), computes the cross-entropy, the
 gradient of every embedding and its own update, all at the same (pre-update) parameters.
+
+With participant selection only the selected clients send; the server stands in for the others
+with its padding (:mod:`fedstream.selection.padding`: zero, running mean, latest, EMA of what each
+client sent in training) and returns gradients to the senders only.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 from torch import nn
 
 from fedstream.errors import ProtocolError
+from fedstream.selection.padding import Padding
 from fedstream.vfl.messages import Embedding, Gradient
 
 
@@ -62,38 +67,67 @@ class BatchClient:
 
 
 class BatchServer:
-    """The server: labels and the top model over the concatenated client embeddings."""
+    """The server: labels and the top model over the concatenated client embeddings.
 
-    def __init__(self, model: nn.Module, n_clients: int, embedding: int, lr: float):
+    ``padding`` fills in the embedding of a client that did not send (None in the received list);
+    without one every client must send.
+    """
+
+    def __init__(self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None):
         self.model = model
         self.n_clients = n_clients
         self.embedding = embedding
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        self.padding = padding
+        self.last_correct = 0  # correct predictions of the last training batch (before the update)
 
-    def _inputs(self, step: int, embeddings: list[Embedding], rows: int) -> list[torch.Tensor]:
-        """Check the M received embeddings (order, round, shape) and make them leaf tensors."""
+    def _received(self, step: int, embeddings: list[Embedding | None], rows: int) -> list[np.ndarray | None]:
+        """Check the received embeddings (order, round, shape; None for a client that did not send)."""
         if len(embeddings) != self.n_clients:
-            raise ProtocolError(f"server: expected {self.n_clients} embeddings, received {len(embeddings)}")
+            raise ProtocolError(f"server: expected {self.n_clients} embeddings, received {len(embeddings)} "
+                                "(None stands for an unselected client)")
+        if self.padding is None and any(e is None for e in embeddings):
+            missing = [m for m, e in enumerate(embeddings) if e is None]
+            raise ProtocolError(f"server: no embedding from client(s) {missing} and no padding to stand in for them")
+        if all(e is None for e in embeddings):
+            raise ProtocolError(f"server: no client sent an embedding for round {step}")
         for m, e in enumerate(embeddings):
-            if e.client != m or e.round != step or e.values.shape != (rows, self.embedding):
+            if e is not None and (e.client != m or e.round != step or e.values.shape != (rows, self.embedding)):
                 raise ProtocolError(f"server: expected client {m}'s embedding for round {step} of shape "
                                     f"({rows}, {self.embedding}), received client {e.client}, round {e.round}, "
                                     f"shape {e.values.shape}")
-        return [_tensor(e.values) for e in embeddings]
+        return [None if e is None else e.values for e in embeddings]
 
-    def train_step(self, step: int, embeddings: list[Embedding], labels: torch.Tensor) -> tuple[float, list[Gradient]]:
-        """Mean cross-entropy of the batch; one SGD step; dL/dE for every client."""
-        inputs = [t.requires_grad_() for t in self._inputs(step, embeddings, len(labels))]
+    def _inputs(self, values: list[np.ndarray | None], rows: int) -> list[torch.Tensor]:
+        """Leaf tensors of the received values, padding where a client did not send."""
+        return [_tensor(self.padding.fill(m, rows)) if v is None else _tensor(v) for m, v in enumerate(values)]
+
+    def train_step(self, step: int, embeddings: list[Embedding | None], labels: torch.Tensor) -> tuple[float, list[Gradient]]:
+        """Mean cross-entropy of the batch; one SGD step; dL/dE for every client that sent."""
+        values = self._received(step, embeddings, len(labels))
+        inputs = self._inputs(values, len(labels))
+        sent = [m for m, v in enumerate(values) if v is not None]
+        for m in sent:
+            inputs[m].requires_grad_()
         self.model.train()
-        loss = nn.functional.cross_entropy(self.model(torch.cat(inputs, dim=1)), labels)
+        logits = self.model(torch.cat(inputs, dim=1))
+        loss = nn.functional.cross_entropy(logits, labels)
+        self.last_correct = int((logits.detach().argmax(dim=1) == labels).sum())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return float(loss.detach()), [Gradient(step, m, t.grad.numpy()) for m, t in enumerate(inputs)]
+        if self.padding is not None:  # what the server saw this step stands in for the client later
+            for m in sent:
+                self.padding.update(m, values[m])
+        return float(loss.detach()), [Gradient(step, m, inputs[m].grad.numpy()) for m in sent]
 
-    def predict(self, step: int, embeddings: list[Embedding], rows: int) -> np.ndarray:
-        """Predicted classes (rows,) from the received embeddings."""
-        inputs = self._inputs(step, embeddings, rows)
+    def logits(self, step: int, embeddings: list[Embedding | None], rows: int) -> torch.Tensor:
+        """Class scores (rows, classes) from the received embeddings (padding, but no padding update)."""
+        inputs = self._inputs(self._received(step, embeddings, rows), rows)
         self.model.eval()
         with torch.no_grad():
-            return self.model(torch.cat(inputs, dim=1)).argmax(dim=1).numpy()
+            return self.model(torch.cat(inputs, dim=1))
+
+    def predict(self, step: int, embeddings: list[Embedding | None], rows: int) -> np.ndarray:
+        """Predicted classes (rows,) from the received embeddings."""
+        return self.logits(step, embeddings, rows).argmax(dim=1).numpy()

@@ -6,6 +6,14 @@ over the transport, then the test accuracy. Bytes are the transport ledger's, pe
 per epoch. Evaluation goes through a :meth:`fork` of the training transport: test embeddings are
 compressed as in deployment (same codec, same cache and ranking state at the end of the epoch),
 but the fork's changes and bytes do not touch training; its uplink bytes are reported apart.
+
+Participant selection (``selection.*``, :mod:`fedstream.vfl.batch.selection`): each epoch trains
+on the rows the dynamic setting makes available, with the selected clients only: the others send
+nothing up (in training and evaluation) and receive no gradient, and the server pads their
+embeddings. Selection runs before the first epoch and again when the schedule says so; each
+(re)selection is a metrics.csv row's ``reselected``, ``selection_seconds``, ``selected_<m>``,
+``score_<m>`` and a ``selection.events`` entry of summary.json. VF-PS's distance traffic is
+reported apart (``distance_bytes``), not in the transport's bytes.
 """
 
 from __future__ import annotations
@@ -28,11 +36,13 @@ from fedstream.transport import make_transport
 from fedstream.vfl.batch.data import VerticalImages, load_vertical
 from fedstream.vfl.batch.models import build_models
 from fedstream.vfl.batch.parties import BatchClient, BatchServer
-from fedstream.vfl.batch.protocol import predict_step, train_step
+from fedstream.selection.padding import make_padding
+from fedstream.vfl.batch.protocol import score_step, train_step
+from fedstream.vfl.batch.selection import EpochPlan, Participation
 from fedstream.vfl.batch.settings import BatchVFLSettings
 
 COLUMNS = ["epoch", "steps", "train_loss", "test_accuracy", "bytes_up", "bytes_down", "bytes_total",
-           "eval_bytes_up", "epoch_seconds", "wall_seconds"]
+           "eval_bytes_up", "epoch_seconds", "wall_seconds", "train_accuracy", "test_loss"]
 PROGRESS_EVERY = 50  # steps between "step" progress events
 
 
@@ -71,66 +81,114 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     data = load_vertical(settings, root)
     clients, server = build_parties(settings, data, seed)
     transport = make_transport(settings.clients, settings.compression)
-    writer = MetricsWriter(out)
+    spec = settings.selection
+    part = Participation(spec, data.client_features(data.train_x), data.train_y, seed=seed) if spec.active else None
+    writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [])
     rows: list[dict] = []
+    step = 0
     for epoch in range(1, settings.epochs + 1):
         start, before = time.perf_counter(), transport.ledger.summary()
-        loss, steps = train_epoch(epoch, settings, data, clients, server, transport, seed, progress)
-        accuracy, eval_bytes = evaluate(settings, data, clients, server, transport.fork())
+        plan = part.plan(epoch) if part is not None else None
+        selected = None if plan is None else plan.clients
+        loss, steps, train_acc = train_epoch(epoch, settings, data, clients, server, transport, seed, progress,
+                                             rows=None if plan is None else plan.rows, selected=selected,
+                                             first_step=step)
+        step += steps
+        accuracy, test_loss, eval_bytes = evaluate(settings, data, clients, server, transport.fork(), selected)
         after = transport.ledger.summary()
         rows.append({"epoch": epoch, "steps": steps, "train_loss": loss, "test_accuracy": accuracy,
                      "bytes_up": after["up"] - before["up"], "bytes_down": after["down"] - before["down"],
                      "bytes_total": after["total"], "eval_bytes_up": eval_bytes,
-                     "epoch_seconds": time.perf_counter() - start, "wall_seconds": time.perf_counter() - tic})
+                     "epoch_seconds": time.perf_counter() - start, "wall_seconds": time.perf_counter() - tic,
+                     "train_accuracy": train_acc, "test_loss": test_loss}
+                    | ({} if plan is None else selection_row(plan, settings.clients, len(data.train_y))))
         writer.append(rows[-1])
         if progress is not None:
             progress({"event": "epoch", **rows[-1]})
     summary = make_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic)
+    if part is not None:
+        summary |= {"selection": part.summary(), "selection_seconds": part.summary()["seconds"],
+                    "selection_distance_bytes": part.summary()["distance_bytes"]}
     writer.summary(summary)
     return summary
 
 
+def selection_columns(m: int) -> list[str]:
+    """The metrics.csv columns a run with participant selection adds (numbers only)."""
+    return (["available_rows", "reselected", "selection_seconds", "distance_bytes"]
+            + [f"selected_{j}" for j in range(m)] + [f"score_{j}" for j in range(m)])
+
+
+def selection_row(plan: EpochPlan, m: int, n: int) -> dict:
+    """An epoch's selection columns: rows available, whether (and how long) selection ran, who sent, scores."""
+    event = plan.event or {}
+    scores = event.get("scores") or [""] * m
+    return ({"available_rows": n if plan.rows is None else int(plan.rows.size), "reselected": int(bool(event)),
+             "selection_seconds": event.get("seconds", 0.0), "distance_bytes": event.get("distance_bytes", 0)}
+            | {f"selected_{j}": int(j in plan.clients) for j in range(m)}
+            | {f"score_{j}": scores[j] for j in range(m)})
+
+
 def build_parties(settings: BatchVFLSettings, data: VerticalImages, seed: int) -> tuple[list[BatchClient], BatchServer]:
-    """Clients and server with models initialised from ``seed`` (the global torch RNG is left as it was)."""
+    """Clients and server with models initialised from ``seed`` (the global torch RNG is left as it was).
+    With participant selection the server gets the padding of ``selection.padding``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         client_models, server_model = build_models(
             settings.dataset, data.strip_shapes(), embedding=settings.embedding, hidden=settings.hidden,
-            resnet_width=settings.resnet_width, n_classes=data.n_classes)
+            resnet_width=settings.resnet_width, n_classes=data.n_classes, server_hidden=settings.server_hidden)
     clients = [BatchClient(m, model, settings.lr) for m, model in enumerate(client_models)]
-    return clients, BatchServer(server_model, settings.clients, settings.embedding, settings.lr)
+    spec = settings.selection
+    padding = None
+    if spec.active:
+        kwargs = {"alpha": spec.ema_alpha} if spec.padding == "ema" else {}
+        padding = make_padding(spec.padding, settings.clients, settings.embedding, **kwargs)
+    return clients, BatchServer(server_model, settings.clients, settings.embedding, settings.lr, padding=padding)
 
 
 def batches(n: int, size: int, order: np.ndarray | None = None):
     """Index arrays of consecutive mini-batches over ``order`` (default 0..n-1); the last may be smaller."""
     idx = np.arange(n) if order is None else order
-    for start in range(0, n, size):
+    for start in range(0, len(idx), size):
         yield idx[start:start + size]
 
 
 def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, clients, server, transport,
-                seed: int, progress) -> tuple[float, int]:
-    """One pass over the training rows in a (seed, epoch)-seeded order; (mean loss, steps)."""
-    n = len(data.train_y)
-    order = np.random.default_rng([seed, epoch]).permutation(n)
+                seed: int, progress, *, rows: np.ndarray | None = None, selected=None,
+                first_step: int | None = None) -> tuple[float, int, float]:
+    """One pass over the training rows (``rows``: the available ones; None: all) in a (seed, epoch)-seeded
+    order, with the ``selected`` clients (None: all); (mean loss, steps, training accuracy).
+
+    Steps are numbered from ``first_step`` (default: (epoch - 1) x steps per epoch)."""
+    n = len(data.train_y) if rows is None else len(rows)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n) if rows is None else rows[rng.permutation(n)]
     steps_per_epoch = -(-n // settings.batch_size)
-    total = 0.0
+    if steps_per_epoch == 0:
+        return float("nan"), 0, float("nan")
+    first = (epoch - 1) * steps_per_epoch if first_step is None else first_step
+    total, correct = 0.0, 0
     for j, idx in enumerate(batches(n, settings.batch_size, order)):
-        step = (epoch - 1) * steps_per_epoch + j
         labels = torch.from_numpy(data.train_y[idx])
-        total += train_step(step, data.client_inputs(data.train_x[idx]), labels, clients, server, transport)
+        total += train_step(first + j, data.client_inputs(data.train_x[idx]), labels, clients, server, transport,
+                            selected)
+        correct += server.last_correct
         if progress is not None and ((j + 1) % PROGRESS_EVERY == 0 or j + 1 == steps_per_epoch):
             progress({"event": "step", "epoch": epoch, "step": j + 1, "steps": steps_per_epoch, "loss": total / (j + 1)})
-    return total / steps_per_epoch, steps_per_epoch
+    return total / steps_per_epoch, steps_per_epoch, correct / n
 
 
-def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, link) -> tuple[float, int]:
-    """Test accuracy through ``link`` (a fork of the training transport) and the uplink bytes it took."""
-    correct = 0
+def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, link,
+             selected=None) -> tuple[float, float, int]:
+    """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (a fork of
+    the training transport), with the ``selected`` clients sending and the server padding the others."""
+    correct, loss = 0, 0.0
     for j, idx in enumerate(batches(len(data.test_y), settings.batch_size)):
-        predicted = predict_step(j, data.client_inputs(data.test_x[idx]), clients, server, link)
-        correct += int((predicted == data.test_y[idx]).sum())
-    return correct / len(data.test_y), link.ledger.summary()["up"]
+        logits = score_step(j, data.client_inputs(data.test_x[idx]), clients, server, link, selected)
+        labels = torch.from_numpy(data.test_y[idx])
+        correct += int((logits.argmax(dim=1) == labels).sum())
+        loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
+    return correct / len(data.test_y), loss / len(data.test_y), link.ledger.summary()["up"]
 
 
 def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger: dict, wall: float) -> dict:
@@ -143,6 +201,10 @@ def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger
         "epochs": len(rows),
         "final_accuracy": accuracies[-1],
         "best_accuracy": max(accuracies),
+        # best so far over the epochs (the Dynamic VF-PS report's tables): highest accuracies, lowest losses
+        "best_train_accuracy": _best(rows, "train_accuracy", max),
+        "best_train_loss": _best(rows, "train_loss", min),
+        "best_test_loss": _best(rows, "test_loss", min),
         "per_epoch": rows,
         "bytes": ledger,
         "bytes_per_client": sum(per_client) / len(per_client),  # the paper's Table 2 traffic measure
@@ -152,20 +214,28 @@ def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger
     }
 
 
-class MetricsWriter:
-    """``metrics.csv`` rows appended as produced and ``summary.json`` written atomically (no-ops without a folder)."""
+def _best(rows: list[dict], key: str, pick) -> float | None:
+    values = [r[key] for r in rows if r[key] == r[key]]  # epochs without training rows have NaN
+    return pick(values) if values else None
 
-    def __init__(self, folder: Path | None):
+
+class MetricsWriter:
+    """``metrics.csv`` rows appended as produced and ``summary.json`` written atomically (no-ops without a folder).
+
+    Columns: :data:`COLUMNS`, then ``extra`` (the selection columns of a run that selects)."""
+
+    def __init__(self, folder: Path | None, extra: list[str] = ()):
         self.folder = folder
+        self.columns = COLUMNS + list(extra)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             with open(folder / "metrics.csv", "w", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=COLUMNS).writeheader()
+                csv.DictWriter(fh, fieldnames=self.columns).writeheader()
 
     def append(self, row: dict) -> None:
         if self.folder is not None:
             with open(self.folder / "metrics.csv", "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=COLUMNS).writerow(row)
+                csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
 
     def summary(self, summary: dict) -> None:
         if self.folder is not None:

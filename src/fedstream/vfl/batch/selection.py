@@ -1,0 +1,287 @@
+"""Participant selection in batch VFL (issue 8, the Dynamic VF-PS report): who sends, and when to re-select.
+
+:class:`SelectionSpec` holds the ``selection.*`` keys; :class:`Participation` is what the trainer
+asks, once per epoch, for the training rows available and the clients selected::
+
+    part = Participation(spec, blocks, train_y, seed=0)      # blocks: per-client (n, d_j) features
+    for epoch in range(1, epochs + 1):
+        plan = part.plan(epoch)      # plan.rows: available rows; plan.clients: who sends
+        ...                          # train on plan.rows; the server pads the other clients
+
+Methods: ``all`` (every client), ``vfps`` (group testing with the KNN MI of eq. (1), top l; a
+client's score is the sum of its groups' MI as in the VF-PS reference, or their mean as the
+report words it: ``aggregate``),
+``random`` (random picking, l of m), ``fixed`` (the clients of ``selection.clients``; an
+experiment-level grid over fixed subsets is the brute force of the report's tables).
+
+Dynamic settings (:mod:`fedstream.selection.dynamic`): ``none`` (every row, every epoch),
+``discrete`` (the available subset, each row kept with ``keep``, redrawn at each epoch with
+probability ``update_prob``), ``relaxed`` (rows live ``lifespan_min..lifespan_max`` epochs and absent
+rows arrive with probability ``arrival`` per epoch).
+
+When selection re-runs (VF-PS and random picking; ``all`` and ``fixed`` select once):
+at epoch 1; whenever the discrete subset is redrawn; in the relaxed setting, random picking on every
+epoch whose data changed and VF-PS once its pessimistic scores say the best clients may have
+changed (:class:`~fedstream.selection.dynamic.PessimisticScores`); and, with ``every = N > 0``,
+also every N epochs in any setting.
+
+VF-PS's own traffic is not sent through the transport: each (re)selection reports
+``distance_bytes``, the float32 local distances the baseline method makes every client send
+(q queries x (n - 1) samples, or n(n - 1)/2 pairs when every sample is a query), counted
+analytically and kept apart from the training bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from fedstream.errors import ConfigError
+from fedstream.selection.dynamic import DiscreteSchedule, PessimisticScores, RelaxedSchedule
+from fedstream.selection.methods import RandomSelector, VFPSSelector
+
+METHODS = ("all", "vfps", "random", "fixed")
+AGGREGATES = ("sum", "mean")
+PADDINGS = ("zero", "mean", "latest", "ema")
+DYNAMICS = ("none", "discrete", "relaxed")
+DISTANCE_BYTES = 4  # one float32 local distance
+
+
+def parse_clients(text) -> tuple[int, ...] | None:
+    """``"0,2"`` (or a sequence of ints) -> (0, 2); None stays None. ConfigError naming selection.clients."""
+    if text is None:
+        return None
+    items = text.split(",") if isinstance(text, str) else list(text)
+    try:
+        clients = tuple(int(str(c).strip()) for c in items if str(c).strip() != "")
+    except ValueError:
+        clients = ()
+    if not clients or any(c < 0 for c in clients) or len(set(clients)) != len(clients):
+        raise ConfigError(f"selection.clients = {text!r}: expected distinct client indices >= 0, comma-separated "
+                          "(e.g. \"0,2\")")
+    return tuple(sorted(clients))
+
+
+@dataclass(frozen=True)
+class SelectionSpec:
+    """The ``selection.*`` keys of a batch VFL run (each field is ``selection.<field>``)."""
+
+    method: str = "all"
+    l: int = 3
+    clients: tuple[int, ...] | None = None
+    k: int = 10
+    groups: int = 10
+    aggregate: str = "sum"
+    queries: int | None = None
+    padding: str = "zero"
+    ema_alpha: float = 0.1
+    dynamic: str = "none"
+    update_prob: float = 0.2
+    keep: float = 0.5
+    arrival: float = 0.05
+    lifespan_min: int = 1
+    lifespan_max: int = 50
+    every: int = 0
+
+    def __post_init__(self) -> None:
+        for name, choices in (("method", METHODS), ("aggregate", AGGREGATES), ("padding", PADDINGS),
+                              ("dynamic", DYNAMICS)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"selection.{name} = {getattr(self, name)!r}: expected one of {', '.join(choices)}")
+        object.__setattr__(self, "clients", parse_clients(self.clients))
+        for name, lo in (("l", 1), ("k", 1), ("groups", 1), ("lifespan_min", 1), ("lifespan_max", 1), ("every", 0)):
+            _integer(name, getattr(self, name), lo)
+        _integer("queries", self.queries, 1, optional=True)
+        for name, zero_ok in (("ema_alpha", False), ("update_prob", True), ("keep", False), ("arrival", True)):
+            _probability(name, getattr(self, name), zero_ok)
+        if self.lifespan_min > self.lifespan_max:
+            raise ConfigError(f"selection.lifespan_min = {self.lifespan_min} exceeds selection.lifespan_max = "
+                              f"{self.lifespan_max}")
+        if self.method == "fixed" and self.clients is None:
+            raise ConfigError("selection.method = 'fixed' needs selection.clients, e.g. \"0,2\"")
+        if self.method != "fixed" and self.clients is not None:
+            raise ConfigError(f"selection.clients = {','.join(map(str, self.clients))!r} is read only with "
+                              f"selection.method = 'fixed' (got {self.method!r}); remove it or set the method")
+
+    def check_clients(self, m: int) -> None:
+        """ConfigError naming the key when the selection does not fit m clients."""
+        if self.method in ("vfps", "random") and self.l > m:
+            raise ConfigError(f"selection.l = {self.l} exceeds vfl.clients = {m}: cannot select {self.l} of {m} "
+                              f"clients; expected 1 <= selection.l <= {m}")
+        if self.clients is not None and max(self.clients) >= m:
+            raise ConfigError(f"selection.clients = {','.join(map(str, self.clients))!r} names client "
+                              f"{max(self.clients)}, but vfl.clients = {m} (indices 0..{m - 1})")
+
+    @property
+    def active(self) -> bool:
+        """False for the default (every client, every row): nothing to select, pad or record."""
+        return self.method != "all" or self.dynamic != "none"
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> SelectionSpec:
+        """The spec of a flat config; absent or None keys take the defaults (``queries``/``clients`` stay None)."""
+        return cls(**{f.name: config[f"selection.{f.name}"] for f in fields(cls)
+                      if config.get(f"selection.{f.name}") is not None})
+
+    def to_config(self) -> dict:
+        out = {f"selection.{f.name}": getattr(self, f.name) for f in fields(self)}
+        out["selection.clients"] = None if self.clients is None else ",".join(map(str, self.clients))
+        return out
+
+
+def _integer(name: str, value, lo: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ConfigError(f"selection.{name} = {value!r}: expected an integer >= {lo}{' or none' if optional else ''}")
+
+
+def _probability(name: str, value, zero_ok: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (0 <= value if zero_ok else 0 < value) \
+        and value <= 1
+    if not ok:
+        raise ConfigError(f"selection.{name} = {value!r}: expected a number in {'[' if zero_ok else '('}0, 1]")
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What an epoch trains on: the available training rows, the selected clients, and the
+    (re)selection made at the start of this epoch, if any."""
+
+    epoch: int
+    rows: np.ndarray | None  # indices of the available training rows (None: all rows)
+    clients: tuple[int, ...]
+    event: dict | None
+
+
+class Participation:
+    """Available data and selected clients per epoch, for one run (call :meth:`plan` for 1, 2, ...)."""
+
+    def __init__(self, spec: SelectionSpec, blocks: Sequence[np.ndarray], labels: np.ndarray, *, seed: int):
+        self.spec, self.blocks, self.labels = spec, list(blocks), np.asarray(labels)
+        self.m, self.n = len(self.blocks), len(self.labels)
+        spec.check_clients(self.m)
+        self.selector = None
+        if spec.method == "vfps":
+            self.selector = VFPSSelector(spec.l, k=spec.k, n_groups=spec.groups, queries=spec.queries, seed=seed,
+                                         aggregate=spec.aggregate)
+        elif spec.method == "random":
+            self.selector = RandomSelector(spec.l, seed=seed)
+        self.schedule = None
+        if spec.dynamic == "discrete":
+            self.schedule = DiscreteSchedule(self.n, keep=spec.keep, update_prob=spec.update_prob, seed=seed)
+        elif spec.dynamic == "relaxed":
+            self.schedule = RelaxedSchedule(self.n, keep=spec.keep, arrival=spec.arrival,
+                                            lifespan=(spec.lifespan_min, spec.lifespan_max), seed=seed)
+        self.pessimistic: PessimisticScores | None = None
+        self.weights = np.ones(self.m)  # groups each client's score sums over (aggregate = sum), else 1
+        self.clients: tuple[int, ...] = ()
+        self.events: list[dict] = []
+        self.last_epoch = 0
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The rows and clients of ``epoch`` (1-based; epochs must come in order)."""
+        if epoch != self.last_epoch + 1:
+            raise ConfigError(f"Participation.plan: expected epoch {self.last_epoch + 1}, got {epoch}")
+        self.last_epoch = epoch
+        mask, reason = self._data(epoch)
+        rows = None if mask is None else np.flatnonzero(mask)
+        if self.spec.every and epoch > 1 and (epoch - 1) % self.spec.every == 0 and reason is None:
+            reason = f"every {self.spec.every} epochs"
+        event = None
+        if epoch == 1 or (reason is not None and self.selector is not None):
+            event = self._select(epoch, rows, reason or "start")
+        return EpochPlan(epoch, rows, self.clients, event)
+
+    def _data(self, epoch: int) -> tuple[np.ndarray | None, str | None]:
+        """(available-row mask or None for all rows, why selection must re-run or None)."""
+        if self.schedule is None:
+            return None, None
+        if isinstance(self.schedule, DiscreteSchedule):
+            redrawn = epoch > 1 and self.schedule.changed(epoch - 1)
+            return self.schedule.mask(epoch - 1), "data redrawn" if redrawn else None
+        if epoch == 1:
+            return self.schedule.mask.copy(), None
+        step = self.schedule.step()
+        if not step.changed:
+            return step.mask, None
+        if self.spec.method == "random":
+            return step.mask, "data changed"
+        if self.pessimistic is not None:
+            self.pessimistic.update(step.changed, self.labels[step.mask])
+            if self._bound_crossed():
+                return step.mask, "pessimistic bound crossed"
+        return step.mask, None
+
+    def _select(self, epoch: int, rows: np.ndarray | None, reason: str) -> dict:
+        n = self.n if rows is None else rows.size
+        scores, seconds, distance_bytes = None, 0.0, 0
+        if self.spec.method == "all":
+            self.clients = tuple(range(self.m))
+        elif self.spec.method == "fixed":
+            self.clients = self.spec.clients
+        else:
+            blocks = self.blocks if rows is None else [b[rows] for b in self.blocks]
+            labels = self.labels if rows is None else self.labels[rows]
+            if n < 2:
+                raise ConfigError(f"epoch {epoch}: only {n} training rows are available, too few to select clients; "
+                                  "raise selection.keep or data.train_rows")
+            if self.spec.method == "vfps":
+                self._check_k(labels, epoch)
+            sel = self.selector.select(blocks, labels)
+            self.clients, seconds = sel.clients, sel.seconds
+            if sel.scores is not None:
+                scores = [float(s) for s in sel.scores]
+            if self.spec.method == "vfps":
+                q = n if self.spec.queries is None else min(self.spec.queries, n)
+                pairs = n * (n - 1) // 2 if q >= n else q * (n - 1)
+                distance_bytes = self.m * pairs * DISTANCE_BYTES
+                if self.spec.dynamic == "relaxed":
+                    self._track(sel, labels)
+        event = {"epoch": epoch, "reason": reason, "clients": list(self.clients), "scores": scores,
+                 "seconds": seconds, "available_rows": n, "distance_bytes": distance_bytes}
+        self.events.append(event)
+        return event
+
+    def _track(self, sel, labels: np.ndarray) -> None:
+        """Start the pessimistic bounds from a full selection. Eq. (1)'s per-query bounds hold for a
+        group's score, hence for a client's mean over its groups; a summed score (aggregate = sum)
+        is compared as c_j x that mean, c_j the number of groups client j was in."""
+        counts = np.zeros(self.m)
+        for g in sel.details["groups"]:
+            counts[list(g)] += 1
+        self.weights = np.maximum(counts, 1) if self.spec.aggregate == "sum" else np.ones(self.m)
+        means = np.nan_to_num(np.asarray(sel.scores, dtype=np.float64) / self.weights)
+        if self.pessimistic is None:
+            self.pessimistic = PessimisticScores(means, sel.clients, labels, k=self.spec.k)
+        else:
+            self.pessimistic.reset(means, sel.clients, labels)
+
+    def _bound_crossed(self) -> bool:
+        """True once an unselected client's optimistic score passes a selected client's pessimistic one."""
+        p = self.pessimistic
+        if p.selected.all() or not p.selected.any():
+            return False
+        s = p.current() * self.weights
+        return bool(s[~p.selected].max() > s[p.selected].min())
+
+    def _check_k(self, labels: np.ndarray, epoch: int) -> None:
+        classes, counts = np.unique(labels, return_counts=True)
+        if counts.min() <= self.spec.k:
+            c = int(classes[counts.argmin()])
+            raise ConfigError(
+                f"selection.k = {self.spec.k} must be smaller than every class's size among the {labels.size} "
+                f"training rows available at epoch {epoch}: class {c} has {int(counts.min())} (a query is not its own "
+                f"neighbour); use selection.k <= {int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)")
+
+    def summary(self) -> dict:
+        """The run's selection record for summary.json."""
+        return {
+            **{k.removeprefix("selection."): v for k, v in self.spec.to_config().items()},
+            "events": self.events,
+            "reselections": max(len(self.events) - 1, 0),
+            "seconds": sum(e["seconds"] for e in self.events),
+            "distance_bytes": sum(e["distance_bytes"] for e in self.events),
+        }
