@@ -28,6 +28,8 @@ def test_every_key_belongs_to_some_task():
     (["task=vfl", "compression.cache=true"], "needs compression.up"),
     (["task=chfl", "hfl.mus=0,2"], "hfl.mus"),
     (["task=chfl", "hfl.hidden=512,x"], "hfl.hidden"),
+    (["task=chfl", "hfl.lrs=2"], "hfl.lrs"),
+    (["task=chfl", "hfl.mode=stream", "hfl.split=min-corr"], "hfl.split = 'min-corr' is for hfl.mode = batch"),
 ])
 def test_keys_and_values_are_checked_per_task(overrides, match):
     with pytest.raises(ConfigError, match=match):

@@ -189,6 +189,10 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
         _check_number_list(cfg, "hfl.hidden", int, 1, None)
         _check_number_list(cfg, "hfl.lrs", float, 0.0, None)
         _check_number_list(cfg, "hfl.mus", float, -1e-12, 1.0)
+        _check_number_list(cfg, "hfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
+        if cfg["hfl.mode"] == "stream" and cfg["hfl.split"] != "random":
+            raise ConfigError(f"hfl.split = {cfg['hfl.split']!r} is for hfl.mode = batch; the stream form "
+                              "draws random common features (hfl.split_index picks which)")
     if task != "ovfl":
         return cfg
     if cfg["activation.k"] > cfg["vfl.clients"]:
