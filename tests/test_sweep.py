@@ -93,3 +93,44 @@ def test_sweep_finishes_a_run_checkpointed_at_its_end_without_summary(susy_root,
 def test_grid_problems_are_caught_before_any_run(tmp_path, grid, match):
     with pytest.raises(ConfigError, match=match):
         expand_grid("ovfl-imnist", [], grid, tmp_path)
+
+
+def test_workers_exit_when_the_sweep_process_is_killed(tmp_path):
+    """A killed sweep leaves no orphan worker running: each worker watches its parent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(f"""
+        import multiprocessing as mp, os, sys, time
+        from fedstream.experiments.sweep import _exit_with_parent
+        def child(path):
+            _exit_with_parent(poll_seconds=0.1)
+            open(path, "w").write(str(os.getpid()))
+            time.sleep(60)
+        if __name__ == "__main__":
+            p = mp.get_context("spawn").Process(target=child, args=({str(tmp_path / 'pid')!r},))
+            p.start()
+            time.sleep(60)
+    """)
+    (tmp_path / "orphan.py").write_text(script)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "orphan.py")])
+    pid_file = tmp_path / "pid"
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(50):  # the watcher polls every 0.1 s
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the worker outlived its killed parent")

@@ -208,6 +208,22 @@ _QUEUE = None
 def _init_worker(queue) -> None:
     global _QUEUE
     _QUEUE = queue
+    _exit_with_parent()
+
+
+def _exit_with_parent(poll_seconds: float = 2.0) -> None:
+    """End this worker when the process that started it dies (killed, not just interrupted):
+    orphaned workers would otherwise keep running and writing to the run folders."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
 def _worker(specs: list[RunSpec]) -> list[dict]:
