@@ -7,6 +7,8 @@
     fedstream experiment list
     fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--backend local|ray]
     fedstream report DIR
+    fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
+    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit]
 
 Errors that are the user's to fix (config, data files, checkpoints) print one line and exit 2.
 """
@@ -99,7 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--quiet", action="store_true", help="no progress bar")
     report = sub.add_parser("report", help="report.md and PNG figures from an experiment folder")
     report.add_argument("folder", type=Path, help="a folder written by `fedstream experiment run`")
+    from fedstream.deploy.command import add_deploy_parser  # imports no Flower until `deploy` runs
+
+    add_deploy_parser(sub)
     return parser
+
+
+def cmd_deploy(args) -> int:
+    from fedstream.deploy.command import cmd_deploy as run
+
+    return run(args)
 
 
 def cmd_experiment(args) -> int:
@@ -351,7 +362,7 @@ INTERRUPTED = {
 }
 
 COMMANDS = {"presets": cmd_presets, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
-            "experiment": cmd_experiment, "report": cmd_report}
+            "experiment": cmd_experiment, "report": cmd_report, "deploy": cmd_deploy}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,83 @@
+"""``fedstream deploy``: run online VFL's parties as a Flower app.
+
+    fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
+    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit]
+
+``app`` writes the folder to give ``flwr run`` (any SuperLink, any machines); ``local`` starts a
+SuperLink and one SuperNode per client on this machine's loopback, runs, prints the summary and
+stops every process it started. Flower is imported only when a subcommand runs, so the rest of the
+CLI works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedstream.errors import ConfigError
+
+
+def add_deploy_parser(sub) -> argparse.ArgumentParser:
+    """The ``deploy`` subcommand and its two actions, on the CLI's subparsers ``sub``."""
+    deploy = sub.add_parser("deploy", help="run the parties in separate processes or machines on Flower")
+    actions = deploy.add_subparsers(dest="action", required=True)
+    app = actions.add_parser("app", help="write a Flower app folder for `flwr run`")
+    app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
+    local = actions.add_parser("local", help="SuperLink + one SuperNode per client on 127.0.0.1, then run")
+    local.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")
+    for p in (app, local):
+        p.add_argument("config", nargs="?", default="ovfl-imnist", help="preset name or config file (default ovfl-imnist)")
+        p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (repeatable)")
+        p.add_argument("--audit", action="store_true", help="also write every party's model and each message's size")
+    app.add_argument("--out", type=Path, help="folder on the server's machine for summary.json")
+    local.add_argument("--out", type=Path, required=True, help="folder for summary.json, the app and the logs")
+    return deploy
+
+
+def _settings(args, out: Path | None) -> tuple[dict, dict]:
+    from fedstream.config import load_config
+    from fedstream.data import resolve_data_root
+    from fedstream.deploy.parties import check_deployable
+
+    if any(" " in s for s in args.sets):
+        raise ConfigError(f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower")
+    config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
+    check_deployable(config)
+    source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
+    sets = [s for s in args.sets if not s.startswith("data.root=")]
+    # Flower starts the parties' processes in folders of its own: pin the data root found from here
+    # (a node whose data sits elsewhere gives --node-config "data-root=PATH")
+    root = resolve_data_root(config["data.root"])
+    if root.is_dir():
+        sets.append(f"data.root={root.resolve()}")
+    elif config["data.root"]:
+        sets.append(f"data.root={config['data.root']}")
+    return {"config": source, "set": " ".join(sets), "out": str(out.resolve()) if out else "",
+            "audit": args.audit}, config
+
+
+def cmd_deploy(args) -> int:
+    try:
+        from fedstream.deploy.local import LocalDeployment, write_app
+    except ImportError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.action == "app":
+        settings, config = _settings(args, args.out)
+        folder = write_app(args.dir, settings)
+        print(f"wrote {folder}; with a SuperLink and {config['vfl.clients']} SuperNodes "
+              f"(--node-config \"client-index=0\" .. \"client-index={config['vfl.clients'] - 1}\") running:\n"
+              f"  flwr run {folder} <connection> --stream")
+        return 0
+    settings, config = _settings(args, args.out)
+    app = write_app(args.out / "app", settings)
+    with LocalDeployment(config["vfl.clients"], args.out / "deployment") as deployment:
+        deployment.run(app, timeout=args.timeout)
+    summary = args.out / "summary.json"
+    if not summary.exists():
+        raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
+    s = json.loads(summary.read_text())
+    print(f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
+          f"{s['rounds_per_second']:.3f} events/s; summary in {summary}")
+    return 0

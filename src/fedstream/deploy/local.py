@@ -1,0 +1,178 @@
+"""A Flower app folder for ``flwr run``, and a whole deployment on this machine's loopback.
+
+:func:`write_app` writes the folder ``flwr run`` takes: ``pyproject.toml`` (the app's components
+and default settings) and ``fedstream_app.py`` (two lines: the ServerApp and the ClientApp). The
+parties' machines need ``fedstream[flower]`` installed: Flower's own runtime installation of app
+dependencies is switched off (``--disable-runtime-dependency-installation`` on the SuperLink).
+
+:class:`LocalDeployment` starts a SuperLink and one SuperNode per client as subprocesses on
+127.0.0.1 (insecure: no TLS, no node authentication, for loopback only), submits a run with
+``flwr run`` and stops every process it started, also when something fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+APP_MODULE = '''"""fedstream's online VFL parties as a Flower app (written by fedstream.deploy.local.write_app)."""
+
+from fedstream.deploy.flower_app import make_client_app, make_server_app
+
+serverapp = make_server_app()
+clientapp = make_client_app()
+'''
+
+QUIET_FLOWER = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_app(folder: Path, settings: dict | None = None, *, name: str = "fedstream-ovfl") -> Path:
+    """Write a Flower app folder whose ``[tool.flwr.app.config]`` holds ``settings`` over the defaults."""
+    from fedstream.deploy.flower_app import FLWR_VERSION, resolve_settings
+
+    settings = resolve_settings({}, settings)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = "\n".join(f"{k} = {_toml_value(v)}" for k, v in settings.items())
+    (folder / "pyproject.toml").write_text(f'''[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{name}"
+version = "1.0.0"
+description = "fedstream online VFL: the server party as a ServerApp, each client party as a ClientApp"
+license = "MIT"
+# Every machine needs `pip install "fedstream[flower]"` (tested with flwr=={FLWR_VERSION}).
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "fedstream"
+
+[tool.flwr.app.components]
+serverapp = "fedstream_app:serverapp"
+clientapp = "fedstream_app:clientapp"
+
+[tool.flwr.app.config]
+{config}
+''')
+    (folder / "fedstream_app.py").write_text(APP_MODULE)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """A console script of this Python's environment (Flower's commands)."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+class LocalDeployment:
+    """SuperLink + ``n_clients`` SuperNodes on loopback, as subprocesses; a context manager.
+
+    ``workdir`` receives the Flower home (connection config, installed apps) and one log file per
+    process. SuperNode m gets ``--node-config "client-index=m"`` (plus ``node_config`` entries).
+    """
+
+    def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None):
+        self.n_clients, self.workdir = n_clients, Path(workdir)
+        self.node_config = node_config
+        self.port = free_port()
+        self.home = self.workdir / "flwr-home"
+        self.env = os.environ | QUIET_FLOWER | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1",
+                                                "OMP_NUM_THREADS": "1"} | (env or {})
+        self.procs: list[subprocess.Popen] = []
+
+    def _start(self, args: list[str], log: str) -> subprocess.Popen:
+        out = open(self.workdir / log, "wb")
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                start_new_session=True)  # its own process group: stopped with its children
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def __enter__(self) -> "LocalDeployment":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "fedstream-local"\n\n[superlink.fedstream-local]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        try:
+            self._start([_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+                         "--disable-runtime-dependency-installation"], "superlink.log")
+            self._wait_for_port(self.port, 60)
+            for m in range(self.n_clients):
+                cfg = f"client-index={m} {self.node_config}".strip()
+                self._start([_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                             "--port", str(free_port()), "--node-config", cfg], f"supernode{m}.log")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_for_port(self, port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.procs[0].poll() is not None:
+                raise RuntimeError(f"flower-superlink exited ({self.procs[0].returncode}); see "
+                                   f"{self.workdir / 'superlink.log'}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"flower-superlink did not listen on 127.0.0.1:{port} within {timeout} s")
+
+    def run(self, app: Path, *, run_config: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+        """``flwr run APP fedstream-local --stream``: returns when the run ends (its log in ``flwr-run.log``)."""
+        args = [_bin("flwr"), "run", str(app), "fedstream-local", "--stream"]
+        for key, value in (run_config or {}).items():
+            args += ["--run-config", f"{key}={_toml_value(value)}"]
+        with open(self.workdir / "flwr-run.log", "wb") as out:
+            return subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout,
+                                  cwd=self.workdir)
+
+    def stop(self) -> None:
+        """SIGTERM each process group, then SIGKILL what is left."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.procs:  # the group too: ClientApp and SuperExec children outlive their parent
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self.procs.clear()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

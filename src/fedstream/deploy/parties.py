@@ -1,0 +1,119 @@
+"""Each party of a deployed online VFL run, built on its own machine from the shared config.
+
+A deployed party cannot ask the simulator for its model: it builds it. The functions here build
+exactly what :class:`fedstream.vfl.engine.OnlineVFL` builds (same generator, same order: client 0's
+bottom model, client 1's, ..., then the server's top model), so that a network run and an
+in-process run with the same seed start from the same weights. Client m replays the draws of
+clients 0..m-1 without keeping their models; the server replays all client draws.
+
+Data: client m reads only its feature block of each round's sample (``client_rows``) and the
+server only the labels (``server_labels``). The sources compute whole rows (an image is decoded
+whole), so "only its block" is what a party keeps and uses, not what the shared files hold; a
+party whose own files hold only its columns would plug in here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedstream.data import Stream
+from fedstream.errors import ConfigError
+from fedstream.models import build_client_model, build_server_model
+from fedstream.optim import make_optimizer
+from fedstream.transport import CompressionSpec
+from fedstream.vfl.activation import Activation, make_activation
+from fedstream.vfl.client import Client
+from fedstream.vfl.engine import CHUNK, feature_blocks, make_stream, server_lr
+from fedstream.vfl.server import Server
+
+
+# policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
+CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
+
+
+def check_deployable(config: dict) -> None:
+    """Reject what the network backend does not carry yet, naming the key."""
+    if config["task"] != "ovfl":
+        raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl' runs over Flower so far")
+    if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS:
+        raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower each client decides its "
+                          f"own activation; expected one of {', '.join(CLIENT_SIDE_ACTIVATIONS)}")
+    if not CompressionSpec.from_config(config).is_none:
+        raise ConfigError("compression.up / compression.down: compressed messages do not run over Flower yet; "
+                          "set both to 'none'")
+
+
+def window(config: dict) -> int:
+    """Rows per message: the SLR window l, else 1."""
+    return config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
+
+
+def _optimizer(config: dict, model, lr: float):
+    return make_optimizer(config["optimizer.name"], model, lr=lr, window=config["optimizer.window"],
+                          alpha=config["optimizer.alpha"])
+
+
+def build_client(config: dict, index: int, n_features: int) -> Client:
+    """Client ``index`` with the initial weights the simulator gives it."""
+    blocks = feature_blocks(n_features, config["vfl.clients"])
+    if not 0 <= index < len(blocks):
+        raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = {len(blocks) - 1}")
+    rng = np.random.default_rng([config["seed"], 0])
+    for block in blocks[:index + 1]:  # the draws of the clients before this one, then its own
+        model = build_client_model(config["data.name"], block.stop - block.start, config["model.embedding"], rng)
+    return Client(index, model, _optimizer(config, model, config["optimizer.lr"]), window=window(config))
+
+
+def build_server(config: dict, n_features: int, n_classes: int) -> Server:
+    """The server with the initial weights the simulator gives it."""
+    M, e = config["vfl.clients"], config["model.embedding"]
+    rng = np.random.default_rng([config["seed"], 0])
+    for block in feature_blocks(n_features, M):  # advance the generator past every client's draw
+        build_client_model(config["data.name"], block.stop - block.start, e, rng)
+    model = build_server_model(config["data.name"], M * e, n_classes, rng)
+    return Server(model, _optimizer(config, model, server_lr(config)), n_clients=M, embedding=e, window=window(config))
+
+
+def build_activation(config: dict) -> Activation:
+    return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],
+                           threshold=config["activation.threshold"], k=config["activation.k"], seed=config["seed"])
+
+
+_STREAMS: dict[tuple, Stream] = {}
+
+
+def party_stream(config: dict, data_root: str | None = None) -> Stream:
+    """The run's stream, from ``data_root`` if this machine keeps the data elsewhere (cached per process)."""
+    if data_root:
+        config = dict(config, **{"data.root": data_root})
+    key = tuple(config[k] for k in ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift",
+                                    "stream.drift_every"))
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) > 4:
+            _STREAMS.clear()
+        stream = _STREAMS[key] = make_stream(config)
+    return stream
+
+
+def client_rows(stream: Stream, t0: int, n: int, block: slice) -> np.ndarray:
+    """float32 (n, block width): the feature block of rounds t0..t0+n-1, C-contiguous as in the simulator."""
+    X = np.asarray(stream.source.features(stream.indices(t0, n)), dtype=np.float32)
+    return np.ascontiguousarray(X[:, block])
+
+
+def server_labels(stream: Stream, t0: int, n: int) -> np.ndarray:
+    """int64 (n,): the labels of rounds t0..t0+n-1 (no features computed)."""
+    return np.asarray(stream.source.labels(stream.indices(t0, n)), dtype=np.int64)
+
+
+def own_activation(activation: Activation, index: int, n_clients: int, t: int, rows: np.ndarray) -> bool:
+    """Whether round t's event activates client ``index``, decided from its own block alone.
+
+    The policy sees the chunk of round t, like the simulator's; the other clients' block means are
+    zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from the
+    chunk's key, ``event`` compares this client's own mean).
+    """
+    means = np.zeros((CHUNK, n_clients), np.float32)  # float32 like the simulator's, for the same comparisons
+    means[t % CHUNK, index] = rows.mean(axis=1)[0]
+    return bool(activation.mask(t // CHUNK, means)[t % CHUNK, index])

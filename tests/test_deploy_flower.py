@@ -1,0 +1,230 @@
+"""Online VFL across processes on Flower gives the simulator's models and bytes (issue 10, B = 1).
+
+Three levels, each against the in-process :class:`OnlineVFL` for the same seed, DLR, Random(0.5):
+
+* the deployment's own code with an in-process link (no Flower): 300 rounds;
+* the same ServerApp/ClientApp on Flower's simulation runtime (``run_simulation``: messages go
+  through Flower's LinkState as RecordDicts, node state through ``context.state``): 200 rounds;
+* a real local deployment, SuperLink + 2 SuperNodes as subprocesses on loopback, submitted with
+  ``flwr run``: 2 rounds, because Flower 1.41 starts a fresh ClientApp process for every message
+  and polls (about 8 s per request here), so a few hundred rounds would take about an hour.
+
+Models are compared bitwise (tolerance 0): both sides compute in float32 from the same bytes, in
+the same order. Byte counts are compared message by message.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedstream.config import load_config
+from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
+from fedstream.deploy.parties import build_client, build_server
+from fedstream.errors import ProtocolError
+from fedstream.transport import encode
+from fedstream.vfl.engine import OnlineVFL
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def write_idx_mnist(root: Path, n: int = 400, seed: int = 0) -> Path:
+    """A small learnable MNIST-format data set (class prototypes plus noise) under root/mnist."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 10, n).astype(np.uint8)
+    proto = rng.integers(0, 256, (10, 28, 28))
+    images = np.clip(proto[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
+    folder = root / "mnist"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes()))
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">II", 2049, n) + y.tobytes()))
+    return root
+
+
+def overrides(root: Path, rounds: int, seed: int = 0) -> dict:
+    return {"data.name": "mnist", "data.root": str(root), "vfl.clients": 2, "model.embedding": 8, "rounds": rounds,
+            "optimizer.name": "dlr", "activation.name": "random", "activation.p": 0.5, "optimizer.lr": 0.05,
+            "eval.interval": 100, "seed": seed}
+
+
+def as_set(values: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+class RecordingTransport:
+    """Wraps the simulator's transport; records (direction, client, bytes) of every message."""
+
+    def __init__(self, inner):
+        self.inner, self.ledger, self.sizes = inner, inner.ledger, []
+
+    def up(self, msg):
+        self.sizes.append(("up", msg.client, len(encode(msg))))
+        return self.inner.up(msg)
+
+    def down(self, msg):
+        self.sizes.append(("down", msg.client, len(encode(msg))))
+        return self.inner.down(msg)
+
+
+def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
+    engine = OnlineVFL(config)
+    engine.transport = recorder = RecordingTransport(engine.transport)
+    summary = engine.run()
+    return engine, recorder.sizes, summary
+
+
+def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:
+    expected = {"server": engine.server.model.parameters()} | {
+        f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)}
+    assert set(models) == set(expected)
+    for party, params in expected.items():
+        assert len(models[party]) == len(params)
+        for got, want in zip(models[party], params):
+            np.testing.assert_array_equal(got, want, err_msg=party)  # tolerance 0: bitwise
+
+
+def load_models(path: Path) -> dict[str, list[np.ndarray]]:
+    with np.load(path) as z:
+        out: dict[str, list] = {}
+        for key in sorted(z.files, key=lambda k: (k.split(".")[0], int(k.split(".")[1]))):
+            out.setdefault(key.split(".")[0], []).append(z[key])
+    return out
+
+
+def flower_available() -> bool:
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_flower = pytest.mark.skipif(not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+
+# -- without Flower ----------------------------------------------------------------------------
+def test_each_party_builds_the_simulators_initial_model(tmp_path):
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 10) | {"vfl.clients": 3})
+    engine = OnlineVFL(config)
+    n = engine.stream.source.n_features
+    for m in range(3):
+        for a, b in zip(build_client(config, m, n).model.parameters(), engine.clients[m].model.parameters()):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(build_server(config, n, 10).model.parameters(), engine.server.model.parameters()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("activation", ["random", "event", "fixed"])
+def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, activation):
+    """300 rounds; every client rebuilt from its saved state for every request, as on a SuperNode."""
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 300) | {
+        "activation.name": activation, "activation.threshold": 0.0, "activation.k": 1})
+    engine, sizes, summary = simulate(config)
+    stream = engine.stream
+    link = LoopbackLink(lambda m, state: ClientHost(config, m, stream=stream, state=state), 2, persist=True)
+    net = NetworkVFL(config, link, stream=stream, record_sizes=True)
+    net.run()
+    reports = net.finish(models=True)
+    assert_same_as_simulator(engine, {"server": net.server.model.parameters()} | {
+        f"client{r['client']}": r["params"] for r in reports})
+    assert net.transport.sizes == sizes
+    got = net.summary()
+    assert got["bytes"] == summary["bytes"] and got["activation_rate"] == summary["activation_rate"]
+    assert got["accumulated_error"] == summary["accumulated_error"]
+    assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
+
+
+def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
+    from fedstream.deploy.link import ROUND, Envelope
+    from fedstream.vfl.messages import Gradient
+
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0})
+    host = ClientHost(config, 0, stream=OnlineVFL(config).stream)
+    assert host.handle(Envelope(ROUND, 0)).payload == b""  # passive: pushes nothing
+    grad = encode(Gradient(0, 0, np.zeros((1, 8), np.float32)))
+    with pytest.raises(ProtocolError, match="expects none"):
+        host.handle(Envelope(ROUND, 1, grad))
+    with pytest.raises(ProtocolError, match="already at round"):
+        host.handle(Envelope(ROUND, 0))
+
+
+# -- on Flower ---------------------------------------------------------------------------------
+def _run_isolated(script: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` in its own Python and process group; kill the whole group on time-out."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=os.environ | QUIET, cwd=cwd, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s:\n{out.decode(errors='replace')[-3000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind (Ray workers)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(errors="replace"))
+
+
+@needs_flower
+def test_flower_simulation_runtime_equals_the_simulator(tmp_path):
+    """200 rounds through Flower's simulation runtime (Ray backend; about 40 s here)."""
+    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
+    root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
+    values = overrides(root, 200)
+    script = textwrap.dedent(f"""
+        from flwr.simulation import run_simulation
+        from fedstream.deploy.flower_app import make_client_app, make_server_app
+        server = make_server_app(config="", set={as_set(values)!r}, out={str(out)!r}, audit=True)
+        run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=2,
+                       backend_config={{"client_resources": {{"num_cpus": 1}},
+                                        "init_args": {{"num_cpus": 2, "include_dashboard": False}}}})
+    """)
+    result = _run_isolated(script, 240, tmp_path)
+    assert (out / "summary.json").exists(), result.stdout[-3000:]
+    engine, sizes, summary = simulate(load_config(None, values))
+    got = json.loads((out / "summary.json").read_text())
+    assert_same_as_simulator(engine, load_models(out / "models.npz"))
+    assert [tuple(s) for s in json.loads((out / "message_sizes.json").read_text())] == sizes
+    assert got["bytes"] == summary["bytes"]
+    assert [(c["up"], c["down"], c["messages"]) for c in got["clients"]] == [
+        (p["up"], p["down"], engine.transport.ledger.messages[m]) for m, p in enumerate(summary["bytes"]["per_client"])]
+
+
+@pytest.mark.slow
+@needs_flower
+def test_real_local_flower_deployment_equals_the_simulator(tmp_path):
+    """SuperLink + 2 SuperNodes as subprocesses on 127.0.0.1, ``flwr run``; about 70 s here.
+
+    Seed 2 activates client 0 alone in round 0 and client 1 alone in round 1, so the run has
+    pushed and queried embeddings, a gradient riding on the next round's request and one on the
+    final request.
+    """
+    from fedstream.deploy.local import LocalDeployment, write_app
+
+    root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
+    values = overrides(root, 2, seed=2)
+    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
+                                       "reply-timeout": 120.0})
+    with LocalDeployment(2, tmp_path / "deployment") as deployment:
+        result = deployment.run(app, timeout=200)
+    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    assert result.returncode == 0 and (out / "summary.json").exists(), log[-3000:]
+    engine, sizes, summary = simulate(load_config(None, values))
+    assert engine.active_counts.tolist() == [1, 1]
+    assert_same_as_simulator(engine, load_models(out / "models.npz"))
+    assert [tuple(s) for s in json.loads((out / "message_sizes.json").read_text())] == sizes
+    got = json.loads((out / "summary.json").read_text())
+    assert got["bytes"] == summary["bytes"]
+    assert [(c["up"], c["down"]) for c in got["clients"]] == [(p["up"], p["down"]) for p in summary["bytes"]["per_client"]]
