@@ -14,14 +14,13 @@ import time
 
 import numpy as np
 
-import fedstream
 from fedstream.data import Stream
 from fedstream.deploy.link import FINISH, SETUP, Link
 from fedstream.deploy.parties import build_server, check_deployable, server_labels
 from fedstream.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.errors import ProtocolError
 from fedstream.metrics import Prequential
-from fedstream.vfl.engine import CHUNK, feature_blocks
+from fedstream.vfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.vfl.protocol import ComputeClock, play_round
 
 
@@ -106,20 +105,8 @@ class NetworkVFL:
         return self.reports
 
     def summary(self) -> dict:
-        rounds = self.t
-        return {
-            "task": self.config["task"],
-            "config": dict(self.config),
-            "rounds": rounds,
-            "accumulated_error": self.metrics.accumulated_error,
-            "interval_errors": list(self.metrics.intervals),
-            "bytes": self.transport.ledger.summary(),
-            "activation_rate": (self.active_counts / max(rounds, 1)).tolist(),
-            "server_compute_seconds": self.clock.server,
-            "wall_seconds": self.wall_seconds,
+        return online_summary(self) | {
             "setup_seconds": self.setup_seconds,
-            "rounds_per_second": rounds / self.wall_seconds if self.wall_seconds else float("nan"),
             "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
             "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
-            "fedstream_version": fedstream.__version__,
         }

@@ -81,16 +81,21 @@ def _top_k(ids: np.ndarray, dist: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     return ids[pick], dist[pick]
 
 
-def threshold_knn(local, k: int, *, exclude: int | None = None, batch: int = 1) -> FaginResult:
-    """Exact global K nearest by Fagin's threshold algorithm, reading ``batch`` entries per list per step."""
+def _prepare(local, k: int, exclude: int | None, batch: int):
+    """Checked inputs of a top-k search and each client's candidate list, sorted by local distance."""
     local = check_local(local, exclude)
     batch = check_positive_int("batch", batch)
-    m = local.shape[0]
     lists = client_sorted_lists(local, exclude)
-    n_cand = lists.shape[1]
     k = check_positive_int("k", k)
-    if k > n_cand:
-        raise ConfigError(f"k={k} exceeds the {n_cand} candidates; expected k <= {n_cand}")
+    if k > lists.shape[1]:
+        raise ConfigError(f"k={k} exceeds the {lists.shape[1]} candidates; expected k <= {lists.shape[1]}")
+    return local, lists, k, batch
+
+
+def threshold_knn(local, k: int, *, exclude: int | None = None, batch: int = 1) -> FaginResult:
+    """Exact global K nearest by Fagin's threshold algorithm, reading ``batch`` entries per list per step."""
+    local, lists, k, batch = _prepare(local, k, exclude, batch)
+    m, n_cand = lists.shape
     seen = np.zeros(local.shape[1], dtype=bool)
     ids, dist = np.empty(0, dtype=np.int64), np.empty(0)
     depth = random_reads = 0
@@ -111,14 +116,8 @@ def threshold_knn(local, k: int, *, exclude: int | None = None, batch: int = 1) 
 
 def fagin_knn(local, k: int, *, exclude: int | None = None, batch: int = 100) -> FaginResult:
     """Exact global K nearest by Fagin's algorithm: slices until K ids are in every list, then rank."""
-    local = check_local(local, exclude)
-    batch = check_positive_int("batch", batch)
-    m = local.shape[0]
-    lists = client_sorted_lists(local, exclude)
-    n_cand = lists.shape[1]
-    k = check_positive_int("k", k)
-    if k > n_cand:
-        raise ConfigError(f"k={k} exceeds the {n_cand} candidates; expected k <= {n_cand}")
+    local, lists, k, batch = _prepare(local, k, exclude, batch)
+    m, n_cand = lists.shape
     times_seen = np.zeros(local.shape[1], dtype=np.int64)
     depth = 0
     while depth < n_cand:

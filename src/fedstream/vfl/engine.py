@@ -70,6 +70,26 @@ def make_stream(config: dict) -> Stream:
     return Stream(source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"])
 
 
+def online_summary(run) -> dict:
+    """The ``summary.json`` fields every online VFL backend reports (the simulator, the network
+    driver): ``run`` has ``config``, ``t``, ``metrics``, ``transport``, ``active_counts``,
+    ``clock`` and ``wall_seconds``."""
+    rounds = run.t
+    return {
+        "task": run.config["task"],
+        "config": dict(run.config),
+        "rounds": rounds,
+        "accumulated_error": run.metrics.accumulated_error,
+        "interval_errors": list(run.metrics.intervals),
+        "bytes": run.transport.ledger.summary(),
+        "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
+        "server_compute_seconds": run.clock.server,
+        "wall_seconds": run.wall_seconds,
+        "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
+        "fedstream_version": fedstream.__version__,
+    }
+
+
 class OnlineVFL:
     """One online VFL run: M clients and a server over a stream, in one process."""
 
@@ -190,21 +210,7 @@ class OnlineVFL:
 
     # -- results -----------------------------------------------------------------------------
     def summary(self) -> dict:
-        rounds = self.t
-        return {
-            "task": self.config["task"],
-            "config": dict(self.config),
-            "rounds": rounds,
-            "accumulated_error": self.metrics.accumulated_error,
-            "interval_errors": list(self.metrics.intervals),
-            "bytes": self.transport.ledger.summary(),
-            "activation_rate": (self.active_counts / max(rounds, 1)).tolist(),
-            "client_compute_seconds": self.clock.client,
-            "server_compute_seconds": self.clock.server,
-            "wall_seconds": self.wall_seconds,
-            "rounds_per_second": rounds / self.wall_seconds if self.wall_seconds else float("nan"),
-            "fedstream_version": fedstream.__version__,
-        } | self._selection_summary()
+        return online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
 
     def _selection_summary(self) -> dict:
         """topl: the time spent scoring clients and the distance traffic it implies (not in ``bytes``)."""
