@@ -117,16 +117,24 @@ def test_state_is_per_client():
 
 
 def test_fork_copies_state_and_starts_a_fresh_ledger():
+    import copy
+
     tr = CompressedTransport(1, CompressionSpec(up="topk-grad", down="quant-huffman", cache=True))
     for t in range(2):
         tr.up(Embedding(t, 0, arrays(t)))
         tr.down(Gradient(t, 0, arrays(10 + t)))
+    control = copy.deepcopy(tr)  # what the original must still behave like after the fork is used
     twin = tr.fork()
     assert twin.ledger.total == 0 and tr.ledger.total > 0
-    e = arrays(20)
-    a = twin.up(Embedding(2, 0, e)).values
-    b = tr.up(Embedding(2, 0, e)).values  # the fork's message did not change the original's cache
-    np.testing.assert_array_equal(a, b)
+    twin.down(Gradient(2, 0, 50.0 * arrays(30)))  # other values and scale: new ranking, sigma, cache
+    twin.up(Embedding(2, 0, arrays(31)))
+    e, g = arrays(20), arrays(21)
+    np.testing.assert_array_equal(tr.down(Gradient(2, 0, g)).values, control.down(Gradient(2, 0, g)).values)
+    np.testing.assert_array_equal(tr.up(Embedding(2, 0, e)).values, control.up(Embedding(2, 0, e)).values)
+    shared = CompressedTransport(1, CompressionSpec(up="topk-grad", down="quant-huffman", cache=True))
+    shared.client_ends, shared.server_ends = tr.client_ends, tr.server_ends  # what a shallow fork would be
+    shared.down(Gradient(3, 0, 50.0 * arrays(40)))
+    assert not np.array_equal(tr.down(Gradient(3, 0, g)).values, control.down(Gradient(3, 0, g)).values)
     plain = InProcessTransport(3)
     plain.up(Embedding(0, 1, e))
     assert plain.fork().ledger.total == 0 and isinstance(plain.fork(), InProcessTransport)
