@@ -10,7 +10,6 @@ import itertools
 import json
 import math
 import time
-from pathlib import Path
 
 import pytest
 

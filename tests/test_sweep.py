@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from fedstream.cli import main
-from fedstream.config import load_config
 from fedstream.errors import ConfigError
 from fedstream.experiments.sweep import assign, expand_grid, sweep
 from fedstream.vfl.engine import OnlineVFL

@@ -65,3 +65,12 @@ def open_text(path: Path) -> IO[str]:
     if is_gzip(path):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="ascii", errors="replace")
     return open(path, encoding="ascii", errors="replace")
+
+
+def read_first_line(path: Path) -> str:
+    """The first line of a plain or gzipped text file (a CSV header), without its line end."""
+    try:
+        with open_text(path) as f:
+            return f.readline().rstrip("\r\n")
+    except GZIP_ERRORS as e:
+        raise gzip_error(path, e) from e

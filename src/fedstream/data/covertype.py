@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
+from fedstream.data._gz import read_first_line
 from fedstream.data._numtext import Layout, Table, read_table
 from fedstream.errors import DataError
 
@@ -39,11 +39,7 @@ def read_covertype_kaggle(path: str | os.PathLike[str]) -> Table:
     non-numeric value or class outside 1..7.
     """
     path = Path(path)
-    try:
-        with open_text(path) as f:
-            first = f.readline().rstrip("\r\n")
-    except GZIP_ERRORS as e:
-        raise gzip_error(path, e) from e
+    first = read_first_line(path)
     header = [h.strip().strip('"') for h in first.split(",")]
     missing = [c for c in FEATURES + (LABEL,) if c not in header]
     if missing:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
+from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text, read_first_line
 from fedstream.data._numtext import Layout, Table, _unquote, check_table, read_table
 from fedstream.errors import DataError
 
@@ -137,11 +137,7 @@ def read_openml_csv(path: str | os.PathLike[str], *, target: str = "class", labe
     column for a bad value or a class out of range.
     """
     path = Path(path)
-    try:
-        with open_text(path) as f:
-            first = f.readline().rstrip("\r\n")
-    except GZIP_ERRORS as e:
-        raise gzip_error(path, e) from e
+    first = read_first_line(path)
     names = [_unquote(h) for h in first.split(",")]
     t = _find_target(path, "OpenML CSV", names, target)
     skip = {n.lower() for n in ignore}

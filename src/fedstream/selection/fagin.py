@@ -29,17 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import ConfigError, DataError
-from fedstream.selection.digamma import check_psi
 from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
 from fedstream.selection.reference import local_sq_distances
-from fedstream.selection.validation import (
-    check_blocks,
-    check_groups,
-    check_k,
-    check_labels,
-    check_positive_int,
-    check_queries,
-)
+from fedstream.selection.validation import check_group_inputs, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -172,12 +164,7 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
 def fagin_group_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10, queries=None, batch: int = 100,
                    psi: str = "approx") -> tuple[float, int, int]:
     """Eq. (1) for one group through :func:`fagin_m`: ``(score, sorted_reads, random_reads)`` summed over queries."""
-    blocks = check_blocks(blocks)
-    y = check_labels(labels, blocks[0].shape[0])
-    (group,) = check_groups([group], len(blocks))
-    q = check_queries(queries, y.shape[0])
-    k = check_k(k, y, q)
-    check_psi(psi)
+    blocks, y, group, q, k = check_group_inputs(blocks, labels, group, k, queries, psi)
     n, counts = y.shape[0], np.bincount(y)
     terms, s_reads, r_reads = [], 0, 0
     for i in q:

@@ -15,9 +15,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedstream.selection.digamma import check_psi
 from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
-from fedstream.selection.validation import check_blocks, check_groups, check_k, check_labels, check_queries
+from fedstream.selection.validation import (
+    check_blocks,
+    check_group_inputs,
+    check_groups,
+    check_k,
+    check_labels,
+    check_queries,
+)
 
 
 def local_sq_distances(block: np.ndarray, query: int) -> np.ndarray:
@@ -43,12 +49,7 @@ def m_from_distances(dist: np.ndarray, y: np.ndarray, query: int, k: int) -> int
 def reference_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10, queries=None,
                  psi: str = "approx") -> float:
     """Eq. (1) for one group, with a Python loop over the query samples."""
-    blocks = check_blocks(blocks)
-    y = check_labels(labels, blocks[0].shape[0])
-    (group,) = check_groups([group], len(blocks))
-    q = check_queries(queries, y.shape[0])
-    k = check_k(k, y, q)
-    check_psi(psi)
+    blocks, y, group, q, k = check_group_inputs(blocks, labels, group, k, queries, psi)
     n, class_count = y.shape[0], np.bincount(y)
     terms = []
     for i in q:

@@ -126,3 +126,16 @@ def check_probability(name: str, value, *, allow_zero: bool = True) -> float:
     if not (lo_ok and v <= 1.0):
         raise ConfigError(f"{name} must be in {'[' if allow_zero else '('}0, 1], got {value!r}")
     return v
+
+
+def check_group_inputs(blocks, labels, group, k, queries, psi: str):
+    """The checked inputs of one group's eq. (1) score: ``(blocks, y, group, queries, k)``."""
+    from fedstream.selection.digamma import check_psi
+
+    blocks = check_blocks(blocks)
+    y = check_labels(labels, blocks[0].shape[0])
+    (group,) = check_groups([group], len(blocks))
+    q = check_queries(queries, y.shape[0])
+    k = check_k(k, y, q)
+    check_psi(psi)
+    return blocks, y, group, q, k
