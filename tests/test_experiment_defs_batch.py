@@ -273,3 +273,17 @@ def test_scatter_labels_more_than_decades_within_two_decades(capture, tmp_path, 
         assert len(texts) >= 3, texts
     else:  # beyond two decades: decade labels only, as before
         assert not minor
+
+
+def test_scatter_of_an_experiment_with_no_finished_run_draws_an_empty_linear_axis(capture, tmp_path):
+    """While every run is still going there is nothing positive to put on a log axis; the report of a
+    running experiment must still render (it used to raise matplotlib's 'cannot be log-scaled')."""
+    from fedstream.experiments.plots import scatter
+
+    exp = _experiment({"hfl.method": ["chfl", "local"]},
+                      {"kind": "scatter", "title": "t", "x": "total_mb", "y": "test_acc"})
+    runs = [_run({"hfl.method": m}, None) for m in ("chfl", "local")]
+    scatter(capture, exp, exp.figures[0], runs, tmp_path / "s.png")
+    fig = capture.figures[0]
+    fig.canvas.draw()
+    assert fig.axes[0].get_xscale() == "linear"

@@ -153,6 +153,20 @@ def _one_two_five(value: float, _pos=None) -> str:
     return f"{value:g}" if any(abs(mantissa - m) < 1e-6 * m for m in (1, 2, 5)) else ""
 
 
+def _log_x_axis(ax) -> None:
+    """Log x axis with readable labels: decades only over a wide range, 1-2-5 steps within two decades
+    (batch VFL codecs span 4-40 MB, where a decade label may be the only one)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    if high > 100 * low:  # minor labels would overlap
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.xaxis.set_major_formatter(FuncFormatter(_one_two_five))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_one_two_five))
+
+
 def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = None) -> None:
     """Total communication (MB) against accumulated error: one colour per run, ours as dots and
     the paper's as crosses. ``scale_factor`` projects our MB to the paper's number of rounds."""
@@ -161,6 +175,7 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     paper = _paper_points(exp)
     colours = plt.get_cmap("tab10").colors
+    xs = [paper[name][0] for name in paper] if fig_def.axes == ("total_mb", "accumulated_error") else []
     for i, run in enumerate(r for r in runs if r.done and r.summary.get("diverged_at") is None):
         colour, name = colours[i % len(colours)], label(run.grid)
         x_key, y_key = fig_def.axes
@@ -169,26 +184,22 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
         if x is None or y is None:
             continue
         x *= (scale_factor or 1.0) if x_key in ("total_mb", "up_mb", "down_mb") else 1.0
+        xs.append(x)
         ax.scatter([x], [y], s=36, color=colour, label=name)
         if name in paper and fig_def.axes == ("total_mb", "accumulated_error"):
             ax.scatter([paper[name][0]], [paper[name][1]], s=44, marker="x", color=colour)
     ax.scatter([], [], marker="o", color="black", label="ours")
     if paper:
         ax.scatter([], [], marker="x", color="black", label="paper")
-    ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    low, high = ax.get_xlim()
-    if high > 100 * low:  # decade labels only: minor ones overlap
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    else:  # within two decades (batch VFL codecs: 4-40 MB) a decade label may be the only one
-        ax.xaxis.set_major_formatter(FuncFormatter(_one_two_five))
-        ax.xaxis.set_minor_formatter(FuncFormatter(_one_two_five))
+    log_x = bool(xs) and min(xs) > 0  # a log axis needs positive data: none while every run is unfinished
+    if log_x:
+        _log_x_axis(ax)
     scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""
     from fedstream.experiments.report import LABELS
 
     x_key, y_key = fig_def.axes
-    ax.set_xlabel(f"{LABELS.get(x_key, x_key)} (MB = 2^20 bytes, log scale{scaled})" if x_key.endswith("mb")
+    log_note = ", log scale" if log_x else ""
+    ax.set_xlabel(f"{LABELS.get(x_key, x_key)} (MB = 2^20 bytes{log_note}{scaled})" if x_key.endswith("mb")
                   else LABELS.get(x_key, x_key))
     ax.set_ylabel(LABELS.get(y_key, y_key))
     ax.set_title(fig_def.title, fontsize=11)
