@@ -67,6 +67,22 @@ def test_side_by_side_runs_equal_single_runs_and_resume(susy_root, tmp_path):
     assert [a["wall_seconds"] for a in again] == [b["wall_seconds"] for b in resumed]
 
 
+def test_stacked_sweep_equals_single_runs_resumes_and_keeps_stacks_on_one_worker(susy_root, tmp_path):
+    """``stack=True``: runs of one optimiser play as a stack of batched kernels; their summaries
+    equal the runs alone, and a longer sweep resumes them (stacked) from their checkpoints."""
+    sets = [f"data.root={susy_root}", "rounds=300", "eval.interval=100", "checkpoint.every=100"]
+    grid = ["optimizer.name=ogd,dlr", "activation.name=full,random,event", "optimizer.lr=0.01,0.03"]
+    specs = expand_grid("ovfl-susy", sets, grid, tmp_path / "sw")
+    groups = assign(specs, 2, stack=True)
+    assert sorted(sorted({s.config["optimizer.name"] for s in g}) for g in groups) == [["dlr"], ["ogd"]]
+    summaries = sweep(specs, workers=2, stack=True)
+    for spec, s in zip(specs, summaries):
+        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+    longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
+    for spec, s in zip(longer, sweep(longer, workers=1, stack=True)):
+        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+
+
 def test_sweep_cli(susy_root, tmp_path, capsys):
     out = tmp_path / "cli"
     assert main(["sweep", "ovfl-susy", "--quiet", "--set", f"data.root={susy_root}", "--set", "rounds=200",
@@ -85,6 +101,16 @@ def test_sweep_finishes_a_run_checkpointed_at_its_end_without_summary(susy_root,
     (specs[1].out / "summary.json").unlink()
     again = sweep(specs, workers=1)
     assert _strip(again[1]) == _strip(first[1]) and (specs[1].out / "summary.json").exists()
+
+
+def test_sweep_cli_stack_flag_gives_the_same_index(susy_root, tmp_path):
+    args = ["sweep", "ovfl-susy", "--quiet", "--set", f"data.root={susy_root}", "--set", "rounds=200",
+            "--grid", "activation.name=full,random,event", "--workers", "1"]
+    assert main([*args, "--out", str(tmp_path / "alone")]) == 0
+    assert main([*args, "--out", str(tmp_path / "stacked"), "--stack"]) == 0
+    rows = [json.loads((tmp_path / d / "sweep.json").read_text()) for d in ("alone", "stacked")]
+    strip = lambda index: [{k: v for k, v in r.items() if k not in TIMING | {"folder"}} for r in index]
+    assert strip(rows[0]) == strip(rows[1])
 
 
 @pytest.mark.parametrize("grid,match", [(["optimizer.name="], "no values"),

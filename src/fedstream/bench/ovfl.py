@@ -9,6 +9,7 @@ window kept as a list of l full gradients, summed every round.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -92,8 +93,17 @@ def breakdown(rounds: int, data_root: str | None) -> dict:
     return {k: 1e6 * v / rounds for k, v in per.items()}  # microseconds per round
 
 
-def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, workers: int | None) -> dict:
-    """Run-rounds/s of ``k`` configurations (optimiser x activation x lr) advanced side by side."""
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (sweep workers): less disturbed than
+    wall time by other jobs on a shared machine."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, workers: int | None,
+                                stack: bool = False) -> dict:
+    """Run-rounds/s of ``k`` configurations (optimiser x activation x lr) advanced side by side,
+    each run alone or (``stack``) in stacks of batched kernels (:mod:`fedstream.vfl.stack`)."""
     import tempfile
 
     from fedstream.experiments.sweep import expand_grid, sweep
@@ -106,10 +116,29 @@ def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, work
         sets.append(f"data.root={data_root}")
     with tempfile.TemporaryDirectory() as tmp:
         specs = expand_grid("ovfl-imnist", sets, axes, Path(tmp))
+        tic, cpu = time.perf_counter(), _cpu_seconds()
+        sweep(specs, workers=workers, stack=stack)
+        wall, cpu = time.perf_counter() - tic, _cpu_seconds() - cpu
+    return {"k": k, "stacked": stack, "rounds_each": rounds, "seconds": wall, "cpu_seconds": cpu,
+            "run_rounds_per_second": k * rounds / wall, "run_rounds_per_cpu_second": k * rounds / cpu}
+
+
+def stacked_paper_rates(rounds: int, data_root: str | None) -> dict:
+    """Run-rounds/s of each optimiser's stack of the paper's three activations (one table's
+    stack), on one core, after a warm-up: what :func:`project_paper_grid` projects with."""
+    from fedstream.vfl.stack import RunStack
+
+    rates = {}
+    for optimizer in ("ogd", "slr", "dlr"):
+        runs = [OnlineVFL(load_config("ovfl-imnist", {"optimizer.name": optimizer, "activation.name": a,
+                                                      "rounds": 2**40, "data.root": data_root}))
+                for a in ("full", "random", "event")]
+        stack = RunStack(runs)
+        stack.run(WARMUP)
         tic = time.perf_counter()
-        sweep(specs, workers=workers)
-        wall = time.perf_counter() - tic
-    return {"k": k, "rounds_each": rounds, "seconds": wall, "run_rounds_per_second": k * rounds / wall}
+        stack.run(WARMUP + rounds)
+        rates[optimizer] = len(runs) * rounds / (time.perf_counter() - tic)
+    return rates
 
 
 PAPER_ROUNDS = 2_000_000
@@ -130,8 +159,12 @@ def project_paper_grid(rounds: int, data_root: str | None, workers: int) -> dict
             run.run()
             per_config[f"{optimizer}-{activation}"] = rounds / (time.perf_counter() - tic)
     core_seconds = 2 * sum(PAPER_ROUNDS / rps for rps in per_config.values())
+    stacked = stacked_paper_rates(rounds, data_root)
+    stacked_core_seconds = 2 * sum(3 * PAPER_ROUNDS / rps for rps in stacked.values())
     return {"rounds_per_second": per_config, "core_seconds": core_seconds, "workers": workers,
-            "projected_wall_minutes": core_seconds / workers / 60}
+            "projected_wall_minutes": core_seconds / workers / 60,
+            "stacked_run_rounds_per_second": stacked, "stacked_core_seconds": stacked_core_seconds,
+            "projected_wall_minutes_stacked": stacked_core_seconds / workers / 60}
 
 
 CASES = [("dlr", 10), ("dlr", 100), ("ogd", 10)]
@@ -165,15 +198,16 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
     log("time per fast DLR-Full round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
     results["sweep"] = []
     for k in (1, 8, 32):
-        row = sweep_run_rounds_per_second(k, sweep_rounds, data_root, workers)
-        results["sweep"].append(row)
-        log(f"sweep K={k:<3d} {row['run_rounds_per_second']:9.1f} run-rounds/s ({row['seconds']:.1f} s wall)")
-    import os
-
+        for stack in (False, True) if k > 1 else (False,):
+            row = sweep_run_rounds_per_second(k, sweep_rounds, data_root, workers, stack)
+            results["sweep"].append(row)
+            log(f"sweep K={k:<3d} {'stacked' if stack else 'alone  '} {row['run_rounds_per_second']:9.1f} run-rounds/s "
+                f"({row['seconds']:.1f} s wall, {row['run_rounds_per_cpu_second']:.1f} run-rounds per CPU second)")
     grid = project_paper_grid(min(fast_rounds, 8192), data_root, workers or os.cpu_count() or 1)
     results["paper_grid"] = grid
     log(f"paper Tables 1-2 (18 runs x 2M rounds): {grid['core_seconds'] / 60:.1f} core-minutes, "
-        f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers")
+        f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers; in stacks of 3 "
+        f"{grid['stacked_core_seconds'] / 60:.1f} core-minutes, {grid['projected_wall_minutes_stacked']:.1f} min")
     return results
 
 

@@ -95,8 +95,8 @@ def _chosen(exp: Experiment, tuning: dict, point: dict) -> dict:
     return {exp.tune.key: tuning[combo]["chosen"]}
 
 
-def _execute_local(workers: int | None, on_report) -> Callable[[list[RunSpec]], list[dict]]:
-    return lambda specs: sweep(specs, workers=workers, on_report=on_report)
+def _execute_local(workers: int | None, on_report, stack: bool = False) -> Callable[[list[RunSpec]], list[dict]]:
+    return lambda specs: sweep(specs, workers=workers, on_report=on_report, stack=stack)
 
 
 def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds: int | None = None) -> int:
@@ -115,9 +115,10 @@ def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds:
 
 def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = (), workers: int | None = None,
                    backend: str = "local", ray_address: str | None = None, tune_rounds: int | None = None,
-                   on_report: Callable[[str, int], None] = lambda name, t: None) -> dict:
+                   on_report: Callable[[str, int], None] = lambda name, t: None, stack: bool = False) -> dict:
     """Tune (if the definition says so), run every grid point at ``scale``; return the index.
-    ``tune_rounds`` replaces the definition's tuning length (for scales between small and paper)."""
+    ``tune_rounds`` replaces the definition's tuning length (for scales between small and paper);
+    ``stack``: compatible online runs play as stacks of batched kernels (local backend)."""
     if tune_rounds is not None and tune_rounds < 1:
         raise ConfigError(f"--tune-rounds must be >= 1, got {tune_rounds}")
     if backend not in BACKENDS:
@@ -132,7 +133,7 @@ def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = 
 
         execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)  # noqa: E731
     else:
-        execute = _execute_local(workers, on_report)
+        execute = _execute_local(workers, on_report, stack)
     _write_index(exp, scale, overrides, {}, points, out, status="tuning")  # the report can render from now on
     tuning = tune(exp, scale, overrides, out, execute, tune_rounds)
     specs = _write_index(exp, scale, overrides, tuning, points, out, status="running")

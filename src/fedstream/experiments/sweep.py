@@ -77,14 +77,27 @@ def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> lis
     return specs
 
 
-def assign(specs: list[RunSpec], workers: int) -> list[list[RunSpec]]:
-    """Greedy longest-first assignment of runs to workers by estimated cost."""
+def assign(specs: list[RunSpec], workers: int, *, stack: bool = False) -> list[list[RunSpec]]:
+    """Greedy longest-first assignment of runs to workers by estimated cost. With ``stack``, runs
+    that can share a stack (:func:`fedstream.vfl.stack.config_stack_key`) go to one worker as a
+    bundle; bundles are halved while there are fewer of them than workers."""
+    from fedstream.vfl.stack import config_stack_key
+
+    bundles: dict[object, list[RunSpec]] = {}
+    for i, spec in enumerate(specs):
+        key = config_stack_key(spec.config) if stack else None
+        bundles.setdefault(("alone", i) if key is None else key, []).append(spec)
+    parts = list(bundles.values())
+    while len(parts) < workers and max(len(b) for b in parts) > 1:
+        big = max(parts, key=len)
+        parts.remove(big)
+        parts += [big[: len(big) // 2], big[len(big) // 2:]]
     loads: list[float] = [0.0] * workers
     groups: list[list[RunSpec]] = [[] for _ in range(workers)]
-    for spec in sorted(specs, key=lambda s: -s.cost):
+    for part in sorted(parts, key=lambda b: -sum(s.cost for s in b)):
         w = min(range(workers), key=lambda i: loads[i])
-        groups[w].append(spec)
-        loads[w] += spec.cost
+        groups[w] += part
+        loads[w] += sum(s.cost for s in part)
     return [g for g in groups if g]
 
 
@@ -137,8 +150,11 @@ class _Member:
         return self.run.t >= self.end
 
 
-def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda n, t: None) -> list[dict]:
-    """Run ``specs`` side by side in this process; return their summaries."""
+def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda n, t: None, *,
+              stack: bool = False) -> list[dict]:
+    """Run ``specs`` side by side in this process; return their summaries. With ``stack``, online
+    runs that can share batched kernels play as stacks (:mod:`fedstream.vfl.stack`): the same
+    results, one kernel call per layer for all of them."""
     summaries = {}
     todo = []
     for spec in specs:
@@ -152,7 +168,7 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
         from fedstream.tasks import run_batch_task
 
         try:
-            summaries[spec.name] = run_batch_task(spec.config, spec.out)
+            summaries[spec.name] = run_batch_task(spec.config, spec.out, resume=True)  # vfl: from its checkpoint
         except DivergedError as exc:  # one run blowing up must not stop the others
             summaries[spec.name] = {"task": spec.config["task"], "config": spec.config,
                                     "diverged_at": exc.round, "error": str(exc)}
@@ -167,22 +183,73 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
         for m in members:  # checkpointed at its last round, but stopped before its summary
             if m.done:
                 _close(m, summaries, report)
-        while not all(m.done for m in members):
-            chunk = min(m.run.t // CHUNK for m in members if not m.done)
-            players = [m for m in members if not m.done and m.run.t // CHUNK == chunk]
+        units = _units([m for m in members if not m.done], stack)
+        while units:
+            chunk = min(u.t // CHUNK for u in units)
+            players = [u for u in units if u.t // CHUNK == chunk]
             tic = time.perf_counter()
             X, y, _ = stream.batch(chunk * CHUNK, CHUNK)
-            share = (time.perf_counter() - tic) / len(players)  # the shared chunk's cost, split
-            for m in players:
-                m.run.wall_seconds += share
-                try:
-                    m.run.play_chunk(chunk, X, y, m.end, m.hooks)
-                except DivergedError as exc:  # one run blowing up must not stop the others
-                    _close_diverged(m, exc, summaries, report)
-                    continue
-                if m.done:
-                    _close(m, summaries, report)
+            share = (time.perf_counter() - tic) / sum(len(u.members) for u in players)  # the shared chunk's cost, split
+            for u in players:
+                for m in u.members:
+                    m.run.wall_seconds += share
+                units.remove(u)
+                units += u.play(chunk, X, y, summaries, report)
     return [summaries[s.name] for s in specs]
+
+
+class _Unit:
+    """What plays a chunk: one run alone, or a stack of runs sharing batched kernels."""
+
+    def __init__(self, members: list[_Member]):
+        from fedstream.vfl.stack import RunStack
+
+        self.members = members
+        self.stack = RunStack([m.run for m in members]) if len(members) > 1 else None
+
+    @property
+    def t(self) -> int:
+        return self.members[0].run.t
+
+    def play(self, chunk: int, X, y, summaries: dict, report) -> list[_Unit]:
+        """Play this chunk; return the units that go on (none when finished; the survivors
+        regrouped when runs of a stack diverged)."""
+        from fedstream.vfl.stack import StackDiverged
+
+        end = self.members[0].end
+        if self.stack is None:
+            m = self.members[0]
+            try:
+                m.run.play_chunk(chunk, X, y, end, m.hooks)
+            except DivergedError as exc:  # one run blowing up must not stop the others
+                _close_diverged(m, exc, summaries, report)
+                return []
+        else:
+            try:
+                self.stack.play_chunk(chunk, X, y, end, [m.hooks for m in self.members])
+            except StackDiverged as exc:
+                for k in exc.runs:
+                    _close_diverged(self.members[k], self.stack.diverged_error(k, exc.round), summaries, report)
+                alive = [m for k, m in enumerate(self.members) if k not in exc.runs]
+                return _units(alive, True)
+        if self.t >= end:
+            if self.stack is not None:
+                self.stack.write_back()
+            for m in self.members:
+                _close(m, summaries, report)
+            return []
+        return [self]
+
+
+def _units(members: list[_Member], stack: bool) -> list[_Unit]:
+    """Members grouped into stacks of equal :func:`~fedstream.vfl.stack.stack_key` (or alone)."""
+    from fedstream.vfl.stack import MAX_STACK, stack_key
+
+    groups: dict[object, list[_Member]] = {}
+    for i, m in enumerate(members):
+        key = stack_key(m.run) if stack else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(m)
+    return [_Unit(g[i:i + MAX_STACK]) for g in groups.values() for i in range(0, len(g), MAX_STACK)]
 
 
 def _close(m: _Member, summaries: dict, report: Callable[[str, int], None]) -> None:
@@ -226,25 +293,26 @@ def _exit_with_parent(poll_seconds: float = 2.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def _worker(specs: list[RunSpec]) -> list[dict]:
-    return run_group(specs, lambda name, t: _QUEUE.put((name, t)))
+def _worker(specs: list[RunSpec], stack: bool = False) -> list[dict]:
+    return run_group(specs, lambda name, t: _QUEUE.put((name, t)), stack=stack)
 
 
 def sweep(specs: list[RunSpec], *, workers: int | None = None,
-          on_report: Callable[[str, int], None] = lambda n, t: None) -> list[dict]:
-    """Run every spec, on ``workers`` processes (default: every core); summaries in spec order."""
+          on_report: Callable[[str, int], None] = lambda n, t: None, stack: bool = False) -> list[dict]:
+    """Run every spec, on ``workers`` processes (default: every core); summaries in spec order.
+    ``stack``: runs that can share batched kernels play as stacks (see :func:`run_group`)."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two runs of the sweep have the same name; check --grid for repeated values")
     workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
     if workers == 1:
-        return run_group(specs, on_report)
+        return run_group(specs, on_report, stack=stack)
     ctx = mp.get_context("spawn")
     queue = ctx.Manager().Queue()
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
-        groups = assign(specs, workers)
-        futures = [pool.submit(_worker, group) for group in groups]
+        groups = assign(specs, workers, stack=stack)
+        futures = [pool.submit(_worker, group, stack) for group in groups]
         while not all(f.done() for f in futures) or not queue.empty():
             while not queue.empty():
                 on_report(*queue.get())

@@ -24,6 +24,22 @@ class Prequential:
             self.intervals.append(self._interval_errors / self.interval)
             self._interval_errors = 0
 
+    def update_many(self, y_true: np.ndarray, y_pred: np.ndarray) -> None:
+        """:meth:`update` for consecutive rounds that do not cross an interval's end, except at
+        their last round (how a stack of runs reports a segment of rounds at once)."""
+        n = len(y_true)
+        if n == 0:
+            return
+        if (self.rounds % self.interval) + n > self.interval:
+            raise ValueError(f"{n} rounds from round {self.rounds} cross the end of a {self.interval}-round interval")
+        wrong = int(np.count_nonzero(np.asarray(y_true) != np.asarray(y_pred)))
+        self.rounds += n
+        self.errors += wrong
+        self._interval_errors += wrong
+        if self.rounds % self.interval == 0:
+            self.intervals.append(self._interval_errors / self.interval)
+            self._interval_errors = 0
+
     @property
     def accumulated_error(self) -> float:
         return self.errors / self.rounds if self.rounds else float("nan")

@@ -5,7 +5,9 @@ synchronous form, Algorithm 3). It only talks to parties and to a transport, so 
 simulator and a network backend run the very same sequence of messages:
 
 1. every client observes its feature block; each activated client sends its embedding (up);
-2. the server queries each passive client (down), which answers with its embedding (up);
+2. the server queries each passive client (down), which answers with its embedding (up) — unless
+   ``queried`` says it does not: then nothing is sent and the server pads that client's embedding
+   (``topl`` activation, :mod:`fedstream.selection.online`);
 3. the server predicts, computes the loss and learns; it sends d loss / d embedding to each
    activated client (down), which back-propagates and learns.
 """
@@ -37,8 +39,10 @@ def play_round(
     clients: list[Client],
     transport,
     clock: ComputeClock,
+    queried: np.ndarray | None = None,
 ) -> RoundResult:
-    """Run round ``t``: ``x_blocks[m]`` is client m's features, ``active[m]`` its activation."""
+    """Run round ``t``: ``x_blocks[m]`` is client m's features, ``active[m]`` its activation;
+    ``queried[m]`` whether the server queries it when passive (None: every passive client)."""
     embeddings = [None] * len(clients)
     active_ids = [m for m in range(len(clients)) if active[m]]
     tic = perf_counter()
@@ -49,14 +53,27 @@ def play_round(
     for msg in pushed:
         embeddings[msg.client] = transport.up(msg)
     for m in range(len(clients)):
-        if embeddings[m] is None:
-            query = transport.down(server.query(t, m))
-            tic = perf_counter()
-            msg = clients[m].on_query(query)
-            clock.client += perf_counter() - tic
-            embeddings[m] = transport.up(msg)
+        if embeddings[m] is None and queried is not None and not queried[m]:
+            embeddings[m] = server.pad(t, m)  # not asked: no message either way
+        elif embeddings[m] is None:
+            embeddings[m] = _ask(server.query(t, m), clients[m], transport, clock)
+    return _learn(server, (t, y, embeddings, active_ids), clients, transport, clock)
+
+
+def _ask(query, client, transport, clock: ComputeClock):
+    """Step 2 for one passive client: the query goes down, its embedding comes back up."""
+    query = transport.down(query)
     tic = perf_counter()
-    result = server.on_embeddings(t, y, embeddings, active_ids)
+    msg = client.on_query(query)
+    clock.client += perf_counter() - tic
+    return transport.up(msg)
+
+
+def _learn(server, inputs: tuple, clients, transport, clock: ComputeClock):
+    """Step 3: the server learns from ``inputs`` (its ``on_embeddings`` arguments) and each gradient
+    goes down to its client, which learns."""
+    tic = perf_counter()
+    result = server.on_embeddings(*inputs)
     clock.server += perf_counter() - tic
     for grad in result.gradients:
         grad = transport.down(grad)
@@ -64,3 +81,28 @@ def play_round(
         clients[grad.client].on_gradient(grad)
         clock.client += perf_counter() - tic
     return result
+
+
+def play_stack_round(t: int, x_blocks: list[np.ndarray], y: int, split: list[tuple[np.ndarray, np.ndarray]],
+                     server, clients, transport, clock: ComputeClock):
+    """Round ``t`` of K runs that share the stream (:mod:`fedstream.vfl.stack`): ``split[m]`` is
+    (the runs in which client m is activated, those in which it is passive). The exchange of
+    :func:`play_round`, each message carrying the runs it speaks for: per run, the same messages
+    in the same order (tests compare them):
+
+    1. each client observes its block; in the runs where it is activated it sends its embedding;
+    2. the server queries it in the runs where it is passive, and it answers;
+    3. the server predicts and learns in every run and sends the activated runs' gradients.
+    """
+    tic = perf_counter()
+    for client, x in zip(clients, x_blocks):
+        client.observe(t, x)
+    pushed = [client.on_event(t, on) for client, (on, _) in zip(clients, split) if on.size]
+    clock.client += perf_counter() - tic
+    embeddings: list[list] = [[] for _ in clients]
+    for msg in pushed:
+        embeddings[msg.client].append(transport.up(msg))
+    for m, (client, (_, off)) in enumerate(zip(clients, split)):
+        if off.size:
+            embeddings[m].append(_ask(server.query(t, m, off), client, transport, clock))
+    return _learn(server, (t, y, embeddings, [on for on, _ in split]), clients, transport, clock)
