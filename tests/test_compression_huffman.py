@@ -9,6 +9,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fedstream.compression.huffman import MAX_CODE_LEN, HuffmanCode
+from fedstream.compression.huffman_block import (
+    PAIRS,
+    SINGLE,
+    decode_block,
+    encode_block,
+)
 from fedstream.compression.quantize import ThreeSigmaQuantizer, gradient_stats
 from fedstream.errors import ProtocolError
 
@@ -218,3 +224,87 @@ def test_table_with_trailing_bytes_is_rejected():
 def test_rejects_bad_counts(counts):
     with pytest.raises(ProtocolError):
         HuffmanCode.from_counts(np.asarray(counts))
+
+
+# --- Huffman blocks: single-symbol or pair code, chosen per message ------------------------------------
+
+@st.composite
+def block_cases(draw):
+    alphabet = draw(st.sampled_from([1, 2, 3, 26, 256, 257, 1 << 16]))
+    hi = draw(st.integers(0, alphabet - 1))
+    x = draw(hnp.arrays(np.int64, st.integers(0, 500), elements=st.integers(0, hi)))  # odd and even lengths
+    can_pair = alphabet <= 256 and x.size >= 2
+    mode = draw(st.sampled_from([None, SINGLE, PAIRS] if can_pair else [None, SINGLE]))
+    return x, alphabet, mode
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_cases(), st.binary(max_size=3))
+def test_block_roundtrip_property(case, prefix):
+    """decode(encode(x)) == x for any stream: empty, one symbol, odd lengths, single or pair codes."""
+    x, alphabet, mode = case
+    data = encode_block(x, alphabet, mode)
+    assert data[0] >> 3 == (mode if mode is not None else data[0] >> 3)
+    np.testing.assert_array_equal(decode_block(prefix + data, len(prefix), x.size, alphabet), x)
+    if mode is None and alphabet <= 256 and x.size >= 2:  # the automatic choice is never the larger one
+        other = encode_block(x, alphabet, PAIRS if data[0] >> 3 == SINGLE else SINGLE)
+        assert len(data) <= len(other)
+
+
+def test_block_picks_pairs_for_a_long_message_and_gets_within_one_percent_of_the_bound():
+    sym = gaussian_stream(1_000_000)
+    data = encode_block(sym, 26)
+    counts = np.bincount(sym, minlength=26)
+    entropy = -(counts * np.log2(counts / sym.size)).sum()
+    assert data[0] >> 3 == PAIRS
+    assert 8 * len(data) <= 1.01 * entropy  # everything: mode byte, pair table, bit string
+    single = encode_block(sym, 26, SINGLE)
+    assert 8 * len(single) > 1.01 * entropy > 8 * len(data)  # the single-symbol code alone misses 1 %
+    np.testing.assert_array_equal(decode_block(data, 0, sym.size, 26), sym)
+
+
+def test_block_picks_single_symbols_for_a_mini_batch_gradient():
+    sym = gaussian_stream(100 * 128 + 1)  # odd on purpose
+    data = encode_block(sym, 26)
+    assert data[0] >> 3 == SINGLE and len(data) < len(encode_block(sym, 26, PAIRS))
+
+
+def test_block_rejects_corrupt_input():
+    sym = gaussian_stream(2001)
+    pairs = encode_block(sym, 26, PAIRS)
+    single = encode_block(sym, 26, SINGLE)
+    cases = {
+        "truncated": (pairs[:-1], 26),
+        "trailing": (single + b"\x00", 26),
+        "unknown mode": (bytes([5 << 3]) + single[1:], 26),
+        "single table read as pairs": (bytes([PAIRS << 3 | single[0] & 7]) + single[1:], 26),
+        "pair table read as single": (bytes([SINGLE << 3 | pairs[0] & 7]) + pairs[1:], 26),
+        "wrong alphabet": (single, 27),
+        "pairs over a large alphabet": (pairs, 300),
+        "empty": (b"", 26),
+    }
+    for data, alphabet in cases.values():
+        with pytest.raises(ProtocolError):
+            decode_block(data, 0, sym.size, alphabet)
+    code = HuffmanCode.read_from(pairs, 1)[1]
+    bad_tail = pairs[:code] + bytes([40]) + pairs[code + 1:]  # the odd tail symbol outside 0..25
+    with pytest.raises(ProtocolError, match="tail symbol 40"):
+        decode_block(bad_tail, 0, sym.size, 26)
+    with pytest.raises(ProtocolError):
+        decode_block(pairs, 0, sym.size + 2, 26)  # wrong count
+    with pytest.raises(ProtocolError, match="outside the alphabet"):
+        encode_block(np.array([0, 26]), 26)
+    with pytest.raises(ProtocolError, match="cannot force"):
+        encode_block(np.array([3]), 26, PAIRS)
+
+
+def test_bench_reports_size_against_the_bound_and_speed_against_dahuffman():
+    from fedstream.bench.huffman import bench_huffman, format_huffman_bench
+
+    d = bench_huffman(n=200_000, repeats=1)
+    assert d["ours"]["mode"] == "pairs" and d["size_overhead"] < d["ours"]["single_overhead"]
+    assert 8 * d["ours"]["block_bytes"] == pytest.approx((1 + d["size_overhead"]) * d["entropy_bits"])
+    text = format_huffman_bench(d)
+    assert "entropy bound" in text and "single-symbol code alone" in text
+    if d["dahuffman"].get("available"):
+        assert d["speed_ratio"] > 1 and "speed ratio" in text

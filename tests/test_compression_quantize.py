@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedstream.compression import Float32Codec, QuantizerState, SignCodec, ThreeSigmaQuantizer
+from fedstream.compression import (
+    Float32Codec,
+    QuantizerState,
+    SignCodec,
+    ThreeSigmaQuantizer,
+)
 from fedstream.errors import ProtocolError
 
 
@@ -22,7 +27,7 @@ def reference_quantise(g: np.ndarray, mu: float, sigma: float, levels: int) -> n
 
 
 def header(msg: bytes):
-    return struct.unpack_from("<BBff", msg)
+    return struct.unpack_from("<Bff", msg)  # levels, mu, sigma
 
 
 def test_matches_the_papers_procedure_and_uses_previous_round_stats():
@@ -32,7 +37,7 @@ def test_matches_the_papers_procedure_and_uses_previous_round_stats():
     for r in range(4):
         g = (rng.standard_normal((3, 64)) * (1 + r) + r).astype(np.float32)  # the distribution drifts
         msg = q.encode(g, state)
-        _, _, mu, sigma = header(msg)
+        _, mu, sigma = header(msg)
         src = g if prev is None else prev  # first round: the current gradient's own statistics
         assert mu == np.float32(src.astype(np.float64).mean()) and sigma == np.float32(src.astype(np.float64).std())
         assert (state.mu, state.sigma, state.rounds) == (float(np.float32(g.astype(np.float64).mean())),
@@ -79,7 +84,7 @@ def test_roundtrip_property(g, mu, sigma, levels):
     q = ThreeSigmaQuantizer(levels)
     state = QuantizerState(float(np.float32(mu)), float(np.float32(sigma)))
     msg = q.encode(g, state)
-    _, _, hmu, hsigma = header(msg)
+    _, hmu, hsigma = header(msg)
     np.testing.assert_array_equal(q.decode(msg, g.shape), q.values(hmu, hsigma)[q.symbols(g, hmu, hsigma)].reshape(g.shape))
 
 
@@ -93,11 +98,13 @@ def test_decode_rejects_bad_messages():
         "trailing": msg + b"\x00",
         "header": msg[:5],
         "levels": bytes([23]) + msg[1:],
-        "padding": msg[:1] + bytes([9]) + msg[2:],
-        "mu": msg[:2] + struct.pack("<f", np.nan) + msg[6:],
-        "sigma": msg[:6] + struct.pack("<f", -1.0) + msg[10:],
+        "mode": msg[:10] + bytes([2 << 3 | msg[10] & 7]) + msg[11:],  # byte 10: the Huffman block's mode/pad
+        "padding": msg[:10] + bytes([msg[10] ^ 4]) + msg[11:],
+        "pairs": msg[:10] + bytes([1 << 3 | msg[10] & 7]) + msg[11:],  # a single-symbol table read as pairs
+        "mu": msg[:1] + struct.pack("<f", np.nan) + msg[5:],
+        "sigma": msg[:5] + struct.pack("<f", -1.0) + msg[9:],
     }
-    for name, data in bad.items():
+    for data in bad.values():
         with pytest.raises(ProtocolError):
             q.decode(data, g.shape)
     for shape in [(2, 49), (2, 51), (0,), (-1, 2), (2.5, 4)]:  # the entry count travels in the message
@@ -118,8 +125,24 @@ def test_encode_rejects_bad_input():
             ThreeSigmaQuantizer(levels)
 
 
-def test_sign_codec():
-    c = SignCodec()
+def test_sign_codec_plain_sends_one_bit_per_entry_and_decodes_to_plus_minus_one():
+    c = SignCodec(scaled=False)
+    g = np.array([[0.5, -2.0, 0.0], [1.5, -0.25, 3.0], [-1e-9, 7.0, -3.0]], np.float32)
+    msg = c.encode(g)
+    assert len(msg) == 2  # 9 bits, no scale
+    np.testing.assert_array_equal(c.decode(msg, g.shape), np.where(g >= 0, 1.0, -1.0))
+    for data in (msg[:-1], msg + b"\x00", msg[:1] + bytes([msg[1] | 1])):  # short, long, padding bit set
+        with pytest.raises(ProtocolError):
+            c.decode(data, g.shape)
+    with pytest.raises(ProtocolError, match="plain"):
+        c.decode(SignCodec(scaled=True).encode(g), g.shape)  # a scaled message is 4 bytes longer
+    with pytest.raises(ProtocolError):
+        SignCodec(scaled="yes")
+    assert c.encode(np.zeros((0, 4), np.float32)) == b"" and c.decode(b"", (0, 4)).shape == (0, 4)
+
+
+def test_sign_codec_scaled():
+    c = SignCodec(scaled=True)
     g = np.array([[0.5, -2.0, 0.0], [1.5, -0.25, 3.0]], np.float32)
     msg = c.encode(g)
     assert len(msg) == 4 + 1

@@ -6,7 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedstream.compression import EmbeddingCache, GradientRankedTopK, SparseEmbedding, TopK
+from fedstream.compression import (
+    EmbeddingCache,
+    GradientRankedTopK,
+    SparseEmbedding,
+    TopK,
+)
 from fedstream.compression.topk import BITMAP, DELTA, pack_sparse, unpack_sparse
 from fedstream.compression.varint import decode_varints, encode_varints
 from fedstream.errors import ProtocolError
@@ -133,28 +138,73 @@ def test_bad_ratio_and_input():
     assert TopK(0.5).decode(TopK(0.5).encode(np.zeros((0, 8), np.float32)), (0, 8)).shape == (0, 8)
 
 
-def test_embedding_cache_follows_eqs_2_and_3():
+def _sparse(shape, idx, vals):
+    return SparseEmbedding(shape, np.array(idx, np.int64), np.array(vals, np.float32))
+
+
+def test_embedding_cache_follows_eqs_2_and_3_per_sample():
     cache = EmbeddingCache()
-    shape = (1, 6)
-    r1 = SparseEmbedding(shape, np.array([0, 2, 4]), np.array([1.0, 2.0, 3.0], np.float32))
-    np.testing.assert_array_equal(cache.fill(7, r1), [[1, 0, 2, 0, 3, 0]])  # H starts at 0
-    r2 = SparseEmbedding(shape, np.array([1, 2]), np.array([5.0, 0.0], np.float32))
-    # unsent entries (0, 3, 4, 5) keep the last value received; a sent exact 0 stays 0
-    np.testing.assert_array_equal(cache.fill(7, r2), [[1, 5, 0, 0, 3, 0]])
-    np.testing.assert_array_equal(cache.table(7), [[1, 5, 0, 0, 3, 0]])
-    # clients are independent
-    np.testing.assert_array_equal(cache.fill(8, r2), [[0, 5, 0, 0, 0, 0]])
+    r1 = _sparse((1, 6), [0, 2, 4], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(cache.fill(r1, [7]), [[1, 0, 2, 0, 3, 0]])  # H starts at 0
+    r2 = _sparse((1, 6), [1, 2], [5.0, 0.0])
+    # unsent entries (0, 3, 4, 5) keep the last value received for sample 7; a sent exact 0 stays 0
+    np.testing.assert_array_equal(cache.fill(r2, [7]), [[1, 5, 0, 0, 3, 0]])
+    np.testing.assert_array_equal(cache.lookup([7]), [[1, 5, 0, 0, 3, 0]])
+    # another sample has its own row: nothing of sample 7 leaks into it
+    np.testing.assert_array_equal(cache.fill(r2, [8]), [[0, 5, 0, 0, 0, 0]])
     # the returned array is a copy: the caller may not corrupt the table
-    out = cache.fill(7, SparseEmbedding(shape, np.array([], np.int64), np.array([], np.float32)))
+    out = cache.fill(_sparse((1, 6), [], []), [7])
     out[:] = 99
-    np.testing.assert_array_equal(cache.table(7), [[1, 5, 0, 0, 3, 0]])
-    # an SLR window growing from 1 to 2 rows restarts the table; another width is an error
-    two = SparseEmbedding((2, 6), np.array([11]), np.array([4.0], np.float32))
-    assert cache.fill(7, two)[1, 5] == 4 and cache.fill(7, two)[0, 0] == 0
-    with pytest.raises(ProtocolError, match="shape"):
-        cache.fill(7, SparseEmbedding((2, 5), np.array([0]), np.array([1.0], np.float32)))
-    cache.reset(7)
-    assert cache.table(7) is None and cache.table(8) is not None
+    np.testing.assert_array_equal(cache.lookup([7, 8, 1000]), [[1, 5, 0, 0, 3, 0], [0, 5, 0, 0, 0, 0], [0] * 6])
+
+
+def test_embedding_cache_matches_rows_by_sample_not_by_position():
+    """A shuffled second batch: each row is filled from its own sample's earlier values."""
+    cache = EmbeddingCache()
+    first = np.arange(12, dtype=np.float32).reshape(3, 4) + 1  # samples 10, 11, 12
+    cache.fill(_sparse((3, 4), np.arange(12), first.ravel()), [10, 11, 12])
+    # samples 12, 10 (in that order) send only column 0
+    out = cache.fill(_sparse((2, 4), [0, 4], [-1.0, -2.0]), [12, 10])
+    np.testing.assert_array_equal(out, [[-1, 10, 11, 12], [-2, 2, 3, 4]])
+    np.testing.assert_array_equal(cache.lookup([11]), first[1:2])
+
+
+def test_embedding_cache_checks_its_input():
+    cache = EmbeddingCache()
+    cache.fill(_sparse((2, 6), [11], [4.0]), [0, 1])
+    with pytest.raises(ProtocolError, match="width"):
+        cache.fill(_sparse((2, 5), [0], [1.0]), [0, 1])
+    with pytest.raises(ProtocolError, match="2 rows"):
+        cache.fill(_sparse((2, 6), [0], [1.0]), [0])
+    with pytest.raises(ProtocolError, match="twice"):
+        cache.fill(_sparse((2, 6), [0], [1.0]), [3, 3])
+    with pytest.raises(ProtocolError, match=">= 0"):
+        cache.fill(_sparse((1, 6), [0], [1.0]), [-1])
+    with pytest.raises(ProtocolError, match="integer"):
+        cache.fill(_sparse((1, 6), [0], [1.0]), [0.5])
+    with pytest.raises(ProtocolError, match="SparseEmbedding"):
+        cache.fill(np.zeros((1, 6), np.float32), [0])
+    cache.reset()
+    assert cache.width is None
+
+
+def test_embedding_cache_ring_keeps_a_sliding_window_and_state_restores_it():
+    """Stream ids: slots id % capacity; a sample older than the ring is evicted (a miss, zeros)."""
+    ring = EmbeddingCache(ring=True)
+    for t in range(200):  # one-row messages, each a new sample, every entry sent
+        ring.fill(_sparse((1, 2), [0, 1], [t, -t]), [t])
+    assert ring.lookup([199]).tolist() == [[199, -199]]
+    assert ring.lookup([100]).tolist() == [[0, 0]]  # 100 % 64 was overwritten by a later sample
+    twin = EmbeddingCache(ring=True)
+    twin.load_state_dict(ring.state_dict())
+    np.testing.assert_array_equal(twin.lookup(np.arange(130, 200)), ring.lookup(np.arange(130, 200)))
+    dense = EmbeddingCache()
+    dense.fill(_sparse((2, 2), [0, 3], [1.0, 2.0]), [5, 900])
+    copy = EmbeddingCache()
+    copy.load_state_dict(dense.state_dict())
+    np.testing.assert_array_equal(copy.lookup([900, 5, 6]), [[0, 2], [1, 0], [0, 0]])
+    with pytest.raises(ProtocolError, match="state"):
+        copy.load_state_dict({"ids": np.array([1]), "rows": np.zeros((2, 2), np.float32), "shape": np.array([4, 2])})
 
 
 def test_gradient_ranked_topk_with_cache_end_to_end():
@@ -164,6 +214,6 @@ def test_gradient_ranked_topk_with_cache_end_to_end():
     codec, cache = GradientRankedTopK(0.25), EmbeddingCache()
     grad = None
     for _ in range(4):
-        view = cache.fill(0, codec.decode_sparse(codec.encode(e, grad), e.shape))
+        view = cache.fill(codec.decode_sparse(codec.encode(e, grad), e.shape), [0])
         grad = (view == 0).astype(np.float32)  # pretend the server's derivative is large where it lacks data
     np.testing.assert_array_equal(view, e)

@@ -5,12 +5,29 @@ import itertools
 import numpy as np
 import pytest
 
-from fedstream.compression import GradientRankedTopK, QuantizerState, SignCodec, ThreeSigmaQuantizer, TopK
+from fedstream.compression import (
+    GradientRankedTopK,
+    QuantizerState,
+    SignCodec,
+    ThreeSigmaQuantizer,
+    TopK,
+)
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.transport import CompressedTransport, CompressionSpec, InProcessTransport, encode, make_transport
+from fedstream.transport import (
+    CompressedTransport,
+    CompressionSpec,
+    InProcessTransport,
+    encode,
+    make_transport,
+)
 from fedstream.transport.codec import HEADER
-from fedstream.transport.compressed import DOWN_CODECS, UP_CODECS, ClientEndpoint, ServerEndpoint
-from fedstream.transport.wire import FRAME_SIZE, QUANT, SIGN, SPARSE, frame
+from fedstream.transport.compressed import (
+    DOWN_CODECS,
+    UP_CODECS,
+    ClientEndpoint,
+    ServerEndpoint,
+)
+from fedstream.transport.wire import FRAME_SIZE, QUANT, SIGN, SIGN_PLAIN, SPARSE, frame
 from fedstream.vfl.messages import Embedding, Gradient, Query
 
 SPECS = [CompressionSpec(up=u, down=d, cache=c) for u, d in itertools.product(UP_CODECS, DOWN_CODECS)
@@ -35,9 +52,10 @@ def test_every_codec_pair_counts_the_encoded_bytes_and_delivers_what_the_codec_d
     tr = make_transport(3, spec)
     assert isinstance(tr, InProcessTransport if spec.is_none else CompressedTransport)
     quant, q_state, last_grad, up_bytes, down_bytes = ThreeSigmaQuantizer(spec.levels), QuantizerState(), None, 0, 0
+    cache = np.zeros((5, 32), np.float32)  # the server's rows of the 5 samples: nothing cached yet
     for t in range(3):
         e, g = arrays(t), arrays(100 + t, scale=1e-3)
-        got_e = tr.up(Embedding(t, 2, e))
+        got_e = tr.up(Embedding(t, 2, e), samples=np.arange(10, 15))  # the same 5 samples each round
         if spec.up == "none":
             payload, want_e = None, e
             up_bytes += len(encode(Embedding(t, 2, e)))
@@ -45,7 +63,7 @@ def test_every_codec_pair_counts_the_encoded_bytes_and_delivers_what_the_codec_d
             payload = expected_up(spec, e, last_grad)
             up_bytes += FRAME_SIZE + len(payload)
             want_e = TopK(spec.ratio).decode(payload, e.shape)
-            if spec.cache and t > 0:  # eqs. 2-3: unsent entries keep the last value sent for them
+            if spec.cache:  # eqs. 2-3: unsent entries keep the last value sent for them
                 sent = want_e != 0
                 want_e = np.where(sent, want_e, cache)
         np.testing.assert_array_equal(got_e.values, want_e)
@@ -54,9 +72,10 @@ def test_every_codec_pair_counts_the_encoded_bytes_and_delivers_what_the_codec_d
         got_g = tr.down(Gradient(t, 2, g))
         if spec.down == "none":
             want_g, n = g, len(encode(Gradient(t, 2, g)))
-        elif spec.down == "sign":
-            data = SignCodec().encode(g)
-            want_g, n = SignCodec().decode(data, g.shape), FRAME_SIZE + len(data)
+        elif spec.down in ("sign", "sign-scaled"):
+            codec = SignCodec(scaled=spec.down == "sign-scaled")
+            data = codec.encode(g)
+            want_g, n = codec.decode(data, g.shape), FRAME_SIZE + len(data)
         else:
             data = quant.encode(g, q_state)  # uses the previous round's mu, sigma (section 3.2)
             want_g, n = quant.decode(data, g.shape), FRAME_SIZE + len(data)
@@ -98,8 +117,10 @@ def test_compressed_frame_layout():
     down = ServerEndpoint(1, spec).send(Gradient(9, 1, g))
     assert HEADER.unpack_from(up) == (4, 9, 1, 5, 32) and up[HEADER.size] == SPARSE
     assert up[FRAME_SIZE:] == TopK(0.125).encode(e)
-    assert HEADER.unpack_from(down) == (5, 9, 1, 5, 32) and down[HEADER.size] == SIGN
-    assert down[FRAME_SIZE:] == SignCodec().encode(g)
+    assert HEADER.unpack_from(down) == (5, 9, 1, 5, 32) and down[HEADER.size] == SIGN_PLAIN
+    assert down[FRAME_SIZE:] == SignCodec(scaled=False).encode(g) and len(down) == FRAME_SIZE + 5 * 32 // 8
+    scaled = ServerEndpoint(1, CompressionSpec(down="sign-scaled")).send(Gradient(9, 1, g))
+    assert scaled[HEADER.size] == SIGN and scaled[FRAME_SIZE:] == SignCodec(scaled=True).encode(g)
 
 
 def test_state_is_per_client():
@@ -111,30 +132,32 @@ def test_state_is_per_client():
     first_for_client1 = tr.down(Gradient(0, 1, g1)).values
     fresh = ThreeSigmaQuantizer(24)  # client 1's first message: stats of its own gradient, not client 0's
     np.testing.assert_array_equal(first_for_client1, fresh.decode(fresh.encode(g1, QuantizerState()), g1.shape))
-    tr.up(Embedding(0, 0, arrays(5)))
-    e1 = arrays(6)
-    np.testing.assert_array_equal(tr.up(Embedding(0, 1, e1)).values, TopK(0.125).decode(TopK(0.125).encode(e1), e1.shape))
+    ids = np.arange(5)
+    tr.up(Embedding(0, 0, arrays(5)), samples=ids)
+    e1 = arrays(6)  # the same sample ids on client 1's link: its cache holds nothing yet
+    np.testing.assert_array_equal(tr.up(Embedding(0, 1, e1), samples=ids).values,
+                                  TopK(0.125).decode(TopK(0.125).encode(e1), e1.shape))
 
 
 def test_fork_copies_state_and_starts_a_fresh_ledger():
     import copy
 
     tr = CompressedTransport(1, CompressionSpec(up="topk-grad", down="quant-huffman", cache=True))
-    for t in range(2):
+    for t in range(4, 6):  # online windows of 5 rows: rounds t-4 .. t
         tr.up(Embedding(t, 0, arrays(t)))
         tr.down(Gradient(t, 0, arrays(10 + t)))
     control = copy.deepcopy(tr)  # what the original must still behave like after the fork is used
     twin = tr.fork()
     assert twin.ledger.total == 0 and tr.ledger.total > 0
-    twin.down(Gradient(2, 0, 50.0 * arrays(30)))  # other values and scale: new ranking, sigma, cache
-    twin.up(Embedding(2, 0, arrays(31)))
+    twin.down(Gradient(6, 0, 50.0 * arrays(30)))  # other values and scale: new ranking, sigma, cache
+    twin.up(Embedding(6, 0, arrays(31)))
     e, g = arrays(20), arrays(21)
-    np.testing.assert_array_equal(tr.down(Gradient(2, 0, g)).values, control.down(Gradient(2, 0, g)).values)
-    np.testing.assert_array_equal(tr.up(Embedding(2, 0, e)).values, control.up(Embedding(2, 0, e)).values)
+    np.testing.assert_array_equal(tr.down(Gradient(6, 0, g)).values, control.down(Gradient(6, 0, g)).values)
+    np.testing.assert_array_equal(tr.up(Embedding(6, 0, e)).values, control.up(Embedding(6, 0, e)).values)
     shared = CompressedTransport(1, CompressionSpec(up="topk-grad", down="quant-huffman", cache=True))
     shared.client_ends, shared.server_ends = tr.client_ends, tr.server_ends  # what a shallow fork would be
-    shared.down(Gradient(3, 0, 50.0 * arrays(40)))
-    assert not np.array_equal(tr.down(Gradient(3, 0, g)).values, control.down(Gradient(3, 0, g)).values)
+    shared.down(Gradient(7, 0, 50.0 * arrays(40)))
+    assert not np.array_equal(tr.down(Gradient(7, 0, g)).values, control.down(Gradient(7, 0, g)).values)
     plain = InProcessTransport(3)
     plain.up(Embedding(0, 1, e))
     assert plain.fork().ledger.total == 0 and isinstance(plain.fork(), InProcessTransport)
@@ -143,17 +166,19 @@ def test_fork_copies_state_and_starts_a_fresh_ledger():
 def test_state_dict_restores_every_link():
     spec = CompressionSpec(up="topk-grad", down="quant-huffman", cache=True, levels=8, ratio=0.25)
     a, b = CompressedTransport(2, spec), CompressedTransport(2, spec)
-    for t in range(3):
+    for t in range(4, 7):
         for m in range(2):
             a.up(Embedding(t, m, arrays(t + 10 * m)))
             a.down(Gradient(t, m, arrays(50 + t + 10 * m, scale=0.01)))
     b.load_state_dict(a.state_dict())
     for m in range(2):
         e, g = arrays(90 + m), arrays(95 + m, scale=0.01)
-        assert b.client_ends[m].send(Embedding(3, m, e)) == a.client_ends[m].send(Embedding(3, m, e))
-        assert b.server_ends[m].send(Gradient(3, m, g)) == a.server_ends[m].send(Gradient(3, m, g))
-        data = a.client_ends[m].send(Embedding(3, m, e))
-        np.testing.assert_array_equal(b.server_ends[m].receive(data).values, a.server_ends[m].receive(data).values)
+        assert b.client_ends[m].send(Embedding(7, m, e)) == a.client_ends[m].send(Embedding(7, m, e))
+        assert b.server_ends[m].send(Gradient(7, m, g)) == a.server_ends[m].send(Gradient(7, m, g))
+        data = a.client_ends[m].send(Embedding(7, m, e))
+        filled = a.server_ends[m].receive(data).values
+        assert np.count_nonzero(filled) > np.count_nonzero(TopK(0.25).decode(data[FRAME_SIZE:], e.shape))  # cache hits
+        np.testing.assert_array_equal(b.server_ends[m].receive(data).values, filled)
 
 
 def test_ranking_uses_the_mean_gradient_magnitude_of_each_dimension():
@@ -172,7 +197,8 @@ def test_ranking_uses_the_mean_gradient_magnitude_of_each_dimension():
 @pytest.mark.parametrize(
     "spec_from,spec_to,match",
     [
-        (CompressionSpec(down="sign"), CompressionSpec(down="quant-huffman"), "signSGD, this link is configured for 3-sigma"),
+        (CompressionSpec(down="sign"), CompressionSpec(down="quant-huffman"), r"signSGD \(\+-1\), this link is configured for 3-sigma"),
+        (CompressionSpec(down="sign-scaled"), CompressionSpec(down="sign"), r"scaled signSGD, this link is configured for signSGD"),
         (CompressionSpec(down="sign"), CompressionSpec(up="topk"), "expects uncompressed messages only"),
     ],
 )
@@ -208,7 +234,7 @@ def test_malformed_compressed_messages_raise():
     "kwargs,match",
     [
         ({"up": "gzip"}, "compression.up = 'gzip': expected one of none, topk, topk-grad"),
-        ({"down": "topk"}, "compression.down = 'topk': expected one of none, sign, quant-huffman"),
+        ({"down": "topk"}, "compression.down = 'topk': expected one of none, sign, sign-scaled, quant-huffman"),
         ({"up": "topk", "ratio": 0.0}, r"compression.ratio = 0.0: expected a number in \(0, 1\]"),
         ({"up": "topk", "ratio": True}, "compression.ratio"),
         ({"down": "quant-huffman", "levels": 255}, "compression.levels = 255: expected an integer in 1..254"),

@@ -120,7 +120,7 @@ def test_resnet18_shape_and_depth():
 def test_cifar_run_trains_resnet_clients_and_counts_bytes(tmp_path):
     write_cifar(tmp_path, n=8)
     settings = BatchVFLSettings(dataset="cifar10", epochs=1, batch_size=10, resnet_width=4,
-                                compression=CompressionSpec(down="sign"))
+                                compression=CompressionSpec(down="sign-scaled"))
     summary = run_batch_vfl(settings, tmp_path, seed=1)
     row = summary["per_epoch"][0]
     assert summary["config"]["model.embedding"] == 16 and summary["config"]["optimizer.lr"] == 0.001  # paper's CIFAR setting

@@ -58,7 +58,8 @@ def test_same_seed_same_run(data_root):
 def test_compression_changes_what_the_server_trains_on(data_root):
     """The receiver gets the lossy decoded values: a lossy run differs from the uncompressed one."""
     base = run_batch_vfl(BatchVFLSettings(epochs=1, **SMALL), data_root, seed=0)
-    signed = run_batch_vfl(BatchVFLSettings(epochs=1, compression=CompressionSpec(down="sign"), **SMALL), data_root, seed=0)
+    signed = run_batch_vfl(BatchVFLSettings(epochs=1, compression=CompressionSpec(down="sign-scaled"), **SMALL),
+                           data_root, seed=0)
     assert base["per_epoch"][0]["train_loss"] != signed["per_epoch"][0]["train_loss"]
 
 

@@ -31,10 +31,14 @@ Choices the paper leaves open, made here:
 
 Message layout (little-endian)::
 
-    levels P: u8 | padding bits of the last byte: u8 | mu: f32 | sigma: f32
-    | entry count: varint | Huffman table (HuffmanCode.to_bytes) | bit string
+    levels P: u8 | mu: f32 | sigma: f32 | entry count: varint | Huffman block
 
-:class:`SignCodec` (signSGD, ref. [18]) and :class:`Float32Codec` are the paper's baselines.
+The Huffman block (:mod:`fedstream.compression.huffman_block`) holds a mode/padding byte, the
+code table and the bit string; the mode says whether single symbols or pairs of symbols were
+coded, whichever made the message smaller (pairs win only for very long gradients).
+
+:class:`SignCodec` (signSGD, ref. [18]; plain +-1 or scaled by mean |g|) and :class:`Float32Codec` are
+the paper's baselines.
 """
 
 from __future__ import annotations
@@ -45,11 +49,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.compression.base import F32, as_bytes, as_float32, check_shape
-from fedstream.compression.huffman import HuffmanCode
+from fedstream.compression.huffman_block import decode_block, encode_block
 from fedstream.compression.varint import encode_varint, read_varint
 from fedstream.errors import ProtocolError
 
-_QHEAD = struct.Struct("<BBff")
+_QHEAD = struct.Struct("<Bff")
 
 
 @dataclass
@@ -117,63 +121,71 @@ class ThreeSigmaQuantizer:
         current = gradient_stats(g)
         mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))  # first round: current
         sym = self.symbols(g, mu, sigma)
-        code = HuffmanCode.from_counts(np.bincount(sym, minlength=self.levels + 2))
-        bits, n_bits = code.encode(sym)
+        block = encode_block(sym, self.levels + 2)
         state.mu, state.sigma = current
         state.rounds += 1
-        pad = (-n_bits) % 8
-        return _QHEAD.pack(self.levels, pad, mu, sigma) + encode_varint(g.size) + code.to_bytes() + bits
+        return _QHEAD.pack(self.levels, mu, sigma) + encode_varint(g.size) + block
 
     def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
         """The dequantised float32 gradient of ``shape`` from a message made by :meth:`encode`."""
         data, shape = as_bytes(data, "3-sigma quantiser"), check_shape(shape, "3-sigma quantiser")
         if len(data) < _QHEAD.size:
             raise ProtocolError(f"quantised gradient of {len(data)} bytes is shorter than its {_QHEAD.size}-byte header")
-        levels, pad, mu, sigma = _QHEAD.unpack_from(data)
+        levels, mu, sigma = _QHEAD.unpack_from(data)
         if levels != self.levels:
             raise ProtocolError(f"quantised gradient uses P={levels} levels, this codec expects P={self.levels}")
-        if pad > 7:
-            raise ProtocolError(f"quantised gradient: padding of {pad} bits, expected 0..7")
         if not (np.isfinite(mu) and np.isfinite(sigma) and sigma >= 0):
             raise ProtocolError(f"quantised gradient: mu={mu}, sigma={sigma}; expected finite values and sigma >= 0")
         n, offset = read_varint(data, _QHEAD.size, what="quantised gradient entry count")
         expected = int(np.prod(shape, dtype=np.int64))
         if n != expected:
             raise ProtocolError(f"quantised gradient holds {n} entries, expected {expected} for shape {shape}")
-        code, offset = HuffmanCode.read_from(data, offset)
-        if code.alphabet_size != self.levels + 2:
-            raise ProtocolError(f"quantised gradient: Huffman table over {code.alphabet_size} symbols, expected P+2={self.levels + 2}")
-        bits = data[offset:]
-        sym = code.decode(bits, n, n_bits=8 * len(bits) - pad)
+        sym = decode_block(data, offset, n, self.levels + 2)
         return self.values(mu, sigma)[sym].reshape(shape)
 
 
 class SignCodec:
-    """signSGD (ref. [18]): one bit per entry (its sign) and one float32 scale, mean |g|.
+    """signSGD (ref. [18]): one bit per entry (its sign), optionally with one float32 scale.
 
-    Decoded entries are ``+scale`` or ``-scale``; an exact 0 counts as positive (1 bit cannot say
-    "zero"). The scale keeps the decoded gradient's L1 norm equal to the original's. Layout:
-    ``scale: f32 | np.packbits(g >= 0)`` (MSB first, zero padding), 4 + ceil(n/8) bytes.
+    ``scaled=False`` is signSGD as Bernstein et al. state it: the receiver gets sign(g) = +-1
+    and the learning rate alone sets the step (layout ``np.packbits(g >= 0)``, ceil(n/8) bytes).
+    The paper's observation that signSGD makes VFL training oscillate and fail to converge
+    (section 4.2) is about this form: a +-1 entry is orders of magnitude larger than dL/dE.
+    ``scaled=True`` also sends ``scale = mean |g|`` and decodes to +-scale, keeping the L1 norm
+    of the original (layout ``scale: f32 | packbits``, 4 + ceil(n/8) bytes), a common variant.
+    An exact 0 counts as positive (1 bit cannot say "zero"); padding bits are zero.
     """
+
+    def __init__(self, scaled: bool = True):
+        if not isinstance(scaled, bool):
+            raise ProtocolError(f"sign codec: scaled must be true or false, got {scaled!r}")
+        self.scaled = scaled
+        self._head = 4 if scaled else 0
 
     def encode(self, values: np.ndarray) -> bytes:
         g = as_float32(values, "sign codec")
+        bits = np.packbits(g.ravel() >= 0).tobytes()
+        if not self.scaled:
+            return bits
         scale = np.float32(np.abs(g, dtype=np.float64).mean()) if g.size else np.float32(0)
-        return struct.pack("<f", scale) + np.packbits(g.ravel() >= 0).tobytes()
+        return struct.pack("<f", scale) + bits
 
     def decode(self, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
         data, shape = as_bytes(data, "sign codec"), check_shape(shape, "sign codec")
         n = int(np.prod(shape, dtype=np.int64))
-        expected = 4 + (n + 7) // 8
+        expected = self._head + (n + 7) // 8
         if len(data) != expected:
-            raise ProtocolError(f"sign-coded gradient for shape {shape}: expected {expected} bytes, got {len(data)}")
-        (scale,) = struct.unpack_from("<f", data)
-        if not (np.isfinite(scale) and scale >= 0):
-            raise ProtocolError(f"sign-coded gradient: scale {scale}, expected a finite value >= 0")
-        bits = np.unpackbits(np.frombuffer(data, np.uint8, offset=4))
+            form = "scaled (4-byte scale + 1 bit per entry)" if self.scaled else "plain (1 bit per entry)"
+            raise ProtocolError(f"{form} sign-coded gradient for shape {shape}: expected {expected} bytes, got {len(data)}")
+        s = np.float32(1)
+        if self.scaled:
+            (scale,) = struct.unpack_from("<f", data)
+            if not (np.isfinite(scale) and scale >= 0):
+                raise ProtocolError(f"sign-coded gradient: scale {scale}, expected a finite value >= 0")
+            s = np.float32(scale)
+        bits = np.unpackbits(np.frombuffer(data, np.uint8, offset=self._head))
         if bits[n:].any():
             raise ProtocolError("sign-coded gradient: non-zero padding bits after the last entry")
-        s = np.float32(scale)
         return np.where(bits[:n].astype(bool), s, -s).astype(F32).reshape(shape)
 
 

@@ -16,13 +16,16 @@ from fedstream.errors import ProtocolError
 MAX_VARINT_BYTES = 9  # 63 value bits: anything longer cannot be an index or a count here
 
 
+_SIZE_STEPS = np.array([1 << (7 * j) for j in range(1, MAX_VARINT_BYTES)], dtype=np.uint64)  # 2^7, 2^14, ...
+
+
 def varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes each value takes: ``max(1, ceil(bit_length / 7))`` (values must be >= 0)."""
+    """Bytes each value takes: ``max(1, ceil(bit_length / 7))`` (values must be >= 0).
+
+    One binary search per value among the 8 size steps (a single vectorised call: messages are
+    often small, so per-call overhead matters more than the passes over the data)."""
     v = np.asarray(values, dtype=np.uint64)
-    size = np.ones(v.shape, dtype=np.int64)
-    for j in range(1, MAX_VARINT_BYTES):  # at most 9 vectorised passes, not a loop per value
-        size += v >= np.uint64(1 << (7 * j))
-    return size
+    return 1 + np.searchsorted(_SIZE_STEPS, v, side="right").astype(np.int64)
 
 
 def encode_varints(values: np.ndarray) -> bytes:

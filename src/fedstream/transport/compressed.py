@@ -41,7 +41,7 @@ from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
 from fedstream.vfl.messages import Embedding, Gradient, Message
 
 UP_CODECS = ("none", "topk", "topk-grad")
-DOWN_CODECS = ("none", "sign", "quant-huffman")
+DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,10 @@ class CompressionSpec:
     """Which codec each direction uses (paper settings: ratio 0.125, P = 24 levels).
 
     ``up``: ``none``, ``topk`` (C-VFL, eq. 1) or ``topk-grad`` (ranked by the last received
-    gradient); ``cache``: the server fills unsent entries from its cache (eqs. 2-3; top-k only);
-    ``ratio``: fraction of each embedding row sent; ``down``: ``none``, ``sign`` (signSGD) or
-    ``quant-huffman`` (3-sigma quantiser + Huffman); ``levels``: P.
+    gradient); ``cache``: the server fills unsent entries from its per-sample cache (eqs. 2-3;
+    top-k only); ``ratio``: fraction of each embedding row sent; ``down``: ``none``, ``sign``
+    (signSGD, +-1), ``sign-scaled`` (signSGD with the scale mean |g|) or ``quant-huffman``
+    (3-sigma quantiser + Huffman); ``levels``: P.
     """
 
     up: str = "none"
@@ -102,8 +103,9 @@ def down_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
     """(server-side sender, client-side receiver) of the downlink, or None for ``none``."""
     if spec.down == "none":
         return None
-    if spec.down == "sign":
-        return SignSender(), SignReceiver()
+    if spec.down in ("sign", "sign-scaled"):
+        scaled = spec.down == "sign-scaled"
+        return SignSender(scaled), SignReceiver(scaled)
     return QuantSender(spec.levels), QuantReceiver(spec.levels)
 
 
@@ -124,17 +126,19 @@ class _Endpoint:
             return encode(msg)
         return frame(msg, self.sender.wire, self.sender.payload(msg.values))
 
-    def receive(self, data: bytes) -> Message:
-        """The message that ``data`` decodes to; compressed payloads are decoded by this end's receiver."""
+    def receive(self, data: bytes, samples: np.ndarray | None = None) -> Message:
+        """The message that ``data`` decodes to; compressed payloads are decoded by this end's receiver.
+
+        ``samples``: the sample id of each row, when this end knows them (see :meth:`CompressedTransport.up`)."""
         if not is_compressed(data):
             msg = decode(data)
         else:
-            msg = self._decompress(data)
+            msg = self._decompress(data, samples)
         if msg.client != self.client:
             raise ProtocolError(f"a {type(msg).__name__} for client {msg.client} arrived on client {self.client}'s link")
         return msg
 
-    def _decompress(self, data: bytes) -> Message:
+    def _decompress(self, data: bytes, samples: np.ndarray | None) -> Message:
         f = unframe(data)
         if f.type is not self.receives or self.receiver is None:
             raise ProtocolError(f"compressed {f.type.__name__} for round {f.round} arrived at the {self.side} end "
@@ -142,7 +146,7 @@ class _Endpoint:
         if f.codec != self.receiver.wire:
             raise ProtocolError(f"{f.type.__name__} for round {f.round}, client {f.client}: payload coded with "
                                 f"{CODEC_NAMES[f.codec]}, this link is configured for {CODEC_NAMES[self.receiver.wire]}")
-        return f.type(f.round, f.client, self.receiver.values(f.payload, f.shape))
+        return f.type(f.round, f.client, self.receiver.values(f.payload, f.shape, round=f.round, samples=samples))
 
     def _expects(self) -> str:
         return "uncompressed messages only" if self.receiver is None else f"compressed {self.receives.__name__}s"
@@ -170,8 +174,8 @@ class ClientEndpoint(_Endpoint):
         up, down = up_codec(spec), down_codec(spec)
         super().__init__(client, up and up[0], down and down[1])
 
-    def receive(self, data: bytes) -> Message:
-        msg = super().receive(data)
+    def receive(self, data: bytes, samples: np.ndarray | None = None) -> Message:
+        msg = super().receive(data, samples)
         if self.sender is not None and isinstance(msg, Gradient):
             self.sender.observe_gradient(msg.values)
         return msg
@@ -198,12 +202,17 @@ class CompressedTransport:
         self.client_ends = [ClientEndpoint(m, spec) for m in range(n_clients)]
         self.server_ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
 
-    def up(self, msg: Message) -> Message:
-        """Client ``msg.client`` -> server."""
+    def up(self, msg: Message, samples: np.ndarray | None = None) -> Message:
+        """Client ``msg.client`` -> server.
+
+        ``samples`` (optional): the id of the sample in each row of ``msg``, as the server knows it
+        because it chose the batch (batch VFL: dataset indices). It does not travel and costs no
+        bytes; it keys the server's embedding cache. Without it, rows are the online engine's window
+        of the samples of rounds ``round - rows + 1 .. round``."""
         m = self._client(msg)
         data = self.client_ends[m].send(msg)
         self.ledger.add(m, "up", len(data))
-        return self.server_ends[m].receive(data)
+        return self.server_ends[m].receive(data, samples)
 
     def down(self, msg: Message) -> Message:
         """Server -> client ``msg.client``."""

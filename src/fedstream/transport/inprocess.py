@@ -17,8 +17,9 @@ class InProcessTransport:
     def __init__(self, n_clients: int):
         self.ledger = ByteLedger(n_clients)
 
-    def up(self, msg: Message) -> Message:
-        """Client ``msg.client`` -> server."""
+    def up(self, msg: Message, samples=None) -> Message:
+        """Client ``msg.client`` -> server (``samples``, the rows' sample ids, is for compressed links'
+        per-sample caches; the plain format keeps no state, so it is ignored here)."""
         return self._carry(msg, "up")
 
     def down(self, msg: Message) -> Message:

@@ -8,7 +8,7 @@ The header is :data:`fedstream.transport.codec.HEADER` (so rows and columns trav
 an uncompressed message and the payload codecs need not repeat them); ``kind`` is
 :data:`COMPRESSED_KINDS` (4 = compressed embedding, 5 = compressed gradient), never a plain kind,
 so a compressed message can not be mistaken for a float32 one. ``codec`` names the payload format
-(:data:`SPARSE`, :data:`SIGN`, :data:`QUANT`): it lets the receiver check that both ends agree on
+(:data:`SPARSE`, :data:`SIGN`, :data:`QUANT`, :data:`SIGN_PLAIN`): it lets the receiver check that both ends agree on
 the link's configuration before it parses a single payload byte. Uncompressed directions and
 queries keep the plain format of :mod:`fedstream.transport.codec`, byte for byte.
 """
@@ -23,8 +23,9 @@ from fedstream.vfl.messages import Embedding, Gradient
 
 COMPRESSED_KINDS: dict[type, int] = {Embedding: 4, Gradient: 5}
 COMPRESSED_TYPES = {v: k for k, v in COMPRESSED_KINDS.items()}
-SPARSE, SIGN, QUANT = 1, 2, 3  # payload formats: top-k family, signSGD, 3-sigma quantiser + Huffman
-CODEC_NAMES = {SPARSE: "sparse top-k", SIGN: "signSGD", QUANT: "3-sigma quantised Huffman"}
+SPARSE, SIGN, QUANT, SIGN_PLAIN = 1, 2, 3, 4  # top-k family, scaled signSGD, 3-sigma + Huffman, +-1 signSGD
+CODEC_NAMES = {SPARSE: "sparse top-k", SIGN: "scaled signSGD", QUANT: "3-sigma quantised Huffman",
+               SIGN_PLAIN: "signSGD (+-1)"}
 FRAME_SIZE = HEADER.size + 1
 
 

@@ -10,4 +10,4 @@ from fedstream.vfl.batch.parties import BatchClient, BatchServer
 from fedstream.vfl.batch.settings import CONFIG_KEYS, BatchVFLSettings
 from fedstream.vfl.batch.trainer import COLUMNS, run_batch_vfl
 
-__all__ = ["BatchClient", "BatchServer", "BatchVFLSettings", "CONFIG_KEYS", "COLUMNS", "run_batch_vfl"]
+__all__ = ["COLUMNS", "CONFIG_KEYS", "BatchClient", "BatchServer", "BatchVFLSettings", "run_batch_vfl"]

@@ -21,7 +21,8 @@ CONFIGS: dict[str, CompressionSpec] = {
     "none": CompressionSpec(),
     "topk": CompressionSpec(up="topk", ratio=RATIO),  # figs. 2-3 baseline (C-VFL)
     "topk-grad+cache": CompressionSpec(up="topk-grad", cache=True, ratio=RATIO),  # figs. 2-3, the paper's
-    "sign": CompressionSpec(down="sign"),  # figs. 4-5 baseline (signSGD)
+    "sign": CompressionSpec(down="sign"),  # figs. 4-5 baseline (signSGD, +-1)
+    "sign-scaled": CompressionSpec(down="sign-scaled"),  # signSGD with the scale mean |g|
     "quant-huffman": CompressionSpec(down="quant-huffman", levels=LEVELS),  # figs. 4-5, the paper's
     "combination": CompressionSpec(up="topk-grad", cache=True, ratio=RATIO, down="quant-huffman", levels=LEVELS),
     "topk+quant-huffman": CompressionSpec(up="topk", ratio=RATIO, down="quant-huffman", levels=LEVELS),

@@ -5,6 +5,9 @@ server fills in the others (padding), concatenates, learns and sends each sender
 lines 10-17); each sender learns from what it received (lines 7-8). Evaluation: the selected
 clients' embeddings up, the server predicts; nothing down. Whatever the transport does to the
 values (sparsify, cache-fill, quantise) is what parties see. Unselected clients send nothing.
+
+``samples`` are the dataset ids of the batch's rows. The server chose the batch, so its end of
+each link knows them without their travelling; they key its per-sample embedding cache.
 """
 
 from __future__ import annotations
@@ -17,20 +20,23 @@ import torch
 from fedstream.vfl.batch.parties import BatchClient, BatchServer
 
 
-def _send(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], transport, selected, train: bool) -> list:
+def _send(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], transport, selected, train: bool,
+          samples: np.ndarray | None) -> list:
     out = []
     for client, x in zip(clients, inputs):
         if selected is not None and client.index not in selected:
             out.append(None)
         else:
-            out.append(transport.up(client.embed(step, x) if train else client.infer(step, x)))
+            msg = client.embed(step, x) if train else client.infer(step, x)
+            out.append(transport.up(msg) if samples is None else transport.up(msg, samples=samples))
     return out
 
 
 def train_step(step: int, inputs: list[torch.Tensor], labels: torch.Tensor, clients: list[BatchClient],
-               server: BatchServer, transport, selected: Collection[int] | None = None) -> float:
+               server: BatchServer, transport, selected: Collection[int] | None = None,
+               samples: np.ndarray | None = None) -> float:
     """One mini-batch of training with the ``selected`` clients (None: all); returns the server's loss."""
-    received = _send(step, inputs, clients, transport, selected, train=True)
+    received = _send(step, inputs, clients, transport, selected, True, samples)
     loss, gradients = server.train_step(step, received, labels)
     for grad in gradients:
         grad = transport.down(grad)
@@ -39,13 +45,13 @@ def train_step(step: int, inputs: list[torch.Tensor], labels: torch.Tensor, clie
 
 
 def score_step(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], server: BatchServer,
-               transport, selected: Collection[int] | None = None) -> torch.Tensor:
+               transport, selected: Collection[int] | None = None, samples: np.ndarray | None = None) -> torch.Tensor:
     """Class scores of one evaluation batch."""
-    received = _send(step, inputs, clients, transport, selected, train=False)
+    received = _send(step, inputs, clients, transport, selected, False, samples)
     return server.logits(step, received, len(inputs[0]))
 
 
 def predict_step(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], server: BatchServer,
-                 transport, selected: Collection[int] | None = None) -> np.ndarray:
+                 transport, selected: Collection[int] | None = None, samples: np.ndarray | None = None) -> np.ndarray:
     """Predicted classes of one evaluation batch."""
-    return score_step(step, inputs, clients, server, transport, selected).argmax(dim=1).numpy()
+    return score_step(step, inputs, clients, server, transport, selected, samples).argmax(dim=1).numpy()

@@ -3,9 +3,15 @@
 :func:`run_batch_vfl` is the public entry. Per epoch: the training rows in a fresh random order
 (seeded by (seed, epoch)), mini-batches played by :func:`~fedstream.vfl.batch.protocol.train_step`
 over the transport, then the test accuracy. Bytes are the transport ledger's, per direction and
-per epoch. Evaluation goes through a :meth:`fork` of the training transport: test embeddings are
-compressed as in deployment (same codec, same cache and ranking state at the end of the epoch),
-but the fork's changes and bytes do not touch training; its uplink bytes are reported apart.
+per epoch. Evaluation sends the test embeddings through the training links, compressed as in
+training (same codec, the ranking state at the end of the epoch), with the test samples' own rows
+in the server's per-sample embedding cache (ids n_train + j): a test sample's unsent entries take
+the values sent for it at the previous evaluation, as a training sample's take those of the
+previous epoch; evaluation never reads or writes a training row and sends nothing down. Its
+uplink bytes go to a separate ledger and are reported apart (``eval_bytes_up``).
+
+With ``out`` the run checkpoints at the end of every epoch (:mod:`fedstream.vfl.batch.checkpoint`);
+``resume=True`` continues from that checkpoint when there is one.
 
 Participant selection (``selection.*``, :mod:`fedstream.vfl.batch.selection`): each epoch trains
 on the rows the dynamic setting makes available, with the selected clients only: the others send
@@ -23,6 +29,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,11 +39,13 @@ import torch
 import fedstream
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError
+from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
+from fedstream.transport.ledger import ByteLedger
+from fedstream.vfl.batch import checkpoint
 from fedstream.vfl.batch.data import VerticalImages, load_vertical
 from fedstream.vfl.batch.models import build_models
 from fedstream.vfl.batch.parties import BatchClient, BatchServer
-from fedstream.selection.padding import make_padding
 from fedstream.vfl.batch.protocol import score_step, train_step
 from fedstream.vfl.batch.selection import EpochPlan, Participation
 from fedstream.vfl.batch.settings import BatchVFLSettings
@@ -47,7 +56,8 @@ PROGRESS_EVERY = 50  # steps between "step" progress events
 
 
 def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | None, *, seed: int,
-                  progress: Callable[[dict], None] | None = None, out: str | os.PathLike | None = None) -> dict:
+                  progress: Callable[[dict], None] | None = None, out: str | os.PathLike | None = None,
+                  resume: bool = False) -> dict:
     """Train batch VFL as ``settings`` says on the data under ``data_root``; return the summary.
 
     ``data_root`` None resolves as ``data.root`` does (``$FEDSTREAM_DATA``, ``./data``, ``../shared/data``).
@@ -55,7 +65,9 @@ def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | Non
     ``progress`` receives ``{"event": "step", "epoch", "step", "steps", "loss"}`` every
     :data:`PROGRESS_EVERY` steps and at the last step of an epoch, and ``{"event": "epoch", **row}``
     after each epoch. With ``out``, ``metrics.csv`` gets one row per epoch (:data:`COLUMNS`) as it
-    is produced and ``summary.json`` the returned summary. Torch runs single-threaded for the run.
+    is produced, ``checkpoint.pt`` the run's state after every epoch and ``summary.json`` the
+    returned summary. ``resume`` (needs ``out``): continue from ``out/checkpoint.pt`` if it exists
+    (same settings; ``epochs`` may be raised), else start afresh. Torch runs single-threaded.
 
     Example (MNIST, the paper's setting, top-k up and quantised Huffman-coded gradients down)::
 
@@ -68,25 +80,36 @@ def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | Non
         raise ConfigError(f"settings: expected BatchVFLSettings, got {type(settings).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed = {seed!r}: expected an integer >= 0")
+    if resume and out is None:
+        raise ConfigError("resume = True needs out (the folder holding checkpoint.pt)")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(settings.resolved(), resolve_data_root(data_root), seed, progress, None if out is None else Path(out))
+        return _run(settings.resolved(), resolve_data_root(data_root), seed, progress,
+                    None if out is None else Path(out), resume)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None) -> dict:
+def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool) -> dict:
     tic = time.perf_counter()
     data = load_vertical(settings, root)
     clients, server = build_parties(settings, data, seed)
     transport = make_transport(settings.clients, settings.compression)
     spec = settings.selection
     part = Participation(spec, data.client_features(data.train_x), data.train_y, seed=seed) if spec.active else None
-    writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [])
+    config = settings.to_config() | {"seed": seed}
     rows: list[dict] = []
-    step = 0
-    for epoch in range(1, settings.epochs + 1):
+    step = done = 0
+    if resume and (out / checkpoint.NAME).exists():
+        state = checkpoint.load(out / checkpoint.NAME, config=config, clients=clients, server=server, transport=transport)
+        rows, step, done = state.rows, state.step, state.epoch
+        tic -= state.seconds
+        for epoch in range(1, done + 1):  # selection plans depend on data and seed only: replay them
+            if part is not None:
+                part.plan(epoch)
+    writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [], rows)
+    for epoch in range(done + 1, settings.epochs + 1):
         start, before = time.perf_counter(), transport.ledger.summary()
         plan = part.plan(epoch) if part is not None else None
         selected = None if plan is None else plan.clients
@@ -94,7 +117,7 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
                                              rows=None if plan is None else plan.rows, selected=selected,
                                              first_step=step)
         step += steps
-        accuracy, test_loss, eval_bytes = evaluate(settings, data, clients, server, transport.fork(), selected)
+        accuracy, test_loss, eval_bytes = evaluate(settings, data, clients, server, transport, selected)
         after = transport.ledger.summary()
         rows.append({"epoch": epoch, "steps": steps, "train_loss": loss, "test_accuracy": accuracy,
                      "bytes_up": after["up"] - before["up"], "bytes_down": after["down"] - before["down"],
@@ -103,6 +126,9 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
                      "train_accuracy": train_acc, "test_loss": test_loss}
                     | ({} if plan is None else selection_row(plan, settings.clients, len(data.train_y))))
         writer.append(rows[-1])
+        if out is not None:
+            checkpoint.save(out, config=config, clients=clients, server=server, transport=transport,
+                            state=checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic))
         if progress is not None:
             progress({"event": "epoch", **rows[-1]})
     summary = make_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic)
@@ -171,7 +197,7 @@ def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, cl
     for j, idx in enumerate(batches(n, settings.batch_size, order)):
         labels = torch.from_numpy(data.train_y[idx])
         total += train_step(first + j, data.client_inputs(data.train_x[idx]), labels, clients, server, transport,
-                            selected)
+                            selected, samples=idx)
         correct += server.last_correct
         if progress is not None and ((j + 1) % PROGRESS_EVERY == 0 or j + 1 == steps_per_epoch):
             progress({"event": "step", "epoch": epoch, "step": j + 1, "steps": steps_per_epoch, "loss": total / (j + 1)})
@@ -180,15 +206,30 @@ def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, cl
 
 def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, link,
              selected=None) -> tuple[float, float, int]:
-    """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (a fork of
-    the training transport), with the ``selected`` clients sending and the server padding the others."""
+    """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (the training
+    transport; its ledger is set aside meanwhile), with the ``selected`` clients sending and the server
+    padding the others. Test sample j is id ``n_train + j`` for the links' per-sample caches."""
     correct, loss = 0, 0.0
-    for j, idx in enumerate(batches(len(data.test_y), settings.batch_size)):
-        logits = score_step(j, data.client_inputs(data.test_x[idx]), clients, server, link, selected)
-        labels = torch.from_numpy(data.test_y[idx])
-        correct += int((logits.argmax(dim=1) == labels).sum())
-        loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
-    return correct / len(data.test_y), loss / len(data.test_y), link.ledger.summary()["up"]
+    offset = len(data.train_y)
+    with separate_ledger(link) as ledger:
+        for j, idx in enumerate(batches(len(data.test_y), settings.batch_size)):
+            logits = score_step(j, data.client_inputs(data.test_x[idx]), clients, server, link, selected,
+                                samples=offset + idx)
+            labels = torch.from_numpy(data.test_y[idx])
+            correct += int((logits.argmax(dim=1) == labels).sum())
+            loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
+    return correct / len(data.test_y), loss / len(data.test_y), ledger.summary()["up"]
+
+
+@contextmanager
+def separate_ledger(transport):
+    """Count ``transport``'s bytes in a fresh ledger (yielded) for the duration, then restore its own."""
+    own = transport.ledger
+    transport.ledger = fresh = ByteLedger(len(own.up))
+    try:
+        yield fresh
+    finally:
+        transport.ledger = own
 
 
 def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger: dict, wall: float) -> dict:
@@ -224,13 +265,19 @@ class MetricsWriter:
 
     Columns: :data:`COLUMNS`, then ``extra`` (the selection columns of a run that selects)."""
 
-    def __init__(self, folder: Path | None, extra: list[str] = ()):
+    def __init__(self, folder: Path | None, extra: list[str] = (), rows: list[dict] = ()):
+        """Start ``metrics.csv`` with the header and ``rows`` (a resumed run's epochs done; rows a crash
+        left after the checkpoint are dropped)."""
         self.folder = folder
         self.columns = COLUMNS + list(extra)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "metrics.csv", "w", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=self.columns).writeheader()
+            tmp = folder / "metrics.csv.tmp"
+            with open(tmp, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=self.columns)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(tmp, folder / "metrics.csv")
 
     def append(self, row: dict) -> None:
         if self.folder is not None:
