@@ -77,3 +77,60 @@ def test_missing_phe_names_the_install_command(monkeypatch):
         load_phe()
     with pytest.raises(ConfigError, match="pip install phe"):
         PaillierAggregator(key_bits=512)
+
+
+def _fagin(blocks, y, group, **kw):
+    from fedstream.selection.fagin import fagin_group_mi
+
+    return fagin_group_mi(blocks, y, group, **kw)
+
+
+def _secure(blocks, y, group, **kw):
+    pytest.importorskip("phe", reason="secure mode needs phe (pip install phe)")
+    from fedstream.selection.secure import PaillierAggregator, secure_group_mi
+
+    return secure_group_mi(blocks, y, group, aggregator=PaillierAggregator(key_bits=512), **kw)
+
+
+def _group_test(blocks, y, group, **kw):
+    from fedstream.selection.group_testing import group_test
+
+    return group_test(blocks, y, groups=[group], **kw)
+
+
+def _vfps(blocks, y, group, **kw):
+    from fedstream.selection.methods import VFPSSelector
+
+    return VFPSSelector(len(group) or 1, k=kw["k"]).select(blocks, y)
+
+
+EQ1 = {"reference": lambda b, y, g, **kw: reference_mi(b, y, g, **kw), "fagin": _fagin, "secure": _secure,
+       "group_test": _group_test}
+
+
+@pytest.mark.parametrize("entry", sorted(EQ1))
+def test_every_eq1_entry_point_rejects_an_empty_group(entry):
+    with pytest.raises(ConfigError, match=r"groups\[0\] is empty; expected a non-empty tuple of client indices in 0..1"):
+        EQ1[entry](BLOCKS, Y, (), k=1)
+
+
+@pytest.mark.parametrize("entry", sorted(EQ1) + ["vfps"])
+def test_every_eq1_entry_point_rejects_k_at_least_a_class_size(entry):
+    fn = _vfps if entry == "vfps" else EQ1[entry]
+    with pytest.raises(ConfigError, match=r"k=3 must be smaller than every queried class's size: class code 0 has 3 "
+                                          r"samples.*use k <= 2"):
+        fn(BLOCKS, Y, (0, 1), k=3)
+
+
+def test_l_above_m_is_rejected_everywhere():
+    from fedstream.selection.methods import brute_force, make_selector
+    from fedstream.selection.online import OnlineMIEstimate, TopLActivation
+
+    with pytest.raises(ConfigError, match=r"l=3 clients cannot be selected from m=2; expected 1 <= l <= 2"):
+        brute_force(2, 3, lambda s: 1.0)
+    with pytest.raises(ConfigError, match=r"l=3 clients cannot be selected from m=2"):
+        make_selector("random", l=3).select(BLOCKS, Y)
+    with pytest.raises(ConfigError, match=r"l=5 clients cannot be selected from m=4"):
+        TopLActivation(4, l=5, embedding=2)
+    with pytest.raises(ConfigError, match=r"l=3 clients cannot be selected from m=2"):
+        OnlineMIEstimate(2).top(3)

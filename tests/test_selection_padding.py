@@ -78,3 +78,20 @@ def test_padding_errors():
         make_padding("knn", 2, 3)
     with pytest.raises(DataError, match="expected 2 embeddings"):
         p.assemble([None], 1)
+
+
+@pytest.mark.parametrize("name", ["zero", "mean", "latest", "ema"])
+def test_update_rows_equals_update_client_by_client(name):
+    rng = np.random.default_rng(0)
+    many, one = make_padding(name, 3, 4), make_padding(name, 3, 4)
+    for _ in range(6):
+        rows, sent = rng.normal(size=(3, 4)), rng.random(3) < 0.6
+        many.update_rows(rows, sent)
+        for j in np.flatnonzero(sent):
+            one.update(int(j), rows[j])
+    np.testing.assert_array_equal(many.value, one.value)
+    np.testing.assert_array_equal(many.seen, one.seen)
+    with pytest.raises(DataError, match=r"update_rows expects rows of shape \(3, 4\)"):
+        many.update_rows(np.zeros((2, 4)), np.ones(3, bool))
+    with pytest.raises(DataError, match=r"clients \[1\] holds NaN"):
+        many.update_rows(np.where(np.arange(3)[:, None] == 1, np.nan, 0.0) * np.ones((3, 4)), np.ones(3, bool))

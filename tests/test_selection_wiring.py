@@ -1,6 +1,6 @@
 """Participant selection wired into the trainers: the selection.* keys, the batch server's padding,
 who sends what, re-selection when the dynamic schedule changes the data, the selection experiments
-end to end, and top-l activation in the online engine (equal to the PyTorch reference)."""
+end to end (top-l activation in the online engine: test_selection_online_engine.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import small_config, synthetic_stream
+from conftest import small_config
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.selection.padding import LatestPadding, ZeroPadding
@@ -271,62 +271,3 @@ def test_selection_experiment_runs_end_to_end_and_reports(name, data_root, tmp_p
     first = next(line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run"))
     assert first.split(" | ")[1] != "–"
     assert len(list((tmp_path / "figures").glob("*.png"))) == len(exp.figures)
-
-
-# --- top-l activation in the online engine ---------------------------------------------------------
-
-def test_topl_activates_exactly_l_clients_per_round(monkeypatch):
-    import fedstream.vfl.engine as engine
-
-    monkeypatch.setattr(engine, "CHUNK", 50)
-    cfg = small_config(**{"activation.name": "topl", "activation.l": 3, "activation.window": 50, "rounds": 200})
-    run = engine.OnlineVFL(cfg, stream=synthetic_stream())
-    masks, original = [], run.chunk_inputs
-
-    def recording(chunk, X):
-        blocks, mask = original(chunk, X)
-        masks.append(mask)
-        return blocks, mask
-
-    run.chunk_inputs = recording
-    summary = run.run()
-    assert all((m.sum(axis=1) == 3).all() for m in masks)
-    assert sum(summary["activation_rate"]) == pytest.approx(3.0)
-    assert run.activation.estimate.updates == 4  # one observation per complete chunk
-    assert summary["selection_distance_bytes"] == 4 * 4 * (50 * 49 // 2) * 4 and summary["selection_seconds"] > 0
-    assert all(len(set(map(tuple, m))) == 1 for m in masks[1:])  # after the first estimate: the same l clients
-
-
-@pytest.mark.parametrize("optimizer", ["ogd", "slr", "dlr"])
-def test_topl_engine_equals_plain_reference(monkeypatch, optimizer):
-    import fedstream.vfl.engine as engine
-    import fedstream.vfl.reference as reference
-
-    monkeypatch.setattr(engine, "CHUNK", 64)  # several chunks: the estimate is updated three times
-    monkeypatch.setattr(reference, "CHUNK", 64)
-    cfg = small_config(**{"optimizer.name": optimizer, "activation.name": "topl", "activation.l": 2,
-                          "activation.window": 60, "optimizer.window": 5, "rounds": 200})
-    fast = engine.OnlineVFL(cfg, stream=synthetic_stream())
-    ref = reference.ReferenceOnlineVFL(engine.OnlineVFL(cfg, stream=synthetic_stream()))
-    fast.run()
-    ref.run(cfg["rounds"])
-    assert fast.activation.estimate.updates == ref.engine.activation.estimate.updates == 3
-    got = {"server": fast.server.model.parameters()} | {f"client{m}": c.model.parameters() for m, c in enumerate(fast.clients)}
-    for party, params in ref.parameters().items():
-        for p_fast, p_ref in zip(got[party], params):
-            np.testing.assert_allclose(p_fast, p_ref, rtol=1e-4, atol=1e-4, err_msg=party)
-
-
-def test_topl_resume_equals_uninterrupted(monkeypatch, tmp_path):
-    import fedstream.vfl.engine as engine
-
-    monkeypatch.setattr(engine, "CHUNK", 64)
-    cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 60, "rounds": 300})
-    full = engine.OnlineVFL(cfg, stream=synthetic_stream()).run()
-    first = engine.OnlineVFL(cfg, stream=synthetic_stream())
-    first.run(150, checkpoint_path=tmp_path / "ck.npz", checkpoint_every=100)
-    second = engine.OnlineVFL(cfg, stream=synthetic_stream())
-    second.load(tmp_path / "ck.npz")
-    resumed = second.run()
-    for key in ("accumulated_error", "interval_errors", "bytes", "activation_rate", "selection_distance_bytes"):
-        assert resumed[key] == full[key], key

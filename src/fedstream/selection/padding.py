@@ -10,7 +10,9 @@ missing ones are filled in by a padding strategy. Each strategy is a small class
 * :class:`LatestPadding` — the latest embedding the client sent;
 * :class:`EMAPadding` — an exponential moving average, v ← (1 − α) v + α x per received row.
 
-``update`` takes one embedding (e,) or a batch (B, e), whose rows count as received in order.
+``update`` takes one embedding (e,) or a batch (B, e), whose rows count as received in order;
+:meth:`Padding.update_rows` records one row for each of several clients at once (the online
+server's per-round form, vectorised: same result as ``update`` client by client).
 Before a client has sent anything its padding is zeros. :meth:`Padding.assemble` does both steps
 for one server step: feeds the present embeddings in, fills in the missing ones.
 """
@@ -60,6 +62,25 @@ class Padding:
     def _update(self, client: int, x: np.ndarray) -> None:
         raise NotImplementedError
 
+    def update_rows(self, rows: np.ndarray, sent: np.ndarray) -> None:
+        """Record row ``rows[j]`` (m, e) for every client j with ``sent[j]``: one round's embeddings."""
+        rows, sent = np.asarray(rows), np.asarray(sent, dtype=bool)
+        if rows.shape != self.value.shape or sent.shape != (self.n_clients,):
+            raise DataError(f"update_rows expects rows of shape {self.value.shape} and sent of shape "
+                            f"({self.n_clients},), got {rows.shape} and {sent.shape}")
+        idx = np.flatnonzero(sent)
+        if idx.size:
+            x = rows[idx].astype(np.float64)
+            bad = idx[~np.isfinite(x).all(axis=1)]
+            if bad.size:
+                raise DataError(f"the embedding of clients {bad.tolist()} holds NaN or infinite values")
+            self._update_rows(idx, x)
+            self.seen[idx] += 1
+
+    def _update_rows(self, idx: np.ndarray, x: np.ndarray) -> None:
+        """One row ``x[i]`` for client ``idx[i]`` (``seen`` not yet incremented)."""
+        raise NotImplementedError
+
     def fill(self, client: int, n: int | None = None) -> np.ndarray:
         """The padding for ``client``: (e,), or (n, e) repeated for a batch of n samples."""
         if not 0 <= client < self.n_clients:
@@ -90,6 +111,9 @@ class ZeroPadding(Padding):
     def _update(self, client, x):
         pass
 
+    def _update_rows(self, idx, x):
+        pass
+
 
 class MeanPadding(Padding):
     """Missing embeddings are the running mean of all rows the client sent."""
@@ -100,6 +124,9 @@ class MeanPadding(Padding):
         total = self.seen[client] + x.shape[0]
         self.value[client] += (x.sum(axis=0) - x.shape[0] * self.value[client]) / total
 
+    def _update_rows(self, idx, x):
+        self.value[idx] += (x - self.value[idx]) / (self.seen[idx] + 1)[:, None]
+
 
 class LatestPadding(Padding):
     """Missing embeddings are the latest row the client sent."""
@@ -108,6 +135,9 @@ class LatestPadding(Padding):
 
     def _update(self, client, x):
         self.value[client] = x[-1]
+
+    def _update_rows(self, idx, x):
+        self.value[idx] = x
 
 
 class EMAPadding(Padding):
@@ -129,6 +159,10 @@ class EMAPadding(Padding):
             decay = (1.0 - self.alpha) ** np.arange(rest.shape[0] - 1, -1, -1)  # newest row weighs most
             v = (1.0 - self.alpha) ** rest.shape[0] * v + self.alpha * (decay[:, None] * rest).sum(axis=0)
         self.value[client] = v
+
+    def _update_rows(self, idx, x):
+        first = (self.seen[idx] == 0)[:, None]
+        self.value[idx] = np.where(first, x, (1.0 - self.alpha) * self.value[idx] + self.alpha * x)
 
 
 def make_padding(name: str, n_clients: int, dim: int, **kwargs) -> Padding:

@@ -5,7 +5,9 @@ Randomness is drawn from a generator keyed by ``(seed, chunk index)``, so the ma
 not depend on where a run started or resumed. In a deployment each client would evaluate its own
 column (``random`` and ``event`` need nothing from other parties; ``fixed`` is a coordinator's draw).
 ``topl`` (participant selection as a policy, :mod:`fedstream.selection.online`) is the server's
-choice from an online KNN-MI estimate, updated from each complete chunk via :meth:`Activation.observe`.
+choice from an online KNN-MI estimate, updated after each complete chunk via :meth:`Activation.observe`;
+it is the one policy that does not query passive clients (:meth:`Activation.queried`): the server
+pads them instead, so they cost no bytes.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ class Activation:
     def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def queried(self, mask: np.ndarray) -> np.ndarray | None:
+        """Of a chunk's passive clients (``~mask``), which the server queries for their embedding:
+        (rounds, clients) bool, or None for all of them (the paper's protocol). A client neither
+        activated nor queried sends nothing; the server's stand-in pads it (``topl``)."""
+        return None
+
     def observe(self, blocks: list[np.ndarray], labels: np.ndarray) -> None:
-        """The rounds of a complete chunk, once played (per-client blocks, labels); a policy that
-        learns from the data (``topl``) overrides this. Called once per chunk, outside the round loop."""
+        """Called once per complete chunk, once played, outside the round loop (per-client blocks,
+        labels); a policy that learns (``topl``) overrides this."""
 
     def _rng(self, chunk: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, 3, chunk])
@@ -88,9 +96,10 @@ class FixedCount(Activation):
 
 
 def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k: int, seed: int,
-                    l: int = 2, window: int = 2000) -> Activation:
+                    l: int = 2, window: int = 500, explore: int = 10, padding: str = "mean",
+                    embedding: int = 64) -> Activation:
     """The policy for ``activation.name`` (``topl``: :class:`fedstream.selection.online.TopLActivation`
-    with ``activation.l`` and ``activation.window``)."""
+    with ``activation.l``, ``.window``, ``.explore``, ``.padding`` and the clients' ``embedding`` width)."""
     if name == "full":
         return Full(n_clients, seed=seed)
     if name == "random":
@@ -104,5 +113,6 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
 
         if not 1 <= l <= n_clients:
             raise ConfigError(f"activation.l must be in [1, vfl.clients={n_clients}], got {l!r}")
-        return TopLActivation(n_clients, l=l, window=window, seed=seed)
+        return TopLActivation(n_clients, l=l, embedding=embedding, window=window, explore=explore, padding=padding,
+                              seed=seed)
     raise ConfigError(f"activation.name must be one of full, random, event, fixed, topl; got {name!r}")

@@ -114,7 +114,10 @@ class OnlineVFL:
         self.activation = make_activation(
             config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
             k=config["activation.k"], seed=config["seed"], l=config["activation.l"], window=config["activation.window"],
+            explore=config["activation.explore"], padding=config["activation.padding"], embedding=e,
         )
+        if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
+            self.server.stand_in = self.activation
         self.metrics = Prequential(config["eval.interval"])
         self.active_counts = np.zeros(M, dtype=np.int64)
         self.clock = ComputeClock()
@@ -152,6 +155,7 @@ class OnlineVFL:
         """
         tic = time.perf_counter()
         blocks, mask = self.chunk_inputs(chunk, X)
+        queried = self.activation.queried(mask)  # None: every passive client is queried
         h = hooks
         first, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
         counted = first  # rows of ``mask`` already added to active_counts
@@ -159,7 +163,8 @@ class OnlineVFL:
             t = chunk * CHUNK + j
             try:
                 result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
-                                    self.clients, self.transport, self.clock)
+                                    self.clients, self.transport, self.clock,
+                                    None if queried is None else queried[j])
             except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
                 raise self._diverged(t, exc) from exc
             self.metrics.update(int(y[j]), result.prediction)
@@ -213,11 +218,11 @@ class OnlineVFL:
         return online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
 
     def _selection_summary(self) -> dict:
-        """topl: the time spent scoring clients and the distance traffic it implies (not in ``bytes``)."""
-        if not hasattr(self.activation, "distance_bytes"):
+        """topl: the time the server spent scoring clients and how often it did (no message: it scores the
+        embeddings it already received, so all of topl's traffic is in ``bytes``)."""
+        if not hasattr(self.activation, "estimate"):
             return {}
-        return {"selection_seconds": self.activation.seconds,
-                "selection_distance_bytes": self.activation.distance_bytes}
+        return {"selection_seconds": self.activation.seconds, "selection_updates": self.activation.estimate.updates}
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:

@@ -5,6 +5,9 @@ DLR keeps its window as a list of the last l full gradients and sums them every 
 (eq. 4/5); SLR recomputes the window loss at the current parameters (Algorithm 5). No transport,
 no messages, no tricks. It starts from the parameters of an :class:`OnlineVFL` and plays the
 same stream and activation draws, so tests can compare parameters and predictions round by round.
+With ``topl`` activation, clients neither activated nor queried are replaced by the reference's own
+padding of what they sent, and their optimisers do not advance; the rows of the rounds where every
+client sent are shown to the policy, so its estimate (and the next chunks' masks) follow the engine's.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ class ReferenceOnlineVFL:
         self.inputs: list[deque] = [deque(maxlen=self.window) for _ in self.clients]
         self.labels: deque = deque(maxlen=self.window)
         self.predictions: list[int] = []
+        self.padding = None
+        if hasattr(engine.activation, "fill"):  # topl: unqueried clients are padded
+            from fedstream.selection.padding import make_padding
+
+            ema = {"alpha": 0.1} if cfg["activation.padding"] == "ema" else {}
+            self.padding = make_padding(cfg["activation.padding"], len(self.clients), cfg["model.embedding"], **ema)
 
     def run(self, rounds: int) -> "ReferenceOnlineVFL":
         eng = self.engine
@@ -79,18 +88,29 @@ class ReferenceOnlineVFL:
             if j == 0:
                 X, y, _ = eng.stream.batch(chunk * CHUNK, CHUNK)
                 blocks, mask = eng.chunk_inputs(chunk, X)  # the same data and activation draws
-            self.play([torch.from_numpy(b[j].copy()) for b in blocks], int(y[j]), mask[j])
+                queried = eng.activation.queried(mask)
+            asked = mask[j] | (True if queried is None else queried[j])
+            self.play([torch.from_numpy(b[j].copy()) for b in blocks], int(y[j]), mask[j], asked)
             if j == CHUNK - 1:  # as the engine: a complete chunk is shown to the policy once
                 eng.activation.observe(blocks, y)
         return self
 
-    def play(self, blocks: list[torch.Tensor], y: int, active: np.ndarray) -> None:
+    def play(self, blocks: list[torch.Tensor], y: int, active: np.ndarray, asked: np.ndarray | None = None) -> None:
+        """One round; ``asked[m]`` False: client m is not part of it (padded, no optimiser step)."""
+        asked = np.ones(len(self.clients), dtype=bool) if asked is None else asked
         slr = self.name == "slr"
         for q, x in zip(self.inputs, blocks):
             q.append(x)
         self.labels.append(y)
         # clients: embeddings of this sample (or of the window, for SLR) at current parameters
         emb = [c(torch.stack(list(q) if slr else [q[-1]])) for c, q in zip(self.clients, self.inputs)]
+        if self.padding is not None:
+            for m in np.flatnonzero(asked):
+                self.padding.update(int(m), emb[m][-1].detach().numpy())
+            emb = [e if asked[m] else torch.from_numpy(self.padding.fill(m, e.shape[0]).astype(np.float32))
+                   for m, e in enumerate(emb)]
+            if asked.all():
+                self.engine.activation.received(y, torch.cat([e[-1] for e in emb]).detach().numpy(), asked)
         h = [e.detach().requires_grad_(True) for e in emb]
         logits = self.server(torch.cat(h, dim=1))
         self.predictions.append(int(logits[-1].argmax()))
@@ -102,7 +122,8 @@ class ReferenceOnlineVFL:
         self.server_opt.step(list(grads[:n_server]))
         for m, (client, e, v) in enumerate(zip(self.clients, emb, grads[n_server:])):
             if not active[m]:
-                self.client_opts[m].step(None)
+                if asked[m]:
+                    self.client_opts[m].step(None)
                 continue
             # the server sends d f / d h per sample; SLR's client averages over its window
             v = v * self.window if slr else v

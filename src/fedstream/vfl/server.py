@@ -7,6 +7,11 @@ loss, updates its own model and returns d loss / d embedding for the activated c
 With SLR (``window = l``) each client sends the embeddings of its last l samples at current
 parameters, the server keeps the last l labels and descends F = (1/l) sum_i f^{t-i}; it returns
 the per-sample gradients d f^{t-i} / d h (l rows), as in Algorithm 5.
+
+A client the server does not query (``topl`` activation) is stood in for by ``stand_in``
+(:class:`fedstream.selection.online.TopLActivation`): :meth:`Server.pad` gives its padding as the
+round's embedding, and after each round the stand-in sees the server's input row and which of its
+embeddings were really sent.
 """
 
 from __future__ import annotations
@@ -45,16 +50,31 @@ class Server:
         self.n_clients, self.embedding, self.window = n_clients, embedding, window
         self.labels = RowWindow(window, 1, dtype=np.int64)
         self._work: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # per row count
+        self.stand_in = None  # fill(client, rows) / received(y, row, real) for clients not queried
+        self._padded: list[int] = []  # clients padded in the current round
 
     def query(self, t: int, client: int) -> Query:
         """The query a passive client receives for round t."""
         return Query(round=t, client=client, rows=min(self.labels.count + 1, self.window))
+
+    def pad(self, t: int, client: int) -> Embedding:
+        """The stand-in's embedding for a client not queried in round t (no message is sent)."""
+        if self.stand_in is None:
+            raise ProtocolError(f"round {t}: client {client} was neither activated nor queried, "
+                                "and the server has no padding to stand in for it")
+        self._padded.append(client)
+        return Embedding(round=t, client=client, values=self.stand_in.fill(client, min(self.labels.count + 1, self.window)))
 
     def on_embeddings(self, t: int, y: int, embeddings: list[Embedding], active: list[int]) -> RoundResult:
         """Predict, learn from label ``y`` and return gradients for the ``active`` clients."""
         self.labels.push(y)
         h, losses, g_logits = self._buffers(min(self.labels.count, self.window))
         self._stack(t, embeddings, h)
+        if self.stand_in is not None:
+            real = np.ones(self.n_clients, dtype=bool)
+            real[self._padded] = False
+            self.stand_in.received(y, h[-1], real)
+        self._padded.clear()
         logits, acts = self.model.forward(h)
         prediction = int(logits[-1].argmax())
         softmax_cross_entropy_into(logits, self.labels.rows()[:, 0], losses, g_logits)
