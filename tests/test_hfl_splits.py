@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from fedstream.errors import ConfigError
-from fedstream.hfl.splits import (abs_correlation, correlation_split, cross_scores, feature_split,
-                                  random_split, split_rows)
+from fedstream.hfl.splits import (
+    abs_correlation,
+    correlation_split,
+    cross_scores,
+    feature_split,
+    random_split,
+    split_rows,
+)
 
 
 def check_partition(fs, d):
@@ -36,7 +42,7 @@ def test_random_split_is_seeded():
 @pytest.mark.parametrize("ratio,k,match", [
     (0.0, 5, r"common_ratio: expected a number strictly between 0 and 1, found 0.0"),
     (1.0, 5, r"common_ratio: expected a number strictly between 0 and 1"),
-    (0.9, 10, r"common_ratio=0.9 leaves 5 of 54 features for 10 clients"),
+    (0.9, 10, r"common_ratio: 0.9 leaves 5 of 54 features for clients = 10"),
 ])
 def test_bad_ratio(ratio, k, match):
     with pytest.raises(ConfigError, match=match):

@@ -27,6 +27,8 @@ LABELS = {
     "server_compute_seconds": "server compute (s)", "wall_seconds": "wall (s)", "total_mb": "total MB",
     "up_mb": "up MB", "down_mb": "down MB", "rounds_per_second": "rounds/s",
     "mean_activation_rate": "mean activation rate",
+    "test_acc_chfl": "CHFL (mu chosen)", "test_acc_mu0": "CHFL mu=0", "test_acc_mupos": "CHFL mu>0",
+    "test_acc_common": "Common", "test_acc_concat": "Concat", "test_acc_local": "Local", "test_acc_fedprox": "FedProx",
 }
 
 
@@ -105,7 +107,7 @@ def _fmt(value: float | None, column: str) -> str:
     if value is None:
         return "–"
     if column in ("accumulated_error", "mean_activation_rate", "final_accuracy", "best_accuracy", "test_acc",
-                  "prequential_acc") or column.startswith("activation_rate"):
+                  "prequential_acc") or column.startswith(("activation_rate", "test_acc_")):
         return f"{value:.4f}"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
@@ -127,7 +129,11 @@ def label(grid: dict) -> str:
 
 
 def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) -> list[str]:
-    """Markdown lines: ours, paper and difference for each column of a paper table."""
+    """Markdown lines: ours, paper and difference for each column of a paper table.
+
+    A row whose ``run`` leaves some grid keys open (seeds, feature splits) matches several runs:
+    ours is then their mean ± standard deviation (population, over the finished runs) and n.
+    """
     head = ["run"]
     for c in table.columns:
         name = LABELS.get(c, c)
@@ -140,14 +146,17 @@ def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) 
                   "paper's, so they compare per round; error rates are not scaled.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for keys, paper_values in table.rows:
-        match = [r for r in runs if _match(r, keys)]
-        run = match[0] if match else None
+        match = [r for r in runs if _match(r, keys) and r.done]
         cells = [label(keys)]
         for column, paper in zip(table.columns, paper_values):
-            ours = column_value(run.summary, column) if run and run.done else None
-            if ours is not None and scale_factor and column in CUMULATIVE:
-                ours *= scale_factor
-            cells += [_fmt(ours, column), _fmt(paper, column), _diff(ours, paper)]
+            scale = scale_factor if scale_factor and column in CUMULATIVE else 1.0
+            values = [v * scale for v in (column_value(r.summary, column) for r in match) if v is not None]
+            ours = sum(values) / len(values) if values else None
+            text = _fmt(ours, column)
+            if len(values) > 1:  # a row that leaves grid keys open (seeds, splits): mean ± std over its runs
+                std = (sum((v - ours) ** 2 for v in values) / len(values)) ** 0.5
+                text += f" ± {_fmt(std, column)} (n={len(values)})"
+            cells += [text, _fmt(paper, column), _diff(ours, paper)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 

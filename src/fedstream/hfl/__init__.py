@@ -10,7 +10,9 @@ Data" (``../shared/papers/chfl_continual_horizontal_fl.txt``). Typical use::
 Modules: ``splits`` (common/unique features, rows), ``models`` (columns, lateral connections),
 ``fedavg`` (FedAvg, FedProx), ``messages`` (ModelUpdate; bytes in ``transport/tensors.py``),
 ``client``, ``selection`` (validation-based choice), ``trainer`` (one experiment), ``table``
-(the paper's tables on every core), ``stream`` (streaming CHFL with a late joiner).
+(the paper's tables on every core), ``stream`` (streaming CHFL with a late joiner),
+``checkpoint`` (run folders: metrics rows as produced, checkpoints, exact resume). Method,
+interpretations and speed: ``docs/chfl.md``.
 """
 
 from fedstream.hfl.settings import METHODS, CHFLSettings

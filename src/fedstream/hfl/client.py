@@ -36,7 +36,13 @@ from torch import nn
 
 from fedstream.hfl.fedavg import proximal_term
 from fedstream.hfl.messages import ModelUpdate
-from fedstream.hfl.models import Column, ConcatHead, LateralColumn, load_arrays, state_arrays
+from fedstream.hfl.models import (
+    Column,
+    ConcatHead,
+    LateralColumn,
+    load_arrays,
+    state_arrays,
+)
 
 EVAL_BATCH = 8192
 
@@ -79,21 +85,24 @@ def _adam(params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
 
 
 def make_heads(method: str, d_common: int, d_unique: int, n_classes: int, hidden: Sequence[int],
-               mus: Sequence[float], shared: Sequence[str] = ()) -> dict[str, nn.Module]:
+               mus: Sequence[float], shared: Sequence[str] = (), *,
+               generator: torch.Generator | None = None) -> dict[str, nn.Module]:
     """The local heads of ``method`` (see the module table), keyed by candidate name.
 
     ``shared``: for chfl, ``concat`` adds the concat baseline's head beside the lateral ones.
+    ``generator``: where the initial weights are drawn from (None: the global torch RNG).
     """
+    g = generator
     if method == "chfl":
         heads: dict[str, nn.Module] = {
-            f"mu={mu:g}": LateralColumn(d_unique, n_classes, hidden, mu=mu) for mu in mus}
+            f"mu={mu:g}": LateralColumn(d_unique, n_classes, hidden, mu=mu, generator=g) for mu in mus}
         if "concat" in shared:
-            heads["concat"] = ConcatHead(d_unique, n_classes, hidden)
+            heads["concat"] = ConcatHead(d_unique, n_classes, hidden, generator=g)
         return heads
     if method == "concat":
-        return {"concat": ConcatHead(d_unique, n_classes, hidden)}
+        return {"concat": ConcatHead(d_unique, n_classes, hidden, generator=g)}
     if method == "local":
-        return {"local": Column(d_common + d_unique, n_classes, hidden)}
+        return {"local": Column(d_common + d_unique, n_classes, hidden, generator=g)}
     return {}
 
 
@@ -171,20 +180,53 @@ class Client:
         return [h(xu, hs, logits) for h in self.heads.values()]
 
     def snapshot(self, candidate: str) -> dict[str, dict[str, torch.Tensor]]:
-        """Copies of the weights behind ``candidate`` (common column and/or its head)."""
-        snap = {}
-        if self.common is not None:
-            snap["common"] = {k: v.clone() for k, v in self.common.state_dict().items()}
-        if candidate in self.heads:
-            snap["head"] = {k: v.clone() for k, v in self.heads[candidate].state_dict().items()}
-        return snap
+        """A copy of the head behind ``candidate`` (empty for ``common``).
 
-    def restore(self, candidate: str, snap: dict[str, dict[str, torch.Tensor]]) -> None:
-        """Load a :meth:`snapshot` of ``candidate`` back (e.g. to score it on the test rows)."""
-        if "common" in snap:
-            self.common.load_state_dict(snap["common"])
+        The common column is not copied: when candidates are scored it holds the global model
+        θ^t just received, the same for every client, which the trainer keeps once per round.
+        """
+        if candidate in self.heads:
+            return {"head": {k: v.clone() for k, v in self.heads[candidate].state_dict().items()}}
+        return {}
+
+    def restore(self, candidate: str, snap: dict[str, dict[str, torch.Tensor]],
+                common: dict[str, np.ndarray] | None = None) -> None:
+        """Load a :meth:`snapshot` of ``candidate`` back, and the global ``common`` column it was
+        scored with (e.g. to score it on the test rows)."""
+        if common is not None:
+            load_arrays(self.common, common)
         if "head" in snap:
             self.heads[candidate].load_state_dict(snap["head"])
+
+    def state(self) -> dict:
+        """Everything training changes: columns, heads, Adam states, the shuffling generator.
+
+        For a checkpoint (:mod:`fedstream.hfl.checkpoint`); tensors are the live ones, so save
+        before training on.
+        """
+        return {
+            "rng": self.rng.get_state(), "round": self.round,
+            "common": self.common.state_dict() if self.common is not None else None,
+            "opt_common": self.opt_common.state_dict() if self.opt_common is not None else None,
+            "anchor": dict(self.anchor),
+            "heads": {n: h.state_dict() for n, h in self.heads.items()},
+            "opt_heads": self.opt_heads.state_dict() if self.opt_heads is not None else None,
+        }
+
+    def load_state(self, state: dict) -> None:
+        """Put back a :meth:`state`; the client then trains on exactly as it would have."""
+        self.rng.set_state(state["rng"])
+        self.round = int(state["round"])
+        if state["common"] is not None:
+            self.common.load_state_dict(state["common"])
+        if state["opt_common"] is not None:
+            self.opt_common = _adam(list(self.common.parameters()), self.lr)
+            self.opt_common.load_state_dict(state["opt_common"])
+        self.anchor = {k: v.clone() for k, v in state["anchor"].items()}
+        for n, h in self.heads.items():
+            h.load_state_dict(state["heads"][n])
+        if state["opt_heads"] is not None:
+            self.opt_heads.load_state_dict(state["opt_heads"])
 
     @torch.no_grad()
     def predict(self, xc: torch.Tensor, xu: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -11,10 +11,16 @@
 * :class:`ConcatHead`: the simple method of section V-B5, a column over the unique features
   concatenated with the common network's output F_θc(x_c) = softmax(z_c^(L)); its own output is
   the prediction (no lateral connections, no aggregation).
+
+Every module takes an optional ``generator``: given one, its weights are drawn from it (PyTorch's
+default ``nn.Linear`` initialisation, same distribution) and the global torch RNG is not touched,
+so runs that share a process neither disturb each other nor depend on what ran before.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -24,13 +30,32 @@ from torch import nn
 HIDDEN = (512, 256, 128)
 
 
+def linear(d_in: int, d_out: int, *, bias: bool = True, generator: torch.Generator | None = None) -> nn.Linear:
+    """``nn.Linear(d_in, d_out)`` initialised as PyTorch does, from ``generator`` if given.
+
+    With a generator the layer is built on the meta device (no draw from the global RNG), then
+    materialised and initialised from the generator: kaiming-uniform weights (a = sqrt(5)) and
+    uniform(±1/sqrt(d_in)) biases, the distribution of ``nn.Linear.reset_parameters``.
+    """
+    if generator is None:
+        return nn.Linear(d_in, d_out, bias=bias)
+    layer = nn.Linear(d_in, d_out, bias=bias, device="meta").to_empty(device="cpu")
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
+        if bias:
+            bound = 1.0 / math.sqrt(d_in) if d_in > 0 else 0.0
+            nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+    return layer
+
+
 class Column(nn.Module):
     """ReLU MLP ``d_in -> hidden... -> n_classes``; :meth:`run` also returns the hidden outputs."""
 
-    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN):
+    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN, *,
+                 generator: torch.Generator | None = None):
         super().__init__()
         sizes = [d_in, *hidden, n_classes]
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.layers = nn.ModuleList(linear(a, b, generator=generator) for a, b in itertools.pairwise(sizes))
 
     def run(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """(hidden outputs z^(1..L-1), logits z^(L))."""
@@ -52,15 +77,16 @@ class LateralColumn(nn.Module):
     detached.
     """
 
-    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN, *, mu: float = 1.0):
+    def __init__(self, d_in: int, n_classes: int, hidden: Sequence[int] = HIDDEN, *, mu: float = 1.0,
+                 generator: torch.Generator | None = None):
         super().__init__()
         if not 0.0 <= mu <= 1.0:
             raise ValueError(f"mu: expected a number in [0, 1], found {mu}")
         self.mu = float(mu)
-        self.column = Column(d_in, n_classes, hidden)
+        self.column = Column(d_in, n_classes, hidden, generator=generator)
         outs = [*hidden[1:], n_classes]  # U^(i+1): n_i -> n_{i+1}, i = 1..L-1
         self.laterals = nn.ModuleList(
-            nn.Linear(a, b, bias=False) for a, b in zip(hidden, outs)) if mu > 0 else nn.ModuleList()
+            linear(a, b, bias=False, generator=generator) for a, b in zip(hidden, outs)) if mu > 0 else nn.ModuleList()
 
     def unique_logits(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor]) -> torch.Tensor:
         """z_u^(L) by eq. 6."""
@@ -81,9 +107,10 @@ class LateralColumn(nn.Module):
 class ConcatHead(nn.Module):
     """Section V-B5: a column over [x_u, softmax(z_c^(L))]; its logits are the prediction."""
 
-    def __init__(self, d_unique: int, n_classes: int, hidden: Sequence[int] = HIDDEN):
+    def __init__(self, d_unique: int, n_classes: int, hidden: Sequence[int] = HIDDEN, *,
+                 generator: torch.Generator | None = None):
         super().__init__()
-        self.column = Column(d_unique + n_classes, n_classes, hidden)
+        self.column = Column(d_unique + n_classes, n_classes, hidden, generator=generator)
 
     def forward(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor],
                 common_logits: torch.Tensor) -> torch.Tensor:

@@ -2,27 +2,54 @@
 
 Defaults are the paper's (section V-A): 5 clients, 30 % common features, hidden layers
 512-256-128, Adam, 5 local epochs, batch 64. The paper does not give the number of rounds T nor
-its search grids; the defaults here (``rounds``, ``lrs``, ``mus``) were chosen so that the whole
-Table II on the data at hand (covertype, the Sensorless subset, the partial jannis; 3 feature
-splits x 5 runs) fits in 30 minutes on 2 cores: one covertype CHFL run (2 learning rates x 3 μ,
-5 clients) costs about 8 CPU-seconds per round and learning rate, jannis twice that; with T = 3
-the table projects to about 23 minutes (``python -m fedstream.hfl.table --estimate``).
+its search grids; the defaults here (``rounds`` = 3, ``lrs``, ``mus``) keep Table II on the data
+at hand (covertype, the Sensorless subset, the partial jannis; 3 feature splits x 5 runs, with
+Common and Concat scored inside the chfl runs) near 30 minutes on 2 cores: a covertype chfl run
+(2 learning rates x 3 μ heads + Common + Concat, 5 clients) measured 64 CPU-seconds, Local 11,
+FedProx 13; jannis twice that, the Sensorless subset a seventh (docs/chfl.md, "Speed").
+Errors name the fields; :func:`named_by_config` renames them to the config keys (``hfl.*``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
 from fedstream.data.chfl_datasets import DATASETS
 from fedstream.errors import ConfigError
-from fedstream.hfl.splits import SPLIT_KINDS
+from fedstream.hfl.splits import SPLIT_KINDS, SettingError
 
 METHODS = ("chfl", "common", "local", "concat", "fedprox")
 SHARED_BASELINES = ("common", "concat")
 
+# settings field -> the config key a user writes (task = "chfl"); batch and stream fields together
+CONFIG_KEYS: dict[str, str] = {
+    "dataset": "data.name", "clients": "hfl.clients", "common_ratio": "hfl.common_ratio",
+    "split": "hfl.split", "split_index": "hfl.split_index", "hidden": "hfl.hidden", "rounds": "hfl.rounds",
+    "local_epochs": "hfl.local_epochs", "batch_size": "hfl.batch_size", "lrs": "hfl.lrs", "mus": "hfl.mus",
+    "prox_mu": "hfl.prox_mu", "max_rows": "hfl.max_rows", "method": "hfl.method", "shared_baselines": "hfl.baselines",
+    "batch": "online.batch", "sync_every": "online.sync_every", "lr": "online.lr", "mu": "online.mu",
+    "late_join": "online.late_join", "eval_every": "online.eval_every",
+}
 
-def config_error(field: str, expected: str, value: object) -> ConfigError:
-    return ConfigError(f"{field}: expected {expected}, found {value!r}")
+
+def config_error(field: str, expected: str, value: object) -> SettingError:
+    return SettingError(field, f"expected {expected}, found {value!r}")
+
+
+@contextmanager
+def named_by_config(keys: Mapping[str, str] = CONFIG_KEYS) -> Iterator[None]:
+    """Re-raise a :class:`SettingError` from inside with the config key instead of the field name.
+
+    The settings classes and the trainers name their dataclass fields (``lrs``); a run started
+    from a config (``fedstream run``, the experiment runner) wraps them in this so that the user
+    reads the key they wrote (``hfl.lrs``).
+    """
+    try:
+        yield
+    except SettingError as exc:
+        raise exc.named(keys) from None
 
 
 def check_int(field: str, v: object, lo: int) -> None:
@@ -104,7 +131,7 @@ class CHFLSettings:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CHFLSettings":
+    def from_dict(cls, d: dict) -> CHFLSettings:
         """Build from a plain dict (e.g. a config table); unknown keys are rejected by name."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,34 @@ SPLIT_KINDS = ("random", "max-corr", "median-corr", "min-corr")
 FRACTIONS = (0.6, 0.2, 0.2)
 MAX_ENUMERATE = 3_000_000  # exhaustive search over common sets up to this many; else sampling
 N_SAMPLED = 100_000
+
+
+class SettingError(ConfigError):
+    """A bad CHFL setting, naming its field; :meth:`named` renames fields to config keys.
+
+    ``detail`` may name other fields as ``{field}`` placeholders, so that a message such as
+    "lower {common_ratio} or {clients}" reads in the caller's vocabulary.
+    """
+
+    def __init__(self, field: str, detail: str, names: Mapping[str, str] | None = None):
+        self.field, self.detail = field, detail
+        names = names or {}
+        text = detail.format_map(_Names(names))
+        super().__init__(f"{names.get(field, field)}: {text}")
+
+    def named(self, names: Mapping[str, str]) -> SettingError:
+        """The same error with fields renamed by ``names`` (field -> config key)."""
+        return SettingError(self.field, self.detail, names)
+
+
+class _Names(dict):
+    """format_map helper: ``{field}`` -> its name in ``names``, else the field itself."""
+
+    def __init__(self, names: Mapping[str, str]):
+        super().__init__(names)
+
+    def __missing__(self, key: str) -> str:
+        return key
 
 
 @dataclass(frozen=True)
@@ -56,13 +85,13 @@ class RowSplit:
 def n_common_features(n_features: int, n_clients: int, ratio: float) -> int:
     """``round(ratio * d)``, at least 1 and leaving every client at least one unique feature."""
     if not 0.0 < ratio < 1.0:
-        raise ConfigError(f"common_ratio: expected a number strictly between 0 and 1, found {ratio}")
-    c = max(1, int(round(ratio * n_features)))
+        raise SettingError("common_ratio", f"expected a number strictly between 0 and 1, found {ratio}")
+    c = max(1, round(ratio * n_features))
     if n_features - c < n_clients:
-        raise ConfigError(
-            f"common_ratio={ratio} leaves {n_features - c} of {n_features} features for "
-            f"{n_clients} clients: expected at least one unique feature per client (lower the "
-            f"ratio or the number of clients)")
+        raise SettingError(
+            "common_ratio",
+            f"{ratio} leaves {n_features - c} of {n_features} features for {{clients}} = {n_clients}: "
+            f"expected at least one unique feature per client (lower {{common_ratio}} or {{clients}})")
     return c
 
 
@@ -120,7 +149,7 @@ def correlation_split(X: np.ndarray, n_clients: int, *, ratio: float = 0.3, whic
     most MAX_ENUMERATE (helena: C(27, 8) = 2.2M), otherwise N_SAMPLED random ones.
     """
     if which not in ("max", "median", "min"):
-        raise ConfigError(f"which: expected one of max, median, min, found {which!r}")
+        raise SettingError("split", f"expected one of max, median, min (-corr), found {which!r}")
     d = X.shape[1]
     c = n_common_features(d, n_clients, ratio)
     rng = np.random.default_rng([seed, 2])
@@ -141,17 +170,18 @@ def feature_split(kind: str, X: np.ndarray, n_clients: int, *, ratio: float, see
         return random_split(X.shape[1], n_clients, ratio=ratio, seed=seed)
     if kind.endswith("-corr") and kind in SPLIT_KINDS:
         return correlation_split(X, n_clients, ratio=ratio, which=kind.split("-")[0], seed=seed)
-    raise ConfigError(f"split: expected one of {', '.join(SPLIT_KINDS)}, found {kind!r}")
+    raise SettingError("split", f"expected one of {', '.join(SPLIT_KINDS)}, found {kind!r}")
 
 
 def split_rows(n_rows: int, n_clients: int, *, seed: int,
                fractions: tuple[float, float, float] = FRACTIONS) -> RowSplit:
     """Random train/validation/test rows; train and validation dealt evenly to the clients."""
-    n_train = int(round(fractions[0] * n_rows))
-    n_val = int(round(fractions[1] * n_rows))
+    n_train = round(fractions[0] * n_rows)
+    n_val = round(fractions[1] * n_rows)
     if n_train < n_clients or n_val < n_clients or n_rows - n_train - n_val < 1:
-        raise ConfigError(f"{n_rows} rows are too few for {n_clients} clients: expected at least "
-                          f"one train and one validation row per client and one test row")
+        raise SettingError("clients", f"{n_rows} rows are too few for {n_clients} clients (rows: the "
+                           f"dataset's, or {{max_rows}}): expected at least one train and one validation row per client "
+                           f"and one test row")
     perm = np.random.default_rng([seed, 3]).permutation(n_rows)
     train = tuple(np.sort(p) for p in np.array_split(perm[:n_train], n_clients))
     val = tuple(np.sort(p) for p in np.array_split(perm[n_train:n_train + n_val], n_clients))

@@ -12,6 +12,8 @@ current global common column and a fresh unique column; under ``local`` it start
 Standardisation uses each client's first ``stats_rows`` samples (what it can have seen early
 on), as the online-VFL sources do. Reported: prequential accuracy per ``eval_every`` ticks and
 client (the curve), accumulated prequential accuracy, the late joiner's own curve, bytes.
+Given a run folder, the curve's rows are written as they complete and a checkpoint after every
+synchronisation; a checkpoint found there is resumed (:mod:`fedstream.hfl.checkpoint`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,24 @@ import torch
 
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.errors import ConfigError
+from fedstream.hfl.checkpoint import (
+    RunFolder,
+    arrays_to_tensors,
+    ledger_state,
+    load_ledger,
+    tensors_to_arrays,
+)
 from fedstream.hfl.client import Client, ClientData, View, make_heads
 from fedstream.hfl.fedavg import FedAvgServer
 from fedstream.hfl.models import Column, state_arrays
-from fedstream.hfl.settings import METHODS, check_choice, check_int, check_list, check_num
-from fedstream.hfl.splits import random_split
+from fedstream.hfl.settings import (
+    METHODS,
+    check_choice,
+    check_int,
+    check_list,
+    check_num,
+)
+from fedstream.hfl.splits import SettingError, random_split
 from fedstream.transport.tensors import ModelTransport
 
 
@@ -94,16 +108,16 @@ class _Stream:
         self.join_tick = [0] * s.clients
         if late:
             self.join_tick[-1] = int(s.late_join * self.n_ticks)
-        torch.manual_seed(seed)
+        g = torch.Generator().manual_seed(seed)  # the run's own: the global torch RNG is not touched
         dc, federated = len(fs.common), method != "local"
-        initial = Column(dc, n_classes, s.hidden) if federated else None
+        initial = Column(dc, n_classes, s.hidden, generator=g) if federated else None
         self.server = FedAvgServer(state_arrays(initial)) if federated else None
         self.clients: list[Client] = []
         for k in range(s.clients):
             v = _stream_view(X, y, parts[k], fs.common, fs.unique[k], s.stats_rows)
-            heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,))
+            heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
             self.clients.append(Client(k, ClientData(v, v, v), heads=heads, lr=s.lr, batch_size=s.batch,
-                                       common=Column(dc, n_classes, s.hidden) if federated else None,
+                                       common=Column(dc, n_classes, s.hidden, generator=g) if federated else None,
                                        prox_mu=s.prox_mu if method == "fedprox" else 0.0, seed=seed))
         self.transport = ModelTransport(s.clients)
         self.correct = np.zeros((s.clients, self.n_ticks))
@@ -145,56 +159,107 @@ class _Stream:
         if self.server is not None and (t + 1) % self.s.sync_every == 0:
             self._sync(ks)
 
+    def point(self, a: int, b: int) -> dict:
+        """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
+        per = [None if b <= self.join_tick[k] else
+               float(self.correct[k, max(a, self.join_tick[k]):b].sum()
+                     / ((b - max(a, self.join_tick[k])) * self.s.batch))
+               for k in range(self.s.clients)]
+        live = [p for p in per if p is not None]
+        return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
+
     def curve(self) -> list[dict]:
         """Prequential accuracy per interval of ``eval_every`` ticks, per client (None: inactive)."""
-        out = []
-        for a in range(0, self.n_ticks, self.s.eval_every):
-            b = min(a + self.s.eval_every, self.n_ticks)
-            per = [None if b <= self.join_tick[k] else
-                   float(self.correct[k, max(a, self.join_tick[k]):b].sum()
-                         / ((b - max(a, self.join_tick[k])) * self.s.batch))
-                   for k in range(self.s.clients)]
-            live = [p for p in per if p is not None]
-            out.append({"tick": b, "acc": float(np.mean(live)), "per_client": per})
-        return out
+        return [self.point(a, min(a + self.s.eval_every, self.n_ticks))
+                for a in range(0, self.n_ticks, self.s.eval_every)]
+
+    def state(self, t: int) -> dict:
+        """Everything after tick ``t - 1`` (for a checkpoint): clients, server, scores, ledger."""
+        return {
+            "tick": t, "clients": [c.state() for c in self.clients], "since_sync": list(self.since_sync),
+            "server": None if self.server is None else {
+                "round": self.server.round, "tensors": arrays_to_tensors(self.server.state)},
+            "correct": torch.from_numpy(self.correct.copy()), "ledger": ledger_state(self.transport.ledger),
+        }
+
+    def load(self, state: dict) -> int:
+        """Put back a :meth:`state`; returns the tick to continue from."""
+        for c, cs in zip(self.clients, state["clients"]):
+            c.load_state(cs)
+        self.since_sync = [int(v) for v in state["since_sync"]]
+        if self.server is not None:
+            self.server.state = tensors_to_arrays(state["server"]["tensors"])
+            self.server.round = int(state["server"]["round"])
+        self.correct = state["correct"].numpy().copy()
+        load_ledger(self.transport.ledger, state["ledger"])
+        return int(state["tick"])
+
+
+METRIC_COLUMNS = ["tick", "acc"]
 
 
 def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, *,
-                        method: str = "chfl", seed: int = 0, n_classes: int | None = None) -> dict:
-    """:func:`run_stream` on arrays in memory."""
+                        method: str = "chfl", seed: int = 0, n_classes: int | None = None,
+                        run_dir: str | os.PathLike[str] | None = None, resume: bool = True) -> dict:
+    """:func:`run_stream` on arrays in memory.
+
+    ``run_dir``: write a metrics row (tick, acc) per ``eval_every`` ticks and a checkpoint after
+    every FedAvg synchronisation there, and (``resume``) continue from a checkpoint found there.
+    """
     check_choice("method", method, METHODS)
     t0 = time.perf_counter()
     if settings.max_rows is not None and settings.max_rows < len(y):
         rows = np.sort(np.random.default_rng([seed, 4]).choice(len(y), settings.max_rows, replace=False))
         X, y = X[rows], y[rows]
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        st = _Stream(X, y, settings, method, seed, int(y.max()) + 1 if n_classes is None else n_classes)
+        st = _Stream(X, y, settings, method, seed, n_classes)
         if st.n_ticks < 1:
-            raise ConfigError(f"batch: expected at most {len(y) // settings.clients} (the rows per "
-                              f"client), found {settings.batch}")
-        for t in range(st.n_ticks):
+            raise SettingError("batch", f"expected at most {len(y) // settings.clients} (the rows per "
+                               f"client), found {settings.batch}")
+        folder = None if run_dir is None else RunFolder(
+            run_dir, {"task": "chfl-stream", "settings": asdict(settings), "method": method, "seed": seed,
+                      "n_rows": len(y), "n_classes": n_classes}, METRIC_COLUMNS, resume=resume)
+        saved = folder.resume() if folder is not None else None
+        start, elapsed = (st.load(saved), float(saved["elapsed"])) if saved is not None else (0, 0.0)
+        every = settings.eval_every
+        for t in range(start, st.n_ticks):
             st.tick(t)
+            if folder is None:
+                continue
+            if (t + 1) % every == 0 or t + 1 == st.n_ticks:
+                p = st.point((t // every) * every, t + 1)
+                folder.append({"tick": p["tick"], "acc": p["acc"]})
+            if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
+                folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
     finally:
         torch.set_num_threads(threads)
     seen = [(st.n_ticks - st.join_tick[k]) * settings.batch for k in range(settings.clients)]
     per = [float(st.correct[k].sum() / seen[k]) for k in range(settings.clients)]
     late = settings.clients - 1
+    curve = st.curve()
     return {
         "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
         "ticks": st.n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
-        "curve": st.curve(), "late_client": {"client": late, "join_tick": st.join_tick[late],
-                                             "curve": [p["per_client"][late] for p in st.curve()]},
-        "bytes": st.transport.ledger.summary(), "wall_seconds": time.perf_counter() - t0,
+        "curve": curve, "late_client": {"client": late, "join_tick": st.join_tick[late],
+                                        "curve": [p["per_client"][late] for p in curve]},
+        "bytes": st.transport.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
+        "resumed": elapsed > 0,
     }
 
 
 def run_stream(settings: StreamSettings, data_root: str | os.PathLike[str] | None, *,
-               method: str = "chfl", seed: int = 0) -> dict:
-    """Run the streaming form of ``method`` on ``settings.dataset``; see the module docstring."""
+               method: str = "chfl", seed: int = 0, run_dir: str | os.PathLike[str] | None = None,
+               resume: bool = True) -> dict:
+    """Run the streaming form of ``method`` on ``settings.dataset``; see the module docstring.
+
+    ``run_dir``: metrics rows and checkpoints there; a checkpoint found there is resumed.
+    """
     loaded = load_chfl_dataset(settings.dataset, resolve_data_root(data_root))
     out = run_stream_on_table(loaded.table.X, loaded.table.y, settings, method=method, seed=seed,
-                              n_classes=SPECS[settings.dataset].n_classes)
+                              n_classes=SPECS[settings.dataset].n_classes, run_dir=run_dir,
+                              resume=resume)
     out["data"] = {"name": settings.dataset, "path": str(loaded.path), "status": loaded.status}
     return out

@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="time 1 and 2 rounds of each (dataset, method) and project the table")
     a = p.parse_args(argv)
     settings = CHFLSettings.from_dict(_parse_set(a.set))
-    kw = dict(datasets=a.datasets, methods=a.methods, splits=a.splits, runs=a.runs, workers=a.workers)
+    kw = {"datasets": a.datasets, "methods": a.methods, "splits": a.splits, "runs": a.runs, "workers": a.workers}
     if a.estimate:
         out = estimate(settings, a.data_root, **kw)
         print(json.dumps(out, indent=2))
