@@ -30,8 +30,17 @@ import pytest
 
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.parties import build_client, build_server
-from fedstream.errors import ProtocolError
+from fedstream.deploy.host import model_digest
+from fedstream.deploy.parties import (
+    build_client,
+    build_server,
+    client_rows,
+    party_stream,
+    server_labels,
+    server_stream,
+)
+from fedstream.deploy.rows import BlockRows
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport import encode
 from fedstream.vfl.engine import OnlineVFL
 
@@ -124,38 +133,109 @@ def test_each_party_builds_the_simulators_initial_model(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def loopback_run(config: dict, *, persist: bool = True, record_sizes: bool = True) -> tuple[NetworkVFL, list[dict]]:
+    """The deployment's code over an in-process link; with ``persist`` every client is rebuilt
+    from its saved state for every request, as on a SuperNode."""
+    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
+    link = LoopbackLink(lambda cfg, m: rows[m], config["vfl.clients"], persist=persist)
+    net = NetworkVFL(config, link, stream=server_stream(config), record_sizes=record_sizes)  # labels only
+    net.run()
+    return net, net.finish(models=True)
+
+
+def party_models(net: NetworkVFL, reports: list[dict]) -> dict[str, list[np.ndarray]]:
+    return {"server": net.server.model.parameters()} | {f"client{r['client']}": r["params"] for r in reports}
+
+
+@pytest.mark.parametrize("name", ["mnist", "imnist"])
+def test_the_server_reads_only_labels_and_each_client_only_its_block(tmp_path, name):
+    """data.client_index: the server's stream never reads a pixel yet yields the simulator's labels
+    (class-prior drift included); each client's cached rows are its block of the simulator's rows."""
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 10) | {
+        "data.name": name, "stream.drift": "class-prior", "stream.drift_every": 7, "vfl.clients": 3})
+    full, labels_only = party_stream(config), server_stream(config)
+    assert type(labels_only.source).__name__ == "LabelSource"
+    np.testing.assert_array_equal(server_labels(labels_only, 4090, 300), server_labels(full, 4090, 300))
+    with pytest.raises(ConfigError, match="labels only"):
+        labels_only.source.features(np.arange(3))
+    for m in range(3):
+        rows = BlockRows(config, m, cache_dir=tmp_path / "cache")  # the chunk is computed, then cached
+        cached = BlockRows(config, m, cache_dir=tmp_path / "cache")
+        cached._stream = "never built"  # a cached block must not need the stream
+        want = client_rows(full, 4090, 12, rows.block)
+        np.testing.assert_array_equal(rows.rows(4090, 12), want)  # across a chunk boundary (4096)
+        np.testing.assert_array_equal(cached.rows(4090, 12), want)
+    with pytest.raises(ConfigError, match="data.client_index"):
+        BlockRows(config, 3)
+
+
 @pytest.mark.parametrize("activation", ["random", "event", "fixed"])
 def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, activation):
-    """300 rounds; every client rebuilt from its saved state for every request, as on a SuperNode."""
+    """300 rounds, B = 1; every client rebuilt from its saved state for every request."""
     config = load_config(None, overrides(write_idx_mnist(tmp_path), 300) | {
         "activation.name": activation, "activation.threshold": 0.0, "activation.k": 1})
     engine, sizes, summary = simulate(config)
-    stream = engine.stream
-    link = LoopbackLink(lambda m, state: ClientHost(config, m, stream=stream, state=state), 2, persist=True)
-    net = NetworkVFL(config, link, stream=stream, record_sizes=True)
-    net.run()
-    reports = net.finish(models=True)
-    assert_same_as_simulator(engine, {"server": net.server.model.parameters()} | {
-        f"client{r['client']}": r["params"] for r in reports})
+    net, reports = loopback_run(config)
+    assert_same_as_simulator(engine, party_models(net, reports))
     assert net.transport.sizes == sizes
     got = net.summary()
     assert got["bytes"] == summary["bytes"] and got["activation_rate"] == summary["activation_rate"]
     assert got["accumulated_error"] == summary["accumulated_error"]
     assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
+    assert got["exchanges"] == 300 + 2  # one round trip per event (queries ride ahead), plus setup and finish
+
+
+def test_slr_window_over_an_in_process_link_equals_the_simulator(tmp_path):
+    """SLR sends l rows per message and its queries' row count grows with the labels seen."""
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 60) | {"optimizer.name": "slr",
+                                                                           "optimizer.window": 4})
+    engine, sizes, _ = simulate(config)
+    net, reports = loopback_run(config)
+    assert_same_as_simulator(engine, party_models(net, reports))
+    assert net.transport.sizes == sizes
+
+
+@pytest.mark.parametrize("batch", [7, 64])
+def test_event_batching_keeps_the_messages_and_changes_only_the_clients_staleness(tmp_path, batch):
+    """B > 1: the same messages and bytes as the simulator, one round trip per B events; the models
+    differ (clients embed a batch with its start's weights) but still learn; a node rebuilt from
+    its saved state for every request computes exactly what a node kept in memory computes."""
+    # lr 0.01: at the other tests' 0.05 this small problem becomes unstable once embeddings are stale
+    config = load_config(None, overrides(write_idx_mnist(tmp_path), 300) | {"network.batch": batch,
+                                                                            "optimizer.lr": 0.01})
+    engine, sizes, summary = simulate(config)
+    net, reports = loopback_run(config)
+    got = net.summary()
+    assert net.transport.sizes == sizes and got["bytes"] == summary["bytes"]
+    assert got["activation_rate"] == summary["activation_rate"]
+    assert got["exchanges"] == -(-300 // batch) + 2
+    assert model_digest(net.server.model.parameters()) != model_digest(engine.server.model.parameters())
+    assert got["accumulated_error"] < 0.6  # 10 classes: chance is 0.9; B = 1 gives about 0.3
+    assert got["accumulated_error"] < summary["accumulated_error"] + 0.25
+    memory, memory_reports = loopback_run(config, persist=False)
+    assert_same_as_simulator_models(party_models(net, reports), party_models(memory, memory_reports))
+
+
+def assert_same_as_simulator_models(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for party, params in a.items():
+        for x, y in zip(params, b[party], strict=True):
+            np.testing.assert_array_equal(x, y, err_msg=party)
 
 
 def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
     from fedstream.deploy.link import ROUND, Envelope
-    from fedstream.vfl.messages import Gradient
+    from fedstream.vfl.messages import Gradient, Query
 
     config = load_config(None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0})
-    host = ClientHost(config, 0, stream=OnlineVFL(config).stream)
-    assert host.handle(Envelope(ROUND, 0)).payload == b""  # passive: pushes nothing
+    host = ClientHost(config, 0, rows=BlockRows(config, 0))
+    reply = host.handle(Envelope(ROUND, 0, [encode(Query(0, 0))], {"events": 1}))
+    assert reply.info["active"] == [0] and len(reply.parts) == 1  # passive: answers the query
     grad = encode(Gradient(0, 0, np.zeros((1, 8), np.float32)))
-    with pytest.raises(ProtocolError, match="expects none"):
-        host.handle(Envelope(ROUND, 1, grad))
+    with pytest.raises(ProtocolError, match="expected 0 gradient"):
+        host.handle(Envelope(ROUND, 1, [grad, encode(Query(1, 0))], {"events": 1}))
     with pytest.raises(ProtocolError, match="already at round"):
-        host.handle(Envelope(ROUND, 0))
+        host.handle(Envelope(ROUND, 0, [encode(Query(0, 0))], {"events": 1}))
 
 
 # -- on Flower ---------------------------------------------------------------------------------

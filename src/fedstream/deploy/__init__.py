@@ -1,16 +1,17 @@
-"""Deployment: the parties of online VFL in separate processes and machines (issue 10).
+"""Deployment: the parties of online VFL in separate processes and machines (issue 10, docs/deploy.md).
 
 The server's machine runs :class:`~fedstream.deploy.driver.NetworkVFL`, which plays the very same
 :func:`fedstream.vfl.protocol.play_round` as the simulator, with stand-ins for the remote clients
-(:mod:`fedstream.deploy.proxy`). Each client node hosts a real :class:`fedstream.vfl.client.Client`
-(:mod:`fedstream.deploy.host`) fed by its own feature block. Messages cross as the exact bytes of
+(:mod:`fedstream.deploy.proxy`: event batches, validation of every reply, faults). Each client node
+hosts a real :class:`fedstream.vfl.client.Client` (:mod:`fedstream.deploy.host`, :mod:`fedstream.deploy.node`)
+fed by its own feature block (:mod:`fedstream.deploy.rows`). Messages cross as the exact bytes of
 :func:`fedstream.transport.codec.encode`, over a link: in-process (:class:`LoopbackLink`) or Flower
-(:mod:`fedstream.deploy.flower_app`, needs ``pip install 'fedstream[flower]'``).
+(:mod:`fedstream.deploy.gridlink`, :mod:`fedstream.deploy.flower_app`; needs ``pip install 'fedstream[flower]'``).
 """
 
 from fedstream.deploy.driver import NetworkVFL
 from fedstream.deploy.host import ClientHost
-from fedstream.deploy.link import Envelope, LoopbackLink
+from fedstream.deploy.link import Envelope, Failure, LoopbackLink
 from fedstream.deploy.proxy import LinkTransport, RemoteClient
 
-__all__ = ["ClientHost", "Envelope", "LinkTransport", "LoopbackLink", "NetworkVFL", "RemoteClient"]
+__all__ = ["ClientHost", "Envelope", "Failure", "LinkTransport", "LoopbackLink", "NetworkVFL", "RemoteClient"]

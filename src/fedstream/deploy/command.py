@@ -1,11 +1,14 @@
 """``fedstream deploy``: run online VFL's parties as a Flower app.
 
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit]
+    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit] [--secure]
+    fedstream deploy credentials DIR --nodes M [--host NAME ...]
 
 ``app`` writes the folder to give ``flwr run`` (any SuperLink, any machines); ``local`` starts a
 SuperLink and one SuperNode per client on this machine's loopback, runs, prints the summary and
-stops every process it started. Flower is imported only when a subcommand runs, so the rest of the
+stops every process it started (``--secure``: with TLS and SuperNode authentication, from test
+credentials written to ``DIR/credentials``); ``credentials`` writes a test CA, the SuperLink's
+certificate and one key pair per SuperNode (:mod:`fedstream.deploy.credentials`). Flower is imported only when a subcommand runs, so the rest of the
 CLI works without it.
 """
 
@@ -26,11 +29,19 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
     local = actions.add_parser("local", help="SuperLink + one SuperNode per client on 127.0.0.1, then run")
     local.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")
+    local.add_argument("--secure", action="store_true", help="TLS and SuperNode authentication (test credentials)")
+    creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
+    creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
+    creds.add_argument("--nodes", type=int, required=True, help="SuperNodes (one key pair each)")
+    creds.add_argument("--host", action="append", default=[], help="name or IP the SuperNodes use to reach the "
+                       "SuperLink (repeatable; localhost and 127.0.0.1 are always in)")
+    creds.add_argument("--days", type=int, default=30, help="validity of the certificates")
     for p in (app, local):
         p.add_argument("config", nargs="?", default="ovfl-imnist", help="preset name or config file (default ovfl-imnist)")
         p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (repeatable)")
         p.add_argument("--audit", action="store_true", help="also write every party's model and each message's size")
+        p.add_argument("--resume", action="store_true", help="continue from the server's checkpoint in --out")
     app.add_argument("--out", type=Path, help="folder on the server's machine for summary.json")
     local.add_argument("--out", type=Path, required=True, help="folder for summary.json, the app and the logs")
     return deploy
@@ -48,14 +59,14 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
     source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
     sets = [s for s in args.sets if not s.startswith("data.root=")]
     # Flower starts the parties' processes in folders of its own: pin the data root found from here
-    # (a node whose data sits elsewhere gives --node-config "data-root=PATH")
+    # (a node whose data sits elsewhere gives --node-config 'data-root="PATH"')
     root = resolve_data_root(config["data.root"])
     if root.is_dir():
         sets.append(f"data.root={root.resolve()}")
     elif config["data.root"]:
         sets.append(f"data.root={config['data.root']}")
     return {"config": source, "set": " ".join(sets), "out": str(out.resolve()) if out else "",
-            "audit": args.audit}, config
+            "audit": args.audit, "resume": args.resume}, config
 
 
 def cmd_deploy(args) -> int:
@@ -63,6 +74,12 @@ def cmd_deploy(args) -> int:
         from fedstream.deploy.local import LocalDeployment, write_app
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
+    if args.action == "credentials":
+        from fedstream.deploy.credentials import write_credentials
+
+        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
+        print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
+        return 0
     if args.action == "app":
         settings, config = _settings(args, args.out)
         folder = write_app(args.dir, settings)
@@ -72,12 +89,18 @@ def cmd_deploy(args) -> int:
         return 0
     settings, config = _settings(args, args.out)
     app = write_app(args.out / "app", settings)
-    with LocalDeployment(config["vfl.clients"], args.out / "deployment") as deployment:
+    credentials = None
+    if args.secure:
+        from fedstream.deploy.credentials import write_credentials
+
+        credentials = args.out / "credentials"
+        write_credentials(credentials, config["vfl.clients"])
+    with LocalDeployment(config["vfl.clients"], args.out / "deployment", credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
     summary = args.out / "summary.json"
     if not summary.exists():
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
     print(f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
-          f"{s['rounds_per_second']:.3f} events/s; summary in {summary}")
+          f"{s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s); summary in {summary}")
     return 0

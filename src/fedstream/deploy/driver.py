@@ -2,15 +2,25 @@
 
 :class:`NetworkVFL` holds the labels and the top model, and plays
 :func:`fedstream.vfl.protocol.play_round` round after round with :class:`RemoteClient` stand-ins
-and a :class:`LinkTransport`; the clients live on their own nodes behind a link. One round costs
-one request to every node (round t, carrying the previous gradient) plus one request per passive
-client (its query); see :mod:`fedstream.deploy.proxy`.
+and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
+(``network.batch``) cost one request to every node, all nodes in parallel: it carries the
+gradients of the node's previous batch and the queries of the B rounds; see
+:mod:`fedstream.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
+clients compute a batch's embeddings with the weights of the batch's start (see
+:mod:`fedstream.deploy.host`), the server still learns event by event.
+
+A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
+client the server does not query: :class:`NodePadding` stands in for its embedding. A node that
+comes back on a new SuperNode is set up again (``rejoin``) and resumes from its own checkpoint.
+:meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server at batch boundaries.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -18,10 +28,30 @@ from fedstream.data import Stream
 from fedstream.deploy.link import FINISH, SETUP, Link
 from fedstream.deploy.parties import build_server, check_deployable, server_labels
 from fedstream.deploy.proxy import LinkTransport, RemoteClient
-from fedstream.errors import ProtocolError
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
+from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runtime.state import collect, restore
+from fedstream.selection.padding import make_padding
 from fedstream.vfl.engine import CHUNK, feature_blocks, online_summary
+from fedstream.vfl.messages import Query
 from fedstream.vfl.protocol import ComputeClock, play_round
+
+
+class NodePadding:
+    """The server's stand-in for a client node that is down (``network.padding``, see
+    :mod:`fedstream.selection.padding`): its padding is the node's embedding while it is down."""
+
+    def __init__(self, name: str, n_clients: int, embedding: int):
+        self.padding = make_padding(name, n_clients, embedding)
+        self.learns = name != "zero"
+
+    def fill(self, client: int, rows: int) -> np.ndarray:
+        return self.padding.fill(client, rows).astype(np.float32)
+
+    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
+        if self.learns:
+            self.padding.update_rows(row.reshape(self.padding.n_clients, self.padding.dim), real)
 
 
 class NetworkVFL:
@@ -36,7 +66,10 @@ class NetworkVFL:
         source = stream.source
         self.blocks = feature_blocks(source.n_features, M)
         self.server = build_server(config, source.n_features, source.n_classes)
-        self.transport = LinkTransport(link, record_sizes=record_sizes)
+        self.server.stand_in = NodePadding(config["network.padding"], M, config["model.embedding"])
+        self.batch = config["network.batch"]
+        self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
+                                       record_sizes=record_sizes)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         self.metrics = Prequential(config["eval.interval"])
         self.clock = ComputeClock()
@@ -44,18 +77,45 @@ class NetworkVFL:
         self.wall_seconds = 0.0  # playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.t = 0
+        self.run_token = secrets.token_hex(8)  # names the nodes' checkpoints of this run
+        self.rejoins: list[dict] = []  # {"round", "client", "node_round", "dropped_gradients"}
         self.reports: list[dict] = []
         self._labels: tuple[int, np.ndarray] | None = None
+        self._set_up = False
 
-    def setup(self) -> None:
-        """Send the config to every node; check that each holds the block the server expects."""
-        replies = self.transport.flush(SETUP, 0, {"config": json.dumps(self.config)})
+    def _query(self, t: int, m: int) -> Query:
+        """The query the server will send client m in round t of the coming batch: the server's own,
+        with the label count it will have then (rounds before t of the batch not yet played)."""
+        query = self.server.query(t, m)
+        rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
+        return query._replace(rows=rows)
+
+    def setup(self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False) -> set[int]:
+        """Send the config to ``clients`` (default all); keep those whose node holds the block the
+        server expects. A rejoining node resumes from its latest state of this run, a resuming one
+        (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
+        them; the gradients held for a node that comes back at another round are dropped."""
+        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": rejoin or resume}
+        if resume:
+            info["resume"] = self.t
+        replies = self.transport.flush(SETUP, self.t, info, clients)
         for m, reply in replies.items():
             block = self.blocks[m]
             got = (reply.info.get("client"), reply.info.get("block_start"), reply.info.get("block_stop"))
+            node_round = reply.info.get("round")
             if got != (m, block.start, block.stop):
-                raise ProtocolError(f"client node {m} reports client {got[0]} with features {got[1]}:{got[2]}, "
-                                    f"expected client {m} with features {block.start}:{block.stop}")
+                self.transport.fault(m, self.t, SETUP, f"the node reports client {got[0]} with features "
+                                     f"{got[1]}:{got[2]}, expected client {m} with features {block.start}:{block.stop}")
+            elif isinstance(node_round, bool) or not isinstance(node_round, int) or node_round >= self.t:
+                self.transport.fault(m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round "
+                                     f"before {self.t}")
+            else:
+                self.transport.ready.add(m)
+                if rejoin or (resume and node_round != self.t - 1):
+                    dropped = self.transport.forget(m)
+                    self.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
+                                         "dropped_gradients": dropped})
+        return set(replies) & self.transport.ready
 
     def label(self, t: int) -> int:
         chunk = t // CHUNK
@@ -63,44 +123,108 @@ class NetworkVFL:
             self._labels = (chunk, server_labels(self.stream, chunk * CHUNK, CHUNK))
         return int(self._labels[1][t % CHUNK])
 
-    def run(self, rounds: int | None = None, *, on_round=None) -> dict:
-        """Play rounds ``self.t .. rounds-1``, then send the nodes their last gradient; return the summary."""
+    def run(self, rounds: int | None = None, *, on_round=None, checkpoint: Path | None = None) -> dict:
+        """Play rounds ``self.t .. rounds-1`` and return the summary (:meth:`finish` sends the nodes
+        their last gradients). With ``checkpoint``, save there at the first batch boundary past every
+        multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their own state of
+        those boundaries (they are told in the batch's request) for :meth:`load`."""
         end = self.config["rounds"] if rounds is None else rounds
-        if self.t == 0:
+        every = self.config["checkpoint.every"]
+        if not self._set_up:
             tic = time.perf_counter()
-            self.setup()
-            self.setup_seconds = time.perf_counter() - tic
+            self.setup(resume=self.t > 0)
+            self.setup_seconds += time.perf_counter() - tic
+            self._set_up = True
         tic = time.perf_counter()
         x_blocks = [None] * len(self.clients)  # each node reads its own block
         while self.t < end:
-            t = self.t
-            y = self.label(t)
-            active = self.transport.begin_round(t)
-            result = play_round(t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock)
-            self.metrics.update(y, result.prediction)
-            self.active_counts += active
-            if on_round is not None:
-                on_round(t, y, result.prediction)
-            self.t = t + 1
+            if back := self.transport.link.rejoined():
+                self.setup(back, rejoin=True)
+            n = min(self.batch, end - self.t)
+            keep = checkpoint is not None and (self.t + n == end or (every and (self.t + n) // every > self.t // every))
+            self.transport.begin_batch(self.t, n, keep=keep)
+            for _ in range(n):
+                t = self.t
+                y = self.label(t)
+                active, queried = self.transport.begin_round(t)
+                result = play_round(t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock,
+                                    queried)
+                self.metrics.update(y, result.prediction)
+                self.active_counts += active
+                if on_round is not None:
+                    on_round(t, y, result.prediction)
+                self.t = t + 1
+            if keep:
+                self.save(checkpoint, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
         return self.summary()
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _parts(self) -> dict[str, object]:
+        return {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+
+    def save(self, path: Path, *, wall: float = 0.0) -> None:
+        """Write the server party's state at a batch boundary atomically: its model and optimiser,
+        labels window, metrics, byte counts, faults, padding, and the gradients held for the nodes."""
+        tr = self.transport
+        state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
+                                          "padding.value": self.server.stand_in.padding.value,
+                                          "padding.seen": self.server.stand_in.padding.seen}
+        outbox = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held}
+        meta = {"round": self.t, "config": self.config, "run": self.run_token, "clock": [self.clock.client,
+                self.clock.server], "wall_seconds": self.wall_seconds + wall, "setup_seconds": self.setup_seconds,
+                "faults": tr.faults, "rejoins": self.rejoins, "exchanges": tr.exchanges, "wire_bytes": tr.wire_bytes,
+                "last_gradient": {str(m): r for m, r in tr._last_gradient.items()}}
+        save_checkpoint(Path(path), state | outbox, meta)
+
+    def load(self, path: Path) -> None:
+        """Continue from :meth:`save`'s checkpoint (same configuration, ``rounds`` may grow). The
+        nodes are set up again with ``resume``: each goes back to its own state of that boundary."""
+        state, meta = load_checkpoint(Path(path))
+        changed = [k for k, v in meta["config"].items() if k not in ("rounds", "checkpoint.every")
+                   and self.config.get(k) != v]
+        if changed:
+            raise ConfigError(f"{path}: cannot resume with a different configuration ({', '.join(changed)})")
+        if meta["round"] > self.config["rounds"]:
+            raise ConfigError(f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}")
+        try:
+            restore(self._parts(), state)
+            tr = self.transport
+            self.active_counts[:] = state["active_counts"]
+            tr.missed[:] = state["missed"]
+            self.server.stand_in.padding.value[...] = state["padding.value"]
+            self.server.stand_in.padding.seen[...] = state["padding.seen"]
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+        tr._outbox = {}
+        for key in sorted((k for k in state if k.startswith("outbox.")), key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            _, m, r = key.split(".")
+            tr._outbox.setdefault(int(m), []).append((int(r), state[key].tobytes()))
+        tr._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
+        tr.faults, self.rejoins = meta["faults"], meta["rejoins"]
+        tr.exchanges, tr.wire_bytes = meta["exchanges"], meta["wire_bytes"]
+        self.t, self.run_token = int(meta["round"]), meta["run"]
+        self.clock.client, self.clock.server = meta["clock"]
+        self.wall_seconds, self.setup_seconds = float(meta["wall_seconds"]), float(meta["setup_seconds"])
+        self._set_up = False
 
     def finish(self, *, models: bool = False) -> list[dict]:
         """Deliver the last gradients and collect each node's report (its model too if ``models``).
 
         Each node counts the bytes it received and sent; they must equal the server's counts.
         """
-        replies = self.transport.flush(FINISH, self.t - 1, {"models": models})
+        replies = self.transport.flush(FINISH, self.t - 1, {"models": models}, self.transport.ready)
         self.reports = []
-        for m in range(len(self.clients)):
-            info, ledger = replies[m].info, self.transport.ledger
+        faulty = {f["client"] for f in self.transport.faults}
+        for m, reply in sorted(replies.items()):
+            info, ledger = reply.info, self.transport.ledger
             mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
             theirs = (info.get("up"), info.get("down"), info.get("messages"))
-            if mine != theirs:
+            if mine != theirs and m not in faulty:  # after a fault the two ends differ by the lost messages
                 raise ProtocolError(f"client {m} counted (up, down, messages) = {theirs}, the server {mine}")
-            report = dict(info)
+            report = dict(info, server_counted=list(mine))
             if models:
-                report["params"] = [replies[m].arrays[f"param{i}"] for i in range(len(replies[m].arrays))]
+                report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             self.reports.append(report)
         return self.reports
 
@@ -108,5 +232,10 @@ class NetworkVFL:
         return online_summary(self) | {
             "setup_seconds": self.setup_seconds,
             "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
+            "faults": self.transport.faults,
+            "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
+            "rejoins": self.rejoins,
+            "network_batch": self.batch,
+            "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
             "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
         }

@@ -4,27 +4,28 @@ Tested with ``flwr==1.41.0`` (``pip install 'fedstream[flower]'``), Message API:
 
 * :func:`make_server_app` returns a ``ServerApp`` whose main function finds the client nodes, sends
   them the run's config and runs :class:`fedstream.deploy.driver.NetworkVFL` over a
-  :class:`GridLink`: every request of the protocol is one Flower ``Message`` to one node
-  (``message_type = "train.<kind>"``), pushed with ``grid.push_messages`` and collected with
-  ``grid.pull_messages`` (polled every ``poll-seconds``; ``grid.send_and_receive`` sleeps 3 s
-  between polls).
+  :class:`~fedstream.deploy.gridlink.GridLink`: every request of the protocol is one Flower
+  ``Message`` to one node (``message_type = "train.<kind>"``).
 * :func:`make_client_app` returns a ``ClientApp`` that answers ``query.hello`` with its client
   index (``--node-config "client-index=M"``; the simulation runtime's ``partition-id`` also works)
-  and ``train.setup|round|query|finish`` with a :class:`fedstream.deploy.host.ClientHost`. Flower
+  and ``train.setup|round|finish`` with a :class:`fedstream.deploy.host.ClientHost`. Flower
   runs each message in a fresh ClientApp process, so the host is rebuilt from ``context.state``
-  (an ``ArrayRecord``) and saved back after every message.
+  (an ``ArrayRecord``) and saved back after every message, and the node's feature block is read
+  from its cache folder (:mod:`fedstream.deploy.rows`) instead of rebuilding the stream. The node
+  also keeps checkpoints there (:mod:`fedstream.deploy.node`): a SuperNode that crashed and
+  restarts has lost Flower's ``context.state`` and resumes from them.
 
-Payload layout of a ``RecordDict``: ``"fedstream"`` is a ``ConfigRecord`` with ``kind`` (str),
-``round`` (int) and ``payload`` (bytes: one message exactly as
-:func:`fedstream.transport.codec.encode` made it, or empty); optional ``"info"`` (``ConfigRecord``,
-control data) and ``"arrays"`` (``ArrayRecord``, only the final report of an audited run).
+Records and the server's link: :mod:`fedstream.deploy.gridlink`.
 
 Settings (the app's ``[tool.flwr.app.config]``, overridable with ``flwr run --run-config``):
 ``config`` (preset name or config file on the server's machine), ``set`` (space-separated
 ``KEY=VALUE`` overrides), ``out`` (folder on the server's machine for ``summary.json``),
 ``audit`` (also write every party's model and each message's size), ``data-root``,
-``poll-seconds``, ``reply-timeout``, ``node-timeout``. Node settings (``--node-config``):
-``client-index``, ``data-root``.
+``poll-seconds``, ``reply-timeout`` (seconds before a node that has not answered a request is
+treated as down for it), ``node-timeout`` (seconds to wait for the nodes at the start),
+``resume`` (continue from ``out/checkpoint.npz``, which the server writes every ``checkpoint.every``
+rounds and at the end, and each node from its own state of that round). Node settings (``--node-config``):
+``client-index``, ``data-root``, ``cache-dir`` (the node's feature-block cache; ``none``: no cache).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ import numpy as np
 from fedstream.config import load_config
 from fedstream.config.loader import parse_override
 from fedstream.deploy.driver import NetworkVFL
-from fedstream.deploy.host import ClientHost, model_digest
-from fedstream.deploy.link import KINDS, SETUP, Envelope
-from fedstream.deploy.parties import check_deployable, party_stream
-from fedstream.errors import ConfigError, ProtocolError
+from fedstream.deploy.host import model_digest
+from fedstream.deploy.link import KINDS
+from fedstream.deploy.node import NodeMemory, handle_on_node
+from fedstream.deploy.parties import check_deployable, server_stream
+from fedstream.deploy.rows import BlockRows, default_cache_dir
+from fedstream.errors import ConfigError
 
 # Flower reports usage to its servers and checks for updates unless told not to; a library that
 # imports it should not phone home on its users' behalf. Set these to "1" / "0" to opt back in.
@@ -53,137 +56,36 @@ try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
+
+    from fedstream.deploy.gridlink import TIMING, GridLink, from_record, to_record
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("fedstream.deploy.flower_app needs Flower: pip install 'fedstream[flower]' "
                       "(tested with flwr==1.41.0)") from exc
 
 FLWR_VERSION = "1.41.0"  # the version this module is tested with
 READY_AT = time.time()  # when this process had imported Flower and fedstream (for timings)
-MAX_PAYLOAD = 64 * 2**20  # bytes; a larger payload is refused before decoding
-HELLO = "query.hello"
+
+
+def process_started_at() -> float:
+    """When this process started (epoch seconds; Linux /proc, else NaN): a ClientApp's start-up
+    time is READY_AT minus this."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime, in clock ticks since boot
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return float("nan")
+
+
+STARTED_AT = process_started_at()
 STATE, CONFIG = "fedstream.state", "fedstream.config"  # keys of a node's context.state
-TIMING = "timing."  # info keys of a reply that time the ClientApp (stripped by GridLink)
 
 SETTINGS = {  # run-config key -> default
     "config": "ovfl-imnist", "set": "", "out": "", "audit": False, "data-root": "",
-    "poll-seconds": 0.005, "reply-timeout": 600.0, "node-timeout": 120.0,
+    "poll-seconds": 0.005, "reply-timeout": 120.0, "node-timeout": 120.0, "resume": False,
 }
-
-
-# -- envelopes <-> records ---------------------------------------------------------------------
-def to_record(env: Envelope) -> RecordDict:
-    records = {"fedstream": ConfigRecord({"kind": env.kind, "round": int(env.round), "payload": bytes(env.payload)})}
-    if env.info:
-        records["info"] = ConfigRecord(dict(env.info))
-    if env.arrays:
-        records["arrays"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in env.arrays.items()})
-    return RecordDict(records)
-
-
-def from_record(content: RecordDict, where: str) -> Envelope:
-    """Parse and check a received RecordDict (``where`` names the sender for error messages)."""
-    head = content.get("fedstream") if content is not None else None
-    if not isinstance(head, ConfigRecord):
-        raise ProtocolError(f"{where}: expected a RecordDict with a 'fedstream' ConfigRecord, "
-                            f"received {type(head).__name__ if head is not None else 'none'}")
-    kind, rnd, payload = head.get("kind"), head.get("round"), head.get("payload")
-    if kind not in KINDS:
-        raise ProtocolError(f"{where}: expected kind in {KINDS}, received {kind!r}")
-    if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 0:
-        raise ProtocolError(f"{where}: expected a round >= 0, received {rnd!r}")
-    if not isinstance(payload, bytes):
-        raise ProtocolError(f"{where}: expected bytes in 'payload', received {type(payload).__name__}")
-    if len(payload) > MAX_PAYLOAD:
-        raise ProtocolError(f"{where}: payload of {len(payload)} bytes exceeds the {MAX_PAYLOAD}-byte limit")
-    info = dict(content["info"]) if isinstance(content.get("info"), ConfigRecord) else {}
-    arrays = ({k: np.array(v.numpy()) for k, v in content["arrays"].items()}
-              if isinstance(content.get("arrays"), ArrayRecord) else {})
-    return Envelope(kind, rnd, payload, info, arrays)
-
-
-# -- server side -------------------------------------------------------------------------------
-class GridLink:
-    """A :class:`~fedstream.deploy.link.Link` over a Flower ``Grid``: client index -> node ID."""
-
-    def __init__(self, grid: Grid, nodes: list[int], *, poll: float = 0.005, timeout: float = 600.0):
-        self.grid, self.nodes, self.poll, self.timeout = grid, nodes, poll, timeout
-        self.n_clients = len(nodes)
-        self.messages = 0
-        # per reply: seconds from push to the ClientApp process being ready, to its handler starting,
-        # in the handler, and from the handler's end to the reply being pulled here
-        self.timings: list[tuple[float, float, float, float]] = []
-        self._pulled_at: dict[int, float] = {}
-
-    @classmethod
-    def connect(cls, grid: Grid, n_clients: int, *, poll: float = 0.005, timeout: float = 600.0,
-                node_timeout: float = 120.0) -> "GridLink":
-        """Wait for ``n_clients`` nodes, ask each its client index and map indices to nodes."""
-        deadline = time.monotonic() + node_timeout
-        while len(nodes := sorted(grid.get_node_ids())) < n_clients:
-            if time.monotonic() > deadline:
-                raise ProtocolError(f"{len(nodes)} SuperNodes connected within {node_timeout} s, vfl.clients = "
-                                    f"{n_clients} needed (start one per client with --node-config \"client-index=M\")")
-            time.sleep(0.2)
-        link = cls(grid, nodes, poll=poll, timeout=timeout)
-        replies = link._send({node: (HELLO, RecordDict()) for node in nodes})
-        index_of = {}
-        for node, msg in replies.items():
-            index = msg.content["fedstream"].get("client") if "fedstream" in msg.content else None
-            if not isinstance(index, int) or isinstance(index, bool):
-                raise ProtocolError(f"SuperNode {node} did not report a client index; got {index!r}")
-            index_of[node] = index
-        wanted = list(range(n_clients))
-        if sorted(index_of.values()) != wanted:
-            raise ProtocolError(f"the SuperNodes report client indices {sorted(index_of.values())}, expected {wanted} "
-                                f"(one SuperNode per client, --node-config \"client-index=M\")")
-        link.nodes = [node for node, _ in sorted(index_of.items(), key=lambda kv: kv[1])]
-        return link
-
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope]:
-        sent = {self.nodes[m]: (f"train.{env.kind}", to_record(env)) for m, env in requests.items()}
-        pushed = time.time()
-        replies = self._send(sent, group=str(next(iter(requests.values())).round))
-        client_of = {node: m for m, node in enumerate(self.nodes)}
-        out = {}
-        for node, msg in replies.items():
-            env = from_record(msg.content, f"client {client_of[node]} (node {node})")
-            ready, start, end = (env.info.pop(TIMING + k, None) for k in ("ready", "start", "end"))
-            if None not in (ready, start, end):
-                self.timings.append((max(ready, pushed) - pushed, start - max(ready, pushed), end - start,
-                                     self._pulled_at[node] - end))
-            out[client_of[node]] = env
-        return out
-
-    def _send(self, requests: dict[int, tuple[str, RecordDict]], group: str = "") -> dict[int, Message]:
-        """Push one message per node, poll until every node replied; node ID -> reply."""
-        msgs = [Message(content, dst_node_id=node, message_type=mtype, group_id=group)
-                for node, (mtype, content) in requests.items()]
-        ids = list(self.grid.push_messages(msgs))
-        if len(ids) != len(msgs):
-            raise ProtocolError(f"the SuperLink accepted {len(ids)} of {len(msgs)} messages")
-        self.messages += len(msgs)
-        node_of = dict(zip(ids, requests))
-        waiting, replies = set(ids), {}
-        deadline = time.monotonic() + self.timeout
-        while waiting:
-            for reply in self.grid.pull_messages(list(waiting)):
-                mid = reply.metadata.reply_to_message_id
-                if mid not in waiting:
-                    continue
-                waiting.discard(mid)
-                node = node_of[mid]
-                if reply.has_error():
-                    raise ProtocolError(f"SuperNode {node}: the ClientApp failed: {reply.error.reason}")
-                if reply.metadata.src_node_id != node:
-                    raise ProtocolError(f"reply to node {node} came from node {reply.metadata.src_node_id}")
-                replies[node] = reply
-                self._pulled_at[node] = time.time()
-            if waiting:
-                if time.monotonic() > deadline:
-                    late = sorted(node_of[i] for i in waiting)
-                    raise ProtocolError(f"no reply within {self.timeout} s from SuperNode(s) {late}")
-                time.sleep(self.poll)
-        return replies
 
 
 def resolve_settings(run_config: dict, defaults: dict | None = None) -> dict:
@@ -203,12 +105,16 @@ def resolve_config(settings: dict) -> dict:
     return load_config(settings["config"] or None, dict(overrides))
 
 
+TIMINGS = ("delivery_and_process_start", "process_imports", "ready_to_handler", "handler", "reply_to_server")
+
+
 def timing_summary(link: GridLink) -> dict:
-    """Mean seconds per reply in each stretch of a Flower round trip (see GridLink.timings)."""
-    names = ("push_to_process_ready", "ready_to_handler", "handler", "handler_end_to_pulled")
-    t = np.array(link.timings) if link.timings else np.zeros((0, 4))
-    return {"flower_messages": link.messages, "replies_timed": len(t)} | {
-        f"mean_{n}_seconds": float(t[:, i].mean()) if len(t) else float("nan") for i, n in enumerate(names)}
+    """Mean seconds per reply in each stretch of a Flower round trip (see GridLink.timings), and
+    the bytes of Flower's serialised messages."""
+    t = np.array(link.timings) if link.timings else np.zeros((0, len(TIMINGS)))
+    return {"flower_messages": link.messages, "replies_timed": len(t), "message_bytes_down": link.bytes_down,
+            "message_bytes_up": link.bytes_up} | {
+        f"mean_{n}_seconds": float(t[:, i].mean()) if len(t) else float("nan") for i, n in enumerate(TIMINGS)}
 
 
 def write_outputs(out: Path, net: NetworkVFL, link: GridLink, *, audit: bool) -> None:
@@ -234,12 +140,16 @@ def make_server_app(**defaults) -> ServerApp:
         settings = resolve_settings(dict(context.run_config), defaults)
         config = resolve_config(settings)
         check_deployable(config)
-        stream = party_stream(config, settings["data-root"] or None)
+        stream = server_stream(config, settings["data-root"] or None)  # labels only
         link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
                                 timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
         net = NetworkVFL(config, link, stream=stream, record_sizes=bool(settings["audit"]))
+        checkpoint = Path(settings["out"]) / "checkpoint.npz" if settings["out"] else None
+        if settings["resume"] and checkpoint is not None and checkpoint.exists():
+            net.load(checkpoint)
+            print(f"fedstream: resuming at round {net.t} from {checkpoint}", flush=True)
         print(f"fedstream: {config['rounds']} rounds with {config['vfl.clients']} client nodes", flush=True)
-        net.run()
+        net.run(checkpoint=checkpoint)
         net.finish(models=bool(settings["audit"]))
         s = net.summary()
         print(f"fedstream: done, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload "
@@ -262,27 +172,34 @@ def client_index(node_config: dict) -> int:
     raise ConfigError("this SuperNode has no client index: start it with --node-config \"client-index=M\"")
 
 
+def node_rows(config: dict, index: int, node_config: dict) -> BlockRows:
+    """This node's feature block, cached in its ``cache-dir`` (see :mod:`fedstream.deploy.rows`)."""
+    cache = str(node_config.get("cache-dir", "")) or str(default_cache_dir())
+    return BlockRows(config, index, data_root=str(node_config.get("data-root", "")) or None,
+                     cache_dir=None if cache == "none" else Path(cache))
+
+
+def node_store(node_config: dict) -> Path | None:
+    """The node's cache folder, where it keeps its checkpoints (None: ``cache-dir="none"``)."""
+    cache = str(node_config.get("cache-dir", "")) or str(default_cache_dir())
+    return None if cache == "none" else Path(cache)
+
+
 def _handle(msg: Message, context: Context) -> Message:
     start = time.time()
     index = client_index(context.node_config)
     env = from_record(msg.content, f"message to client {index}")
-    if env.kind == SETUP:
-        text = env.info.get("config")
-        if not isinstance(text, str):
-            raise ProtocolError(f"client {index}: setup carries no config")
-        config, state = json.loads(text), None
-        check_deployable(config)
-        context.state[CONFIG] = ConfigRecord({"json": text})
-    else:
-        if CONFIG not in context.state or STATE not in context.state:
-            raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
-        config = json.loads(context.state[CONFIG]["json"])
-        state = {k: np.array(v.numpy()) for k, v in context.state[STATE].items()}
-    stream = party_stream(config, str(context.node_config.get("data-root", "")) or None)
-    host = ClientHost(config, index, stream=stream, state=state)
-    reply = host.handle(env)
-    context.state[STATE] = ArrayRecord({k: Array(v) for k, v in host.state_dict().items()})
-    reply.info |= {TIMING + "ready": READY_AT, TIMING + "start": start, TIMING + "end": time.time()}
+    memory = None
+    if CONFIG in context.state and STATE in context.state:
+        head = context.state[CONFIG]
+        memory = NodeMemory(str(head["json"]), str(head["run"]),
+                            {k: np.array(v.numpy()) for k, v in context.state[STATE].items()})
+    reply, memory = handle_on_node(env, index, memory, store=node_store(context.node_config),
+                                   rows=lambda config, m: node_rows(config, m, context.node_config))
+    context.state[CONFIG] = ConfigRecord({"json": memory.config, "run": memory.run})
+    context.state[STATE] = ArrayRecord({k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()})
+    reply.info |= {TIMING + "born": STARTED_AT, TIMING + "ready": READY_AT, TIMING + "start": start,
+                   TIMING + "end": time.time()}
     return Message(to_record(reply), reply_to=msg)
 
 
@@ -299,4 +216,4 @@ def make_client_app() -> ClientApp:
     return app
 
 
-__all__ = ["FLWR_VERSION", "GridLink", "from_record", "make_client_app", "make_server_app", "to_record"]
+__all__ = ["FLWR_VERSION", "make_client_app", "make_server_app"]

@@ -5,11 +5,20 @@
 :class:`~fedstream.vfl.client.Client`, and encodes what the client answers. It counts the bytes it
 receives and sends in its own ledger, so both ends of every link count.
 
+One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.link`).
+For each event, in order, the host observes the node's feature block, decides from it alone
+whether the event activates the node, and computes the embedding: pushed when activated, the
+answer to the server's query when passive. Both are computed with the weights the node has at
+the start of the batch, because the gradients of the batch come back with the next request.
+There they are applied in round order, each through the forward state of its own event, and a
+passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
+in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
+client's skip and an activated client's step happen before its next observation either way.
+
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
 each message in a fresh ClientApp process): the state holds the client's model, optimiser window
-and input window, the round it is at, whether it waits for a gradient, and its byte counts. The
-forward pass an activated client keeps for its backward pass is not saved; it is recomputed from
-the restored weights and inputs, which gives the same numbers.
+and input window, the round it is at, the events of the last batch with the forward state of the
+activated ones (copied: the model reuses its buffers), and its byte counts.
 """
 
 from __future__ import annotations
@@ -18,13 +27,14 @@ import hashlib
 
 import numpy as np
 
-from fedstream.data import Stream
-from fedstream.deploy.link import FINISH, QUERY, ROUND, SETUP, Envelope
-from fedstream.deploy.parties import build_activation, build_client, client_rows, own_activation
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.parties import build_activation, build_client, own_activation
+from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
 from fedstream.transport.codec import decode, encode
-from fedstream.vfl.engine import feature_blocks
-from fedstream.vfl.messages import Gradient, Message, Query
+from fedstream.vfl.messages import Embedding, Gradient, Message, Query
+
+MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
 
 
 def model_digest(params: list[np.ndarray]) -> str:
@@ -37,36 +47,40 @@ def model_digest(params: list[np.ndarray]) -> str:
 
 
 class ClientHost:
-    """Client party ``index`` of a run, fed its own feature block of ``stream``."""
+    """Client party ``index`` of a run, fed its own feature block by ``rows``."""
 
-    def __init__(self, config: dict, index: int, *, stream: Stream, state: dict[str, np.ndarray] | None = None):
-        self.config, self.index, self.stream = config, index, stream
-        n_features, M = stream.source.n_features, config["vfl.clients"]
-        self.block = feature_blocks(n_features, M)[index] if 0 <= index < M else None
-        self.client = build_client(config, index, n_features)  # validates the index
+    def __init__(self, config: dict, index: int, *, rows: BlockRows, state: dict[str, np.ndarray] | None = None):
+        self.config, self.index, self.rows = config, index, rows
+        if rows.index != index:
+            raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
+        self.client = build_client(config, index, rows.n_features)  # validates the index
         self.activation = build_activation(config)
         self.round = -1  # last round observed
-        self.awaiting_gradient = False  # activated in self.round and no gradient applied yet
+        # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
+        self.pending: list[tuple[int, bool]] = []
+        self.acts: dict[int, list[np.ndarray]] = {}  # round -> forward state of an activated event
         self.up = self.down = self.messages = 0
         if state is not None:
             self.load_state_dict(state)
+
+    @property
+    def awaiting(self) -> list[int]:
+        """Rounds whose gradient this node waits for."""
+        return [t for t, active in self.pending if active]
 
     # -- requests ----------------------------------------------------------------------------
     def handle(self, env: Envelope) -> Envelope:
         """Answer one request from the server."""
         if env.kind == SETUP:
-            return Envelope(SETUP, env.round, info={"client": self.index, "n_features": self.stream.source.n_features,
-                                                    "block_start": self.block.start, "block_stop": self.block.stop})
+            self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
+            return Envelope(SETUP, env.round, info={"client": self.index, "round": self.round,
+                                                    "n_features": self.rows.n_features,
+                                                    "block_start": self.rows.block.start,
+                                                    "block_stop": self.rows.block.stop})
         if env.kind == ROUND:
-            return self._on_round(env)
-        if env.kind == QUERY:
-            query = self._receive(env.payload, Query)
-            if query.round != self.round or self.awaiting_gradient:
-                raise ProtocolError(f"client {self.index}: query for round {query.round}, but it is at round "
-                                    f"{self.round}{' and was activated' if self.awaiting_gradient else ''}")
-            return Envelope(QUERY, query.round, self._send(self.client.on_query(query)))
+            return self._on_batch(env)
         if env.kind == FINISH:
-            self._deliver(env.payload)
+            self._deliver(self._gradients(env.parts, self._grad_rounds(env, len(env.parts))))
             params = self.client.model.parameters()
             info = {"client": self.index, "round": self.round, "up": self.up, "down": self.down,
                     "messages": self.messages, "digest": model_digest(params)}
@@ -74,40 +88,100 @@ class ClientHost:
             return Envelope(FINISH, self.round, info=info, arrays=arrays)
         raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
 
-    def _on_round(self, env: Envelope) -> Envelope:
-        t = env.round
-        if t <= self.round:
-            raise ProtocolError(f"client {self.index}: request for round {t}, but it is already at round {self.round}")
-        self._deliver(env.payload)
-        rows = client_rows(self.stream, t, 1, self.block)
-        self.client.observe(t, rows[0])
-        self.round = t
-        if own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows):
-            self.awaiting_gradient = True
-            return Envelope(ROUND, t, self._send(self.client.on_event(t)))
-        return Envelope(ROUND, t)  # passive: nothing to push; the server will query
+    def _on_batch(self, env: Envelope) -> Envelope:
+        """Check the whole request first (nothing changes if it is malformed), then play the batch."""
+        t0, n = env.round, env.info.get("events")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
+            raise ProtocolError(f"client {self.index}: a round request needs info 'events' between 1 and "
+                                f"{MAX_BATCH}, received {n!r}")
+        if t0 <= self.round:
+            raise ProtocolError(f"client {self.index}: request for round {t0}, but it is already at round {self.round}")
+        rounds = self._grad_rounds(env, len(env.parts) - n)
+        g = len(rounds)
+        if len(env.parts) != g + n:
+            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n} queries in the request for "
+                                f"round {t0}, received {len(env.parts)} messages")
+        grads = self._gradients(env.parts[:g], rounds)
+        queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(env.parts[g:])]
+        self._deliver(grads)
+        rows = self.rows.rows(t0, n)
+        embeddings, active = [], []
+        for i in range(n):
+            t = t0 + i
+            self.client.observe(t, rows[i])
+            self.round = t
+            if own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1]):
+                msg = self.client.on_event(t)
+                self.acts[t] = [np.array(a, copy=True) for a in self.client._acts]  # buffers are reused
+                active.append(1)
+            else:
+                self._count_down(env.parts[g + i])  # the query is used: it counts
+                msg = self._answer(queries[i])
+                active.append(0)
+            embeddings.append(self._send(msg))
+            self.pending.append((t, bool(active[-1])))
+        return Envelope(ROUND, t0, embeddings, info={"active": active})
 
-    def _deliver(self, payload: bytes) -> None:
-        """Apply the gradient of the previous round, if one rides on this request."""
-        if not payload:
-            if self.awaiting_gradient:
-                raise ProtocolError(f"client {self.index}: activated in round {self.round} but no gradient arrived")
-            return
-        grad = self._receive(payload, Gradient)
-        if not self.awaiting_gradient or grad.round != self.round:
-            raise ProtocolError(f"client {self.index}: gradient for round {grad.round}, but it "
-                                f"{'is waiting for round ' + str(self.round) if self.awaiting_gradient else 'expects none'}")
-        self.client.on_gradient(grad)
-        self.awaiting_gradient = False
+    def _answer(self, query: Query) -> Embedding:
+        """A passive event's embedding, as :meth:`Client.on_query` computes it; its optimiser
+        skip waits for the event's place in the next request (see the module doc)."""
+        out, _ = self.client.model.forward(self.client.inputs.rows())
+        if query.rows != out.shape[0]:
+            raise ProtocolError(f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
+                                f"its window holds {out.shape[0]}")
+        return Embedding(round=query.round, client=self.index, values=out)
 
-    def _receive(self, data: bytes, kind: type) -> Message:
-        msg = decode(data)  # validates header, length and finiteness
-        if type(msg) is not kind or msg.client != self.index:
-            raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, "
-                                f"received a {type(msg).__name__} for client {msg.client}")
+    def _grad_rounds(self, env: Envelope, most: int) -> list[int]:
+        """The rounds of the gradients that lead the request's parts (``info["grad_rounds"]``)."""
+        rounds = env.info.get("grad_rounds", [])
+        if (not isinstance(rounds, list) or len(rounds) > max(most, 0)
+                or any(isinstance(r, bool) or not isinstance(r, int) for r in rounds)):
+            raise ProtocolError(f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
+                                f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300])
+        return rounds
+
+    def _gradients(self, parts: list[bytes], rounds: list[int]) -> dict[int, tuple[Gradient, bytes]]:
+        """Decode and check the gradients of rounds ``rounds`` (activated events this node waits for)."""
+        awaiting = self.awaiting
+        if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
+            raise ProtocolError(f"client {self.index}: gradients for rounds {rounds}, but it waits for rounds "
+                                f"{awaiting}"[:300])
+        out = {}
+        for t, data in zip(rounds, parts, strict=True):
+            grad = self._decode(data, Gradient, t)
+            want = self.acts[t][-1].shape
+            if grad.values.shape != want:
+                raise ProtocolError(f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
+                                    f"its embedding had {want}")
+            out[t] = (grad, data)
+        return out
+
+    def _deliver(self, grads: dict[int, tuple[Gradient, bytes]]) -> None:
+        """Apply the last batch's gradients and skips in round order. An activated event whose
+        gradient is not in ``grads`` was lost with a failed request: it counts as a skip too."""
+        for t, active in self.pending:
+            if not active or t not in grads:
+                self.client.optimizer.skip()
+                self.acts.pop(t, None)
+                continue
+            grad, data = grads[t]
+            self._count_down(data)
+            self.client._round, self.client._acts = t, self.acts.pop(t)
+            self.client.on_gradient(grad)
+        self.client._round = self.round
+        self.pending = []
+
+    def _decode(self, data: bytes, kind: type, t: int) -> Message:
+        """Decode (header, length, finite values) and check type, recipient and round."""
+        msg = decode(data)
+        if type(msg) is not kind or msg.client != self.index or msg.round != t:
+            raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
+                                f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}")
+        return msg
+
+    def _count_down(self, data: bytes) -> None:
         self.down += len(data)
         self.messages += 1
-        return msg
 
     def _send(self, msg: Message) -> bytes:
         data = encode(msg)
@@ -117,14 +191,22 @@ class ClientHost:
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        meta = [self.round, int(self.awaiting_gradient), self.up, self.down, self.messages]
-        return {f"client.{k}": v for k, v in self.client.state_dict().items()} | {"host": np.array(meta, np.int64)}
+        meta = np.array([self.round, self.up, self.down, self.messages], np.int64)
+        pending = np.array(self.pending, np.int64).reshape(-1, 2)
+        acts = {f"acts.{t}.{j}": a for t, layers in self.acts.items() for j, a in enumerate(layers)}
+        return {f"client.{k}": v for k, v in self.client.state_dict().items()} | {
+            "host": meta, "pending": pending} | acts
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.client.load_state_dict({k[len("client."):]: v for k, v in state.items() if k.startswith("client.")})
-        self.round, awaiting, self.up, self.down, self.messages = (int(v) for v in state["host"])
-        self.awaiting_gradient = bool(awaiting)
+        self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
+        self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
+        self.acts = {}
+        for key in sorted((k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            _, t, _ = key.split(".")
+            self.acts.setdefault(int(t), []).append(np.array(state[key]))
+        if sorted(self.acts) != self.awaiting:
+            raise ProtocolError(f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
+                                f"expected {self.awaiting}")
         # Client.state_dict() leaves out the round, which only guards the order of messages
         self.client._round = self.round
-        if self.awaiting_gradient:  # recompute the forward state kept for the backward pass
-            self.client.on_event(self.round)

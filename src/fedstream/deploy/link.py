@@ -1,32 +1,40 @@
 """What travels between the server's machine and a client node, whatever carries it.
 
-An :class:`Envelope` is one request (server -> client node) or its reply. Its ``payload`` is a
-fedstream message exactly as :func:`fedstream.transport.codec.encode` made it, or empty; these are
-the bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
-algorithm's traffic (the config at setup, the final report). A *link* moves envelopes:
-:class:`LoopbackLink` inside one process (tests, and the overhead-free baseline of a benchmark),
-``fedstream.deploy.flower_app.GridLink`` over Flower.
+An :class:`Envelope` is one request (server -> client node) or its reply. Its ``parts`` are
+fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them; these are the
+bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
+algorithm's traffic (the config at setup, which events a batch activated, the final report). A
+*link* moves envelopes: :class:`LoopbackLink` inside one process (tests, and the overhead-free
+baseline of a benchmark), :class:`fedstream.deploy.gridlink.GridLink` over Flower.
 
 Kinds of request:
 
 * ``setup``: the run's config; the node builds its party.
-* ``round``: round t has arrived. The payload is the gradient of the node's previous round when
-  it was activated then (it rides along instead of costing a message of its own). The reply
-  carries the node's embedding when the event activates it, nothing when it is passive.
-* ``query``: the server's Query for a passive client; the reply carries the embedding.
-* ``finish``: the last pending gradient; the reply reports the node's byte counts and a digest of
-  its model (the model itself only when asked, for tests: VFL parties keep their models).
+* ``round``: rounds ``round .. round + info["events"] - 1`` have arrived (a batch of
+  ``network.batch`` events, B). Its parts are first the gradients of the node's activated
+  events of the previous batch, in round order (they ride along instead of costing messages of
+  their own), then the server's Query of every event of the batch, in round order: the server
+  queries every passive client (:func:`fedstream.vfl.protocol.play_round`), so the node answers
+  at once when an event leaves it passive, and the query of an activated event goes unused (it
+  is not counted as payload). The reply holds one Embedding per event, in round order, and
+  ``info["active"]``, which events activated the node: one round trip per batch.
+* ``finish``: the last pending gradients; the reply reports the node's byte counts and a digest
+  of its model (the model itself only when asked, for tests: VFL parties keep their models).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
-SETUP, ROUND, QUERY, FINISH = "setup", "round", "query", "finish"
-KINDS = (SETUP, ROUND, QUERY, FINISH)
+from fedstream.errors import ProtocolError
+
+SETUP, ROUND, FINISH = "setup", "round", "finish"
+KINDS = (SETUP, ROUND, FINISH)
 
 
 @dataclass
@@ -35,9 +43,17 @@ class Envelope:
 
     kind: str
     round: int
-    payload: bytes = b""
-    info: dict = field(default_factory=dict)  # str -> int | float | str | bool | bytes
+    parts: list[bytes] = field(default_factory=list)  # encoded fedstream messages
+    info: dict = field(default_factory=dict)  # str -> int | float | str | bool | bytes, or a list of one of them
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Failure:
+    """What a link returns instead of a node's reply: the node failed, timed out, or sent something
+    that is not a well-formed reply (``reason`` says which; the server logs it and goes on)."""
+
+    reason: str
 
 
 class Link(Protocol):
@@ -45,32 +61,59 @@ class Link(Protocol):
 
     n_clients: int
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope]:
-        """Send every request at once; return each client's reply (all of them, or raise)."""
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """Send every request at once; return each client's reply or a :class:`Failure` (never raise
+        for a node's fault)."""
+        ...
+
+    def available(self) -> set[int]:
+        """Clients a request can go to now (connected, not still busy with a timed-out request)."""
+        ...
+
+    def rejoined(self) -> set[int]:
+        """Clients whose node (re)connected since the last call: they need a setup before a round."""
         ...
 
 
 class LoopbackLink:
-    """Client hosts in this process. With ``persist=True`` every request goes to a host rebuilt
-    from the state the previous request left, as on a Flower SuperNode, where each message runs in
-    a fresh ClientApp process."""
+    """Client nodes in this process, for tests and as the Flower-free baseline of a benchmark.
 
-    def __init__(self, make_host: Callable[[int, dict | None], object], n_clients: int, *, persist: bool = True):
-        self.n_clients, self.persist = n_clients, persist
-        self._make_host = make_host
-        self._state: dict[int, dict] = {}
+    With ``persist=True`` (as on a Flower SuperNode, where each message runs in a fresh ClientApp
+    process) every request goes through :func:`fedstream.deploy.node.handle_on_node`: the host is
+    rebuilt from the state the previous request left, and with ``store`` (a folder) each node keeps
+    its checkpoints there. With ``persist=False`` each node's host stays in memory. ``rows(config,
+    m)`` gives node m its feature block. A node that raises gives a :class:`Failure`, as a
+    ClientApp's error reply does on Flower."""
+
+    def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
+        self.n_clients, self.persist, self.store = n_clients, persist, store
+        self._rows = rows
+        self._memory: dict[int, object] = {}
         self._hosts: dict[int, object] = {}
         self.requests = 0
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope]:
-        replies = {}
+    def available(self) -> set[int]:
+        return set(range(self.n_clients))
+
+    def rejoined(self) -> set[int]:
+        return set()
+
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        from fedstream.deploy.host import ClientHost
+        from fedstream.deploy.node import handle_on_node
+
+        replies: dict[int, Envelope | Failure] = {}
         for m, env in requests.items():
             self.requests += 1
-            host = self._hosts.get(m)
-            if host is None or self.persist:
-                host = self._make_host(m, self._state.get(m))
-                self._hosts[m] = host
-            replies[m] = host.handle(env)
-            if self.persist:
-                self._state[m] = host.state_dict()
+            try:
+                if self.persist:
+                    replies[m], self._memory[m] = handle_on_node(env, m, self._memory.get(m), rows=self._rows,
+                                                                 store=self.store)
+                    continue
+                if env.kind == "setup":
+                    config = json.loads(env.info["config"])
+                    self._hosts[m] = ClientHost(config, m, rows=self._rows(config, m))
+                replies[m] = self._hosts[m].handle(env)
+            except (ProtocolError, ValueError) as exc:  # the ClientApp's error reply
+                replies[m] = Failure(f"the client failed: {exc}")
         return replies

@@ -29,6 +29,9 @@ clientapp = make_client_app()
 '''
 
 QUIET_FLOWER = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+# How often a SuperNode's SuperExec asks for a ClientApp task to launch: Flower's default is 1 s,
+# which adds about half a second to every message; 0.05 s costs a few idle HTTP calls per second.
+SUPEREXEC_POLL = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05"}
 
 
 def _toml_value(value) -> str:
@@ -92,44 +95,93 @@ class LocalDeployment:
     """SuperLink + ``n_clients`` SuperNodes on loopback, as subprocesses; a context manager.
 
     ``workdir`` receives the Flower home (connection config, installed apps) and one log file per
-    process. SuperNode m gets ``--node-config "client-index=m"`` (plus ``node_config`` entries).
+    process. SuperNode m gets ``--node-config 'client-index=m cache-dir="WORKDIR/cache"'`` (plus
+    ``node_config`` entries).
+
+    With ``credentials`` (a folder written by :func:`fedstream.deploy.credentials.write_credentials`)
+    the deployment is secure the Flower way: the SuperLink serves TLS (``--ssl-ca-certfile``,
+    ``--ssl-certfile``, ``--ssl-keyfile``) and admits only registered SuperNodes
+    (``--enable-supernode-auth``); each node's public key is registered with ``flwr supernode
+    register``; SuperNode m checks the SuperLink's certificate (``--root-certificates``) and signs
+    its requests with ``node-m.key`` (``--auth-supernode-private-key``).
     """
 
-    def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None):
-        self.n_clients, self.workdir = n_clients, Path(workdir)
+    def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None,
+                 port: int | None = None, credentials: Path | None = None):
+        self.n_clients, self.workdir = n_clients, Path(workdir).resolve()  # the processes run in other folders
         self.node_config = node_config
-        self.port = free_port()
+        self.credentials = Path(credentials).resolve() if credentials is not None else None
+        self.port = port or free_port()
+        self.node_superlink = f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
+        self.nodes: dict[int, subprocess.Popen] = {}
         self.home = self.workdir / "flwr-home"
-        self.env = os.environ | QUIET_FLOWER | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1",
+        self.env = SUPEREXEC_POLL | os.environ | QUIET_FLOWER | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1",
                                                 "OMP_NUM_THREADS": "1"} | (env or {})
         self.procs: list[subprocess.Popen] = []
 
     def _start(self, args: list[str], log: str) -> subprocess.Popen:
-        out = open(self.workdir / log, "wb")
+        out = open(self.workdir / log, "ab")  # noqa: SIM115 - the child holds it; closed here after Popen
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                 start_new_session=True)  # its own process group: stopped with its children
         out.close()
         self.procs.append(proc)
         return proc
 
-    def __enter__(self) -> "LocalDeployment":
+    def __enter__(self) -> LocalDeployment:  # noqa: PYI034
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
+        tls = (f'root-certificates = "{self.credentials / "ca.crt"}"' if self.credentials else "insecure = true")
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "fedstream-local"\n\n[superlink.fedstream-local]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\n{tls}\n')
+        if self.credentials:
+            c = self.credentials
+            security = ["--ssl-ca-certfile", str(c / "ca.crt"), "--ssl-certfile", str(c / "server.pem"),
+                        "--ssl-keyfile", str(c / "server.key"), "--enable-supernode-auth"]
+        else:
+            security = ["--insecure"]
         try:
-            self._start([_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+            self._start([_bin("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
                          "--disable-runtime-dependency-installation"], "superlink.log")
             self._wait_for_port(self.port, 60)
             for m in range(self.n_clients):
-                cfg = f"client-index={m} {self.node_config}".strip()
-                self._start([_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                             "--port", str(free_port()), "--node-config", cfg], f"supernode{m}.log")
+                if self.credentials:
+                    self.register(self.credentials / f"node-{m}.pub")
+                self.start_node(m)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def register(self, public_key: Path) -> None:
+        """``flwr supernode register KEY``: let the SuperNode holding the matching private key in."""
+        with open(self.workdir / "register.log", "ab") as out:
+            done = subprocess.run([_bin("flwr"), "supernode", "register", str(public_key), "fedstream-local"],
+                                  check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr supernode register {public_key} failed; see {self.workdir / 'register.log'}")
+
+    def start_node(self, m: int, *, key: Path | None = None, log: str | None = None) -> subprocess.Popen:
+        """Start (or restart) the SuperNode of client m; its log is ``supernodeM.log`` (appended).
+        In a secure deployment it signs with ``key`` (default: ``node-m.key`` of the credentials)."""
+        cfg = f'client-index={m} cache-dir="{self.workdir / "cache"}" {self.node_config}'.strip()
+        if self.credentials:
+            key = key or self.credentials / f"node-{m}.key"
+            security = ["--root-certificates", str(self.credentials / "ca.crt"), "--auth-supernode-private-key", str(key)]
+        else:
+            security = ["--insecure"]
+        self.nodes[m] = self._start([_bin("flower-supernode"), *security, "--superlink", self.node_superlink,
+                                     "--port", str(free_port()), "--node-config", cfg], log or f"supernode{m}.log")
+        return self.nodes[m]
+
+    def kill_node(self, m: int) -> None:
+        """SIGKILL client m's SuperNode and everything it started (a crash, as seen from the SuperLink)."""
+        proc = self.nodes.pop(m)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
     def _wait_for_port(self, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -145,11 +197,11 @@ class LocalDeployment:
 
     def run(self, app: Path, *, run_config: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
         """``flwr run APP fedstream-local --stream``: returns when the run ends (its log in ``flwr-run.log``)."""
-        args = [_bin("flwr"), "run", str(app), "fedstream-local", "--stream"]
+        args = [_bin("flwr"), "run", str(Path(app).resolve()), "fedstream-local", "--stream"]
         for key, value in (run_config or {}).items():
             args += ["--run-config", f"{key}={_toml_value(value)}"]
-        with open(self.workdir / "flwr-run.log", "wb") as out:
-            return subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout,
+        with open(self.workdir / "flwr-run.log", "ab") as out:
+            return subprocess.run(args, check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout,
                                   cwd=self.workdir)
 
     def stop(self) -> None:

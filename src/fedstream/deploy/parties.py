@@ -6,10 +6,13 @@ bottom model, client 1's, ..., then the server's top model), so that a network r
 in-process run with the same seed start from the same weights. Client m replays the draws of
 clients 0..m-1 without keeping their models; the server replays all client draws.
 
-Data: client m reads only its feature block of each round's sample (``client_rows``) and the
-server only the labels (``server_labels``). The sources compute whole rows (an image is decoded
-whole), so "only its block" is what a party keeps and uses, not what the shared files hold; a
-party whose own files hold only its columns would plug in here.
+Data: client m reads only its feature block of each round's sample (``client_rows``, cached on
+its node by :class:`fedstream.deploy.rows.BlockRows`) and the server only the labels
+(:func:`server_stream`: for the image data sets it reads the label file and the image file's
+16-byte header, never a pixel; a tabular CSV holds labels and features in one file, so there the
+server parses the file and keeps only the labels). The sources compute whole rows (an image is
+decoded whole), so a client's "only its block" is what it keeps and uses; a party whose own files
+hold only its columns would plug in at ``client_rows``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from fedstream.vfl.activation import Activation, make_activation
 from fedstream.vfl.client import Client
 from fedstream.vfl.engine import CHUNK, feature_blocks, make_stream, server_lr
 from fedstream.vfl.server import Server
-
 
 # policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
 CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
@@ -94,6 +96,64 @@ def party_stream(config: dict, data_root: str | None = None) -> Stream:
             _STREAMS.clear()
         stream = _STREAMS[key] = make_stream(config)
     return stream
+
+
+class LabelSource:
+    """An image data set's labels without its pixels: the server party's view of the source.
+
+    Index i is base item i mod n_base, as in :class:`fedstream.data.sources.ImageSource`, so a
+    :class:`Stream` over it draws the same indices (they depend on the labels, the seed and the
+    drift only)."""
+
+    def __init__(self, base_labels: np.ndarray, n_features: int, *, name: str, n_classes: int = 10):
+        self.name, self.n_features, self.n_classes = name, int(n_features), int(n_classes)
+        self.base_labels = np.asarray(base_labels, dtype=np.int64)
+        self.n_base = int(self.base_labels.shape[0])
+
+    def features(self, indices: np.ndarray) -> np.ndarray:
+        raise ConfigError(f"{self.name}: the server party holds the labels only, not the features")
+
+    def labels(self, indices: np.ndarray) -> np.ndarray:
+        return self.base_labels[np.asarray(indices, dtype=np.int64) % self.n_base]
+
+
+IMAGE_DIRS = {"mnist": ["mnist/", "", "MNIST/raw/"], "imnist": ["mnist/", "", "MNIST/raw/"],
+              "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]}
+
+
+def _image_labels(config: dict) -> LabelSource:
+    import gzip
+
+    from fedstream.data import resolve_data_root
+    from fedstream.data.idx import read_idx_labels
+    from fedstream.data.paths import find_file
+    from fedstream.data.sources import FASHION_HINT, MNIST_HINT
+
+    name = config["data.name"]
+    root = resolve_data_root(config["data.root"])
+    found = [f"{d}train-images-idx3-ubyte{ext}" for d in IMAGE_DIRS[name] for ext in (".gz", "")]
+    hint = FASHION_HINT if name == "fashion-mnist" else MNIST_HINT
+    images = find_file(root, found, dataset=name, hint=hint)
+    labels = find_file(images.parent, ["train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte"], dataset=name,
+                       hint="the label file sits next to the image file")
+    with (gzip.open if images.suffix == ".gz" else open)(images, "rb") as f:
+        head = f.read(16)
+    magic, n, rows, cols = (int(v) for v in np.frombuffer(head, ">u4")) if len(head) == 16 else (0, 0, 0, 0)
+    y = read_idx_labels(labels)
+    if magic != 2051 or n != y.shape[0] or rows * cols == 0:
+        raise ConfigError(f"{images}: expected an IDX image header for {y.shape[0]} images, found "
+                          f"magic {magic}, {n} images of {rows}x{cols}")
+    return LabelSource(y, rows * cols, name=name)
+
+
+def server_stream(config: dict, data_root: str | None = None) -> Stream:
+    """The stream as the server party sees it: labels only for the image data sets (see the module doc)."""
+    if data_root:
+        config = dict(config, **{"data.root": data_root})
+    if config["data.name"] not in IMAGE_DIRS:
+        return party_stream(config)
+    return Stream(_image_labels(config), drift=config["stream.drift"], drift_every=config["stream.drift_every"],
+                  seed=config["seed"])
 
 
 def client_rows(stream: Stream, t0: int, n: int, block: slice) -> np.ndarray:

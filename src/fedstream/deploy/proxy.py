@@ -5,100 +5,233 @@
 the server's machine of a deployment the clients are :class:`RemoteClient` objects and the
 transport is a :class:`LinkTransport`, so the very same function runs the round:
 
-* ``transport.down(msg)`` encodes the message and counts its bytes. A Query goes out at once (one
-  request to that node; its reply is the embedding). A Gradient is held and rides on the node's
-  next request, the next round's or the final one: the client applies it before it does anything
-  else, exactly where the simulator applies it.
-* ``RemoteClient.on_event`` / ``on_query`` return the still-encoded reply of the node (a
-  :class:`Wire`); ``transport.up`` decodes it with :func:`fedstream.transport.codec.decode`
-  (which validates it) and counts its bytes.
+* :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
+  (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
+  the server's Query of each of those rounds (see :mod:`fedstream.deploy.link`). Each node answers
+  with one embedding per round and which rounds activated it.
+* Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
+  and round, the 0/1 activation list, and each embedding decoded by
+  :func:`fedstream.transport.codec.decode` (header, length, finite values) with the right
+  sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
+  answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
+  its events are played as passive without a query, the server using its padding
+  (``network.padding``) as the node's embedding, as for a client ``topl`` does not query. It gets
+  no gradient for those events; it is asked again at the next batch.
+* :meth:`LinkTransport.begin_round` gives ``play_round`` round t's activation and which clients
+  the server can query.
+* ``transport.down(msg)`` encodes the message and counts its bytes. A Query must be the very
+  bytes already delivered with the batch (else :class:`ProtocolError`: a server bug, not a node's
+  fault): the node's answer is in the batch's reply. A Gradient is held and rides on the node's
+  next request.
+* ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
+  :class:`Wire`); ``transport.up`` counts its bytes.
 * ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
   its gradient arrives.
-
-Which clients an event activated is known from the round's replies (an activated client pushes its
-embedding): :meth:`LinkTransport.begin_round` asks every node for round t before ``play_round``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-from fedstream.deploy.link import QUERY, ROUND, Envelope, Link
-from fedstream.errors import ProtocolError
+from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link
+from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.messages import Embedding, Gradient, Message, Query
 
+log = logging.getLogger("fedstream.deploy")
+
 
 class Wire(NamedTuple):
-    """A message as it arrived from client ``client``: still encoded."""
+    """An embedding as it arrived from client ``client``: its bytes and the validated message."""
 
     client: int
     data: bytes
+    msg: Embedding
 
 
 class LinkTransport:
-    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.link.Link`."""
+    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.link.Link`.
 
-    def __init__(self, link: Link, *, record_sizes: bool = False):
-        self.link = link
-        self.ledger = ByteLedger(link.n_clients)
+    ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
+    them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
+    of an embedding row, for validating replies."""
+
+    def __init__(self, link: Link, query: Callable[[int, int], Query], *, embedding: int, record_sizes: bool = False):
+        self.link, self.query, self.embedding = link, query, embedding
+        M = link.n_clients
+        self.ledger = ByteLedger(M)
         self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None  # (direction, client, bytes)
         self.round = -1
         self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
-        self._outbox: dict[int, bytes] = {}  # gradient waiting for the node's next request
-        self._pushed: dict[int, bytes] = {}  # this round's embeddings of activated clients
-        self._answers: dict[int, bytes] = {}  # embeddings that answered a query
+        self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
+        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
+        self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
+        self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
+        self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) waiting for the node's next request
+        self._batch: dict[int, tuple[list[int], list[Wire]]] = {}  # live client -> (active flags, embeddings)
+        self._queries: dict[int, list[bytes]] = {}  # the queries the current batch carried
+        self._batch_start = 0
+        self._pushed: dict[int, Wire] = {}  # this round's embeddings of activated clients
+        self._answers: dict[int, Wire] = {}  # this round's embeddings of passive clients (not yet asked for)
+        self._asked: set[int] = set()  # passive clients the server queried this round
+        self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
 
-    # -- rounds ------------------------------------------------------------------------------
-    def begin_round(self, t: int) -> np.ndarray:
-        """Tell every node that round t's sample arrived; return which clients it activated."""
-        replies = self._exchange({m: Envelope(ROUND, t, self._outbox.pop(m, b"")) for m in range(self.link.n_clients)})
+    # -- faults ------------------------------------------------------------------------------
+    def fault(self, m: int, t: int, request: str, reason: str) -> None:
+        """Record and log that client m's node failed a request; it is down until it answers again."""
+        log.warning("client %d, %s request for round %d: %s", m, request, t, reason)
+        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+
+    # -- setup and finish --------------------------------------------------------------------
+    def flush(self, kind: str, t: int, info: dict | None = None, clients: set[int] | None = None) -> dict[int, Envelope]:
+        """One request of ``kind`` (``setup``, ``finish``) to ``clients`` (default: every available
+        one), a ``finish`` carrying what is still held for each; return the replies that came back."""
+        self._check_round_done()
+        targets = self.link.available() if clients is None else clients & self.link.available()
+        requests = {}
+        for m in sorted(targets):
+            held = self._outbox.pop(m, []) if kind == FINISH else []
+            requests[m] = Envelope(kind, t, [g for _, g in held], dict(info or {}, grad_rounds=[r for r, _ in held]))
+        replies = self._exchange(requests)
+        good = {}
+        for m, reply in replies.items():
+            if isinstance(reply, Failure):
+                self.fault(m, t, kind, reply.reason)
+                self.ready.discard(m)
+            elif reply.kind != kind or reply.round != t:
+                self.fault(m, t, kind, f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply "
+                                       f"for round {reply.round}")
+                self.ready.discard(m)
+            else:
+                good[m] = reply
+        return good
+
+    def forget(self, m: int) -> int:
+        """A node rejoined with an older state: drop what was held for it; return how many gradients."""
+        self._last_gradient.pop(m, None)
+        return len(self._outbox.pop(m, []))
+
+    # -- batches and rounds ------------------------------------------------------------------
+    def begin_batch(self, t0: int, n: int, *, keep: bool = False) -> set[int]:
+        """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
+        replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
+        so the nodes keep their state of that boundary too."""
+        self._check_round_done()
+        targets = sorted(self.ready & self.link.available())
+        self._queries = {m: [encode(self.query(t, m)) for t in range(t0, t0 + n)] for m in targets}
+        requests = {}
+        for m in targets:
+            held = self._outbox.pop(m, [])
+            requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m],
+                                   {"events": n, "grad_rounds": [r for r, _ in held], "keep": keep})
+        replies = self._exchange(requests)
+        self._batch = {}
+        for m, reply in replies.items():
+            try:
+                if isinstance(reply, Failure):
+                    raise ProtocolError(reply.reason)
+                self._batch[m] = self._check_batch(m, reply, t0, n)
+            except FedstreamError as exc:  # every check of a node's reply raises one of these
+                self.fault(m, t0, ROUND, str(exc))
+        self._batch_start, self._batch_size = t0, n
+        self.round = t0 - 1
+        return set(self._batch)
+
+    def _check_batch(self, m: int, reply: Envelope, t0: int, n: int) -> tuple[list[int], list[Wire]]:
+        """Validate a node's reply to a batch request; raise ProtocolError naming what is wrong."""
+        if reply.kind != ROUND or reply.round != t0:
+            raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
+                                f"for round {reply.round}")
+        active = reply.info.get("active")
+        if (not isinstance(active, list) or len(active) != n
+                or any(isinstance(a, bool) or a not in (0, 1) for a in active)):
+            raise ProtocolError(f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300])
+        if len(reply.parts) != n:
+            raise ProtocolError(f"expected {n} embeddings, received {len(reply.parts)} messages")
+        wires = []
+        for i, data in enumerate(reply.parts):
+            t = t0 + i
+            msg = decode(data)  # header, length and finite values
+            rows = decode(self._queries[m][i]).rows
+            if type(msg) is not Embedding or msg.client != m or msg.round != t:
+                raise ProtocolError(f"message {i}: expected client {m}'s Embedding for round {t}, received a "
+                                    f"{type(msg).__name__} from client {msg.client} for round {msg.round}")
+            if msg.values.shape != (rows, self.embedding):
+                raise ProtocolError(f"round {t}: expected an embedding of shape {(rows, self.embedding)}, "
+                                    f"received {msg.values.shape}")
+            wires.append(Wire(m, data, msg))
+        return list(active), wires
+
+    def begin_round(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Round t (the next of the batch) starts: which clients it activated and which ones the
+        server can query (the others are down this batch and get padded)."""
+        i = t - self._batch_start
+        if t != self.round + 1 or not 0 <= i < self._batch_size:
+            raise ProtocolError(f"round {t} is not the next round of the batch that starts at {self._batch_start}")
+        self._check_round_done()
         self.round = t
-        self._pushed = {m: r.payload for m, r in replies.items() if r.payload}
-        return np.array([m in self._pushed for m in range(self.link.n_clients)])
+        M = self.link.n_clients
+        live = np.array([m in self._batch for m in range(M)])
+        active = np.array([live[m] and bool(self._batch[m][0][i]) for m in range(M)])
+        self.missed += ~live
+        self._pushed = {m: self._batch[m][1][i] for m in self._batch if active[m]}
+        self._answers = {m: self._batch[m][1][i] for m in self._batch if not active[m]}
+        self._asked = set()
+        return active, live
 
-    def flush(self, kind: str, t: int, info: dict | None = None) -> dict[int, Envelope]:
-        """One last request to every node, carrying what is still held for it (``finish``)."""
-        return self._exchange({m: Envelope(kind, t, self._outbox.pop(m, b""), dict(info or {}))
-                               for m in range(self.link.n_clients)})
+    def _check_round_done(self) -> None:
+        if self._pushed or set(self._answers) - self._asked:
+            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not taken "
+                                f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried")
 
-    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope]:
+    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        if not requests:
+            return {}
         self.exchanges += 1
+        self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
         replies = self.link.exchange(requests)
-        for m, env in requests.items():
-            reply = replies.get(m)
-            if reply is None or reply.kind != env.kind or reply.round != env.round:
-                got = "nothing" if reply is None else f"a {reply.kind!r} reply for round {reply.round}"
-                raise ProtocolError(f"client {m}: expected a {env.kind!r} reply for round {env.round}, received {got}")
+        for m in requests:
+            reply = replies.setdefault(m, Failure("no reply"))
+            if not isinstance(reply, Failure):
+                self.wire_bytes += sum(len(p) for p in reply.parts)
         return replies
 
     # -- the transport play_round uses -------------------------------------------------------
     def down(self, msg: Message) -> Message:
-        """Server -> client ``msg.client``: queries go now, gradients with the node's next request."""
+        """Server -> client ``msg.client``: a query was delivered with the batch; gradients go with the next request."""
         data = encode(msg)
-        self._count(msg.client, "down", len(data))
+        m = msg.client
         if isinstance(msg, Query):
-            reply = self._exchange({msg.client: Envelope(QUERY, msg.round, data)})[msg.client]
-            self._answers[msg.client] = reply.payload
+            i = msg.round - self._batch_start
+            if msg.round != self.round or m not in self._answers or m in self._asked:
+                raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, or "
+                                    "was asked already")
+            if data != self._queries[m][i]:
+                raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the one "
+                                    "the batch carried")
+            self._asked.add(m)
         elif isinstance(msg, Gradient):
-            if msg.client in self._outbox:
-                raise ProtocolError(f"client {msg.client}: a second gradient for round {msg.round}")
-            self._outbox[msg.client] = data
+            if msg.round <= self._last_gradient.get(m, -1):
+                raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
+                                    f"{self._last_gradient[m]}")
+            self._last_gradient[m] = msg.round
+            self._outbox.setdefault(m, []).append((msg.round, data))
         else:
             raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
+        self._count(m, "down", len(data))
         return msg
 
     def up(self, wire: Wire) -> Embedding:
-        """Client -> server: decode (and so validate) what the node sent, and count it."""
-        msg = decode(wire.data)
-        if not isinstance(msg, Embedding) or msg.client != wire.client:
-            raise ProtocolError(f"client {wire.client}: expected its Embedding, received a {type(msg).__name__} "
-                                f"for client {msg.client}")
+        """Client -> server: the embedding validated with its batch; count its bytes."""
+        if wire.msg.round != self.round:
+            raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round {self.round}")
         self._count(wire.client, "up", len(wire.data))
-        return msg
+        return wire.msg
 
     def _count(self, client: int, direction: str, n: int) -> None:
         self.ledger.add(client, direction, n)
@@ -109,12 +242,12 @@ class LinkTransport:
     def pushed(self, m: int, t: int) -> Wire:
         if t != self.round or m not in self._pushed:
             raise ProtocolError(f"client {m}: no embedding pushed for round {t}")
-        return Wire(m, self._pushed.pop(m))
+        return self._pushed.pop(m)
 
     def answer(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self._answers:
+        if t != self.round or m not in self._asked or m not in self._answers:
             raise ProtocolError(f"client {m}: no answer to the query of round {t}")
-        return Wire(m, self._answers.pop(m))
+        return self._answers.pop(m)
 
 
 class RemoteClient:

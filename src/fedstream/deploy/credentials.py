@@ -1,0 +1,101 @@
+"""Test credentials for a secure Flower deployment: a CA, the SuperLink's TLS certificate, node keys.
+
+``fedstream deploy credentials DIR --nodes M [--host NAME ...]`` writes, with the ``cryptography``
+package (a Flower dependency):
+
+* ``ca.crt`` / ``ca.key``: a self-signed certificate authority (P-384, valid ``days``). Every
+  SuperNode and the ``flwr`` CLI get ``ca.crt`` to check the SuperLink's certificate; keep
+  ``ca.key`` away from the parties.
+* ``server.pem`` / ``server.key``: the SuperLink's certificate, signed by the CA, for
+  ``localhost``, ``127.0.0.1`` and every ``--host`` (the names or IP addresses the SuperNodes use
+  to reach the SuperLink).
+* ``node-M.key`` / ``node-M.pub`` for M = 0..nodes-1: each SuperNode's P-384 key pair in OpenSSH
+  format. ``node-M.key`` stays on node M's machine (``flower-supernode
+  --auth-supernode-private-key``); ``node-M.pub`` is registered with the SuperLink (``flwr
+  supernode register``), which then admits only registered nodes (``--enable-supernode-auth``).
+
+These are for tests and trials: in production use your organisation's PKI. Private keys are
+written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from fedstream.errors import ConfigError
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.write_bytes(data)
+    if private:
+        os.chmod(path, 0o600)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(["localhost", "127.0.0.1", *hosts]):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return x509.SubjectAlternativeName(names)
+
+
+def write_credentials(folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30) -> dict[str, Path]:
+    """Write the files listed in the module doc into ``folder``; return name -> path."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"--nodes {nodes!r}: expected an integer >= 1")
+    if days < 1:
+        raise ConfigError(f"--days {days!r}: expected an integer >= 1")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA384()))
+
+    server_key = ec.generate_private_key(ec.SECP384R1())
+    server = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream SuperLink")]))
+              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(start).not_valid_after(end)
+              .add_extension(_san(list(hosts or [])), critical=False)
+              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA384()))
+
+    paths = {name: folder / name for name in ("ca.crt", "ca.key", "server.pem", "server.key")}
+    _write(paths["ca.crt"], ca.public_bytes(serialization.Encoding.PEM))
+    _write(paths["ca.key"], _pem_key(ca_key), private=True)
+    _write(paths["server.pem"], server.public_bytes(serialization.Encoding.PEM))
+    _write(paths["server.key"], _pem_key(server_key), private=True)
+    for m in range(nodes):
+        key = ec.generate_private_key(ec.SECP384R1())
+        paths[f"node-{m}.key"] = folder / f"node-{m}.key"
+        paths[f"node-{m}.pub"] = folder / f"node-{m}.pub"
+        _write(paths[f"node-{m}.key"], key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                         serialization.NoEncryption()), private=True)
+        _write(paths[f"node-{m}.pub"], key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                                      serialization.PublicFormat.OpenSSH) + b"\n")
+    return paths

@@ -1,0 +1,217 @@
+"""Faults in a deployment (issue 10): a client node that crashes, hangs or disconnects is timed out,
+padded, recorded, and rejoins from its own checkpoint; the server checkpoints and resumes.
+
+Fast tests drive the deployment's code over in-process links that crash nodes and the server;
+the slow ones kill and stop real SuperNode processes of a local Flower deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_deploy_flower import (
+    as_set,
+    flower_available,
+    loopback_run,
+    overrides,
+    party_models,
+    write_idx_mnist,
+)
+
+from fedstream.config import load_config
+from fedstream.deploy import LoopbackLink, NetworkVFL
+from fedstream.deploy.link import ROUND, Failure
+from fedstream.deploy.parties import server_stream
+from fedstream.deploy.rows import BlockRows
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    root = write_idx_mnist(tmp_path_factory.mktemp("data"))
+    return load_config(None, overrides(root, 60) | {"network.batch": 10, "checkpoint.every": 20})
+
+
+def link_for(config: dict, cls=LoopbackLink, **kwargs) -> LoopbackLink:
+    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
+    return cls(lambda cfg, m: rows[m], config["vfl.clients"], **kwargs)
+
+
+def assert_same_models(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for party, params in a.items():
+        for x, y in zip(params, b[party], strict=True):
+            np.testing.assert_array_equal(x, y, err_msg=party)
+
+
+class CrashingLink(LoopbackLink):
+    """Client 1's node crashes when the request for round 30 arrives: it loses what it kept in
+    memory (Flower's context.state) and the request fails; at the next batch it is back."""
+
+    crashed = False
+
+    def exchange(self, requests):
+        env = requests.get(1)
+        if env is not None and env.kind == ROUND and env.round == 30 and not self.crashed:
+            self.crashed = True
+            del self._memory[1]
+            return super().exchange({m: e for m, e in requests.items() if m != 1}) | {1: Failure("no reply within 5 s")}
+        return super().exchange(requests)
+
+    def rejoined(self):
+        back, self._back = ({1}, True) if self.crashed and not getattr(self, "_back", False) else (set(), None)
+        return back
+
+
+def test_a_crashed_node_rejoins_from_its_checkpoint(config, tmp_path):
+    net = NetworkVFL(config, link_for(config, CrashingLink, store=tmp_path / "node"), stream=server_stream(config))
+    net.run()
+    net.finish()
+    s = net.summary()
+    assert [(f["round"], f["client"]) for f in s["faults"]] == [(30, 1)]
+    assert s["missed_events"] == [0, 10]
+    # back at round 40 from its checkpoint after the batch 20..29; the gradients of that batch were lost
+    assert s["rejoins"] == [{"round": 40, "client": 1, "node_round": 29, "dropped_gradients": 0}]
+    assert net.reports[1]["round"] == 59
+
+
+def test_a_node_that_lost_its_state_and_has_no_checkpoint_starts_over(config):
+    net = NetworkVFL(config, link_for(config, CrashingLink), stream=server_stream(config))  # no store
+    net.run()
+    net.finish()
+    assert net.summary()["rejoins"][0]["node_round"] == -1  # a fresh party, still in the run
+    assert net.reports[1]["round"] == 59
+
+
+class ServerCrash(Exception):
+    pass
+
+
+def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config, tmp_path):
+    """The server dies in round 45 (checkpoint at 40, the nodes already at 49); a new server loads
+    its checkpoint, the nodes go back to their state at 40: the result is the uninterrupted run's."""
+    whole, whole_reports = loopback_run(config, record_sizes=False)
+    link = link_for(config, store=tmp_path / "node")
+    first = NetworkVFL(config, link, stream=server_stream(config))
+
+    def crash(t, y, prediction):
+        if t == 45:
+            raise ServerCrash
+
+    with pytest.raises(ServerCrash):
+        first.run(on_round=crash, checkpoint=tmp_path / "server.npz")
+    second = NetworkVFL(config, link, stream=server_stream(config))
+    second.load(tmp_path / "server.npz")
+    assert second.t == 40 and second.run_token == first.run_token
+    second.run(checkpoint=tmp_path / "server.npz")
+    reports = second.finish(models=True)
+    assert_same_models(party_models(second, reports), party_models(whole, whole_reports))
+    got, want = second.summary(), whole.summary()
+    assert got["accumulated_error"] == want["accumulated_error"] and got["bytes"] == want["bytes"]
+    assert got["rejoins"] == [] and got["faults"] == []
+
+
+# -- real processes ----------------------------------------------------------------------------
+needs_flower = pytest.mark.skipif(not flower_available(), reason="needs the Flower extra")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def _node_round(cache: Path, index: int) -> int:
+    """The round client ``index``'s node has reached, from its latest checkpoint (-1: none yet)."""
+    paths = list(cache.glob(f"ckpt-*-{index}.npz"))
+    if not paths:
+        return -1
+    try:
+        with np.load(paths[0]) as z:
+            return int(z["host"][0])
+    except (OSError, ValueError, KeyError):  # being replaced right now
+        return -1
+
+
+REPLY_TIMEOUT = 30.0  # seconds; a busy 2-core machine takes up to ~20 s for a healthy request
+
+
+def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
+    """A local deployment of 2 SuperNodes; ``fault(deployment)`` runs in a thread during the run."""
+    import threading
+
+    from fedstream.deploy.local import LocalDeployment, write_app
+
+    out = tmp_path / "out"
+    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out),
+                                       "reply-timeout": REPLY_TIMEOUT})
+    errors = []
+    with LocalDeployment(2, tmp_path / "deployment") as deployment:
+        def act():
+            try:
+                fault(deployment)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        thread = threading.Thread(target=act, daemon=True)
+        thread.start()
+        result = deployment.run(app, timeout=900)
+        thread.join(timeout=60)
+    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    assert not errors, errors
+    assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+@needs_flower
+def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
+    """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
+    the node out, pads it, then sets the new node up from the old one's checkpoint; the run ends."""
+    values = overrides(write_idx_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
+    cache = tmp_path / "deployment" / "cache"
+
+    def crash(deployment):
+        _wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
+        deployment.kill_node(1)
+        time.sleep(REPLY_TIMEOUT + 5)  # the server times it out and pads it meanwhile
+        deployment.start_node(1)
+
+    s = _deployed_run(tmp_path, values, crash)
+    assert s["rounds"] == 60
+    assert any(f["client"] == 1 for f in s["faults"]) and s["missed_events"][1] > 0
+    (rejoin,) = s["rejoins"]
+    assert rejoin["client"] == 1 and rejoin["node_round"] >= 14  # resumed from its checkpoint, not from scratch
+    assert [c["round"] for c in s["clients"]] == [59, 59]
+
+
+@pytest.mark.slow
+@needs_flower
+def test_a_hung_supernode_is_timed_out_padded_and_taken_back(tmp_path):
+    """SIGSTOP client 1's SuperNode and its ClientApp for longer than reply-timeout, then SIGCONT:
+    the server pads it while it hangs and uses it again once its late reply has come in."""
+    values = overrides(write_idx_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
+    cache = tmp_path / "deployment" / "cache"
+
+    def hang(deployment):
+        _wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
+        group = deployment.nodes[1].pid
+        os.killpg(group, signal.SIGSTOP)  # the SuperNode, its SuperExec and ClientApp
+        time.sleep(2 * REPLY_TIMEOUT + 10)  # the server's next request to it times out for sure
+        os.killpg(group, signal.SIGCONT)
+
+    s = _deployed_run(tmp_path, values, hang)
+    assert s["rounds"] == 60 and s["rejoins"] == []  # the same node came back, from its own memory
+    assert any(f["client"] == 1 and "no reply" in f["reason"] for f in s["faults"])
+    assert 0 < s["missed_events"][1] < 60
+    assert [c["round"] for c in s["clients"]] == [59, 59]
