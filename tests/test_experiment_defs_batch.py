@@ -57,8 +57,9 @@ def test_every_grid_point_resolves_and_paper_rows_are_fractions(name):
             load_config(exp.base, exp.overrides(scale) | point)
     for table in exp.paper:
         seen = []
-        for run, values in table.rows:
-            assert run in points and run not in seen, (table.table, run)
+        for run, values in table.rows:  # a row may leave grid keys open: it gathers every run it matches
+            assert any(all(p[k] == v for k, v in run.items()) for p in points), (table.table, run)
+            assert run not in seen, (table.table, run)
             seen.append(run)
             for column, v in zip(table.columns, values):
                 if column in ACCURACY and v is not None:
@@ -71,17 +72,19 @@ def test_vfl_scales_and_codec_sets():
         exp = load_experiment(name)
         small, paper = (load_config(exp.base, exp.overrides(s)) for s in ("small", "paper"))
         assert small["data.train_rows"] and small["data.test_rows"] and small["train.epochs"] <= 5
-        assert paper["data.train_rows"] is None and paper["data.test_rows"] is None and paper["train.epochs"] == 10
+        assert paper["data.train_rows"] is None and paper["data.test_rows"] is None and paper["train.epochs"] == 3
         assert paper["compression.ratio"] == 0.125 and paper["compression.levels"] == 24
         if "mnist-" in name or name.endswith("mnist"):
             for point in _points(exp):
                 cfg = load_config(exp.base, exp.overrides("paper") | point)
                 codecs.add((cfg["compression.up"], cfg["compression.cache"], cfg["compression.down"]))
-    # the paper's six settings (figs. 2 and 4, table 2), and only two extra runs per dataset
+    # the paper's six settings (figs. 2 and 4, table 2), and the extra runs that separate the effects
+    # (scaled signSGD; top-k + quantisation; plain top-k with the cache)
     paper = {("none", False, "none"), ("topk", False, "none"), ("topk-grad", True, "none"),
              ("none", False, "sign"), ("none", False, "quant-huffman"), ("topk-grad", True, "quant-huffman")}
     assert paper <= codecs
-    assert codecs - paper == {("topk", False, "sign"), ("topk", False, "quant-huffman")}
+    assert codecs - paper == {("topk", False, "sign"), ("topk", False, "quant-huffman"), ("none", False, "sign-scaled"),
+                              ("topk", False, "sign-scaled"), ("topk", True, "none"), ("topk", True, "quant-huffman")}
 
 
 def test_chfl_paper_scale_is_the_papers_setting():
@@ -102,10 +105,17 @@ def test_chfl_paper_scale_is_the_papers_setting():
 
 
 def test_numbers_repeated_across_chfl_tables_agree():
-    rows = lambda name: {tuple(run.values()): v for run, v in load_experiment(name).paper[0].rows}  # noqa: E731
-    t2, t3, f4 = rows("chfl-table2"), rows("chfl-table3"), rows("chfl-fig4-ratio")
-    for method in ("common", "local", "chfl"):
-        assert t3[(5, method)] == t2[("covertype", method, 0, 0)] == f4[(0.3, method)]
+    """Common, Local, CHFL mu = 0 and mu > 0 on covertype, 5 clients, r = 30 %: one row of Tables II, III, Fig. 4."""
+    def row(name: str, key: tuple) -> dict:
+        table = load_experiment(name).paper[0]
+        values = next(v for run, v in table.rows if tuple(run.values()) == key)
+        return dict(zip(table.columns, values))
+
+    columns = ("test_acc_common", "test_acc_local", "test_acc_mu0", "test_acc_mupos")
+    t2, t3, f4 = row("chfl-table2", ("covertype",)), row("chfl-table3", (5,)), row("chfl-fig4-ratio", (0.3,))
+    for c in columns:
+        assert t2[c] == t3[c] == f4[c] and t2[c] is not None, c
+    assert t2["test_acc_mupos"] > max(t2["test_acc_common"], t2["test_acc_local"])  # the paper's headline
 
 
 # --- each definition end to end at small scale --------------------------------------------------
@@ -136,6 +146,9 @@ def test_small_scale_runs_end_to_end_and_reports(name, data_root, tmp_path):
         summary = json.loads((out / run["folder"] / "summary.json").read_text())
         assert summary["config"]["task"] == ("vfl" if name in VFL else "chfl")
         key = "final_accuracy" if name in VFL else "prequential_acc" if name == "chfl-stream" else "test_acc"
+        if "diverged_at" in summary:  # +-1 signSGD blows up, as the paper reports (recorded, not fatal)
+            assert summary["config"]["compression.down"] == "sign" and "diverged" in summary["error"]
+            continue
         assert 0.0 <= summary[key] <= 1.0
         assert (out / run["folder"] / "metrics.csv").read_text().count("\n") >= 2
     text = report.read_text()

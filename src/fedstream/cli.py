@@ -2,10 +2,10 @@
 
     fedstream presets
     fedstream run CONFIG [--set KEY=VALUE ...] [--out DIR] [--resume] [--quiet]
-    fedstream sweep CONFIG --grid KEY=V1,V2 [--grid ...] [--set ...] --out DIR [--workers N]
+    fedstream sweep CONFIG --grid KEY=V1,V2 [--grid ...] [--set ...] --out DIR [--workers N] [--stack]
     fedstream bench ovfl|huffman [--rounds N] [--ref-rounds N] [--json PATH]
     fedstream experiment list
-    fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--backend local|ray]
+    fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--stack] [--backend local|ray]
     fedstream report DIR
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit]
@@ -59,18 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a key for every run (repeatable)")
     sweep.add_argument("--out", type=Path, required=True, help="folder; one sub-folder per run, plus sweep.json")
     sweep.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    sweep.add_argument("--stack", action="store_true", help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar or table")
     bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
-    bench.add_argument("what", choices=["ovfl", "huffman", "selection"],
+    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network"],
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
                             "huffman: our Huffman coder vs the pure-Python dahuffman package; "
-                            "selection: VF-PS scoring vs the per-sample reference")
+                            "selection: VF-PS scoring vs the per-sample reference; "
+                            "network: online VFL on a local Flower deployment for B = 1, 16, 256")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
     bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument("--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)")
+    net = bench.add_argument_group("network")
+    net.add_argument("--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)")
+    net.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
+    net.add_argument("--config", default="ovfl-imnist", help="preset or config file")
+    net.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    net.add_argument("--workdir", type=Path, default=Path("bench-network"), help="apps, logs and run outputs")
     sel = bench.add_argument_group("selection")
     sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
     sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
@@ -93,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key for every run (repeatable)")
     exp_run.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    exp_run.add_argument("--stack", action="store_true", help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)")
     exp_run.add_argument("--tune-rounds", type=int, default=None,
                          help="rounds of each tuning run (default: the definition's, per scale)")
     exp_run.add_argument("--backend", choices=["local", "ray"], default="local",
@@ -135,7 +144,7 @@ def cmd_experiment(args) -> int:
         on_report = _reporter(bar, bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0))
         run_experiment(exp, scale=args.scale, out=args.out, sets=args.sets, workers=args.workers,
                        backend=args.backend, ray_address=args.ray_address, tune_rounds=args.tune_rounds,
-                       on_report=on_report)
+                       on_report=on_report, stack=args.stack)
     Console().print(f"results in {args.out}; render them with: fedstream report {args.out}")
     return 0
 
@@ -169,7 +178,7 @@ def cmd_sweep(args) -> int:
     total = sum(s.config.get("rounds", 1) for s in specs)  # batch tasks count as one unit each
     with _progress(args.quiet, error=False) as bar:
         on_report = _reporter(bar, bar.add_task(f"sweep of {len(specs)} runs", total=total, rps=0.0))
-        summaries = sweep(specs, workers=args.workers, on_report=on_report)
+        summaries = sweep(specs, workers=args.workers, on_report=on_report, stack=args.stack)
     index = write_index(specs, summaries, args.out)
     if not args.quiet:
         from fedstream.experiments.report import LABELS, TASK_COLUMNS, column_value
@@ -195,6 +204,18 @@ def cmd_bench(args) -> int:
                                   paillier=not args.no_paillier, key_bits=args.key_bits, workers=args.workers)
         Console().print(format_selection_bench(results), highlight=False)
         write_json(results, args.json or Path("bench-selection.json"))
+        return 0
+    if args.what == "network":
+        from fedstream.bench.network import bench_network, format_network_bench
+
+        try:
+            batches = tuple(int(b) for b in args.batches.split(","))
+        except ValueError:
+            raise FedstreamError(f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256") from None
+        results = bench_network(batches=batches, requests=args.requests, config=args.config, sets=args.sets,
+                                workdir=args.workdir, log=lambda line: Console().print(line, highlight=False))
+        Console().print(format_network_bench(results), highlight=False)
+        write_json(results, args.json or Path("bench-network.json"))
         return 0
     if args.what == "huffman":
         from fedstream.bench.huffman import bench_huffman, format_huffman_bench
@@ -266,10 +287,15 @@ def _run_batch(config: dict, args) -> int:
     """``fedstream run`` for the batch tasks (vfl, chfl): a status line while it trains, a table after."""
     from fedstream.tasks import run_batch_task
 
-    if args.resume:
-        raise FedstreamError(f"--resume is for online runs (task = ovfl); task = {config['task']} reruns from the start")
-    if args.out is not None and (args.out / "summary.json").exists():
-        raise FedstreamError(f"{args.out / 'summary.json'} exists: choose another --out")
+    if args.resume and args.out is None:
+        raise FedstreamError("--resume needs --out DIR (the folder holding checkpoint.pt)")
+    if args.resume and not (args.out / "checkpoint.pt").exists():
+        raise FedstreamError(f"{args.out / 'checkpoint.pt'} does not exist: nothing to resume")
+    if not args.resume and args.out is not None:
+        for name in ("summary.json", "checkpoint.pt"):
+            if (args.out / name).exists():
+                raise FedstreamError(f"{args.out / name} exists: add --resume to continue it, "
+                                     "or choose another --out")
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                         console=console, disable=args.quiet)
     with progress as bar:
@@ -285,7 +311,7 @@ def _run_batch(config: dict, args) -> int:
                 bar.update(task, status=" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                  for k, v in event.items()))
 
-        summary = run_batch_task(config, args.out, on_progress)
+        summary = run_batch_task(config, args.out, on_progress, resume=args.resume)
     if not args.quiet:
         Console().print(batch_summary_table(summary))
     return 0
@@ -355,8 +381,7 @@ def summary_table(s: dict) -> Table:
 
 
 INTERRUPTED = {
-    "run": "interrupted: an online run (task ovfl) with --out continues from its last checkpoint with --resume; "
-           "a batch run (vfl, chfl) starts again",
+    "run": "interrupted: a run with --out continues from its last checkpoint with --resume",
     "sweep": "interrupted: rerun the same command to skip finished runs and resume the others",
     "experiment": "interrupted: rerun the same command to skip finished runs and resume the others",
 }

@@ -8,7 +8,6 @@ resolved ``config``) and ``metrics.csv`` out.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Callable
@@ -33,6 +32,7 @@ def chfl_settings(config: dict):
         rounds=config["hfl.rounds"], local_epochs=config["hfl.local_epochs"], batch_size=config["hfl.batch_size"],
         lrs=number_list(config["hfl.lrs"]), mus=number_list(config["hfl.mus"]), prox_mu=config["hfl.prox_mu"],
         max_rows=config["hfl.max_rows"],
+        shared_baselines=tuple(b.strip() for b in config["hfl.baselines"].split(",") if b.strip()),
     )
 
 
@@ -55,15 +55,12 @@ def _write(folder: Path, name: str, text: str) -> None:
     os.replace(tmp, folder / name)
 
 
-def _curve_rows(result: dict) -> list[dict]:
-    """metrics.csv rows of a CHFL result: the stream's accuracy curve, or one row per client."""
-    if "curve" in result:
-        return [{k: v for k, v in point.items() if not isinstance(v, (list, dict))} for point in result["curve"]]
-    return [{"client": m, "test_acc": acc} for m, acc in enumerate(result.get("test_acc_per_client", []))]
+def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[dict], None] | None = None,
+                   resume: bool = False) -> dict:
+    """Run a ``vfl`` or ``chfl`` config; with ``out``, write config.yaml, metrics.csv, summary.json.
 
-
-def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[dict], None] | None = None) -> dict:
-    """Run a ``vfl`` or ``chfl`` config; with ``out``, write config.yaml, metrics.csv, summary.json."""
+    ``resume`` (with ``out``): continue from ``out/checkpoint.pt`` when it exists (batch VFL
+    checkpoints every epoch, CHFL every FedAvg round; a finished CHFL run deletes its checkpoint)."""
     task = config["task"]
     if task not in BATCH_TASKS:
         raise ValueError(f"run_batch_task runs {BATCH_TASKS}, not {task!r}")
@@ -74,43 +71,38 @@ def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[di
         except OSError as exc:
             raise ConfigError(f"{out}: cannot write the run's folder ({exc.strerror or exc})") from None
     try:
-        result = _train(task, config, out, progress)
+        result = _train(task, config, out, progress, resume and out is not None)
     except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
         raise DivergedError(f"training diverged: {exc} (optimizer.lr = {config.get('optimizer.lr')}; "
                             "try a smaller one)", 0) from exc
     summary = result | {"task": task, "config": dict(config)}
-    if out is not None:
-        if task == "chfl":
-            _write_curve(out, result)
+    if out is not None:  # CHFL wrote metrics.csv as it went
         _write(out, "summary.json", json.dumps(summary, indent=2, default=str))
+        if task == "chfl":
+            (out / "checkpoint.pt").unlink(missing_ok=True)  # finished: the summary marks it
     return summary
 
 
-def _write_curve(out: Path, result: dict) -> None:
-    rows = _curve_rows(result)
-    if rows:
-        with open(out / "metrics.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-
-
-def _train(task: str, config: dict, out: Path | None, progress) -> dict:
+def _train(task: str, config: dict, out: Path | None, progress, resume: bool = False) -> dict:
     """The task's trainer on ``config``: its result dict."""
     if task == "vfl":
         from fedstream.vfl.batch.settings import BatchVFLSettings
         from fedstream.vfl.batch.trainer import run_batch_vfl
 
         result = run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
-                               progress=progress, out=out)  # writes metrics.csv as epochs finish
+                               progress=progress, out=out, resume=resume)  # metrics.csv, checkpoint.pt per epoch
     elif config["hfl.mode"] == "stream":
+        from fedstream.hfl.settings import named_by_config
         from fedstream.hfl.stream import run_stream
 
-        result = run_stream(stream_settings(config), config["data.root"], method=config["hfl.method"],
-                            seed=config["seed"])
+        with named_by_config():  # errors name hfl.* / online.* keys, not settings fields
+            result = run_stream(stream_settings(config), config["data.root"], method=config["hfl.method"],
+                                seed=config["seed"], run_dir=out, resume=resume)
     else:
+        from fedstream.hfl.settings import named_by_config
         from fedstream.hfl.trainer import run_chfl
 
-        result = run_chfl(chfl_settings(config), config["data.root"], method=config["hfl.method"],
-                          seed=config["seed"], progress=progress)
+        with named_by_config():
+            result = run_chfl(chfl_settings(config), config["data.root"], method=config["hfl.method"],
+                              seed=config["seed"], progress=progress, run_dir=out, resume=resume)
     return result

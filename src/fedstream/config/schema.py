@@ -81,10 +81,20 @@ SCHEMA: dict[str, Field] = {
     "activation.threshold": Field(float, 0.2, "Event: threshold Γ on the mean standardised feature", tasks=OVFL),
     "activation.k": Field(int, 2, "Fixed: number of clients activated per round", min=0, tasks=OVFL),
     "activation.l": Field(int, 2, "topl: number of clients activated per round", min=1, tasks=OVFL),
-    "activation.window": Field(int, 2000, "topl: last rounds of each chunk scored by group testing", min=20,
-                               max=4096, tasks=OVFL),
+    "activation.window": Field(int, 500, "topl: latest exploration rounds (every client sent) scored by group "
+                               "testing", min=20, max=4096, tasks=OVFL),
+    "activation.explore": Field(int, 10, "topl: every this many rounds all clients are activated, which keeps the "
+                                "estimate alive (1: every round)", min=1, tasks=OVFL),
+    "activation.padding": Field(str, "mean", "topl: what the server uses for clients it does not query",
+                                choices=("zero", "mean", "latest", "ema"), tasks=OVFL),
     "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1, tasks=OVFL),
     "checkpoint.every": Field(int, 10000, "rounds between checkpoints when --out is given (0: only at the end)", min=0, tasks=OVFL),
+    "network.batch": Field(int, 1, "deploy: events per message to a client node (1: the exact per-event algorithm; "
+                           "B > 1: embeddings of B events computed with the weights of the batch's start)",
+                           min=1, max=4096, tasks=OVFL),
+    "network.padding": Field(str, "zero", "deploy: the embedding the server uses for a client node that is down "
+                             "(crashed, hung, disconnected, or sent an invalid reply)",
+                             choices=("zero", "mean", "latest", "ema"), tasks=OVFL),
     # -- batch VFL with compression (task = vfl) ---------------------------------------------------
     "train.epochs": Field(int, 10, "passes over the training set", min=1, tasks=VFL),
     "train.batch_size": Field(int, 100, "samples per mini-batch (paper: 100)", min=1, max=65535, tasks=VFL),
@@ -100,8 +110,8 @@ SCHEMA: dict[str, Field] = {
                             choices=("none", "topk", "topk-grad"), tasks=("ovfl", "vfl")),
     "compression.cache": Field(bool, False, "the server fills unsent embedding entries from its cache", tasks=("ovfl", "vfl")),
     "compression.ratio": Field(float, 0.125, "fraction k/n of each embedding row sent (paper: 0.125)", min=0.0, max=1.0, exclusive_min=True, tasks=("ovfl", "vfl")),
-    "compression.down": Field(str, "none", "gradient codec: signSGD or 3-sigma quantisation + Huffman",
-                              choices=("none", "sign", "quant-huffman"), tasks=("ovfl", "vfl")),
+    "compression.down": Field(str, "none", "gradient codec: signSGD (+-1, or scaled by mean |g|) or 3-sigma quantisation + Huffman",
+                              choices=("none", "sign", "sign-scaled", "quant-huffman"), tasks=("ovfl", "vfl")),
     "compression.levels": Field(int, 24, "quantisation intervals P (paper: 24)", min=1, max=254, tasks=("ovfl", "vfl")),
     # -- participant selection in batch VFL (task = vfl; the Dynamic VF-PS report) ---------------------
     "selection.method": Field(str, "all", "which clients send: all, vfps (KNN-MI group testing, top l), random "
@@ -150,6 +160,8 @@ SCHEMA: dict[str, Field] = {
     "hfl.mus": Field(str, "0,0.5,1", "lateral-connection scales mu each client chooses from", tasks=CHFL),
     "hfl.prox_mu": Field(float, 0.01, "FedProx proximal weight", min=0.0, exclusive_min=True, tasks=CHFL),
     "hfl.max_rows": Field(int, None, "use only this many rows of the dataset", min=1, optional=True, tasks=CHFL),
+    "hfl.baselines": Field(str, "common", "baselines a chfl run also scores in its own federation (they share its "
+                           "common column): comma-separated common, concat; empty: none", tasks=CHFL),
     "online.batch": Field(int, 16, "stream mode: samples per tick per active client", min=1, tasks=CHFL),
     "online.sync_every": Field(int, 10, "stream mode: ticks between FedAvg rounds", min=1, tasks=CHFL),
     "online.lr": Field(float, 0.001, "stream mode: Adam learning rate", min=0.0, exclusive_min=True, tasks=CHFL),
