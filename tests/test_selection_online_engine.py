@@ -148,3 +148,26 @@ def test_topl_experiment_runs_on_imnist_and_saves_bytes(data_root, tmp_path):
     assert sum(rates) == pytest.approx(2 + 2 * len(range(0, 8192, 10)) / 8192)
     text = write_report(tmp_path).read_text()
     assert "Online VFL Table 1 (DLR rows) and top-l" in text
+
+
+def test_topl_resumes_exactly_from_a_checkpoint_at_the_end_of_a_chunk(tmp_path):
+    """A checkpoint written at a multiple of the 4096-round chunk must hold the policy's estimate
+    after that chunk was shown to it (it used to be saved just before)."""
+    from conftest import small_config, synthetic_stream
+    from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL
+
+    cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 50,
+                          "optimizer.name": "ogd", "rounds": 8500, "eval.interval": 500})
+    whole = OnlineVFL(cfg, stream=synthetic_stream())
+    whole.run()
+    first = OnlineVFL(cfg, stream=synthetic_stream())
+    X, y, _ = first.stream.batch(0, CHUNK)
+    path = tmp_path / "at-chunk-end.npz"
+    first.play_chunk(0, X, y, cfg["rounds"], Hooks(checkpoint_path=path, checkpoint_every=CHUNK))
+    resumed = OnlineVFL(cfg, stream=synthetic_stream())
+    resumed.load(path)
+    assert resumed.t == CHUNK
+    resumed.run()
+    assert resumed.metrics.intervals == whole.metrics.intervals
+    assert (resumed.active_counts == whole.active_counts).all()
+    assert resumed.transport.ledger.summary() == whole.transport.ledger.summary()

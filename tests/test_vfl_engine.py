@@ -216,3 +216,20 @@ def test_compressed_online_run_sends_fewer_bytes_and_resumes_exactly(tmp_path):
     resumed = second.run()
     for key in ("accumulated_error", "interval_errors", "bytes"):
         assert resumed[key] == whole[key], key
+
+
+def test_a_diverged_run_counts_the_activations_of_the_rounds_it_played():
+    from fedstream.errors import DivergedError
+
+    cfg = small_config(rounds=50, **{"activation.name": "full"})
+    engine = OnlineVFL(cfg, stream=synthetic_stream())
+    engine.run(10)
+
+    def poison(t, y, prediction):  # after round 14 a client's model blows up: round 15 diverges
+        if t == 14:
+            engine.clients[1].model.layers[0].W[:] = np.inf
+
+    with pytest.raises(DivergedError) as exc:
+        engine.run(on_round=poison)
+    assert exc.value.round == 15
+    assert engine.active_counts.tolist() == [15, 15, 15, 15]

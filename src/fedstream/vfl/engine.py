@@ -166,11 +166,14 @@ class OnlineVFL:
                                     self.clients, self.transport, self.clock,
                                     None if queried is None else queried[j])
             except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+                self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
                 raise self._diverged(t, exc) from exc
             self.metrics.update(int(y[j]), result.prediction)
             if h.on_round is not None:
                 h.on_round(t, int(y[j]), result.prediction)
             self.t = t + 1
+            if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
+                self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
             if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
                 self.active_counts += mask[counted:j + 1].sum(axis=0)
                 counted = j + 1
@@ -181,8 +184,6 @@ class OnlineVFL:
             if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
                 self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
         self.active_counts += mask[counted:stop].sum(axis=0)
-        if stop == CHUNK:  # a complete chunk: a policy that learns from the data (topl) sees it once
-            self.activation.observe(blocks, y)
         self.wall_seconds += time.perf_counter() - tic
 
     def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:

@@ -284,11 +284,11 @@ class RunStack:
                 preds[i - j] = result.predictions
                 if self.transport.diverged:
                     self._diverged(chunk, j, i, y, preds, masks, hooks, tic)
+            if seg == CHUNK:  # a complete chunk, shown once to each run's policy before checkpoints
+                for r in self.runs:
+                    r.activation.observe(xb, y)
             self._advance(chunk, j, seg, y, preds, masks, hooks, tic, range(len(self.runs)))
             j = seg
-        if stop == CHUNK:
-            for r in self.runs:
-                r.activation.observe(xb, y)
         self._share_wall(time.perf_counter() - tic)
 
     def _next_boundary(self, t: int, hooks: list[Hooks]) -> int:
@@ -306,6 +306,9 @@ class RunStack:
         for k in which:
             r, h = self.runs[k], hooks[k]
             r.metrics.update_many(y[j0:j1], preds[:j1 - j0, k])
+            if h.on_round is not None:  # after the segment rather than after each round
+                for i in range(j0, j1):
+                    h.on_round(chunk * CHUNK + i, int(y[i]), int(preds[i - j0, k]))
             r.active_counts += masks[j0:j1, k].sum(axis=0)
             r.t = t1
             if t1 % r.metrics.interval == 0:
