@@ -24,9 +24,8 @@ from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
 from fedstream.errors import ConfigError, DivergedError
 from fedstream.runtime.output import RunDirectory
-from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL, make_stream
+from fedstream.vfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 
-STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every")
 
 
 @dataclass

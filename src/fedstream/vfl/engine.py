@@ -63,6 +63,10 @@ def server_lr(config: dict) -> float:
     return config["optimizer.lr"] if lr is None else lr
 
 
+STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every")
+"""The config keys that decide the stream: runs equal in these read the very same rows."""
+
+
 def make_stream(config: dict) -> Stream:
     """The stream a config asks for, read from the resolved data root."""
     root = resolve_data_root(config["data.root"])
@@ -194,11 +198,16 @@ class OnlineVFL:
         return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
                              f"{self.config['optimizer.lr']}; try a smaller one)", t)
 
-    def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        """Each client's contiguous feature block of a chunk, and the chunk's activation mask
-        (drawn from the chunk's own key, so resume-safe)."""
+    def chunk_blocks(self, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's contiguous feature block of a chunk and the blocks' row means (n, M), the
+        input of the event activation; the same for every run over this stream and split."""
         blocks = [np.ascontiguousarray(X[:, b]) for b in self.blocks]
-        means = np.stack([b.mean(axis=1) for b in blocks], axis=1)
+        return blocks, np.stack([b.mean(axis=1) for b in blocks], axis=1)
+
+    def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's feature block of a chunk, and the chunk's activation mask (drawn from the
+        chunk's own key, so resume-safe)."""
+        blocks, means = self.chunk_blocks(X)
         return blocks, self.activation.mask(chunk, means)
 
     def _record_interval(self, wall: float, on_interval) -> None:

@@ -34,7 +34,7 @@ from fedstream.models.stack import MLPStack, stack_softmax_cross_entropy
 from fedstream.optim.stack import make_optimizer_stack
 from fedstream.transport.stacked import StackTransport
 from fedstream.vfl.client import Client
-from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL
+from fedstream.vfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL
 from fedstream.vfl.messages import Embedding, Gradient, Query
 from fedstream.vfl.protocol import ComputeClock, play_stack_round
 from fedstream.vfl.server import Server
@@ -55,7 +55,7 @@ def config_stack_key(c: dict) -> tuple | None:
         return None
     if (c["compression.up"], c["compression.down"]) != ("none", "none") or c["activation.name"] == "topl":
         return None
-    stream = tuple(c[k] for k in ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every"))
+    stream = tuple(c[k] for k in STREAM_KEYS)
     return stream + (c["vfl.clients"], c["model.embedding"], c["optimizer.name"], c["optimizer.window"],
                      c["optimizer.alpha"] if c["optimizer.name"] == "dlr" else None, c["rounds"])
 
@@ -84,6 +84,16 @@ def split_table(masks: np.ndarray) -> tuple[list[list[int]], dict[int, tuple[np.
         on = (code >> np.arange(K)) & 1 == 1
         table[code] = (np.flatnonzero(on), np.flatnonzero(~on))
     return codes.tolist(), table
+
+
+def _write_back(stacked, parties: list, window: str) -> None:
+    """Run k's model and optimiser state from a stacked party into ``parties[k]``, and the shared
+    sample window (``inputs`` of a client, ``labels`` of the server) into each of them."""
+    stacked.model.write_back([p.model for p in parties])
+    stacked.optimizer.write_back([p.optimizer for p in parties])
+    state = getattr(stacked, window).state_dict()
+    for p in parties:
+        getattr(p, window).load_state_dict(state)
 
 
 class ClientStack:
@@ -156,10 +166,7 @@ class ClientStack:
 
     def write_back(self, clients: list[Client]) -> None:
         """Copy run k's model, optimiser state and input window into ``clients[k]``."""
-        self.model.write_back([c.model for c in clients])
-        self.optimizer.write_back([c.optimizer for c in clients])
-        for c in clients:
-            c.inputs.load_state_dict(self.inputs.state_dict())
+        _write_back(self, clients, "inputs")
 
 
 class StackResult(NamedTuple):
@@ -233,10 +240,7 @@ class ServerStack:
 
     def write_back(self, servers: list[Server]) -> None:
         """Copy run k's model, optimiser state and label window into ``servers[k]``."""
-        self.model.write_back([s.model for s in servers])
-        self.optimizer.write_back([s.optimizer for s in servers])
-        for s in servers:
-            s.labels.load_state_dict(self.labels.state_dict())
+        _write_back(self, servers, "labels")
 
 
 class RunStack:
@@ -253,7 +257,6 @@ class RunStack:
         self.transport = StackTransport([r.transport.ledger for r in runs])
         self.clock = ComputeClock()
         self._base = [(r.clock.client, r.clock.server) for r in runs]  # each run's clocks before stacking
-        self.blocks = runs[0].blocks
 
     def run(self, end: int, hooks: list[Hooks] | None = None) -> None:
         """Play every run up to round ``end`` from the first run's stream, then write back."""
@@ -269,8 +272,7 @@ class RunStack:
         :meth:`OnlineVFL.play_chunk` does for one); raises :class:`StackDiverged` if runs blow up,
         after writing every run's state back (the others can be stacked again and go on)."""
         tic = time.perf_counter()
-        xb = [np.ascontiguousarray(X[:, b]) for b in self.blocks]
-        means = np.stack([b.mean(axis=1) for b in xb], axis=1)
+        xb, means = self.runs[0].chunk_blocks(X)
         masks = np.stack([r.activation.mask(chunk, means) for r in self.runs], axis=1)  # (CHUNK, K, M)
         codes, table = split_table(masks)
         j, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
