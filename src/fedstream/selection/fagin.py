@@ -84,6 +84,19 @@ def _prepare(local, k: int, exclude: int | None, batch: int):
     return local, lists, k, batch
 
 
+def _read_step(local: np.ndarray, lists: np.ndarray, depth: int, batch: int, seen: np.ndarray):
+    """One step of sorted access: the next ``batch`` entries of every client's list. Returns the ids
+    not seen before (marked seen now), their global distances (one random access to each other
+    list per id), the new depth and τ, the global distance of the last row read (inf at the end)."""
+    m, n_cand = lists.shape
+    stop = min(n_cand, depth + batch)
+    fresh = np.unique(lists[:, depth:stop])
+    fresh = fresh[~seen[fresh]]
+    seen[fresh] = True
+    tau = local[np.arange(m), lists[:, stop - 1]].sum() if stop < n_cand else np.inf
+    return fresh, local[:, fresh].sum(axis=0), stop, tau
+
+
 def threshold_knn(local, k: int, *, exclude: int | None = None, batch: int = 1) -> FaginResult:
     """Exact global K nearest by Fagin's threshold algorithm, reading ``batch`` entries per list per step."""
     local, lists, k, batch = _prepare(local, k, exclude, batch)
@@ -92,14 +105,9 @@ def threshold_knn(local, k: int, *, exclude: int | None = None, batch: int = 1) 
     ids, dist = np.empty(0, dtype=np.int64), np.empty(0)
     depth = random_reads = 0
     while depth < n_cand:
-        stop = min(n_cand, depth + batch)
-        fresh = np.unique(lists[:, depth:stop])
-        fresh = fresh[~seen[fresh]]
-        seen[fresh] = True
+        fresh, fresh_dist, depth, tau = _read_step(local, lists, depth, batch, seen)
         random_reads += (m - 1) * fresh.size
-        ids, dist = np.concatenate([ids, fresh]), np.concatenate([dist, local[:, fresh].sum(axis=0)])
-        depth = stop
-        tau = local[np.arange(m), lists[:, depth - 1]].sum()
+        ids, dist = np.concatenate([ids, fresh]), np.concatenate([dist, fresh_dist])
         if ids.size >= k and np.partition(dist, k - 1)[k - 1] < tau:
             break
     top_ids, top_dist = _top_k(ids, dist, k)
@@ -142,15 +150,10 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
     depth = random_reads = emitted = hits = 0
     while True:
         if depth < n_cand:
-            stop = min(n_cand, depth + batch)
-            fresh = np.unique(lists[:, depth:stop])
-            fresh = fresh[~seen[fresh]]
-            seen[fresh] = True
+            fresh, fresh_dist, depth, tau = _read_step(local, lists, depth, batch, seen)
             random_reads += (m - 1) * fresh.size
-            for i, d in zip(fresh.tolist(), local[:, fresh].sum(axis=0).tolist()):
+            for i, d in zip(fresh.tolist(), fresh_dist.tolist()):
                 heapq.heappush(heap, (d, 0 if same[i] else 1, i))
-            depth = stop
-            tau = local[np.arange(m), lists[:, depth - 1]].sum() if depth < n_cand else np.inf
         while heap and (heap[0][0] < tau or (heap[0][0] == tau and heap[0][1] == 0)):
             _, other, _ = heapq.heappop(heap)
             emitted += 1
