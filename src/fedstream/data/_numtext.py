@@ -20,6 +20,19 @@ import numpy as np
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
 from fedstream.errors import DataError
 
+
+def number_problem(text: str, where: str, raw: str | None = None) -> str | None:
+    """Why ``text`` is not a finite number (an error message starting with ``where``), or None.
+    ``raw`` is the field as it stands in the file, for the message (default: ``text``)."""
+    shown = text if raw is None else raw
+    try:
+        v = float(text)
+    except ValueError:
+        return f"{where}: expected a number but found {shown!r}"
+    if not np.isfinite(v):
+        return f"{where}: expected a finite number but found {shown!r}"
+    return None
+
 CHUNK_LINES = 100_000
 
 
@@ -106,12 +119,9 @@ def _check_line(layout: Layout, lineno: int, line: str) -> str | None:
         where = f"line {lineno}, column {j + 1} ({layout.columns[j]})"
         if s == "?" or s == "":
             return f"{where}: expected a number but the value is missing ({fields[j]!r})"
-        try:
-            v = float(s)
-        except ValueError:
-            return f"{where}: expected a number but found {fields[j]!r}"
-        if not np.isfinite(v):
-            return f"{where}: expected a finite number but found {fields[j]!r}"
+        problem = number_problem(s, where, fields[j])
+        if problem:
+            return problem
     if _label_of(layout, fields[layout.label]) is None:
         j = layout.label
         return (f"line {lineno}, column {j + 1} ({layout.columns[j]}, the class): expected "

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
+from fedstream.data._numtext import number_problem
 from fedstream.errors import DataError
 
 CHUNK_LINES = 200_000
@@ -58,13 +59,10 @@ def _scan(path: Path, n_features: int, name: str, max_rows: int | None) -> str |
                     return (f"line {lineno}: expected {ncol} columns (label + {n_features} "
                             f"{name} features) but found {len(fields)}")
                 for col, s in enumerate(fields, start=1):
-                    try:
-                        v = float(s)
-                    except ValueError:
-                        return f"line {lineno}, column {col}: expected a number but found {s!r}"
-                    if not np.isfinite(v):
-                        return f"line {lineno}, column {col}: expected a finite number but found {s!r}"
-                    if col == 1 and v not in (0.0, 1.0):
+                    problem = number_problem(s, f"line {lineno}, column {col}")
+                    if problem:
+                        return problem
+                    if col == 1 and float(s) not in (0.0, 1.0):
                         return f"line {lineno}, column 1 (label): expected 0 or 1 but found {s!r}"
     except GZIP_ERRORS as e:
         raise gzip_error(path, e) from e
