@@ -8,7 +8,7 @@ import pytest
 
 from fedstream.cli import main
 from fedstream.errors import ConfigError
-from fedstream.experiments.sweep import assign, expand_grid, sweep
+from fedstream.experiments.sweep import expand_grid, sweep, work_units
 from fedstream.vfl.engine import OnlineVFL
 
 TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second"}
@@ -40,11 +40,13 @@ def test_grid_expansion_names_and_errors(tmp_path):
         expand_grid("ovfl-imnist", [], ["optimizer.name=ogd,adam"], tmp_path)
 
 
-def test_assign_balances_cost(tmp_path):
+def test_work_units_one_run_each_in_grid_order_or_stacks_together(tmp_path):
     specs = expand_grid("ovfl-imnist", [], ["optimizer.name=ogd,slr,dlr", "seed=1,2"], tmp_path)
-    groups = assign(specs, 2)
-    assert sorted(len(g) for g in groups) == [3, 3]
-    assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in specs)
+    assert work_units(specs, 2) == [[s] for s in specs]  # free workers take the next run: no idle worker
+    stacked = work_units(specs, 2, stack=True)
+    assert sorted(s.name for g in stacked for s in g) == sorted(s.name for s in specs)
+    for unit in stacked:
+        assert len({s.config["optimizer.name"] for s in unit}) == 1
 
 
 def test_side_by_side_runs_equal_single_runs_and_resume(susy_root, tmp_path):
@@ -73,7 +75,7 @@ def test_stacked_sweep_equals_single_runs_resumes_and_keeps_stacks_on_one_worker
     sets = [f"data.root={susy_root}", "rounds=300", "eval.interval=100", "checkpoint.every=100"]
     grid = ["optimizer.name=ogd,dlr", "activation.name=full,random,event", "optimizer.lr=0.01,0.03"]
     specs = expand_grid("ovfl-susy", sets, grid, tmp_path / "sw")
-    groups = assign(specs, 2, stack=True)
+    groups = work_units(specs, 2, stack=True)
     assert sorted(sorted({s.config["optimizer.name"] for s in g}) for g in groups) == [["dlr"], ["ogd"]]
     summaries = sweep(specs, workers=2, stack=True)
     for spec, s in zip(specs, summaries):

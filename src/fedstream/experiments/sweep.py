@@ -27,7 +27,6 @@ from fedstream.runtime.output import RunDirectory
 from fedstream.vfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 
 
-
 @dataclass
 class RunSpec:
     """One run of a sweep: its name (from the grid values), resolved config and folder."""
@@ -76,28 +75,30 @@ def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> lis
     return specs
 
 
-def assign(specs: list[RunSpec], workers: int, *, stack: bool = False) -> list[list[RunSpec]]:
-    """Greedy longest-first assignment of runs to workers by estimated cost. With ``stack``, runs
-    that can share a stack (:func:`fedstream.vfl.stack.config_stack_key`) go to one worker as a
-    bundle; bundles are halved while there are fewer of them than workers."""
+def work_units(specs: list[RunSpec], workers: int, *, stack: bool = False) -> list[list[RunSpec]]:
+    """The sweep's units of work, in the order the workers take them.
+
+    Without ``stack`` every run is a unit, in grid order: a worker takes the next run as soon as it
+    is free, so the workers stay busy until the last run whatever the runs cost (a static split by
+    estimated cost left one of two workers idle for a third of CHFL's Table II: a jannis run costs
+    70 times a Sensorless one), and an interrupted sweep holds the grid's first runs. With
+    ``stack``, runs that can share a stack (:func:`fedstream.vfl.stack.config_stack_key`) form one
+    unit, halved while there are fewer units than workers; the costliest go first.
+    """
+    if not stack:
+        return [[spec] for spec in specs]
     from fedstream.vfl.stack import config_stack_key
 
     bundles: dict[object, list[RunSpec]] = {}
     for i, spec in enumerate(specs):
-        key = config_stack_key(spec.config) if stack else None
+        key = config_stack_key(spec.config)
         bundles.setdefault(("alone", i) if key is None else key, []).append(spec)
     parts = list(bundles.values())
     while len(parts) < workers and max(len(b) for b in parts) > 1:
         big = max(parts, key=len)
         parts.remove(big)
         parts += [big[: len(big) // 2], big[len(big) // 2:]]
-    loads: list[float] = [0.0] * workers
-    groups: list[list[RunSpec]] = [[] for _ in range(workers)]
-    for part in sorted(parts, key=lambda b: -sum(s.cost for s in b)):
-        w = min(range(workers), key=lambda i: loads[i])
-        groups[w] += part
-        loads[w] += sum(s.cost for s in part)
-    return [g for g in groups if g]
+    return sorted(parts, key=lambda b: -sum(s.cost for s in b))
 
 
 def _complete(spec: RunSpec) -> dict | None:
@@ -310,7 +311,7 @@ def sweep(specs: list[RunSpec], *, workers: int | None = None,
     queue = ctx.Manager().Queue()
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
-        groups = assign(specs, workers, stack=stack)
+        groups = work_units(specs, workers, stack=stack)  # taken one at a time by whichever worker is free
         futures = [pool.submit(_worker, group, stack) for group in groups]
         while not all(f.done() for f in futures) or not queue.empty():
             while not queue.empty():
