@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from flower_runs import run_simulation
 
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
@@ -118,7 +114,6 @@ def flower_available() -> bool:
 
 
 needs_flower = pytest.mark.skipif(not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
 # -- without Flower ----------------------------------------------------------------------------
@@ -239,22 +234,6 @@ def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
 
 
 # -- on Flower ---------------------------------------------------------------------------------
-def _run_isolated(script: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``script`` in its own Python and process group; kill the whole group on time-out."""
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=os.environ | QUIET, cwd=cwd, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"timed out after {timeout} s:\n{out.decode(errors='replace')[-3000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind (Ray workers)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(errors="replace"))
 
 
 @needs_flower
@@ -263,15 +242,7 @@ def test_flower_simulation_runtime_equals_the_simulator(tmp_path):
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 200)
-    script = textwrap.dedent(f"""
-        from flwr.simulation import run_simulation
-        from fedstream.deploy.flower_app import make_client_app, make_server_app
-        server = make_server_app(config="", set={as_set(values)!r}, out={str(out)!r}, audit=True)
-        run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=2,
-                       backend_config={{"client_resources": {{"num_cpus": 1}},
-                                        "init_args": {{"num_cpus": 2, "include_dashboard": False}}}})
-    """)
-    result = _run_isolated(script, 240, tmp_path)
+    result = run_simulation("", as_set(values), out, 2, timeout=240, cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]
     engine, sizes, summary = simulate(load_config(None, values))
     got = json.loads((out / "summary.json").read_text())

@@ -7,6 +7,11 @@ hosts a real :class:`fedstream.vfl.client.Client` (:mod:`fedstream.deploy.host`,
 fed by its own feature block (:mod:`fedstream.deploy.rows`). Messages cross as the exact bytes of
 :func:`fedstream.transport.codec.encode`, over a link: in-process (:class:`LoopbackLink`) or Flower
 (:mod:`fedstream.deploy.gridlink`, :mod:`fedstream.deploy.flower_app`; needs ``pip install 'fedstream[flower]'``).
+
+CHFL's batch federation runs the same way: :class:`fedstream.deploy.chfl_driver.NetworkCHFL` plays the
+simulator's :class:`fedstream.hfl.trainer.BatchRun` over :class:`fedstream.deploy.chfl_proxy.RemoteCohort`,
+each node hosts a :class:`fedstream.deploy.chfl_host.CHFLHost` fed only its own rows and columns
+(:mod:`fedstream.deploy.chfl_data`). They are not imported here: they need torch, an online VFL node does not.
 """
 
 from fedstream.deploy.driver import NetworkVFL

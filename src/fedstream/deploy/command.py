@@ -1,4 +1,4 @@
-"""``fedstream deploy``: run online VFL's parties as a Flower app.
+"""``fedstream deploy``: run the parties of online VFL, batch VFL or CHFL (batch) as a Flower app.
 
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit] [--secure]
@@ -56,6 +56,10 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
         raise ConfigError(f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower")
     config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
     check_deployable(config)
+    if config["task"] == "chfl" and args.resume:
+        raise ConfigError("--resume: a deployed CHFL run does not checkpoint the server yet; start it again")
+    if config["task"] == "vfl" and args.resume:
+        raise ConfigError("--resume: a deployed batch VFL run does not checkpoint yet; start it again")
     source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
     sets = [s for s in args.sets if not s.startswith("data.root=")]
     # Flower starts the parties' processes in folders of its own: pin the data root found from here
@@ -72,6 +76,7 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
 def cmd_deploy(args) -> int:
     try:
         from fedstream.deploy.local import LocalDeployment, write_app
+        from fedstream.deploy.parties import n_nodes
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
     if args.action == "credentials":
@@ -83,8 +88,9 @@ def cmd_deploy(args) -> int:
     if args.action == "app":
         settings, config = _settings(args, args.out)
         folder = write_app(args.dir, settings)
-        print(f"wrote {folder}; with a SuperLink and {config['vfl.clients']} SuperNodes "
-              f"(--node-config \"client-index=0\" .. \"client-index={config['vfl.clients'] - 1}\") running:\n"
+        M = n_nodes(config)
+        print(f"wrote {folder}; with a SuperLink and {M} SuperNodes "
+              f"(--node-config \"client-index=0\" .. \"client-index={M - 1}\") running:\n"
               f"  flwr run {folder} <connection> --stream")
         return 0
     settings, config = _settings(args, args.out)
@@ -94,13 +100,22 @@ def cmd_deploy(args) -> int:
         from fedstream.deploy.credentials import write_credentials
 
         credentials = args.out / "credentials"
-        write_credentials(credentials, config["vfl.clients"])
-    with LocalDeployment(config["vfl.clients"], args.out / "deployment", credentials=credentials) as deployment:
+        write_credentials(credentials, n_nodes(config))
+    with LocalDeployment(n_nodes(config), args.out / "deployment", credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
     summary = args.out / "summary.json"
     if not summary.exists():
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
+    if config["task"] == "chfl":
+        print(f"CHFL ({s['method']}), test accuracy {s['test_acc']:.4f} (per client "
+              f"{', '.join(f'{a:.4f}' for a in s['test_acc_per_client'])}), {s['bytes']['total']} payload bytes, "
+              f"{len(s['faults'])} node fault(s); summary in {summary}")
+        return 0
+    if config["task"] == "vfl":
+        print(f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} B up, "
+              f"{s['bytes']['down']} B down, {len(s['faults'])} node fault(s); summary in {summary}")
+        return 0
     print(f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
           f"{s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s); summary in {summary}")
     return 0

@@ -1,4 +1,10 @@
-"""Online VFL on Flower: a ServerApp for the server party, a ClientApp for each client party.
+"""Online VFL, batch VFL and CHFL on Flower: a ServerApp for the server party, a ClientApp for each client party.
+
+The apps dispatch on the config's ``task``: ``ovfl`` as below, ``chfl`` (batch mode) to
+:func:`serve_chfl` on the server and :class:`fedstream.deploy.chfl_host.CHFLHost` on the nodes,
+``vfl`` (batch VFL, the compression paper's split learning) to :func:`serve_vfl_batch` and
+:class:`fedstream.deploy.vfl_batch_host.BatchVFLHost` (same message kinds, same records, same node
+state handling).
 
 Tested with ``flwr==1.41.0`` (``pip install 'fedstream[flower]'``), Message API:
 
@@ -34,6 +40,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +53,10 @@ from fedstream.deploy.node import NodeMemory, handle_on_node
 from fedstream.deploy.parties import check_deployable, server_stream
 from fedstream.deploy.rows import BlockRows, default_cache_dir
 from fedstream.errors import ConfigError
+
+if TYPE_CHECKING:  # CHFL's and batch VFL's modules import torch: an online VFL node does not need it
+    from fedstream.deploy.chfl_data import NodePart
+    from fedstream.deploy.vfl_batch_data import ClientBlock
 
 # Flower reports usage to its servers and checks for updates unless told not to; a library that
 # imports it should not phone home on its users' behalf. Set these to "1" / "0" to opt back in.
@@ -130,6 +141,72 @@ def write_outputs(out: Path, net: NetworkVFL, link: GridLink, *, audit: bool) ->
         (out / "message_sizes.json").write_text(json.dumps(net.transport.sizes))
 
 
+def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
+    """The server party of a CHFL run (batch mode; :mod:`fedstream.deploy.chfl_driver`): no data at
+    all, the nodes report their sizes. Writes ``summary.json`` (and with ``audit`` the final global
+    common column, ``models.npz``) to ``out``."""
+    from fedstream.deploy.chfl_driver import NetworkCHFL
+
+    if settings["resume"]:
+        raise ConfigError("resume: a deployed CHFL run does not checkpoint the server yet; start it again")
+    link = GridLink.connect(grid, config["hfl.clients"], poll=float(settings["poll-seconds"]),
+                            timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
+
+    def progress(p: dict) -> None:
+        print(f"fedstream: lr {p['lr']:g}, round {p['round']}/{p['rounds']}: mean best validation accuracy "
+              f"{p['val_acc']:.4f}", flush=True)
+
+    print(f"fedstream: CHFL ({config['hfl.method']}) with {config['hfl.clients']} client nodes", flush=True)
+    net = NetworkCHFL(config, link, progress=progress)
+    result = net.run()
+    print(f"fedstream: done, test accuracy {result['test_acc']:.4f}, {result['bytes']['total']} payload bytes, "
+          f"{len(result['faults'])} node fault(s), {link.messages} Flower messages; "
+          f"{json.dumps(timing_summary(link))}", flush=True)
+    if settings["out"]:
+        out = Path(settings["out"])
+        out.mkdir(parents=True, exist_ok=True)
+        summary = result | {"config": config, "flwr_version": FLWR_VERSION, "flower": timing_summary(link)}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        if settings["audit"]:
+            np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})
+
+
+def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
+    """The server party of a batch VFL run (:mod:`fedstream.deploy.vfl_batch_driver`): the labels
+    only. Writes ``summary.json`` and ``metrics.csv`` (and with ``audit`` every party's final model,
+    ``models.npz``) to ``out``."""
+    from fedstream.deploy.vfl_batch_data import load_labels
+    from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
+
+    if settings["resume"]:
+        raise ConfigError("resume: a deployed batch VFL run does not checkpoint yet; start it again")
+    labels = load_labels(config, settings["data-root"] or None)
+    link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
+                            timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
+
+    def progress(p: dict) -> None:
+        if p["event"] == "epoch":
+            print(f"fedstream: epoch {p['epoch']}: train loss {p['train_loss']:.4f}, test accuracy "
+                  f"{p['test_accuracy']:.4f}, {p['bytes_up']} B up, {p['bytes_down']} B down", flush=True)
+
+    out = Path(settings["out"]) if settings["out"] else None
+    print(f"fedstream: batch VFL with {config['vfl.clients']} client nodes", flush=True)
+    net = NetworkBatchVFL(config, link, labels=labels, out=out, progress=progress)
+    audit = bool(settings["audit"])
+    summary = net.run(models=audit)
+    print(f"fedstream: done, test accuracy {summary['final_accuracy']:.4f}, {summary['bytes']['total']} payload bytes, "
+          f"{len(summary['faults'])} node fault(s), {link.messages} Flower messages; "
+          f"{json.dumps(timing_summary(link))}", flush=True)
+    if out is not None:
+        summary = summary | {"run_config": config, "flwr_version": FLWR_VERSION, "flower": timing_summary(link)}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        if audit:
+            arrays = {f"server.{k}": v.detach().numpy() for k, v in net.server.model.state_dict().items()}
+            for m, state in net.cohort.models.items():
+                arrays |= {f"client{m}.{k}": v for k, v in state.items()}
+            np.savez(out / "models.npz", **arrays)
+
+
 def make_server_app(**defaults) -> ServerApp:
     """The server party as a Flower ServerApp; ``defaults`` are settings (see the module doc)."""
     resolve_settings({}, defaults)  # fail early on a misspelt setting
@@ -140,6 +217,12 @@ def make_server_app(**defaults) -> ServerApp:
         settings = resolve_settings(dict(context.run_config), defaults)
         config = resolve_config(settings)
         check_deployable(config)
+        if config["task"] == "chfl":
+            serve_chfl(grid, config, settings)
+            return
+        if config["task"] == "vfl":
+            serve_vfl_batch(grid, config, settings)
+            return
         stream = server_stream(config, settings["data-root"] or None)  # labels only
         link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
                                 timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
@@ -172,9 +255,21 @@ def client_index(node_config: dict) -> int:
     raise ConfigError("this SuperNode has no client index: start it with --node-config \"client-index=M\"")
 
 
-def node_rows(config: dict, index: int, node_config: dict) -> BlockRows:
-    """This node's feature block, cached in its ``cache-dir`` (see :mod:`fedstream.deploy.rows`)."""
+def node_rows(config: dict, index: int, node_config: dict) -> BlockRows | NodePart | ClientBlock:
+    """This node's data, cached in its ``cache-dir``: online VFL its feature block
+    (:mod:`fedstream.deploy.rows`), CHFL its rows and columns (:mod:`fedstream.deploy.chfl_data`),
+    batch VFL its strip of every image (:mod:`fedstream.deploy.vfl_batch_data`)."""
     cache = str(node_config.get("cache-dir", "")) or str(default_cache_dir())
+    if config["task"] == "vfl":
+        from fedstream.deploy.vfl_batch_data import load_block
+
+        return load_block(config, index, data_root=str(node_config.get("data-root", "")) or None,
+                          cache_dir=None if cache == "none" else Path(cache))
+    if config["task"] == "chfl":
+        from fedstream.deploy.chfl_data import load_part
+
+        return load_part(config, index, data_root=str(node_config.get("data-root", "")) or None,
+                         cache_dir=None if cache == "none" else Path(cache))
     return BlockRows(config, index, data_root=str(node_config.get("data-root", "")) or None,
                      cache_dir=None if cache == "none" else Path(cache))
 

@@ -111,8 +111,8 @@ class GridLink:
         deadline = time.monotonic() + node_timeout
         while len(nodes := sorted(grid.get_node_ids())) < n_clients:
             if time.monotonic() > deadline:
-                raise ProtocolError(f"{len(nodes)} SuperNodes connected within {node_timeout} s, vfl.clients = "
-                                    f"{n_clients} needed (start one per client with --node-config \"client-index=M\")")
+                raise ProtocolError(f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
+                                    f"(vfl.clients or hfl.clients) needed (start one per client with --node-config \"client-index=M\")")
             time.sleep(0.2)
         link = cls(grid, {}, n_clients, poll=poll, timeout=timeout)
         index_of = link._hello(nodes)

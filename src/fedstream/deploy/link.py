@@ -83,7 +83,8 @@ class LoopbackLink:
     rebuilt from the state the previous request left, and with ``store`` (a folder) each node keeps
     its checkpoints there. With ``persist=False`` each node's host stays in memory. ``rows(config,
     m)`` gives node m its feature block. A node that raises gives a :class:`Failure`, as a
-    ClientApp's error reply does on Flower."""
+    ClientApp's error reply does on Flower. The nodes host the party of the config's task (online
+    VFL or CHFL, :func:`fedstream.deploy.node.make_host`)."""
 
     def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
         self.n_clients, self.persist, self.store = n_clients, persist, store
@@ -99,8 +100,7 @@ class LoopbackLink:
         return set()
 
     def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        from fedstream.deploy.host import ClientHost
-        from fedstream.deploy.node import handle_on_node
+        from fedstream.deploy.node import handle_on_node, make_host
 
         replies: dict[int, Envelope | Failure] = {}
         for m, env in requests.items():
@@ -112,7 +112,7 @@ class LoopbackLink:
                     continue
                 if env.kind == "setup":
                     config = json.loads(env.info["config"])
-                    self._hosts[m] = ClientHost(config, m, rows=self._rows(config, m))
+                    self._hosts[m] = make_host(config, m, rows=self._rows(config, m))
                 replies[m] = self._hosts[m].handle(env)
             except (ProtocolError, ValueError) as exc:  # the ClientApp's error reply
                 replies[m] = Failure(f"the client failed: {exc}")

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-APP_MODULE = '''"""fedstream's online VFL parties as a Flower app (written by fedstream.deploy.local.write_app)."""
+APP_MODULE = '''"""fedstream's parties (online VFL or CHFL, by the config's task) as a Flower app (written by fedstream.deploy.local.write_app)."""
 
 from fedstream.deploy.flower_app import make_client_app, make_server_app
 
@@ -57,7 +57,7 @@ build-backend = "hatchling.build"
 [project]
 name = "{name}"
 version = "1.0.0"
-description = "fedstream online VFL: the server party as a ServerApp, each client party as a ClientApp"
+description = "fedstream (online VFL or CHFL): the server party as a ServerApp, each client party as a ClientApp"
 license = "MIT"
 # Every machine needs `pip install "fedstream[flower]"` (tested with flwr=={FLWR_VERSION}).
 dependencies = []

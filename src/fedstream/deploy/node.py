@@ -1,5 +1,10 @@
 """What a client node does with one request, whatever runs it: a Flower ClientApp or a loopback link.
 
+The node hosts the party of the run's task (:func:`make_host`): an online VFL client
+(:mod:`fedstream.deploy.host`), a CHFL client (:mod:`fedstream.deploy.chfl_host`) or a batch VFL
+client (:mod:`fedstream.deploy.vfl_batch_host`); the latter two keep their whole state as one
+``torch.save`` archive, saved here after every request like any other state.
+
 A node keeps, between requests, the run's config, the run's token and its party's state
 (:meth:`ClientHost.state_dict`); on Flower these live in ``context.state``. It also writes that
 state to its cache folder (:class:`NodeStore`) so that it survives the node itself:
@@ -24,6 +29,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +38,9 @@ from fedstream.deploy.link import ROUND, SETUP, Envelope
 from fedstream.deploy.parties import check_deployable
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
+
+if TYPE_CHECKING:  # CHFL's modules import torch: an online VFL node does not need it
+    from fedstream.deploy.chfl_data import NodePart
 
 KEEP_BOUNDARIES = 2
 
@@ -92,11 +101,28 @@ def _save(path: Path, state: dict[str, np.ndarray]) -> None:
     os.replace(f.name, path)
 
 
+def make_host(config: dict, index: int, *, rows: BlockRows | NodePart, state: dict[str, np.ndarray] | None = None):
+    """The party a node hosts for ``config``'s task: :class:`ClientHost` (online VFL),
+    :class:`~fedstream.deploy.chfl_host.CHFLHost` (CHFL) or
+    :class:`~fedstream.deploy.vfl_batch_host.BatchVFLHost` (batch VFL); all answer envelopes and save
+    their state as named arrays."""
+    if config["task"] == "chfl":
+        from fedstream.deploy.chfl_host import CHFLHost
+
+        return CHFLHost(config, index, rows=rows, state=state)
+    if config["task"] == "vfl":
+        from fedstream.deploy.vfl_batch_host import BatchVFLHost
+
+        return BatchVFLHost(config, index, rows=rows, state=state)
+    return ClientHost(config, index, rows=rows, state=state)
+
+
 def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
-                   rows: Callable[[dict, int], BlockRows], store: Path | None) -> tuple[Envelope, NodeMemory]:
+                   rows: Callable[[dict, int], BlockRows | NodePart], store: Path | None) -> tuple[Envelope, NodeMemory]:
     """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
 
-    ``rows(config, index)`` gives the node's feature block; ``store`` is its cache folder for
+    ``rows(config, index)`` gives the node's data (online VFL: its feature block; CHFL: its
+    :class:`~fedstream.deploy.chfl_data.NodePart`); ``store`` is its cache folder for
     checkpoints (None: none). Raises ProtocolError on a malformed request, leaving ``memory`` as it was.
     """
     if env.kind == SETUP:
@@ -116,7 +142,7 @@ def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
         if memory is None:
             raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
         config, state = json.loads(memory.config), memory.state
-    host = ClientHost(config, index, rows=rows(config, index), state=state)
+    host = make_host(config, index, rows=rows(config, index), state=state)
     reply = host.handle(env)
     kept = NodeMemory(memory.config, memory.run, host.state_dict())
     if store is not None:

@@ -35,14 +35,29 @@ CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
 
 def check_deployable(config: dict) -> None:
     """Reject what the network backend does not carry yet, naming the key."""
+    if config["task"] == "chfl":
+        if config["hfl.mode"] != "batch":
+            raise ConfigError(f"hfl.mode = {config['hfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
+        return
+    if config["task"] == "vfl":
+        if config["selection.method"] == "vfps":
+            raise ConfigError("selection.method = 'vfps': VF-PS scores every client's features in one place, which a "
+                              "deployment does not have; over Flower use all, fixed or random")
+        return
     if config["task"] != "ovfl":
-        raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl' runs over Flower so far")
+        raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
+                          "run over Flower")
     if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS:
         raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower each client decides its "
                           f"own activation; expected one of {', '.join(CLIENT_SIDE_ACTIVATIONS)}")
     if not CompressionSpec.from_config(config).is_none:
         raise ConfigError("compression.up / compression.down: compressed messages do not run over Flower yet; "
                           "set both to 'none'")
+
+
+def n_nodes(config: dict) -> int:
+    """Client nodes of a run: ``vfl.clients`` (online VFL) or ``hfl.clients`` (CHFL)."""
+    return config["hfl.clients"] if config["task"] == "chfl" else config["vfl.clients"]
 
 
 def window(config: dict) -> int:

@@ -45,6 +45,7 @@ from fedstream.hfl.settings import (
     check_num,
 )
 from fedstream.hfl.splits import SettingError, random_split
+from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.tensors import ModelTransport
 
 
@@ -212,9 +213,7 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
         rows = np.sort(np.random.default_rng([seed, 4]).choice(len(y), settings.max_rows, replace=False))
         X, y = X[rows], y[rows]
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         st = _Stream(X, y, settings, method, seed, n_classes)
         if st.n_ticks < 1:
             raise SettingError("batch", f"expected at most {len(y) // settings.clients} (the rows per "
@@ -234,8 +233,6 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
                 folder.append({"tick": p["tick"], "acc": p["acc"]})
             if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
                 folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
-    finally:
-        torch.set_num_threads(threads)
     seen = [(st.n_ticks - st.join_tick[k]) * settings.batch for k in range(settings.clients)]
     per = [float(st.correct[k].sum() / seen[k]) for k in range(settings.clients)]
     late = settings.clients - 1

@@ -39,7 +39,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from fedstream.errors import ConfigError
-from fedstream.selection.dynamic import DiscreteSchedule, PessimisticScores, RelaxedSchedule
+from fedstream.selection.dynamic import (
+    DiscreteSchedule,
+    PessimisticScores,
+    RelaxedSchedule,
+)
 from fedstream.selection.methods import RandomSelector, VFPSSelector
 
 METHODS = ("all", "vfps", "random", "fixed")

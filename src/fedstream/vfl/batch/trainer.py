@@ -13,6 +13,11 @@ uplink bytes go to a separate ledger and are reported apart (``eval_bytes_up``).
 With ``out`` the run checkpoints at the end of every epoch (:mod:`fedstream.vfl.batch.checkpoint`);
 ``resume=True`` continues from that checkpoint when there is one.
 
+The epoch loop (:func:`play_epochs`) needs only the labels, the server party and a
+:class:`~fedstream.vfl.batch.protocol.Cohort` of clients: :func:`run_batch_vfl` gives it the
+clients in this process (:class:`~fedstream.vfl.batch.protocol.LocalCohort`), ``fedstream
+deploy`` client parties on their own nodes (:mod:`fedstream.deploy.vfl_batch_driver`).
+
 Participant selection (``selection.*``, :mod:`fedstream.vfl.batch.selection`): each epoch trains
 on the rows the dynamic setting makes available, with the selected clients only: the others send
 nothing up (in training and evaluation) and receive no gradient, and the server pads their
@@ -39,6 +44,7 @@ import torch
 import fedstream
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError
+from fedstream.runtime.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
@@ -46,7 +52,13 @@ from fedstream.vfl.batch import checkpoint
 from fedstream.vfl.batch.data import VerticalImages, load_vertical
 from fedstream.vfl.batch.models import build_models
 from fedstream.vfl.batch.parties import BatchClient, BatchServer
-from fedstream.vfl.batch.protocol import score_step, train_step
+from fedstream.vfl.batch.protocol import (
+    Batch,
+    Cohort,
+    LocalCohort,
+    play_scores,
+    play_train_step,
+)
 from fedstream.vfl.batch.selection import EpochPlan, Participation
 from fedstream.vfl.batch.settings import BatchVFLSettings
 
@@ -82,13 +94,9 @@ def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | Non
         raise ConfigError(f"seed = {seed!r}: expected an integer >= 0")
     if resume and out is None:
         raise ConfigError("resume = True needs out (the folder holding checkpoint.pt)")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         return _run(settings.resolved(), resolve_data_root(data_root), seed, progress,
                     None if out is None else Path(out), resume)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool) -> dict:
@@ -109,33 +117,68 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
             if part is not None:
                 part.plan(epoch)
     writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [], rows)
+
+    def save(epoch: int, step: int, rows: list[dict]) -> None:
+        if out is not None:
+            checkpoint.save(out, config=config, clients=clients, server=server, transport=transport,
+                            state=checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic))
+
+    cohort = LocalCohort(clients, transport, data_inputs(data))
+    rows = play_epochs(settings, data, cohort, server, seed, progress, part=part, writer=writer, tic=tic,
+                       rows=rows, step=step, done=done, after_epoch=save)
+    summary = run_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic, part)
+    writer.summary(summary)
+    return summary
+
+
+def data_inputs(data: VerticalImages) -> Callable[[Batch], list[torch.Tensor]]:
+    """Every client's input tensor of a batch, cut from the images ``data`` holds (the simulator's view)."""
+    return lambda b: data.client_inputs((data.train_x if b.split == "train" else data.test_x)[b.rows])
+
+
+def play_epochs(settings: BatchVFLSettings, labels, cohort: Cohort, server: BatchServer, seed: int, progress, *,
+                part: Participation | None, writer: MetricsWriter, tic: float, rows: list[dict] | None = None,
+                step: int = 0, done: int = 0,
+                after_epoch: Callable[[int, int, list[dict]], None] | None = None) -> list[dict]:
+    """Epochs ``done + 1 .. settings.epochs``: train, evaluate, one metrics row each; return all rows.
+
+    ``labels`` holds ``train_y`` and ``test_y`` (the server's data: :class:`VerticalImages` or
+    labels alone); ``cohort`` the clients; ``part`` the participant selection (None: every client,
+    every row); ``step`` the steps done; ``after_epoch(epoch, steps done, rows)`` runs after each
+    epoch's row is written (the simulator's checkpoint)."""
+    rows = list(rows or [])
     for epoch in range(done + 1, settings.epochs + 1):
-        start, before = time.perf_counter(), transport.ledger.summary()
+        start, before = time.perf_counter(), cohort.ledger.summary()
         plan = part.plan(epoch) if part is not None else None
         selected = None if plan is None else plan.clients
-        loss, steps, train_acc = train_epoch(epoch, settings, data, clients, server, transport, seed, progress,
-                                             rows=None if plan is None else plan.rows, selected=selected,
-                                             first_step=step)
+        loss, steps, train_acc = play_epoch(epoch, settings, labels.train_y, cohort, server, seed, progress,
+                                            rows=None if plan is None else plan.rows, selected=selected,
+                                            first_step=step)
         step += steps
-        accuracy, test_loss, eval_bytes = evaluate(settings, data, clients, server, transport, selected)
-        after = transport.ledger.summary()
+        accuracy, test_loss, eval_bytes = evaluate_on(settings, len(labels.train_y), labels.test_y, cohort, server,
+                                                      selected)
+        after = cohort.ledger.summary()
         rows.append({"epoch": epoch, "steps": steps, "train_loss": loss, "test_accuracy": accuracy,
                      "bytes_up": after["up"] - before["up"], "bytes_down": after["down"] - before["down"],
                      "bytes_total": after["total"], "eval_bytes_up": eval_bytes,
                      "epoch_seconds": time.perf_counter() - start, "wall_seconds": time.perf_counter() - tic,
                      "train_accuracy": train_acc, "test_loss": test_loss}
-                    | ({} if plan is None else selection_row(plan, settings.clients, len(data.train_y))))
+                    | ({} if plan is None else selection_row(plan, settings.clients, len(labels.train_y))))
         writer.append(rows[-1])
-        if out is not None:
-            checkpoint.save(out, config=config, clients=clients, server=server, transport=transport,
-                            state=checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic))
+        if after_epoch is not None:
+            after_epoch(epoch, step, rows)
         if progress is not None:
             progress({"event": "epoch", **rows[-1]})
-    summary = make_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic)
+    return rows
+
+
+def run_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger: dict, wall: float,
+                part: Participation | None) -> dict:
+    """:func:`make_summary`, plus the selection's record when the run selects."""
+    summary = make_summary(settings, seed, rows, ledger, wall)
     if part is not None:
         summary |= {"selection": part.summary(), "selection_seconds": part.summary()["seconds"],
                     "selection_distance_bytes": part.summary()["distance_bytes"]}
-    writer.summary(summary)
     return summary
 
 
@@ -186,7 +229,16 @@ def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, cl
     order, with the ``selected`` clients (None: all); (mean loss, steps, training accuracy).
 
     Steps are numbered from ``first_step`` (default: (epoch - 1) x steps per epoch)."""
-    n = len(data.train_y) if rows is None else len(rows)
+    return play_epoch(epoch, settings, data.train_y, LocalCohort(clients, transport, data_inputs(data)), server,
+                      seed, progress, rows=rows, selected=selected, first_step=first_step)
+
+
+def play_epoch(epoch: int, settings: BatchVFLSettings, train_y: np.ndarray, cohort: Cohort, server, seed: int,
+               progress, *, rows: np.ndarray | None = None, selected=None,
+               first_step: int | None = None) -> tuple[float, int, float]:
+    """:func:`train_epoch` over any :class:`~fedstream.vfl.batch.protocol.Cohort`; the server needs
+    only the training labels ``train_y``."""
+    n = len(train_y) if rows is None else len(rows)
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(n) if rows is None else rows[rng.permutation(n)]
     steps_per_epoch = -(-n // settings.batch_size)
@@ -195,9 +247,8 @@ def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, cl
     first = (epoch - 1) * steps_per_epoch if first_step is None else first_step
     total, correct = 0.0, 0
     for j, idx in enumerate(batches(n, settings.batch_size, order)):
-        labels = torch.from_numpy(data.train_y[idx])
-        total += train_step(first + j, data.client_inputs(data.train_x[idx]), labels, clients, server, transport,
-                            selected, samples=idx)
+        labels = torch.from_numpy(train_y[idx])
+        total += play_train_step(Batch(first + j, "train", idx, idx), labels, cohort, server, selected)
         correct += server.last_correct
         if progress is not None and ((j + 1) % PROGRESS_EVERY == 0 or j + 1 == steps_per_epoch):
             progress({"event": "step", "epoch": epoch, "step": j + 1, "steps": steps_per_epoch, "loss": total / (j + 1)})
@@ -209,16 +260,22 @@ def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, 
     """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (the training
     transport; its ledger is set aside meanwhile), with the ``selected`` clients sending and the server
     padding the others. Test sample j is id ``n_train + j`` for the links' per-sample caches."""
+    return evaluate_on(settings, len(data.train_y), data.test_y, LocalCohort(clients, link, data_inputs(data)),
+                       server, selected)
+
+
+def evaluate_on(settings: BatchVFLSettings, n_train: int, test_y: np.ndarray, cohort: Cohort, server,
+                selected=None) -> tuple[float, float, int]:
+    """:func:`evaluate` over any :class:`~fedstream.vfl.batch.protocol.Cohort` (its ledger is set
+    aside meanwhile); the server needs only the test labels and the number of training rows."""
     correct, loss = 0, 0.0
-    offset = len(data.train_y)
-    with separate_ledger(link) as ledger:
-        for j, idx in enumerate(batches(len(data.test_y), settings.batch_size)):
-            logits = score_step(j, data.client_inputs(data.test_x[idx]), clients, server, link, selected,
-                                samples=offset + idx)
-            labels = torch.from_numpy(data.test_y[idx])
+    plan = [Batch(j, "test", idx, n_train + idx) for j, idx in enumerate(batches(len(test_y), settings.batch_size))]
+    with separate_ledger(cohort) as ledger:
+        for batch, logits in zip(plan, play_scores(plan, cohort, server, selected)):
+            labels = torch.from_numpy(test_y[batch.rows])
             correct += int((logits.argmax(dim=1) == labels).sum())
             loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
-    return correct / len(data.test_y), loss / len(data.test_y), ledger.summary()["up"]
+    return correct / len(test_y), loss / len(test_y), ledger.summary()["up"]
 
 
 @contextmanager

@@ -1,0 +1,128 @@
+"""A CHFL client node's own part of the data set: its rows and its columns, nothing else.
+
+A node reads the data set file (a CSV holds every column of every row, so it is parsed whole),
+applies the simulator's splits (:func:`fedstream.hfl.trainer.prepare_client`: the same
+``max_rows`` subset, feature split and row split, from the same seeds) and keeps only client
+``index``'s view: its train and validation rows and the shared test rows, through the common
+features and its own unique block, standardised with its own train mean/std. It also keeps the
+feature split's column indices (which columns are common, how many unique ones each client
+has): no data, but what it needs to replay the weight draws of the clients before it.
+
+Flower runs every message in a fresh process, so the part is saved in the node's cache folder
+(``--node-config 'cache-dir="PATH"'``) once and memory-mapped by later messages; the file name
+is a digest of everything that decides the part (data set, data root, seed, the split settings,
+client index), so a changed config never reads a stale part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedstream.hfl.client import ClientData, View
+from fedstream.hfl.settings import CHFLSettings, named_by_config
+from fedstream.hfl.splits import FeatureSplit
+
+FORMAT = 1
+
+
+@dataclass
+class NodePart:
+    """Client ``index``'s view of the run's data (see the module doc)."""
+
+    index: int
+    features: FeatureSplit
+    data: ClientData
+    n_rows: int  # rows of the run (after max_rows), shared by every client
+    n_classes: int
+    n_features: int
+
+    @property
+    def unique_sizes(self) -> list[int]:
+        return [len(u) for u in self.features.unique]
+
+    def sizes(self) -> dict[str, int]:
+        """What the node tells the server at setup: sizes only, no data."""
+        d = self.data
+        return {"n_rows": self.n_rows, "n_classes": self.n_classes, "n_features": self.n_features,
+                "n_common": len(self.features.common), "n_unique": int(d.train.xu.shape[1]),
+                "n_train": int(d.train.y.shape[0]), "n_val": int(d.val.y.shape[0]), "n_test": int(d.test.y.shape[0])}
+
+
+def chfl_config_settings(config: dict) -> CHFLSettings:
+    """The run's CHFL settings; a bad value is reported by its config key (``hfl.*``)."""
+    from fedstream.tasks import chfl_settings
+
+    with named_by_config():
+        return chfl_settings(config)
+
+
+SPLIT_FIELDS = ("dataset", "clients", "common_ratio", "split", "split_index", "max_rows")
+
+
+def load_part(config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None) -> NodePart:
+    """Client ``index``'s part of ``config``'s data set, from the cache if there (see the module doc)."""
+    from fedstream.data.paths import resolve_data_root
+
+    settings = chfl_config_settings(config)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
+        from fedstream.errors import ConfigError
+
+        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and hfl.clients - 1 = "
+                          f"{settings.clients - 1}")
+    root = str(resolve_data_root(data_root or config["data.root"]))
+    key = json.dumps([FORMAT, root, config["seed"], index] + [getattr(settings, f) for f in SPLIT_FIELDS])
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"chfl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
+        if path.exists():
+            return _read(path, index)
+    part = _build(settings, config["seed"], index, root)
+    if path is not None:
+        _write(path, part)
+    return part
+
+
+def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart:
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+    from fedstream.hfl.trainer import prepare_client
+
+    table = load_chfl_dataset(settings.dataset, root).table
+    with named_by_config():
+        fs, data, n_rows, n_classes = prepare_client(table.X, table.y, settings, seed=seed, client=index,
+                                                     n_classes=SPECS[settings.dataset].n_classes)
+    return NodePart(index, fs, data, n_rows, n_classes, int(table.X.shape[1]))
+
+
+VIEWS = ("train", "val", "test")
+
+
+def _write(path: Path, part: NodePart) -> None:
+    arrays = {"common": part.features.common} | {f"unique{k}": u for k, u in enumerate(part.features.unique)}
+    for split in VIEWS:
+        view = getattr(part.data, split)
+        arrays |= {f"{split}.xc": view.xc.numpy(), f"{split}.xu": view.xu.numpy(), f"{split}.y": view.y.numpy()}
+    meta = {"index": part.index, "n_rows": part.n_rows, "n_classes": part.n_classes, "n_features": part.n_features,
+            "clients": part.features.n_clients}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:
+        np.savez(f, **arrays)
+    os.replace(f.name, path)
+
+
+def _read(path: Path, index: int) -> NodePart:
+    with np.load(path) as z:
+        meta = json.loads(z["meta"].tobytes())
+        fs = FeatureSplit(z["common"], tuple(z[f"unique{k}"] for k in range(meta["clients"])))
+        views = [View(*(torch.from_numpy(np.array(z[f"{s}.{n}"])) for n in ("xc", "xu", "y"))) for s in VIEWS]
+    if meta["index"] != index:
+        raise ValueError(f"{path}: holds client {meta['index']}'s part, not client {index}'s")
+    return NodePart(index, fs, ClientData(*views), meta["n_rows"], meta["n_classes"], meta["n_features"])

@@ -1,0 +1,207 @@
+"""A CHFL client party on its own node: one :class:`fedstream.hfl.client.Client` behind envelopes.
+
+:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.deploy.chfl_proxy` for the
+server's side) with the simulator's code for one client's side of a round
+(:mod:`fedstream.hfl.trainer`: :func:`~fedstream.hfl.trainer.build_clients`,
+:func:`~fedstream.hfl.trainer.validate_client`, :func:`~fedstream.hfl.trainer.keep_common`,
+:func:`~fedstream.hfl.trainer.train_and_upload`, :func:`~fedstream.hfl.trainer.score_choices`):
+
+* ``setup``: the node's sizes (rows per split, features, classes) and its column indices: the
+  server needs the common width to draw the initial global column, and no data.
+* ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
+  :class:`~fedstream.hfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
+  with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
+  (lr, candidate, round) snapshot, with ``info["epochs"]`` trains that many local epochs and
+  replies its common column (encoded) and its best validation accuracy (a number). A request of
+  a new ``lr_index`` starts a new federation with fresh, identically seeded weights.
+* ``finish``: each result variant's choice scored on the test rows: numbers only (learning rate,
+  candidate, round, validation and test accuracy), and the node's byte counts.
+
+The validation rows, the snapshots and the choice never leave the node. Every request is
+checked before anything changes (kind, round order, learning-rate index, flags, the model's
+sender, round, tensor names and shapes against the node's common column, finite values).
+
+Flower runs each message in a fresh process: :meth:`CHFLHost.state_dict` holds everything
+(the client's columns, heads, Adam states and shuffling generator, the validation records with
+their snapshots, the global columns they were scored with, the position and byte counts) as one
+``torch.save`` archive (a uint8 array), read back with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.errors import ProtocolError
+from fedstream.hfl.checkpoint import arrays_to_tensors, tensors_to_arrays
+from fedstream.hfl.client import Client
+from fedstream.hfl.messages import ModelUpdate
+from fedstream.hfl.models import state_arrays
+from fedstream.hfl.selection import Choice, Selector
+from fedstream.hfl.trainer import (
+    Plan,
+    build_clients,
+    keep_common,
+    score_choices,
+    train_and_upload,
+    validate_client,
+    variants_of,
+)
+from fedstream.runtime.threads import one_torch_thread
+from fedstream.transport.tensors import decode_update, encode_update
+
+STATE = "chfl"  # the key of the node's state archive in state_dict()
+
+
+class CHFLHost:
+    """Client party ``index`` of a CHFL run, holding only its own part of the data (``rows``)."""
+
+    def __init__(self, config: dict, index: int, *, rows: NodePart, state: dict[str, np.ndarray] | None = None):
+        if rows.index != index:
+            raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
+        self.config, self.index, self.part = config, index, rows
+        self.settings = chfl_config_settings(config)
+        self.plan = Plan(self.settings, config["hfl.method"], config["seed"], len(rows.features.common),
+                         rows.n_classes)
+        self.client: Client | None = None
+        self.lr_index, self.round = -1, -1  # the federation and round last played
+        self.selector = Selector()
+        self.commons: dict[tuple[float, int], dict[str, np.ndarray]] = {}
+        self.up = self.down = self.messages = 0
+        if state:
+            self.load_state_dict(state)
+
+    def _fresh(self, lr: float) -> Client:
+        return build_clients(self.plan, self.part.unique_sizes, lr, {self.index: self.part.data})[self.index]
+
+    def handle(self, env: Envelope) -> Envelope:
+        """Answer one request; raise ProtocolError (changing nothing) for a malformed one.
+
+        Single-threaded, as the simulator runs (``run_on_table``): the same float sums in the same order.
+        """
+        with one_torch_thread():
+            return self._handle(env)
+
+    def _handle(self, env: Envelope) -> Envelope:
+        if env.kind == SETUP:
+            fs = self.part.features
+            return Envelope(SETUP, env.round, info={"client": self.index, **self.part.sizes(),
+                                                    "common": fs.common.tolist(),
+                                                    "unique": fs.unique[self.index].tolist()})
+        if env.kind == ROUND:
+            return self._round(env)
+        if env.kind == FINISH:
+            return self._finish(env)
+        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+
+    # -- a round -------------------------------------------------------------------------------
+    def _check_round(self, env: Envelope) -> tuple[int, bool, int]:
+        s, info, t = self.settings, env.info, env.round
+        i, validate, epochs = info.get("lr_index"), info.get("validate"), info.get("epochs")
+        where = f"client {self.index}, round request"
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(s.lrs):
+            raise ProtocolError(f"{where}: info 'lr_index' must be 0..{len(s.lrs) - 1}, received {i!r}"[:300])
+        if not isinstance(validate, bool) or (validate and t == 0):
+            raise ProtocolError(f"{where}: info 'validate' must be true or false (false in round 0), "
+                                f"received {validate!r}"[:300])
+        if isinstance(epochs, bool) or epochs not in (0, s.local_epochs) or (epochs and t == s.rounds):
+            raise ProtocolError(f"{where}: info 'epochs' must be 0 or hfl.local_epochs = {s.local_epochs} "
+                                f"(0 in the last round), received {epochs!r}"[:300])
+        if not 0 <= t <= s.rounds:
+            raise ProtocolError(f"{where}: round {t} is outside 0..hfl.rounds = {s.rounds}")
+        if i < self.lr_index or (i == self.lr_index and t <= self.round):
+            raise ProtocolError(f"{where}: learning rate {i}, round {t} after learning rate {self.lr_index}, "
+                                f"round {self.round}: requests must move forward")
+        want = 1 if self.plan.federated else 0
+        if len(env.parts) != want:
+            raise ProtocolError(f"{where}: expected {want} model message(s), received {len(env.parts)}")
+        return i, validate, epochs
+
+    def _model(self, data: bytes, t: int, client: Client) -> ModelUpdate:
+        """Decode θ^t (header, length, finite values) and check it fits this client's common column."""
+        msg = decode_update(data)
+        if msg.client != self.index or msg.round != t:
+            raise ProtocolError(f"client {self.index}: expected the global model for client {self.index}, round "
+                                f"{t}, received one for client {msg.client}, round {msg.round}")
+        want = {k: v.shape for k, v in state_arrays(client.common).items()}
+        got = {k: v.shape for k, v in msg.tensors.items()}
+        if got != want:
+            raise ProtocolError(f"client {self.index}: the global model's tensors {got} do not fit its common "
+                                f"column {want}"[:500])
+        return msg
+
+    def _round(self, env: Envelope) -> Envelope:
+        i, validate, epochs = self._check_round(env)
+        t, lr = env.round, self.settings.lrs[i]
+        client = self._fresh(lr) if i != self.lr_index else self.client
+        msg = self._model(env.parts[0], t, client) if self.plan.federated else None
+        # every check passed: from here on the request changes the node
+        self.client, self.lr_index, self.round = client, i, t
+        if msg is not None:
+            self._count_down(env.parts[0])
+            client.receive(msg)
+        info: dict = {"n_train": client.n_train}
+        if validate:
+            info["val"] = validate_client(client, self.selector, lr, t)
+            if msg is not None:
+                keep_common(self.commons, self.selector, lr, t, msg.tensors)
+        parts = []
+        if epochs:
+            update = train_and_upload(client, epochs, self.plan.federated)
+            if update is not None:
+                parts.append(self._send(encode_update(update)))
+        return Envelope(ROUND, t, parts, info)
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self, env: Envelope) -> Envelope:
+        client = self.client if self.client is not None else self._fresh(self.settings.lrs[-1])
+        try:
+            picks = score_choices(client, self.selector, self.commons, variants_of(self.plan.method, self.settings))
+        except ValueError as exc:  # no round was scored on this node
+            raise ProtocolError(f"client {self.index}: {exc}") from None
+        choices = {name: asdict(ch) for name, ch in picks.items()}
+        return Envelope(FINISH, env.round, [], {"choices": json.dumps(choices), "up": self.up, "down": self.down,
+                                                "messages": self.messages})
+
+    def _count_down(self, data: bytes) -> None:
+        self.down += len(data)
+        self.messages += 1
+
+    def _send(self, data: bytes) -> bytes:
+        self.up += len(data)
+        self.messages += 1
+        return data
+
+    # -- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
+        state = {
+            "lr_index": self.lr_index, "round": self.round, "counters": [self.up, self.down, self.messages],
+            "client": None if self.client is None else self.client.state(),
+            "selector": [{"key": [k, lr, cand], "choice": asdict(ch), "snapshot": self.selector.snapshots[(k, lr, cand)]}
+                         for (k, lr, cand), ch in self.selector.best.items()],
+            "commons": [{"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
+                        for (lr, rnd), st in self.commons.items()],
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        return {STATE: np.frombuffer(buf.getvalue(), np.uint8).copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if set(state) != {STATE}:
+            raise ProtocolError(f"client {self.index}: saved state holds {sorted(state)}, expected [{STATE!r}]")
+        saved = torch.load(io.BytesIO(np.ascontiguousarray(state[STATE]).tobytes()), weights_only=True)
+        self.lr_index, self.round = int(saved["lr_index"]), int(saved["round"])
+        self.up, self.down, self.messages = (int(v) for v in saved["counters"])
+        if saved["client"] is not None:
+            self.client = self._fresh(self.settings.lrs[self.lr_index])
+            self.client.load_state(saved["client"])
+        for rec in saved["selector"]:
+            self.selector.keep(int(rec["key"][0]), Choice(**rec["choice"]), rec["snapshot"])
+        self.commons = {(c["lr"], int(c["round"])): tensors_to_arrays(c["tensors"]) for c in saved["commons"]}

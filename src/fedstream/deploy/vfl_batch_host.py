@@ -1,0 +1,240 @@
+"""A batch VFL client party on its own node: one :class:`~fedstream.vfl.batch.parties.BatchClient` behind envelopes.
+
+:class:`BatchVFLHost` answers the server's requests (the server's side:
+:mod:`fedstream.deploy.vfl_batch_proxy`) with the simulator's party and the client's end of the
+compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the uplink codec, with
+``topk-grad``'s ranking state, and the downlink decoder):
+
+* ``setup``: the node's strip shape and row counts (no data).
+* ``round`` with ``info["split"] = "train"`` (training step s): ``info["rows"]`` are the step's
+  rows. The part, if any, is the gradient of the node's previous step s' (it rides with this
+  request instead of costing a round trip of its own): the node applies it first
+  (:meth:`BatchClient.on_gradient`), then embeds step s; the reply's part is the encoded embedding.
+  That is exactly the simulator's sequence (forward s', backward s', forward s). A request
+  without a gradient while one is due (the server rejected the node's embedding) drops the step.
+* ``round`` with ``info["split"] = "test"``: one evaluation, ``info["rows"]`` cut into batches of
+  ``info["sizes"]``, steps ``info["steps"]``; the due gradient first, then one embedding per batch
+  (nothing comes back down in evaluation).
+* ``finish``: the last due gradient; the reply reports the node's byte counts and the digest of
+  its model (the model itself only when ``info["models"]``, for tests and audits).
+
+Every request is checked before anything changes: its kind and split, step order (training steps
+move forward; evaluation steps count from its round), rows (integers within the node's rows, at
+most 65535 per batch), and the gradient: decoded (header, codec, length) by a stateless decoder,
+for this client, for the step whose embedding is due, of that embedding's shape, finite.
+
+Flower runs each message in a fresh process, and autograd's graph does not survive one: the node
+saves its model and optimiser as they were *before* the due step's forward pass, and when the
+gradient arrives recomputes that forward pass (same weights, same rows, same float operations,
+batch-norm statistics updated once) before back-propagating. :meth:`state_dict` is one
+``torch.save`` archive (a uint8 array), read back with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.vfl_batch_data import (
+    ClientBlock,
+    batch_settings,
+    build_party,
+    layout,
+)
+from fedstream.errors import ProtocolError
+from fedstream.runtime.threads import one_torch_thread
+from fedstream.transport.compressed import ClientEndpoint
+from fedstream.vfl.batch.settings import MAX_U16
+from fedstream.vfl.messages import Gradient
+
+STATE = "vfl"  # the key of the node's state archive in state_dict()
+SPLITS = ("train", "test")
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a model's state (names, shapes, dtypes, bytes): equal digests, equal models."""
+    h = hashlib.sha256()
+    for k, v in state.items():
+        a = v.detach().numpy()
+        h.update(f"{k}{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+class BatchVFLHost:
+    """Client party ``index`` of a batch VFL run, holding only its own strip of the images (``rows``)."""
+
+    def __init__(self, config: dict, index: int, *, rows: ClientBlock, state: dict[str, np.ndarray] | None = None):
+        if rows.index != index:
+            raise ProtocolError(f"client {index}: its data block is client {rows.index}'s")
+        self.config, self.index, self.block = config, index, rows
+        self.settings = s = batch_settings(config)
+        want = list(layout(s).shapes[index])
+        if rows.sizes()["shape"] != want:
+            raise ProtocolError(f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}")
+        self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
+        self.end = ClientEndpoint(index, s.compression)
+        # decodes a gradient without touching the ranking state, to check it before anything changes
+        self.probe = ClientEndpoint(index, replace(s.compression, up="none", cache=False))
+        self.pending: tuple[int, np.ndarray] | None = None  # (step, rows) whose gradient is due
+        self.before: dict | None = None  # model and optimiser before the due step's forward pass
+        self.last_step = -1  # the last training step embedded
+        self.up = self.down = self.eval_up = 0
+        if state:
+            self.load_state_dict(state)
+
+    def handle(self, env: Envelope) -> Envelope:
+        """Answer one request; raise ProtocolError (changing nothing) for a malformed one.
+        Single-threaded, as the simulator runs: the same float sums in the same order."""
+        with one_torch_thread():
+            return self._handle(env)
+
+    def _handle(self, env: Envelope) -> Envelope:
+        if env.kind == SETUP:
+            return Envelope(SETUP, env.round, info={"client": self.index, **self.block.sizes()})
+        if env.kind == ROUND:
+            split = env.info.get("split")
+            if split == "train":
+                return self._train(env)
+            if split == "test":
+                return self._evaluate(env)
+            raise ProtocolError(f"client {self.index}: info 'split' must be one of {SPLITS}, received {split!r}"[:300])
+        if env.kind == FINISH:
+            return self._finish(env)
+        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+
+    # -- checks ----------------------------------------------------------------------------------
+    def _rows(self, env: Envelope, split: str) -> np.ndarray:
+        rows, n = env.info.get("rows"), self.block.sizes()["n_train" if split == "train" else "n_test"]
+        if (not isinstance(rows, list) or not rows
+                or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n for r in rows)):
+            raise ProtocolError(f"client {self.index}, step {env.round}: info 'rows' must list {split} rows in "
+                                f"0..{n - 1}, received {str(rows)[:100]}")
+        return np.array(rows, dtype=np.int64)
+
+    def _gradient(self, env: Envelope) -> Gradient | None:
+        """The gradient riding with ``env``, checked against the embedding it is for (None: none)."""
+        where = f"client {self.index}, {env.kind} request for step {env.round}"
+        if len(env.parts) > 1:
+            raise ProtocolError(f"{where}: expected at most one gradient, received {len(env.parts)} parts")
+        if not env.parts:
+            return None
+        if self.pending is None:
+            raise ProtocolError(f"{where}: a gradient arrived, but no embedding of this node is waiting for one")
+        step, rows = self.pending
+        try:
+            grad = self.probe.receive(env.parts[0])
+        except ProtocolError:  # header, codec, length, sender: already says what is wrong
+            raise
+        except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
+            raise ProtocolError(f"{where}: undecodable gradient: {exc}"[:500]) from None
+        shape = (len(rows), self.settings.embedding)
+        if type(grad) is not Gradient or grad.round != step or tuple(grad.values.shape) != shape:
+            raise ProtocolError(f"{where}: expected the gradient of step {step} of shape {shape}, received a "
+                                f"{type(grad).__name__} of step {grad.round}, shape {tuple(grad.values.shape)}")
+        if not np.isfinite(grad.values).all():
+            raise ProtocolError(f"{where}: the gradient of step {step} holds NaN or inf")
+        return grad
+
+    # -- what changes the node ---------------------------------------------------------------------
+    def _settle(self, env: Envelope, grad: Gradient | None) -> None:
+        """Apply the due gradient (recomputing its forward pass if this process did not run it), or
+        drop the due step when none came."""
+        if self.pending is None:
+            return
+        step, rows = self.pending
+        if grad is None:  # the server had no gradient for us: the step never happened here
+            self._restore(self.before)
+            self.client._pending = None
+        else:
+            if self.client._pending is None or self.client._pending[0] != step:
+                self.client.embed(step, self.block.inputs("train", rows))  # the same forward pass again
+            data = env.parts[0]
+            self.client.on_gradient(self.end.receive(data))  # the real end: topk-grad ranks by it
+            self.down += len(data)
+        self.pending = self.before = None
+
+    def _snapshot(self) -> dict:
+        return {"model": {k: v.detach().clone() for k, v in self.client.model.state_dict().items()},
+                "optimizer": copy.deepcopy(self.client.optimizer.state_dict())}
+
+    def _restore(self, saved: dict | None) -> None:
+        if saved is not None:
+            self.client.model.load_state_dict(saved["model"])
+            self.client.optimizer.load_state_dict(saved["optimizer"])
+
+    def _train(self, env: Envelope) -> Envelope:
+        step = env.round
+        rows = self._rows(env, "train")
+        if len(rows) > MAX_U16:
+            raise ProtocolError(f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch")
+        if step <= self.last_step:
+            raise ProtocolError(f"client {self.index}: training step {step} after step {self.last_step}: steps must "
+                                "move forward")
+        grad = self._gradient(env)
+        # every check passed: from here on the request changes the node
+        self._settle(env, grad)
+        self.before = self._snapshot()
+        data = self.end.send(self.client.embed(step, self.block.inputs("train", rows)))
+        self.up += len(data)
+        self.pending, self.last_step = (step, rows), step
+        return Envelope(ROUND, step, [data], {})
+
+    def _evaluate(self, env: Envelope) -> Envelope:
+        rows = self._rows(env, "test")
+        sizes, steps = env.info.get("sizes"), env.info.get("steps")
+        ok = (isinstance(sizes, list) and sizes and all(isinstance(n, int) and not isinstance(n, bool)
+                                                        and 1 <= n <= MAX_U16 for n in sizes)
+              and sum(sizes) == len(rows) and steps == list(range(env.round, env.round + len(sizes))))
+        if not ok:
+            raise ProtocolError(f"client {self.index}, evaluation: info 'sizes' must cut the {len(rows)} rows into "
+                                f"batches of 1..{MAX_U16} and 'steps' number them from {env.round}, received sizes "
+                                f"{str(sizes)[:100]}, steps {str(steps)[:100]}")
+        grad = self._gradient(env)
+        self._settle(env, grad)
+        parts = []
+        for step, chunk in zip(steps, np.split(rows, np.cumsum(sizes)[:-1])):
+            data = self.end.send(self.client.infer(step, self.block.inputs("test", chunk)))
+            self.eval_up += len(data)
+            parts.append(data)
+        return Envelope(ROUND, env.round, parts, {})
+
+    def _finish(self, env: Envelope) -> Envelope:
+        grad = self._gradient(env)
+        self._settle(env, grad)
+        state = self.client.model.state_dict()
+        info = {"client": self.index, "up": self.up, "down": self.down, "eval_up": self.eval_up,
+                "digest": state_digest(state)}
+        arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if env.info.get("models") is True else {}
+        return Envelope(FINISH, env.round, [], info, arrays)
+
+    # -- between messages ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
+        saved = self.before if self.pending is not None else self._snapshot()
+        state = {
+            **saved, "end": {k: torch.from_numpy(np.array(v)) for k, v in self.end.state_dict().items()},
+            "pending": None if self.pending is None else [self.pending[0], torch.from_numpy(self.pending[1])],
+            "last_step": self.last_step, "counters": [self.up, self.down, self.eval_up],
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        return {STATE: np.frombuffer(buf.getvalue(), np.uint8).copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if set(state) != {STATE}:
+            raise ProtocolError(f"client {self.index}: saved state holds {sorted(state)}, expected [{STATE!r}]")
+        saved = torch.load(io.BytesIO(np.ascontiguousarray(state[STATE]).tobytes()), weights_only=True)
+        self._restore(saved)
+        self.end.load_state_dict({k: v.numpy() for k, v in saved["end"].items()})
+        if saved["pending"] is not None:
+            self.pending = (int(saved["pending"][0]), saved["pending"][1].numpy())
+            self.before = {"model": saved["model"], "optimizer": saved["optimizer"]}
+        self.last_step = int(saved["last_step"])
+        self.up, self.down, self.eval_up = (int(v) for v in saved["counters"])

@@ -1,0 +1,51 @@
+"""Running Flower in a test: a script in its own Python and process group, and the simulation runtime.
+
+Shared by the deployment tests (online VFL, batch VFL, CHFL): Flower's simulation runtime starts
+Ray workers that outlive their parent unless the whole process group is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+
+def run_isolated(script: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` in its own Python and process group; kill the whole group when done."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=os.environ | QUIET, cwd=cwd, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s:\n{out.decode(errors='replace')[-3000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind (Ray workers)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(errors="replace"))
+
+
+def run_simulation(config: str, sets: str, out: Path, nodes: int, *, timeout: float,
+                   cwd: Path) -> subprocess.CompletedProcess:
+    """fedstream's ServerApp (``config`` with the space-separated ``sets``, writing to ``out``, with
+    ``audit``) and ``nodes`` ClientApps on Flower's simulation runtime (Ray), isolated."""
+    script = textwrap.dedent(f"""
+        from flwr.simulation import run_simulation
+        from fedstream.deploy.flower_app import make_client_app, make_server_app
+        server = make_server_app(config={config!r}, set={sets!r}, out={str(out)!r}, audit=True)
+        run_simulation(server_app=server, client_app=make_client_app(), num_supernodes={nodes},
+                       backend_config={{"client_resources": {{"num_cpus": 1}},
+                                        "init_args": {{"num_cpus": 2, "include_dashboard": False}}}})
+    """)
+    return run_isolated(script, timeout, cwd)

@@ -1,0 +1,320 @@
+"""CHFL's FedAvg (batch mode) across processes on Flower gives the simulator's results.
+
+The server party runs the simulator's round loop (:class:`fedstream.hfl.trainer.BatchRun`) over
+:class:`fedstream.deploy.chfl_proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.deploy.chfl_host.CHFLHost`) fed only its own rows and columns. Checked against
+the in-process simulator on covertype (tiny settings):
+
+* the deployment's code over an in-process link, every node rebuilt from its saved state for
+  every request (as on a SuperNode), the server without any data: same choices, test accuracies,
+  final global common column and bytes per client and direction;
+* the same ServerApp/ClientApp on Flower's simulation runtime;
+* malformed replies (shapes, NaN, round, choices) are rejected and recorded, never used; malformed
+  requests are refused by the node, which then changes nothing;
+* a node holds only its own part of the data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flower_runs import run_simulation
+
+from fedstream.config import load_config
+from fedstream.deploy.chfl_data import chfl_config_settings, load_part
+from fedstream.deploy.chfl_driver import NetworkCHFL
+from fedstream.deploy.chfl_host import CHFLHost
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.errors import ProtocolError
+from fedstream.hfl.messages import ModelUpdate
+from fedstream.hfl.trainer import (
+    BatchRun,
+    LocalCohort,
+    prepare,
+    result_of,
+    run_chfl,
+    variants_of,
+)
+from fedstream.transport.tensors import decode_update, encode_update
+
+DATA = "covertype_kaggle/train.csv.gz"
+TINY = {"hfl.clients": 3, "hfl.max_rows": 600, "hfl.hidden": "16,8", "hfl.rounds": 2, "hfl.local_epochs": 1,
+        "hfl.lrs": "0.01", "hfl.mus": "0,1", "hfl.baselines": "common,concat", "seed": 1}
+TIMING = {"wall_seconds", "resumed"}
+
+
+def tiny_config(root: Path | str, **extra) -> dict:
+    return load_config("chfl-covertype", TINY | {"data.root": str(root)} | extra)
+
+
+def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
+    """The simulator (run_on_table's steps): its result and the final global common column."""
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+
+    s = chfl_config_settings(config)
+    table = load_chfl_dataset(s.dataset, config["data.root"]).table
+    ex = prepare(table.X, table.y, s, method=config["hfl.method"], seed=config["seed"],
+                 n_classes=SPECS[s.dataset].n_classes)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as run_on_table
+    try:
+        run = BatchRun(ex.plan, LocalCohort(ex))
+        run.run()
+        result = result_of(run, run.test_choices(variants_of(ex.method, s)), n_rows=ex.n_rows, features=ex.features)
+    finally:
+        torch.set_num_threads(threads)
+    return result, dict(run.server.state) if run.server is not None else {}
+
+
+def deploy(config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink) -> tuple[NetworkCHFL, dict, LoopbackLink]:
+    """The deployment's code over an in-process link; the server's config names no data folder
+    that exists, each node reads its own part from ``data_root`` (cached in ``tmp/cache``)."""
+    server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-data")})
+    link = link_cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
+                    config["hfl.clients"], persist=True, store=tmp / "nodes")
+    net = NetworkCHFL(server_config, link)
+    return net, net.run(), link
+
+
+def assert_same_result(got: dict, want: dict) -> None:
+    for key, value in want.items():
+        if key not in TIMING:
+            assert got[key] == value, key
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    from conftest import shared_data_root
+
+    found = shared_data_root()
+    if found is None or not (found / DATA).is_file():
+        pytest.skip(f"real data not found ({DATA}): set FEDSTREAM_DATA or put shared/data beside the repository")
+    return found
+
+
+@pytest.fixture(scope="module")
+def simulated(root):
+    config = tiny_config(root)
+    return config, *simulate(config)
+
+
+# -- the deployment's code over an in-process link ------------------------------------------------
+def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
+    config, want, want_common = simulated
+    net, got, link = deploy(config, root, tmp_path)
+    assert_same_result(got, want)  # choices, test accuracies of every variant, bytes per client and direction
+    assert got["variants"]["chfl"]["choices"] == want["variants"]["chfl"]["choices"]
+    assert got["bytes"]["per_client"] == want["bytes"]["per_client"] and got["bytes"]["messages"] == want["bytes"]["messages"]
+    common = net.global_common()
+    assert list(common) == list(want_common)
+    for k, v in want_common.items():
+        np.testing.assert_allclose(common[k], v, rtol=0, atol=1e-6)
+    K, s = config["hfl.clients"], chfl_config_settings(config)
+    assert got["faults"] == [] and link.requests == K * (1 + len(s.lrs) * (s.rounds + 1) + 1)
+    assert [(c["up"], c["down"]) for c in got["clients"]] == [(p["up"], p["down"]) for p in want["bytes"]["per_client"]]
+    assert sorted(p.name for p in (tmp_path / "nodes").glob("*.npz")) == sorted(
+        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(K))  # each node's state, saved after every request
+    # and the simulator's own entry point agrees
+    assert_same_result(run_chfl(s, root, method=config["hfl.method"], seed=config["seed"]), want)
+
+
+def test_loopback_deployment_of_a_baseline_equals_the_simulator(root, tmp_path):
+    """The Local baseline sends no model at all; FedProx sends the same messages as chfl."""
+    for method in ("local", "fedprox"):
+        config = tiny_config(root, **{"hfl.method": method, "hfl.lrs": "0.01,0.003"})
+        want, _ = simulate(config)
+        _, got, _ = deploy(config, root, tmp_path / method)
+        assert_same_result(got, want)
+    assert got["bytes"]["total"] > 0
+
+
+# -- malformed messages -----------------------------------------------------------------------------
+class SpoilingLink(LoopbackLink):
+    """A loopback link whose node ``victim`` answers ``request`` (kind, round) with ``spoil(reply)``."""
+
+    victim, request, spoil = 1, (ROUND, 1), None
+
+    def exchange(self, requests):
+        replies = super().exchange(requests)
+        for m, env in requests.items():
+            if m == self.victim and (env.kind, env.round) == self.request and not isinstance(replies[m], Failure):
+                replies[m] = type(self).spoil(replies[m])
+        return replies
+
+
+def _respoil(reply: Envelope, **change) -> Envelope:
+    msg = decode_update(reply.parts[0])
+    tensors = dict(msg.tensors)
+    if "tensors" in change:
+        tensors = change.pop("tensors")(tensors)
+    data = encode_update(msg._replace(tensors=tensors, **change))
+    return Envelope(reply.kind, reply.round, [data], dict(reply.info))
+
+
+def _shrink(tensors):
+    name = next(iter(tensors))
+    return tensors | {name: tensors[name][:, :-1].copy()}
+
+
+def _nan(tensors):
+    name = list(tensors)[-1]
+    bad = tensors[name].copy()
+    bad.flat[0] = np.nan
+    return tensors | {name: bad}
+
+
+SPOILS = {
+    "shape": (lambda r: _respoil(r, tensors=_shrink), r"do not match the global common column"),
+    "nan": (lambda r: _respoil(r, tensors=_nan), r"holds NaN or inf"),
+    "round": (lambda r: _respoil(r, round=0), r"expected client 1's model for round 1, received client 1's for round 0"),
+    "sender": (lambda r: _respoil(r, client=2), r"expected client 1's model for round 1, received client 2's"),
+    "samples": (lambda r: _respoil(r, n_samples=10**6), r"the model says 1000000 samples, the node reported"),
+    "reply round": (lambda r: Envelope(ROUND, 0, r.parts, r.info), r"expected a 'round' reply for round 1, received"),
+    "accuracy": (lambda r: Envelope(r.kind, r.round, r.parts, r.info | {"val": float("nan")}), r"info 'val'"),
+    "garbage": (lambda r: Envelope(r.kind, r.round, [b"\x10" + bytes(20)], r.info), r"ModelUpdate|bytes"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SPOILS))
+def test_a_malformed_reply_is_rejected_recorded_and_left_out(root, simulated, tmp_path, kind):
+    """Client 1's round-1 reply is spoilt: the server records the fault with a clear reason, leaves
+    client 1 out of that round's FedAvg (and the metrics), and the run completes."""
+    config, want, _ = simulated
+    spoil, reason = SPOILS[kind]
+    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil)})
+    _, got, _ = deploy(config, root, tmp_path, link_cls)
+    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, ROUND)], got["faults"]
+    assert __import__("re").search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
+    assert got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]  # the others' messages are unchanged
+    assert got["bytes"]["per_client"][1]["up"] < want["bytes"]["per_client"][1]["up"]  # the spoilt one is not counted
+    assert len(got["test_acc_per_client"]) == 3
+
+
+def test_malformed_choices_are_rejected(root, simulated, tmp_path):
+    config, _, _ = simulated
+
+    def spoil(reply):
+        choices = json.loads(reply.info["choices"])
+        choices["mu>0"]["candidate"] = "mu=0"  # not a μ > 0 candidate
+        return Envelope(reply.kind, reply.round, [], reply.info | {"choices": json.dumps(choices)})
+
+    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil), "request": (FINISH, 2)})
+    _, got, _ = deploy(config, root, tmp_path, link_cls)
+    assert [(f["client"], f["request"]) for f in got["faults"]] == [(1, FINISH)]
+    assert "variant 'mu>0': malformed choice" in got["faults"][0]["reason"]
+    assert len(got["test_acc_per_client"]) == 2  # clients 0 and 2
+
+
+def test_a_round_without_any_valid_update_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
+    config, _, _ = simulated
+
+    class AllSpoilt(LoopbackLink):
+        def exchange(self, requests):
+            replies = super().exchange(requests)
+            return {m: (_respoil(r, tensors=_nan) if requests[m].kind == ROUND and r.parts else r)
+                    for m, r in replies.items()}
+
+    with pytest.raises(ProtocolError, match=r"round 0: no client node sent a valid model update.*NaN"):
+        deploy(config, root, tmp_path, AllSpoilt)
+
+
+def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):
+    config = tiny_config(root)
+    part = load_part(config, 0)
+    host = CHFLHost(config, 0, rows=part)
+    sizes = host.handle(Envelope(SETUP, 0)).info
+    from fedstream.hfl.models import Column, state_arrays
+
+    theta = state_arrays(Column(sizes["n_common"], sizes["n_classes"], (16, 8)))
+    good = {"lr_index": 0, "validate": False, "epochs": 1}
+    bad_requests = {
+        "shape": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _shrink(theta), 0))], good), "do not fit its common column"),
+        "nan": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _nan(theta), 0))], good), "NaN"),
+        "recipient": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 1, theta, 0))], good), "for client 1, round 0"),
+        "round": (Envelope(ROUND, 1, [encode_update(ModelUpdate(0, 0, theta, 0))], good), "for client 0, round 0"),
+        "lr_index": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"lr_index": 5}), "lr_index"),
+        "epochs": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"epochs": 7}), "epochs"),
+        "no model": (Envelope(ROUND, 0, [], good), "expected 1 model message"),
+    }
+    before = host.state_dict()["chfl"].tobytes()
+    for name, (env, reason) in bad_requests.items():
+        with pytest.raises(ProtocolError, match=reason):
+            host.handle(env)
+        assert host.state_dict()["chfl"].tobytes() == before, name
+    reply = host.handle(Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good))
+    assert decode_update(reply.parts[0]).n_samples == sizes["n_train"]
+    with pytest.raises(ProtocolError, match="requests must move forward"):  # round 0 again
+        host.handle(Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good))
+
+
+# -- what a node holds ------------------------------------------------------------------------------
+def test_a_node_loads_only_its_own_rows_and_columns(root, tmp_path):
+    config = tiny_config(root)
+    s = chfl_config_settings(config)
+    from fedstream.data.chfl_datasets import load_chfl_dataset
+
+    table = load_chfl_dataset(s.dataset, root).table
+    ex = prepare(table.X, table.y, s, method="chfl", seed=config["seed"], n_classes=7)
+    for m in range(s.clients):
+        part = load_part(config, m, cache_dir=tmp_path)
+        cached = load_part(config, m, cache_dir=tmp_path)  # read back from the node's cache
+        n_common, n_unique = len(ex.features.common), len(ex.features.unique[m])
+        for split in ("train", "val", "test"):
+            mine, sim, again = getattr(part.data, split), getattr(ex.data[m], split), getattr(cached.data, split)
+            rows = sim.y.shape[0]
+            assert mine.xc.shape == (rows, n_common) and mine.xu.shape == (rows, n_unique)
+            for a, b, c in zip(mine, sim, again):
+                assert np.array_equal(a.numpy(), b.numpy()) and np.array_equal(c.numpy(), b.numpy())
+        assert part.data.train.y.shape[0] + part.data.val.y.shape[0] < 600 / 3  # its share of train+val only
+        assert part.data.test.y.shape[0] == 600 - round(0.6 * 600) - round(0.2 * 600)  # the shared test rows
+        assert part.sizes()["n_features"] == table.X.shape[1] and n_common + n_unique < table.X.shape[1]
+    assert len(list(tmp_path.glob("chfl-*.npz"))) == s.clients
+
+
+# -- on Flower ------------------------------------------------------------------------------------
+
+
+def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
+    """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
+    through Flower's LinkState, node state through ``context.state``."""
+    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
+    config, want, want_common = simulated
+    out = tmp_path / "out"
+    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
+    result = run_simulation("chfl-covertype", sets, out, config["hfl.clients"], timeout=200, cwd=tmp_path)
+    assert (out / "summary.json").exists(), result.stdout[-3000:]
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == []
+    assert_same_result(got, json.loads(json.dumps(want)))  # the summary went through JSON
+    with np.load(out / "models.npz") as z:
+        assert sorted(z.files) == sorted(f"global.{k}" for k in want_common)
+        for k, v in want_common.items():
+            np.testing.assert_allclose(z[f"global.{k}"], v, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_real_local_flower_deployment_equals_the_simulator(root, simulated, tmp_path):
+    """SuperLink + 3 SuperNodes as subprocesses on 127.0.0.1, ``flwr run`` (a fresh ClientApp
+    process per message: 5 requests per node, about 2.5 minutes here)."""
+    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+    from fedstream.deploy.local import LocalDeployment, write_app
+
+    config, want, want_common = simulated
+    out = tmp_path / "out"
+    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
+    app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True})
+    with LocalDeployment(config["hfl.clients"], tmp_path / "deployment") as deployment:
+        result = deployment.run(app, timeout=220)
+    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    assert result.returncode == 0 and (out / "summary.json").exists(), log[-3000:]
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == []
+    assert_same_result(got, json.loads(json.dumps(want)))
+    with np.load(out / "models.npz") as z:
+        for k, v in want_common.items():
+            np.testing.assert_allclose(z[f"global.{k}"], v, rtol=0, atol=1e-6)

@@ -1,0 +1,346 @@
+"""Batch VFL (the compression paper's split learning) across processes on Flower gives the simulator's results.
+
+The server party runs the simulator's epoch loop (:func:`fedstream.vfl.batch.trainer.play_epochs`)
+over :class:`fedstream.deploy.vfl_batch_proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.deploy.vfl_batch_host.BatchVFLHost`) fed only its own strip of the images.
+Checked against the in-process simulator on MNIST (tiny settings):
+
+* the deployment's code over an in-process link, every node rebuilt from its saved state for
+  every request (as on a SuperNode), the server holding only the labels: same final models, test
+  accuracy, per-epoch rows and bytes per client and direction, uncompressed and with top-k + cache
+  up and quantised Huffman-coded gradients down;
+* the same ServerApp/ClientApp on Flower's simulation runtime;
+* malformed replies (shape, NaN, step, sender) are rejected and recorded, never used; malformed
+  requests are refused by the node, which then changes nothing;
+* a node holds only its own strip, the server only the labels.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flower_runs import run_simulation
+
+from fedstream.config import load_config
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
+from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
+from fedstream.deploy.vfl_batch_host import BatchVFLHost
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.transport import make_transport
+from fedstream.transport.codec import decode, encode
+from fedstream.vfl.batch.data import load_vertical
+from fedstream.vfl.batch.protocol import LocalCohort
+from fedstream.vfl.batch.selection import Participation
+from fedstream.vfl.batch.trainer import (
+    MetricsWriter,
+    build_parties,
+    data_inputs,
+    play_epochs,
+    run_batch_vfl,
+    run_summary,
+)
+from fedstream.vfl.messages import Embedding, Gradient
+
+TINY = {"vfl.clients": 3, "data.train_rows": 200, "data.test_rows": 100, "train.epochs": 1, "train.batch_size": 50,
+        "model.hidden": 32, "model.embedding": 16, "optimizer.lr": 0.1, "seed": 1}
+COMPRESSED = {"compression.up": "topk", "compression.cache": True, "compression.down": "quant-huffman"}
+TIMING = {"epoch_seconds", "wall_seconds", "selection_seconds"}
+
+
+def tiny_config(root: Path | str, **extra) -> dict:
+    return load_config("vfl-mnist", TINY | {"data.root": str(root)} | extra)
+
+
+def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
+    """The simulator (run_batch_vfl's steps): its summary and every party's final model."""
+    s = batch_settings(config)
+    data = load_vertical(s, config["data.root"])
+    clients, server = build_parties(s, data, config["seed"])
+    transport = make_transport(s.clients, s.compression)
+    part = None
+    if s.selection.active:
+        part = Participation(s.selection, data.client_features(data.train_x), data.train_y, seed=config["seed"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as run_batch_vfl
+    try:
+        tic = time.perf_counter()
+        rows = play_epochs(s, data, LocalCohort(clients, transport, data_inputs(data)), server, config["seed"], None,
+                           part=part, writer=MetricsWriter(None), tic=tic)
+    finally:
+        torch.set_num_threads(threads)
+    summary = run_summary(s, config["seed"], rows, transport.ledger.summary(), 0.0, part)
+    models = {f"server.{k}": v.numpy() for k, v in server.model.state_dict().items()}
+    for m, c in enumerate(clients):
+        models |= {f"client{m}.{k}": v.numpy() for k, v in c.model.state_dict().items()}
+    return summary, models
+
+
+def deploy(config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink) -> tuple[NetworkBatchVFL, dict, LoopbackLink]:
+    """The deployment's code over an in-process link; the server reads the labels only and its
+    config names no data folder that exists; each node reads its own strip (cached in ``tmp/cache``)."""
+    server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-images")})
+    labels = load_labels(config, str(data_root))
+    link = link_cls(lambda cfg, m: load_block(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
+                    config["vfl.clients"], persist=True, store=tmp / "nodes")
+    net = NetworkBatchVFL(server_config, link, labels=labels)
+    return net, net.run(models=True), link
+
+
+def deployed_models(net: NetworkBatchVFL) -> dict[str, np.ndarray]:
+    models = {f"server.{k}": v.numpy() for k, v in net.server.model.state_dict().items()}
+    for m, state in net.cohort.models.items():
+        models |= {f"client{m}.{k}": v for k, v in state.items()}
+    return models
+
+
+def assert_same_run(got: dict, want: dict) -> None:
+    """Same per-epoch rows (timings aside), accuracy and bytes per client and direction."""
+    assert [{k: v for k, v in r.items() if k not in TIMING} for r in got["per_epoch"]] == \
+        [{k: v for k, v in r.items() if k not in TIMING} for r in want["per_epoch"]]
+    for key in ("final_accuracy", "best_accuracy", "bytes", "bytes_per_client", "eval_bytes_up"):
+        assert got[key] == want[key], key
+
+
+def assert_same_models(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=0, atol=1e-6, err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    from conftest import shared_data_root
+
+    found = shared_data_root()
+    if found is None:
+        pytest.skip("real data not found (MNIST): set FEDSTREAM_DATA or put shared/data beside the repository")
+    return found
+
+
+@pytest.fixture(scope="module")
+def simulated(root):
+    config = tiny_config(root)
+    return config, *simulate(config)
+
+
+# -- the deployment's code over an in-process link ------------------------------------------------
+def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
+    config, want, want_models = simulated
+    net, got, link = deploy(config, root, tmp_path)
+    assert got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models)
+    M, steps, msg = 3, 4, 11 + 4 * 50 * 16  # 200 rows in batches of 50; a plain (50, 16) float32 message
+    assert got["bytes"]["per_client"] == [{"up": steps * msg, "down": steps * msg}] * M
+    assert got["eval_bytes_up"] == M * 2 * msg  # 100 test rows in 2 batches, up only
+    assert link.requests == M * (1 + steps + 1 + 1)  # setup, one per step, one evaluation, finish
+    assert [(c["up"], c["down"], c["eval_up"]) for c in got["clients"]] == [(steps * msg, steps * msg, 2 * msg)] * M
+    assert sorted(p.name for p in (tmp_path / "nodes").glob("*.npz")) == sorted(
+        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(M))  # each node's state, saved after every request
+    # and the simulator's own entry point agrees
+    assert_same_run(run_batch_vfl(batch_settings(config), root, seed=config["seed"]), want)
+
+
+def test_compressed_loopback_deployment_equals_the_simulator(root, tmp_path):
+    """Top-k with the server's per-sample cache up, 3-sigma quantised Huffman-coded gradients down:
+    the codecs' state lives with the party that owns it, on both sides of the wire."""
+    config = tiny_config(root, **COMPRESSED, **{"train.epochs": 2})
+    want, want_models = simulate(config)
+    net, got, _ = deploy(config, root, tmp_path)
+    assert got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models)
+    k = 2  # ceil(0.125 * 16) entries per row
+    per_step_up = 12 + 1 + 50 * 16 // 8 + 4 * 50 * k  # compressed header, codec, bitmap, values
+    assert got["bytes"]["per_client"][0]["up"] == 2 * 4 * per_step_up
+    assert 0 < got["bytes"]["per_client"][0]["down"] < 2 * 4 * (11 + 4 * 50 * 16) / 4
+    assert net.cohort.ends[0].receiver.table is not None  # the cache sits at the server's end
+
+
+def test_topk_grad_ranking_lives_on_the_node(root, tmp_path):
+    """topk-grad ranks by the last gradient the node received: state saved on the node between messages."""
+    config = tiny_config(root, **{"compression.up": "topk-grad", "compression.down": "sign-scaled"})
+    want, want_models = simulate(config)
+    net, got, _ = deploy(config, root, tmp_path)
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models)
+
+
+def test_server_side_selection_equals_the_simulator(root, tmp_path):
+    """Fixed and random participant selection (with a dynamic row subset) run on the server: the
+    unselected nodes get no request, the server pads them."""
+    for extra in ({"selection.method": "fixed", "selection.clients": "0,2", "selection.padding": "mean"},
+                  {"selection.method": "random", "selection.l": 2, "selection.dynamic": "discrete",
+                   "selection.keep": 0.5, "selection.update_prob": 1.0, "train.epochs": 2}):
+        config = tiny_config(root, **extra)
+        want, want_models = simulate(config)
+        net, got, _ = deploy(config, root, tmp_path / extra["selection.method"])
+        assert got["faults"] == []
+        assert_same_run(got, want)
+        assert [e["clients"] for e in got["selection"]["events"]] == [e["clients"] for e in want["selection"]["events"]]
+        assert_same_models(deployed_models(net), want_models)
+
+
+# -- malformed messages -----------------------------------------------------------------------------
+class SpoilingLink(LoopbackLink):
+    """A loopback link whose node ``victim`` answers its training step ``step`` with ``spoil(reply)``."""
+
+    victim, step, spoil = 1, 1, None
+
+    def exchange(self, requests):
+        replies = super().exchange(requests)
+        for m, env in requests.items():
+            if (m == self.victim and env.kind == ROUND and env.round == self.step and env.info.get("split") == "train"
+                    and not isinstance(replies[m], Failure)):
+                replies[m] = type(self).spoil(replies[m])
+        return replies
+
+
+def _respoil(reply: Envelope, change) -> Envelope:
+    msg = decode(reply.parts[0])
+    return Envelope(reply.kind, reply.round, [encode(change(msg))], dict(reply.info))
+
+
+def _nan(msg: Embedding) -> Embedding:
+    bad = np.array(msg.values)
+    bad[0, 0] = np.nan
+    return Embedding(msg.round, msg.client, bad)
+
+
+SPOILS = {
+    "shape": (lambda r: _respoil(r, lambda e: Embedding(e.round, e.client, np.array(e.values[:-1]))),
+              r"expected client 1's embedding of step 1 of shape \(50, 16\), received a Embedding of step 1, shape \(49, 16\)"),
+    "nan": (lambda r: _respoil(r, _nan), r"client 1's embedding of step 1 holds NaN or inf|holds NaN or inf"),
+    "step": (lambda r: _respoil(r, lambda e: Embedding(0, e.client, e.values)),
+             r"expected client 1's embedding of step 1 .* received a Embedding of step 0"),
+    "sender": (lambda r: _respoil(r, lambda e: Embedding(e.round, 2, e.values)), r"for client 2 arrived on client 1's link"),
+    "reply step": (lambda r: Envelope(ROUND, 0, r.parts, r.info), r"expected a 'round' reply for step 1, received"),
+    "garbage": (lambda r: Envelope(r.kind, r.round, [b"\x01" + bytes(20)], r.info), r"Embedding for round 0: header says 0x0 float32 \(11 bytes\) but the message holds 21 bytes"),
+    "parts": (lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info), r"expected 1 embedding\(s\), received 2"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SPOILS))
+def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_path, kind, caplog):
+    """Client 1's reply to step 1 is spoilt: the server logs and records the fault with a clear reason,
+    pads client 1 for that step (no gradient goes back), and the run completes."""
+    config, want, _ = simulated
+    spoil, reason = SPOILS[kind]
+    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil)})
+    with caplog.at_level("WARNING", logger="fedstream.deploy"):
+        _, got, _ = deploy(config, root, tmp_path, link_cls)
+    assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
+    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got["faults"]
+    assert re.search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
+    msg = 11 + 4 * 50 * 16
+    assert got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]  # the others' messages are unchanged
+    assert got["bytes"]["per_client"][1] == {"up": 3 * msg, "down": 3 * msg}  # the spoilt one is neither counted nor answered
+    assert 0 <= got["final_accuracy"] <= 1
+
+
+def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
+    config, _, _ = simulated
+
+    class AllSpoilt(LoopbackLink):
+        def exchange(self, requests):
+            replies = super().exchange(requests)
+            return {m: Failure("the ClientApp failed: boom") if env.kind == ROUND else replies[m]
+                    for m, env in requests.items()}
+
+    with pytest.raises(ProtocolError, match=r"step 0: no client node answered validly .*boom"):
+        deploy(config, root, tmp_path, AllSpoilt)
+
+
+def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
+    config = tiny_config(root)
+    host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
+    assert host.handle(Envelope(SETUP, 0)).info == {"client": 0, "shape": [1, 10, 28], "n_train": 200, "n_test": 100}
+    rows = list(range(50))
+    host.handle(Envelope(ROUND, 0, [], {"split": "train", "rows": rows}))
+    grad = lambda step=0, client=0, n=50, value=0.01: encode(Gradient(step, client, np.full((n, 16), value, np.float32)))
+    nan = bytearray(grad())
+    nan[11:15] = np.array([np.nan], "<f4").tobytes()
+    good = {"split": "train", "rows": list(range(50, 100))}
+    bad_requests = {
+        "shape": (Envelope(ROUND, 1, [grad(n=49)], good), r"expected the gradient of step 0 of shape \(50, 16\)"),
+        "nan": (Envelope(ROUND, 1, [bytes(nan)], good), "NaN"),
+        "step": (Envelope(ROUND, 1, [grad(step=3)], good), "expected the gradient of step 0 .* of step 3"),
+        "recipient": (Envelope(ROUND, 1, [grad(client=1)], good), "for client 1 arrived on client 0's link"),
+        "garbage": (Envelope(ROUND, 1, [b"\x03" + bytes(30)], good), "Gradient for round 0: header says 0x0"),
+        "bad codec": (Envelope(ROUND, 1, [b"\x05" + bytes(30)], good), "unknown codec id 0"),
+        "two gradients": (Envelope(ROUND, 1, [grad(), grad()], good), "at most one gradient"),
+        "rows": (Envelope(ROUND, 1, [grad()], {"split": "train", "rows": [0, 200]}), r"train rows in 0..199"),
+        "split": (Envelope(ROUND, 1, [grad()], {"split": "valid", "rows": rows}), "info 'split'"),
+        "old step": (Envelope(ROUND, 0, [grad()], good), "training step 0 after step 0"),
+        "eval sizes": (Envelope(ROUND, 0, [grad()], {"split": "test", "rows": rows, "sizes": [20], "steps": [0]}),
+                       "info 'sizes'"),
+    }
+    before = host.state_dict()["vfl"].tobytes()
+    for name, (env, reason) in bad_requests.items():
+        with pytest.raises(ProtocolError, match=reason):
+            host.handle(env)
+        assert host.state_dict()["vfl"].tobytes() == before, name
+    reply = host.handle(Envelope(ROUND, 1, [grad()], good))
+    assert decode(reply.parts[0]).values.shape == (50, 16) and host.down == len(grad())
+    with pytest.raises(ProtocolError, match="expected the gradient of step 1"):
+        host.handle(Envelope(FINISH, 2, [grad(step=0)], {}))
+    assert host.handle(Envelope(FINISH, 2, [grad(step=1)], {})).info["down"] == 2 * len(grad())
+    with pytest.raises(ProtocolError, match="no embedding of this node is waiting"):
+        host.handle(Envelope(FINISH, 2, [grad(step=1)], {}))
+
+
+# -- what each party holds --------------------------------------------------------------------------
+def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_path):
+    config = tiny_config(root, **{"vfl.split": "columns"})
+    s = batch_settings(config)
+    data = load_vertical(s, root)
+    widths = [10, 9, 9]  # 28 pixel columns over 3 clients
+    for m in range(s.clients):
+        block = load_block(config, m, cache_dir=tmp_path)
+        cached = load_block(config, m, cache_dir=tmp_path)  # read back from the node's cache
+        assert block.train_x.shape == (200, 1, 28, widths[m]) and block.test_x.shape == (100, 1, 28, widths[m])
+        assert np.array_equal(cached.train_x, block.train_x)
+        idx = np.array([5, 0, 17])
+        assert torch.equal(block.inputs("train", idx), data.client_inputs(data.train_x[idx])[m])  # same values
+        assert torch.equal(block.inputs("test", idx), data.client_inputs(data.test_x[idx])[m])
+    assert len(list(tmp_path.glob("vfl-*.npz"))) == s.clients
+    labels = load_labels(config, str(root))
+    assert np.array_equal(labels.train_y, data.train_y) and np.array_equal(labels.test_y, data.test_y)
+    assert set(vars(labels)) == {"dataset", "train_y", "test_y"}  # no image, no pixel
+    with pytest.raises(ConfigError, match="client-index = 3"):
+        load_block(config, 3)
+
+
+def test_what_is_not_deployable_is_refused_clearly(root):
+    from fedstream.deploy.parties import check_deployable
+
+    with pytest.raises(ConfigError, match="selection.method = 'vfps'.*all, fixed or random"):
+        check_deployable(tiny_config(root, **{"selection.method": "vfps"}))
+    check_deployable(tiny_config(root, **COMPRESSED))  # compression is fine
+
+
+# -- on Flower ------------------------------------------------------------------------------------
+
+
+def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
+    """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
+    through Flower's LinkState, node state through ``context.state``."""
+    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
+    config, want, want_models = simulated
+    out = tmp_path / "out"
+    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
+    result = run_simulation("vfl-mnist", sets, out, config["vfl.clients"], timeout=240, cwd=tmp_path)
+    assert (out / "summary.json").exists(), result.stdout[-3000:]
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == []
+    assert_same_run(got, json.loads(json.dumps(want)))  # the summary went through JSON
+    with np.load(out / "models.npz") as z:
+        assert_same_models({k: z[k] for k in z.files}, want_models)
