@@ -321,8 +321,9 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
 def test_what_is_not_deployable_is_refused_clearly(root):
     from fedstream.deploy.parties import check_deployable
 
-    with pytest.raises(ConfigError, match="selection.method = 'vfps'.*all, fixed or random"):
-        check_deployable(tiny_config(root, **{"selection.method": "vfps"}))
+    with pytest.raises(ConfigError, match="selection.dynamic = 'discrete': over Flower VF-PS"):
+        check_deployable(tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "discrete"}))
+    check_deployable(tiny_config(root, **{"selection.method": "vfps"}))  # static VF-PS runs (test_deploy_vfps.py)
     check_deployable(tiny_config(root, **COMPRESSED))  # compression is fine
 
 

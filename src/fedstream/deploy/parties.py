@@ -40,9 +40,11 @@ def check_deployable(config: dict) -> None:
             raise ConfigError(f"hfl.mode = {config['hfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
         return
     if config["task"] == "vfl":
-        if config["selection.method"] == "vfps":
-            raise ConfigError("selection.method = 'vfps': VF-PS scores every client's features in one place, which a "
-                              "deployment does not have; over Flower use all, fixed or random")
+        if config["selection.method"] == "vfps" and config.get("selection.dynamic", "none") != "none":
+            raise ConfigError(f"selection.dynamic = {config['selection.dynamic']!r}: over Flower VF-PS "
+                              "(selection.method = 'vfps') runs with selection.dynamic = 'none' only (static data; "
+                              "selection.every may still re-run it); use random or fixed selection for the dynamic "
+                              "settings")
         return
     if config["task"] != "ovfl":
         raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "

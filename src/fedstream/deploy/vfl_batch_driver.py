@@ -9,8 +9,11 @@ the simulator's keys (``per_epoch``, ``final_accuracy``, ``bytes``, ...) plus wh
 simulator's summary (timings aside) and the nodes end with the simulator's models.
 
 Participant selection runs on the server (``selection.method`` ``all``, ``fixed`` or ``random``, any
-``selection.dynamic``): it needs no client data. ``vfps`` scores every client's features at one
-place and is refused, as is resuming (no checkpoints of a deployed batch VFL run yet).
+``selection.dynamic``): it needs no client data. ``vfps`` (with ``selection.dynamic = none``) asks
+every node for the local squared distances of its strip from the query samples to every training
+row (:mod:`fedstream.deploy.vfl_batch_vfps`) and scores the groups from those, as the VF-PS paper's
+protocol does; the summary's ``selection_bytes`` counts those messages per client and direction,
+apart from the training ``bytes``. Resuming is refused (no checkpoints of a deployed batch VFL run yet).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from fedstream.deploy.vfl_batch_data import (
     layout,
 )
 from fedstream.deploy.vfl_batch_proxy import RemoteCohort
+from fedstream.deploy.vfl_batch_vfps import check_size
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl.batch.selection import Participation
@@ -54,6 +58,8 @@ class NetworkBatchVFL:
         self.server = build_party(s, self.seed)[1]  # the top model; the client models are the nodes'
         if self.server.padding is None:  # stands in for a node that is down (never used without a fault)
             self.server.padding = make_padding("zero", s.clients, s.embedding)
+        if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
+            check_size(s.selection, len(labels.train_y))
         self.cohort = RemoteCohort(link, config, s, run_token=secrets.token_hex(8))
         self.summary: dict | None = None
 
@@ -68,7 +74,8 @@ class NetworkBatchVFL:
         part = None
         if s.selection.active:  # server-side selection: placeholder blocks (fixed and random read only how many)
             blocks = [np.zeros((len(self.labels.train_y), 1), np.uint8)] * s.clients
-            part = Participation(s.selection, blocks, self.labels.train_y, seed=self.seed)
+            vfps = self.cohort.distances if s.selection.method == "vfps" else None  # VF-PS: the nodes' distances
+            part = Participation(s.selection, blocks, self.labels.train_y, seed=self.seed, distances=vfps)
         writer = MetricsWriter(self.out, selection_columns(s.clients) if part is not None else [])
         with one_torch_thread():  # as run_batch_vfl
             rows = play_epochs(s, self.labels, self.cohort, self.server, self.seed, self.progress, part=part,
@@ -77,6 +84,8 @@ class NetworkBatchVFL:
         self.cohort.finish(steps, models=models)
         c = self.cohort
         self.summary = run_summary(s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, part) | {
-            "deployed": True, "exchanges": c.exchanges, "faults": c.faults, "clients": c.reports}
+            "deployed": True, "exchanges": c.exchanges, "faults": c.faults, "clients": c.reports,
+            "selection_bytes": {"per_client": c.selection_bytes,
+                                "total": sum(b["up"] + b["down"] for b in c.selection_bytes)}}
         writer.summary(self.summary)
         return self.summary

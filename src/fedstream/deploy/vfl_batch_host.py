@@ -15,6 +15,10 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 * ``round`` with ``info["split"] = "test"``: one evaluation, ``info["rows"]`` cut into batches of
   ``info["sizes"]``, steps ``info["steps"]``; the due gradient first, then one embedding per batch
   (nothing comes back down in evaluation).
+* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.deploy.vfl_batch_vfps`): the
+  part is the query message (the query ids), ``info["queries"]`` their number Q; the reply's part
+  is the node's (Q, n) local squared distances from each query to every training row. Nothing of
+  the node changes (a due gradient waits for the next training request).
 * ``finish``: the last due gradient; the reply reports the node's byte counts and the digest of
   its model (the model itself only when ``info["models"]``, for tests and audits).
 
@@ -47,6 +51,9 @@ from fedstream.deploy.vfl_batch_data import (
     build_party,
     layout,
 )
+from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT, local_distances
+from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
+from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.compressed import ClientEndpoint
@@ -54,7 +61,7 @@ from fedstream.vfl.batch.settings import MAX_U16
 from fedstream.vfl.messages import Gradient
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
-SPLITS = ("train", "test")
+SPLITS = ("train", "test", SELECT)
 
 
 def state_digest(state: dict[str, torch.Tensor]) -> str:
@@ -86,6 +93,7 @@ class BatchVFLHost:
         self.before: dict | None = None  # model and optimiser before the due step's forward pass
         self.last_step = -1  # the last training step embedded
         self.up = self.down = self.eval_up = 0
+        self.select_up = self.select_down = 0  # VF-PS: distance messages sent, query messages received
         if state:
             self.load_state_dict(state)
 
@@ -104,6 +112,8 @@ class BatchVFLHost:
                 return self._train(env)
             if split == "test":
                 return self._evaluate(env)
+            if split == SELECT:
+                return self._select(env)
             raise ProtocolError(f"client {self.index}: info 'split' must be one of {SPLITS}, received {split!r}"[:300])
         if env.kind == FINISH:
             return self._finish(env)
@@ -205,12 +215,36 @@ class BatchVFLHost:
             parts.append(data)
         return Envelope(ROUND, env.round, parts, {})
 
+    def _select(self, env: Envelope) -> Envelope:
+        """VF-PS: the local squared distances of this node's strip from each query to every available
+        training row, as one distance message; nothing of the node changes (a due gradient waits)."""
+        where = f"client {self.index}, VF-PS request for epoch {env.round}"
+        n = self.block.sizes()["n_train"]
+        idx = None if env.info.get("rows") is None else self._rows(env, "train")
+        avail = n if idx is None else len(idx)
+        Q = env.info.get("queries")
+        if isinstance(Q, bool) or not isinstance(Q, int) or not 1 <= Q <= avail:
+            raise ProtocolError(f"{where}: info 'queries' must count 1..{avail} query samples, received {Q!r}"[:300])
+        if len(env.parts) != 1:
+            raise ProtocolError(f"{where}: expected one query message, received {len(env.parts)} parts")
+        q = decode_vfps(env.parts[0], kind=QUERIES, round=env.round, client=self.index, shape=(1, Q))[0]
+        q = q.astype(np.int64)
+        if q.max() >= avail or (np.diff(q) <= 0).any():
+            raise ProtocolError(f"{where}: query ids must be increasing rows in 0..{avail - 1}")
+        features = self.block.train_x.reshape(n, -1)  # the raw strip: what the simulator's VF-PS scores
+        if idx is not None:
+            features = features[idx]
+        data = encode_vfps(DISTANCES, env.round, self.index, local_distances(features, q))
+        self.select_down += len(env.parts[0])
+        self.select_up += len(data)
+        return Envelope(ROUND, env.round, [data], {})
+
     def _finish(self, env: Envelope) -> Envelope:
         grad = self._gradient(env)
         self._settle(env, grad)
         state = self.client.model.state_dict()
         info = {"client": self.index, "up": self.up, "down": self.down, "eval_up": self.eval_up,
-                "digest": state_digest(state)}
+                "select_up": self.select_up, "select_down": self.select_down, "digest": state_digest(state)}
         arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if env.info.get("models") is True else {}
         return Envelope(FINISH, env.round, [], info, arrays)
 
@@ -221,7 +255,7 @@ class BatchVFLHost:
         state = {
             **saved, "end": {k: torch.from_numpy(np.array(v)) for k, v in self.end.state_dict().items()},
             "pending": None if self.pending is None else [self.pending[0], torch.from_numpy(self.pending[1])],
-            "last_step": self.last_step, "counters": [self.up, self.down, self.eval_up],
+            "last_step": self.last_step, "counters": [self.up, self.down, self.eval_up, self.select_up, self.select_down],
         }
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -237,4 +271,5 @@ class BatchVFLHost:
             self.pending = (int(saved["pending"][0]), saved["pending"][1].numpy())
             self.before = {"model": saved["model"], "optimizer": saved["optimizer"]}
         self.last_step = int(saved["last_step"])
-        self.up, self.down, self.eval_up = (int(v) for v in saved["counters"])
+        counters = [int(v) for v in saved["counters"]] + [0, 0]  # states saved before VF-PS hold three
+        self.up, self.down, self.eval_up, self.select_up, self.select_down = counters[:5]

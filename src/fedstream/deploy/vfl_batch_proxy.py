@@ -17,6 +17,8 @@ train step s  the gradient of the node's step s - 1 (encoded  its embedding of s
 evaluation    the gradient still due; ``rows``, ``sizes``,     one embedding per test batch
               ``steps``: the test batches
 finish        the gradient still due; ``models`` (audit)       the node's byte counts, model digest
+VF-PS select  the query ids (a 16 + 4 Q-byte message);         its local squared distances, Q x n
+              ``queries``: Q (``rows``: available rows)        (16 + 4 Q n bytes, float32)
 ============  ==============================================  =====================================
 
 The gradient of step s rides with the request of step s + 1 (or the evaluation or finish that
@@ -44,6 +46,9 @@ from dataclasses import replace
 import numpy as np
 
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, Link
+from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
+from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
+from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.compressed import ServerEndpoint
 from fedstream.transport.ledger import ByteLedger
@@ -72,6 +77,41 @@ class RemoteCohort:
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.models: dict[int, dict[str, np.ndarray]] = {}  # the nodes' models, when asked for at finish
+        self.selection_bytes = [{"up": 0, "down": 0} for _ in range(M)]  # VF-PS messages, apart from training
+
+    # -- VF-PS ---------------------------------------------------------------------------------------
+    def distances(self, epoch: int, rows: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
+        """(M, Q, n) every node's local squared distances from each query to every available training
+        row (``rows``: those rows, None for all), for the VF-PS selection of ``epoch``
+        (:mod:`fedstream.deploy.vfl_batch_vfps`). Each reply is checked (sender, epoch, kind, shape
+        Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
+        reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
+        M, n, Q = self.settings.clients, (self.nodes[0]["n_train"] if rows is None else len(rows)), len(queries)
+        info = {"split": SELECT, "queries": Q} | ({} if rows is None else {"rows": [int(r) for r in rows]})
+        ids = np.asarray(queries, dtype="<u4")[None, :]
+        requests = {}
+        for m in self._targets(epoch, None, SELECT):
+            part = encode_vfps(QUERIES, epoch, m, ids)
+            self.selection_bytes[m]["down"] += len(part)
+            requests[m] = Envelope(ROUND, epoch, [part], dict(info))  # a due gradient stays in the outbox
+        out, got = np.empty((M, Q, n)), set()
+        for m, reply in self._exchange(requests).items():
+            try:
+                parts = self._reply(reply, ROUND, epoch, None).parts
+                if len(parts) != 1:
+                    raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
+                data = parts[0]
+                out[m] = decode_vfps(data, kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
+            except FedstreamError as exc:
+                self.fault(m, epoch, SELECT, str(exc))
+                continue
+            self.selection_bytes[m]["up"] += len(data)
+            got.add(m)
+        missing = sorted(set(range(M)) - got)
+        if missing:
+            raise ProtocolError(f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
+                                f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})")
+        return out
 
     def fault(self, m: int, t: int, request: str, reason: str) -> None:
         """Record and log that client m's node failed a request."""
@@ -216,7 +256,12 @@ class RemoteCohort:
             theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
             if theirs != self.counted[m] and not any(f["client"] == m for f in self.faults):
                 self.fault(m, t, FINISH, f"the node counted {theirs}, the server {self.counted[m]}")
-            self.reports.append({"client": m, **theirs, "digest": reply.info.get("digest"),
+            theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
+            if theirs_select != self.selection_bytes[m] and not any(f["client"] == m for f in self.faults):
+                self.fault(m, t, FINISH, f"the node counted VF-PS bytes {theirs_select}, the server "
+                                         f"{self.selection_bytes[m]}")
+            self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
+                                 "select_down": theirs_select["down"], "digest": reply.info.get("digest"),
                                  "server_counted": dict(self.counted[m])})
             if models:
                 self.models[m] = dict(reply.arrays)

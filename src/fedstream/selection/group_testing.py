@@ -25,7 +25,7 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 from fedstream.selection.fagin import fagin_group_mi
-from fedstream.selection.knn_mi import knn_mi
+from fedstream.selection.knn_mi import check_local_distances, knn_mi, knn_mi_from_distances
 from fedstream.selection.validation import check_blocks, check_groups, check_positive_int, check_queries
 
 DEFAULT_GROUPS = 10
@@ -116,11 +116,7 @@ def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[i
     """
     blocks = check_blocks(blocks)
     m, n = len(blocks), blocks[0].shape[0]
-    rng = np.random.default_rng(seed)
-    if groups is None:
-        groups = random_groups(m, n_groups, rng=rng)
-    groups = check_groups(groups, m)
-    q = subsample_queries(n, queries, rng)
+    groups, q = plan_tests(m, n, groups=groups, n_groups=n_groups, queries=queries, seed=seed)
     distinct = list(dict.fromkeys(groups))
     reads = None
     if fagin_batch is not None:  # the Fagin-inspired estimator: same scores, list entries counted
@@ -137,6 +133,42 @@ def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[i
         for g in distinct:
             res = knn_mi(blocks, labels, [g], k=k, queries=q, psi=psi, **knn_kwargs)
             by_group[g], q_used = res.scores[0], res.queries
+    return _result(groups, by_group, m, aggregate, q_used, reads)
+
+
+def _result(groups, by_group: dict, m: int, aggregate: str, queries: np.ndarray, reads=None) -> GroupTestResult:
+    """Per-test scores (one per drawn group, repeats included) and the clients' aggregate."""
     scores = np.array([by_group[g] for g in groups])
     return GroupTestResult(groups=groups, group_scores=scores, client_scores=client_scores(groups, scores, m, aggregate),
-                           queries=q_used, list_reads=reads)
+                           queries=queries, list_reads=reads)
+
+
+def plan_tests(m: int, n: int, *, groups: Sequence[tuple[int, ...]] | None = None, n_groups: int = DEFAULT_GROUPS,
+               queries=None, seed: int = DEFAULT_SEED) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
+    """The groups and query samples :func:`group_test` uses for ``seed``: ``(groups, queries)``.
+
+    Groups are drawn first (unless given), then the query subsample, from one generator; ``queries``
+    comes back None (every sample), or as sorted indices. A VF-PS server calls this before asking
+    the clients for their local distances from those queries (:func:`group_test_from_distances`).
+    """
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        groups = random_groups(m, n_groups, rng=rng)
+    return check_groups(groups, m), subsample_queries(n, queries, rng)
+
+
+def group_test_from_distances(local, labels, groups: Sequence[tuple[int, ...]], *, queries=None, k: int = DEFAULT_K,
+                              psi: str = "approx", aggregate: str = "sum") -> GroupTestResult:
+    """:func:`group_test` from the clients' local squared distances instead of their blocks.
+
+    ``local``: (m, |Q|, n), client j's distances from each query (sorted ``queries``; None: every
+    sample) to every sample; ``groups`` and ``queries`` from :func:`plan_tests`. Each distinct group
+    is scored once by :func:`~fedstream.selection.knn_mi.knn_mi_from_distances`; with exact distances
+    the result equals ``group_test(blocks, ...)`` for the same groups and queries.
+    """
+    local = check_local_distances(local)
+    m = local.shape[0]
+    groups = check_groups(groups, m)
+    distinct = list(dict.fromkeys(groups))
+    res = knn_mi_from_distances(local, labels, distinct, k=k, queries=queries, psi=psi)
+    return _result(groups, dict(zip(distinct, res.scores)), m, aggregate, res.queries)

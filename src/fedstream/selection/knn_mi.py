@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedstream.errors import DataError
 from fedstream.selection._engine import Engine, prepare
 from fedstream.selection.digamma import check_psi
 from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
@@ -110,6 +111,64 @@ def knn_mi(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, queries
     groups = check_groups(groups, len(blocks))
     return GroupMI(groups=groups, scores=mi_from_counts(counts, labels, q, k, psi), m_counts=counts,
                    queries=q, k=k, psi=psi)
+
+
+DISTANCE_CHUNK = 256  # query rows per chunk of the distance-based count (bounds its temporaries)
+
+
+def check_local_distances(local, m: int | None = None) -> np.ndarray:
+    """(m, |Q|, n) float64 local squared distances; DataError unless finite and non-negative."""
+    a = np.asarray(local, dtype=np.float64)
+    if a.ndim != 3 or 0 in a.shape or (m is not None and a.shape[0] != m):
+        raise DataError(f"local distances must be a (clients{'' if m is None else f' = {m}'}, queries, samples) "
+                        f"array, got shape {a.shape}")
+    if not np.isfinite(a).all() or (a < 0).any():
+        raise DataError("local distances must be finite and non-negative (squared Euclidean distances)")
+    return a
+
+
+def counts_from_distances(dist: np.ndarray, y: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """(|Q|,) m_q of eq. (1) from the global squared distances ``dist`` (|Q|, n) of each query to every sample.
+
+    Vectorised :func:`~fedstream.selection.reference.m_from_distances` (same rule: the query is not
+    its own neighbour; at a tie q's class comes first, so m_q = K + #{other-class samples strictly
+    closer than q's K-th same-class neighbour}). ``y``: class codes, ``queries``: sorted indices.
+    """
+    nq, out = queries.size, np.empty(queries.size, dtype=np.int64)
+    for a in range(0, nq, DISTANCE_CHUNK):
+        b = min(nq, a + DISTANCE_CHUNK)
+        d, rows = dist[a:b], np.arange(b - a)
+        same = y[None, :] == y[queries[a:b], None]
+        same[rows, queries[a:b]] = False  # the query itself: neither a neighbour nor a candidate
+        radius = np.partition(np.where(same, d, np.inf), k - 1, axis=1)[:, k - 1]
+        other = ~same
+        other[rows, queries[a:b]] = False
+        out[a:b] = k + (other & (d < radius[:, None])).sum(axis=1)
+    return out
+
+
+def knn_mi_from_distances(local, labels, groups, *, k: int = 10, queries=None, psi: str = "approx") -> GroupMI:
+    """Eq. (1) for every group from the clients' *local* squared distances, as the VF-PS server computes it.
+
+    ``local[j]`` is client j's (|Q|, n) array: its local squared distance from each query (the rows,
+    in the sorted order of ``queries``, None meaning every sample) to every sample. A group's global
+    distance is the sum of its members' arrays; m_q comes from :func:`counts_from_distances` and the
+    score from :func:`mi_from_counts`, so the result equals :func:`knn_mi` on the blocks whenever the
+    local distances are exact (e.g. integer features in float32 below 2**24).
+    """
+    check_psi(psi)
+    local = check_local_distances(local)
+    m, n = local.shape[0], local.shape[2]
+    y = check_labels(labels, n)
+    groups = check_groups(groups, m)
+    q = check_queries(queries, n)
+    if q.size != local.shape[1]:
+        raise DataError(f"local distances hold {local.shape[1]} query rows, expected one per query ({q.size})")
+    k = check_k(k, y, q)
+    counts = np.stack([counts_from_distances(local[list(g)].sum(axis=0), y, q, k) for g in groups]) \
+        if groups else np.zeros((0, q.size), dtype=np.int64)
+    return GroupMI(groups=groups, scores=mi_from_counts(counts, labels, q, k, psi), m_counts=counts, queries=q,
+                   k=k, psi=psi)
 
 
 def knn_mi_scores(blocks: Sequence[np.ndarray], labels, groups, **kwargs) -> np.ndarray:

@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedstream.errors import ConfigError
-from fedstream.selection.group_testing import DEFAULT_GROUPS, DEFAULT_K, DEFAULT_SEED, group_test
-from fedstream.selection.validation import check_blocks, check_l
+from fedstream.selection.group_testing import (
+    DEFAULT_GROUPS,
+    DEFAULT_K,
+    DEFAULT_SEED,
+    group_test,
+    group_test_from_distances,
+    plan_tests,
+)
+from fedstream.selection.knn_mi import check_local_distances
+from fedstream.selection.validation import check_blocks, check_l, check_queries
 
 SELECTORS = ("vfps", "random", "all")
 
@@ -82,10 +90,34 @@ class VFPSSelector(Selector):
         self.knn_kwargs = knn_kwargs
         self.calls = 0
 
+    def plan(self, m: int, n: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """The next call's groups and (sorted) query samples for m clients and n samples; draws only.
+
+        The distance-based path: the server sends the queries to the clients, gets back their local
+        distances and calls :meth:`select_distances` with the same groups and queries.
+        """
+        groups, q = plan_tests(m, n, n_groups=self.n_groups, queries=self.queries, seed=self.seed + self.calls)
+        return groups, check_queries(q, n)
+
     def _select(self, blocks, labels) -> Selection:
         l = check_l(self.l, len(blocks))
-        res = group_test(blocks, labels, n_groups=self.n_groups, k=self.k, queries=self.queries,
-                         seed=self.seed + self.calls, psi=self.psi, **self.knn_kwargs)
+        groups, q = plan_tests(len(blocks), blocks[0].shape[0], n_groups=self.n_groups, queries=self.queries,
+                               seed=self.seed + self.calls)
+        res = group_test(blocks, labels, groups=groups, k=self.k, queries=q, psi=self.psi, **self.knn_kwargs)
+        return self._chosen(res, l)
+
+    def select_distances(self, local, labels, groups, queries) -> Selection:
+        """VF-PS from the clients' local distances (m, |Q|, n) for :meth:`plan`'s groups and queries:
+        the same Selection :meth:`select` gives from the blocks (exact distances)."""
+        t0 = time.perf_counter()
+        local = check_local_distances(local)
+        l = check_l(self.l, local.shape[0])
+        res = group_test_from_distances(local, labels, groups, queries=queries, k=self.k, psi=self.psi,
+                                        aggregate=self.knn_kwargs.get("aggregate", "sum"))
+        sel = self._chosen(res, l)
+        return Selection(sel.clients, sel.method, sel.scores, time.perf_counter() - t0, sel.details)
+
+    def _chosen(self, res, l: int) -> Selection:
         self.calls += 1
         chosen = tuple(sorted(int(c) for c in res.ranking()[:l]))
         return Selection(chosen, self.name, res.client_scores,

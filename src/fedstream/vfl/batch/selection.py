@@ -25,6 +25,8 @@ epoch whose data changed and VF-PS once its pessimistic scores say the best clie
 changed (:class:`~fedstream.selection.dynamic.PessimisticScores`); and, with ``every = N > 0``,
 also every N epochs in any setting.
 
+In a deployment (``distances``: :mod:`fedstream.deploy.vfl_batch_vfps`) VF-PS scores the nodes' local
+distances instead of the blocks, with the same draws and the same result. In the simulator
 VF-PS's own traffic is not sent through the transport: each (re)selection reports
 ``distance_bytes``, the float32 local distances the baseline method makes every client send
 (q queries x (n - 1) samples, or n(n - 1)/2 pairs when every sample is a query), counted
@@ -33,7 +35,7 @@ analytically and kept apart from the training bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -163,8 +165,13 @@ class EpochPlan:
 class Participation:
     """Available data and selected clients per epoch, for one run (call :meth:`plan` for 1, 2, ...)."""
 
-    def __init__(self, spec: SelectionSpec, blocks: Sequence[np.ndarray], labels: np.ndarray, *, seed: int):
+    def __init__(self, spec: SelectionSpec, blocks: Sequence[np.ndarray], labels: np.ndarray, *, seed: int,
+                 distances: Callable | None = None):
+        """``distances(epoch, rows, queries) -> (m, |Q|, n)``, if given, is how VF-PS gets the clients'
+        local squared distances (a deployment asks the nodes; ``rows``: the available rows or None,
+        ``queries``: indices into them); without it VF-PS reads ``blocks``."""
         self.spec, self.blocks, self.labels = spec, list(blocks), np.asarray(labels)
+        self.distances = distances
         self.m, self.n = len(self.blocks), len(self.labels)
         spec.check_clients(self.m)
         self.selector = None
@@ -234,7 +241,12 @@ class Participation:
                                   "raise selection.keep or data.train_rows")
             if self.spec.method == "vfps":
                 self._check_k(labels, epoch)
-            sel = self.selector.select(blocks, labels)
+            if self.spec.method == "vfps" and self.distances is not None:
+                groups, queries = self.selector.plan(self.m, n)
+                local = self.distances(epoch, rows, queries)
+                sel = self.selector.select_distances(local, labels, groups, queries)
+            else:
+                sel = self.selector.select(blocks, labels)
             self.clients, seconds = sel.clients, sel.seconds
             if sel.scores is not None:
                 scores = [float(s) for s in sel.scores]
