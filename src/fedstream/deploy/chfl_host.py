@@ -29,15 +29,14 @@ their snapshots, the global columns they were scored with, the position and byte
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import asdict
 
 import numpy as np
-import torch
 
 from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.remote import pack_state, unpack_state
 from fedstream.errors import ProtocolError
 from fedstream.hfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.hfl.client import Client
@@ -189,14 +188,10 @@ class CHFLHost:
             "commons": [{"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
                         for (lr, rnd), st in self.commons.items()],
         }
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        return {STATE: np.frombuffer(buf.getvalue(), np.uint8).copy()}
+        return pack_state(STATE, state)
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        if set(state) != {STATE}:
-            raise ProtocolError(f"client {self.index}: saved state holds {sorted(state)}, expected [{STATE!r}]")
-        saved = torch.load(io.BytesIO(np.ascontiguousarray(state[STATE]).tobytes()), weights_only=True)
+        saved = unpack_state(STATE, state, f"client {self.index}")
         self.lr_index, self.round = int(saved["lr_index"]), int(saved["round"])
         self.up, self.down, self.messages = (int(v) for v in saved["counters"])
         if saved["client"] is not None:

@@ -32,13 +32,13 @@ round. A round with no valid update at all, or a setup that does not agree, ends
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, Link
+from fedstream.deploy.remote import RemoteNodes
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.hfl.messages import ModelUpdate
 from fedstream.hfl.selection import Choice
@@ -47,39 +47,24 @@ from fedstream.hfl.trainer import RoundResult
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 
-log = logging.getLogger("fedstream.deploy")
-
 SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # every node must report the same
 SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
 
 
-class RemoteCohort:
+class RemoteCohort(RemoteNodes):
     """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
 
     def __init__(self, link: Link, config: dict, *, run_token: str):
-        self.link, self.config, self.run_token = link, config, run_token
+        super().__init__(link)
+        self.config, self.run_token = config, run_token
         self.settings = chfl_config_settings(config)
         K = self.settings.clients
         if link.n_clients != K:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, hfl.clients = {K}")
         self.ledger = ByteLedger(K)
-        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
-        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.lr_index = -1
-
-    def fault(self, m: int, t: int, request: str, reason: str) -> None:
-        """Record and log that client m's node failed a request."""
-        log.warning("client %d, %s request for round %d: %s", m, request, t, reason)
-        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
-
-    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        if not requests:
-            return {}
-        self.exchanges += 1
-        replies = self.link.exchange(requests)
-        return {m: replies.get(m, Failure("no reply")) for m in requests}
 
     def _reply(self, m: int, reply: Envelope | Failure, kind: str, t: int) -> Envelope:
         if isinstance(reply, Failure):

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 from dataclasses import replace
 
 import numpy as np
 import torch
 
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.remote import pack_state, unpack_state
 from fedstream.deploy.vfl_batch_data import (
     ClientBlock,
     batch_settings,
@@ -257,14 +257,10 @@ class BatchVFLHost:
             "pending": None if self.pending is None else [self.pending[0], torch.from_numpy(self.pending[1])],
             "last_step": self.last_step, "counters": [self.up, self.down, self.eval_up, self.select_up, self.select_down],
         }
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        return {STATE: np.frombuffer(buf.getvalue(), np.uint8).copy()}
+        return pack_state(STATE, state)
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        if set(state) != {STATE}:
-            raise ProtocolError(f"client {self.index}: saved state holds {sorted(state)}, expected [{STATE!r}]")
-        saved = torch.load(io.BytesIO(np.ascontiguousarray(state[STATE]).tobytes()), weights_only=True)
+        saved = unpack_state(STATE, state, f"client {self.index}")
         self._restore(saved)
         self.end.load_state_dict({k: v.numpy() for k, v in saved["end"].items()})
         if saved["pending"] is not None:

@@ -39,13 +39,13 @@ step. A step with no valid embedding at all ends the run with a :class:`Protocol
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, Link
+from fedstream.deploy.remote import RemoteNodes
 from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
 from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
@@ -56,14 +56,15 @@ from fedstream.vfl.batch.protocol import Batch
 from fedstream.vfl.batch.settings import BatchVFLSettings
 from fedstream.vfl.messages import Embedding, Gradient
 
-log = logging.getLogger("fedstream.deploy")
 
-
-class RemoteCohort:
+class RemoteCohort(RemoteNodes):
     """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
 
+    unit = "step"
+
     def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str):
-        self.link, self.config, self.settings, self.run_token = link, config, settings, run_token
+        super().__init__(link)
+        self.config, self.settings, self.run_token = config, settings, run_token
         M, spec = settings.clients, settings.compression
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
@@ -72,8 +73,6 @@ class RemoteCohort:
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
         self.outbox: dict[int, bytes] = {}  # client -> encoded gradient riding with its next request
-        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
-        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.models: dict[int, dict[str, np.ndarray]] = {}  # the nodes' models, when asked for at finish
@@ -112,18 +111,6 @@ class RemoteCohort:
             raise ProtocolError(f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
                                 f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})")
         return out
-
-    def fault(self, m: int, t: int, request: str, reason: str) -> None:
-        """Record and log that client m's node failed a request."""
-        log.warning("client %d, %s request for step %d: %s", m, request, t, reason)
-        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
-
-    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        if not requests:
-            return {}
-        self.exchanges += 1
-        replies = self.link.exchange(requests)
-        return {m: replies.get(m, Failure("no reply")) for m in requests}
 
     def _reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None) -> Envelope:
         if isinstance(reply, Failure):
