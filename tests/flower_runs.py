@@ -6,6 +6,7 @@ Ray workers that outlive their parent unless the whole process group is killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,3 +50,17 @@ def run_simulation(config: str, sets: str, out: Path, nodes: int, *, timeout: fl
                                         "init_args": {{"num_cpus": 2, "include_dashboard": False}}}})
     """)
     return run_isolated(script, timeout, cwd)
+
+
+def simulated_summary(config: str, values: dict, nodes: int, *, timeout: float, tmp_path: Path) -> tuple[dict, Path]:
+    """Run ``config`` with the overrides ``values`` on the simulation runtime; its fault-free
+    ``summary.json`` (as read back) and the output folder (``models.npz`` with ``audit``)."""
+    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
+    out = tmp_path / "out"
+    sets = " ".join(f"{k}={v}" for k, v in values.items())
+    result = run_simulation(config, sets, out, nodes, timeout=timeout, cwd=tmp_path)
+    assert (out / "summary.json").exists(), result.stdout[-3000:]
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == []
+    return got, out

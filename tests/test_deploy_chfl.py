@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_runs import run_simulation
+from flower_runs import simulated_summary
 
 from fedstream.config import load_config
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
@@ -281,15 +281,9 @@ def test_a_node_loads_only_its_own_rows_and_columns(root, tmp_path):
 def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
-    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     config, want, want_common = simulated
-    out = tmp_path / "out"
-    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
-    result = run_simulation("chfl-covertype", sets, out, config["hfl.clients"], timeout=200, cwd=tmp_path)
-    assert (out / "summary.json").exists(), result.stdout[-3000:]
-    got = json.loads((out / "summary.json").read_text())
-    assert got["faults"] == []
+    got, out = simulated_summary("chfl-covertype", TINY | {"data.root": str(root)}, config["hfl.clients"], timeout=200,
+                                 tmp_path=tmp_path)
     assert_same_result(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
         assert sorted(z.files) == sorted(f"global.{k}" for k in want_common)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_runs import run_simulation
+from flower_runs import simulated_summary
 
 from fedstream.config import load_config
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
@@ -333,15 +333,9 @@ def test_what_is_not_deployable_is_refused_clearly(root):
 def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
-    pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     config, want, want_models = simulated
-    out = tmp_path / "out"
-    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
-    result = run_simulation("vfl-mnist", sets, out, config["vfl.clients"], timeout=240, cwd=tmp_path)
-    assert (out / "summary.json").exists(), result.stdout[-3000:]
-    got = json.loads((out / "summary.json").read_text())
-    assert got["faults"] == []
+    got, out = simulated_summary("vfl-mnist", TINY | {"data.root": str(root)}, config["vfl.clients"], timeout=240,
+                                 tmp_path=tmp_path)
     assert_same_run(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
         assert_same_models({k: z[k] for k in z.files}, want_models)

@@ -86,10 +86,7 @@ class RemoteCohort(RemoteNodes):
                 self.nodes[m] = self._check_setup(m, self._reply(m, reply, SETUP, 0))
             except FedstreamError as exc:
                 self.fault(m, 0, SETUP, str(exc))
-        missing = sorted(set(range(K)) - set(self.nodes))
-        if missing:
-            raise ProtocolError(f"clients {missing} did not set up (see faults: "
-                                f"{[f['reason'] for f in self.faults][:3]}); a CHFL run needs all hfl.clients = {K}")
+        self.require_all(self.nodes, K, f"a CHFL run needs all hfl.clients = {K}")
         first = self.nodes[0]
         for m, got in self.nodes.items():
             diff = {k: (got[k], first[k]) for k in (*SHARED_SIZES, "common") if got[k] != first[k]}

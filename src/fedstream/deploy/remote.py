@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -38,6 +39,13 @@ class RemoteNodes:
         """Record and log that client m's node failed a request."""
         log.warning("client %d, %s request for %s %d: %s", m, request, self.unit, t, reason)
         self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+
+    def require_all(self, ready: Iterable[int], n: int, run: str) -> None:
+        """Raise ProtocolError naming the clients of 0..n-1 not in ``ready`` (a run needs them all)."""
+        missing = sorted(set(range(n)) - set(ready))
+        if missing:
+            raise ProtocolError(f"clients {missing} did not set up (see faults: "
+                                f"{[f['reason'] for f in self.faults][:3]}); {run}")
 
     def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
         """Send every request at once; a node that did not answer gets a :class:`Failure`."""

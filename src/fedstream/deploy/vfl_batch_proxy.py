@@ -155,10 +155,7 @@ class RemoteCohort(RemoteNodes):
                 self.nodes[m] = got
             except FedstreamError as exc:
                 self.fault(m, 0, SETUP, str(exc))
-        missing = sorted(set(range(M)) - set(self.nodes))
-        if missing:
-            raise ProtocolError(f"clients {missing} did not set up (see faults: "
-                                f"{[f['reason'] for f in self.faults][:3]}); a batch VFL run needs all vfl.clients = {M}")
+        self.require_all(self.nodes, M, f"a batch VFL run needs all vfl.clients = {M}")
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
