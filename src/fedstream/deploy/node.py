@@ -13,8 +13,8 @@ state to its cache folder (:class:`NodeStore`) so that it survives the node itse
   restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
   resumes from this file (the server drops the gradients it holds for it: the node skips those
   events, see :mod:`fedstream.deploy.host`).
-* ``ckpt-RUN-M-atT.npz``: the state at batch boundary T, written when the request says ``keep``
-  (the server checkpoints at T too). When the server restarts from its checkpoint at T, it sets
+* ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
+  (:func:`kept_boundary`; the server checkpoints at T too). When the server restarts from its checkpoint at T, it sets
   the nodes up with ``resume = T``: each goes back to its state at T, or at the latest boundary
   before T it has. The last two boundaries are kept.
 
@@ -101,6 +101,23 @@ def _save(path: Path, state: dict[str, np.ndarray]) -> None:
     os.replace(f.name, path)
 
 
+def kept_boundary(env: Envelope) -> int | None:
+    """The boundary whose state the node keeps after answering ``env`` (None: none).
+
+    A request with ``info["keep"] = true`` asks for it. ``info["boundary"]`` names the boundary (a
+    CHFL or batch VFL server numbers its own: rounds or steps done); an online VFL round request
+    without it ends at round ``env.round + info["events"]``.
+    """
+    if env.info.get("keep") is not True:
+        return None
+    boundary = env.info.get("boundary")
+    if boundary is None and env.kind == ROUND:
+        boundary = env.round + env.info.get("events", 0)
+    if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
+        raise ProtocolError(f"a request with info 'keep' needs a boundary >= 0, received {boundary!r}")
+    return boundary
+
+
 def make_host(config: dict, index: int, *, rows: BlockRows | NodePart, state: dict[str, np.ndarray] | None = None):
     """The party a node hosts for ``config``'s task: :class:`ClientHost` (online VFL),
     :class:`~fedstream.deploy.chfl_host.CHFLHost` (CHFL) or
@@ -142,12 +159,10 @@ def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
         if memory is None:
             raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
         config, state = json.loads(memory.config), memory.state
+    boundary = kept_boundary(env)  # checked before the request changes anything
     host = make_host(config, index, rows=rows(config, index), state=state)
     reply = host.handle(env)
     kept = NodeMemory(memory.config, memory.run, host.state_dict())
     if store is not None:
-        boundary = None
-        if env.kind == ROUND and env.info.get("keep") is True:
-            boundary = env.round + int(env.info["events"])
         NodeStore(store, kept.run, index).save(kept.state, boundary)
     return reply, kept
