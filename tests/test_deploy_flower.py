@@ -164,6 +164,25 @@ def test_the_server_reads_only_labels_and_each_client_only_its_block(tmp_path, n
         BlockRows(config, 3)
 
 
+@needs_flower
+def test_a_supernode_names_its_client_index_once_and_validly():
+    """--node-config client-index=M, or data.client_index=M (the setting's name in the config's terms)."""
+    from flwr.common.config import parse_config_args
+
+    from fedstream.deploy.flower_app import client_index
+
+    assert client_index(parse_config_args(["data.client_index=2"])) == 2
+    assert client_index(parse_config_args(['client-index=1 cache-dir="/tmp/c"'])) == 1
+    assert client_index({"partition-id": 3}) == 3
+    assert client_index({"partition-id": 3, "client-index": 0}) == 0  # named beats the simulation's id
+    with pytest.raises(ConfigError, match="two client indices"):
+        client_index({"client-index": 0, "data.client_index": 1})
+    with pytest.raises(ConfigError, match="integer client index >= 0"):
+        client_index({"data.client_index": -1})
+    with pytest.raises(ConfigError, match="no client index"):
+        client_index({"cache-dir": "/tmp/c"})
+
+
 @pytest.mark.parametrize("activation", ["random", "event", "fixed"])
 def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, activation):
     """300 rounds, B = 1; every client rebuilt from its saved state for every request."""

@@ -31,7 +31,8 @@ Settings (the app's ``[tool.flwr.app.config]``, overridable with ``flwr run --ru
 treated as down for it), ``node-timeout`` (seconds to wait for the nodes at the start),
 ``resume`` (continue from ``out/checkpoint.npz``, which the server writes every ``checkpoint.every``
 rounds and at the end, and each node from its own state of that round). Node settings (``--node-config``):
-``client-index``, ``data-root``, ``cache-dir`` (the node's feature-block cache; ``none``: no cache).
+``client-index`` (or ``data.client_index``), ``data-root``, ``cache-dir`` (the node's feature-block
+cache; ``none``: no cache).
 """
 
 from __future__ import annotations
@@ -245,14 +246,23 @@ def make_server_app(**defaults) -> ServerApp:
 
 
 # -- client side -------------------------------------------------------------------------------
+INDEX_KEYS = ("client-index", "data.client_index", "partition-id")  # node-config keys naming the client
+
+
 def client_index(node_config: dict) -> int:
-    for key in ("client-index", "partition-id"):
-        if key in node_config:
-            value = node_config[key]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"--node-config {key}={value!r}: expected an integer client index")
-            return value
-    raise ConfigError("this SuperNode has no client index: start it with --node-config \"client-index=M\"")
+    """The client this SuperNode hosts: ``--node-config "client-index=M"`` (or ``data.client_index=M``,
+    the config key's name; the simulation runtime's ``partition-id``). Two keys that disagree are refused."""
+    found = {key: node_config[key] for key in INDEX_KEYS if key in node_config}
+    for key, value in found.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"--node-config {key}={value!r}: expected an integer client index >= 0")
+    named = {k: v for k, v in found.items() if k != "partition-id"}
+    if len(set(named.values())) > 1:
+        raise ConfigError(f"--node-config names two client indices {named}: give one")
+    if found:
+        return next(iter(named.values())) if named else found["partition-id"]
+    raise ConfigError("this SuperNode has no client index: start it with --node-config \"client-index=M\" "
+                      "(or \"data.client_index=M\")")
 
 
 def node_rows(config: dict, index: int, node_config: dict) -> BlockRows | NodePart | ClientBlock:
