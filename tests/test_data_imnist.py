@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from fedstream.data import imnist
-from fedstream.data.imnist import InfiniteMNIST, field_indices, make_field_bank, measure_throughput
+from fedstream.data.imnist import (
+    InfiniteMNIST,
+    field_indices,
+    make_field_bank,
+    measure_throughput,
+)
 
 DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 HAVE_MNIST = (DATA / "mnist" / "train-images-idx3-ubyte.gz").is_file()

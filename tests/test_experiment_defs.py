@@ -102,7 +102,7 @@ def test_tuned_values_are_valid_config_values(experiments):
 
 def test_numbers_repeated_across_tables_agree(experiments):
     by_name = {e.name: e for e in experiments}
-    rows = lambda name: {tuple(run.values()): values for run, values in by_name[name].paper[0].rows}  # noqa: E731
+    rows = lambda name: {tuple(run.values()): values for run, values in by_name[name].paper[0].rows}
     t2, t3 = rows("ovfl-table2"), rows("ovfl-table3")
     assert t3[(0.5,)] == t2[("dlr", "random")]  # Table 3 p = 0.50 is Table 2's DLR-Random
     assert t3[(1.0,)] == t2[("dlr", "full")]  # Table 3 p = 1.00 is Table 2's DLR-Full

@@ -14,7 +14,11 @@ import time
 import pytest
 
 from fedstream.config import load_config
-from fedstream.experiments.definition import list_experiments, load_experiment, parse_experiment
+from fedstream.experiments.definition import (
+    list_experiments,
+    load_experiment,
+    parse_experiment,
+)
 
 VFL = {
     "vfl-compression-mnist": "mnist", "vfl-compression-mnist-cache": "mnist",

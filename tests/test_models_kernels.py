@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from fedstream.models.kernels import dense_backward, dense_forward, softmax_cross_entropy_into
+from fedstream.models.kernels import (
+    dense_backward,
+    dense_forward,
+    softmax_cross_entropy_into,
+)
 from fedstream.optim.dlr import dlr_layer_update
 from fedstream.optim.ogd import low_rank_descent
 

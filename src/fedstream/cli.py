@@ -29,7 +29,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from fedstream import __version__
@@ -110,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--quiet", action="store_true", help="no progress bar")
     report = sub.add_parser("report", help="report.md and PNG figures from an experiment folder")
     report.add_argument("folder", type=Path, help="a folder written by `fedstream experiment run`")
-    from fedstream.deploy.command import add_deploy_parser  # imports no Flower until `deploy` runs
+    from fedstream.deploy.command import (
+        add_deploy_parser,  # imports no Flower until `deploy` runs
+    )
 
     add_deploy_parser(sub)
     return parser

@@ -105,7 +105,7 @@ def bench_huffman(n: int = 1_000_000, seed: int = 0, repeats: int = 5) -> dict:
 def format_huffman_bench(d: dict) -> str:
     """A few human-readable lines for :func:`bench_huffman`'s dict."""
     o = d["ours"]
-    ms = lambda s: f"{1e3 * s:8.1f} ms"  # noqa: E731
+    ms = lambda s: f"{1e3 * s:8.1f} ms"
     lines = [
         f"Huffman bench: {d['n']:,} symbols over {d['alphabet']} levels (3-sigma quantiser on N(0,1), seed {d['seed']})",
         f"  fedstream  build+encode {ms(o['encode_s'])}  decode {ms(o['decode_s'])}  "

@@ -29,8 +29,8 @@ import time
 import numpy as np
 
 from fedstream.selection._engine import default_workers
-from fedstream.selection.group_testing import group_test, random_groups
 from fedstream.selection.fagin import fagin_group_mi
+from fedstream.selection.group_testing import group_test, random_groups
 from fedstream.selection.reference import reference_mi, reference_scores
 from fedstream.selection.synthetic import informative_clients
 
@@ -120,8 +120,8 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def _paillier(blocks, *, groups, n_full, key_bits) -> dict:
     try:
-        from fedstream.selection.secure import PaillierAggregator, uses_gmpy2
         from fedstream.selection.reference import local_sq_distances
+        from fedstream.selection.secure import PaillierAggregator, uses_gmpy2
 
         agg = PaillierAggregator(key_bits=key_bits)
     except Exception as exc:  # ConfigError when phe is missing

@@ -9,17 +9,27 @@ malformed bytes raise :class:`fedstream.errors.ProtocolError`.
 """
 
 from fedstream.compression.huffman import HuffmanCode
-from fedstream.compression.quantize import Float32Codec, QuantizerState, SignCodec, ThreeSigmaQuantizer
-from fedstream.compression.topk import EmbeddingCache, GradientRankedTopK, SparseEmbedding, TopK
+from fedstream.compression.quantize import (
+    Float32Codec,
+    QuantizerState,
+    SignCodec,
+    ThreeSigmaQuantizer,
+)
+from fedstream.compression.topk import (
+    EmbeddingCache,
+    GradientRankedTopK,
+    SparseEmbedding,
+    TopK,
+)
 
 __all__ = [
+    "EmbeddingCache",
+    "Float32Codec",
+    "GradientRankedTopK",
     "HuffmanCode",
-    "ThreeSigmaQuantizer",
     "QuantizerState",
     "SignCodec",
-    "Float32Codec",
-    "TopK",
-    "GradientRankedTopK",
     "SparseEmbedding",
-    "EmbeddingCache",
+    "ThreeSigmaQuantizer",
+    "TopK",
 ]

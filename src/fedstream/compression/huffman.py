@@ -148,7 +148,7 @@ class HuffmanCode:
     lengths), :meth:`from_lengths` or :meth:`from_bytes` (a received table); all validate.
     """
 
-    __slots__ = ("alphabet_size", "single", "_lengths", "_codes", "_max_len", "_k", "_lut", "_limit", "_offset", "_sorted")
+    __slots__ = ("_codes", "_k", "_lengths", "_limit", "_lut", "_max_len", "_offset", "_sorted", "alphabet_size", "single")
 
     def __init__(self, lengths: np.ndarray, single: int | None = None):
         """Internal: use the ``from_*`` constructors, which validate ``lengths``."""
@@ -326,7 +326,7 @@ class HuffmanCode:
         pairs for the present symbols of a large sparse alphabet. Empty and one-symbol codes
         have their own kinds (3 and 5 bytes).
         """
-        head = lambda kind: _TABLE_HEAD.pack(kind, self.alphabet_size - 1)  # noqa: E731
+        head = lambda kind: _TABLE_HEAD.pack(kind, self.alphabet_size - 1)
         if self.single is not None:
             return head(_SINGLE) + struct.pack("<H", self.single)
         if self._max_len == 0:

@@ -1,6 +1,12 @@
 """Run configuration: schema, presets, loading and validation."""
 
-from fedstream.config.loader import check_config, flatten, list_presets, load_config, nest
+from fedstream.config.loader import (
+    check_config,
+    flatten,
+    list_presets,
+    load_config,
+    nest,
+)
 from fedstream.config.schema import SCHEMA, Field
 
-__all__ = ["check_config", "SCHEMA", "Field", "load_config", "list_presets", "flatten", "nest"]
+__all__ = ["SCHEMA", "Field", "check_config", "flatten", "list_presets", "load_config", "nest"]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fedstream.errors import ConfigError
 
-
 AXIS_LABELS = {
     "round": "samples seen (rounds)", "interval_error": "error rate per interval", "epoch": "epoch",
     "test_accuracy": "test accuracy", "bytes_total": "bytes sent so far (up + down)", "tick": "ticks",

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedstream.errors import ConfigError
-from fedstream.experiments.definition import Experiment, PaperTable, load_experiment, parse_experiment
+from fedstream.experiments.definition import (
+    Experiment,
+    PaperTable,
+    load_experiment,
+    parse_experiment,
+)
 
 MB = 2**20  # the paper's MB: its Full figure, 1953.13 MB, is 2e6 rounds x 512 values x 2 bytes / 2^20
 FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
@@ -243,4 +248,4 @@ def write_report(folder: Path) -> Path:
     return path
 
 
-__all__ = ["write_report", "load_runs", "column_value", "label", "parse_experiment"]
+__all__ = ["column_value", "label", "load_runs", "parse_experiment", "write_report"]

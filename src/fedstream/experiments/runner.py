@@ -131,7 +131,7 @@ def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = 
     if backend == "ray":
         from fedstream.experiments.ray_backend import execute_on_ray
 
-        execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)  # noqa: E731
+        execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)
     else:
         execute = _execute_local(workers, on_report, stack)
     _write_index(exp, scale, overrides, {}, points, out, status="tuning")  # the report can render from now on
