@@ -9,10 +9,18 @@ gradients of the node's previous batch and the queries of the B rounds; see
 clients compute a batch's embeddings with the weights of the batch's start (see
 :mod:`fedstream.deploy.host`), the server still learns event by event.
 
+A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
+the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
+its activations with every batch request, pads the clients it leaves out with the policy's padding
+and shows the policy each complete chunk (``observe``). The policy learns only at chunk ends, so a
+batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the very activations the
+simulator decides from the same estimate.
+
 A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
 client the server does not query: :class:`NodePadding` stands in for its embedding. A node that
 comes back on a new SuperNode is set up again (``rejoin``) and resumes from its own checkpoint.
-:meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server at batch boundaries.
+:meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server at batch boundaries, the
+server's policy included.
 """
 
 from __future__ import annotations
@@ -26,7 +34,13 @@ import numpy as np
 
 from fedstream.data import Stream
 from fedstream.deploy.link import FINISH, SETUP, Link
-from fedstream.deploy.parties import build_server, check_deployable, server_labels
+from fedstream.deploy.parties import (
+    build_server,
+    build_server_activation,
+    check_deployable,
+    server_decides,
+    server_labels,
+)
 from fedstream.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
@@ -54,6 +68,24 @@ class NodePadding:
             self.padding.update_rows(row.reshape(self.padding.n_clients, self.padding.dim), real)
 
 
+class PolicyStandIn:
+    """The server's stand-in when its policy pads the clients it leaves out (``topl``): a node that is
+    down this round (``down``) gets the node padding (``network.padding``), any other client the
+    policy's padding; both learn from every round's real embeddings, and the policy buffers the
+    rounds where every client sent, as in the simulator."""
+
+    def __init__(self, node: NodePadding, policy):
+        self.node, self.policy = node, policy
+        self.down = np.zeros(policy.n_clients, dtype=bool)
+
+    def fill(self, client: int, rows: int) -> np.ndarray:
+        return (self.node if self.down[client] else self.policy).fill(client, rows)
+
+    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
+        self.node.received(y, row, real)
+        self.policy.received(y, row, real)
+
+
 class NetworkVFL:
     """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
 
@@ -66,7 +98,13 @@ class NetworkVFL:
         source = stream.source
         self.blocks = feature_blocks(source.n_features, M)
         self.server = build_server(config, source.n_features, source.n_classes)
-        self.server.stand_in = NodePadding(config["network.padding"], M, config["model.embedding"])
+        self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
+        self.server.stand_in = self.node_padding
+        self.activation = None  # the server's own activation policy (topl), if it decides
+        if server_decides(config):
+            self.activation = build_server_activation(config)
+            self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
+        self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
                                        record_sizes=record_sizes)
@@ -140,13 +178,17 @@ class NetworkVFL:
         while self.t < end:
             if back := self.transport.link.rejoined():
                 self.setup(back, rejoin=True)
-            n = min(self.batch, end - self.t)
+            n = self.batch_size(end)
             keep = checkpoint is not None and (self.t + n == end or (every and (self.t + n) // every > self.t // every))
-            self.transport.begin_batch(self.t, n, keep=keep)
+            self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n))
             for _ in range(n):
                 t = self.t
                 y = self.label(t)
-                active, queried = self.transport.begin_round(t)
+                active, live = self.transport.begin_round(t)
+                queried = live
+                if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
+                    queried = np.zeros_like(live)
+                    self.server.stand_in.down = ~live
                 result = play_round(t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock,
                                     queried)
                 self.metrics.update(y, result.prediction)
@@ -154,22 +196,53 @@ class NetworkVFL:
                 if on_round is not None:
                     on_round(t, y, result.prediction)
                 self.t = t + 1
+                if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as in the simulator
+                    self.activation.observe([], self._labels[1])  # topl scores its buffer (no features needed)
             if keep:
                 self.save(checkpoint, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
         return self.summary()
 
+    def batch_size(self, end: int) -> int:
+        """Events of the next batch: ``network.batch``, fewer at the end of the run and, with a
+        server-side policy, at the end of a chunk (the policy learns there: the next chunk's
+        activations can be decided only afterwards)."""
+        n = min(self.batch, end - self.t)
+        if self.activation is not None:
+            n = min(n, CHUNK - self.t % CHUNK)
+        return n
+
+    def decide(self, t0: int, n: int) -> np.ndarray | None:
+        """The server's activations (n, clients) bool of rounds t0..t0+n-1 (all in one chunk), or None
+        when each node decides its own. The policy computes a chunk's mask from its estimate at the
+        chunk's start, as the simulator does (the estimate changes only at chunk ends)."""
+        if self.activation is None:
+            return None
+        chunk, j = divmod(t0, CHUNK)
+        if j + n > CHUNK:
+            raise ProtocolError(f"a batch of rounds {t0}..{t0 + n - 1} straddles the end of chunk {chunk}")
+        if self._mask is None or self._mask[0] != chunk:
+            mask = self.activation.mask(chunk, np.zeros((CHUNK, len(self.clients)), np.float32))
+            if self.activation.queried(mask).any():
+                raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side policy "
+                                    "that queries passive clients is not supported over the network")
+            self._mask = (chunk, mask)
+        return self._mask[1][j:j + n]
+
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
-        return {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        if self.activation is not None:  # topl: its estimate, exploration buffer and padding
+            parts["activation"] = self.activation
+        return parts
 
     def save(self, path: Path, *, wall: float = 0.0) -> None:
         """Write the server party's state at a batch boundary atomically: its model and optimiser,
         labels window, metrics, byte counts, faults, padding, and the gradients held for the nodes."""
         tr = self.transport
         state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
-                                          "padding.value": self.server.stand_in.padding.value,
-                                          "padding.seen": self.server.stand_in.padding.seen}
+                                          "padding.value": self.node_padding.padding.value,
+                                          "padding.seen": self.node_padding.padding.seen}
         outbox = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held}
         meta = {"round": self.t, "config": self.config, "run": self.run_token, "clock": [self.clock.client,
                 self.clock.server], "wall_seconds": self.wall_seconds + wall, "setup_seconds": self.setup_seconds,
@@ -192,8 +265,8 @@ class NetworkVFL:
             tr = self.transport
             self.active_counts[:] = state["active_counts"]
             tr.missed[:] = state["missed"]
-            self.server.stand_in.padding.value[...] = state["padding.value"]
-            self.server.stand_in.padding.seen[...] = state["padding.seen"]
+            self.node_padding.padding.value[...] = state["padding.value"]
+            self.node_padding.padding.seen[...] = state["padding.seen"]
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
         tr._outbox = {}
@@ -206,6 +279,7 @@ class NetworkVFL:
         self.t, self.run_token = int(meta["round"]), meta["run"]
         self.clock.client, self.clock.server = meta["clock"]
         self.wall_seconds, self.setup_seconds = float(meta["wall_seconds"]), float(meta["setup_seconds"])
+        self._mask = None  # recomputed from the restored policy
         self._set_up = False
 
     def finish(self, *, models: bool = False) -> list[dict]:
@@ -238,4 +312,10 @@ class NetworkVFL:
             "network_batch": self.batch,
             "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
             "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
-        }
+        } | self._selection_summary()
+
+    def _selection_summary(self) -> dict:
+        """topl: the server's time scoring clients and how often it did, as the simulator reports them."""
+        if not hasattr(self.activation, "estimate"):
+            return {}
+        return {"selection_seconds": self.activation.seconds, "selection_updates": self.activation.estimate.updates}

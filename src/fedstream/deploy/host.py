@@ -8,7 +8,10 @@ receives and sends in its own ledger, so both ends of every link count.
 One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.link`).
 For each event, in order, the host observes the node's feature block, decides from it alone
 whether the event activates the node, and computes the embedding: pushed when activated, the
-answer to the server's query when passive. Both are computed with the weights the node has at
+answer to the server's query when passive. With a server-side policy (``topl``) the request says
+which events activate the node (``info["active"]``) and carries no query: an event that leaves
+the node out costs nothing, no message and no optimiser skip (the server pads it), as in the
+simulator, where the client is not part of that round. Embeddings are computed with the weights the node has at
 the start of the batch, because the gradients of the batch come back with the next request.
 There they are applied in round order, each through the forward state of its own event, and a
 passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
@@ -28,7 +31,12 @@ import hashlib
 import numpy as np
 
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
-from fedstream.deploy.parties import build_activation, build_client, own_activation
+from fedstream.deploy.parties import (
+    build_activation,
+    build_client,
+    own_activation,
+    server_decides,
+)
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
 from fedstream.transport.codec import decode, encode
@@ -54,7 +62,7 @@ class ClientHost:
         if rows.index != index:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
-        self.activation = build_activation(config)
+        self.activation = build_activation(config)  # None: the server decides (topl)
         self.round = -1  # last round observed
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
         self.pending: list[tuple[int, bool]] = []
@@ -96,11 +104,13 @@ class ClientHost:
                                 f"{MAX_BATCH}, received {n!r}")
         if t0 <= self.round:
             raise ProtocolError(f"client {self.index}: request for round {t0}, but it is already at round {self.round}")
-        rounds = self._grad_rounds(env, len(env.parts) - n)
+        decided = self._decided(env, n)
+        n_queries = 0 if decided is not None else n
+        rounds = self._grad_rounds(env, len(env.parts) - n_queries)
         g = len(rounds)
-        if len(env.parts) != g + n:
-            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n} queries in the request for "
-                                f"round {t0}, received {len(env.parts)} messages")
+        if len(env.parts) != g + n_queries:
+            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in the request "
+                                f"for round {t0}, received {len(env.parts)} messages")
         grads = self._gradients(env.parts[:g], rounds)
         queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(env.parts[g:])]
         self._deliver(grads)
@@ -110,17 +120,40 @@ class ClientHost:
             t = t0 + i
             self.client.observe(t, rows[i])
             self.round = t
-            if own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1]):
+            if decided is not None:
+                on = bool(decided[i])
+            else:
+                on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
+            if on:
                 msg = self.client.on_event(t)
                 self.acts[t] = [np.array(a, copy=True) for a in self.client._acts]  # buffers are reused
-                active.append(1)
+            elif decided is not None:  # left out by the server: not queried, no message, no optimiser skip
+                active.append(0)
+                continue
             else:
                 self._count_down(env.parts[g + i])  # the query is used: it counts
                 msg = self._answer(queries[i])
-                active.append(0)
+            active.append(int(on))
             embeddings.append(self._send(msg))
-            self.pending.append((t, bool(active[-1])))
+            self.pending.append((t, on))
         return Envelope(ROUND, t0, embeddings, info={"active": active})
+
+    def _decided(self, env: Envelope, n: int) -> list[int] | None:
+        """The server's activation of each of the request's n events (``info["active"]``, a list of n
+        zeros and ones) when the run's policy is the server's; None when this node decides itself.
+        A request that does not match the run's policy is refused."""
+        active = env.info.get("active")
+        if not server_decides(self.config):
+            if active is not None:
+                raise ProtocolError(f"client {self.index}: activation.name = {self.config['activation.name']!r} is "
+                                    "decided by the node, but the request carries info 'active'")
+            return None
+        if (not isinstance(active, list) or len(active) != n
+                or any(isinstance(a, bool) or not isinstance(a, int) or a not in (0, 1) for a in active)):
+            raise ProtocolError(f"client {self.index}: activation.name = {self.config['activation.name']!r} is the "
+                                f"server's: the request needs info 'active', a list of {n} zeros and ones, received "
+                                f"{active!r}"[:300])
+        return active
 
     def _answer(self, query: Query) -> Embedding:
         """A passive event's embedding, as :meth:`Client.on_query` computes it; its optimiser

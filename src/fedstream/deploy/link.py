@@ -18,6 +18,11 @@ Kinds of request:
   at once when an event leaves it passive, and the query of an activated event goes unused (it
   is not counted as payload). The reply holds one Embedding per event, in round order, and
   ``info["active"]``, which events activated the node: one round trip per batch.
+  With a server-side activation policy (``topl``) the server decides: the request's
+  ``info["active"]`` lists the B events' activations (zeros and ones) and its parts are only the
+  gradients (the policy queries nobody); the reply echoes the list and holds one Embedding per
+  activated event, nothing for the others (the server pads them). A batch then never crosses the
+  end of a chunk, where the policy learns (:class:`fedstream.deploy.driver.NetworkVFL`).
 * ``finish``: the last pending gradients; the reply reports the node's byte counts and a digest
   of its model (the model itself only when asked, for tests: VFL parties keep their models).
 """

@@ -31,6 +31,9 @@ from fedstream.vfl.server import Server
 
 # policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
 CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
+# policies only the server can evaluate: ``topl`` ranks the clients by the embeddings the server received;
+# the server tells each node its activation in the batch request (see fedstream.deploy.link)
+SERVER_SIDE_ACTIVATIONS = ("topl",)
 
 
 def check_deployable(config: dict) -> None:
@@ -49,9 +52,10 @@ def check_deployable(config: dict) -> None:
     if config["task"] != "ovfl":
         raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
                           "run over Flower")
-    if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS:
-        raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower each client decides its "
-                          f"own activation; expected one of {', '.join(CLIENT_SIDE_ACTIVATIONS)}")
+    if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS + SERVER_SIDE_ACTIVATIONS:
+        raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
+                          f"activation ({', '.join(CLIENT_SIDE_ACTIVATIONS)}) or the server decides it for every "
+                          f"client ({', '.join(SERVER_SIDE_ACTIVATIONS)}); expected one of these")
     if not CompressionSpec.from_config(config).is_none:
         raise ConfigError("compression.up / compression.down: compressed messages do not run over Flower yet; "
                           "set both to 'none'")
@@ -93,9 +97,30 @@ def build_server(config: dict, n_features: int, n_classes: int) -> Server:
     return Server(model, _optimizer(config, model, server_lr(config)), n_clients=M, embedding=e, window=window(config))
 
 
-def build_activation(config: dict) -> Activation:
+def server_decides(config: dict) -> bool:
+    """Whether the run's activation policy is the server's (``topl``): then the server decides every
+    event's activation for every node and pads, without a query, the clients it leaves out."""
+    return config["activation.name"] in SERVER_SIDE_ACTIVATIONS
+
+
+def build_activation(config: dict) -> Activation | None:
+    """A client node's own activation policy; None when the server decides (:func:`server_decides`)."""
+    if server_decides(config):
+        return None
     return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],
                            threshold=config["activation.threshold"], k=config["activation.k"], seed=config["seed"])
+
+
+def build_server_activation(config: dict) -> Activation:
+    """The server's policy (``topl``), built exactly as the simulator builds it
+    (:class:`fedstream.vfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
+    if not server_decides(config):
+        raise ConfigError(f"activation.name = {config['activation.name']!r} is decided by each client, not the server")
+    return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],
+                           threshold=config["activation.threshold"], k=config["activation.k"], seed=config["seed"],
+                           l=config["activation.l"], window=config["activation.window"],
+                           explore=config["activation.explore"], padding=config["activation.padding"],
+                           embedding=config["model.embedding"])
 
 
 _STREAMS: dict[tuple, Stream] = {}

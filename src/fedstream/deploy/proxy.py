@@ -8,7 +8,10 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
   (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
   the server's Query of each of those rounds (see :mod:`fedstream.deploy.link`). Each node answers
-  with one embedding per round and which rounds activated it.
+  with one embedding per round and which rounds activated it. With a server-side policy
+  (``topl``) the server has decided the B rounds' activations itself: the request carries them
+  (``info["active"]``) and no query, and the node answers with the embeddings of its activated
+  rounds only; the others are padded by the policy, as in the simulator.
 * Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
   and round, the 0/1 activation list, and each embedding decoded by
   :func:`fedstream.transport.codec.decode` (header, length, finite values) with the right
@@ -73,7 +76,9 @@ class LinkTransport:
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) waiting for the node's next request
-        self._batch: dict[int, tuple[list[int], list[Wire]]] = {}  # live client -> (active flags, embeddings)
+        # live client -> (active flags, embeddings: None for an event the server's policy left it out of)
+        self._batch: dict[int, tuple[list[int], list[Wire | None]]] = {}
+        self._decided: np.ndarray | None = None  # the server's activations (events, clients) of the batch, if it decides
         self._queries: dict[int, list[bytes]] = {}  # the queries the current batch carried
         self._batch_start = 0
         self._pushed: dict[int, Wire] = {}  # this round's embeddings of activated clients
@@ -117,18 +122,31 @@ class LinkTransport:
         return len(self._outbox.pop(m, []))
 
     # -- batches and rounds ------------------------------------------------------------------
-    def begin_batch(self, t0: int, n: int, *, keep: bool = False) -> set[int]:
+    def begin_batch(self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None) -> set[int]:
         """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
         replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
-        so the nodes keep their state of that boundary too."""
+        so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
+        activations the server's policy decided (``topl``); the requests carry them and no query."""
         self._check_round_done()
+        M = self.link.n_clients
+        if active is not None:
+            active = np.asarray(active, dtype=bool)
+            if active.shape != (n, M):
+                raise ProtocolError(f"the server's activations of a batch of {n} events have shape {active.shape}, "
+                                    f"expected {(n, M)}")
+        self._decided = active
         targets = sorted(self.ready & self.link.available())
-        self._queries = {m: [encode(self.query(t, m)) for t in range(t0, t0 + n)] for m in targets}
+        if active is None:
+            self._queries = {m: [encode(self.query(t, m)) for t in range(t0, t0 + n)] for m in targets}
+        else:  # the server's policy queries nobody: a client it leaves out is padded
+            self._queries = {m: [] for m in targets}
         requests = {}
         for m in targets:
             held = self._outbox.pop(m, [])
-            requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m],
-                                   {"events": n, "grad_rounds": [r for r, _ in held], "keep": keep})
+            info = {"events": n, "grad_rounds": [r for r, _ in held], "keep": keep}
+            if active is not None:
+                info["active"] = [int(a) for a in active[:, m]]
+            requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m], info)
         replies = self._exchange(requests)
         self._batch = {}
         for m, reply in replies.items():
@@ -142,7 +160,7 @@ class LinkTransport:
         self.round = t0 - 1
         return set(self._batch)
 
-    def _check_batch(self, m: int, reply: Envelope, t0: int, n: int) -> tuple[list[int], list[Wire]]:
+    def _check_batch(self, m: int, reply: Envelope, t0: int, n: int) -> tuple[list[int], list[Wire | None]]:
         """Validate a node's reply to a batch request; raise ProtocolError naming what is wrong."""
         if reply.kind != ROUND or reply.round != t0:
             raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
@@ -151,20 +169,27 @@ class LinkTransport:
         if (not isinstance(active, list) or len(active) != n
                 or any(isinstance(a, bool) or a not in (0, 1) for a in active)):
             raise ProtocolError(f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300])
-        if len(reply.parts) != n:
-            raise ProtocolError(f"expected {n} embeddings, received {len(reply.parts)} messages")
-        wires = []
-        for i, data in enumerate(reply.parts):
+        if self._decided is None:
+            events = list(range(n))  # an embedding for every event: pushed or the answer to its query
+        else:
+            decided = [int(a) for a in self._decided[:, m]]
+            if active != decided:
+                raise ProtocolError(f"the node reports activations {active}, the server decided {decided}"[:300])
+            events = [i for i in range(n) if decided[i]]  # the events it was left out of send nothing
+        if len(reply.parts) != len(events):
+            raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
+        wires: list[Wire | None] = [None] * n
+        for i, data in zip(events, reply.parts):
             t = t0 + i
             msg = decode(data)  # header, length and finite values
-            rows = decode(self._queries[m][i]).rows
+            rows = decode(self._queries[m][i]).rows if self._decided is None else self.query(t, m).rows
             if type(msg) is not Embedding or msg.client != m or msg.round != t:
                 raise ProtocolError(f"message {i}: expected client {m}'s Embedding for round {t}, received a "
                                     f"{type(msg).__name__} from client {msg.client} for round {msg.round}")
             if msg.values.shape != (rows, self.embedding):
                 raise ProtocolError(f"round {t}: expected an embedding of shape {(rows, self.embedding)}, "
                                     f"received {msg.values.shape}")
-            wires.append(Wire(m, data, msg))
+            wires[i] = Wire(m, data, msg)
         return list(active), wires
 
     def begin_round(self, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +205,8 @@ class LinkTransport:
         active = np.array([live[m] and bool(self._batch[m][0][i]) for m in range(M)])
         self.missed += ~live
         self._pushed = {m: self._batch[m][1][i] for m in self._batch if active[m]}
-        self._answers = {m: self._batch[m][1][i] for m in self._batch if not active[m]}
+        self._answers = {m: self._batch[m][1][i] for m in self._batch
+                         if not active[m] and self._batch[m][1][i] is not None}
         self._asked = set()
         return active, live
 
