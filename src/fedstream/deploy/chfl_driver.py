@@ -7,6 +7,17 @@ features, not even the file), draws the initial global column as the simulator d
 rounds. The result has the simulator's keys (``test_acc``, ``variants`` with every client's
 choice, ``bytes``, ...) plus what the network adds (``faults``, ``exchanges``, the nodes' own
 byte counts in ``clients``). Without faults it equals the simulator's result (timings aside).
+
+Faults: a node that fails a round is left out of it (:mod:`fedstream.deploy.chfl_proxy`); one that
+comes back on a new SuperNode is set up again from its own checkpoint (``rejoins``). With
+``run(checkpoint=PATH)`` the server checkpoints as the simulator does, after every FedAvg round
+and at every federation's end (:class:`~fedstream.hfl.trainer.BatchRun` with a
+:class:`~fedstream.hfl.checkpoint.RunFolder`: ``PATH`` and ``metrics.csv`` beside it): its
+position, the global column, the validation rows, the byte ledger, and from the cohort the run's
+token, faults, rejoins and requests sent. The round requests at those points tell each node to
+keep its state there (``keep``, ``boundary``). :meth:`NetworkCHFL.load` resumes: the nodes are set
+up with ``resume`` and go back to their state of the checkpoint's boundary, so the rest of the run
+is the uninterrupted run's (same choices, accuracies and byte counts).
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -21,8 +33,22 @@ from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.chfl_proxy import RemoteCohort
 from fedstream.deploy.link import Link
 from fedstream.deploy.parties import check_deployable
+from fedstream.errors import ConfigError
+from fedstream.hfl.checkpoint import (
+    CheckpointError,
+    RunFolder,
+    check_identity,
+    read_checkpoint,
+)
 from fedstream.hfl.splits import FeatureSplit
-from fedstream.hfl.trainer import BatchRun, Plan, result_of, variants_of
+from fedstream.hfl.trainer import (
+    METRIC_COLUMNS,
+    BatchRun,
+    Plan,
+    identity,
+    result_of,
+    variants_of,
+)
 
 
 class NetworkCHFL:
@@ -35,21 +61,58 @@ class NetworkCHFL:
         self.method, self.seed = config["hfl.method"], config["seed"]
         self.cohort = RemoteCohort(link, config, run_token=secrets.token_hex(8))
         self.batch: BatchRun | None = None
+        self.loaded: Path | None = None  # the checkpoint load() read
+        self.position: tuple[int, int] = (0, 0)  # (federation, next round) the run starts at
 
-    def run(self) -> dict:
-        """Set up, play every federation, collect the nodes' test scores; return the result."""
+    def load(self, path: Path) -> None:
+        """Resume from the checkpoint ``run(checkpoint=path)`` wrote: refuse another run's (naming the
+        config keys that differ), take its run token and position; :meth:`run` then sets the nodes up
+        with ``resume`` and restores the rest."""
+        path = Path(path)
+        saved = read_checkpoint(path)
+        ident = saved["identity"]
+        # the data's sizes come from the nodes' setup: compared when the run restores (BatchRun)
+        check_identity(path, ident, identity(self.settings, self.method, self.seed, ident.get("n_rows"),
+                                             ident.get("n_classes")))
+        state = saved["state"]
+        net = state.get("network")
+        if not isinstance(net, dict) or not isinstance(net.get("run"), str):
+            raise CheckpointError(f"{path}: not a deployed CHFL server's checkpoint (a simulator's run folder?); "
+                                  "choose another --out, or delete it to start again")
+        self.cohort.run_token = net["run"]
+        self.position = (int(state["lr_index"]), int(state["round"]))
+        self.loaded = path
+
+    def run(self, checkpoint: Path | None = None) -> dict:
+        """Set up, play every (remaining) federation, collect the nodes' test scores; return the result.
+
+        ``checkpoint``: save the server's state there (default: where :meth:`load` read it).
+        """
         t0 = time.perf_counter()
-        shape = self.cohort.setup()
+        path = Path(checkpoint) if checkpoint is not None else self.loaded
+        if self.loaded is not None and path.resolve() != self.loaded.resolve():
+            raise ConfigError(f"checkpoint {path}: a resumed run goes on saving where it was loaded from "
+                              f"({self.loaded})")
+        shape = self.cohort.setup(resume=self.position if self.loaded is not None else None)
         plan = Plan(self.settings, self.method, self.seed, shape["n_common"], shape["n_classes"])
-        self.batch = BatchRun(plan, self.cohort, progress=self.progress)
+        folder = None if path is None else RunFolder(
+            path.parent, identity(self.settings, self.method, self.seed, shape["n_rows"], shape["n_classes"]),
+            METRIC_COLUMNS, resume=self.loaded is not None, name=path.name)
+        self.cohort.keep = folder is not None
+        self.batch = BatchRun(plan, self.cohort, folder, progress=self.progress)
+        if (self.batch.lr_index, self.batch.round) != self.position:
+            raise CheckpointError(f"{path}: changed since it was loaded (at federation {self.batch.lr_index}, "
+                                  f"round {self.batch.round}, not {self.position})")
         self.batch.run()
         variants = self.batch.test_choices(variants_of(self.method, self.settings))
         features = FeatureSplit(np.array(shape["common"]), tuple(np.array(u) for u in shape["unique"]))
         return result_of(self.batch, variants, n_rows=shape["n_rows"], features=features) | {
-            "wall_seconds": time.perf_counter() - t0, "resumed": False,
-            "exchanges": self.cohort.exchanges, "faults": self.cohort.faults, "clients": self.cohort.reports}
+            "wall_seconds": self.batch.elapsed + time.perf_counter() - t0, "resumed": self.loaded is not None,
+            "exchanges": self.cohort.exchanges, "faults": self.cohort.faults, "rejoins": self.cohort.rejoins,
+            "clients": self.cohort.reports}
 
     def global_common(self) -> dict[str, np.ndarray]:
-        """The final global common column θ_c^T of the last federation (empty for Local)."""
+        """The final global common column θ_c^T of the last federation (empty for Local, and for a run
+        resumed after its last federation: the column is not kept past the federation's end)."""
         server = self.batch.server if self.batch is not None else None
         return dict(server.state) if server is not None else {}

@@ -7,7 +7,10 @@ server's side) with the simulator's code for one client's side of a round
 :func:`~fedstream.hfl.trainer.train_and_upload`, :func:`~fedstream.hfl.trainer.score_choices`):
 
 * ``setup``: the node's sizes (rows per split, features, classes) and its column indices: the
-  server needs the common width to draw the initial global column, and no data.
+  server needs the common width to draw the initial global column, and no data. Also where the
+  node is (``lr_index``, ``round``: the federation and round it last played, -1 and -1 for a
+  fresh party): a node set up with ``rejoin`` resumes from its checkpoint
+  (:mod:`fedstream.deploy.node`) and the server checks it is not ahead of the run.
 * ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
   :class:`~fedstream.hfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
   with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
@@ -92,7 +95,8 @@ class CHFLHost:
             fs = self.part.features
             return Envelope(SETUP, env.round, info={"client": self.index, **self.part.sizes(),
                                                     "common": fs.common.tolist(),
-                                                    "unique": fs.unique[self.index].tolist()})
+                                                    "unique": fs.unique[self.index].tolist(),
+                                                    "lr_index": self.lr_index, "round": self.round})
         if env.kind == ROUND:
             return self._round(env)
         if env.kind == FINISH:

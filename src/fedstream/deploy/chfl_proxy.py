@@ -27,6 +27,21 @@ answer in time is logged and recorded (``faults``) and left out of that round: F
 the other clients' updates (weighted by their counts) and the node gets θ^{t+1} with the next
 round. A round with no valid update at all, or a setup that does not agree, ends the run with a
 :class:`~fedstream.errors.ProtocolError` that says why.
+
+A node that comes back (a new SuperNode in the place of one that crashed or hangs:
+``link.rejoined()``, asked before every round and before the finish) is set up again with
+``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.node`) and
+reports where it is (federation, round). The server checks its sizes and columns against its
+first setup and that it is not ahead of the run, records the rejoin (``rejoins``) and from the
+next round request on it takes part again: θ^t replaces its common column, its unique column and
+heads continue from its checkpoint. A node that lost everything comes back as a fresh party
+(position -1, -1): fresh, identically seeded weights for the current federation and no
+validation records before the rejoin, so its choice is among the rounds it played since.
+
+With ``keep`` set (the server checkpoints, :class:`~fedstream.deploy.chfl_driver.NetworkCHFL`),
+a round request after which the server checkpoints (:func:`~fedstream.hfl.trainer.checkpointed_after`)
+carries ``keep`` and the boundary (:func:`~fedstream.hfl.trainer.boundary`): each node keeps its
+state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
 """
 
 from __future__ import annotations
@@ -43,7 +58,7 @@ from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.hfl.messages import ModelUpdate
 from fedstream.hfl.selection import Choice
 from fedstream.hfl.splits import SettingError, n_common_features
-from fedstream.hfl.trainer import RoundResult
+from fedstream.hfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 
@@ -62,9 +77,12 @@ class RemoteCohort(RemoteNodes):
         if link.n_clients != K:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, hfl.clients = {K}")
         self.ledger = ByteLedger(K)
-        self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
+        self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
+        self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
+        self.rejoins: list[dict] = []  # {"lr_index", "round", "client", "node_lr_index", "node_round"}
         self.lr_index = -1
+        self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
     def _reply(self, m: int, reply: Envelope | Failure, kind: str, t: int) -> Envelope:
         if isinstance(reply, Failure):
@@ -75,18 +93,34 @@ class RemoteCohort(RemoteNodes):
         return reply
 
     # -- setup -----------------------------------------------------------------------------------
-    def setup(self) -> dict:
+    def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
         """Send every node the config; return the sizes they agree on (``n_common``, ``n_classes``,
-        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client)."""
+        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client).
+
+        ``resume``: the server restarts from its checkpoint at this position (federation, next
+        round); each node goes back to its state of that boundary (``rejoin``, ``resume``). A node
+        found elsewhere (it kept no state of that boundary) is recorded as a rejoin and goes on
+        from where it is; one ahead of the run is a fault.
+        """
         K, s = self.settings.clients, self.settings
         info = {"config": json.dumps(self.config), "run": self.run_token}
-        replies = self._exchange({m: Envelope(SETUP, 0, [], dict(info)) for m in sorted(self.link.available())})
+        if resume is not None:
+            info |= {"rejoin": True, "resume": boundary(*resume, s.rounds)}
+        t = 0 if resume is None else resume[1]
+        replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())})
         for m, reply in replies.items():
             try:
-                self.nodes[m] = self._check_setup(m, self._reply(m, reply, SETUP, 0))
+                got = self._check_setup(m, self._reply(m, reply, SETUP, t))
+                if resume is not None:
+                    self._check_position(got, resume, expected=self._before(resume))
             except FedstreamError as exc:
-                self.fault(m, 0, SETUP, str(exc))
+                self.fault(m, t, SETUP, str(exc))
+                continue
+            self.nodes[m] = got
+            if resume is not None and got["position"] != self._before(resume):
+                self._rejoined(m, resume, got)
         self.require_all(self.nodes, K, f"a CHFL run needs all hfl.clients = {K}")
+        self.ready = set(self.nodes)
         first = self.nodes[0]
         for m, got in self.nodes.items():
             diff = {k: (got[k], first[k]) for k in (*SHARED_SIZES, "common") if got[k] != first[k]}
@@ -104,11 +138,59 @@ class RemoteCohort(RemoteNodes):
         return {k: first[k] for k in SHARED_SIZES} | {"common": first["common"],
                                                       "unique": [self.nodes[m]["unique"] for m in range(K)]}
 
+    def _before(self, at: tuple[int, int]) -> tuple[int, int]:
+        """The (federation, round) a node last played when the run is at ``at`` (next round)."""
+        i, t = at
+        return (i, t - 1) if t > 0 else (i - 1, self.settings.rounds if i > 0 else -1)
+
+    def _check_position(self, got: dict, at: tuple[int, int], *, expected: tuple[int, int] | None = None) -> None:
+        """A node set up again must not be ahead of the run (it would refuse the next request)."""
+        if got["position"] >= at:
+            want = f"({expected[0]}, {expected[1]})" if expected is not None else f"before ({at[0]}, {at[1]})"
+            raise ProtocolError(f"the node is at federation {got['position'][0]}, round {got['position'][1]}; "
+                                f"expected {want}")
+
+    def _rejoined(self, m: int, at: tuple[int, int], got: dict) -> None:
+        self.rejoins.append({"lr_index": at[0], "round": at[1], "client": m,
+                             "node_lr_index": got["position"][0], "node_round": got["position"][1]})
+
+    def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
+        """Set ``clients`` up again (their node is new, or was not set up) before the run's position
+        ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
+        t = at[1]
+        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": True}
+        replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
+        for m, reply in replies.items():
+            self.ready.discard(m)
+            try:
+                got = self._check_setup(m, self._reply(m, reply, SETUP, t))
+                diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
+                        if got[k] != self.nodes[m][k]}
+                if diff:
+                    raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data "
+                                        "or settings")
+                self._check_position(got, at)
+            except FedstreamError as exc:
+                self.fault(m, t, SETUP, f"rejoin refused: {exc}")
+                continue
+            self.ready.add(m)
+            self._rejoined(m, at, got)
+
+    def _come_back(self, at: tuple[int, int]) -> None:
+        """Before a request to every node: set up those that came back, and retry those not set up."""
+        back = (self.link.rejoined() | (set(self.nodes) - self.ready)) & self.link.available() & set(self.nodes)
+        if back:
+            self.rejoin(back, at)
+
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         info = reply.info
         if info.get("client") != m:
             raise ProtocolError(f"the node reports client {info.get('client')!r}, expected {m}")
-        out = {}
+        position = (info.get("lr_index"), info.get("round"))
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < -1 for v in position):
+            raise ProtocolError(f"setup reply: 'lr_index' and 'round' must be integers >= -1, received "
+                                f"{position!r}"[:300])
+        out: dict = {"position": position}
         for key in SIZES:
             v = info.get(key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -136,17 +218,23 @@ class RemoteCohort(RemoteNodes):
               epochs: int) -> RoundResult:
         sent: dict[int, ModelUpdate | None] = {}
         requests = {}
+        self._come_back((self.lr_index, t))
         reachable = self.link.available()
         for m in sorted(set(self.nodes) - reachable):
             self.fault(m, t, ROUND, "not sent: the node left, or is still busy with a request that timed out")
-        for m in sorted(set(self.nodes) & reachable):
+        for m in sorted(set(self.nodes) & reachable - self.ready):
+            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
+        info: dict = {"lr_index": self.lr_index, "validate": validate, "epochs": epochs}
+        if self.keep and checkpointed_after(t, self.settings.rounds):
+            info |= {"keep": True, "boundary": boundary(self.lr_index, t + 1, self.settings.rounds)}
+        for m in sorted(set(self.nodes) & reachable & self.ready):
             parts = []
             if models is not None:
                 sent[m] = models[m]
                 data = encode_update(models[m])
                 self.ledger.add(m, "down", len(data))
                 parts.append(data)
-            requests[m] = Envelope(ROUND, t, parts, {"lr_index": self.lr_index, "validate": validate, "epochs": epochs})
+            requests[m] = Envelope(ROUND, t, parts, dict(info))
         out = RoundResult()
         ups: dict[int, ModelUpdate] = {}
         for m, reply in self._exchange(requests).items():
@@ -199,7 +287,9 @@ class RemoteCohort(RemoteNodes):
     def test_choices(self, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, list[Choice]]:
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
-        replies = self._exchange({m: Envelope(FINISH, t, [], {}) for m in sorted(set(self.nodes) & self.link.available())})
+        self._come_back((len(self.settings.lrs), 0))
+        replies = self._exchange({m: Envelope(FINISH, t, [], {})
+                                  for m in sorted(set(self.nodes) & self.link.available() & self.ready)})
         picks: dict[int, dict[str, Choice]] = {}
         self.reports = []
         for m, reply in sorted(replies.items()):
@@ -218,6 +308,27 @@ class RemoteCohort(RemoteNodes):
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
+
+    # -- checkpoints (the Cohort interface) ----------------------------------------------------
+    def checkpoint_state(self, *, mid_federation: bool) -> dict:
+        """What the server knows of its nodes: the run's token, faults, rejoins, requests sent. The
+        nodes' own state stays on the nodes (they keep it at the same points: ``keep``)."""
+        return {"network": {"run": self.run_token, "faults": [dict(f) for f in self.faults],
+                            "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}}
+
+    def load_checkpoint(self, state: Mapping) -> None:
+        """Put the checkpoint's history before what happened since the restart (the resuming setup)."""
+        saved = state["network"]
+        if saved["run"] != self.run_token:
+            raise ProtocolError(f"the checkpoint is of run {saved['run']!r}, the nodes were set up for run "
+                                f"{self.run_token!r}")
+        self.faults = [dict(f) for f in saved["faults"]] + self.faults
+        self.rejoins = [dict(r) for r in saved["rejoins"]] + self.rejoins
+        self.exchanges += int(saved["exchanges"])
+        self.lr_index = int(state["lr_index"]) - 1  # start() moves on to the checkpoint's federation
+
+    def load_federation(self, state: Mapping) -> None:
+        """Nothing: each node went back to its own state of the checkpoint's boundary at setup."""
 
     def _check_choices(self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, Choice]:
         try:

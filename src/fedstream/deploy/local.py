@@ -225,6 +225,19 @@ class LocalDeployment:
                 pass
             proc.wait()
         self.procs.clear()
+        self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """SIGKILL what outlived its process group: processes whose environment has this deployment's
+        FLWR_HOME (a ServerApp whose SuperLink was killed mid-run has been seen to survive the group's
+        SIGKILL). Linux /proc only; elsewhere nothing to do."""
+        want = f"FLWR_HOME={self.home}".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if int(proc.name) != os.getpid() and want in (proc / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):  # gone meanwhile, or not ours to read
+                pass
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -49,11 +49,13 @@ class RunFolder:
     ``identity`` says which run this is (settings, method, seed, data size); a checkpoint written
     under another identity is refused by :meth:`resume`. ``columns`` are the metrics.csv columns.
     ``resume=False``: start afresh, ignoring (and later overwriting) any checkpoint there.
+    ``name``: the checkpoint's file name (a deployed server's ``--out`` folder holds other files).
     """
 
     def __init__(self, folder: str | os.PathLike[str], identity: Mapping[str, Any], columns: Sequence[str],
-                 *, resume: bool = True):
+                 *, resume: bool = True, name: str = CHECKPOINT):
         self.folder = Path(folder)
+        self.name = name
         self.identity = dict(identity)
         self.columns = list(columns)
         self.allow_resume = resume
@@ -62,7 +64,7 @@ class RunFolder:
 
     @property
     def checkpoint(self) -> Path:
-        return self.folder / CHECKPOINT
+        return self.folder / self.name
 
     @property
     def metrics(self) -> Path:
@@ -77,15 +79,8 @@ class RunFolder:
         if not self.allow_resume or not self.checkpoint.exists():
             self._write_rows([])
             return None
-        try:
-            saved = torch.load(self.checkpoint, weights_only=True)
-        except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:  # truncated, not torch
-            raise CheckpointError(f"{self.checkpoint}: cannot read the checkpoint ({exc}); delete it to "
-                                  "start the run again") from None
-        if not isinstance(saved, dict) or saved.get("format") != FORMAT or "state" not in saved:
-            raise CheckpointError(f"{self.checkpoint}: not a CHFL checkpoint of format {FORMAT}; delete it "
-                                  "to start the run again")
-        _check_identity(self.checkpoint, saved.get("identity", {}), self.identity)
+        saved = read_checkpoint(self.checkpoint)
+        check_identity(self.checkpoint, saved["identity"], self.identity)
         self.rows = [dict(r) for r in saved.get("rows", [])]
         self._write_rows(self.rows)
         return saved["state"]
@@ -99,7 +94,7 @@ class RunFolder:
 
     def save(self, state: Mapping[str, Any]) -> None:
         """Write ``state`` (with the identity and the rows so far) atomically to checkpoint.pt."""
-        tmp = self.checkpoint.with_suffix(".pt.tmp")
+        tmp = self.checkpoint.with_name(self.name + ".tmp")
         torch.save({"format": FORMAT, "identity": self.identity, "rows": self.rows, "state": dict(state)}, tmp)
         os.replace(tmp, self.checkpoint)
 
@@ -116,7 +111,25 @@ class RunFolder:
         os.replace(tmp, self.metrics)
 
 
-def _check_identity(path: Path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def read_checkpoint(path: str | os.PathLike[str]) -> dict:
+    """The archive :meth:`RunFolder.save` wrote at ``path``: ``{"format", "identity", "rows", "state"}``.
+
+    Raises CheckpointError for a file that cannot be read or is not a CHFL checkpoint.
+    """
+    path = Path(path)
+    try:
+        saved = torch.load(path, weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:  # truncated, not torch
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc}); delete it to "
+                              "start the run again") from None
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT or "state" not in saved:
+        raise CheckpointError(f"{path}: not a CHFL checkpoint of format {FORMAT}; delete it "
+                              "to start the run again")
+    saved.setdefault("identity", {})
+    return saved
+
+
+def check_identity(path: Path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """Refuse a checkpoint of another run, naming the config keys that differ."""
     if saved == current:
         return

@@ -253,6 +253,34 @@ class Cohort(Protocol):
         """Each variant's per-client choice, scored on the test rows (client order)."""
         ...
 
+    def checkpoint_state(self, *, mid_federation: bool) -> dict:
+        """What the cohort adds to the run's checkpoint (the clients' side, or what the server
+        knows of remote clients); ``mid_federation``: the clients are between two rounds."""
+        ...
+
+    def load_checkpoint(self, state: Mapping) -> None:
+        """Restore :meth:`checkpoint_state`'s part of ``state`` (before the federation starts)."""
+        ...
+
+    def load_federation(self, state: Mapping) -> None:
+        """Restore the clients of the federation the checkpoint stopped in (after :meth:`start`)."""
+        ...
+
+
+def checkpointed_after(t: int, rounds: int) -> bool:
+    """Whether :class:`BatchRun` checkpoints once round ``t`` of a federation of ``rounds`` rounds is
+    done: after every FedAvg round but the last one (``t + 1 < rounds``; round T follows at once and
+    the federation's end checkpoints) and at the federation's end (``t == rounds``). A remote cohort
+    asks its nodes to keep their state at exactly these points."""
+    return t + 1 < rounds or t == rounds
+
+
+def boundary(lr_index: int, rnd: int, rounds: int) -> int:
+    """The run's position (federation ``lr_index``, next round ``rnd``) as one increasing number:
+    round requests done over all federations. A deployed run's checkpoints and the nodes' kept
+    states are named by it (``fedstream.deploy.node.kept_boundary``)."""
+    return lr_index * (rounds + 1) + rnd
+
 
 class LocalCohort:
     """The clients in this process: :class:`Client` objects, a :class:`Selector` and a
@@ -320,6 +348,15 @@ class LocalCohort:
         for c, cs in zip(self.clients, states):
             c.load_state(cs)
 
+    def checkpoint_state(self, *, mid_federation: bool) -> dict:
+        return self.records_state() | ({"clients": self.clients_state()} if mid_federation else {})
+
+    def load_checkpoint(self, state: Mapping) -> None:
+        self.load_records(state)
+
+    def load_federation(self, state: Mapping) -> None:
+        self.load_clients(state["clients"])
+
 
 METRIC_COLUMNS = ["lr", "round", "val_acc", "bytes_total"]
 # result variant -> summary.json key test_acc_<suffix>: every run names what it measured, so that a
@@ -336,15 +373,15 @@ class BatchRun:
     rounds: the position (learning rate index, rounds done), the server's model, every client's
     :meth:`~fedstream.hfl.client.Client.state`, the validation records with their head snapshots,
     the global common column of every round a record points to, and the byte ledger. With
-    ``folder`` (a :class:`~fedstream.hfl.checkpoint.RunFolder`; in-process cohorts only) the run
-    resumes from its checkpoint, writes one metrics row per evaluation and a checkpoint after
-    every round.
+    ``folder`` (a :class:`~fedstream.hfl.checkpoint.RunFolder`) the run resumes from its
+    checkpoint, writes one metrics row per evaluation and a checkpoint after every round
+    (:func:`checkpointed_after`). What the clients' side adds to a checkpoint is the cohort's
+    (:meth:`Cohort.checkpoint_state`): an in-process cohort saves its clients; a remote one only
+    what the server knows of its nodes, each node keeping its own state at the same points.
     """
 
     def __init__(self, plan: Plan, cohort: Cohort, folder: RunFolder | None = None,
                  progress: Progress | None = None):
-        if folder is not None and not isinstance(cohort, LocalCohort):
-            raise ValueError("checkpoints (a run folder) need an in-process cohort")
         self.plan, self.cohort, self.folder, self.progress = plan, cohort, folder, progress
         self.server: FedAvgServer | None = None  # the FedAvg server of the current (or last) federation
         self.lr_index, self.round = 0, 0
@@ -393,7 +430,7 @@ class BatchRun:
             if server is not None:
                 server.aggregate(result.updates)
             self.round = t + 1
-            if self.round < s.rounds:  # after the last round, the federation's end checkpoints (run())
+            if checkpointed_after(t, s.rounds):  # (t < T here: the federation's end checkpoints in run())
                 self._checkpoint(mid_federation=True)
 
     def test_choices(self, variants: dict[str, Callable[[str], bool]]) -> dict[str, dict]:
@@ -405,32 +442,30 @@ class BatchRun:
     def _checkpoint(self, *, mid_federation: bool) -> None:
         if self.folder is None:
             return
-        cohort: LocalCohort = self.cohort  # type: ignore[assignment]  (checked in __init__)
         state = {
             "lr_index": self.lr_index, "round": self.round, "ledger": ledger_state(self.ledger),
-            **cohort.records_state(),
+            **self.cohort.checkpoint_state(mid_federation=mid_federation),
             "elapsed": self.elapsed + time.perf_counter() - self.started,
         }
         if mid_federation:
             server = self.server
             state["server"] = None if server is None else {
                 "round": server.round, "tensors": arrays_to_tensors(server.state)}
-            state["clients"] = cohort.clients_state()
         self.folder.save(state)
 
     def _load(self, state: dict) -> None:
         self.lr_index, self.round = int(state["lr_index"]), int(state["round"])
         load_ledger(self.ledger, state["ledger"])
-        self.cohort.load_records(state)  # type: ignore[attr-defined]
+        self.cohort.load_checkpoint(state)
         self.elapsed = float(state["elapsed"])
-        if "clients" in state:
+        if "server" in state:  # stopped between two rounds of a federation (None: Local has no server)
             self.resumed = state
 
     def _load_federation(self, state: dict) -> None:
         if self.server is not None:
             self.server.state = tensors_to_arrays(state["server"]["tensors"])
             self.server.round = int(state["server"]["round"])
-        self.cohort.load_clients(state["clients"])  # type: ignore[attr-defined]
+        self.cohort.load_federation(state)
 
 
 def variants_of(method: str, settings: CHFLSettings) -> dict[str, Callable[[str], bool]]:
