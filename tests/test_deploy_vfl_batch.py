@@ -261,7 +261,8 @@ def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(root
 def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
     config = tiny_config(root)
     host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
-    assert host.handle(Envelope(SETUP, 0)).info == {"client": 0, "shape": [1, 10, 28], "n_train": 200, "n_test": 100}
+    assert host.handle(Envelope(SETUP, 0)).info == {"client": 0, "shape": [1, 10, 28], "n_train": 200, "n_test": 100,
+                                                   "step": -1, "pending": -1}
     rows = list(range(50))
     host.handle(Envelope(ROUND, 0, [], {"split": "train", "rows": rows}))
     grad = lambda step=0, client=0, n=50, value=0.01: encode(Gradient(step, client, np.full((n, 16), value, np.float32)))
@@ -321,9 +322,10 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
 def test_what_is_not_deployable_is_refused_clearly(root):
     from fedstream.deploy.parties import check_deployable
 
-    with pytest.raises(ConfigError, match="selection.dynamic = 'discrete': over Flower VF-PS"):
-        check_deployable(tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "discrete"}))
+    with pytest.raises(ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"):
+        tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "sometimes"})  # before deploying
     check_deployable(tiny_config(root, **{"selection.method": "vfps"}))  # static VF-PS runs (test_deploy_vfps.py)
+    check_deployable(tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "relaxed"}))  # dynamic too
     check_deployable(tiny_config(root, **COMPRESSED))  # compression is fine
 
 

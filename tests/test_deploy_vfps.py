@@ -155,12 +155,12 @@ def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
     assert link.requests == M * (1 + 2 + 1) + 2 * (2 * 4 + 2)
 
 
-def test_vfps_with_a_dynamic_setting_is_refused_naming_the_key(tiny):
+def test_vfps_with_a_dynamic_setting_is_deployable(tiny):
+    """Dynamic VF-PS runs too: equal to the simulator in test_deploy_vfl_batch_faults.py."""
     from fedstream.deploy.parties import check_deployable
 
-    check_deployable(tiny)
-    with pytest.raises(ConfigError, match=r"selection.dynamic = 'discrete': over Flower VF-PS"):
-        check_deployable(dict(tiny, **{"selection.dynamic": "discrete"}))
+    for dynamic in ("none", "discrete", "relaxed"):
+        check_deployable(dict(tiny, **{"selection.dynamic": dynamic}))
 
 
 def _respoil(reply: Envelope, change) -> Envelope:

@@ -16,7 +16,9 @@ state to its cache folder (:class:`NodeStore`) so that it survives the node itse
 * ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
   (:func:`kept_boundary`; the server checkpoints at T too). When the server restarts from its checkpoint at T, it sets
   the nodes up with ``resume = T``: each goes back to its state at T, or at the latest boundary
-  before T it has. The last two boundaries are kept.
+  before T it has. The last three boundaries are kept (KEEP_BOUNDARIES): a batch VFL epoch that
+  re-selects with VF-PS marks two (the selection and the evaluation), and the server's checkpoint
+  is at the one before them until it has written the next.
 
 RUN is a token the server draws for each run, so a new run never picks up an old run's state.
 """
@@ -42,7 +44,7 @@ from fedstream.errors import ProtocolError
 if TYPE_CHECKING:  # CHFL's modules import torch: an online VFL node does not need it
     from fedstream.deploy.chfl_data import NodePart
 
-KEEP_BOUNDARIES = 2
+KEEP_BOUNDARIES = 3
 
 
 @dataclass

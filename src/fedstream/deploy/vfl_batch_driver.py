@@ -9,21 +9,32 @@ the simulator's keys (``per_epoch``, ``final_accuracy``, ``bytes``, ...) plus wh
 simulator's summary (timings aside) and the nodes end with the simulator's models.
 
 Participant selection runs on the server (``selection.method`` ``all``, ``fixed`` or ``random``, any
-``selection.dynamic``): it needs no client data. ``vfps`` (with ``selection.dynamic = none``) asks
+``selection.dynamic``): it needs no client data. ``vfps`` (with any ``selection.dynamic``) asks
 every node for the local squared distances of its strip from the query samples to every training
-row (:mod:`fedstream.deploy.vfl_batch_vfps`) and scores the groups from those, as the VF-PS paper's
+row available that epoch (:mod:`fedstream.deploy.vfl_batch_vfps`) and scores the groups from those, as the VF-PS paper's
 protocol does; the summary's ``selection_bytes`` counts those messages per client and direction,
-apart from the training ``bytes``. Resuming is refused (no checkpoints of a deployed batch VFL run yet).
+apart from the training ``bytes``.
+
+Faults: a node that fails a request is padded for it (``missed_steps``); one that comes back on a
+new SuperNode is set up again and rejoins from its own latest checkpoint (``rejoins``; see
+:meth:`~fedstream.deploy.vfl_batch_proxy.RemoteCohort.rejoin` for what the server drops). With a
+checkpoint path (``run(checkpoint=...)``, by default ``out/checkpoint.pt``) the server saves its
+state at every epoch end (:meth:`NetworkBatchVFL.save`) and the nodes keep theirs there;
+:meth:`NetworkBatchVFL.load` continues from it, the nodes going back to their own state of that
+epoch, and the run ends as the uninterrupted one (and the simulator) would.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from fedstream.deploy.link import Link
 from fedstream.deploy.parties import check_deployable
@@ -35,8 +46,11 @@ from fedstream.deploy.vfl_batch_data import (
 )
 from fedstream.deploy.vfl_batch_proxy import RemoteCohort
 from fedstream.deploy.vfl_batch_vfps import check_size
+from fedstream.errors import ConfigError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
+from fedstream.vfl.batch import checkpoint
+from fedstream.vfl.batch.checkpoint import NAME, _arrays, _tensors
 from fedstream.vfl.batch.selection import Participation
 from fedstream.vfl.batch.trainer import (
     MetricsWriter,
@@ -44,6 +58,8 @@ from fedstream.vfl.batch.trainer import (
     run_summary,
     selection_columns,
 )
+
+KIND = "deployed-server"  # what the checkpoint of a deployed run's server says it is
 
 
 class NetworkBatchVFL:
@@ -61,31 +77,108 @@ class NetworkBatchVFL:
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
             check_size(s.selection, len(labels.train_y))
         self.cohort = RemoteCohort(link, config, s, run_token=secrets.token_hex(8))
+        self.part = None
+        if s.selection.active:  # server-side selection: placeholder blocks (fixed and random read only how many)
+            blocks = [np.zeros((len(labels.train_y), 1), np.uint8)] * s.clients
+            vfps = self.cohort.distances if s.selection.method == "vfps" else None  # VF-PS: the nodes' distances
+            self.part = Participation(s.selection, blocks, labels.train_y, seed=self.seed, distances=vfps)
+        self.rows: list[dict] = []  # the epochs done (a resumed run: those of the checkpoint)
+        self.step = self.done = 0  # steps and epochs done
+        self.seconds = 0.0  # spent before a resume
+        self.resumed = False
         self.summary: dict | None = None
 
-    def run(self, *, models: bool = False) -> dict:
-        """Set up, play every epoch, collect the nodes' counts (``models``: and their models); the summary."""
+    def run(self, *, models: bool = False, checkpoint: Path | None = None) -> dict:
+        """Set up (a resumed run: each node back at its state of the checkpoint's epoch), play the
+        remaining epochs, collect the nodes' counts (``models``: and their models); the summary.
 
-        s = self.settings
-        tic = time.perf_counter()
+        ``checkpoint`` (default ``out/checkpoint.pt`` when ``out`` is given, else none): the server's
+        state is written there atomically at every epoch end (:meth:`save`), and each node keeps its
+        own state of that boundary (the epoch's evaluation request says ``keep``)."""
+        s, c = self.settings, self.cohort
+        path = Path(checkpoint) if checkpoint is not None else (self.out / NAME if self.out is not None else None)
+        c.keeping = path is not None
+        tic = time.perf_counter() - self.seconds
         shapes = layout(s).shapes
-        self.cohort.setup({m: {"shape": list(shapes[m]), "n_train": len(self.labels.train_y),
-                               "n_test": len(self.labels.test_y)} for m in range(s.clients)})
-        part = None
-        if s.selection.active:  # server-side selection: placeholder blocks (fixed and random read only how many)
-            blocks = [np.zeros((len(self.labels.train_y), 1), np.uint8)] * s.clients
-            vfps = self.cohort.distances if s.selection.method == "vfps" else None  # VF-PS: the nodes' distances
-            part = Participation(s.selection, blocks, self.labels.train_y, seed=self.seed, distances=vfps)
-        writer = MetricsWriter(self.out, selection_columns(s.clients) if part is not None else [])
+        expected = {m: {"shape": list(shapes[m]), "n_train": len(self.labels.train_y),
+                        "n_test": len(self.labels.test_y)} for m in range(s.clients)}
+        c.setup(expected, resume=boundary(self.done) if self.resumed else None)
+        writer = MetricsWriter(self.out, selection_columns(s.clients) if self.part is not None else [], self.rows)
+
+        def after_epoch(epoch: int, step: int, rows: list[dict]) -> None:
+            self.rows, self.step, self.done = list(rows), step, epoch
+            if path is not None:
+                self.save(path, seconds=time.perf_counter() - tic)
+
         with one_torch_thread():  # as run_batch_vfl
-            rows = play_epochs(s, self.labels, self.cohort, self.server, self.seed, self.progress, part=part,
-                               writer=writer, tic=tic)
+            rows = play_epochs(s, self.labels, c, self.server, self.seed, self.progress, part=self.part,
+                               writer=writer, tic=tic, rows=self.rows, step=self.step, done=self.done,
+                               after_epoch=after_epoch)
         steps = sum(r["steps"] for r in rows)
-        self.cohort.finish(steps, models=models)
-        c = self.cohort
-        self.summary = run_summary(s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, part) | {
-            "deployed": True, "exchanges": c.exchanges, "faults": c.faults, "clients": c.reports,
+        c.finish(steps, models=models)
+        self.summary = run_summary(s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, self.part) | {
+            "deployed": True, "exchanges": c.exchanges, "faults": c.faults, "rejoins": c.rejoins,
+            "missed_steps": c.missed, "clients": c.reports,
             "selection_bytes": {"per_client": c.selection_bytes,
                                 "total": sum(b["up"] + b["down"] for b in c.selection_bytes)}}
         writer.summary(self.summary)
         return self.summary
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def _config(self) -> dict:
+        """What a checkpoint must have been written with (as the simulator's: settings and seed)."""
+        return self.settings.to_config() | {"seed": self.seed}
+
+    def save(self, path: Path, *, seconds: float = 0.0) -> None:
+        """Write the server's state at the end of epoch ``self.done`` to ``path`` atomically: top model,
+        optimiser and padding, the cohort (:meth:`RemoteCohort.state_dict`: the links' server ends,
+        ledger, held gradients, nodes' positions, faults, rejoins), the selection's state, the metrics
+        rows so far, the run token and the torch RNG (``torch.save``, read with ``weights_only``)."""
+        cohort, cohort_arrays = self.cohort.state_dict()
+        part, part_arrays = self.part.state_dict() if self.part is not None else (None, {})
+        pad = self.server.padding
+        payload = {
+            "format": checkpoint.FORMAT, "kind": KIND,
+            "config": json.dumps(self._config(), sort_keys=True, default=str),
+            "epoch": self.done, "step": self.step, "rows": json.dumps(self.rows), "seconds": seconds,
+            "server": self.server.model.state_dict(), "server_optimizer": self.server.optimizer.state_dict(),
+            "padding": _tensors({"value": pad.value, "seen": pad.seen}),
+            "cohort": json.dumps(cohort), "cohort_arrays": _tensors(cohort_arrays),
+            "selection": json.dumps(part), "selection_arrays": _tensors(part_arrays),
+            "torch_rng": torch.get_rng_state(),
+        }
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        """Continue from :meth:`save`'s checkpoint: the same settings (``train.epochs`` may grow,
+        ConfigError naming the keys otherwise); :meth:`run` then sets the nodes up with ``resume``,
+        each going back to its own state of that epoch's end, and plays the remaining epochs."""
+        path = Path(path)
+        payload = checkpoint.read(path, config=self._config(), kind=KIND)
+        try:
+            self.server.model.load_state_dict(payload["server"])
+            self.server.optimizer.load_state_dict(payload["server_optimizer"])
+            self.server.padding.value[...] = payload["padding"]["value"].numpy()
+            self.server.padding.seen[...] = payload["padding"]["seen"].numpy()
+            self.cohort.load_state_dict(json.loads(payload["cohort"]), _arrays(payload["cohort_arrays"]))
+            part = json.loads(payload["selection"])
+            if (part is None) != (self.part is None):
+                raise ValueError("selection state does not match selection.method / selection.dynamic")
+            if self.part is not None:
+                self.part.load_state_dict(part, _arrays(payload["selection_arrays"]))
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+        torch.set_rng_state(payload["torch_rng"])
+        self.done, self.step = int(payload["epoch"]), int(payload["step"])
+        self.rows, self.seconds = json.loads(payload["rows"]), float(payload["seconds"])
+        self.resumed = True
+
+
+def boundary(epoch: int) -> int:
+    """The nodes' boundary at the end of ``epoch`` (after its evaluation); ``2 epoch - 1`` is the one
+    after the VF-PS selection that opens it (see :mod:`fedstream.deploy.vfl_batch_proxy`)."""
+    return 2 * epoch

@@ -5,7 +5,11 @@
 compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the uplink codec, with
 ``topk-grad``'s ranking state, and the downlink decoder):
 
-* ``setup``: the node's strip shape and row counts (no data).
+* ``setup``: the node's strip shape and row counts (no data), and where it stands: ``step``, the
+  last training step it embedded (-1: none), and ``pending``, the step whose gradient it awaits
+  (-1: none). A node that crashed and is set up again with ``rejoin`` (or, with ``resume = B``,
+  goes back to its state kept at boundary B; :mod:`fedstream.deploy.node`) reports the position
+  of the state it reloaded, so that the server can tell what it still holds for it.
 * ``round`` with ``info["split"] = "train"`` (training step s): ``info["rows"]`` are the step's
   rows. The part, if any, is the gradient of the node's previous step s' (it rides with this
   request instead of costing a round trip of its own): the node applies it first
@@ -104,8 +108,9 @@ class BatchVFLHost:
             return self._handle(env)
 
     def _handle(self, env: Envelope) -> Envelope:
-        if env.kind == SETUP:
-            return Envelope(SETUP, env.round, info={"client": self.index, **self.block.sizes()})
+        if env.kind == SETUP:  # also where the node stands: a rejoining or resuming node reloaded its state
+            return Envelope(SETUP, env.round, info={"client": self.index, **self.block.sizes(), "step": self.last_step,
+                                                    "pending": -1 if self.pending is None else self.pending[0]})
         if env.kind == ROUND:
             split = env.info.get("split")
             if split == "train":

@@ -10,7 +10,8 @@ One request per node per training step, all nodes at once:
 ============  ==============================================  =====================================
 request       carries (server -> node)                        reply (node -> server)
 ============  ==============================================  =====================================
-setup         the run's config (JSON) and token                its strip's shape, train/test rows
+setup         the run's config (JSON) and token; ``rejoin``   its strip's shape, train/test rows;
+              (and ``resume`` = B) when a node comes back     ``step``, ``pending``: its position
 train step s  the gradient of the node's step s - 1 (encoded  its embedding of step s (encoded,
               by the downlink codec; none at the first step); compressed by the uplink codec)
               ``rows``: the step's row ids
@@ -34,7 +35,15 @@ step, of shape (rows, embedding), finite values) and only then by the server's e
 whose cache it updates. A node whose reply fails a check, whose ClientApp failed or which did not
 answer in time is logged and recorded (``faults``); the server pads its embedding for that step
 (``selection.padding``; zeros without selection) and sends it no gradient, so the node drops that
-step. A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
+step (``missed``). A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
+
+A node that comes back on a new SuperNode (:meth:`Link.rejoined`, asked before every request) is
+set up again with ``rejoin`` and reports the position of the state it reloaded (``step``,
+``pending``); the server drops a held gradient that is not for the node's pending step
+(:meth:`RemoteCohort._reconcile` says why nothing else must be matched) and records the rejoin.
+When the server checkpoints (``keeping``), the evaluation that ends epoch e asks every node to keep
+its state at boundary 2e, a VF-PS selection opening epoch e at 2e - 1; a resumed server sets the
+nodes up with ``resume = 2e`` (:meth:`state_dict` is the server's side of it).
 """
 
 from __future__ import annotations
@@ -72,8 +81,16 @@ class RemoteCohort(RemoteNodes):
         self.probes = [ServerEndpoint(m, replace(spec, cache=False)) for m in range(M)]  # stateless decoders
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
-        self.outbox: dict[int, bytes] = {}  # client -> encoded gradient riding with its next request
+        self.outbox: dict[int, tuple[int, bytes]] = {}  # client -> (step, its encoded gradient) riding with its next request
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
+        self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
+        self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
+        self.position: dict[int, int] = {}  # client -> the last training step its node answered validly
+        self.t = 0  # the next training step
+        self.missed = [0] * M  # per client: training steps it was selected for and padded (down, faulty, rejoining)
+        self.rejoins: list[dict] = []  # {"step", "client", "node_step", "dropped_gradients"} per node set up again
+        self.keeping = False  # the server checkpoints: epoch ends (and VF-PS selections) are node boundaries
+        self.evaluations = 0  # evaluations sent: epochs done
         self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.models: dict[int, dict[str, np.ndarray]] = {}  # the nodes' models, when asked for at finish
         self.selection_bytes = [{"up": 0, "down": 0} for _ in range(M)]  # VF-PS messages, apart from training
@@ -89,6 +106,8 @@ class RemoteCohort(RemoteNodes):
         info = {"split": SELECT, "queries": Q} | ({} if rows is None else {"rows": [int(r) for r in rows]})
         ids = np.asarray(queries, dtype="<u4")[None, :]
         requests = {}
+        if self.keeping:  # the node keeps its state after the selection that opens the epoch
+            info |= {"keep": True, "boundary": 2 * epoch - 1}
         for m in self._targets(epoch, None, SELECT):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
@@ -123,8 +142,10 @@ class RemoteCohort(RemoteNodes):
         return reply
 
     def _targets(self, t: int, selected: Collection[int] | None, request: str) -> list[int]:
-        """The selected clients whose node is set up and reachable now (faults for the others)."""
-        wanted = [m for m in sorted(self.nodes) if selected is None or m in selected]
+        """The selected clients whose node is set up and reachable now (faults for the others); first
+        sets up again the nodes that came back (:meth:`rejoin`)."""
+        self.rejoin()
+        wanted = [m for m in sorted(self.ready) if selected is None or m in selected]
         reachable = self.link.available()
         for m in wanted:
             if m not in reachable:
@@ -133,29 +154,83 @@ class RemoteCohort(RemoteNodes):
 
     def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
         """Client m's request, with the gradient due to it (it rides along)."""
-        grad = self.outbox.pop(m, None)
-        return Envelope(kind, t, [] if grad is None else [grad], info)
+        held = self.outbox.pop(m, None)
+        return Envelope(kind, t, [] if held is None else [held[1]], info)
 
-    # -- setup -----------------------------------------------------------------------------------
-    def setup(self, expected: dict[int, dict]) -> None:
-        """Send every node the config; check each reports ``expected[m]`` (strip shape and rows)."""
+    # -- setup, rejoin, resume ----------------------------------------------------------------------
+    def setup(self, expected: dict[int, dict], clients: Collection[int] | None = None, *, rejoin: bool = False,
+              resume: int | None = None) -> None:
+        """Send ``clients`` (default: every reachable node) the config; check each reports ``expected[m]``
+        (strip shape and rows) and a position before the next step. ``rejoin``: the node reloads its
+        latest state of this run; ``resume = B``: its state kept at boundary B (the server restarted
+        from its checkpoint there). A fresh or resumed run needs every node; a rejoin does not."""
         import json
 
         M = self.settings.clients
+        self.expected = expected
         info = {"config": json.dumps(self.config), "run": self.run_token}
-        replies = self._exchange({m: Envelope(SETUP, 0, [], dict(info)) for m in sorted(self.link.available())})
+        if rejoin or resume is not None:
+            info["rejoin"] = True
+        if resume is not None:
+            info["resume"] = resume
+        targets = sorted(self.link.available() if clients is None else clients)
+        if not rejoin:  # a (re)started run: only the nodes that pass now take part
+            self.ready.clear()
+        replies = self._exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
         for m, reply in replies.items():
             try:
-                reply = self._reply(reply, SETUP, 0, 0)
+                reply = self._reply(reply, SETUP, self.t, 0)
                 got = {k: reply.info.get(k) for k in ("client", "shape", "n_train", "n_test")}
                 want = {"client": m} | expected[m]
                 if got != want:
                     raise ProtocolError(f"the node reports {got}, expected {want}: it does not hold this run's "
                                         "data set or settings")
+                step, pending = self._position(reply)
                 self.nodes[m] = got
             except FedstreamError as exc:
-                self.fault(m, 0, SETUP, str(exc))
-        self.require_all(self.nodes, M, f"a batch VFL run needs all vfl.clients = {M}")
+                self.ready.discard(m)
+                self.fault(m, self.t, SETUP, str(exc))
+                continue
+            self._reconcile(m, step, pending, rejoin)
+            self.ready.add(m)
+        if not rejoin:
+            self.require_all(self.ready, M, f"a batch VFL run needs all vfl.clients = {M}")
+
+    def _position(self, reply: Envelope) -> tuple[int, int]:
+        """(last step embedded, step whose gradient is due or -1) a node reports at setup, checked:
+        both before the next step the server plays, the due step none or the last one."""
+        step, pending = reply.info.get("step"), reply.info.get("pending")
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (step, pending))
+        if not ok or not -1 <= step < self.t or pending not in (-1, step):
+            raise ProtocolError(f"the node reports step {step!r} with the gradient of step {pending!r} due; expected "
+                                f"a step in -1..{self.t - 1} (the server plays step {self.t} next) and the due step "
+                                "-1 (none) or that step")
+        return step, pending
+
+    def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
+        """Match what the server holds for client m to the state its node came back with.
+
+        The gradient held for m goes out only if it is for the step the node awaits a gradient for;
+        otherwise it is dropped (the node never embedded that step, or already settled it) and
+        counted. Nothing else needs matching: every compressed payload carries what its decoder
+        needs (top-k's bitmap, the quantiser's mu and sigma), so the server's embedding cache (the
+        last values received per sample) and its quantiser's table stay valid, and the node's own
+        codec state (topk-grad's ranking) came back with its model. A rejoin, or a resumed node
+        that is not where the server's checkpoint says, is recorded in ``rejoins``."""
+        held = self.outbox.get(m)
+        dropped = 0
+        if held is not None and held[0] != pending:
+            del self.outbox[m]
+            dropped = 1
+        if rejoin or dropped or step != self.position.get(m, -1):
+            self.rejoins.append({"step": self.t, "client": m, "node_step": step, "dropped_gradients": dropped})
+        self.position[m] = step
+
+    def rejoin(self) -> None:
+        """Set up again (``rejoin``) the nodes the link reports back since the last call (a crashed
+        node restarted on a new SuperNode, having lost Flower's context.state)."""
+        if self.expected and (back := self.link.rejoined()):
+            self.setup(self.expected, back, rejoin=True)
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
@@ -170,6 +245,11 @@ class RemoteCohort(RemoteNodes):
                 self.fault(m, t, "train", str(exc))
                 continue
             out[m] = self._accept(m, data, batch.samples, "up")
+            self.position[m] = t
+        self.t = t + 1
+        for m in range(self.settings.clients):
+            if out[m] is None and (selected is None or m in selected):
+                self.missed[m] += 1
         if all(e is None for e in out):
             raise ProtocolError(f"step {t}: no client node answered validly (faults: "
                                 f"{[f['reason'] for f in self.faults[-3:]]})")
@@ -181,7 +261,7 @@ class RemoteCohort(RemoteNodes):
             data = self.ends[m].send(grad)
             self.ledger.add(m, "down", len(data))
             self.counted[m]["down"] += len(data)
-            self.outbox[m] = data
+            self.outbox[m] = (grad.round, data)
 
     def inferences(self, batches: Sequence[Batch], selected: Collection[int] | None) -> Iterator[list[Embedding | None]]:
         if not batches:
@@ -189,6 +269,9 @@ class RemoteCohort(RemoteNodes):
         t = batches[0].step
         info = {"split": "test", "rows": [int(r) for b in batches for r in b.rows], "sizes": [len(b) for b in batches],
                 "steps": [b.step for b in batches]}
+        self.evaluations += 1  # one evaluation ends each epoch: the epoch's last request to a node
+        if self.keeping:
+            info |= {"keep": True, "boundary": 2 * self.evaluations}
         requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")}
         got: dict[int, list[bytes]] = {}
         for m, reply in self._exchange(requests).items():
@@ -238,10 +321,11 @@ class RemoteCohort(RemoteNodes):
                 self.fault(m, t, FINISH, str(exc))
                 continue
             theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            if theirs != self.counted[m] and not any(f["client"] == m for f in self.faults):
+            troubled = any(f["client"] == m for f in self.faults + self.rejoins)  # the two ends differ by what was lost
+            if theirs != self.counted[m] and not troubled:
                 self.fault(m, t, FINISH, f"the node counted {theirs}, the server {self.counted[m]}")
             theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
-            if theirs_select != self.selection_bytes[m] and not any(f["client"] == m for f in self.faults):
+            if theirs_select != self.selection_bytes[m] and not troubled:
                 self.fault(m, t, FINISH, f"the node counted VF-PS bytes {theirs_select}, the server "
                                          f"{self.selection_bytes[m]}")
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
@@ -249,3 +333,34 @@ class RemoteCohort(RemoteNodes):
                                  "server_counted": dict(self.counted[m])})
             if models:
                 self.models[m] = dict(reply.arrays)
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def state_dict(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The server's side of every link at an epoch end, as (JSON-able values, named arrays): each
+        ServerEndpoint's state (embedding cache, quantiser table), the ledger and per-node counters,
+        the gradients held for the nodes, where each node stands, and the record (faults, rejoins,
+        missed steps, exchanges, VF-PS bytes)."""
+        arrays = {f"end{m}.{k}": np.asarray(v) for m, end in enumerate(self.ends) for k, v in end.state_dict().items()}
+        arrays |= {f"ledger.{k}": v for k, v in self.ledger.state_dict().items()}
+        arrays |= {f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()}
+        meta = {"run": self.run_token, "counted": self.counted, "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
+                "nodes": {str(m): v for m, v in self.nodes.items()}, "ready": sorted(self.ready),
+                "position": {str(m): t for m, t in self.position.items()}, "t": self.t, "missed": self.missed,
+                "rejoins": self.rejoins, "faults": self.faults, "exchanges": self.exchanges,
+                "selection_bytes": self.selection_bytes, "evaluations": self.evaluations}
+        return meta, arrays
+
+    def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` saved (the nodes are then set up with ``resume``)."""
+        for m, end in enumerate(self.ends):
+            prefix = f"end{m}."
+            end.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+        self.ledger.load_state_dict({k[len("ledger."):]: v for k, v in arrays.items() if k.startswith("ledger.")})
+        self.outbox = {int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()}
+        self.run_token, self.counted = meta["run"], [dict(c) for c in meta["counted"]]
+        self.nodes = {int(m): v for m, v in meta["nodes"].items()}
+        self.ready = set(meta["ready"])
+        self.position = {int(m): int(t) for m, t in meta["position"].items()}
+        self.t, self.missed, self.evaluations = int(meta["t"]), list(meta["missed"]), int(meta["evaluations"])
+        self.rejoins, self.faults, self.exchanges = list(meta["rejoins"]), list(meta["faults"]), int(meta["exchanges"])
+        self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]

@@ -81,12 +81,11 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
     return path
 
 
-def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
-    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and seconds done.
-
-    ConfigError when the file is not a checkpoint of this format or was made with another config
-    (a key other than ``train.epochs`` differs, or fewer epochs are asked than were done).
-    """
+def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
+    """The payload of the checkpoint at ``path``, checked: readable, this format and ``kind`` (None:
+    the simulator's; ``"deployed-server"``: a deployed run's server, :mod:`fedstream.deploy.vfl_batch_driver`),
+    written with ``config`` (only ``train.epochs`` may differ, and not be lower than the epochs done).
+    ConfigError naming the file (and the keys that differ) otherwise."""
     try:
         payload = torch.load(path, weights_only=True)
     except FileNotFoundError:
@@ -95,10 +94,24 @@ def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
         raise ConfigError(f"{path}: not a readable batch VFL checkpoint ({exc})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a batch VFL checkpoint of format {FORMAT}")
+    if payload.get("kind") != kind:
+        what = {None: "the simulator's", "deployed-server": "a deployed run's server"}
+        raise ConfigError(f"{path}: a checkpoint of {what.get(payload.get('kind'), repr(payload.get('kind')))}, "
+                          f"expected one of {what.get(kind, repr(kind))}")
     _check_config(path, json.loads(payload["config"]), json.loads(json.dumps(config, sort_keys=True, default=str)))
     if config["train.epochs"] < payload["epoch"]:
         raise ConfigError(f"{path}: the run already did {payload['epoch']} epochs; train.epochs = "
                           f"{config['train.epochs']} may not be lower on resume")
+    return payload
+
+
+def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
+    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and seconds done.
+
+    ConfigError when the file is not a checkpoint of this format or was made with another config
+    (a key other than ``train.epochs`` differs, or fewer epochs are asked than were done).
+    """
+    payload = read(path, config=config)
     for c, model, opt in zip(clients, payload["clients"], payload["client_optimizers"]):
         c.model.load_state_dict(model)
         c.optimizer.load_state_dict(opt)

@@ -292,6 +292,52 @@ class Participation:
                 f"training rows available at epoch {epoch}: class {c} has {int(counts.min())} (a query is not its own "
                 f"neighbour); use selection.k <= {int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)")
 
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def state_dict(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """What the next :meth:`plan` depends on, as (JSON-able values, named arrays): the epochs
+        planned, the clients selected, the record of (re)selections, the selector's draws (VF-PS: calls
+        made; random picking: its generator's state) and a relaxed schedule's generator, mask and
+        lifespans. A deployment checkpoints this instead of replaying the plans: replaying VF-PS
+        would ask the nodes for their distances again."""
+        meta: dict = {"last_epoch": self.last_epoch, "clients": list(self.clients), "events": self.events,
+                      "weights": [float(w) for w in self.weights]}
+        arrays: dict[str, np.ndarray] = {}
+        if isinstance(self.selector, VFPSSelector):
+            meta["selector.calls"] = self.selector.calls
+        elif isinstance(self.selector, RandomSelector):
+            meta["selector.rng"] = self.selector.rng.bit_generator.state
+        if isinstance(self.schedule, RelaxedSchedule):
+            meta["schedule.rng"], meta["schedule.epoch"] = self.schedule.rng.bit_generator.state, self.schedule.epoch
+            arrays |= {"schedule.mask": self.schedule.mask.copy(), "schedule.life": self.schedule.life.copy()}
+        if self.pessimistic is not None:
+            p = self.pessimistic
+            meta["pessimistic"] = {"changed": p.changed, "n": p.n, "lo": p.lo, "hi": p.hi}
+            arrays |= {"pessimistic.base": p.base.copy(), "pessimistic.selected": p.selected.copy()}
+        return meta, arrays
+
+    def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`state_dict` saved (the same spec, data size and seed)."""
+        self.last_epoch, self.clients = int(meta["last_epoch"]), tuple(int(c) for c in meta["clients"])
+        self.events, self.weights = list(meta["events"]), np.asarray(meta["weights"], dtype=np.float64)
+        if isinstance(self.selector, VFPSSelector):
+            self.selector.calls = int(meta["selector.calls"])
+        elif isinstance(self.selector, RandomSelector):
+            self.selector.rng.bit_generator.state = meta["selector.rng"]
+        if isinstance(self.schedule, RelaxedSchedule):
+            self.schedule.rng.bit_generator.state = meta["schedule.rng"]
+            self.schedule.epoch = int(meta["schedule.epoch"])
+            self.schedule.mask = np.asarray(arrays["schedule.mask"], dtype=bool).copy()
+            self.schedule.life = np.asarray(arrays["schedule.life"]).copy()
+        self.pessimistic = None
+        if "pessimistic" in meta:
+            p = PessimisticScores.__new__(PessimisticScores)
+            p.k, p.psi = self.spec.k, "approx"
+            p.base = np.asarray(arrays["pessimistic.base"], dtype=np.float64).copy()
+            p.selected = np.asarray(arrays["pessimistic.selected"], dtype=bool).copy()
+            for key, value in meta["pessimistic"].items():
+                setattr(p, key, value)
+            self.pessimistic = p
+
     def summary(self) -> dict:
         """The run's selection record for summary.json."""
         return {
