@@ -279,11 +279,14 @@ def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path
     assert got["rejoins"] == [] and got["faults"] == []
 
 
-def test_topl_is_deployable_and_compression_is_still_refused(root):
+def test_topl_is_deployable_with_compression_and_a_bad_compression_setting_is_refused(root):
+    """Compressed links run over the network too (tests/test_deploy_compression.py, topl included);
+    a setting the codecs do not know is refused before any node is set up."""
     config = topl_config(root, 20)
     check_deployable(config)
-    with pytest.raises(ConfigError, match="compression"):
-        check_deployable(dict(config, **{"compression.up": "topk"}))
+    check_deployable(dict(config, **{"compression.up": "topk", "compression.down": "quant-huffman"}))
+    with pytest.raises(ConfigError, match="compression.up"):
+        check_deployable(dict(config, **{"compression.up": "gzip"}))
 
 
 # -- on Flower ---------------------------------------------------------------------------------

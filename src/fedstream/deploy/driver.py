@@ -16,6 +16,11 @@ and shows the policy each complete chunk (``observe``). The policy learns only a
 batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the very activations the
 simulator decides from the same estimate.
 
+Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
+client's link in its transport (:class:`~fedstream.deploy.proxy.ServerEnds`), each node the other
+end (:class:`~fedstream.deploy.host.ClientHost`); with B = 1 the models and every message's
+compressed size are the simulator's.
+
 A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
 client the server does not query: :class:`NodePadding` stands in for its embedding. A node that
 comes back on a new SuperNode is set up again (``rejoin``) and resumes from its own checkpoint.
@@ -47,6 +52,7 @@ from fedstream.metrics import Prequential
 from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runtime.state import collect, restore
 from fedstream.selection.padding import make_padding
+from fedstream.transport.compressed import CompressionSpec
 from fedstream.vfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.vfl.messages import Query
 from fedstream.vfl.protocol import ComputeClock, play_round
@@ -107,7 +113,7 @@ class NetworkVFL:
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
-                                       record_sizes=record_sizes)
+                                       record_sizes=record_sizes, spec=CompressionSpec.from_config(config))
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         self.metrics = Prequential(config["eval.interval"])
         self.clock = ComputeClock()
@@ -234,11 +240,14 @@ class NetworkVFL:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
         if self.activation is not None:  # topl: its estimate, exploration buffer and padding
             parts["activation"] = self.activation
+        if not self.transport.ends.spec.is_none:  # the server's ends of the links: caches, quantiser tables
+            parts["codecs"] = self.transport.ends
         return parts
 
     def save(self, path: Path, *, wall: float = 0.0) -> None:
         """Write the server party's state at a batch boundary atomically: its model and optimiser,
-        labels window, metrics, byte counts, faults, padding, and the gradients held for the nodes."""
+        labels window, metrics, byte counts, faults, padding, the gradients held for the nodes and,
+        with compression, its end of every link (embedding caches, quantiser tables)."""
         tr = self.transport
         state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
                                           "padding.value": self.node_padding.padding.value,

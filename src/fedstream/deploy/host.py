@@ -1,7 +1,7 @@
 """The client party on its own node: a real :class:`fedstream.vfl.client.Client` behind envelopes.
 
 :class:`ClientHost` receives encoded fedstream messages, decodes them with
-:func:`fedstream.transport.codec.decode` (which validates them), hands them to its
+:func:`fedstream.deploy.link.peek` (which validates them), hands them to its
 :class:`~fedstream.vfl.client.Client`, and encodes what the client answers. It counts the bytes it
 receives and sends in its own ledger, so both ends of every link count.
 
@@ -18,10 +18,20 @@ passive event's "zero into the optimiser's window" (``optimizer.skip``) is appli
 in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
 client's skip and an activated client's step happen before its next observation either way.
 
+With compression (``compression.*``) the host holds the client's end of its link
+(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends
+with the uplink codec, and decodes every gradient it receives with the downlink codec when it
+applies it, which also shows it to ``topk-grad``'s ranking, so an embedding is ranked by the last
+gradient the node received: with B = 1 the previous round's, as in the simulator; with B > 1 the
+last one of the previous batch for every embedding of the batch. A request's gradients are first
+checked with a stateless decoder (:func:`fedstream.deploy.link.peek`), so a malformed request
+changes nothing, the ranking included.
+
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
 each message in a fresh ClientApp process): the state holds the client's model, optimiser window
 and input window, the round it is at, the events of the last batch with the forward state of the
-activated ones (copied: the model reuses its buffers), and its byte counts.
+activated ones (copied: the model reuses its buffers), its end of the compressed link (the last
+gradient ``topk-grad`` ranks by) and its byte counts.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import hashlib
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.deploy.parties import (
     build_activation,
     build_client,
@@ -39,7 +49,7 @@ from fedstream.deploy.parties import (
 )
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
-from fedstream.transport.codec import decode, encode
+from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.vfl.messages import Embedding, Gradient, Message, Query
 
 MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
@@ -63,6 +73,11 @@ class ClientHost:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
         self.activation = build_activation(config)  # None: the server decides (topl)
+        spec = CompressionSpec.from_config(config)
+        self.end = ClientEndpoint(index, spec)  # its end of the link: encodes embeddings, decodes (and observes) gradients
+        down = down_codec(spec)
+        self._probe = None if down is None else down[1]  # stateless: checks a gradient before the link sees it
+        self._setting = f"compression.down = {spec.down!r}"
         self.round = -1  # last round observed
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
         self.pending: list[tuple[int, bool]] = []
@@ -181,8 +196,8 @@ class ClientHost:
                                 f"{awaiting}"[:300])
         out = {}
         for t, data in zip(rounds, parts, strict=True):
-            grad = self._decode(data, Gradient, t)
             want = self.acts[t][-1].shape
+            grad = self._decode(data, Gradient, t, want)
             if grad.values.shape != want:
                 raise ProtocolError(f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
                                     f"its embedding had {want}")
@@ -197,16 +212,18 @@ class ClientHost:
                 self.client.optimizer.skip()
                 self.acts.pop(t, None)
                 continue
-            grad, data = grads[t]
+            _, data = grads[t]
             self._count_down(data)
+            grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
             self.client._round, self.client._acts = t, self.acts.pop(t)
             self.client.on_gradient(grad)
         self.client._round = self.round
         self.pending = []
 
-    def _decode(self, data: bytes, kind: type, t: int) -> Message:
-        """Decode (header, length, finite values) and check type, recipient and round."""
-        msg = decode(data)
+    def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
+        """Decode (header, codec, length, finite values; a compressed gradient's ``shape`` before its
+        payload) without changing any state, and check type, recipient and round."""
+        msg = peek(data, self._probe, Gradient, self._setting, shape)
         if type(msg) is not kind or msg.client != self.index or msg.round != t:
             raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
                                 f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}")
@@ -217,7 +234,7 @@ class ClientHost:
         self.messages += 1
 
     def _send(self, msg: Message) -> bytes:
-        data = encode(msg)
+        data = self.end.send(msg)  # compressed when the uplink compresses
         self.up += len(data)
         self.messages += 1
         return data
@@ -227,12 +244,14 @@ class ClientHost:
         meta = np.array([self.round, self.up, self.down, self.messages], np.int64)
         pending = np.array(self.pending, np.int64).reshape(-1, 2)
         acts = {f"acts.{t}.{j}": a for t, layers in self.acts.items() for j, a in enumerate(layers)}
+        link = {f"link.{k}": v for k, v in self.end.state_dict().items()}
         return {f"client.{k}": v for k, v in self.client.state_dict().items()} | {
-            "host": meta, "pending": pending} | acts
+            "host": meta, "pending": pending} | acts | link
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.client.load_state_dict({k[len("client."):]: v for k, v in state.items() if k.startswith("client.")})
         self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
+        self.end.load_state_dict({k[len("link."):]: v for k, v in state.items() if k.startswith("link.")})
         self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
         self.acts = {}
         for key in sorted((k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))):

@@ -42,13 +42,8 @@ def check_deployable(config: dict) -> None:
         if config["hfl.mode"] != "batch":
             raise ConfigError(f"hfl.mode = {config['hfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
         return
-    if config["task"] == "vfl":
-        if config["selection.method"] == "vfps" and config.get("selection.dynamic", "none") != "none":
-            raise ConfigError(f"selection.dynamic = {config['selection.dynamic']!r}: over Flower VF-PS "
-                              "(selection.method = 'vfps') runs with selection.dynamic = 'none' only (static data; "
-                              "selection.every may still re-run it); use random or fixed selection for the dynamic "
-                              "settings")
-        return
+    if config["task"] == "vfl":  # every selection method and dynamic setting: the server plans, VF-PS asks the
+        return                   # nodes for distances over the epoch's available rows (deploy/vfl_batch_vfps.py)
     if config["task"] != "ovfl":
         raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
                           "run over Flower")
@@ -56,9 +51,7 @@ def check_deployable(config: dict) -> None:
         raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
                           f"activation ({', '.join(CLIENT_SIDE_ACTIVATIONS)}) or the server decides it for every "
                           f"client ({', '.join(SERVER_SIDE_ACTIVATIONS)}); expected one of these")
-    if not CompressionSpec.from_config(config).is_none:
-        raise ConfigError("compression.up / compression.down: compressed messages do not run over Flower yet; "
-                          "set both to 'none'")
+    CompressionSpec.from_config(config)  # compression runs over the network too; refuse a bad spec before setup
 
 
 def n_nodes(config: dict) -> int:

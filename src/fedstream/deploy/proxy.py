@@ -14,8 +14,8 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
   rounds only; the others are padded by the policy, as in the simulator.
 * Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
   and round, the 0/1 activation list, and each embedding decoded by
-  :func:`fedstream.transport.codec.decode` (header, length, finite values) with the right
-  sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
+  :func:`fedstream.deploy.link.peek` (header, codec, length, finite values; no link state touched)
+  with the right sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
   answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
   its events are played as passive without a query, the server using its padding
   (``network.padding``) as the node's embedding, as for a client ``topl`` does not query. It gets
@@ -28,6 +28,17 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
   next request.
 * ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
   :class:`Wire`); ``transport.up`` counts its bytes.
+
+Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
+every client's link (:class:`ServerEnds`: one :class:`~fedstream.transport.compressed.ServerEndpoint`
+per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
+an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
+updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
+it, in the order the server produces them, exactly as the simulator's
+:class:`~fedstream.transport.compressed.CompressedTransport` does. The ledger counts the encoded
+(compressed) bytes. Nothing else needs matching between the two ends when a node is down or comes
+back: every compressed payload carries what its decoder needs (top-k's bitmap, the quantiser's mu
+and sigma); a cache row the server never received is zero (plain top-k for it).
 * ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
   its gradient arrives.
 """
@@ -36,13 +47,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link
+from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.codec import decode, encode
+from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.messages import Embedding, Gradient, Message, Query
 
@@ -57,16 +70,41 @@ class Wire(NamedTuple):
     msg: Embedding
 
 
+class ServerEnds:
+    """The server's end of every client's compressed link, with their state for the checkpoint."""
+
+    def __init__(self, n_clients: int, spec: CompressionSpec):
+        self.spec = spec
+        self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
+        up = up_codec(replace(spec, cache=False))
+        self.probe = None if up is None else up[1]  # stateless: validates an embedding before ``ends`` sees it
+        self.setting = f"compression.up = {spec.up!r}"
+
+    def __getitem__(self, m: int) -> ServerEndpoint:
+        return self.ends[m]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Each end's embedding cache and quantiser table, under ``"<client>."``."""
+        return {f"{end.client}.{k}": v for end in self.ends for k, v in end.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for end in self.ends:
+            prefix = f"{end.client}."
+            end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
 class LinkTransport:
     """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.link.Link`.
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
-    of an embedding row, for validating replies."""
+    of an embedding row, for validating replies; ``spec`` the run's compression (default none)."""
 
-    def __init__(self, link: Link, query: Callable[[int, int], Query], *, embedding: int, record_sizes: bool = False):
+    def __init__(self, link: Link, query: Callable[[int, int], Query], *, embedding: int, record_sizes: bool = False,
+                 spec: CompressionSpec | None = None):
         self.link, self.query, self.embedding = link, query, embedding
         M = link.n_clients
+        self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
         self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None  # (direction, client, bytes)
         self.round = -1
@@ -181,8 +219,9 @@ class LinkTransport:
         wires: list[Wire | None] = [None] * n
         for i, data in zip(events, reply.parts):
             t = t0 + i
-            msg = decode(data)  # header, length and finite values
             rows = decode(self._queries[m][i]).rows if self._decided is None else self.query(t, m).rows
+            # header, codec, length and finite values; a compressed frame's shape before its payload
+            msg = peek(data, self.ends.probe, Embedding, self.ends.setting, (rows, self.embedding))
             if type(msg) is not Embedding or msg.client != m or msg.round != t:
                 raise ProtocolError(f"message {i}: expected client {m}'s Embedding for round {t}, received a "
                                     f"{type(msg).__name__} from client {msg.client} for round {msg.round}")
@@ -229,10 +268,11 @@ class LinkTransport:
 
     # -- the transport play_round uses -------------------------------------------------------
     def down(self, msg: Message) -> Message:
-        """Server -> client ``msg.client``: a query was delivered with the batch; gradients go with the next request."""
-        data = encode(msg)
+        """Server -> client ``msg.client``: a query was delivered with the batch; gradients go with the
+        next request, encoded (compressed) by the server's end of the client's link."""
         m = msg.client
         if isinstance(msg, Query):
+            data = encode(msg)
             i = msg.round - self._batch_start
             if msg.round != self.round or m not in self._answers or m in self._asked:
                 raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, or "
@@ -246,6 +286,7 @@ class LinkTransport:
                 raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
                                     f"{self._last_gradient[m]}")
             self._last_gradient[m] = msg.round
+            data = self.ends[m].send(msg)  # after the checks: a compressing end's state moves on once per gradient
             self._outbox.setdefault(m, []).append((msg.round, data))
         else:
             raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
@@ -253,11 +294,14 @@ class LinkTransport:
         return msg
 
     def up(self, wire: Wire) -> Embedding:
-        """Client -> server: the embedding validated with its batch; count its bytes."""
+        """Client -> server: the embedding validated with its batch; count its bytes. A compressed one
+        is decoded now by the server's end of the client's link (its cache: see the module doc)."""
         if wire.msg.round != self.round:
             raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round {self.round}")
         self._count(wire.client, "up", len(wire.data))
-        return wire.msg
+        if self.ends.probe is None:
+            return wire.msg  # plain: what the check decoded is what the server's end would
+        return self.ends[wire.client].receive(wire.data)
 
     def _count(self, client: int, direction: str, n: int) -> None:
         self.ledger.add(client, direction, n)
