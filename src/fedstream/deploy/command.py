@@ -56,10 +56,6 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
         raise ConfigError(f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower")
     config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
     check_deployable(config)
-    if config["task"] == "chfl" and args.resume:
-        raise ConfigError("--resume: a deployed CHFL run does not checkpoint the server yet; start it again")
-    if config["task"] == "vfl" and args.resume:
-        raise ConfigError("--resume: a deployed batch VFL run does not checkpoint yet; start it again")
     source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
     sets = [s for s in args.sets if not s.startswith("data.root=")]
     # Flower starts the parties' processes in folders of its own: pin the data root found from here

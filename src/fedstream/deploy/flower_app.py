@@ -29,8 +29,9 @@ Settings (the app's ``[tool.flwr.app.config]``, overridable with ``flwr run --ru
 ``audit`` (also write every party's model and each message's size), ``data-root``,
 ``poll-seconds``, ``reply-timeout`` (seconds before a node that has not answered a request is
 treated as down for it), ``node-timeout`` (seconds to wait for the nodes at the start),
-``resume`` (continue from ``out/checkpoint.npz``, which the server writes every ``checkpoint.every``
-rounds and at the end, and each node from its own state of that round). Node settings (``--node-config``):
+``resume`` (continue from the server's checkpoint in ``out`` and each node from its own state of
+that point: online VFL ``checkpoint.npz``, written every ``checkpoint.every`` rounds and at the end;
+CHFL ``checkpoint.pt`` after every FedAvg round; batch VFL ``checkpoint.pt`` at every epoch end). Node settings (``--node-config``):
 ``client-index`` (or ``data.client_index``), ``data-root``, ``cache-dir`` (the node's feature-block
 cache; ``none``: no cache).
 """
@@ -145,11 +146,12 @@ def write_outputs(out: Path, net: NetworkVFL, link: GridLink, *, audit: bool) ->
 def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
     """The server party of a CHFL run (batch mode; :mod:`fedstream.deploy.chfl_driver`): no data at
     all, the nodes report their sizes. Writes ``summary.json`` (and with ``audit`` the final global
-    common column, ``models.npz``) to ``out``."""
+    common column, ``models.npz``) to ``out``, with ``metrics.csv`` and ``checkpoint.pt`` (after every
+    FedAvg round); ``resume`` continues from that checkpoint, each node from its own state of it."""
     from fedstream.deploy.chfl_driver import NetworkCHFL
 
-    if settings["resume"]:
-        raise ConfigError("resume: a deployed CHFL run does not checkpoint the server yet; start it again")
+    if settings["resume"] and not settings["out"]:
+        raise ConfigError("resume: needs out, the folder holding the CHFL server's checkpoint.pt")
     link = GridLink.connect(grid, config["hfl.clients"], poll=float(settings["poll-seconds"]),
                             timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
 
@@ -159,9 +161,18 @@ def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
 
     print(f"fedstream: CHFL ({config['hfl.method']}) with {config['hfl.clients']} client nodes", flush=True)
     net = NetworkCHFL(config, link, progress=progress)
-    result = net.run()
+    checkpoint = Path(settings["out"]) / "checkpoint.pt" if settings["out"] else None
+    if settings["resume"] and checkpoint is not None and checkpoint.exists():
+        net.load(checkpoint)
+        lr_index, rnd = net.position
+        where = (f"federation {lr_index} (lr {net.settings.lrs[lr_index]:g}), round {rnd}"
+                 if lr_index < len(net.settings.lrs) else "the end of the last federation")
+        print(f"fedstream: resuming at {where} from {checkpoint}", flush=True)
+    elif settings["resume"]:
+        print(f"fedstream: no checkpoint at {checkpoint}: starting afresh", flush=True)
+    result = net.run(checkpoint=checkpoint)
     print(f"fedstream: done, test accuracy {result['test_acc']:.4f}, {result['bytes']['total']} payload bytes, "
-          f"{len(result['faults'])} node fault(s), {link.messages} Flower messages; "
+          f"{len(result['faults'])} node fault(s), {len(result['rejoins'])} rejoin(s), {link.messages} Flower messages; "
           f"{json.dumps(timing_summary(link))}", flush=True)
     if settings["out"]:
         out = Path(settings["out"])
@@ -174,13 +185,15 @@ def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
 
 def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
     """The server party of a batch VFL run (:mod:`fedstream.deploy.vfl_batch_driver`): the labels
-    only. Writes ``summary.json`` and ``metrics.csv`` (and with ``audit`` every party's final model,
-    ``models.npz``) to ``out``."""
+    only. Writes ``summary.json``, ``metrics.csv`` and, at every epoch end, ``checkpoint.pt`` (and
+    with ``audit`` every party's final model, ``models.npz``) to ``out``; ``resume`` continues from
+    ``out/checkpoint.pt`` when it exists (each node from its own state of that epoch), else starts afresh."""
     from fedstream.deploy.vfl_batch_data import load_labels
     from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
+    from fedstream.vfl.batch.checkpoint import NAME
 
-    if settings["resume"]:
-        raise ConfigError("resume: a deployed batch VFL run does not checkpoint yet; start it again")
+    if settings["resume"] and not settings["out"]:
+        raise ConfigError("resume: needs out, the folder holding the server's checkpoint.pt")
     labels = load_labels(config, settings["data-root"] or None)
     link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
                             timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
@@ -193,10 +206,13 @@ def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
     out = Path(settings["out"]) if settings["out"] else None
     print(f"fedstream: batch VFL with {config['vfl.clients']} client nodes", flush=True)
     net = NetworkBatchVFL(config, link, labels=labels, out=out, progress=progress)
+    if settings["resume"] and (out / NAME).exists():
+        net.load(out / NAME)
+        print(f"fedstream: resuming after epoch {net.done} from {out / NAME}", flush=True)
     audit = bool(settings["audit"])
     summary = net.run(models=audit)
     print(f"fedstream: done, test accuracy {summary['final_accuracy']:.4f}, {summary['bytes']['total']} payload bytes, "
-          f"{len(summary['faults'])} node fault(s), {link.messages} Flower messages; "
+          f"{len(summary['faults'])} node fault(s), {len(summary['rejoins'])} rejoin(s), {link.messages} Flower messages; "
           f"{json.dumps(timing_summary(link))}", flush=True)
     if out is not None:
         summary = summary | {"run_config": config, "flwr_version": FLWR_VERSION, "flower": timing_summary(link)}
