@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from crashing import CrashOnce, run_with_fault, wait_for
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
 from fedstream.deploy.chfl_data import load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.link import ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
 from fedstream.hfl.checkpoint import CheckpointError
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
@@ -51,26 +52,12 @@ def server_config(config: dict, tmp: Path) -> dict:
 
 
 # -- a node crashes and rejoins ---------------------------------------------------------------------
-class CrashingLink(LoopbackLink):
-    """Client 1's node crashes when the request for round 2 of the first federation arrives: it loses
-    what it kept in memory (Flower's context.state) and the request fails; at the next round it is
-    back on a new node (``rejoined``)."""
+class CrashingLink(CrashOnce):
+    """Client 1's node crashes when the request for round 2 of the first federation arrives; at the
+    next round it is back on a new node."""
 
-    crashed = returned = False
-
-    def exchange(self, requests):
-        env = requests.get(1)
-        if env is not None and env.kind == ROUND and env.round == 2 and not self.crashed:
-            self.crashed = True
-            del self._memory[1]
-            return super().exchange({m: e for m, e in requests.items() if m != 1}) | {1: Failure("no reply within 5 s")}
-        return super().exchange(requests)
-
-    def rejoined(self):
-        if self.crashed and not self.returned:
-            self.returned = True
-            return {1}
-        return set()
+    def crashes_on(self, env):
+        return env.kind == ROUND and env.round == 2
 
 
 def test_a_crashed_node_rejoins_from_its_checkpoint(root, config, simulated, tmp_path):  # noqa: F811
@@ -290,34 +277,20 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times the
     node out and goes on with client 0, then sets the new node up from the old one's checkpoint."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    import threading
-
-    from test_deploy_faults import _wait_for
-
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import write_app
 
     values = TINY | {"data.root": str(root), "hfl.clients": 2, "hfl.rounds": 6, "hfl.lrs": "0.01"}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
     app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": " ".join(f"{k}={v}" for k, v in values.items()),
                                        "out": str(out), "reply-timeout": REPLY_TIMEOUT})
-    errors: list[BaseException] = []
 
-    def crash(deployment) -> None:
-        try:
-            _wait_for(lambda: _node_position(cache, 1) >= (0, 1), 600, "client 1 to play round 1")
-            deployment.kill_node(1)
-            time.sleep(REPLY_TIMEOUT + 5)  # the server times it out and goes on without it meanwhile
-            deployment.start_node(1)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
+    def crash(deployment, ended) -> None:
+        wait_for(lambda: _node_position(cache, 1) >= (0, 1), 600, "client 1 to play round 1")
+        deployment.kill_node(1)
+        time.sleep(REPLY_TIMEOUT + 5)  # the server times it out and goes on without it meanwhile
+        deployment.start_node(1)
 
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:
-        thread = threading.Thread(target=crash, args=(deployment,), daemon=True)
-        thread.start()
-        result = deployment.run(app, timeout=900)
-        thread.join(timeout=60)
-    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
-    assert not errors, errors
+    result, log = run_with_fault(tmp_path / "deployment", app, crash)
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())
     assert any(f["client"] == 1 for f in s["faults"]), s["faults"]
@@ -333,10 +306,6 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
     has checkpointed the first federation's end; start a new one on the same cache folders and run
     again with ``resume=true``: the result is the simulator's, with no fault and no rejoin."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    import threading
-
-    from test_deploy_faults import _wait_for
-
     from fedstream.deploy.local import LocalDeployment, write_app
     from fedstream.hfl.checkpoint import read_checkpoint
 
@@ -353,21 +322,11 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
         except (CheckpointError, OSError):
             return -1, -1
 
-    errors: list[BaseException] = []
+    def crash(deployment, ended) -> None:
+        wait_for(lambda: position() >= (1, 0), 600, "the server to checkpoint the first federation's end")
+        deployment.stop()
 
-    def crash(deployment) -> None:
-        try:
-            _wait_for(lambda: position() >= (1, 0), 600, "the server to checkpoint the first federation's end")
-            deployment.stop()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:
-        thread = threading.Thread(target=crash, args=(deployment,), daemon=True)
-        thread.start()
-        first = deployment.run(app, timeout=900)
-        thread.join(timeout=60)
-    assert not errors, errors
+    first, _ = run_with_fault(tmp_path / "deployment", app, crash)
     assert first.returncode != 0 and not (out / "summary.json").exists()
     stopped_at = position()
     assert (1, 0) <= stopped_at < (2, 0)

@@ -28,8 +28,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from crashing import crash_then_load
 from flower_runs import run_simulation
-from test_deploy_faults import CrashingLink, ServerCrash, assert_same_models, link_for
+from test_deploy_faults import CrashingLink, assert_same_models, link_for
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
@@ -290,19 +291,11 @@ def test_the_server_resumes_exactly_with_compression(root, tmp_path):
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
     whole, whole_reports = loopback_run(config, record_sizes=False)
     link = link_for(config, store=tmp_path / "node")
-    first = NetworkVFL(config, link, stream=server_stream(config))
-
-    def crash(t, y, prediction):
-        if t == 45:
-            raise ServerCrash
-
-    with pytest.raises(ServerCrash):
-        first.run(on_round=crash, checkpoint=tmp_path / "server.npz")
+    second = crash_then_load(lambda: NetworkVFL(config, link, stream=server_stream(config)), at=45,
+                             checkpoint=tmp_path / "server.npz")
     with np.load(tmp_path / "server.npz") as z:
         assert any(k.startswith("codecs.1.receiver.cache.") for k in z.files)
         assert any(k.startswith("codecs.1.sender.stats") for k in z.files)
-    second = NetworkVFL(config, link, stream=server_stream(config))
-    second.load(tmp_path / "server.npz")
     assert second.t == 40
     second.run(checkpoint=tmp_path / "server.npz")
     reports = second.finish(models=True)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from crashing import CrashOnce, crash_then_load, run_with_fault, wait_for
 from test_deploy_flower import (
     as_set,
     flower_available,
@@ -29,7 +30,7 @@ from test_deploy_flower import (
 
 from fedstream.config import load_config
 from fedstream.deploy import LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND, Failure
+from fedstream.deploy.link import ROUND
 from fedstream.deploy.parties import server_stream
 from fedstream.deploy.rows import BlockRows
 
@@ -52,23 +53,11 @@ def assert_same_models(a: dict, b: dict) -> None:
             np.testing.assert_array_equal(x, y, err_msg=party)
 
 
-class CrashingLink(LoopbackLink):
-    """Client 1's node crashes when the request for round 30 arrives: it loses what it kept in
-    memory (Flower's context.state) and the request fails; at the next batch it is back."""
+class CrashingLink(CrashOnce):
+    """Client 1's node crashes when the request for round 30 arrives; at the next batch it is back."""
 
-    crashed = False
-
-    def exchange(self, requests):
-        env = requests.get(1)
-        if env is not None and env.kind == ROUND and env.round == 30 and not self.crashed:
-            self.crashed = True
-            del self._memory[1]
-            return super().exchange({m: e for m, e in requests.items() if m != 1}) | {1: Failure("no reply within 5 s")}
-        return super().exchange(requests)
-
-    def rejoined(self):
-        back, self._back = ({1}, True) if self.crashed and not getattr(self, "_back", False) else (set(), None)
-        return back
+    def crashes_on(self, env):
+        return env.kind == ROUND and env.round == 30
 
 
 def test_a_crashed_node_rejoins_from_its_checkpoint(config, tmp_path):
@@ -91,26 +80,14 @@ def test_a_node_that_lost_its_state_and_has_no_checkpoint_starts_over(config):
     assert net.reports[1]["round"] == 59
 
 
-class ServerCrash(Exception):
-    pass
-
-
 def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config, tmp_path):
     """The server dies in round 45 (checkpoint at 40, the nodes already at 49); a new server loads
     its checkpoint, the nodes go back to their state at 40: the result is the uninterrupted run's."""
     whole, whole_reports = loopback_run(config, record_sizes=False)
     link = link_for(config, store=tmp_path / "node")
-    first = NetworkVFL(config, link, stream=server_stream(config))
-
-    def crash(t, y, prediction):
-        if t == 45:
-            raise ServerCrash
-
-    with pytest.raises(ServerCrash):
-        first.run(on_round=crash, checkpoint=tmp_path / "server.npz")
-    second = NetworkVFL(config, link, stream=server_stream(config))
-    second.load(tmp_path / "server.npz")
-    assert second.t == 40 and second.run_token == first.run_token
+    second = crash_then_load(lambda: NetworkVFL(config, link, stream=server_stream(config)), at=45,
+                             checkpoint=tmp_path / "server.npz")
+    assert second.t == 40
     second.run(checkpoint=tmp_path / "server.npz")
     reports = second.finish(models=True)
     assert_same_models(party_models(second, reports), party_models(whole, whole_reports))
@@ -121,14 +98,6 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config
 
 # -- real processes ----------------------------------------------------------------------------
 needs_flower = pytest.mark.skipif(not flower_available(), reason="needs the Flower extra")
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.5)
 
 
 def _node_round(cache: Path, index: int) -> int:
@@ -147,28 +116,13 @@ REPLY_TIMEOUT = 30.0  # seconds; a busy 2-core machine takes up to ~20 s for a h
 
 
 def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
-    """A local deployment of 2 SuperNodes; ``fault(deployment)`` runs in a thread during the run."""
-    import threading
-
-    from fedstream.deploy.local import LocalDeployment, write_app
+    """A local deployment of 2 SuperNodes; ``fault(deployment, ended)`` runs in a thread during the run."""
+    from fedstream.deploy.local import write_app
 
     out = tmp_path / "out"
     app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out),
                                        "reply-timeout": REPLY_TIMEOUT})
-    errors = []
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:
-        def act():
-            try:
-                fault(deployment)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-
-        thread = threading.Thread(target=act, daemon=True)
-        thread.start()
-        result = deployment.run(app, timeout=900)
-        thread.join(timeout=60)
-    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
-    assert not errors, errors
+    result, log = run_with_fault(tmp_path / "deployment", app, fault)
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -181,8 +135,8 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     values = overrides(write_idx_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
     cache = tmp_path / "deployment" / "cache"
 
-    def crash(deployment):
-        _wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
+    def crash(deployment, ended):
+        wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
         deployment.kill_node(1)
         time.sleep(REPLY_TIMEOUT + 5)  # the server times it out and pads it meanwhile
         deployment.start_node(1)
@@ -206,8 +160,8 @@ def test_a_hung_supernode_is_timed_out_padded_and_taken_back(tmp_path):
     values = overrides(write_idx_mnist(tmp_path / "data"), 120) | {"network.batch": 5}
     cache = tmp_path / "deployment" / "cache"
 
-    def hang(deployment):
-        _wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
+    def hang(deployment, ended):
+        wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14")
         group = deployment.nodes[1].pid
         os.killpg(group, signal.SIGSTOP)  # the SuperNode, its SuperExec and ClientApp
         time.sleep(REPLY_TIMEOUT + 15)  # the request in flight to it times out for sure

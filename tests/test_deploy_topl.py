@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from crashing import crash_then_load
 from flower_runs import run_isolated
 from test_deploy_flower import (
     as_set,
@@ -246,9 +247,6 @@ def test_a_reply_that_disobeys_the_servers_activations_is_a_fault(root, small_ch
     assert s["missed_events"] == [0, 10, 0] and s["rounds"] == 60  # padded for that batch, then back
 
 
-class ServerCrash(Exception):
-    pass
-
 
 def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path):
     """The server dies in round 150 (checkpoint at 128, right after the policy's update at the end of
@@ -258,16 +256,8 @@ def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path
     whole, whole_reports = run_over(config)
     rows = [BlockRows(config, m) for m in range(3)]
     link = LoopbackLink(lambda cfg, m: rows[m], 3, store=tmp_path / "node")
-    first = NetworkVFL(config, link, stream=server_stream(config))
-
-    def crash(t, y, prediction):
-        if t == 150:
-            raise ServerCrash
-
-    with pytest.raises(ServerCrash):
-        first.run(on_round=crash, checkpoint=tmp_path / "server.npz")
-    second = NetworkVFL(config, link, stream=server_stream(config))
-    second.load(tmp_path / "server.npz")
+    second = crash_then_load(lambda: NetworkVFL(config, link, stream=server_stream(config)), at=150,
+                             checkpoint=tmp_path / "server.npz")
     assert second.t == 128 and second.activation.estimate.updates == 1
     second.run(checkpoint=tmp_path / "server.npz")
     reports = second.finish(models=True)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from crashing import CrashOnce, run_with_fault, wait_for
 from test_deploy_vfl_batch import (
     COMPRESSED,
     TIMING,
@@ -31,7 +32,7 @@ from test_deploy_vfl_batch import (
     tiny_config,
 )
 
-from fedstream.deploy.link import ROUND, Failure, LoopbackLink
+from fedstream.deploy.link import ROUND, LoopbackLink
 from fedstream.deploy.remote import unpack_state
 from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
 from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
@@ -44,25 +45,12 @@ def train_step(env) -> bool:
 
 
 # -- a client node crashes and comes back ---------------------------------------------------------
-class CrashingLink(LoopbackLink):
-    """Client 1's node crashes when the request of training step 2 arrives: it loses what it kept in
-    memory (Flower's context.state) and the request fails; a new node is there for the next request."""
+class CrashingLink(CrashOnce):
+    """Client 1's node crashes when the request of training step 2 arrives; a new node is there for
+    the next request."""
 
-    crashed = back = False
-
-    def exchange(self, requests):
-        env = requests.get(1)
-        if env is not None and train_step(env) and env.round == 2 and not self.crashed:
-            self.crashed = True
-            del self._memory[1]
-            return super().exchange({m: e for m, e in requests.items() if m != 1}) | {1: Failure("no reply within 5 s")}
-        return super().exchange(requests)
-
-    def rejoined(self):
-        if self.crashed and not self.back:
-            self.back = True
-            return {1}
-        return set()
+    def crashes_on(self, env):
+        return train_step(env) and env.round == 2
 
 
 def node_steps(store: Path, run: str) -> list[int]:
@@ -357,9 +345,7 @@ def _node_step(cache: Path, index: int) -> int:
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, sets the new node up from the old one's checkpoint; the run ends."""
-    import threading
-
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import write_app
 
     data = write_mnist(tmp_path / "data", n=200)  # one epoch of 10 steps
     values = {"data.root": str(data), "vfl.clients": 2, "data.train_rows": 200, "data.test_rows": 100,
@@ -368,29 +354,14 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
     app = write_app(tmp_path / "app", {"config": "vfl-mnist", "set": " ".join(f"{k}={v}" for k, v in values.items()),
                                        "out": str(out), "reply-timeout": REPLY_TIMEOUT})
-    errors, ended = [], threading.Event()
 
-    def crash(deployment):
-        try:
-            deadline = time.monotonic() + 600
-            while _node_step(cache, 1) < 2:
-                if ended.is_set() or time.monotonic() > deadline:
-                    raise TimeoutError("client 1 did not reach step 2 while the run lasted")
-                time.sleep(0.5)
-            deployment.kill_node(1)
-            time.sleep(5)
-            deployment.start_node(1)  # takes client 1's place once the server has timed the old node out
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
+    def crash(deployment, ended):
+        wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
+        deployment.kill_node(1)
+        time.sleep(5)
+        deployment.start_node(1)  # takes client 1's place once the server has timed the old node out
 
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:
-        thread = threading.Thread(target=crash, args=(deployment,), daemon=True)
-        thread.start()
-        result = deployment.run(app, timeout=1200)
-        ended.set()
-        thread.join(timeout=REPLY_TIMEOUT + 30)
-    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
-    assert not errors, errors
+    result, log = run_with_fault(tmp_path / "deployment", app, crash, timeout=1200)
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["epochs"] == 1 and len(s["per_epoch"]) == 1

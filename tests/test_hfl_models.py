@@ -4,9 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from fedstream.hfl.client import Client, View, ClientData, make_heads
+from fedstream.hfl.client import Client, ClientData, View, make_heads
 from fedstream.hfl.messages import ModelUpdate
-from fedstream.hfl.models import CHFLNet, Column, ConcatHead, LateralColumn, load_arrays, state_arrays
+from fedstream.hfl.models import (
+    CHFLNet,
+    Column,
+    ConcatHead,
+    LateralColumn,
+    load_arrays,
+    state_arrays,
+)
 
 H = (12, 8, 6)
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from hfl_synthetic import require, synthetic_table
 
 from fedstream.errors import ConfigError

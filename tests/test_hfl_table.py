@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from hfl_synthetic import require
 
 from fedstream.hfl.settings import CHFLSettings

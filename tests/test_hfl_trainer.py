@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from hfl_synthetic import require, synthetic_table, tiny_settings
 
 from fedstream.errors import ConfigError

@@ -7,7 +7,12 @@ import pytest
 
 from fedstream.errors import ProtocolError
 from fedstream.hfl.messages import ModelUpdate
-from fedstream.transport.tensors import HEADER, ModelTransport, decode_update, encode_update
+from fedstream.transport.tensors import (
+    HEADER,
+    ModelTransport,
+    decode_update,
+    encode_update,
+)
 
 
 def update(client=1, rnd=7):

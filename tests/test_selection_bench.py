@@ -4,7 +4,11 @@ import json
 
 import pytest
 
-from fedstream.bench.selection import bench_selection, format_selection_bench, mnist_blocks
+from fedstream.bench.selection import (
+    bench_selection,
+    format_selection_bench,
+    mnist_blocks,
+)
 
 
 def test_mnist_blocks_are_four_pixel_column_strips(data_root):

@@ -5,7 +5,12 @@ import pytest
 
 from fedstream.errors import ConfigError
 from fedstream.selection.digamma import psi
-from fedstream.selection.dynamic import DiscreteSchedule, PessimisticScores, RelaxedSchedule, term_bounds
+from fedstream.selection.dynamic import (
+    DiscreteSchedule,
+    PessimisticScores,
+    RelaxedSchedule,
+    term_bounds,
+)
 from fedstream.selection.knn_mi import knn_mi
 from fedstream.selection.synthetic import informative_clients
 

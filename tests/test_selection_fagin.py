@@ -5,7 +5,11 @@ import pytest
 
 from fedstream.errors import ConfigError, DataError
 from fedstream.selection.fagin import fagin_group_mi, fagin_knn, fagin_m, threshold_knn
-from fedstream.selection.reference import local_sq_distances, m_from_distances, reference_mi
+from fedstream.selection.reference import (
+    local_sq_distances,
+    m_from_distances,
+    reference_mi,
+)
 from fedstream.selection.synthetic import informative_clients
 
 

@@ -6,7 +6,11 @@ import pytest
 from fedstream.selection._engine import choose, sum_plan
 from fedstream.selection.digamma import psi
 from fedstream.selection.knn_mi import knn_counts, knn_mi, mi_from_counts
-from fedstream.selection.reference import reference_m_counts, reference_mi, reference_scores
+from fedstream.selection.reference import (
+    reference_m_counts,
+    reference_mi,
+    reference_scores,
+)
 from fedstream.selection.synthetic import informative_clients
 
 GROUPS = [(0,), (1,), (2,), (3,), (0, 1, 2, 3), (1, 3), (1, 3), (0, 2, 3)]

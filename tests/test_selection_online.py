@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from fedstream.errors import ConfigError, DataError
-from fedstream.selection.online import ExplorationBuffer, OnlineMIEstimate, TopLActivation
+from fedstream.selection.online import (
+    ExplorationBuffer,
+    OnlineMIEstimate,
+    TopLActivation,
+)
 from fedstream.selection.synthetic import informative_clients
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import small_config, synthetic_stream
+
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport.codec import HEADER
@@ -66,8 +66,7 @@ def test_topl_sends_only_for_activated_clients_and_bytes_drop(monkeypatch):
 
 @pytest.mark.parametrize("optimizer, padding", [("ogd", "mean"), ("slr", "latest"), ("dlr", "ema"), ("dlr", "zero")])
 def test_topl_engine_equals_plain_reference(monkeypatch, optimizer, padding):
-    from fedstream.vfl import engine
-    from fedstream.vfl import reference
+    from fedstream.vfl import engine, reference
 
     monkeypatch.setattr(engine, "CHUNK", 64)  # several chunks: the buffer is full at round 79, scored at 128 and 192
     monkeypatch.setattr(reference, "CHUNK", 64)
@@ -154,6 +153,7 @@ def test_topl_resumes_exactly_from_a_checkpoint_at_the_end_of_a_chunk(tmp_path):
     """A checkpoint written at a multiple of the 4096-round chunk must hold the policy's estimate
     after that chunk was shown to it (it used to be saved just before)."""
     from conftest import small_config, synthetic_stream
+
     from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL
 
     cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 50,

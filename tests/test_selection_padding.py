@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from fedstream.errors import ConfigError, DataError
-from fedstream.selection.padding import EMAPadding, LatestPadding, MeanPadding, ZeroPadding, make_padding
+from fedstream.selection.padding import (
+    EMAPadding,
+    LatestPadding,
+    MeanPadding,
+    ZeroPadding,
+    make_padding,
+)
 
 ROWS = np.random.default_rng(0).normal(size=(13, 3))
 

@@ -7,8 +7,8 @@ from fedstream.errors import ConfigError
 
 phe = pytest.importorskip("phe")
 
-from fedstream.selection.reference import reference_mi  # noqa: E402
-from fedstream.selection.secure import PaillierAggregator, secure_group_mi  # noqa: E402
+from fedstream.selection.reference import reference_mi
+from fedstream.selection.secure import PaillierAggregator, secure_group_mi
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,18 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from conftest import small_config
+
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.selection.padding import LatestPadding, ZeroPadding
 from fedstream.transport import InProcessTransport
-from fedstream.vfl.batch import BatchClient, BatchServer, BatchVFLSettings, run_batch_vfl
+from fedstream.vfl.batch import (
+    BatchClient,
+    BatchServer,
+    BatchVFLSettings,
+    run_batch_vfl,
+)
 from fedstream.vfl.batch.protocol import train_step
 from fedstream.vfl.batch.selection import Participation, SelectionSpec
 from fedstream.vfl.messages import Embedding

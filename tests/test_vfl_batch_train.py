@@ -9,7 +9,13 @@ import torch
 
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport import CompressionSpec
-from fedstream.vfl.batch import COLUMNS, BatchClient, BatchServer, BatchVFLSettings, run_batch_vfl
+from fedstream.vfl.batch import (
+    COLUMNS,
+    BatchClient,
+    BatchServer,
+    BatchVFLSettings,
+    run_batch_vfl,
+)
 from fedstream.vfl.batch.data import strips
 from fedstream.vfl.messages import Embedding, Gradient
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from conftest import small_config, synthetic_stream
+
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
 from fedstream.vfl.engine import OnlineVFL, feature_blocks
@@ -51,7 +51,7 @@ def test_deep_tabular_models_equal_reference():
     """HIGGS/SUSY architecture (multi-layer clients and server) with DLR, 2 clients."""
     cfg = small_config(**{"data.name": "higgs", "vfl.clients": 2, "optimizer.name": "dlr", "rounds": 150,
                           "activation.name": "random", "optimizer.lr": 0.01})
-    stream = lambda: synthetic_stream(classes=2, d=10)  # noqa: E731
+    stream = lambda: synthetic_stream(classes=2, d=10)
     engine, ref = OnlineVFL(cfg, stream=stream()), ReferenceOnlineVFL(OnlineVFL(cfg, stream=stream()))
     engine.run()
     ref.run(cfg["rounds"])
@@ -122,7 +122,7 @@ def test_fixed_activation_picks_exactly_k_each_round():
 
 
 def test_learns_the_synthetic_stream():
-    s = OnlineVFL(small_config(**{"rounds": 1500}), stream=synthetic_stream()).run()
+    s = OnlineVFL(small_config(rounds=1500), stream=synthetic_stream()).run()
     assert s["interval_errors"][-1] < 0.2 < s["interval_errors"][0] + 0.5
 
 
@@ -174,9 +174,9 @@ def test_server_rejects_embeddings_of_the_wrong_shape():
 def test_resume_refuses_a_checkpoint_beyond_rounds(tmp_path):
     from fedstream.errors import ConfigError
 
-    cfg = small_config(**{"rounds": 200})
+    cfg = small_config(rounds=200)
     OnlineVFL(cfg, stream=synthetic_stream()).run(checkpoint_path=tmp_path / "ck.npz")
-    shorter = OnlineVFL(small_config(**{"rounds": 100}), stream=synthetic_stream())
+    shorter = OnlineVFL(small_config(rounds=100), stream=synthetic_stream())
     with pytest.raises(ConfigError, match="at round 200, beyond rounds = 100"):
         shorter.load(tmp_path / "ck.npz")
 

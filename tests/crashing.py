@@ -1,0 +1,102 @@
+"""Links and drivers that crash on purpose, shared by the deployment fault tests.
+
+:class:`CrashOnce` is a :class:`~fedstream.deploy.link.LoopbackLink` on which one client's node
+crashes once; :func:`crash_then_load` kills an online VFL server mid-run and loads a new one from
+its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fedstream.deploy import NetworkVFL
+from fedstream.deploy.link import Envelope, Failure, LoopbackLink
+
+
+class ServerCrash(Exception):
+    """Raised inside a server's loop to stand for the server's process dying there."""
+
+
+class CrashOnce(LoopbackLink):
+    """Client ``client``'s node crashes when the first request :meth:`crashes_on` accepts arrives:
+    it loses what it kept in memory (Flower's context.state) and the request fails; the next time
+    the server asks (``rejoined``) it is back, once, on a new node."""
+
+    client = 1
+    crashed = returned = False
+
+    def crashes_on(self, env: Envelope) -> bool:
+        raise NotImplementedError("a CrashOnce link says which request its node crashes on")
+
+    def exchange(self, requests):
+        env = requests.get(self.client)
+        if env is not None and not self.crashed and self.crashes_on(env):
+            self.crashed = True
+            del self._memory[self.client]
+            others = {m: e for m, e in requests.items() if m != self.client}
+            return super().exchange(others) | {self.client: Failure("no reply within 5 s")}
+        return super().exchange(requests)
+
+    def rejoined(self):
+        if self.crashed and not self.returned:
+            self.returned = True
+            return {self.client}
+        return set()
+
+
+def crash_then_load(make: Callable[[], NetworkVFL], *, at: int, checkpoint: Path) -> NetworkVFL:
+    """Run ``make()`` (an online VFL server) with checkpoints until round ``at``, where it dies; a
+    second ``make()`` loads its checkpoint (the same run token) and is returned, not yet run."""
+    first = make()
+
+    def crash(t, y, prediction):
+        if t == at:
+            raise ServerCrash
+
+    with pytest.raises(ServerCrash):
+        first.run(on_round=crash, checkpoint=checkpoint)
+    second = make()
+    second.load(checkpoint)
+    assert second.run_token == first.run_token
+    return second
+
+
+def run_with_fault(workdir: Path, app: Path, fault: Callable, *, nodes: int = 2, timeout: float = 900,
+                   run_config: dict | None = None) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``app`` on a local Flower deployment of ``nodes`` SuperNodes in ``workdir`` while
+    ``fault(deployment, ended)`` acts on it from a thread (``ended`` is set when the run is over);
+    return the run's result and the ``flwr run`` log. An exception in ``fault`` fails the test."""
+    from fedstream.deploy.local import LocalDeployment
+
+    errors: list[BaseException] = []
+    ended = threading.Event()
+    with LocalDeployment(nodes, workdir) as deployment:
+        def act() -> None:
+            try:
+                fault(deployment, ended)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=act, daemon=True)
+        thread.start()
+        result = deployment.run(app, run_config=run_config, timeout=timeout)
+        ended.set()
+        thread.join(timeout=120)
+    assert not errors, errors
+    return result, (Path(workdir) / "flwr-run.log").read_text(errors="replace")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, *, ended: threading.Event | None = None) -> None:
+    """Poll ``predicate`` every half second; fail after ``timeout`` seconds or once ``ended`` is set
+    (the run is over and it never came true)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline or (ended is not None and ended.is_set()):
+            pytest.fail(f"{what}: not seen within {timeout} s, or before the run ended")
+        time.sleep(0.5)
