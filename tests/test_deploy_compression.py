@@ -47,7 +47,7 @@ from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
 from fedstream.deploy.host import model_digest
-from fedstream.deploy.link import ROUND, Envelope
+from fedstream.deploy.link import ROUND, SETUP, Envelope
 from fedstream.deploy.parties import server_stream
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
@@ -270,8 +270,22 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
     """Client 1's node crashes at the request for round 30 and comes back at 40 from its checkpoint
     (after the batch 20..29, its topk-grad ranking included); the gradients of 20..29 were lost
     with the request: its ranking stays the one it had, the server's cache has nothing of 30..39."""
+    class Watched(CrashingLink):
+        """Also keeps client 1's state just before the crash and just after its rejoin's setup."""
+
+        before = after = None
+
+        def exchange(self, requests):
+            env = requests.get(1)
+            if env is not None and env.kind == ROUND and env.round == 30 and self.before is None:
+                self.before = dict(self._memory[1].state)  # after its reply for 20..29: its latest checkpoint
+            replies = super().exchange(requests)
+            if env is not None and env.kind == SETUP and self.crashed:
+                self.after = dict(self._memory[1].state)
+            return replies
+
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
-    link = link_for(config, CrashingLink, store=tmp_path / "node")
+    link = link_for(config, Watched, store=tmp_path / "node")
     net = NetworkVFL(config, link, stream=server_stream(config))
     net.run()
     reports = net.finish(models=True)
@@ -279,7 +293,10 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
     assert [(f["round"], f["client"]) for f in s["faults"]] == [(30, 1)] and s["missed_events"] == [0, 10]
     assert s["rejoins"] == [{"round": 40, "client": 1, "node_round": 29, "dropped_gradients": 0}]
     assert [r["round"] for r in reports] == [59, 59]
-    assert "link.sender.last_gradient" in link._memory[1].state  # its end of the link came back with it
+    ends = sorted(k for k in link.before if k.startswith("link."))  # its end of the link came back with it
+    assert "link.sender.last_gradient" in ends and sorted(k for k in link.after if k.startswith("link.")) == ends
+    for k in ends:
+        np.testing.assert_array_equal(link.after[k], link.before[k], err_msg=k)
     assert all(np.isfinite(p).all() for p in party_models(net, reports)["client1"])
     assert not net.transport.ends[1].receiver.table.lookup(np.arange(30, 37)).any()  # down: nothing accepted
 

@@ -72,6 +72,34 @@ def test_a_crashed_node_rejoins_from_its_checkpoint(config, tmp_path):
     assert net.reports[1]["round"] == 59
 
 
+class ReplacedBetweenBatches(LoopbackLink):
+    """Client 1's SuperNode is replaced between the batches at rounds 10 and 20, no request lost: the
+    new node has the old one's latest checkpoint (its state after its reply for rounds 10..19)."""
+
+    asked = 0
+
+    def rejoined(self):
+        self.asked += 1
+        if self.asked == 3:  # before the batch at round 20
+            del self._memory[1]
+            return {1}
+        return set()
+
+
+def test_a_node_replaced_between_batches_gets_its_held_gradients_and_nothing_changes(config, tmp_path):
+    """It comes back at round 19, where the server expects it: the gradients of 10..19 held for it
+    are delivered, not dropped, so the run is the uninterrupted one (models and bytes) and finishes."""
+    whole, whole_reports = loopback_run(config, record_sizes=False)
+    net = NetworkVFL(config, link_for(config, ReplacedBetweenBatches, store=tmp_path / "node"),
+                     stream=server_stream(config))
+    net.run()
+    reports = net.finish(models=True)
+    s = net.summary()
+    assert s["faults"] == [] and s["rejoins"] == [{"round": 20, "client": 1, "node_round": 19, "dropped_gradients": 0}]
+    assert_same_models(party_models(net, reports), party_models(whole, whole_reports))
+    assert s["bytes"] == whole.summary()["bytes"]
+
+
 def test_a_node_that_lost_its_state_and_has_no_checkpoint_starts_over(config):
     net = NetworkVFL(config, link_for(config, CrashingLink), stream=server_stream(config))  # no store
     net.run()
@@ -94,6 +122,22 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config
     got, want = second.summary(), whole.summary()
     assert got["accumulated_error"] == want["accumulated_error"] and got["bytes"] == want["bytes"]
     assert got["rejoins"] == [] and got["faults"] == []
+
+
+def test_a_node_keeps_its_last_boundaries_and_forgets_an_abandoned_sessions(tmp_path):
+    """NodeStore: the latest state, the last KEEP_BOUNDARIES boundaries; a resume at t loads the
+    latest boundary <= t and deletes those after t (written by the session the server abandoned)."""
+    from fedstream.deploy.node import KEEP_BOUNDARIES, NodeStore
+
+    store = NodeStore(tmp_path, "abc123", 1)
+    for t in (10, 20, 30, 40):
+        store.save({"t": np.array([t])}, boundary=t)
+    assert store.boundaries() == [10, 20, 30, 40][-KEEP_BOUNDARIES:]
+    assert int(store.load(resume=None)["t"][0]) == 40
+    assert int(store.load(resume=35)["t"][0]) == 30
+    assert store.load(resume=5) is None
+    store.forget_after(30)
+    assert store.boundaries() == [20, 30] and int(store.load(resume=99)["t"][0]) == 30
 
 
 # -- real processes ----------------------------------------------------------------------------

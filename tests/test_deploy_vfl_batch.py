@@ -319,7 +319,9 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
         load_block(config, 3)
 
 
-def test_what_is_not_deployable_is_refused_clearly(root):
+def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(root):
+    """No batch VFL setting is refused for the network (dynamic VF-PS and compression included); a
+    misspelt one is refused before anything is deployed."""
     from fedstream.deploy.parties import check_deployable
 
     with pytest.raises(ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"):

@@ -155,14 +155,6 @@ def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
     assert link.requests == M * (1 + 2 + 1) + 2 * (2 * 4 + 2)
 
 
-def test_vfps_with_a_dynamic_setting_is_deployable(tiny):
-    """Dynamic VF-PS runs too: equal to the simulator in test_deploy_vfl_batch_faults.py."""
-    from fedstream.deploy.parties import check_deployable
-
-    for dynamic in ("none", "discrete", "relaxed"):
-        check_deployable(dict(tiny, **{"selection.dynamic": dynamic}))
-
-
 def _respoil(reply: Envelope, change) -> Envelope:
     values = decode(reply.parts[0], kind=DISTANCES, round=reply.round, client=1, shape=(Q, N))
     kind, rnd, client, values = change(reply.round, np.array(values))

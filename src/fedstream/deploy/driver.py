@@ -156,7 +156,9 @@ class NetworkVFL:
             else:
                 self.transport.ready.add(m)
                 if rejoin or (resume and node_round != self.t - 1):
-                    dropped = self.transport.forget(m)
+                    # a node back at round t - 1 (its checkpoint is its state after its last reply) still
+                    # waits for the gradients held for it; one further back never asked for them
+                    dropped = self.transport.forget(m) if node_round != self.t - 1 else 0
                     self.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
                                          "dropped_gradients": dropped})
         return set(replies) & self.transport.ready
@@ -298,12 +300,12 @@ class NetworkVFL:
         """
         replies = self.transport.flush(FINISH, self.t - 1, {"models": models}, self.transport.ready)
         self.reports = []
-        faulty = {f["client"] for f in self.transport.faults}
+        faulty = {f["client"] for f in self.transport.faults} | {r["client"] for r in self.rejoins}
         for m, reply in sorted(replies.items()):
             info, ledger = reply.info, self.transport.ledger
             mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
             theirs = (info.get("up"), info.get("down"), info.get("messages"))
-            if mine != theirs and m not in faulty:  # after a fault the two ends differ by the lost messages
+            if mine != theirs and m not in faulty:  # after a fault or a rejoin the ends differ by the lost messages
                 raise ProtocolError(f"client {m} counted (up, down, messages) = {theirs}, the server {mine}")
             report = dict(info, server_counted=list(mine))
             if models:

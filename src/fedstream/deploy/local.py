@@ -13,6 +13,7 @@ dependencies is switched off (``--disable-runtime-dependency-installation`` on t
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ serverapp = make_server_app()
 clientapp = make_client_app()
 '''
 
+MARKER = "FEDSTREAM_DEPLOYMENT"  # environment variable naming the processes of one LocalDeployment
 QUIET_FLOWER = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 # How often a SuperNode's SuperExec asks for a ClientApp task to launch: Flower's default is 1 s,
 # which adds about half a second to every message; 0.05 s costs a few idle HTTP calls per second.
@@ -115,8 +117,9 @@ class LocalDeployment:
         self.node_superlink = f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
         self.nodes: dict[int, subprocess.Popen] = {}
         self.home = self.workdir / "flwr-home"
+        self.marker = f"{MARKER}={secrets.token_hex(8)}"  # in the environment of every process it starts
         self.env = SUPEREXEC_POLL | os.environ | QUIET_FLOWER | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1",
-                                                "OMP_NUM_THREADS": "1"} | (env or {})
+                                                "OMP_NUM_THREADS": "1"} | (env or {}) | dict([self.marker.split("=")])
         self.procs: list[subprocess.Popen] = []
 
     def _start(self, args: list[str], log: str) -> subprocess.Popen:
@@ -229,9 +232,10 @@ class LocalDeployment:
 
     def _kill_strays(self) -> None:
         """SIGKILL what outlived its process group: processes whose environment has this deployment's
-        FLWR_HOME (a ServerApp whose SuperLink was killed mid-run has been seen to survive the group's
-        SIGKILL). Linux /proc only; elsewhere nothing to do."""
-        want = f"FLWR_HOME={self.home}".encode()
+        marker, which only the processes it started (and theirs) inherit (a ServerApp whose SuperLink
+        was killed mid-run has been seen to survive the group's SIGKILL). Linux /proc only; elsewhere
+        nothing to do."""
+        want = self.marker.encode()
         for proc in Path("/proc").glob("[0-9]*"):
             try:
                 if int(proc.name) != os.getpid() and want in (proc / "environ").read_bytes().split(b"\0"):

@@ -84,6 +84,13 @@ class NodeStore:
             for old in self.boundaries()[:-KEEP_BOUNDARIES]:
                 self.at(old).unlink(missing_ok=True)
 
+    def forget_after(self, t: int) -> None:
+        """Delete the kept boundaries after ``t``: a server resuming at ``t`` abandoned the session
+        that wrote them, and a later resume must not pick one up."""
+        for old in self.boundaries():
+            if old > t:
+                self.at(old).unlink(missing_ok=True)
+
     def load(self, *, resume: int | None) -> dict[str, np.ndarray] | None:
         """The latest state, or with ``resume`` the state at the latest boundary <= resume (None: none)."""
         if resume is None:
@@ -155,7 +162,10 @@ def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
         check_deployable(config)
         state = None
         if env.info.get("rejoin") is True and store is not None:
-            state = NodeStore(store, run, index).load(resume=resume)
+            kept = NodeStore(store, run, index)
+            state = kept.load(resume=resume)
+            if resume is not None:
+                kept.forget_after(resume)
         memory = NodeMemory(text, run, {})
     else:
         if memory is None:
