@@ -22,10 +22,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_with_fault, wait_for
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
-from fedstream.deploy.chfl_data import load_part
+from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
-from fedstream.hfl.checkpoint import CheckpointError
+from fedstream.errors import ConfigError
+from fedstream.hfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
+from fedstream.hfl.trainer import boundary
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
 FAULTS = {"hfl.rounds": 3, "hfl.lrs": "0.01,0.003"}
@@ -221,6 +223,77 @@ def test_resuming_from_a_file_that_is_not_a_deployed_checkpoint_is_refused(confi
         NetworkCHFL(config, link).load(bad)
 
 
+def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint, tmp_path):
+    """Same file name, format and identity, another state: ``run_on_table(run_dir=...)`` on a deployed
+    server's --out folder says whose checkpoint it is and how to resume it (it used to die with a
+    KeyError), and changes nothing there."""
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+    from fedstream.hfl.trainer import run_on_table
+
+    path, _ = checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(path.read_bytes())
+    s = chfl_config_settings(config)
+    table = load_chfl_dataset(s.dataset, config["data.root"]).table
+    with pytest.raises(ConfigError, match=r"checkpoint.pt: a CHFL checkpoint written by a deployed server: "
+                                          r"resume it with `fedstream deploy .*--resume`") as exc:
+        run_on_table(table.X, table.y, s, method=config["hfl.method"], seed=config["seed"],
+                     n_classes=SPECS[s.dataset].n_classes, run_dir=out)
+    assert isinstance(exc.value, CheckpointError) and "the simulator cannot resume it" in str(exc.value)
+    assert (out / "checkpoint.pt").read_bytes() == path.read_bytes() and not (out / "metrics.csv").exists()
+    assert read_checkpoint(path, kind=DEPLOYED)["kind"] == DEPLOYED
+
+
+def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_path):  # noqa: F811
+    """The reverse: the simulator's checkpoint (of the very same run) in the server's --out is
+    refused by ``load`` with a ConfigError that says it is the simulator's and how to resume it."""
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+    from fedstream.hfl.trainer import run_on_table
+
+    s = chfl_config_settings(config)
+    table = load_chfl_dataset(s.dataset, config["data.root"]).table
+    one = {"hfl.rounds": 1, "hfl.lrs": "0.01"}  # the smallest run that checkpoints
+    s1 = chfl_config_settings(dict(config, **one))
+    run_on_table(table.X, table.y, s1, method=config["hfl.method"], seed=config["seed"],
+                 n_classes=SPECS[s.dataset].n_classes, run_dir=tmp_path / "out")
+    path = tmp_path / "out" / "checkpoint.pt"
+    before = path.read_bytes()
+    net = NetworkCHFL(server_config(dict(config, **one), tmp_path), link_for(config, root, tmp_path))
+    with pytest.raises(ConfigError, match=r"checkpoint.pt: a CHFL checkpoint written by the simulator: resume it "
+                                          r"with `fedstream run`.*a deployed server cannot resume it"):
+        net.load(path)
+    assert net.loaded is None and path.read_bytes() == before
+
+
+def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(root, config, tmp_path):  # noqa: F811
+    """The server resumes at federation 1, round 1; client 1's node lost its state of that boundary
+    and goes back to an older one (the first federation's end): a rejoin, and its own byte counts
+    differ from the server's by the round it missed. That is what a rejoin means, not a fault: the
+    run finishes with every client and no FINISH fault."""
+    link = link_for(config, root, tmp_path, ServerCrashingLink)
+    path = tmp_path / "out" / "checkpoint.pt"
+    first = NetworkCHFL(server_config(config, tmp_path), link)
+    with pytest.raises(ServerCrash):
+        first.run(checkpoint=path)
+    rounds = config["hfl.rounds"]
+    lost = tmp_path / "nodes" / f"ckpt-{first.cohort.run_token}-1-at{boundary(1, 1, rounds)}.npz"
+    assert lost.exists() and (lost.parent / lost.name.replace(f"at{boundary(1, 1, rounds)}",
+                                                              f"at{boundary(1, 0, rounds)}")).exists()
+    lost.unlink()
+    second = NetworkCHFL(server_config(config, tmp_path), link)
+    second.load(path)
+    got = second.run(checkpoint=path)
+    assert got["rejoins"] == [{"lr_index": 1, "round": 1, "client": 1, "node_lr_index": 0, "node_round": rounds}]
+    assert got["faults"] == []  # no "the node counted ..., the server ..." at the finish
+    assert [c["client"] for c in got["clients"]] == [0, 1, 2] and len(got["test_acc_per_client"]) == 3
+    reports = {c["client"]: c for c in got["clients"]}
+    assert [reports[1][k] for k in ("up", "down", "messages")] != reports[1]["server_counted"]  # excused, not equal
+    for m in (0, 2):
+        assert [reports[m][k] for k in ("up", "down", "messages")] == reports[m]["server_counted"]
+    assert second.cohort.troubled(1) and not second.cohort.troubled(0)
+
+
 def test_a_node_ahead_of_a_resumed_server_is_a_fault(root, config, checkpoint, tmp_path):  # noqa: F811
     """A node that kept no state of the boundary but reports a later position cannot take part: the
     resuming setup records why and the run stops (a CHFL run needs every client at setup)."""
@@ -307,7 +380,6 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
     again with ``resume=true``: the result is the simulator's, with no fault and no rejoin."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.deploy.local import LocalDeployment, write_app
-    from fedstream.hfl.checkpoint import read_checkpoint
 
     values = TINY | {"data.root": str(root), "hfl.clients": 2, "hfl.rounds": 2, "hfl.lrs": "0.01,0.003"}
     want, _ = simulate(tiny_config(root, **{k: v for k, v in values.items() if k != "data.root"}))
@@ -317,7 +389,7 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
 
     def position() -> tuple[int, int]:
         try:
-            state = read_checkpoint(out / "checkpoint.pt")["state"]
+            state = read_checkpoint(out / "checkpoint.pt", kind=DEPLOYED)["state"]
             return int(state["lr_index"]), int(state["round"])
         except (CheckpointError, OSError):
             return -1, -1

@@ -12,7 +12,9 @@ Faults: a node that fails a round is left out of it (:mod:`fedstream.deploy.chfl
 comes back on a new SuperNode is set up again from its own checkpoint (``rejoins``). With
 ``run(checkpoint=PATH)`` the server checkpoints as the simulator does, after every FedAvg round
 and at every federation's end (:class:`~fedstream.hfl.trainer.BatchRun` with a
-:class:`~fedstream.hfl.checkpoint.RunFolder`: ``PATH`` and ``metrics.csv`` beside it): its
+:class:`~fedstream.hfl.checkpoint.RunFolder`: ``PATH`` and ``metrics.csv`` beside it; the archive
+says ``kind = "deployed-server"``, so that neither this server nor the simulator resumes the
+other's checkpoint): its
 position, the global column, the validation rows, the byte ledger, and from the cohort the run's
 token, faults, rejoins and requests sent. The round requests at those points tell each node to
 keep its state there (``keep``, ``boundary``). :meth:`NetworkCHFL.load` resumes: the nodes are set
@@ -35,6 +37,7 @@ from fedstream.deploy.link import Link
 from fedstream.deploy.parties import check_deployable
 from fedstream.errors import ConfigError
 from fedstream.hfl.checkpoint import (
+    DEPLOYED,
     CheckpointError,
     RunFolder,
     check_identity,
@@ -66,20 +69,16 @@ class NetworkCHFL:
 
     def load(self, path: Path) -> None:
         """Resume from the checkpoint ``run(checkpoint=path)`` wrote: refuse another run's (naming the
-        config keys that differ), take its run token and position; :meth:`run` then sets the nodes up
-        with ``resume`` and restores the rest."""
+        config keys that differ) and the simulator's (its ``kind``), take its run token and position;
+        :meth:`run` then sets the nodes up with ``resume`` and restores the rest."""
         path = Path(path)
-        saved = read_checkpoint(path)
+        saved = read_checkpoint(path, kind=DEPLOYED)
         ident = saved["identity"]
         # the data's sizes come from the nodes' setup: compared when the run restores (BatchRun)
         check_identity(path, ident, identity(self.settings, self.method, self.seed, ident.get("n_rows"),
                                              ident.get("n_classes")))
         state = saved["state"]
-        net = state.get("network")
-        if not isinstance(net, dict) or not isinstance(net.get("run"), str):
-            raise CheckpointError(f"{path}: not a deployed CHFL server's checkpoint (a simulator's run folder?); "
-                                  "choose another --out, or delete it to start again")
-        self.cohort.run_token = net["run"]
+        self.cohort.run_token = state["network"]["run"]
         self.position = (int(state["lr_index"]), int(state["round"]))
         self.loaded = path
 
@@ -97,7 +96,7 @@ class NetworkCHFL:
         plan = Plan(self.settings, self.method, self.seed, shape["n_common"], shape["n_classes"])
         folder = None if path is None else RunFolder(
             path.parent, identity(self.settings, self.method, self.seed, shape["n_rows"], shape["n_classes"]),
-            METRIC_COLUMNS, resume=self.loaded is not None, name=path.name)
+            METRIC_COLUMNS, resume=self.loaded is not None, name=path.name, kind=DEPLOYED)
         self.cohort.keep = folder is not None
         self.batch = BatchRun(plan, self.cohort, folder, progress=self.progress)
         if (self.batch.lr_index, self.batch.round) != self.position:

@@ -17,7 +17,10 @@ finish     nothing                                           per variant: lr, ca
 
 The ledger counts the encoded ModelUpdates exactly as the simulator's
 :class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
-accepted), so a run without faults has the simulator's byte counts per client and direction.
+accepted), so a run without faults has the simulator's byte counts per client and direction. At
+the finish each node's own counts must equal the server's; a difference is a fault, except for a
+client that had a fault or a rejoin (:meth:`~fedstream.deploy.remote.RemoteNodes.troubled`: a
+message lost on the way, or a node gone back to an older state, counts on one end only).
 
 Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
 in [0, 1]), the sample count (the one the node reported at setup), and the model: decoded (header,
@@ -52,7 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.chfl_data import chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, Link
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link
 from fedstream.deploy.remote import RemoteNodes
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.hfl.messages import ModelUpdate
@@ -80,17 +83,9 @@ class RemoteCohort(RemoteNodes):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        self.rejoins: list[dict] = []  # {"lr_index", "round", "client", "node_lr_index", "node_round"}
+        # rejoins (RemoteNodes): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node set up again
         self.lr_index = -1
         self.keep = False  # the server checkpoints: the nodes keep their state at the same points
-
-    def _reply(self, m: int, reply: Envelope | Failure, kind: str, t: int) -> Envelope:
-        if isinstance(reply, Failure):
-            raise ProtocolError(reply.reason)
-        if reply.kind != kind or reply.round != t:
-            raise ProtocolError(f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply for "
-                                f"round {reply.round}")
-        return reply
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
@@ -110,7 +105,7 @@ class RemoteCohort(RemoteNodes):
         replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())})
         for m, reply in replies.items():
             try:
-                got = self._check_setup(m, self._reply(m, reply, SETUP, t))
+                got = self._check_setup(m, self._reply(reply, SETUP, t))
                 if resume is not None:
                     self._check_position(got, resume, expected=self._before(resume))
             except FedstreamError as exc:
@@ -163,7 +158,7 @@ class RemoteCohort(RemoteNodes):
         for m, reply in replies.items():
             self.ready.discard(m)
             try:
-                got = self._check_setup(m, self._reply(m, reply, SETUP, t))
+                got = self._check_setup(m, self._reply(reply, SETUP, t))
                 diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
                         if got[k] != self.nodes[m][k]}
                 if diff:
@@ -239,7 +234,7 @@ class RemoteCohort(RemoteNodes):
         ups: dict[int, ModelUpdate] = {}
         for m, reply in self._exchange(requests).items():
             try:
-                val, update, size = self._check_round(m, self._reply(m, reply, ROUND, t), t, validate, epochs,
+                val, update, size = self._check_round(m, self._reply(reply, ROUND, t), t, validate, epochs,
                                                       sent.get(m))
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t, ROUND, str(exc))
@@ -294,14 +289,14 @@ class RemoteCohort(RemoteNodes):
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                reply = self._reply(m, reply, FINISH, t)
+                reply = self._reply(reply, FINISH, t)
                 picks[m] = self._check_choices(reply, variants)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
             counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
             theirs = [reply.info.get(k) for k in ("up", "down", "messages")]
-            if theirs != counted and not any(f["client"] == m for f in self.faults):
+            if theirs != counted and not self.troubled(m):  # a fault or rejoin: the two ends differ by what was lost
                 self.fault(m, t, FINISH, f"the node counted (up, down, messages) = {theirs}, the server {counted}")
             self.reports.append({"client": m, "up": theirs[0], "down": theirs[1], "messages": theirs[2],
                                  "server_counted": counted})

@@ -18,6 +18,12 @@ paper's network is tens of MB, too many to keep for every run of a table.
 
 The file is a ``torch.save`` archive of tensors, numbers, strings, lists and dicts only, read back
 with ``torch.load(weights_only=True)``: loading a checkpoint cannot run code.
+
+The simulator and a deployed CHFL server (:mod:`fedstream.deploy.chfl_driver`) write the same format
+under the same file name and identity, but their states differ (the simulator's holds every
+client; the server's only what it knows of its nodes). The archive says who wrote it (``kind``:
+None for the simulator, ``"deployed-server"`` for a deployed server, as batch VFL's checkpoints
+do) and each refuses the other's with a :class:`CheckpointError` that says how to resume it.
 """
 
 from __future__ import annotations
@@ -31,16 +37,24 @@ from typing import Any
 
 import torch
 
-from fedstream.errors import FedstreamError
+from fedstream.errors import ConfigError
 from fedstream.hfl.settings import CONFIG_KEYS
 
 FORMAT = 1
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
+SIMULATOR: str | None = None  # the kind of the simulator's checkpoints (older ones hold no "kind" at all)
+DEPLOYED = "deployed-server"  # the kind of a deployed CHFL server's checkpoints
+WRITERS = {  # kind -> who wrote such a checkpoint and how to resume it
+    SIMULATOR: "written by the simulator: resume it with `fedstream run` (same config and --out)",
+    DEPLOYED: "written by a deployed server: resume it with `fedstream deploy local|app ... --resume` "
+              "(same config and --out)",
+}
 
 
-class CheckpointError(FedstreamError):
-    """A checkpoint that cannot be read, or that belongs to another run."""
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be read, that belongs to another run, or that another kind of
+    party wrote (the simulator's in a deployed server's folder, or the reverse)."""
 
 
 class RunFolder:
@@ -50,12 +64,15 @@ class RunFolder:
     under another identity is refused by :meth:`resume`. ``columns`` are the metrics.csv columns.
     ``resume=False``: start afresh, ignoring (and later overwriting) any checkpoint there.
     ``name``: the checkpoint's file name (a deployed server's ``--out`` folder holds other files).
+    ``kind``: who writes the checkpoint (:data:`SIMULATOR` or :data:`DEPLOYED`); one of the other
+    kind is refused by :meth:`resume`.
     """
 
     def __init__(self, folder: str | os.PathLike[str], identity: Mapping[str, Any], columns: Sequence[str],
-                 *, resume: bool = True, name: str = CHECKPOINT):
+                 *, resume: bool = True, name: str = CHECKPOINT, kind: str | None = SIMULATOR):
         self.folder = Path(folder)
         self.name = name
+        self.kind = kind
         self.identity = dict(identity)
         self.columns = list(columns)
         self.allow_resume = resume
@@ -74,12 +91,13 @@ class RunFolder:
         """The saved state if a checkpoint exists (its rows become metrics.csv again), else None.
 
         Rows appended after the checkpoint was written are dropped: the resumed run writes them
-        again. Raises CheckpointError for an unreadable file or another run's checkpoint.
+        again. Raises CheckpointError for an unreadable file, another run's checkpoint or one of
+        another kind (nothing is changed then: metrics.csv is rewritten only after the checks).
         """
         if not self.allow_resume or not self.checkpoint.exists():
             self._write_rows([])
             return None
-        saved = read_checkpoint(self.checkpoint)
+        saved = read_checkpoint(self.checkpoint, kind=self.kind)
         check_identity(self.checkpoint, saved["identity"], self.identity)
         self.rows = [dict(r) for r in saved.get("rows", [])]
         self._write_rows(self.rows)
@@ -95,7 +113,8 @@ class RunFolder:
     def save(self, state: Mapping[str, Any]) -> None:
         """Write ``state`` (with the identity and the rows so far) atomically to checkpoint.pt."""
         tmp = self.checkpoint.with_name(self.name + ".tmp")
-        torch.save({"format": FORMAT, "identity": self.identity, "rows": self.rows, "state": dict(state)}, tmp)
+        torch.save({"format": FORMAT, "kind": self.kind, "identity": self.identity, "rows": self.rows,
+                    "state": dict(state)}, tmp)
         os.replace(tmp, self.checkpoint)
 
     def discard(self) -> None:
@@ -111,10 +130,12 @@ class RunFolder:
         os.replace(tmp, self.metrics)
 
 
-def read_checkpoint(path: str | os.PathLike[str]) -> dict:
-    """The archive :meth:`RunFolder.save` wrote at ``path``: ``{"format", "identity", "rows", "state"}``.
+def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATOR) -> dict:
+    """The archive :meth:`RunFolder.save` wrote at ``path``: ``{"format", "kind", "identity", "rows", "state"}``.
 
-    Raises CheckpointError for a file that cannot be read or is not a CHFL checkpoint.
+    Raises CheckpointError for a file that cannot be read, is not a CHFL checkpoint, or was written
+    by another kind of party than ``kind`` (:data:`SIMULATOR`, :data:`DEPLOYED`): the message says
+    which and how to resume it.
     """
     path = Path(path)
     try:
@@ -126,6 +147,12 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict:
         raise CheckpointError(f"{path}: not a CHFL checkpoint of format {FORMAT}; delete it "
                               "to start the run again")
     saved.setdefault("identity", {})
+    found = saved.setdefault("kind", SIMULATOR)  # a checkpoint of before kinds: the simulator's
+    if found != kind:
+        writer = WRITERS.get(found, f"of kind {found!r}, written by neither the simulator nor a deployed server")
+        reader = "a deployed server" if kind == DEPLOYED else "the simulator"
+        raise CheckpointError(f"{path}: a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
+                              "--out, or delete it to start again")
     return saved
 
 
