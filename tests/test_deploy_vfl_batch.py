@@ -11,7 +11,8 @@ Checked against the in-process simulator on MNIST (tiny settings):
   up and quantised Huffman-coded gradients down;
 * the same ServerApp/ClientApp on Flower's simulation runtime;
 * malformed replies (shape, NaN, step, sender) are rejected and recorded, never used; malformed
-  requests are refused by the node, which then changes nothing;
+  requests are refused by the node, which then changes nothing; a tiny forged frame claiming a
+  huge shape is refused by either side before anything is allocated;
 * a node holds only its own strip, the server only the labels.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,8 @@ import pytest
 import torch
 from flower_runs import simulated_summary
 
+from fedstream.compression.quantize import _QHEAD
+from fedstream.compression.varint import encode_varint, read_varint
 from fedstream.config import load_config
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
 from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
@@ -34,7 +38,9 @@ from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
 from fedstream.deploy.vfl_batch_host import BatchVFLHost
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport import make_transport
-from fedstream.transport.codec import decode, encode
+from fedstream.transport.codec import HEADER, decode, encode
+from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
+from fedstream.transport.wire import COMPRESSED_KINDS
 from fedstream.vfl.batch.data import load_vertical
 from fedstream.vfl.batch.protocol import LocalCohort
 from fedstream.vfl.batch.selection import Participation
@@ -295,6 +301,93 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
     assert host.handle(Envelope(FINISH, 2, [grad(step=1)], {})).info["down"] == 2 * len(grad())
     with pytest.raises(ProtocolError, match="no embedding of this node is waiting"):
         host.handle(Envelope(FINISH, 2, [grad(step=1)], {}))
+
+
+HUGE = (65535, 65535)  # 16 GiB of float32: what a forged header may claim
+
+
+def forged(kind: type, codec: int, step: int, client: int) -> bytes:
+    """A 14-byte compressed frame of ``kind`` whose header claims a HUGE array and whose payload is 2 bytes."""
+    data = HEADER.pack(COMPRESSED_KINDS[kind], step, client, *HUGE) + bytes([codec]) + b"\0\0"
+    assert len(data) == 14
+    return data
+
+
+def peak_bytes(call) -> tuple[int, float]:
+    """(peak bytes Python and numpy allocated, seconds) while ``call()`` runs."""
+    tracemalloc.start()
+    tic = time.perf_counter()
+    try:
+        call()
+    finally:
+        seconds = time.perf_counter() - tic
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak, seconds
+
+
+def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(root, tmp_path, caplog):
+    """A node answers step 1 with a 14-byte frame claiming a 65535 x 65535 embedding: the server
+    checks the frame's shape before decoding its payload (fedstream.deploy.link.peek), so it records
+    a fault naming both shapes, pads the node for that step and finishes the run; checking such a
+    frame allocates next to nothing and takes no time."""
+    config = tiny_config(root, **COMPRESSED)
+    wire = up_codec(batch_settings(config).compression)[1].wire
+    bad = forged(Embedding, wire, 1, 1)
+    link_cls = type("Forging", (SpoilingLink,), {"spoil": staticmethod(lambda r: Envelope(r.kind, r.round, [bad], r.info))})
+    with caplog.at_level("WARNING", logger="fedstream.deploy"):
+        net, got, _ = deploy(config, root, tmp_path, link_cls)
+    reason = r"expected shape \(50, 16\), the frame says \(65535, 65535\)"
+    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got["faults"]
+    assert re.search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
+    assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
+    assert got["missed_steps"] == [0, 1, 0] and 0 <= got["final_accuracy"] <= 1
+
+    def check():
+        with pytest.raises(ProtocolError, match=reason):
+            net.cohort._check(1, bad, 1, 50)
+
+    peak, seconds = peak_bytes(check)
+    assert peak < 1 << 20 and seconds < 1.0, (peak, seconds)
+
+
+def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_nothing(root, tmp_path):
+    """The node checks the gradient frame's shape against its due embedding's before decoding the
+    payload: a 14-byte frame claiming 65535 x 65535 is refused (naming both shapes) without
+    allocating, the node's state is unchanged, and the genuine gradient is then accepted. A plain
+    gradient where ``compression.down`` compresses is refused too."""
+    config = tiny_config(root, **COMPRESSED)
+    spec = batch_settings(config).compression
+    host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
+    host.handle(Envelope(ROUND, 0, [], {"split": "train", "rows": list(range(50))}))
+    good = {"split": "train", "rows": list(range(50, 100))}
+    before = host.state_dict()["vfl"].tobytes()
+
+    sender, receiver = down_codec(spec)
+    # a well-formed quantised payload whose entry count says 65535 x 65535: decoding it would first
+    # allocate 16 GiB of symbols, so only a shape check before the payload protects the node
+    payload = bytes(sender.payload(np.full((50, 16), 0.01, np.float32)))
+    _, offset = read_varint(payload, _QHEAD.size)
+    counted = payload[:_QHEAD.size] + encode_varint(HUGE[0] * HUGE[1]) + payload[offset:]
+    huge_count = HEADER.pack(COMPRESSED_KINDS[Gradient], 0, 0, *HUGE) + bytes([receiver.wire]) + counted
+    for bad in (forged(Gradient, receiver.wire, 0, 0), huge_count):
+
+        def refuse(bad=bad):
+            with pytest.raises(ProtocolError, match=r"client 0, round request for step 1: Gradient for round 0: "
+                                                    r"expected shape \(50, 16\), the frame says \(65535, 65535\)"):
+                host.handle(Envelope(ROUND, 1, [bad], good))
+
+        peak, seconds = peak_bytes(refuse)
+        assert peak < 1 << 20 and seconds < 1.0, (len(bad), peak, seconds)
+        assert host.state_dict()["vfl"].tobytes() == before
+    plain = encode(Gradient(0, 0, np.full((50, 16), 0.01, np.float32)))
+    with pytest.raises(ProtocolError, match=r"an uncompressed Gradient for round 0, but compression.down = 'quant-huffman'"):
+        host.handle(Envelope(ROUND, 1, [plain], good))
+    assert host.state_dict()["vfl"].tobytes() == before
+    server_end = ServerEndpoint(0, spec)
+    genuine = server_end.send(Gradient(0, 0, np.full((50, 16), 0.01, np.float32)))
+    reply = host.handle(Envelope(ROUND, 1, [genuine], good))
+    assert reply.round == 1 and host.down == len(genuine) and host.last_step == 1
 
 
 # -- what each party holds --------------------------------------------------------------------------

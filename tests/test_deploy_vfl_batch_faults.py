@@ -32,10 +32,11 @@ from test_deploy_vfl_batch import (
     tiny_config,
 )
 
-from fedstream.deploy.link import ROUND, LoopbackLink
+from fedstream.deploy.link import ROUND, SETUP, LoopbackLink
 from fedstream.deploy.remote import unpack_state
 from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
+from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
+from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
 from fedstream.errors import ConfigError
 from fedstream.vfl.batch import run_batch_vfl
 
@@ -234,6 +235,75 @@ def test_a_server_dying_between_an_evaluation_and_its_checkpoint_resumes_exactly
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models)
 
+
+
+class BoundaryLink(LoopbackLink):
+    """A loopback link that records (kind, split, boundary) of every request asking the nodes to keep
+    their state at a boundary, or to go back to one (``resume``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.marks: list[tuple] = []
+
+    def exchange(self, requests):
+        marks = {(env.kind, env.info.get("split"), env.info["boundary"] if "boundary" in env.info else env.info["resume"])
+                 for env in requests.values() if "boundary" in env.info or "resume" in env.info}
+        self.marks += sorted(marks, key=str)
+        return super().exchange(requests)
+
+
+def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F811
+    """One formula (boundary_of) for the VF-PS selection opening epoch e (2e - 1), the evaluation
+    ending it (2e) and a resumed server's ``resume``, all from the epoch the driver plays: the
+    server dies in epoch 3's training (checkpoint: epoch 2), the new one sets the nodes back to 4
+    and asks them to keep 5 and 6 again, whatever was sent before."""
+    from test_deploy_vfps import TINY as VFPS
+
+    assert [boundary_of(e, SELECT) for e in (1, 2, 3)] == [1, 3, 5]
+    assert [boundary_of(e, EVALUATION) for e in (0, 1, 2, 3)] == [0, 2, 4, 6] and boundary(2) == 4
+    for bad in ((0, SELECT), (-1, EVALUATION), (1.0, EVALUATION), (1, "train")):
+        with pytest.raises(ValueError, match="epoch|kind"):
+            boundary_of(*bad)
+    config = tiny_config(root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3})
+    labels = load_labels(config, str(root))
+    link = BoundaryLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+                        config["vfl.clients"], persist=True, store=tmp_path / "nodes")
+    with pytest.raises(ServerCrash):
+        NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out", progress=crash_in(3)).run()
+    assert link.marks == [(ROUND, "select", 1), (ROUND, "test", 2), (ROUND, "select", 3), (ROUND, "test", 4),
+                          (ROUND, "select", 5)]
+    link.marks = []
+    net = NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out")
+    net.load(tmp_path / "out" / "checkpoint.pt")
+    got = net.run()
+    assert link.marks == [(SETUP, None, 4), (ROUND, "select", 5), (ROUND, "test", 6)]
+    assert got["faults"] == [] and got["rejoins"] == [] and len(got["per_epoch"]) == 3
+
+
+def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """The ServerApp's batch VFL party with ``resume`` and no ``out/checkpoint.pt`` says it starts
+    afresh (as CHFL's does) and runs; asked to resume again, it finds the checkpoint and says so."""
+    from types import SimpleNamespace
+
+    from fedstream.deploy import flower_app
+
+    class QuietGridLink(LoopbackLink):  # what the summary reads of a GridLink
+        messages = bytes_down = bytes_up = 0
+        timings = ()
+
+    link = QuietGridLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+                         3, persist=True, store=tmp_path / "nodes")
+    monkeypatch.setattr(flower_app, "GridLink", SimpleNamespace(connect=lambda grid, n, **kw: link))
+    config = tiny_config(root)
+    out = tmp_path / "out"
+    settings = flower_app.resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
+    flower_app.serve_vfl_batch(None, config, settings)
+    said = capsys.readouterr().out
+    assert f"fedstream: no checkpoint at {out / 'checkpoint.pt'}: starting afresh" in said, said
+    assert (out / "summary.json").exists() and (out / "checkpoint.pt").exists()
+    flower_app.serve_vfl_batch(None, config, settings)
+    said = capsys.readouterr().out
+    assert f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said and "starting afresh" not in said
 
 DYNAMIC_VFPS = {
     "discrete": {"selection.dynamic": "discrete", "selection.keep": 0.6, "selection.update_prob": 1.0,

@@ -209,6 +209,8 @@ def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
     if settings["resume"] and (out / NAME).exists():
         net.load(out / NAME)
         print(f"fedstream: resuming after epoch {net.done} from {out / NAME}", flush=True)
+    elif settings["resume"]:
+        print(f"fedstream: no checkpoint at {out / NAME}: starting afresh", flush=True)
     audit = bool(settings["audit"])
     summary = net.run(models=audit)
     print(f"fedstream: done, test accuracy {summary['final_accuracy']:.4f}, {summary['bytes']['total']} payload bytes, "

@@ -44,7 +44,7 @@ from fedstream.deploy.vfl_batch_data import (
     build_party,
     layout,
 )
-from fedstream.deploy.vfl_batch_proxy import RemoteCohort
+from fedstream.deploy.vfl_batch_proxy import EVALUATION, RemoteCohort, boundary_of
 from fedstream.deploy.vfl_batch_vfps import check_size
 from fedstream.errors import ConfigError
 from fedstream.runtime.threads import one_torch_thread
@@ -104,9 +104,11 @@ class NetworkBatchVFL:
                         "n_test": len(self.labels.test_y)} for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
         writer = MetricsWriter(self.out, selection_columns(s.clients) if self.part is not None else [], self.rows)
+        c.epoch = self.done + 1  # play_epochs's next epoch: the one its evaluation's boundary is of
 
         def after_epoch(epoch: int, step: int, rows: list[dict]) -> None:
             self.rows, self.step, self.done = list(rows), step, epoch
+            c.epoch = epoch + 1
             if path is not None:
                 self.save(path, seconds=time.perf_counter() - tic)
 
@@ -179,6 +181,7 @@ class NetworkBatchVFL:
 
 
 def boundary(epoch: int) -> int:
-    """The nodes' boundary at the end of ``epoch`` (after its evaluation); ``2 epoch - 1`` is the one
-    after the VF-PS selection that opens it (see :mod:`fedstream.deploy.vfl_batch_proxy`)."""
-    return 2 * epoch
+    """The nodes' boundary at the end of ``epoch`` (after its evaluation), where a resumed server sets
+    them back to: :func:`~fedstream.deploy.vfl_batch_proxy.boundary_of`, the formula the cohort's
+    requests use too."""
+    return boundary_of(epoch, EVALUATION)

@@ -28,8 +28,11 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 
 Every request is checked before anything changes: its kind and split, step order (training steps
 move forward; evaluation steps count from its round), rows (integers within the node's rows, at
-most 65535 per batch), and the gradient: decoded (header, codec, length) by a stateless decoder,
-for this client, for the step whose embedding is due, of that embedding's shape, finite.
+most 65535 per batch), and the gradient, without touching the link's state
+(:func:`fedstream.deploy.link.peek`): compressed exactly when ``compression.down`` is, with its
+codec, a compressed frame's shape that of the due embedding *before* its payload is decoded (a
+forged header cannot make the node allocate), length, finite values; then for this client, for
+the step whose embedding is due, of that embedding's shape.
 
 Flower runs each message in a fresh process, and autograd's graph does not survive one: the node
 saves its model and optimiser as they were *before* the due step's forward pass, and when the
@@ -42,12 +45,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import replace
 
 import numpy as np
 import torch
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.deploy.remote import pack_state, unpack_state
 from fedstream.deploy.vfl_batch_data import (
     ClientBlock,
@@ -60,7 +62,7 @@ from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread
-from fedstream.transport.compressed import ClientEndpoint
+from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.vfl.batch.settings import MAX_U16
 from fedstream.vfl.messages import Gradient
 
@@ -91,8 +93,9 @@ class BatchVFLHost:
             raise ProtocolError(f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}")
         self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
         self.end = ClientEndpoint(index, s.compression)
-        # decodes a gradient without touching the ranking state, to check it before anything changes
-        self.probe = ClientEndpoint(index, replace(s.compression, up="none", cache=False))
+        down = down_codec(s.compression)
+        self.probe = None if down is None else down[1]  # stateless: checks a gradient before anything changes
+        self.setting = f"compression.down = {s.compression.down!r}"
         self.pending: tuple[int, np.ndarray] | None = None  # (step, rows) whose gradient is due
         self.before: dict | None = None  # model and optimiser before the due step's forward pass
         self.last_step = -1  # the last training step embedded
@@ -143,18 +146,21 @@ class BatchVFLHost:
         if self.pending is None:
             raise ProtocolError(f"{where}: a gradient arrived, but no embedding of this node is waiting for one")
         step, rows = self.pending
-        try:
-            grad = self.probe.receive(env.parts[0])
-        except ProtocolError:  # header, codec, length, sender: already says what is wrong
-            raise
+        shape = (len(rows), self.settings.embedding)
+        try:  # compressed exactly as compression.down says; a frame's shape checked before its payload is read
+            grad = peek(env.parts[0], self.probe, Gradient, self.setting, shape)
+        except ProtocolError as exc:  # header, codec, shape, length, finite: already says what is wrong
+            raise ProtocolError(f"{where}: {exc}"[:500]) from None
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
             raise ProtocolError(f"{where}: undecodable gradient: {exc}"[:500]) from None
-        shape = (len(rows), self.settings.embedding)
-        if type(grad) is not Gradient or grad.round != step or tuple(grad.values.shape) != shape:
+        if grad.client != self.index:
+            raise ProtocolError(f"{where}: a {type(grad).__name__} for client {grad.client} arrived on client "
+                                f"{self.index}'s link")
+        values = getattr(grad, "values", None)
+        got = None if values is None else tuple(values.shape)
+        if type(grad) is not Gradient or grad.round != step or got != shape:
             raise ProtocolError(f"{where}: expected the gradient of step {step} of shape {shape}, received a "
-                                f"{type(grad).__name__} of step {grad.round}, shape {tuple(grad.values.shape)}")
-        if not np.isfinite(grad.values).all():
-            raise ProtocolError(f"{where}: the gradient of step {step} holds NaN or inf")
+                                f"{type(grad).__name__} of step {grad.round}, shape {got}")
         return grad
 
     # -- what changes the node ---------------------------------------------------------------------

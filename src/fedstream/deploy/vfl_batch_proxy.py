@@ -30,9 +30,11 @@ gradient when encoded, exactly as the simulator's transport counts them; row ids
 without their travelling).
 
 Every reply is validated before any of it is used: kind and step, the number of parts, and each
-embedding decoded first by a stateless decoder (header, codec, length; for this client, this
-step, of shape (rows, embedding), finite values) and only then by the server's end of the link,
-whose cache it updates. A node whose reply fails a check, whose ClientApp failed or which did not
+embedding checked first without touching the link's state (:func:`fedstream.deploy.link.peek`:
+compressed exactly when ``compression.up`` is, with its codec; a compressed frame's shape must be
+(rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
+allocate; length, finite values; then sender, step and shape) and only then decoded by the server's
+end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp failed or which did not
 answer in time is logged and recorded (``faults``); the server pads its embedding for that step
 (``selection.padding``; zeros without selection) and sends it no gradient, so the node drops that
 step (``missed``). A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
@@ -43,7 +45,9 @@ set up again with ``rejoin`` and reports the position of the state it reloaded (
 (:meth:`RemoteCohort._reconcile` says why nothing else must be matched) and records the rejoin.
 When the server checkpoints (``keeping``), the evaluation that ends epoch e asks every node to keep
 its state at boundary 2e, a VF-PS selection opening epoch e at 2e - 1; a resumed server sets the
-nodes up with ``resume = 2e`` (:meth:`state_dict` is the server's side of it).
+nodes up with ``resume = 2e`` (:meth:`state_dict` is the server's side of it). All three come from
+one formula, :func:`boundary_of`, and from the epoch the driver's loop is playing
+(:attr:`RemoteCohort.epoch`, set by the driver; a selection gets its epoch as an argument).
 """
 
 from __future__ import annotations
@@ -53,23 +57,39 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, Link
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link, peek
 from fedstream.deploy.remote import RemoteNodes
 from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
 from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.transport.compressed import ServerEndpoint
+from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.batch.protocol import Batch
 from fedstream.vfl.batch.settings import BatchVFLSettings
 from fedstream.vfl.messages import Embedding, Gradient
+
+EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
+
+
+def boundary_of(epoch: int, kind: str) -> int:
+    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
+    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
+    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
+    that what a node keeps and what the server later asks it back for cannot drift apart."""
+    if kind not in (SELECT, EVALUATION):
+        raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
+    first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < first:
+        raise ValueError(f"epoch = {epoch!r}: expected an integer >= {first} for a {kind} boundary")
+    return 2 * epoch - 1 if kind == SELECT else 2 * epoch
 
 
 class RemoteCohort(RemoteNodes):
     """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
 
     unit = "step"
+    payload = "embedding(s)"  # what _reply (RemoteNodes) calls the parts of a reply
 
     def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str):
         super().__init__(link)
@@ -78,7 +98,9 @@ class RemoteCohort(RemoteNodes):
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
         self.ends = [ServerEndpoint(m, spec) for m in range(M)]
-        self.probes = [ServerEndpoint(m, replace(spec, cache=False)) for m in range(M)]  # stateless decoders
+        up = up_codec(replace(spec, cache=False))
+        self.probe = None if up is None else up[1]  # stateless: checks an embedding before ``ends`` sees it
+        self.setting = f"compression.up = {spec.up!r}"
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
         self.outbox: dict[int, tuple[int, bytes]] = {}  # client -> (step, its encoded gradient) riding with its next request
@@ -88,9 +110,8 @@ class RemoteCohort(RemoteNodes):
         self.position: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
         self.missed = [0] * M  # per client: training steps it was selected for and padded (down, faulty, rejoining)
-        self.rejoins: list[dict] = []  # {"step", "client", "node_step", "dropped_gradients"} per node set up again
         self.keeping = False  # the server checkpoints: epoch ends (and VF-PS selections) are node boundaries
-        self.evaluations = 0  # evaluations sent: epochs done
+        self.epoch: int | None = None  # the epoch being played (the driver's loop sets it): its boundaries
         self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.models: dict[int, dict[str, np.ndarray]] = {}  # the nodes' models, when asked for at finish
         self.selection_bytes = [{"up": 0, "down": 0} for _ in range(M)]  # VF-PS messages, apart from training
@@ -107,7 +128,7 @@ class RemoteCohort(RemoteNodes):
         ids = np.asarray(queries, dtype="<u4")[None, :]
         requests = {}
         if self.keeping:  # the node keeps its state after the selection that opens the epoch
-            info |= {"keep": True, "boundary": 2 * epoch - 1}
+            info |= {"keep": True, "boundary": boundary_of(epoch, SELECT)}
         for m in self._targets(epoch, None, SELECT):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
@@ -130,16 +151,6 @@ class RemoteCohort(RemoteNodes):
             raise ProtocolError(f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
                                 f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})")
         return out
-
-    def _reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None) -> Envelope:
-        if isinstance(reply, Failure):
-            raise ProtocolError(reply.reason)
-        if reply.kind != kind or reply.round != t:
-            raise ProtocolError(f"expected a {kind!r} reply for step {t}, received a {reply.kind!r} reply for "
-                                f"step {reply.round}")
-        if parts is not None and len(reply.parts) != parts:
-            raise ProtocolError(f"expected {parts} embedding(s), received {len(reply.parts)} part(s)")
-        return reply
 
     def _targets(self, t: int, selected: Collection[int] | None, request: str) -> list[int]:
         """The selected clients whose node is set up and reachable now (faults for the others); first
@@ -269,9 +280,11 @@ class RemoteCohort(RemoteNodes):
         t = batches[0].step
         info = {"split": "test", "rows": [int(r) for b in batches for r in b.rows], "sizes": [len(b) for b in batches],
                 "steps": [b.step for b in batches]}
-        self.evaluations += 1  # one evaluation ends each epoch: the epoch's last request to a node
-        if self.keeping:
-            info |= {"keep": True, "boundary": 2 * self.evaluations}
+        if self.keeping:  # one evaluation ends each epoch: the epoch's last request to a node
+            if self.epoch is None:
+                raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
+                                   "before the evaluation that ends it")
+            info |= {"keep": True, "boundary": boundary_of(self.epoch, EVALUATION)}
         requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")}
         got: dict[int, list[bytes]] = {}
         for m, reply in self._exchange(requests).items():
@@ -289,19 +302,26 @@ class RemoteCohort(RemoteNodes):
 
     # -- replies -----------------------------------------------------------------------------------
     def _check(self, m: int, data: bytes, t: int, rows: int) -> None:
-        """Client m's embedding of step t, decoded by a stateless decoder and checked; raise ProtocolError."""
+        """Check client m's embedding of step t without touching m's end of the link; raise ProtocolError.
+
+        :func:`~fedstream.deploy.link.peek` checks compressed-or-not and the codec against
+        ``compression.up``, a compressed frame's shape against (rows, embedding) *before* decoding its
+        payload (a forged 14-byte header claiming a huge shape must not make the server allocate),
+        the length and finite values; then the sender, type, step and shape are checked here."""
+        shape = (rows, self.settings.embedding)
         try:
-            msg = self.probes[m].receive(data)
-        except ProtocolError:  # header, codec, length, sender: already says what is wrong
+            msg = peek(data, self.probe, Embedding, self.setting, shape)
+        except ProtocolError:  # header, codec, shape, length, finite: already says what is wrong
             raise
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
             raise ProtocolError(f"undecodable embedding: {exc}"[:500]) from None
-        shape = (rows, self.settings.embedding)
-        if type(msg) is not Embedding or msg.round != t or tuple(msg.values.shape) != shape:
+        if msg.client != m:
+            raise ProtocolError(f"a {type(msg).__name__} for client {msg.client} arrived on client {m}'s link")
+        values = getattr(msg, "values", None)
+        got = None if values is None else tuple(values.shape)
+        if type(msg) is not Embedding or msg.round != t or got != shape:
             raise ProtocolError(f"expected client {m}'s embedding of step {t} of shape {shape}, received a "
-                                f"{type(msg).__name__} of step {msg.round}, shape {tuple(msg.values.shape)}")
-        if not np.isfinite(msg.values).all():
-            raise ProtocolError(f"client {m}'s embedding of step {t} holds NaN or inf")
+                                f"{type(msg).__name__} of step {msg.round}, shape {got}")
 
     def _accept(self, m: int, data: bytes, samples: np.ndarray | None, direction: str) -> Embedding:
         """Decode a checked embedding with the server's end of m's link (its cache) and count it."""
@@ -321,7 +341,7 @@ class RemoteCohort(RemoteNodes):
                 self.fault(m, t, FINISH, str(exc))
                 continue
             theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            troubled = any(f["client"] == m for f in self.faults + self.rejoins)  # the two ends differ by what was lost
+            troubled = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
             if theirs != self.counted[m] and not troubled:
                 self.fault(m, t, FINISH, f"the node counted {theirs}, the server {self.counted[m]}")
             theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
@@ -347,7 +367,7 @@ class RemoteCohort(RemoteNodes):
                 "nodes": {str(m): v for m, v in self.nodes.items()}, "ready": sorted(self.ready),
                 "position": {str(m): t for m, t in self.position.items()}, "t": self.t, "missed": self.missed,
                 "rejoins": self.rejoins, "faults": self.faults, "exchanges": self.exchanges,
-                "selection_bytes": self.selection_bytes, "evaluations": self.evaluations}
+                "selection_bytes": self.selection_bytes}
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -361,6 +381,6 @@ class RemoteCohort(RemoteNodes):
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
         self.position = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed, self.evaluations = int(meta["t"]), list(meta["missed"]), int(meta["evaluations"])
+        self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations": unused)
         self.rejoins, self.faults, self.exchanges = list(meta["rejoins"]), list(meta["faults"]), int(meta["exchanges"])
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]
