@@ -18,7 +18,15 @@ import numpy as np
 from fedstream.data.cifar10 import CIFAR_MEAN, CIFAR_STD, load_cifar10
 from fedstream.data.idx import read_idx_images, read_idx_labels
 from fedstream.data.paths import find_file
-from fedstream.data.sources import FASHION_HINT, MNIST_HINT, MNIST_MEAN, MNIST_STD, _cached, _idx_candidates, load_mnist_like
+from fedstream.data.sources import (
+    FASHION_HINT,
+    MNIST_HINT,
+    MNIST_MEAN,
+    MNIST_STD,
+    _cached,
+    _idx_candidates,
+    load_mnist_like,
+)
 from fedstream.errors import DataError
 
 IMAGE_DATASETS = ("mnist", "fashion-mnist", "cifar10")

@@ -4,7 +4,7 @@ from fedstream.optim.base import Optimizer
 from fedstream.optim.dlr import DLR
 from fedstream.optim.ogd import OGD
 
-__all__ = ["Optimizer", "OGD", "DLR", "make_optimizer"]
+__all__ = ["DLR", "OGD", "Optimizer", "make_optimizer"]
 
 
 def make_optimizer(name: str, model, *, lr: float, window: int, alpha: float) -> Optimizer:

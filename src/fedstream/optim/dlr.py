@@ -28,7 +28,6 @@ The plain version that stores l full matrices and sums them is the oracle of
 from __future__ import annotations
 
 import numpy as np
-
 from numba import njit
 
 from fedstream.errors import ConfigError

@@ -15,10 +15,26 @@ module                 what is there
 =====================  ==================================================================
 """
 
-from fedstream.selection.dynamic import DiscreteSchedule, PessimisticScores, RelaxedSchedule, term_bounds
+from fedstream.selection.dynamic import (
+    DiscreteSchedule,
+    PessimisticScores,
+    RelaxedSchedule,
+    term_bounds,
+)
 from fedstream.selection.fagin import fagin_group_mi, fagin_knn, fagin_m, threshold_knn
-from fedstream.selection.group_testing import GroupTestResult, client_scores, group_test, random_groups
-from fedstream.selection.knn_mi import GroupMI, knn_counts, knn_mi, knn_mi_scores, mi_from_counts
+from fedstream.selection.group_testing import (
+    GroupTestResult,
+    client_scores,
+    group_test,
+    random_groups,
+)
+from fedstream.selection.knn_mi import (
+    GroupMI,
+    knn_counts,
+    knn_mi,
+    knn_mi_scores,
+    mi_from_counts,
+)
 from fedstream.selection.methods import (
     AllSelector,
     RandomSelector,
@@ -29,7 +45,14 @@ from fedstream.selection.methods import (
     make_selector,
     random_pick,
 )
-from fedstream.selection.padding import EMAPadding, LatestPadding, MeanPadding, Padding, ZeroPadding, make_padding
+from fedstream.selection.padding import (
+    EMAPadding,
+    LatestPadding,
+    MeanPadding,
+    Padding,
+    ZeroPadding,
+    make_padding,
+)
 from fedstream.selection.reference import reference_mi, reference_scores
 
 __all__ = [

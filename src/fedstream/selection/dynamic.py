@@ -37,7 +37,9 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 from fedstream.selection.digamma import check_psi
-from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
+from fedstream.selection.digamma import (
+    psi as digamma,  # the parameter name psi is the ψ variant
+)
 from fedstream.selection.validation import check_positive_int, check_probability
 
 

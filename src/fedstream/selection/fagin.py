@@ -29,7 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import ConfigError, DataError
-from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
+from fedstream.selection.digamma import (
+    psi as digamma,  # the parameter name psi is the ψ variant
+)
 from fedstream.selection.reference import local_sq_distances
 from fedstream.selection.validation import check_group_inputs, check_positive_int
 

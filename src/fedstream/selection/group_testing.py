@@ -25,8 +25,17 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 from fedstream.selection.fagin import fagin_group_mi
-from fedstream.selection.knn_mi import check_local_distances, knn_mi, knn_mi_from_distances
-from fedstream.selection.validation import check_blocks, check_groups, check_positive_int, check_queries
+from fedstream.selection.knn_mi import (
+    check_local_distances,
+    knn_mi,
+    knn_mi_from_distances,
+)
+from fedstream.selection.validation import (
+    check_blocks,
+    check_groups,
+    check_positive_int,
+    check_queries,
+)
 
 DEFAULT_GROUPS = 10
 DEFAULT_K = 10

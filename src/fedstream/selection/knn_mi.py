@@ -46,8 +46,16 @@ import numpy as np
 from fedstream.errors import DataError
 from fedstream.selection._engine import Engine, prepare
 from fedstream.selection.digamma import check_psi
-from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
-from fedstream.selection.validation import check_blocks, check_groups, check_k, check_labels, check_queries
+from fedstream.selection.digamma import (
+    psi as digamma,  # the parameter name psi is the ψ variant
+)
+from fedstream.selection.validation import (
+    check_blocks,
+    check_groups,
+    check_k,
+    check_labels,
+    check_queries,
+)
 
 
 @dataclass(frozen=True)

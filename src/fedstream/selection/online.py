@@ -48,7 +48,12 @@ import numpy as np
 from fedstream.errors import ConfigError, DataError
 from fedstream.selection.group_testing import DEFAULT_GROUPS, DEFAULT_K, group_test
 from fedstream.selection.padding import PADDINGS, make_padding
-from fedstream.selection.validation import check_blocks, check_l, check_positive_int, check_probability
+from fedstream.selection.validation import (
+    check_blocks,
+    check_l,
+    check_positive_int,
+    check_probability,
+)
 from fedstream.vfl.activation import Activation
 
 EMA_ALPHA = 0.1  # ema padding: weight of the newest row (as selection.ema_alpha's default)

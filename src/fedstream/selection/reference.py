@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedstream.selection.digamma import psi as digamma  # the parameter name psi is the ψ variant
+from fedstream.selection.digamma import (
+    psi as digamma,  # the parameter name psi is the ψ variant
+)
 from fedstream.selection.validation import (
     check_blocks,
     check_group_inputs,

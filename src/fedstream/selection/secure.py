@@ -29,7 +29,13 @@ import numpy as np
 from fedstream.errors import ConfigError, DataError
 from fedstream.selection.digamma import psi as digamma
 from fedstream.selection.reference import local_sq_distances, m_from_distances
-from fedstream.selection.validation import check_blocks, check_groups, check_k, check_labels, check_queries
+from fedstream.selection.validation import (
+    check_blocks,
+    check_groups,
+    check_k,
+    check_labels,
+    check_queries,
+)
 
 
 def load_phe():

@@ -5,9 +5,20 @@ per-direction compressed payloads (:class:`CompressionSpec`); :func:`make_transp
 """
 
 from fedstream.transport.codec import decode, encode
-from fedstream.transport.compressed import CompressedTransport, CompressionSpec, make_transport
+from fedstream.transport.compressed import (
+           CompressedTransport,
+           CompressionSpec,
+           make_transport,
+)
 from fedstream.transport.inprocess import InProcessTransport
 from fedstream.transport.ledger import ByteLedger
 
-__all__ = ["encode", "decode", "InProcessTransport", "ByteLedger", "CompressedTransport", "CompressionSpec",
-           "make_transport"]
+__all__ = [
+           "ByteLedger",
+           "CompressedTransport",
+           "CompressionSpec",
+           "InProcessTransport",
+           "decode",
+           "encode",
+           "make_transport",
+]

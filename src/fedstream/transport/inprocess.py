@@ -26,7 +26,7 @@ class InProcessTransport:
         """Server -> client ``msg.client``."""
         return self._carry(msg, "down")
 
-    def fork(self) -> "InProcessTransport":
+    def fork(self) -> InProcessTransport:
         """A transport for the same clients with a fresh ledger (the plain format keeps no other state)."""
         return InProcessTransport(len(self.ledger.up))
 

@@ -109,7 +109,9 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
     if name == "fixed":
         return FixedCount(n_clients, k=k, seed=seed)
     if name == "topl":
-        from fedstream.selection.online import TopLActivation  # selection imports this module
+        from fedstream.selection.online import (
+            TopLActivation,  # selection imports this module
+        )
 
         if not 1 <= l <= n_clients:
             raise ConfigError(f"activation.l must be in [1, vfl.clients={n_clients}], got {l!r}")

@@ -41,7 +41,7 @@ class Hooks:
     ``checkpoint_path`` every ``checkpoint_every`` rounds (0: only at the end).
     """
 
-    on_progress: Callable[["OnlineVFL"], None] | None = None
+    on_progress: Callable[[OnlineVFL], None] | None = None
     on_interval: Callable[[dict], None] | None = None
     on_round: Callable[[int, int, int], None] | None = None
     checkpoint_path: Path | None = None
@@ -146,12 +146,12 @@ class OnlineVFL:
         self.finish(h)
         return self.summary()
 
-    def finish(self, hooks: "Hooks") -> None:
+    def finish(self, hooks: Hooks) -> None:
         """Write the final checkpoint, if checkpointing."""
         if hooks.checkpoint_path is not None:
             self.save(hooks.checkpoint_path)
 
-    def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: "Hooks") -> None:
+    def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: Hooks) -> None:
         """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
 
         The stream rows are passed in so that several runs over the same stream can share one

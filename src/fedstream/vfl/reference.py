@@ -81,7 +81,7 @@ class ReferenceOnlineVFL:
             ema = {"alpha": 0.1} if cfg["activation.padding"] == "ema" else {}
             self.padding = make_padding(cfg["activation.padding"], len(self.clients), cfg["model.embedding"], **ema)
 
-    def run(self, rounds: int) -> "ReferenceOnlineVFL":
+    def run(self, rounds: int) -> ReferenceOnlineVFL:
         eng = self.engine
         for t in range(rounds):
             chunk, j = divmod(t, CHUNK)
