@@ -22,6 +22,7 @@ from crashing import CrashOnce, crash_then_load, run_with_fault, wait_for
 from test_deploy_flower import (
     as_set,
     flower_available,
+    load_models,
     loopback_run,
     overrides,
     party_models,
@@ -216,3 +217,43 @@ def test_a_hung_supernode_is_timed_out_padded_and_taken_back(tmp_path):
     assert any(f["client"] == 1 and "no reply" in f["reason"] for f in s["faults"])
     assert 0 < s["missed_events"][1] < 120
     assert [c["round"] for c in s["clients"]] == [119, 119]
+
+
+@pytest.mark.slow
+@needs_flower
+def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
+    """Stop the whole deployment (SuperLink with the ServerApp, and the SuperNodes) once the server
+    has checkpointed round 20; start a new one on the same cache folders and run again with
+    ``resume=true``: the server continues from its checkpoint, each node from its state of that
+    boundary, and the run ends with the uninterrupted run's models and bytes (that of the deployment's
+    code over a loopback link: with B = 5 it is not the simulator's), no fault and no rejoin."""
+    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.runtime.checkpoint import load_checkpoint
+
+    values = overrides(write_idx_mnist(tmp_path / "data"), 40) | {"network.batch": 5, "checkpoint.every": 20}
+    out = tmp_path / "out"
+    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
+                                       "reply-timeout": REPLY_TIMEOUT})
+
+    def checkpointed() -> int:
+        try:
+            return int(load_checkpoint(out / "checkpoint.npz")[1]["round"])
+        except Exception:  # noqa: BLE001 - not there yet, or being replaced right now
+            return -1
+
+    def stop(deployment, ended):
+        wait_for(lambda: checkpointed() >= 20, 600, "the server to checkpoint round 20", ended=ended)
+        deployment.stop()
+
+    first, _ = run_with_fault(tmp_path / "deployment", app, stop)
+    assert first.returncode != 0 and not (out / "summary.json").exists() and checkpointed() == 20
+    with LocalDeployment(2, tmp_path / "deployment") as deployment:  # same cache folders, new processes
+        second = deployment.run(app, run_config={"resume": True}, timeout=900)
+    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    assert second.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
+    assert "resuming at round 20" in log
+    s = json.loads((out / "summary.json").read_text())
+    assert s["faults"] == [] and s["rejoins"] == [] and s["rounds"] == 40
+    whole, whole_reports = loopback_run(load_config(None, values), record_sizes=False)  # B = 5: not the simulator's
+    assert_same_models(load_models(out / "models.npz"), party_models(whole, whole_reports))
+    assert s["bytes"] == whole.summary()["bytes"]
