@@ -30,10 +30,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import crash_then_load
 from flower_runs import run_simulation
-from test_deploy_faults import CrashingLink, assert_same_models, link_for
+from test_deploy_faults import CrashingLink, link_for
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
+    assert_same_models,
     flower_available,
     load_models,
     loopback_run,

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, crash_then_load, run_with_fault, wait_for
 from test_deploy_flower import (
     as_set,
+    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -45,13 +46,6 @@ def config(tmp_path_factory):
 def link_for(config: dict, cls=LoopbackLink, **kwargs) -> LoopbackLink:
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     return cls(lambda cfg, m: rows[m], config["vfl.clients"], **kwargs)
-
-
-def assert_same_models(a: dict, b: dict) -> None:
-    assert set(a) == set(b)
-    for party, params in a.items():
-        for x, y in zip(params, b[party], strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=party)
 
 
 class CrashingLink(CrashOnce):

@@ -97,6 +97,14 @@ def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarra
             np.testing.assert_array_equal(got, want, err_msg=party)  # tolerance 0: bitwise
 
 
+def assert_same_models(a: dict, b: dict) -> None:
+    """Two runs' models, party by party, bitwise."""
+    assert set(a) == set(b)
+    for party, params in a.items():
+        for x, y in zip(params, b[party], strict=True):
+            np.testing.assert_array_equal(x, y, err_msg=party)
+
+
 def load_models(path: Path) -> dict[str, list[np.ndarray]]:
     with np.load(path) as z:
         out: dict[str, list] = {}
@@ -227,14 +235,7 @@ def test_event_batching_keeps_the_messages_and_changes_only_the_clients_stalenes
     assert got["accumulated_error"] < 0.6  # 10 classes: chance is 0.9; B = 1 gives about 0.3
     assert got["accumulated_error"] < summary["accumulated_error"] + 0.25
     memory, memory_reports = loopback_run(config, persist=False)
-    assert_same_as_simulator_models(party_models(net, reports), party_models(memory, memory_reports))
-
-
-def assert_same_as_simulator_models(a: dict, b: dict) -> None:
-    assert set(a) == set(b)
-    for party, params in a.items():
-        for x, y in zip(params, b[party], strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=party)
+    assert_same_models(party_models(net, reports), party_models(memory, memory_reports))
 
 
 def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):

@@ -39,7 +39,7 @@ from flower_runs import run_isolated
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
-    assert_same_as_simulator_models,
+    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -187,7 +187,7 @@ def test_batches_with_learning_clients_keep_topls_traffic_and_learn(root, small_
     assert got["accumulated_error"] < 0.5  # 3 classes: chance is 0.67
     assert abs(got["accumulated_error"] - summary["accumulated_error"]) < 0.1
     memory, memory_reports = run_over(config, persist=False)
-    assert_same_as_simulator_models(party_models(net, reports), party_models(memory, memory_reports))
+    assert_same_models(party_models(net, reports), party_models(memory, memory_reports))
 
 
 def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(root):
@@ -261,7 +261,7 @@ def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path
     assert second.t == 128 and second.activation.estimate.updates == 1
     second.run(checkpoint=tmp_path / "server.npz")
     reports = second.finish(models=True)
-    assert_same_as_simulator_models(party_models(second, reports), party_models(whole, whole_reports))
+    assert_same_models(party_models(second, reports), party_models(whole, whole_reports))
     got, want = second.summary(), whole.summary()
     for key in ("accumulated_error", "bytes", "activation_rate", "selection_updates"):
         assert got[key] == want[key], key
