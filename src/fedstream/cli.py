@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
     net.add_argument("--config", default="ovfl-imnist", help="preset or config file")
     net.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
-    net.add_argument("--workdir", type=Path, default=Path("bench-network"), help="apps, logs and run outputs")
+    net.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
+                     help="apps, logs and run outputs (default: runs/bench-network)")
     sel = bench.add_argument_group("selection")
     sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
     sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
