@@ -2,7 +2,8 @@
 
 :class:`CrashOnce` is a :class:`~fedstream.deploy.link.LoopbackLink` on which one client's node
 crashes once; :func:`crash_then_load` kills an online VFL server mid-run and loads a new one from
-its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it.
+its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it;
+:func:`stop_when` stops a whole deployment and :func:`run_resumed` runs it again with ``resume``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,27 @@ def run_with_fault(workdir: Path, app: Path, fault: Callable, *, nodes: int = 2,
         ended.set()
         thread.join(timeout=120)
     assert not errors, errors
+    return result, (Path(workdir) / "flwr-run.log").read_text(errors="replace")
+
+
+def stop_when(condition: Callable[[], bool], what: str) -> Callable:
+    """A fault for :func:`run_with_fault`: stop the whole deployment (SuperLink with the ServerApp,
+    and the SuperNodes) once ``condition()`` holds (``what`` names it if it never does)."""
+    def stop(deployment, ended) -> None:
+        wait_for(condition, 600, what, ended=ended)
+        deployment.stop()
+
+    return stop
+
+
+def run_resumed(workdir: Path, app: Path, *, nodes: int = 2,
+                timeout: float = 900) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``app`` again with ``resume=true`` on a new local deployment over ``workdir``'s cache
+    folders (new processes); return the run's result and its ``flwr run`` log."""
+    from fedstream.deploy.local import LocalDeployment
+
+    with LocalDeployment(nodes, workdir) as deployment:
+        result = deployment.run(app, run_config={"resume": True}, timeout=timeout)
     return result, (Path(workdir) / "flwr-run.log").read_text(errors="replace")
 
 

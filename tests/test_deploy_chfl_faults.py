@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crashing import CrashOnce, run_with_fault, wait_for
+from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
@@ -379,7 +379,7 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
     has checkpointed the first federation's end; start a new one on the same cache folders and run
     again with ``resume=true``: the result is the simulator's, with no fault and no rejoin."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import write_app
 
     values = TINY | {"data.root": str(root), "hfl.clients": 2, "hfl.rounds": 2, "hfl.lrs": "0.01,0.003"}
     want, _ = simulate(tiny_config(root, **{k: v for k, v in values.items() if k != "data.root"}))
@@ -394,17 +394,12 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
         except (CheckpointError, OSError):
             return -1, -1
 
-    def crash(deployment, ended) -> None:
-        wait_for(lambda: position() >= (1, 0), 600, "the server to checkpoint the first federation's end")
-        deployment.stop()
-
-    first, _ = run_with_fault(tmp_path / "deployment", app, crash)
+    first, _ = run_with_fault(tmp_path / "deployment", app,
+                              stop_when(lambda: position() >= (1, 0), "the server to checkpoint the first federation's end"))
     assert first.returncode != 0 and not (out / "summary.json").exists()
     stopped_at = position()
     assert (1, 0) <= stopped_at < (2, 0)
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:  # same cache folders, new processes
-        second = deployment.run(app, run_config={"resume": True}, timeout=900)
-    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    second, log = run_resumed(tmp_path / "deployment", app)
     assert second.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     assert f"resuming at federation {stopped_at[0]}" in log
     s = json.loads((out / "summary.json").read_text())

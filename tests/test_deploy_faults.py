@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crashing import CrashOnce, crash_then_load, run_with_fault, wait_for
+from crashing import (
+    CrashOnce,
+    crash_then_load,
+    run_resumed,
+    run_with_fault,
+    stop_when,
+    wait_for,
+)
 from test_deploy_flower import (
     as_set,
     assert_same_models,
@@ -221,7 +228,8 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     ``resume=true``: the server continues from its checkpoint, each node from its state of that
     boundary, and the run ends with the uninterrupted run's models and bytes (that of the deployment's
     code over a loopback link: with B = 5 it is not the simulator's), no fault and no rejoin."""
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import write_app
+    from fedstream.errors import FedstreamError
     from fedstream.runtime.checkpoint import load_checkpoint
 
     values = overrides(write_idx_mnist(tmp_path / "data"), 40) | {"network.batch": 5, "checkpoint.every": 20}
@@ -232,18 +240,13 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     def checkpointed() -> int:
         try:
             return int(load_checkpoint(out / "checkpoint.npz")[1]["round"])
-        except Exception:  # noqa: BLE001 - not there yet, or being replaced right now
+        except FedstreamError:  # not there yet, or being replaced right now
             return -1
 
-    def stop(deployment, ended):
-        wait_for(lambda: checkpointed() >= 20, 600, "the server to checkpoint round 20", ended=ended)
-        deployment.stop()
-
-    first, _ = run_with_fault(tmp_path / "deployment", app, stop)
+    first, _ = run_with_fault(tmp_path / "deployment", app,
+                              stop_when(lambda: checkpointed() >= 20, "the server to checkpoint round 20"))
     assert first.returncode != 0 and not (out / "summary.json").exists() and checkpointed() == 20
-    with LocalDeployment(2, tmp_path / "deployment") as deployment:  # same cache folders, new processes
-        second = deployment.run(app, run_config={"resume": True}, timeout=900)
-    log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
+    second, log = run_resumed(tmp_path / "deployment", app)
     assert second.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     assert "resuming at round 20" in log
     s = json.loads((out / "summary.json").read_text())

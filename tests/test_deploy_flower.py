@@ -87,22 +87,18 @@ def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
     return engine, recorder.sizes, summary
 
 
-def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:
-    expected = {"server": engine.server.model.parameters()} | {
-        f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)}
-    assert set(models) == set(expected)
-    for party, params in expected.items():
-        assert len(models[party]) == len(params)
-        for got, want in zip(models[party], params):
-            np.testing.assert_array_equal(got, want, err_msg=party)  # tolerance 0: bitwise
-
-
 def assert_same_models(a: dict, b: dict) -> None:
     """Two runs' models, party by party, bitwise."""
     assert set(a) == set(b)
     for party, params in a.items():
         for x, y in zip(params, b[party], strict=True):
             np.testing.assert_array_equal(x, y, err_msg=party)
+
+
+def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:
+    """The deployment's models are the simulator's, bitwise (tolerance 0)."""
+    assert_same_models(models, {"server": engine.server.model.parameters()} | {
+        f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)})
 
 
 def load_models(path: Path) -> dict[str, list[np.ndarray]]:
