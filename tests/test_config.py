@@ -22,14 +22,14 @@ def test_every_key_belongs_to_some_task():
 
 @pytest.mark.parametrize("overrides,match", [
     (["task=vfl", "optimizer.window=5"], "optimizer.window is not a setting of task = 'vfl'"),
-    (["hfl.clients=3"], "hfl.clients is not a setting of task = 'ovfl'"),
+    (["chfl.clients=3"], "chfl.clients is not a setting of task = 'ovfl'"),
     (["compression.cache=true"], "needs compression.up"),
     (["task=vfl", "data.name=imnist"], "not a dataset of task = 'vfl'"),
     (["task=vfl", "compression.cache=true"], "needs compression.up"),
-    (["task=chfl", "hfl.mus=0,2"], "hfl.mus"),
-    (["task=chfl", "hfl.hidden=512,x"], "hfl.hidden"),
-    (["task=chfl", "hfl.lrs=2"], "hfl.lrs"),
-    (["task=chfl", "hfl.mode=stream", "hfl.split=min-corr"], "hfl.split = 'min-corr' is for hfl.mode = batch"),
+    (["task=chfl", "chfl.mus=0,2"], "chfl.mus"),
+    (["task=chfl", "chfl.hidden=512,x"], "chfl.hidden"),
+    (["task=chfl", "chfl.lrs=2"], "chfl.lrs"),
+    (["task=chfl", "chfl.mode=stream", "chfl.split=min-corr"], "chfl.split = 'min-corr' is for chfl.mode = batch"),
 ])
 def test_keys_and_values_are_checked_per_task(overrides, match):
     with pytest.raises(ConfigError, match=match):

@@ -1,6 +1,6 @@
 """CHFL's FedAvg (batch mode) across processes on Flower gives the simulator's results.
 
-The server party runs the simulator's round loop (:class:`fedstream.hfl.trainer.BatchRun`) over
+The server party runs the simulator's round loop (:class:`fedstream.chfl.trainer.BatchRun`) over
 :class:`fedstream.deploy.chfl_proxy.RemoteCohort`; each node hosts one client
 (:class:`fedstream.deploy.chfl_host.CHFLHost`) fed only its own rows and columns. Checked against
 the in-process simulator on covertype (tiny settings):
@@ -30,8 +30,8 @@ from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.chfl_host import CHFLHost
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
 from fedstream.errors import ProtocolError
-from fedstream.hfl.messages import ModelUpdate
-from fedstream.hfl.trainer import (
+from fedstream.chfl.messages import ModelUpdate
+from fedstream.chfl.trainer import (
     BatchRun,
     LocalCohort,
     prepare,
@@ -42,8 +42,8 @@ from fedstream.hfl.trainer import (
 from fedstream.transport.tensors import decode_update, encode_update
 
 DATA = "covertype_kaggle/train.csv.gz"
-TINY = {"hfl.clients": 3, "hfl.max_rows": 600, "hfl.hidden": "16,8", "hfl.rounds": 2, "hfl.local_epochs": 1,
-        "hfl.lrs": "0.01", "hfl.mus": "0,1", "hfl.baselines": "common,concat", "seed": 1}
+TINY = {"chfl.clients": 3, "chfl.max_rows": 600, "chfl.hidden": "16,8", "chfl.rounds": 2, "chfl.local_epochs": 1,
+        "chfl.lrs": "0.01", "chfl.mus": "0,1", "chfl.baselines": "common,concat", "seed": 1}
 TIMING = {"wall_seconds", "resumed"}
 
 
@@ -57,7 +57,7 @@ def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
 
     s = chfl_config_settings(config)
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
-    ex = prepare(table.X, table.y, s, method=config["hfl.method"], seed=config["seed"],
+    ex = prepare(table.X, table.y, s, method=config["chfl.method"], seed=config["seed"],
                  n_classes=SPECS[s.dataset].n_classes)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as run_on_table
@@ -75,7 +75,7 @@ def deploy(config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink) -> t
     that exists, each node reads its own part from ``data_root`` (cached in ``tmp/cache``)."""
     server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-data")})
     link = link_cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-                    config["hfl.clients"], persist=True, store=tmp / "nodes")
+                    config["chfl.clients"], persist=True, store=tmp / "nodes")
     net = NetworkCHFL(server_config, link)
     return net, net.run(), link
 
@@ -113,19 +113,19 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
     assert list(common) == list(want_common)
     for k, v in want_common.items():
         np.testing.assert_allclose(common[k], v, rtol=0, atol=1e-6)
-    K, s = config["hfl.clients"], chfl_config_settings(config)
+    K, s = config["chfl.clients"], chfl_config_settings(config)
     assert got["faults"] == [] and link.requests == K * (1 + len(s.lrs) * (s.rounds + 1) + 1)
     assert [(c["up"], c["down"]) for c in got["clients"]] == [(p["up"], p["down"]) for p in want["bytes"]["per_client"]]
     assert sorted(p.name for p in (tmp_path / "nodes").glob("*.npz")) == sorted(
         f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(K))  # each node's state, saved after every request
     # and the simulator's own entry point agrees
-    assert_same_result(run_chfl(s, root, method=config["hfl.method"], seed=config["seed"]), want)
+    assert_same_result(run_chfl(s, root, method=config["chfl.method"], seed=config["seed"]), want)
 
 
 def test_loopback_deployment_of_a_baseline_equals_the_simulator(root, tmp_path):
     """The Local baseline sends no model at all; FedProx sends the same messages as chfl."""
     for method in ("local", "fedprox"):
-        config = tiny_config(root, **{"hfl.method": method, "hfl.lrs": "0.01,0.003"})
+        config = tiny_config(root, **{"chfl.method": method, "chfl.lrs": "0.01,0.003"})
         want, _ = simulate(config)
         _, got, _ = deploy(config, root, tmp_path / method)
         assert_same_result(got, want)
@@ -227,7 +227,7 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):
     part = load_part(config, 0)
     host = CHFLHost(config, 0, rows=part)
     sizes = host.handle(Envelope(SETUP, 0)).info
-    from fedstream.hfl.models import Column, state_arrays
+    from fedstream.chfl.models import Column, state_arrays
 
     theta = state_arrays(Column(sizes["n_common"], sizes["n_classes"], (16, 8)))
     good = {"lr_index": 0, "validate": False, "epochs": 1}
@@ -282,7 +282,7 @@ def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_pat
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
     config, want, want_common = simulated
-    got, out = simulated_summary("chfl-covertype", TINY | {"data.root": str(root)}, config["hfl.clients"], timeout=200,
+    got, out = simulated_summary("chfl-covertype", TINY | {"data.root": str(root)}, config["chfl.clients"], timeout=200,
                                  tmp_path=tmp_path)
     assert_same_result(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
@@ -302,7 +302,7 @@ def test_real_local_flower_deployment_equals_the_simulator(root, simulated, tmp_
     out = tmp_path / "out"
     sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
     app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True})
-    with LocalDeployment(config["hfl.clients"], tmp_path / "deployment") as deployment:
+    with LocalDeployment(config["chfl.clients"], tmp_path / "deployment") as deployment:
         result = deployment.run(app, timeout=220)
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-3000:]

@@ -26,11 +26,11 @@ from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
 from fedstream.errors import ConfigError
-from fedstream.hfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
-from fedstream.hfl.trainer import boundary
+from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
+from fedstream.chfl.trainer import boundary
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
-FAULTS = {"hfl.rounds": 3, "hfl.lrs": "0.01,0.003"}
+FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def simulated(config):
 def link_for(config: dict, data_root: Path, tmp: Path, cls=LoopbackLink, *, store: bool = True) -> LoopbackLink:
     """Nodes that read their own part from ``data_root`` and keep their checkpoints in ``tmp/nodes``."""
     return cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-               config["hfl.clients"], persist=True, store=tmp / "nodes" if store else None)
+               config["chfl.clients"], persist=True, store=tmp / "nodes" if store else None)
 
 
 def server_config(config: dict, tmp: Path) -> dict:
@@ -184,7 +184,7 @@ def test_a_run_resumed_after_its_last_federation_only_collects_the_choices(root,
     assert again.position == (2, 0)
     got = again.run()
     assert_same_result(got, want)
-    assert link.requests - requests == 2 * config["hfl.clients"]  # setup and finish only
+    assert link.requests - requests == 2 * config["chfl.clients"]  # setup and finish only
 
 
 # -- a changed config is refused ------------------------------------------------------------------
@@ -198,10 +198,10 @@ def checkpoint(root, config, tmp_path_factory):  # noqa: F811
 
 
 @pytest.mark.parametrize(("change", "named"), [
-    ({"hfl.lrs": "0.01,0.001"}, "hfl.lrs = [0.01, 0.003] there, [0.01, 0.001] here"),
+    ({"chfl.lrs": "0.01,0.001"}, "chfl.lrs = [0.01, 0.003] there, [0.01, 0.001] here"),
     ({"seed": 2}, "seed = 1 there, 2 here"),
-    ({"hfl.method": "common"}, "hfl.method = 'chfl' there, 'common' here"),
-    ({"hfl.rounds": 4, "hfl.mus": "0"}, "hfl.mus"),
+    ({"chfl.method": "common"}, "chfl.method = 'chfl' there, 'common' here"),
+    ({"chfl.rounds": 4, "chfl.mus": "0"}, "chfl.mus"),
 ])
 def test_resuming_with_another_config_is_refused_naming_the_keys(config, checkpoint, tmp_path, change, named):
     path, link = checkpoint
@@ -210,13 +210,13 @@ def test_resuming_with_another_config_is_refused_naming_the_keys(config, checkpo
     with pytest.raises(CheckpointError, match="belongs to another run") as exc:
         net.load(path)
     assert named in str(exc.value)
-    if "hfl.rounds" in change:
-        assert "hfl.rounds = 3 there, 4 here" in str(exc.value)
+    if "chfl.rounds" in change:
+        assert "chfl.rounds = 3 there, 4 here" in str(exc.value)
     assert path.read_bytes() == before and net.loaded is None
 
 
 def test_resuming_from_a_file_that_is_not_a_deployed_checkpoint_is_refused(config, tmp_path):
-    link = LoopbackLink(lambda cfg, m: None, config["hfl.clients"])
+    link = LoopbackLink(lambda cfg, m: None, config["chfl.clients"])
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="cannot read the checkpoint"):
@@ -228,7 +228,7 @@ def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint,
     server's --out folder says whose checkpoint it is and how to resume it (it used to die with a
     KeyError), and changes nothing there."""
     from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-    from fedstream.hfl.trainer import run_on_table
+    from fedstream.chfl.trainer import run_on_table
 
     path, _ = checkpoint
     out = tmp_path / "out"
@@ -238,7 +238,7 @@ def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint,
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
     with pytest.raises(ConfigError, match=r"checkpoint.pt: a CHFL checkpoint written by a deployed server: "
                                           r"resume it with `fedstream deploy .*--resume`") as exc:
-        run_on_table(table.X, table.y, s, method=config["hfl.method"], seed=config["seed"],
+        run_on_table(table.X, table.y, s, method=config["chfl.method"], seed=config["seed"],
                      n_classes=SPECS[s.dataset].n_classes, run_dir=out)
     assert isinstance(exc.value, CheckpointError) and "the simulator cannot resume it" in str(exc.value)
     assert (out / "checkpoint.pt").read_bytes() == path.read_bytes() and not (out / "metrics.csv").exists()
@@ -249,13 +249,13 @@ def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_p
     """The reverse: the simulator's checkpoint (of the very same run) in the server's --out is
     refused by ``load`` with a ConfigError that says it is the simulator's and how to resume it."""
     from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-    from fedstream.hfl.trainer import run_on_table
+    from fedstream.chfl.trainer import run_on_table
 
     s = chfl_config_settings(config)
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
-    one = {"hfl.rounds": 1, "hfl.lrs": "0.01"}  # the smallest run that checkpoints
+    one = {"chfl.rounds": 1, "chfl.lrs": "0.01"}  # the smallest run that checkpoints
     s1 = chfl_config_settings(dict(config, **one))
-    run_on_table(table.X, table.y, s1, method=config["hfl.method"], seed=config["seed"],
+    run_on_table(table.X, table.y, s1, method=config["chfl.method"], seed=config["seed"],
                  n_classes=SPECS[s.dataset].n_classes, run_dir=tmp_path / "out")
     path = tmp_path / "out" / "checkpoint.pt"
     before = path.read_bytes()
@@ -276,7 +276,7 @@ def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(r
     first = NetworkCHFL(server_config(config, tmp_path), link)
     with pytest.raises(ServerCrash):
         first.run(checkpoint=path)
-    rounds = config["hfl.rounds"]
+    rounds = config["chfl.rounds"]
     lost = tmp_path / "nodes" / f"ckpt-{first.cohort.run_token}-1-at{boundary(1, 1, rounds)}.npz"
     assert lost.exists() and (lost.parent / lost.name.replace(f"at{boundary(1, 1, rounds)}",
                                                               f"at{boundary(1, 0, rounds)}")).exists()
@@ -308,7 +308,7 @@ def test_a_node_ahead_of_a_resumed_server_is_a_fault(root, config, checkpoint, t
                 replies[2] = Envelope(r.kind, r.round, r.parts, r.info | {"lr_index": 1, "round": 2})
             return replies
 
-    net = NetworkCHFL(server_config(config, tmp_path), Ahead(lambda cfg, m: None, config["hfl.clients"]))
+    net = NetworkCHFL(server_config(config, tmp_path), Ahead(lambda cfg, m: None, config["chfl.clients"]))
     net.load(path)
     with pytest.raises(ProtocolError, match=r"clients \[2\] did not set up.*federation 1, round 2; expected \(1, 0\)"):
         net.run()
@@ -352,7 +352,7 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.deploy.local import write_app
 
-    values = TINY | {"data.root": str(root), "hfl.clients": 2, "hfl.rounds": 6, "hfl.lrs": "0.01"}
+    values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 6, "chfl.lrs": "0.01"}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
     app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": " ".join(f"{k}={v}" for k, v in values.items()),
                                        "out": str(out), "reply-timeout": REPLY_TIMEOUT})
@@ -381,7 +381,7 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.deploy.local import write_app
 
-    values = TINY | {"data.root": str(root), "hfl.clients": 2, "hfl.rounds": 2, "hfl.lrs": "0.01,0.003"}
+    values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 2, "chfl.lrs": "0.01,0.003"}
     want, _ = simulate(tiny_config(root, **{k: v for k, v in values.items() if k != "data.root"}))
     out = tmp_path / "out"
     app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": " ".join(f"{k}={v}" for k, v in values.items()),

@@ -59,8 +59,8 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
-from fedstream.vfl.engine import OnlineVFL
-from fedstream.vfl.messages import Gradient, Query
+from fedstream.ovfl.engine import OnlineVFL
+from fedstream.ovfl.messages import Gradient, Query
 
 E = 8  # overrides()'s model.embedding
 

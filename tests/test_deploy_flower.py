@@ -38,7 +38,7 @@ from fedstream.deploy.parties import (
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport import encode
-from fedstream.vfl.engine import OnlineVFL
+from fedstream.ovfl.engine import OnlineVFL
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ def test_event_batching_keeps_the_messages_and_changes_only_the_clients_stalenes
 
 def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
     from fedstream.deploy.link import ROUND, Envelope
-    from fedstream.vfl.messages import Gradient, Query
+    from fedstream.ovfl.messages import Gradient, Query
 
     config = load_config(None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0})
     host = ClientHost(config, 0, rows=BlockRows(config, 0))

@@ -56,7 +56,7 @@ from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
-from fedstream.vfl.messages import Gradient, Query
+from fedstream.ovfl.messages import Gradient, Query
 
 SMALL_CHUNK = 64
 E = 8  # overrides()'s model.embedding
@@ -66,7 +66,7 @@ E = 8  # overrides()'s model.embedding
 def small_chunks(monkeypatch):
     """The simulator and the server use chunks of 64 rounds (the policy learns at each chunk's end)."""
     from fedstream.deploy import driver
-    from fedstream.vfl import engine
+    from fedstream.ovfl import engine
 
     monkeypatch.setattr(engine, "CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(driver, "CHUNK", SMALL_CHUNK)
@@ -292,7 +292,7 @@ def test_flower_simulation_runtime_with_topl_equals_the_simulator(root, small_ch
     values = overrides(root, 150) | {"activation.name": "topl", "activation.l": 1, "activation.explore": 2,
                                      "activation.window": 40}
     script = f"""
-import fedstream.deploy.driver as driver, fedstream.vfl.engine as engine
+import fedstream.deploy.driver as driver, fedstream.ovfl.engine as engine
 engine.CHUNK = driver.CHUNK = {SMALL_CHUNK}
 from flwr.simulation import run_simulation
 from fedstream.deploy.flower_app import make_client_app, make_server_app

@@ -27,7 +27,7 @@ from fedstream.deploy.parties import server_stream
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
 from fedstream.transport import encode
-from fedstream.vfl.messages import Embedding, Gradient, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Query
 
 BAD_CLIENT, BAD_BATCH_START = 1, 20  # client 1's reply to the request for rounds 20..29 is spoilt
 

@@ -1,6 +1,6 @@
 """Batch VFL (the compression paper's split learning) across processes on Flower gives the simulator's results.
 
-The server party runs the simulator's epoch loop (:func:`fedstream.vfl.batch.trainer.play_epochs`)
+The server party runs the simulator's epoch loop (:func:`fedstream.vfl.trainer.play_epochs`)
 over :class:`fedstream.deploy.vfl_batch_proxy.RemoteCohort`; each node hosts one client
 (:class:`fedstream.deploy.vfl_batch_host.BatchVFLHost`) fed only its own strip of the images.
 Checked against the in-process simulator on MNIST (tiny settings):
@@ -41,10 +41,10 @@ from fedstream.transport import make_transport
 from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
 from fedstream.transport.wire import COMPRESSED_KINDS
-from fedstream.vfl.batch.data import load_vertical
-from fedstream.vfl.batch.protocol import LocalCohort
-from fedstream.vfl.batch.selection import Participation
-from fedstream.vfl.batch.trainer import (
+from fedstream.vfl.data import load_vertical
+from fedstream.vfl.protocol import LocalCohort
+from fedstream.vfl.selection import Participation
+from fedstream.vfl.trainer import (
     MetricsWriter,
     build_parties,
     data_inputs,
@@ -52,7 +52,7 @@ from fedstream.vfl.batch.trainer import (
     run_batch_vfl,
     run_summary,
 )
-from fedstream.vfl.messages import Embedding, Gradient
+from fedstream.ovfl.messages import Embedding, Gradient
 
 TINY = {"vfl.clients": 3, "data.train_rows": 200, "data.test_rows": 100, "train.epochs": 1, "train.batch_size": 50,
         "model.hidden": 32, "model.embedding": 16, "optimizer.lr": 0.1, "seed": 1}

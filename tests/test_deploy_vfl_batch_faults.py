@@ -38,7 +38,7 @@ from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_lab
 from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
 from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
 from fedstream.errors import ConfigError
-from fedstream.vfl.batch import run_batch_vfl
+from fedstream.vfl import run_batch_vfl
 
 
 def train_step(env) -> bool:

@@ -45,7 +45,7 @@ from fedstream.selection.knn_mi import (
 )
 from fedstream.selection.methods import VFPSSelector
 from fedstream.selection.reference import local_sq_distances, m_from_distances
-from fedstream.vfl.batch.data import load_vertical
+from fedstream.vfl.data import load_vertical
 
 TINY = {"vfl.clients": 3, "data.train_rows": 200, "data.test_rows": 100, "train.epochs": 2, "train.batch_size": 50,
         "model.hidden": 32, "model.embedding": 16, "optimizer.lr": 0.1, "seed": 1,
@@ -229,7 +229,7 @@ def test_a_node_answers_vfps_with_its_distances_only(tiny, data_root, tmp_path):
 
 def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, data_root, tmp_path):
     from fedstream.deploy.vfl_batch_vfps import check_size
-    from fedstream.vfl.batch.selection import SelectionSpec
+    from fedstream.vfl.selection import SelectionSpec
 
     check_size(SelectionSpec(method="vfps", queries=279), 60_000)  # 279 x 60,000 float32: 66,960,016 bytes
     with pytest.raises(ConfigError, match=r"selection.queries = None: .* set selection.queries <= 279"):

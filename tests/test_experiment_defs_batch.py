@@ -97,19 +97,19 @@ def test_chfl_paper_scale_is_the_papers_setting():
         exp = load_experiment(name)
         for point in _points(exp):
             cfg = load_config(exp.base, exp.overrides("paper") | point)
-            assert cfg["hfl.max_rows"] is None and cfg["hfl.hidden"] == "512,256,128"
-            if cfg["hfl.mode"] == "batch":
-                assert (cfg["hfl.local_epochs"], cfg["hfl.batch_size"], cfg["hfl.rounds"]) == (5, 64, 3)
+            assert cfg["chfl.max_rows"] is None and cfg["chfl.hidden"] == "512,256,128"
+            if cfg["chfl.mode"] == "batch":
+                assert (cfg["chfl.local_epochs"], cfg["chfl.batch_size"], cfg["chfl.rounds"]) == (5, 64, 3)
             small = load_config(exp.base, exp.overrides("small") | point)
-            assert small["hfl.max_rows"] is not None and small["hfl.hidden"] == "64,32"
-            if small["hfl.mode"] == "batch":  # the stream reads neither
-                assert small["hfl.rounds"] == 1 and small["hfl.local_epochs"] == 1
+            assert small["chfl.max_rows"] is not None and small["chfl.hidden"] == "64,32"
+            if small["chfl.mode"] == "batch":  # the stream reads neither
+                assert small["chfl.rounds"] == 1 and small["chfl.local_epochs"] == 1
     t2 = load_experiment("chfl-table2")  # the paper's average: 3 feature splits x 5 runs
-    assert t2.grid["hfl.split_index"] == [0, 1, 2] and t2.grid["seed"] == [0, 1, 2, 3, 4]
+    assert t2.grid["chfl.split_index"] == [0, 1, 2] and t2.grid["seed"] == [0, 1, 2, 3, 4]
     vb5 = load_experiment("chfl-vb5")  # V-B5 and FedProx on Table II's very seeds and splits
-    assert {k: vb5.grid[k] for k in ("seed", "hfl.split_index", "data.name")} == {
-        k: t2.grid[k] for k in ("seed", "hfl.split_index", "data.name")}
-    assert t2.grid["hfl.method"] == ["chfl", "local"] and vb5.grid["hfl.method"] == ["concat", "fedprox"]
+    assert {k: vb5.grid[k] for k in ("seed", "chfl.split_index", "data.name")} == {
+        k: t2.grid[k] for k in ("seed", "chfl.split_index", "data.name")}
+    assert t2.grid["chfl.method"] == ["chfl", "local"] and vb5.grid["chfl.method"] == ["concat", "fedprox"]
     assert load_experiment("chfl-table4-corr").overrides("paper")["data.name"] == "helena"
 
 
@@ -131,7 +131,7 @@ def test_numbers_repeated_across_chfl_tables_agree():
 
 # further cuts for the test suite (the definitions' own small scales were measured at 3-40 s)
 FAST_VFL = ["data.train_rows=2000", "data.test_rows=500", "train.epochs=2"]
-FAST_CHFL = ["hfl.max_rows=1500"]
+FAST_CHFL = ["chfl.max_rows=1500"]
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -190,7 +190,7 @@ class _Capture:
 
 def _experiment(grid: dict, figure: dict):
     raw = {"name": "t", "title": "t", "source": "test", "base": "chfl-covertype",
-           "scale": {"small": {"hfl.rounds": 1}}, "grid": grid, "figure": [figure]}
+           "scale": {"small": {"chfl.rounds": 1}}, "grid": grid, "figure": [figure]}
     return parse_experiment(raw, "test")
 
 
@@ -218,24 +218,24 @@ def _lines(fig):
 def test_curves_average_the_runs_of_a_line_over_the_other_grid_keys(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"hfl.method": ["chfl", "local"], "seed": [0, 1]},
-                      {"kind": "curves", "title": "t", "lines": "hfl.method", "x": "tick", "y": "acc"})
-    runs = [_run({"hfl.method": m, "seed": s}, {}, [{"tick": 10.0, "acc": a}, {"tick": 20.0, "acc": a + 0.1}])
+    exp = _experiment({"chfl.method": ["chfl", "local"], "seed": [0, 1]},
+                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "tick", "y": "acc"})
+    runs = [_run({"chfl.method": m, "seed": s}, {}, [{"tick": 10.0, "acc": a}, {"tick": 20.0, "acc": a + 0.1}])
             for m, s, a in [("chfl", 0, 0.5), ("chfl", 1, 0.7), ("local", 0, 0.2), ("local", 1, 0.4)]]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     lines = _lines(capture.figures[0])
     assert set(lines) == {"chfl (mean of 2 runs)", "local (mean of 2 runs)"}
     xs, ys = lines["chfl (mean of 2 runs)"]
     assert xs == [10.0, 20.0] and ys == pytest.approx([0.6, 0.7])
-    assert capture.figures[0].axes[0].get_legend().get_title().get_text() == "hfl.method"
+    assert capture.figures[0].axes[0].get_legend().get_title().get_text() == "chfl.method"
 
 
 def test_curves_keep_one_line_per_run_when_lines_cover_the_grid(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"hfl.method": ["chfl", "local"]},
-                      {"kind": "curves", "title": "t", "lines": "hfl.method", "x": "tick", "y": "acc"})
-    runs = [_run({"hfl.method": m}, {}, [{"tick": 10.0, "acc": a}]) for m, a in [("chfl", 0.5), ("local", 0.3)]]
+    exp = _experiment({"chfl.method": ["chfl", "local"]},
+                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "tick", "y": "acc"})
+    runs = [_run({"chfl.method": m}, {}, [{"tick": 10.0, "acc": a}]) for m, a in [("chfl", 0.5), ("local", 0.3)]]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     assert _lines(capture.figures[0]) == {"chfl": ([10.0], [0.5]), "local": ([10.0], [0.3])}
 
@@ -243,12 +243,12 @@ def test_curves_keep_one_line_per_run_when_lines_cover_the_grid(capture, tmp_pat
 def test_curves_against_a_grid_key_plot_a_summary_column(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"hfl.common_ratio": [0.1, 0.3], "hfl.method": ["chfl", "common"], "seed": [0, 1]},
-                      {"kind": "curves", "title": "t", "lines": "hfl.method", "x": "hfl.common_ratio", "y": "test_acc"})
-    runs = [_run({"hfl.common_ratio": r, "hfl.method": m, "seed": s},
+    exp = _experiment({"chfl.common_ratio": [0.1, 0.3], "chfl.method": ["chfl", "common"], "seed": [0, 1]},
+                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.common_ratio", "y": "test_acc"})
+    runs = [_run({"chfl.common_ratio": r, "chfl.method": m, "seed": s},
                  {"test_acc": r + (0.5 if m == "chfl" else 0) + s / 10})
             for r in (0.3, 0.1) for m in ("chfl", "common") for s in (0, 1)]  # out of grid order on purpose
-    runs.append(_run({"hfl.common_ratio": 0.1, "hfl.method": "chfl", "seed": 2}, None))  # not finished: left out
+    runs.append(_run({"chfl.common_ratio": 0.1, "chfl.method": "chfl", "seed": 2}, None))  # not finished: left out
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     lines = _lines(capture.figures[0])
     assert lines["chfl (mean of 2 runs)"][0] == [0.1, 0.3]
@@ -260,9 +260,9 @@ def test_curves_against_a_grid_key_plot_a_summary_column(capture, tmp_path):
 def test_curves_against_a_categorical_grid_key(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"hfl.split": ["max-corr", "min-corr"], "hfl.method": ["chfl", "local"]},
-                      {"kind": "curves", "title": "t", "lines": "hfl.method", "x": "hfl.split", "y": "test_acc"})
-    runs = [_run({"hfl.split": k, "hfl.method": m}, {"test_acc": 0.1 * i}) for i, (k, m) in
+    exp = _experiment({"chfl.split": ["max-corr", "min-corr"], "chfl.method": ["chfl", "local"]},
+                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.split", "y": "test_acc"})
+    runs = [_run({"chfl.split": k, "chfl.method": m}, {"test_acc": 0.1 * i}) for i, (k, m) in
             enumerate(itertools.product(["max-corr", "min-corr"], ["chfl", "local"]))]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     fig = capture.figures[0]
@@ -283,9 +283,9 @@ def test_one_two_five_tick_labels():
 def test_scatter_labels_more_than_decades_within_two_decades(capture, tmp_path, low, high, labelled):
     from fedstream.experiments.plots import scatter
 
-    exp = _experiment({"hfl.method": ["chfl", "local"]},
+    exp = _experiment({"chfl.method": ["chfl", "local"]},
                       {"kind": "scatter", "title": "t", "x": "total_mb", "y": "test_acc"})
-    runs = [_run({"hfl.method": m}, {"test_acc": 0.5, "bytes": {"total": mb * 2**20, "up": 0, "down": 0}})
+    runs = [_run({"chfl.method": m}, {"test_acc": 0.5, "bytes": {"total": mb * 2**20, "up": 0, "down": 0}})
             for m, mb in [("chfl", low), ("local", high)]]
     scatter(capture, exp, exp.figures[0], runs, tmp_path / "s.png")
     fig = capture.figures[0]
@@ -304,9 +304,9 @@ def test_scatter_of_an_experiment_with_no_finished_run_draws_an_empty_linear_axi
     running experiment must still render (it used to raise matplotlib's 'cannot be log-scaled')."""
     from fedstream.experiments.plots import scatter
 
-    exp = _experiment({"hfl.method": ["chfl", "local"]},
+    exp = _experiment({"chfl.method": ["chfl", "local"]},
                       {"kind": "scatter", "title": "t", "x": "total_mb", "y": "test_acc"})
-    runs = [_run({"hfl.method": m}, None) for m in ("chfl", "local")]
+    runs = [_run({"chfl.method": m}, None) for m in ("chfl", "local")]
     scatter(capture, exp, exp.figures[0], runs, tmp_path / "s.png")
     fig = capture.figures[0]
     fig.canvas.draw()

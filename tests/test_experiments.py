@@ -134,7 +134,7 @@ def test_report_needs_an_experiment_folder(tmp_path):
 
 def test_a_diverging_candidate_loses_the_tuning_and_does_not_stop_the_others(tiny, tmp_path, monkeypatch):
     from fedstream.errors import DivergedError
-    from fedstream.vfl.engine import OnlineVFL
+    from fedstream.ovfl.engine import OnlineVFL
 
     play = OnlineVFL.play_chunk
 

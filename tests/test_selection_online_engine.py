@@ -11,14 +11,14 @@ from conftest import small_config, synthetic_stream
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.transport.codec import HEADER
-from fedstream.vfl.client import Client
+from fedstream.ovfl.client import Client
 
 E = 8  # small_config's model.embedding
 
 
 def _recording_run(monkeypatch, **overrides):
     """An engine (CHUNK = 50) whose chunk masks are recorded, and its summary."""
-    from fedstream.vfl import engine
+    from fedstream.ovfl import engine
 
     monkeypatch.setattr(engine, "CHUNK", 50)
     run = engine.OnlineVFL(small_config(**overrides), stream=synthetic_stream())
@@ -66,7 +66,7 @@ def test_topl_sends_only_for_activated_clients_and_bytes_drop(monkeypatch):
 
 @pytest.mark.parametrize("optimizer, padding", [("ogd", "mean"), ("slr", "latest"), ("dlr", "ema"), ("dlr", "zero")])
 def test_topl_engine_equals_plain_reference(monkeypatch, optimizer, padding):
-    from fedstream.vfl import engine, reference
+    from fedstream.ovfl import engine, reference
 
     monkeypatch.setattr(engine, "CHUNK", 64)  # several chunks: the buffer is full at round 79, scored at 128 and 192
     monkeypatch.setattr(reference, "CHUNK", 64)
@@ -86,7 +86,7 @@ def test_topl_engine_equals_plain_reference(monkeypatch, optimizer, padding):
 
 
 def test_topl_resume_equals_uninterrupted(monkeypatch, tmp_path):
-    from fedstream.vfl import engine
+    from fedstream.ovfl import engine
 
     monkeypatch.setattr(engine, "CHUNK", 64)
     cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 40,
@@ -103,7 +103,7 @@ def test_topl_resume_equals_uninterrupted(monkeypatch, tmp_path):
 
 
 def test_a_client_neither_activated_nor_queried_needs_a_stand_in(monkeypatch):
-    from fedstream.vfl import engine
+    from fedstream.ovfl import engine
 
     run = engine.OnlineVFL(small_config(rounds=10), stream=synthetic_stream())
     X, y, _ = run.stream.batch(0, 1)
@@ -154,7 +154,7 @@ def test_topl_resumes_exactly_from_a_checkpoint_at_the_end_of_a_chunk(tmp_path):
     after that chunk was shown to it (it used to be saved just before)."""
     from conftest import small_config, synthetic_stream
 
-    from fedstream.vfl.engine import CHUNK, Hooks, OnlineVFL
+    from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
 
     cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 50,
                           "optimizer.name": "ogd", "rounds": 8500, "eval.interval": 500})

@@ -17,15 +17,15 @@ from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.selection.padding import LatestPadding, ZeroPadding
 from fedstream.transport import InProcessTransport
-from fedstream.vfl.batch import (
+from fedstream.vfl import (
     BatchClient,
     BatchServer,
     BatchVFLSettings,
     run_batch_vfl,
 )
-from fedstream.vfl.batch.protocol import train_step
-from fedstream.vfl.batch.selection import Participation, SelectionSpec
-from fedstream.vfl.messages import Embedding
+from fedstream.vfl.protocol import train_step
+from fedstream.vfl.selection import Participation, SelectionSpec
+from fedstream.ovfl.messages import Embedding
 
 SMALL = dict(train_rows=1200, test_rows=300, hidden=16, embedding=8, batch_size=100, lr=0.1, split="columns")
 

@@ -9,7 +9,7 @@ import pytest
 from fedstream.cli import main
 from fedstream.errors import ConfigError
 from fedstream.experiments.sweep import expand_grid, sweep, work_units
-from fedstream.vfl.engine import OnlineVFL
+from fedstream.ovfl.engine import OnlineVFL
 
 TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second"}
 

@@ -6,7 +6,7 @@ import pytest
 from fedstream.errors import ProtocolError
 from fedstream.transport import InProcessTransport, decode, encode
 from fedstream.transport.codec import HEADER
-from fedstream.vfl.messages import Embedding, Gradient, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Query
 
 
 def test_roundtrip_each_message_kind():

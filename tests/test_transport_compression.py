@@ -28,7 +28,7 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE, QUANT, SIGN, SIGN_PLAIN, SPARSE, frame
-from fedstream.vfl.messages import Embedding, Gradient, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Query
 
 SPECS = [CompressionSpec(up=u, down=d, cache=c) for u, d in itertools.product(UP_CODECS, DOWN_CODECS)
          for c in ((False,) if u == "none" else (False, True))]

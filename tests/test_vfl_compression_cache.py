@@ -4,10 +4,10 @@ import numpy as np
 import torch
 
 from fedstream.transport import CompressedTransport, CompressionSpec
-from fedstream.vfl.batch import BatchVFLSettings
-from fedstream.vfl.batch.data import VerticalImages, strips
-from fedstream.vfl.batch.trainer import build_parties, evaluate, train_epoch
-from fedstream.vfl.messages import Embedding
+from fedstream.vfl import BatchVFLSettings
+from fedstream.vfl.data import VerticalImages, strips
+from fedstream.vfl.trainer import build_parties, evaluate, train_epoch
+from fedstream.ovfl.messages import Embedding
 
 SPEC = CompressionSpec(up="topk-grad", cache=True, ratio=0.25)
 

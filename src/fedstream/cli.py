@@ -255,7 +255,7 @@ def cmd_presets(_args) -> int:
 
 def cmd_run(args) -> int:
     from fedstream.runtime.output import RunDirectory
-    from fedstream.vfl.engine import OnlineVFL
+    from fedstream.ovfl.engine import OnlineVFL
 
     config = load_config(args.config, args.sets)
     if config["task"] != "ovfl":
@@ -340,9 +340,9 @@ def batch_summary_table(s: dict) -> Table:
                  ("compression", f"up {c['compression.up']}{' + cache' if c['compression.cache'] else ''}, "
                                  f"down {c['compression.down']}")]
     elif "prequential_acc" in s:
-        rows += [("method", f"{c['hfl.method']} (stream)"), ("prequential accuracy", f"{s['prequential_acc']:.4f}")]
+        rows += [("method", f"{c['chfl.method']} (stream)"), ("prequential accuracy", f"{s['prequential_acc']:.4f}")]
     else:
-        rows += [("method", c["hfl.method"]), ("test accuracy (mean over clients)", f"{s['test_acc']:.4f}")]
+        rows += [("method", c["chfl.method"]), ("test accuracy (mean over clients)", f"{s['test_acc']:.4f}")]
     if b:
         rows.append(("communication (MB, 2^20 B)", f"{(b['up'] + b['down']) / 2**20:,.2f}  "
                                                    f"(up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})"))

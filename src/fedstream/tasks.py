@@ -1,7 +1,7 @@
 """Run a resolved config of the batch tasks: ``vfl`` (batch VFL with compression) and ``chfl``.
 
 Online VFL (``task = "ovfl"``) has its own engine, with chunked streams, checkpoints and resume
-(:mod:`fedstream.vfl.engine`). The batch tasks are run here, so that ``fedstream run``, the sweep
+(:mod:`fedstream.ovfl.engine`). The batch tasks are run here, so that ``fedstream run``, the sweep
 and the experiment runner call them the same way: one config in, ``summary.json`` (with the
 resolved ``config``) and ``metrics.csv`` out.
 """
@@ -24,28 +24,28 @@ BATCH_TASKS = ("vfl", "chfl")
 
 def chfl_settings(config: dict):
     """The CHFL settings of a ``task = "chfl"`` config (batch mode)."""
-    from fedstream.hfl.settings import CHFLSettings
+    from fedstream.chfl.settings import CHFLSettings
 
     return CHFLSettings(
-        dataset=config["data.name"], clients=config["hfl.clients"], common_ratio=config["hfl.common_ratio"],
-        split=config["hfl.split"], split_index=config["hfl.split_index"], hidden=number_list(config["hfl.hidden"], int),
-        rounds=config["hfl.rounds"], local_epochs=config["hfl.local_epochs"], batch_size=config["hfl.batch_size"],
-        lrs=number_list(config["hfl.lrs"]), mus=number_list(config["hfl.mus"]), prox_mu=config["hfl.prox_mu"],
-        max_rows=config["hfl.max_rows"],
-        shared_baselines=tuple(b.strip() for b in config["hfl.baselines"].split(",") if b.strip()),
+        dataset=config["data.name"], clients=config["chfl.clients"], common_ratio=config["chfl.common_ratio"],
+        split=config["chfl.split"], split_index=config["chfl.split_index"], hidden=number_list(config["chfl.hidden"], int),
+        rounds=config["chfl.rounds"], local_epochs=config["chfl.local_epochs"], batch_size=config["chfl.batch_size"],
+        lrs=number_list(config["chfl.lrs"]), mus=number_list(config["chfl.mus"]), prox_mu=config["chfl.prox_mu"],
+        max_rows=config["chfl.max_rows"],
+        shared_baselines=tuple(b.strip() for b in config["chfl.baselines"].split(",") if b.strip()),
     )
 
 
 def stream_settings(config: dict):
-    """The streaming-CHFL settings of a ``task = "chfl"``, ``hfl.mode = "stream"`` config."""
-    from fedstream.hfl.stream import StreamSettings
+    """The streaming-CHFL settings of a ``task = "chfl"``, ``chfl.mode = "stream"`` config."""
+    from fedstream.chfl.stream import StreamSettings
 
     return StreamSettings(
-        dataset=config["data.name"], clients=config["hfl.clients"], common_ratio=config["hfl.common_ratio"],
-        split_index=config["hfl.split_index"], hidden=number_list(config["hfl.hidden"], int),
-        batch=config["online.batch"], sync_every=config["online.sync_every"], lr=config["online.lr"],
-        mu=config["online.mu"], prox_mu=config["hfl.prox_mu"], late_join=config["online.late_join"],
-        eval_every=config["online.eval_every"], max_rows=config["hfl.max_rows"],
+        dataset=config["data.name"], clients=config["chfl.clients"], common_ratio=config["chfl.common_ratio"],
+        split_index=config["chfl.split_index"], hidden=number_list(config["chfl.hidden"], int),
+        batch=config["chfl.stream_batch"], sync_every=config["chfl.stream_sync_every"], lr=config["chfl.stream_lr"],
+        mu=config["chfl.stream_mu"], prox_mu=config["chfl.prox_mu"], late_join=config["chfl.stream_late_join"],
+        eval_every=config["chfl.stream_eval_every"], max_rows=config["chfl.max_rows"],
     )
 
 
@@ -86,23 +86,23 @@ def run_batch_task(config: dict, out: Path | None = None, progress: Callable[[di
 def _train(task: str, config: dict, out: Path | None, progress, resume: bool = False) -> dict:
     """The task's trainer on ``config``: its result dict."""
     if task == "vfl":
-        from fedstream.vfl.batch.settings import BatchVFLSettings
-        from fedstream.vfl.batch.trainer import run_batch_vfl
+        from fedstream.vfl.settings import BatchVFLSettings
+        from fedstream.vfl.trainer import run_batch_vfl
 
         result = run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
                                progress=progress, out=out, resume=resume)  # metrics.csv, checkpoint.pt per epoch
-    elif config["hfl.mode"] == "stream":
-        from fedstream.hfl.settings import named_by_config
-        from fedstream.hfl.stream import run_stream
+    elif config["chfl.mode"] == "stream":
+        from fedstream.chfl.settings import named_by_config
+        from fedstream.chfl.stream import run_stream
 
-        with named_by_config():  # errors name hfl.* / online.* keys, not settings fields
-            result = run_stream(stream_settings(config), config["data.root"], method=config["hfl.method"],
+        with named_by_config():  # errors name chfl.* keys, not settings fields
+            result = run_stream(stream_settings(config), config["data.root"], method=config["chfl.method"],
                                 seed=config["seed"], run_dir=out, resume=resume)
     else:
-        from fedstream.hfl.settings import named_by_config
-        from fedstream.hfl.trainer import run_chfl
+        from fedstream.chfl.settings import named_by_config
+        from fedstream.chfl.trainer import run_chfl
 
         with named_by_config():
-            result = run_chfl(chfl_settings(config), config["data.root"], method=config["hfl.method"],
+            result = run_chfl(chfl_settings(config), config["data.root"], method=config["chfl.method"],
                               seed=config["seed"], progress=progress, run_dir=out, resume=resume)
     return result

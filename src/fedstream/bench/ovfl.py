@@ -2,7 +2,7 @@
 
 Both run the same configuration (paper model, 4 clients, i-MNIST, Full activation) in this process,
 one after the other, so machine noise hits both alike; we report rounds/s and their ratio. The
-reference is :class:`fedstream.vfl.reference.ReferenceOnlineVFL`: per-sample autograd with DLR's
+reference is :class:`fedstream.ovfl.reference.ReferenceOnlineVFL`: per-sample autograd with DLR's
 window kept as a list of l full gradients, summed every round.
 """
 
@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from fedstream.config import load_config
-from fedstream.vfl.engine import OnlineVFL
-from fedstream.vfl.reference import ReferenceOnlineVFL
+from fedstream.ovfl.engine import OnlineVFL
+from fedstream.ovfl.reference import ReferenceOnlineVFL
 
 WARMUP = 200  # rounds run first so JIT compilation and caches are not timed
 REPEATS = 5  # timed blocks per contender, interleaved; the best block counts (timeit's rule)
@@ -68,8 +68,8 @@ def breakdown(rounds: int, data_root: str | None) -> dict:
     import numpy as np
 
     from fedstream.transport import InProcessTransport
-    from fedstream.vfl.engine import CHUNK
-    from fedstream.vfl.messages import Embedding, Gradient
+    from fedstream.ovfl.engine import CHUNK
+    from fedstream.ovfl.messages import Embedding, Gradient
 
     run = OnlineVFL(_config("dlr", 10, rounds, data_root))
     tic = time.perf_counter()
@@ -103,7 +103,7 @@ def _cpu_seconds() -> float:
 def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, workers: int | None,
                                 stack: bool = False) -> dict:
     """Run-rounds/s of ``k`` configurations (optimiser x activation x lr) advanced side by side,
-    each run alone or (``stack``) in stacks of batched kernels (:mod:`fedstream.vfl.stack`)."""
+    each run alone or (``stack``) in stacks of batched kernels (:mod:`fedstream.ovfl.stack`)."""
     import tempfile
 
     from fedstream.experiments.sweep import expand_grid, sweep
@@ -126,7 +126,7 @@ def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, work
 def stacked_paper_rates(rounds: int, data_root: str | None) -> dict:
     """Run-rounds/s of each optimiser's stack of the paper's three activations (one table's
     stack), on one core, after a warm-up: what :func:`project_paper_grid` projects with."""
-    from fedstream.vfl.stack import RunStack
+    from fedstream.ovfl.stack import RunStack
 
     rates = {}
     for optimizer in ("ogd", "slr", "dlr"):

@@ -84,7 +84,16 @@ def nest(flat: dict[str, Any]) -> dict:
     return out
 
 
+def renamed(key: str) -> str | None:
+    """The current name of a key that an earlier release called ``key`` (``hfl.*``, ``online.*``)."""
+    prefix, _, rest = key.partition(".")
+    new = {"hfl": f"chfl.{rest}", "online": f"chfl.stream_{rest}"}.get(prefix)
+    return new if new in SCHEMA else None
+
+
 def _unknown(key: str, where: str) -> ConfigError:
+    if (new := renamed(key)) is not None:
+        return ConfigError(f"{where}: config key {key!r} was renamed {new!r}")
     close = difflib.get_close_matches(key, SCHEMA, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else f"; known keys: {', '.join(SCHEMA)}"
     return ConfigError(f"{where}: unknown config key {key!r}{hint}")
@@ -186,13 +195,13 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if task == "vfl":
         _check_selection(cfg)
     if task == "chfl":
-        _check_number_list(cfg, "hfl.hidden", int, 1, None)
-        _check_number_list(cfg, "hfl.lrs", float, 0.0, None)
-        _check_number_list(cfg, "hfl.mus", float, -1e-12, 1.0)
-        _check_number_list(cfg, "hfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
-        if cfg["hfl.mode"] == "stream" and cfg["hfl.split"] != "random":
-            raise ConfigError(f"hfl.split = {cfg['hfl.split']!r} is for hfl.mode = batch; the stream form "
-                              "draws random common features (hfl.split_index picks which)")
+        _check_number_list(cfg, "chfl.hidden", int, 1, None)
+        _check_number_list(cfg, "chfl.lrs", float, 0.0, None)
+        _check_number_list(cfg, "chfl.mus", float, -1e-12, 1.0)
+        _check_number_list(cfg, "chfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
+        if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
+            raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
+                              "draws random common features (chfl.split_index picks which)")
     if task != "ovfl":
         return cfg
     if cfg["activation.k"] > cfg["vfl.clients"]:
@@ -207,7 +216,7 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _check_selection(cfg: dict[str, Any]) -> None:
     """The selection.* keys against each other and against vfl.clients (errors name the key)."""
-    from fedstream.vfl.batch.selection import SelectionSpec
+    from fedstream.vfl.selection import SelectionSpec
 
     SelectionSpec.from_config(cfg).check_clients(cfg["vfl.clients"])
 

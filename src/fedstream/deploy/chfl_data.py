@@ -1,7 +1,7 @@
 """A CHFL client node's own part of the data set: its rows and its columns, nothing else.
 
 A node reads the data set file (a CSV holds every column of every row, so it is parsed whole),
-applies the simulator's splits (:func:`fedstream.hfl.trainer.prepare_client`: the same
+applies the simulator's splits (:func:`fedstream.chfl.trainer.prepare_client`: the same
 ``max_rows`` subset, feature split and row split, from the same seeds) and keeps only client
 ``index``'s view: its train and validation rows and the shared test rows, through the common
 features and its own unique block, standardised with its own train mean/std. It also keeps the
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedstream.hfl.client import ClientData, View
-from fedstream.hfl.settings import CHFLSettings, named_by_config
-from fedstream.hfl.splits import FeatureSplit
+from fedstream.chfl.client import ClientData, View
+from fedstream.chfl.settings import CHFLSettings, named_by_config
+from fedstream.chfl.splits import FeatureSplit
 
 FORMAT = 1
 
@@ -57,7 +57,7 @@ class NodePart:
 
 
 def chfl_config_settings(config: dict) -> CHFLSettings:
-    """The run's CHFL settings; a bad value is reported by its config key (``hfl.*``)."""
+    """The run's CHFL settings; a bad value is reported by its config key (``chfl.*``)."""
     from fedstream.tasks import chfl_settings
 
     with named_by_config():
@@ -75,7 +75,7 @@ def load_part(config: dict, index: int, *, data_root: str | None = None, cache_d
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
         from fedstream.errors import ConfigError
 
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and hfl.clients - 1 = "
+        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and chfl.clients - 1 = "
                           f"{settings.clients - 1}")
     root = str(resolve_data_root(data_root or config["data.root"]))
     key = json.dumps([FORMAT, root, config["seed"], index] + [getattr(settings, f) for f in SPLIT_FIELDS])
@@ -92,7 +92,7 @@ def load_part(config: dict, index: int, *, data_root: str | None = None, cache_d
 
 def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart:
     from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-    from fedstream.hfl.trainer import prepare_client
+    from fedstream.chfl.trainer import prepare_client
 
     table = load_chfl_dataset(settings.dataset, root).table
     with named_by_config():

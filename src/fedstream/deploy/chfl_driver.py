@@ -3,7 +3,7 @@
 :class:`NetworkCHFL` sets the nodes up (:class:`~fedstream.deploy.chfl_proxy.RemoteCohort`),
 learns from them the width of the common column (the server holds no data: no labels, no
 features, not even the file), draws the initial global column as the simulator does and runs
-:class:`fedstream.hfl.trainer.BatchRun`, the simulator's loop: per learning rate, T FedAvg
+:class:`fedstream.chfl.trainer.BatchRun`, the simulator's loop: per learning rate, T FedAvg
 rounds. The result has the simulator's keys (``test_acc``, ``variants`` with every client's
 choice, ``bytes``, ...) plus what the network adds (``faults``, ``exchanges``, the nodes' own
 byte counts in ``clients``). Without faults it equals the simulator's result (timings aside).
@@ -11,8 +11,8 @@ byte counts in ``clients``). Without faults it equals the simulator's result (ti
 Faults: a node that fails a round is left out of it (:mod:`fedstream.deploy.chfl_proxy`); one that
 comes back on a new SuperNode is set up again from its own checkpoint (``rejoins``). With
 ``run(checkpoint=PATH)`` the server checkpoints as the simulator does, after every FedAvg round
-and at every federation's end (:class:`~fedstream.hfl.trainer.BatchRun` with a
-:class:`~fedstream.hfl.checkpoint.RunFolder`: ``PATH`` and ``metrics.csv`` beside it; the archive
+and at every federation's end (:class:`~fedstream.chfl.trainer.BatchRun` with a
+:class:`~fedstream.chfl.checkpoint.RunFolder`: ``PATH`` and ``metrics.csv`` beside it; the archive
 says ``kind = "deployed-server"``, so that neither this server nor the simulator resumes the
 other's checkpoint): its
 position, the global column, the validation rows, the byte ledger, and from the cohort the run's
@@ -36,15 +36,15 @@ from fedstream.deploy.chfl_proxy import RemoteCohort
 from fedstream.deploy.link import Link
 from fedstream.deploy.parties import check_deployable
 from fedstream.errors import ConfigError
-from fedstream.hfl.checkpoint import (
+from fedstream.chfl.checkpoint import (
     DEPLOYED,
     CheckpointError,
     RunFolder,
     check_identity,
     read_checkpoint,
 )
-from fedstream.hfl.splits import FeatureSplit
-from fedstream.hfl.trainer import (
+from fedstream.chfl.splits import FeatureSplit
+from fedstream.chfl.trainer import (
     METRIC_COLUMNS,
     BatchRun,
     Plan,
@@ -61,7 +61,7 @@ class NetworkCHFL:
         check_deployable(config)
         self.config, self.progress = config, progress
         self.settings = chfl_config_settings(config)
-        self.method, self.seed = config["hfl.method"], config["seed"]
+        self.method, self.seed = config["chfl.method"], config["seed"]
         self.cohort = RemoteCohort(link, config, run_token=secrets.token_hex(8))
         self.batch: BatchRun | None = None
         self.loaded: Path | None = None  # the checkpoint load() read

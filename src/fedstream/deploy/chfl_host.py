@@ -1,10 +1,10 @@
-"""A CHFL client party on its own node: one :class:`fedstream.hfl.client.Client` behind envelopes.
+"""A CHFL client party on its own node: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
 :class:`CHFLHost` answers the server's requests (see :mod:`fedstream.deploy.chfl_proxy` for the
 server's side) with the simulator's code for one client's side of a round
-(:mod:`fedstream.hfl.trainer`: :func:`~fedstream.hfl.trainer.build_clients`,
-:func:`~fedstream.hfl.trainer.validate_client`, :func:`~fedstream.hfl.trainer.keep_common`,
-:func:`~fedstream.hfl.trainer.train_and_upload`, :func:`~fedstream.hfl.trainer.score_choices`):
+(:mod:`fedstream.chfl.trainer`: :func:`~fedstream.chfl.trainer.build_clients`,
+:func:`~fedstream.chfl.trainer.validate_client`, :func:`~fedstream.chfl.trainer.keep_common`,
+:func:`~fedstream.chfl.trainer.train_and_upload`, :func:`~fedstream.chfl.trainer.score_choices`):
 
 * ``setup``: the node's sizes (rows per split, features, classes) and its column indices: the
   server needs the common width to draw the initial global column, and no data. Also where the
@@ -12,7 +12,7 @@ server's side) with the simulator's code for one client's side of a round
   fresh party): a node set up with ``rejoin`` resumes from its checkpoint
   (:mod:`fedstream.deploy.node`) and the server checks it is not ahead of the run.
 * ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
-  :class:`~fedstream.hfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
+  :class:`~fedstream.chfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
   with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
   (lr, candidate, round) snapshot, with ``info["epochs"]`` trains that many local epochs and
   replies its common column (encoded) and its best validation accuracy (a number). A request of
@@ -41,12 +41,12 @@ from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
 from fedstream.deploy.remote import pack_state, unpack_state
 from fedstream.errors import ProtocolError
-from fedstream.hfl.checkpoint import arrays_to_tensors, tensors_to_arrays
-from fedstream.hfl.client import Client
-from fedstream.hfl.messages import ModelUpdate
-from fedstream.hfl.models import state_arrays
-from fedstream.hfl.selection import Choice, Selector
-from fedstream.hfl.trainer import (
+from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
+from fedstream.chfl.client import Client
+from fedstream.chfl.messages import ModelUpdate
+from fedstream.chfl.models import state_arrays
+from fedstream.chfl.selection import Choice, Selector
+from fedstream.chfl.trainer import (
     Plan,
     build_clients,
     keep_common,
@@ -69,7 +69,7 @@ class CHFLHost:
             raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
         self.config, self.index, self.part = config, index, rows
         self.settings = chfl_config_settings(config)
-        self.plan = Plan(self.settings, config["hfl.method"], config["seed"], len(rows.features.common),
+        self.plan = Plan(self.settings, config["chfl.method"], config["seed"], len(rows.features.common),
                          rows.n_classes)
         self.client: Client | None = None
         self.lr_index, self.round = -1, -1  # the federation and round last played
@@ -114,10 +114,10 @@ class CHFLHost:
             raise ProtocolError(f"{where}: info 'validate' must be true or false (false in round 0), "
                                 f"received {validate!r}"[:300])
         if isinstance(epochs, bool) or epochs not in (0, s.local_epochs) or (epochs and t == s.rounds):
-            raise ProtocolError(f"{where}: info 'epochs' must be 0 or hfl.local_epochs = {s.local_epochs} "
+            raise ProtocolError(f"{where}: info 'epochs' must be 0 or chfl.local_epochs = {s.local_epochs} "
                                 f"(0 in the last round), received {epochs!r}"[:300])
         if not 0 <= t <= s.rounds:
-            raise ProtocolError(f"{where}: round {t} is outside 0..hfl.rounds = {s.rounds}")
+            raise ProtocolError(f"{where}: round {t} is outside 0..chfl.rounds = {s.rounds}")
         if i < self.lr_index or (i == self.lr_index and t <= self.round):
             raise ProtocolError(f"{where}: learning rate {i}, round {t} after learning rate {self.lr_index}, "
                                 f"round {self.round}: requests must move forward")

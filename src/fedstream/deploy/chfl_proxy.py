@@ -1,6 +1,6 @@
-"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.hfl.trainer.Cohort` over a link.
+"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort` over a link.
 
-:class:`RemoteCohort` is what :class:`fedstream.hfl.trainer.BatchRun` (the simulator's round
+:class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
 loop, unchanged) talks to when the clients live on their own nodes
 (:mod:`fedstream.deploy.chfl_host`). One request per node per round, all nodes at once:
 
@@ -42,8 +42,8 @@ heads continue from its checkpoint. A node that lost everything comes back as a 
 validation records before the rejoin, so its choice is among the rounds it played since.
 
 With ``keep`` set (the server checkpoints, :class:`~fedstream.deploy.chfl_driver.NetworkCHFL`),
-a round request after which the server checkpoints (:func:`~fedstream.hfl.trainer.checkpointed_after`)
-carries ``keep`` and the boundary (:func:`~fedstream.hfl.trainer.boundary`): each node keeps its
+a round request after which the server checkpoints (:func:`~fedstream.chfl.trainer.checkpointed_after`)
+carries ``keep`` and the boundary (:func:`~fedstream.chfl.trainer.boundary`): each node keeps its
 state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
 """
 
@@ -58,10 +58,10 @@ from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link
 from fedstream.deploy.remote import RemoteNodes
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.hfl.messages import ModelUpdate
-from fedstream.hfl.selection import Choice
-from fedstream.hfl.splits import SettingError, n_common_features
-from fedstream.hfl.trainer import RoundResult, boundary, checkpointed_after
+from fedstream.chfl.messages import ModelUpdate
+from fedstream.chfl.selection import Choice
+from fedstream.chfl.splits import SettingError, n_common_features
+from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 
@@ -78,7 +78,7 @@ class RemoteCohort(RemoteNodes):
         self.settings = chfl_config_settings(config)
         K = self.settings.clients
         if link.n_clients != K:
-            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, hfl.clients = {K}")
+            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, chfl.clients = {K}")
         self.ledger = ByteLedger(K)
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
@@ -114,7 +114,7 @@ class RemoteCohort(RemoteNodes):
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
                 self._rejoined(m, resume, got)
-        self.require_all(self.nodes, K, f"a CHFL run needs all hfl.clients = {K}")
+        self.require_all(self.nodes, K, f"a CHFL run needs all chfl.clients = {K}")
         self.ready = set(self.nodes)
         first = self.nodes[0]
         for m, got in self.nodes.items():

@@ -1,7 +1,7 @@
 """The server party of a deployed online VFL run: the simulator's loop over remote clients.
 
 :class:`NetworkVFL` holds the labels and the top model, and plays
-:func:`fedstream.vfl.protocol.play_round` round after round with :class:`RemoteClient` stand-ins
+:func:`fedstream.ovfl.protocol.play_round` round after round with :class:`RemoteClient` stand-ins
 and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
 (``network.batch``) cost one request to every node, all nodes in parallel: it carries the
 gradients of the node's previous batch and the queries of the B rounds; see
@@ -53,9 +53,9 @@ from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runtime.state import collect, restore
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
-from fedstream.vfl.engine import CHUNK, feature_blocks, online_summary
-from fedstream.vfl.messages import Query
-from fedstream.vfl.protocol import ComputeClock, play_round
+from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
+from fedstream.ovfl.messages import Query
+from fedstream.ovfl.protocol import ComputeClock, play_round
 
 
 class NodePadding:

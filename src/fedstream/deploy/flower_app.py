@@ -152,14 +152,14 @@ def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
 
     if settings["resume"] and not settings["out"]:
         raise ConfigError("resume: needs out, the folder holding the CHFL server's checkpoint.pt")
-    link = GridLink.connect(grid, config["hfl.clients"], poll=float(settings["poll-seconds"]),
+    link = GridLink.connect(grid, config["chfl.clients"], poll=float(settings["poll-seconds"]),
                             timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
 
     def progress(p: dict) -> None:
         print(f"fedstream: lr {p['lr']:g}, round {p['round']}/{p['rounds']}: mean best validation accuracy "
               f"{p['val_acc']:.4f}", flush=True)
 
-    print(f"fedstream: CHFL ({config['hfl.method']}) with {config['hfl.clients']} client nodes", flush=True)
+    print(f"fedstream: CHFL ({config['chfl.method']}) with {config['chfl.clients']} client nodes", flush=True)
     net = NetworkCHFL(config, link, progress=progress)
     checkpoint = Path(settings["out"]) / "checkpoint.pt" if settings["out"] else None
     if settings["resume"] and checkpoint is not None and checkpoint.exists():
@@ -190,7 +190,7 @@ def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
     ``out/checkpoint.pt`` when it exists (each node from its own state of that epoch), else starts afresh."""
     from fedstream.deploy.vfl_batch_data import load_labels
     from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
-    from fedstream.vfl.batch.checkpoint import NAME
+    from fedstream.vfl.checkpoint import NAME
 
     if settings["resume"] and not settings["out"]:
         raise ConfigError("resume: needs out, the folder holding the server's checkpoint.pt")

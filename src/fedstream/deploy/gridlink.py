@@ -112,7 +112,7 @@ class GridLink:
         while len(nodes := sorted(grid.get_node_ids())) < n_clients:
             if time.monotonic() > deadline:
                 raise ProtocolError(f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
-                                    f"(vfl.clients or hfl.clients) needed (start one per client with --node-config \"client-index=M\")")
+                                    f"(vfl.clients or chfl.clients) needed (start one per client with --node-config \"client-index=M\")")
             time.sleep(0.2)
         link = cls(grid, {}, n_clients, poll=poll, timeout=timeout)
         index_of = link._hello(nodes)

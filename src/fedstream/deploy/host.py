@@ -1,8 +1,8 @@
-"""The client party on its own node: a real :class:`fedstream.vfl.client.Client` behind envelopes.
+"""The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
 :class:`ClientHost` receives encoded fedstream messages, decodes them with
 :func:`fedstream.deploy.link.peek` (which validates them), hands them to its
-:class:`~fedstream.vfl.client.Client`, and encodes what the client answers. It counts the bytes it
+:class:`~fedstream.ovfl.client.Client`, and encodes what the client answers. It counts the bytes it
 receives and sends in its own ledger, so both ends of every link count.
 
 One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.link`).
@@ -50,7 +50,7 @@ from fedstream.deploy.parties import (
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
-from fedstream.vfl.messages import Embedding, Gradient, Message, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 
 MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
 

@@ -14,7 +14,7 @@ Kinds of request:
   ``network.batch`` events, B). Its parts are first the gradients of the node's activated
   events of the previous batch, in round order (they ride along instead of costing messages of
   their own), then the server's Query of every event of the batch, in round order: the server
-  queries every passive client (:func:`fedstream.vfl.protocol.play_round`), so the node answers
+  queries every passive client (:func:`fedstream.ovfl.protocol.play_round`), so the node answers
   at once when an event leaves it passive, and the query of an activated event goes unused (it
   is not counted as payload). The reply holds one Embedding per event, in round order, and
   ``info["active"]``, which events activated the node: one round trip per batch.
@@ -47,7 +47,7 @@ from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.codec import decode
 from fedstream.transport.links import Receiver
 from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
-from fedstream.vfl.messages import Message
+from fedstream.ovfl.messages import Message
 
 SETUP, ROUND, FINISH = "setup", "round", "finish"
 KINDS = (SETUP, ROUND, FINISH)

@@ -1,7 +1,7 @@
 """Each party of a deployed online VFL run, built on its own machine from the shared config.
 
 A deployed party cannot ask the simulator for its model: it builds it. The functions here build
-exactly what :class:`fedstream.vfl.engine.OnlineVFL` builds (same generator, same order: client 0's
+exactly what :class:`fedstream.ovfl.engine.OnlineVFL` builds (same generator, same order: client 0's
 bottom model, client 1's, ..., then the server's top model), so that a network run and an
 in-process run with the same seed start from the same weights. Client m replays the draws of
 clients 0..m-1 without keeping their models; the server replays all client draws.
@@ -24,10 +24,10 @@ from fedstream.errors import ConfigError
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
 from fedstream.transport import CompressionSpec
-from fedstream.vfl.activation import Activation, make_activation
-from fedstream.vfl.client import Client
-from fedstream.vfl.engine import CHUNK, feature_blocks, make_stream, server_lr
-from fedstream.vfl.server import Server
+from fedstream.ovfl.activation import Activation, make_activation
+from fedstream.ovfl.client import Client
+from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream, server_lr
+from fedstream.ovfl.server import Server
 
 # policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
 CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
@@ -39,8 +39,8 @@ SERVER_SIDE_ACTIVATIONS = ("topl",)
 def check_deployable(config: dict) -> None:
     """Reject what the network backend does not carry yet, naming the key."""
     if config["task"] == "chfl":
-        if config["hfl.mode"] != "batch":
-            raise ConfigError(f"hfl.mode = {config['hfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
+        if config["chfl.mode"] != "batch":
+            raise ConfigError(f"chfl.mode = {config['chfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
         return
     if config["task"] == "vfl":  # every selection method and dynamic setting: the server plans, VF-PS asks the
         return                   # nodes for distances over the epoch's available rows (deploy/vfl_batch_vfps.py)
@@ -55,8 +55,8 @@ def check_deployable(config: dict) -> None:
 
 
 def n_nodes(config: dict) -> int:
-    """Client nodes of a run: ``vfl.clients`` (online VFL) or ``hfl.clients`` (CHFL)."""
-    return config["hfl.clients"] if config["task"] == "chfl" else config["vfl.clients"]
+    """Client nodes of a run: ``vfl.clients`` (online VFL) or ``chfl.clients`` (CHFL)."""
+    return config["chfl.clients"] if config["task"] == "chfl" else config["vfl.clients"]
 
 
 def window(config: dict) -> int:
@@ -106,7 +106,7 @@ def build_activation(config: dict) -> Activation | None:
 
 def build_server_activation(config: dict) -> Activation:
     """The server's policy (``topl``), built exactly as the simulator builds it
-    (:class:`fedstream.vfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
+    (:class:`fedstream.ovfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
     if not server_decides(config):
         raise ConfigError(f"activation.name = {config['activation.name']!r} is decided by each client, not the server")
     return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],

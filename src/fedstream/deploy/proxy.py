@@ -1,6 +1,6 @@
 """The server's side of the wire: stand-ins for remote clients and a transport over a link.
 
-:func:`fedstream.vfl.protocol.play_round` calls its clients directly (``observe``, ``on_event``,
+:func:`fedstream.ovfl.protocol.play_round` calls its clients directly (``observe``, ``on_event``,
 ``on_query``, ``on_gradient``) and moves every message through ``transport.up`` / ``down``. On
 the server's machine of a deployment the clients are :class:`RemoteClient` objects and the
 transport is a :class:`LinkTransport`, so the very same function runs the round:
@@ -57,7 +57,7 @@ from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl.messages import Embedding, Gradient, Message, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 
 log = logging.getLogger("fedstream.deploy")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.errors import ConfigError
-from fedstream.vfl.engine import CHUNK, feature_blocks
+from fedstream.ovfl.engine import CHUNK, feature_blocks
 
 ROW_KEYS = ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift", "stream.drift_every", "vfl.clients")
 

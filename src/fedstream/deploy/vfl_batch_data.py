@@ -2,9 +2,9 @@
 
 * A client node (:func:`load_block`) keeps only its strip of every image (its pixel rows, or its
   columns with ``vfl.split = "columns"``), train and test, as uint8: it reads the data set with the
-  simulator's own :func:`fedstream.vfl.batch.data.load_vertical` (same ``train_rows`` /
+  simulator's own :func:`fedstream.vfl.data.load_vertical` (same ``train_rows`` /
   ``test_rows`` cut, same strips from ``vfl.clients``) and keeps client ``index``'s block
-  (:meth:`~fedstream.vfl.batch.data.VerticalImages.client_features` cuts the same strip). An image
+  (:meth:`~fedstream.vfl.data.VerticalImages.client_features` cuts the same strip). An image
   file holds whole images, so the node decodes them whole and drops the other strips; a party
   whose own files hold only its strip would plug in here. Flower runs every message in a fresh
   process, so the block is saved once in the node's cache folder and read by later messages (the
@@ -12,7 +12,7 @@
 * The server (:func:`load_labels`) keeps the labels only: for MNIST and Fashion-MNIST it reads the
   two label files and never a pixel; CIFAR-10's python batches pickle labels and pixels together,
   so there it unpickles them and keeps the labels.
-* Models: :func:`build_party` runs the simulator's :func:`fedstream.vfl.batch.trainer.build_parties`
+* Models: :func:`build_party` runs the simulator's :func:`fedstream.vfl.trainer.build_parties`
   from the image layout (:func:`layout`: strip shapes from the data set's image size, no data), so
   every party starts from the simulator's weights; a client keeps its own bottom model, the server
   the top model.
@@ -32,9 +32,9 @@ import torch
 
 from fedstream.data.images import standardise
 from fedstream.errors import ConfigError, DataError
-from fedstream.vfl.batch.data import strips
-from fedstream.vfl.batch.parties import BatchClient, BatchServer
-from fedstream.vfl.batch.settings import BatchVFLSettings
+from fedstream.vfl.data import strips
+from fedstream.vfl.parties import BatchClient, BatchServer
+from fedstream.vfl.settings import BatchVFLSettings
 
 FORMAT = 1
 IMAGE_SHAPES = {"mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28), "cifar10": (3, 32, 32)}  # (C, H, W)
@@ -60,7 +60,7 @@ class Layout:
 
 
 def layout(settings: BatchVFLSettings) -> Layout:
-    """The strips of ``settings`` (as :func:`~fedstream.vfl.batch.data.load_vertical` cuts them)."""
+    """The strips of ``settings`` (as :func:`~fedstream.vfl.data.load_vertical` cuts them)."""
     c, h, w = IMAGE_SHAPES[settings.dataset]
     axis = 3 if settings.split == "columns" else 2
     cut = strips(w if axis == 3 else h, settings.clients)
@@ -69,9 +69,9 @@ def layout(settings: BatchVFLSettings) -> Layout:
 
 
 def build_party(settings: BatchVFLSettings, seed: int) -> tuple[list[BatchClient], BatchServer]:
-    """Every party with the simulator's initial weights (:func:`~fedstream.vfl.batch.trainer.build_parties`:
+    """Every party with the simulator's initial weights (:func:`~fedstream.vfl.trainer.build_parties`:
     client 0's bottom model, ..., the top model, from ``seed``); each party keeps its own."""
-    from fedstream.vfl.batch.trainer import build_parties
+    from fedstream.vfl.trainer import build_parties
 
     return build_parties(settings, layout(settings), seed)
 
@@ -88,7 +88,7 @@ class ClientBlock:
 
     def inputs(self, split: str, rows: np.ndarray) -> torch.Tensor:
         """The standardised float32 input of ``rows`` of ``split``: the values the simulator's
-        :meth:`~fedstream.vfl.batch.data.VerticalImages.client_inputs` gives this client (the
+        :meth:`~fedstream.vfl.data.VerticalImages.client_inputs` gives this client (the
         standardisation is per pixel, so cutting before or after it is the same)."""
         x = self.train_x if split == "train" else self.test_x
         return torch.from_numpy(np.ascontiguousarray(standardise(x[rows], self.dataset)))
@@ -102,7 +102,7 @@ class ClientBlock:
 def load_block(config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None) -> ClientBlock:
     """Client ``index``'s block of ``config``'s data set, from the cache if there (see the module doc)."""
     from fedstream.data.paths import resolve_data_root
-    from fedstream.vfl.batch.data import load_vertical
+    from fedstream.vfl.data import load_vertical
 
     settings = batch_settings(config)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:

@@ -2,7 +2,7 @@
 
 :class:`NetworkBatchVFL` holds the labels (nothing else of the data) and the top model, sets the
 nodes up (:class:`~fedstream.deploy.vfl_batch_proxy.RemoteCohort`) and runs
-:func:`fedstream.vfl.batch.trainer.play_epochs`, the simulator's loop: per epoch the (seed,
+:func:`fedstream.vfl.trainer.play_epochs`, the simulator's loop: per epoch the (seed,
 epoch)-ordered mini-batches, one training step per batch, then the test accuracy. The summary has
 the simulator's keys (``per_epoch``, ``final_accuracy``, ``bytes``, ...) plus what the network adds
 (``faults``, ``exchanges``, the nodes' own byte counts in ``clients``). Without faults it equals the
@@ -49,10 +49,10 @@ from fedstream.deploy.vfl_batch_vfps import check_size
 from fedstream.errors import ConfigError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
-from fedstream.vfl.batch import checkpoint
-from fedstream.vfl.batch.checkpoint import NAME, _arrays, _tensors
-from fedstream.vfl.batch.selection import Participation
-from fedstream.vfl.batch.trainer import (
+from fedstream.vfl import checkpoint
+from fedstream.vfl.checkpoint import NAME, _arrays, _tensors
+from fedstream.vfl.selection import Participation
+from fedstream.vfl.trainer import (
     MetricsWriter,
     play_epochs,
     run_summary,

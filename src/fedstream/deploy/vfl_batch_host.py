@@ -1,4 +1,4 @@
-"""A batch VFL client party on its own node: one :class:`~fedstream.vfl.batch.parties.BatchClient` behind envelopes.
+"""A batch VFL client party on its own node: one :class:`~fedstream.vfl.parties.BatchClient` behind envelopes.
 
 :class:`BatchVFLHost` answers the server's requests (the server's side:
 :mod:`fedstream.deploy.vfl_batch_proxy`) with the simulator's party and the client's end of the
@@ -63,8 +63,8 @@ from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.compressed import ClientEndpoint, down_codec
-from fedstream.vfl.batch.settings import MAX_U16
-from fedstream.vfl.messages import Gradient
+from fedstream.vfl.settings import MAX_U16
+from fedstream.ovfl.messages import Gradient
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
 SPLITS = ("train", "test", SELECT)

@@ -1,6 +1,6 @@
-"""The server's side of a deployed batch VFL run: the clients as a :class:`~fedstream.vfl.batch.protocol.Cohort` over a link.
+"""The server's side of a deployed batch VFL run: the clients as a :class:`~fedstream.vfl.protocol.Cohort` over a link.
 
-:class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.batch.trainer.play_epochs`,
+:class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.trainer.play_epochs`,
 unchanged) talks to when the client parties live on their own nodes
 (:mod:`fedstream.deploy.vfl_batch_host`). The server keeps its end of every compressed link
 (:class:`~fedstream.transport.compressed.ServerEndpoint`: the uplink decoder with the per-sample
@@ -65,9 +65,9 @@ from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl.batch.protocol import Batch
-from fedstream.vfl.batch.settings import BatchVFLSettings
-from fedstream.vfl.messages import Embedding, Gradient
+from fedstream.vfl.protocol import Batch
+from fedstream.vfl.settings import BatchVFLSettings
+from fedstream.ovfl.messages import Embedding, Gradient
 
 EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
 

@@ -1,6 +1,6 @@
 """VF-PS participant selection of a deployed batch VFL run: the paper's protocol, distances only.
 
-When :class:`~fedstream.vfl.batch.selection.Participation` needs a VF-PS selection, the server
+When :class:`~fedstream.vfl.selection.Participation` needs a VF-PS selection, the server
 draws the groups and the query samples (:meth:`~fedstream.selection.methods.VFPSSelector.plan`,
 the simulator's draws), sends every node a *query message* (the query sample ids) in a ``round``
 request with ``info["split"] = "select"``, and each node answers with a *distance message*: the

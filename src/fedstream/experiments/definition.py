@@ -74,7 +74,7 @@ SUMMARY_COLUMNS = ("accumulated_error", "client_compute_seconds", "server_comput
                    # batch VFL, best over the epochs (the Dynamic VF-PS report's "maximum so far"), selection cost
                    "best_train_accuracy", "best_train_loss", "best_test_loss", "selection_seconds",
                    # CHFL: test accuracy by method / variant (a chfl run also reports mu = 0, mu > 0 and the
-                   # baselines scored in its own federation; see fedstream.hfl.trainer)
+                   # baselines scored in its own federation; see fedstream.chfl.trainer)
                    "test_acc_chfl", "test_acc_mu0", "test_acc_mupos", "test_acc_common", "test_acc_concat",
                    "test_acc_local", "test_acc_fedprox")
 

@@ -24,7 +24,7 @@ from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
 from fedstream.errors import ConfigError, DivergedError
 from fedstream.runtime.output import RunDirectory
-from fedstream.vfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
+from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 
 
 @dataclass
@@ -43,7 +43,7 @@ class RunSpec:
         if c["task"] == "vfl":
             return 6e5 * c["train.epochs"] * (c["data.train_rows"] or 60000) / 60000
         if c["task"] == "chfl":
-            return 1e5 * c["hfl.rounds"] * c["hfl.clients"]
+            return 1e5 * c["chfl.rounds"] * c["chfl.clients"]
         per_round = 1.0 + (0.35 * c["optimizer.window"] if c["optimizer.name"] == "slr" else 0.0)
         return per_round * c["rounds"]
 
@@ -82,12 +82,12 @@ def work_units(specs: list[RunSpec], workers: int, *, stack: bool = False) -> li
     is free, so the workers stay busy until the last run whatever the runs cost (a static split by
     estimated cost left one of two workers idle for a third of CHFL's Table II: a jannis run costs
     70 times a Sensorless one), and an interrupted sweep holds the grid's first runs. With
-    ``stack``, runs that can share a stack (:func:`fedstream.vfl.stack.config_stack_key`) form one
+    ``stack``, runs that can share a stack (:func:`fedstream.ovfl.stack.config_stack_key`) form one
     unit, halved while there are fewer units than workers; the costliest go first.
     """
     if not stack:
         return [[spec] for spec in specs]
-    from fedstream.vfl.stack import config_stack_key
+    from fedstream.ovfl.stack import config_stack_key
 
     bundles: dict[object, list[RunSpec]] = {}
     for i, spec in enumerate(specs):
@@ -153,7 +153,7 @@ class _Member:
 def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda n, t: None, *,
               stack: bool = False) -> list[dict]:
     """Run ``specs`` side by side in this process; return their summaries. With ``stack``, online
-    runs that can share batched kernels play as stacks (:mod:`fedstream.vfl.stack`): the same
+    runs that can share batched kernels play as stacks (:mod:`fedstream.ovfl.stack`): the same
     results, one kernel call per layer for all of them."""
     summaries = {}
     todo = []
@@ -202,7 +202,7 @@ class _Unit:
     """What plays a chunk: one run alone, or a stack of runs sharing batched kernels."""
 
     def __init__(self, members: list[_Member]):
-        from fedstream.vfl.stack import RunStack
+        from fedstream.ovfl.stack import RunStack
 
         self.members = members
         self.stack = RunStack([m.run for m in members]) if len(members) > 1 else None
@@ -214,7 +214,7 @@ class _Unit:
     def play(self, chunk: int, X, y, summaries: dict, report) -> list[_Unit]:
         """Play this chunk; return the units that go on (none when finished; the survivors
         regrouped when runs of a stack diverged)."""
-        from fedstream.vfl.stack import StackDiverged
+        from fedstream.ovfl.stack import StackDiverged
 
         end = self.members[0].end
         if self.stack is None:
@@ -242,8 +242,8 @@ class _Unit:
 
 
 def _units(members: list[_Member], stack: bool) -> list[_Unit]:
-    """Members grouped into stacks of equal :func:`~fedstream.vfl.stack.stack_key` (or alone)."""
-    from fedstream.vfl.stack import MAX_STACK, stack_key
+    """Members grouped into stacks of equal :func:`~fedstream.ovfl.stack.stack_key` (or alone)."""
+    from fedstream.ovfl.stack import MAX_STACK, stack_key
 
     groups: dict[object, list[_Member]] = {}
     for i, m in enumerate(members):

@@ -22,7 +22,7 @@ pairs (l x (in + out) numbers), never l matrices. Two exact ways to apply it, ch
   this wins when l (in + out) is small against in * out (big layers, moderate windows).
 
 The plain version that stores l full matrices and sums them is the oracle of
-:mod:`fedstream.vfl.reference`; tests check that both ways agree with it.
+:mod:`fedstream.ovfl.reference`; tests check that both ways agree with it.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ group distances. A bias to keep in mind: selected clients learn in every round, 
 only in exploration rounds, so the estimate favours the incumbents a little.
 
 The policy is also the server's *stand-in* for the clients it does not query
-(:class:`~fedstream.vfl.server.Server` calls :meth:`TopLActivation.fill` and
+(:class:`~fedstream.ovfl.server.Server` calls :meth:`TopLActivation.fill` and
 :meth:`TopLActivation.received`); the buffer, the padding and the estimate are checkpointed with
 the run, so a resumed run continues exactly. An unqueried client is not part of the round: its
 optimiser does not advance (no zero enters a DLR window), only its input window (SLR) moves on.
@@ -54,7 +54,7 @@ from fedstream.selection.validation import (
     check_positive_int,
     check_probability,
 )
-from fedstream.vfl.activation import Activation
+from fedstream.ovfl.activation import Activation
 
 EMA_ALPHA = 0.1  # ema padding: weight of the newest row (as selection.ema_alpha's default)
 

@@ -38,7 +38,7 @@ from fedstream.transport.links import (
     TopKSender,
 )
 from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
-from fedstream.vfl.messages import Embedding, Gradient, Message
+from fedstream.ovfl.messages import Embedding, Gradient, Message
 
 UP_CODECS = ("none", "topk", "topk-grad")
 DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl.messages import Message
+from fedstream.ovfl.messages import Message
 
 
 class InProcessTransport:

@@ -20,7 +20,7 @@ from numba import njit
 from fedstream.errors import ProtocolError
 from fedstream.transport.codec import F32, HEADER, KINDS, MAX_ROUND, TYPES, all_finite
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl.messages import Embedding, Gradient, Message, Query
+from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 
 
 @njit(cache=True)

@@ -1,4 +1,4 @@
-"""Binary encoding of :class:`~fedstream.hfl.messages.ModelUpdate`: what FedAvg's byte counts measure.
+"""Binary encoding of :class:`~fedstream.chfl.messages.ModelUpdate`: what FedAvg's byte counts measure.
 
 Layout (little-endian)::
 
@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from fedstream.errors import NonFiniteError, ProtocolError
-from fedstream.hfl.messages import ModelUpdate, check_update
+from fedstream.chfl.messages import ModelUpdate, check_update
 from fedstream.transport.ledger import ByteLedger
 
 HEADER = struct.Struct("<BIHIH")

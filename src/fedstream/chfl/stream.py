@@ -1,0 +1,262 @@
+"""Streaming CHFL (beyond the paper): samples arrive over time, a client may join late.
+
+Each client's rows arrive as a stream, ``batch`` per tick. On arrival a client first predicts
+them (the prequential test step) and then learns from them with one mini-batch step of
+Algorithm 2 (its local common column on the common features, then its unique column with the
+common column fixed). Every ``sync_every`` ticks the active clients' common columns are averaged
+by FedAvg, weighted by the samples each learnt since the last average, through the same
+:class:`ModelUpdate` messages and byte-counting transport as the batch experiments. The last
+client joins at ``late_join`` of the stream with its own, new unique features: it starts from the
+current global common column and a fresh unique column; under ``local`` it starts from nothing.
+
+Standardisation uses each client's first ``stats_rows`` samples (what it can have seen early
+on), as the online-VFL sources do. Reported: prequential accuracy per ``eval_every`` ticks and
+client (the curve), accumulated prequential accuracy, the late joiner's own curve, bytes.
+Given a run folder, the curve's rows are written as they complete and a checkpoint after every
+synchronisation; a checkpoint found there is resumed (:mod:`fedstream.chfl.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
+from fedstream.data.paths import resolve_data_root
+from fedstream.chfl.checkpoint import (
+    RunFolder,
+    arrays_to_tensors,
+    ledger_state,
+    load_ledger,
+    tensors_to_arrays,
+)
+from fedstream.chfl.client import Client, ClientData, View, make_heads
+from fedstream.chfl.fedavg import FedAvgServer
+from fedstream.chfl.models import Column, state_arrays
+from fedstream.chfl.settings import (
+    METHODS,
+    check_choice,
+    check_int,
+    check_list,
+    check_num,
+)
+from fedstream.chfl.splits import SettingError, random_split
+from fedstream.runtime.threads import one_torch_thread
+from fedstream.transport.tensors import ModelTransport
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """A streaming CHFL run; ConfigError names a bad field and its allowed values."""
+
+    dataset: str = "covertype"
+    clients: int = 5
+    common_ratio: float = 0.3
+    split_index: int = 0
+    hidden: tuple[int, ...] = (512, 256, 128)
+    batch: int = 16  # samples per tick per active client
+    sync_every: int = 10  # ticks between FedAvg rounds
+    lr: float = 1e-3
+    mu: float = 0.5
+    prox_mu: float = 0.01  # fedprox only
+    late_join: float = 0.5  # fraction of the ticks after which the last client joins (0: never late)
+    eval_every: int = 20  # ticks per point of the curve
+    stats_rows: int = 256
+    max_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("dataset", self.dataset, DATASETS)
+        for name in ("clients", "batch", "sync_every", "eval_every", "stats_rows"):
+            check_int(name, getattr(self, name), 1)
+        check_int("split_index", self.split_index, 0)
+        check_num("common_ratio", self.common_ratio, 0.0, 1.0, open_lo=True, open_hi=True)
+        object.__setattr__(self, "hidden", check_list("hidden", self.hidden))
+        for h in self.hidden:
+            check_int("hidden", h, 1)
+        check_num("lr", self.lr, 0.0, 1.0, open_lo=True)
+        check_num("mu", self.mu, 0.0, 1.0)
+        check_num("prox_mu", self.prox_mu, 0.0, 1e6, open_lo=True)
+        check_num("late_join", self.late_join, 0.0, 1.0, open_hi=True)
+        if self.max_rows is not None:
+            check_int("max_rows", self.max_rows, 1)
+
+
+def _stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndarray,
+                 unique: np.ndarray, stats_rows: int) -> View:
+    cols = np.concatenate([common, unique])
+    Z = X[np.ix_(rows, cols)]
+    head = Z[:stats_rows]
+    std = head.std(axis=0)
+    Z = torch.from_numpy(((Z - head.mean(axis=0)) / np.where(std > 0, std, 1.0)).astype(np.float32))
+    nc = len(common)
+    return View(Z[:, :nc].contiguous(), Z[:, nc:].contiguous(), torch.from_numpy(y[rows]))
+
+
+class _Stream:
+    """The clients, the server and the bookkeeping of one streaming run."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, s: StreamSettings, method: str, seed: int,
+                 n_classes: int):
+        self.s, self.method = s, method
+        fs = random_split(X.shape[1], s.clients, ratio=s.common_ratio, seed=s.split_index)
+        parts = np.array_split(np.random.default_rng([seed, 5]).permutation(len(y)), s.clients)
+        self.n_ticks = min(len(p) for p in parts) // s.batch
+        late = s.late_join > 0 and s.clients > 1
+        self.join_tick = [0] * s.clients
+        if late:
+            self.join_tick[-1] = int(s.late_join * self.n_ticks)
+        g = torch.Generator().manual_seed(seed)  # the run's own: the global torch RNG is not touched
+        dc, federated = len(fs.common), method != "local"
+        initial = Column(dc, n_classes, s.hidden, generator=g) if federated else None
+        self.server = FedAvgServer(state_arrays(initial)) if federated else None
+        self.clients: list[Client] = []
+        for k in range(s.clients):
+            v = _stream_view(X, y, parts[k], fs.common, fs.unique[k], s.stats_rows)
+            heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
+            self.clients.append(Client(k, ClientData(v, v, v), heads=heads, lr=s.lr, batch_size=s.batch,
+                                       common=Column(dc, n_classes, s.hidden, generator=g) if federated else None,
+                                       prox_mu=s.prox_mu if method == "fedprox" else 0.0, seed=seed))
+        self.transport = ModelTransport(s.clients)
+        self.correct = np.zeros((s.clients, self.n_ticks))
+        self.since_sync = [0] * s.clients
+
+    def active(self, t: int) -> list[int]:
+        return [k for k in range(self.s.clients) if t >= self.join_tick[k]]
+
+    def _down(self, ks: list[int]) -> None:
+        for msg in self.server.broadcast(ks):
+            self.clients[msg.client].receive(self.transport.down(msg))
+
+    def _sync(self, ks: list[int]) -> None:
+        """FedAvg over the active clients that learnt since the last sync, then θ down to all."""
+        ups = []
+        for k in ks:
+            if self.since_sync[k] > 0:
+                u = self.clients[k].upload()
+                ups.append(self.transport.up(u._replace(n_samples=self.since_sync[k])))
+                self.since_sync[k] = 0
+        self.server.aggregate(ups)
+        self._down(ks)
+
+    def tick(self, t: int) -> None:
+        """Every active client predicts its next batch, is scored, then learns from it."""
+        ks = self.active(t)
+        if self.server is not None:
+            joining = [k for k in ks if self.join_tick[k] == t]
+            if joining:
+                self._down(joining)
+        for k in ks:
+            c = self.clients[k]
+            i = (t - self.join_tick[k]) * self.s.batch
+            xc, xu, y = (a[i:i + self.s.batch] for a in c.data.train)
+            out = c.predict(xc, xu, c.candidates()[:1])[c.candidates()[0]]
+            self.correct[k, t] = float((out.argmax(1) == y).sum())
+            c.step(xc, xu, y)
+            self.since_sync[k] += len(y)
+        if self.server is not None and (t + 1) % self.s.sync_every == 0:
+            self._sync(ks)
+
+    def point(self, a: int, b: int) -> dict:
+        """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
+        per = [None if b <= self.join_tick[k] else
+               float(self.correct[k, max(a, self.join_tick[k]):b].sum()
+                     / ((b - max(a, self.join_tick[k])) * self.s.batch))
+               for k in range(self.s.clients)]
+        live = [p for p in per if p is not None]
+        return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
+
+    def curve(self) -> list[dict]:
+        """Prequential accuracy per interval of ``eval_every`` ticks, per client (None: inactive)."""
+        return [self.point(a, min(a + self.s.eval_every, self.n_ticks))
+                for a in range(0, self.n_ticks, self.s.eval_every)]
+
+    def state(self, t: int) -> dict:
+        """Everything after tick ``t - 1`` (for a checkpoint): clients, server, scores, ledger."""
+        return {
+            "tick": t, "clients": [c.state() for c in self.clients], "since_sync": list(self.since_sync),
+            "server": None if self.server is None else {
+                "round": self.server.round, "tensors": arrays_to_tensors(self.server.state)},
+            "correct": torch.from_numpy(self.correct.copy()), "ledger": ledger_state(self.transport.ledger),
+        }
+
+    def load(self, state: dict) -> int:
+        """Put back a :meth:`state`; returns the tick to continue from."""
+        for c, cs in zip(self.clients, state["clients"]):
+            c.load_state(cs)
+        self.since_sync = [int(v) for v in state["since_sync"]]
+        if self.server is not None:
+            self.server.state = tensors_to_arrays(state["server"]["tensors"])
+            self.server.round = int(state["server"]["round"])
+        self.correct = state["correct"].numpy().copy()
+        load_ledger(self.transport.ledger, state["ledger"])
+        return int(state["tick"])
+
+
+METRIC_COLUMNS = ["tick", "acc"]
+
+
+def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, *,
+                        method: str = "chfl", seed: int = 0, n_classes: int | None = None,
+                        run_dir: str | os.PathLike[str] | None = None, resume: bool = True) -> dict:
+    """:func:`run_stream` on arrays in memory.
+
+    ``run_dir``: write a metrics row (tick, acc) per ``eval_every`` ticks and a checkpoint after
+    every FedAvg synchronisation there, and (``resume``) continue from a checkpoint found there.
+    """
+    check_choice("method", method, METHODS)
+    t0 = time.perf_counter()
+    if settings.max_rows is not None and settings.max_rows < len(y):
+        rows = np.sort(np.random.default_rng([seed, 4]).choice(len(y), settings.max_rows, replace=False))
+        X, y = X[rows], y[rows]
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
+    with one_torch_thread():
+        st = _Stream(X, y, settings, method, seed, n_classes)
+        if st.n_ticks < 1:
+            raise SettingError("batch", f"expected at most {len(y) // settings.clients} (the rows per "
+                               f"client), found {settings.batch}")
+        folder = None if run_dir is None else RunFolder(
+            run_dir, {"task": "chfl-stream", "settings": asdict(settings), "method": method, "seed": seed,
+                      "n_rows": len(y), "n_classes": n_classes}, METRIC_COLUMNS, resume=resume)
+        saved = folder.resume() if folder is not None else None
+        start, elapsed = (st.load(saved), float(saved["elapsed"])) if saved is not None else (0, 0.0)
+        every = settings.eval_every
+        for t in range(start, st.n_ticks):
+            st.tick(t)
+            if folder is None:
+                continue
+            if (t + 1) % every == 0 or t + 1 == st.n_ticks:
+                p = st.point((t // every) * every, t + 1)
+                folder.append({"tick": p["tick"], "acc": p["acc"]})
+            if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
+                folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
+    seen = [(st.n_ticks - st.join_tick[k]) * settings.batch for k in range(settings.clients)]
+    per = [float(st.correct[k].sum() / seen[k]) for k in range(settings.clients)]
+    late = settings.clients - 1
+    curve = st.curve()
+    return {
+        "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
+        "ticks": st.n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
+        "curve": curve, "late_client": {"client": late, "join_tick": st.join_tick[late],
+                                        "curve": [p["per_client"][late] for p in curve]},
+        "bytes": st.transport.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
+        "resumed": elapsed > 0,
+    }
+
+
+def run_stream(settings: StreamSettings, data_root: str | os.PathLike[str] | None, *,
+               method: str = "chfl", seed: int = 0, run_dir: str | os.PathLike[str] | None = None,
+               resume: bool = True) -> dict:
+    """Run the streaming form of ``method`` on ``settings.dataset``; see the module docstring.
+
+    ``run_dir``: metrics rows and checkpoints there; a checkpoint found there is resumed.
+    """
+    loaded = load_chfl_dataset(settings.dataset, resolve_data_root(data_root))
+    out = run_stream_on_table(loaded.table.X, loaded.table.y, settings, method=method, seed=seed,
+                              n_classes=SPECS[settings.dataset].n_classes, run_dir=run_dir,
+                              resume=resume)
+    out["data"] = {"name": settings.dataset, "path": str(loaded.path), "status": loaded.status}
+    return out

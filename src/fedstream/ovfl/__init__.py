@@ -1,0 +1,1 @@
+"""Vertical federated learning: parties, messages, protocol and the online simulator."""

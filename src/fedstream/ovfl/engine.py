@@ -1,0 +1,274 @@
+"""The in-process simulator of event-driven online VFL.
+
+:class:`OnlineVFL` builds the parties from a config, feeds them the stream chunk by chunk and
+plays :func:`fedstream.ovfl.protocol.play_round` over an :class:`InProcessTransport`. It owns the
+run-level bookkeeping: prequential metrics, activation counts, compute clocks and checkpoints.
+All randomness is keyed by (seed, absolute round or chunk), so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import fedstream
+from fedstream.data import Stream, load_source, resolve_data_root
+from fedstream.errors import ConfigError, DivergedError, NonFiniteError
+from fedstream.metrics import Prequential
+from fedstream.models import build_client_model, build_server_model
+from fedstream.optim import make_optimizer
+from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runtime.state import collect, restore
+from fedstream.transport import CompressionSpec, make_transport
+from fedstream.ovfl.activation import make_activation
+from fedstream.ovfl.client import Client
+from fedstream.ovfl.protocol import ComputeClock, play_round
+from fedstream.ovfl.server import Server
+
+CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
+
+
+@dataclass
+class Hooks:
+    """What a run does besides learning: callbacks and checkpoints.
+
+    ``on_progress(run)`` every ``progress_every`` rounds; ``on_interval(row)`` when an evaluation
+    interval closes; ``on_round(t, y, prediction)`` after every round; a checkpoint to
+    ``checkpoint_path`` every ``checkpoint_every`` rounds (0: only at the end).
+    """
+
+    on_progress: Callable[[OnlineVFL], None] | None = None
+    on_interval: Callable[[dict], None] | None = None
+    on_round: Callable[[int, int, int], None] | None = None
+    checkpoint_path: Path | None = None
+    checkpoint_every: int = 0
+    progress_every: int = 500
+
+
+def feature_blocks(n_features: int, n_clients: int) -> list[slice]:
+    """Contiguous feature blocks, as equal as possible (the first blocks get the remainder)."""
+    if not 1 <= n_clients <= n_features:
+        raise ConfigError(f"vfl.clients = {n_clients}: must be between 1 and the {n_features} features")
+    parts = np.array_split(np.arange(n_features), n_clients)
+    return [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
+
+
+def server_lr(config: dict) -> float:
+    """The server's learning rate: ``optimizer.server_lr`` if set, else ``optimizer.lr``."""
+    lr = config["optimizer.server_lr"]
+    return config["optimizer.lr"] if lr is None else lr
+
+
+STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every")
+"""The config keys that decide the stream: runs equal in these read the very same rows."""
+
+
+def make_stream(config: dict) -> Stream:
+    """The stream a config asks for, read from the resolved data root."""
+    root = resolve_data_root(config["data.root"])
+    source = load_source(config["data.name"], root, seed=config["seed"], stats_rows=config["data.stats_rows"])
+    return Stream(source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"])
+
+
+def online_summary(run) -> dict:
+    """The ``summary.json`` fields every online VFL backend reports (the simulator, the network
+    driver): ``run`` has ``config``, ``t``, ``metrics``, ``transport``, ``active_counts``,
+    ``clock`` and ``wall_seconds``."""
+    rounds = run.t
+    return {
+        "task": run.config["task"],
+        "config": dict(run.config),
+        "rounds": rounds,
+        "accumulated_error": run.metrics.accumulated_error,
+        "interval_errors": list(run.metrics.intervals),
+        "bytes": run.transport.ledger.summary(),
+        "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
+        "server_compute_seconds": run.clock.server,
+        "wall_seconds": run.wall_seconds,
+        "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
+        "fedstream_version": fedstream.__version__,
+    }
+
+
+class OnlineVFL:
+    """One online VFL run: M clients and a server over a stream, in one process."""
+
+    def __init__(self, config: dict, *, stream: Stream | None = None):
+        self.config = config
+        self.stream = stream if stream is not None else make_stream(config)
+        source = self.stream.source
+        name, M, e = config["data.name"], config["vfl.clients"], config["model.embedding"]
+        self.blocks = feature_blocks(source.n_features, M)
+        window = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
+        opt = dict(window=config["optimizer.window"], alpha=config["optimizer.alpha"])
+        rng = np.random.default_rng([config["seed"], 0])
+        self.clients = []
+        for m, block in enumerate(self.blocks):
+            model = build_client_model(name, block.stop - block.start, e, rng)
+            optimizer = make_optimizer(config["optimizer.name"], model, lr=config["optimizer.lr"], **opt)
+            self.clients.append(Client(m, model, optimizer, window=window))
+        server_model = build_server_model(name, M * e, source.n_classes, rng)
+        server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
+        self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
+        self.transport = make_transport(M, CompressionSpec.from_config(config))  # plain float32 unless compressed
+        self.activation = make_activation(
+            config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
+            k=config["activation.k"], seed=config["seed"], l=config["activation.l"], window=config["activation.window"],
+            explore=config["activation.explore"], padding=config["activation.padding"], embedding=e,
+        )
+        if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
+            self.server.stand_in = self.activation
+        self.metrics = Prequential(config["eval.interval"])
+        self.active_counts = np.zeros(M, dtype=np.int64)
+        self.clock = ComputeClock()
+        self.wall_seconds = 0.0
+        self.interval_rows: list[dict] = []
+        self.t = 0  # next round to play
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self, rounds: int | None = None, **hooks) -> dict:
+        """Play rounds ``self.t .. rounds-1`` (default: ``config["rounds"]``); return the summary.
+
+        ``hooks`` are the fields of :class:`Hooks` (callbacks and checkpointing).
+        """
+        end = self.config["rounds"] if rounds is None else rounds
+        h = Hooks(**hooks)
+        while self.t < end:
+            tic = time.perf_counter()
+            chunk = self.t // CHUNK
+            X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+            self.wall_seconds += time.perf_counter() - tic
+            self.play_chunk(chunk, X, y, end, h)
+        self.finish(h)
+        return self.summary()
+
+    def finish(self, hooks: Hooks) -> None:
+        """Write the final checkpoint, if checkpointing."""
+        if hooks.checkpoint_path is not None:
+            self.save(hooks.checkpoint_path)
+
+    def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: Hooks) -> None:
+        """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
+
+        The stream rows are passed in so that several runs over the same stream can share one
+        generated chunk (see :mod:`fedstream.experiments.sweep`). Time spent here is this run's.
+        """
+        tic = time.perf_counter()
+        blocks, mask = self.chunk_inputs(chunk, X)
+        queried = self.activation.queried(mask)  # None: every passive client is queried
+        h = hooks
+        first, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
+        counted = first  # rows of ``mask`` already added to active_counts
+        for j in range(first, stop):
+            t = chunk * CHUNK + j
+            try:
+                result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
+                                    self.clients, self.transport, self.clock,
+                                    None if queried is None else queried[j])
+            except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+                self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
+                raise self._diverged(t, exc) from exc
+            self.metrics.update(int(y[j]), result.prediction)
+            if h.on_round is not None:
+                h.on_round(t, int(y[j]), result.prediction)
+            self.t = t + 1
+            if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
+                self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
+            if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
+                self.active_counts += mask[counted:j + 1].sum(axis=0)
+                counted = j + 1
+            if self.t % self.metrics.interval == 0:
+                self._record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
+            if h.on_progress is not None and self.t % h.progress_every == 0:
+                h.on_progress(self)
+            if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
+                self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+        self.active_counts += mask[counted:stop].sum(axis=0)
+        self.wall_seconds += time.perf_counter() - tic
+
+    def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
+        """The error to raise when a party produced a NaN/inf message in round t."""
+        parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
+        bad = [name for name, model in parties.items() if not all(np.isfinite(p).all() for p in model.parameters())]
+        where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
+        return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
+                             f"{self.config['optimizer.lr']}; try a smaller one)", t)
+
+    def chunk_blocks(self, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's contiguous feature block of a chunk and the blocks' row means (n, M), the
+        input of the event activation; the same for every run over this stream and split."""
+        blocks = [np.ascontiguousarray(X[:, b]) for b in self.blocks]
+        return blocks, np.stack([b.mean(axis=1) for b in blocks], axis=1)
+
+    def chunk_inputs(self, chunk: int, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's feature block of a chunk, and the chunk's activation mask (drawn from the
+        chunk's own key, so resume-safe)."""
+        blocks, means = self.chunk_blocks(X)
+        return blocks, self.activation.mask(chunk, means)
+
+    def _record_interval(self, wall: float, on_interval) -> None:
+        row = {
+            "round": self.t,
+            "interval_error": self.metrics.intervals[-1],
+            "accumulated_error": self.metrics.accumulated_error,
+            "bytes_total": self.transport.ledger.total,
+            "client_compute_seconds": self.clock.client,
+            "wall_seconds": wall,
+        }
+        self.interval_rows.append(row)
+        if on_interval is not None:
+            on_interval(row)
+
+    # -- results -----------------------------------------------------------------------------
+    def summary(self) -> dict:
+        return online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
+
+    def _selection_summary(self) -> dict:
+        """topl: the time the server spent scoring clients and how often it did (no message: it scores the
+        embeddings it already received, so all of topl's traffic is in ``bytes``)."""
+        if not hasattr(self.activation, "estimate"):
+            return {}
+        return {"selection_seconds": self.activation.seconds, "selection_updates": self.activation.estimate.updates}
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _parts(self) -> dict[str, object]:
+        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        if hasattr(self.transport, "state_dict"):  # codec state: caches, last gradients, previous sigma
+            parts["codecs"] = self.transport
+        if hasattr(self.activation, "state_dict"):  # topl: its online estimate
+            parts["activation"] = self.activation
+        parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
+        return parts
+
+    def save(self, path: Path, *, wall: float = 0.0) -> None:
+        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically."""
+        state = collect(self._parts()) | {"active_counts": self.active_counts}
+        meta = {
+            "round": self.t, "config": self.config, "clock": [self.clock.client, self.clock.server],
+            "wall_seconds": self.wall_seconds + wall, "interval_rows": self.interval_rows,
+            "fedstream_version": fedstream.__version__,
+        }
+        save_checkpoint(path, state, meta)
+
+    def load(self, path: Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` for the same configuration."""
+        state, meta = load_checkpoint(path)
+        changed = [k for k, v in meta["config"].items() if k not in ("rounds", "checkpoint.every") and self.config.get(k) != v]
+        if changed:
+            details = ", ".join(f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed)
+            raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
+        if self.config["rounds"] < meta["round"]:
+            raise ConfigError(f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}")
+        try:
+            restore(self._parts(), state)
+            self.active_counts[:] = state["active_counts"]
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+        self.t = int(meta["round"])
+        self.clock.client, self.clock.server = meta["clock"]
+        self.wall_seconds = float(meta["wall_seconds"])
+        self.interval_rows = list(meta["interval_rows"])

@@ -1,0 +1,135 @@
+"""Checkpoints of a batch VFL run, written at the end of every epoch (``--out DIR``, ``--resume``).
+
+A checkpoint holds everything the next epoch depends on, so that a run resumed from it ends
+with the same models, metrics and bytes as one that was never interrupted (timings aside):
+
+* the clients' and the server's model and optimiser state, the server's padding (selection);
+* the links' state (:meth:`CompressedTransport.state_dict`): the clients' last gradients (the
+  ranking of ``topk-grad``), the server's per-sample embedding caches (training and test rows),
+  the previous round's mu and sigma of every client's gradient;
+* the byte ledger, the torch RNG state (the epoch order is drawn from ``(seed, epoch)``, so numpy
+  needs none), the epochs and steps done, the metrics rows so far and the seconds spent;
+* the run's config, so that a resume with other settings is refused (``train.epochs`` may grow).
+
+Participant selection is not stored: its plans depend only on the data and the seed, so a resume
+replays them for the epochs done (see :func:`fedstream.vfl.trainer.run_batch_vfl`).
+
+The file is ``checkpoint.pt`` (``torch.save`` of tensors, strings and numbers only; loaded with
+``weights_only=True``), written to a temporary name and renamed, so a crash while writing leaves
+the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedstream.errors import ConfigError
+
+NAME = "checkpoint.pt"
+FORMAT = 1
+GROWABLE = ("train.epochs",)  # config keys a resume may change
+
+
+@dataclass
+class RunState:
+    """What the trainer restores from a checkpoint besides the parties and links it loads in place."""
+
+    epoch: int
+    step: int
+    rows: list[dict]
+    seconds: float
+
+
+def _tensors(state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v)) for k, v in state.items()}
+
+
+def _arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in state.items()}
+
+
+def save(folder: Path, *, config: dict, state: RunState, clients, server, transport) -> Path:
+    """Write ``folder/checkpoint.pt`` atomically; return its path."""
+    padding = server.padding
+    payload = {
+        "format": FORMAT,
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "epoch": state.epoch,
+        "step": state.step,
+        "rows": json.dumps(state.rows),
+        "seconds": state.seconds,
+        "clients": [c.model.state_dict() for c in clients],
+        "client_optimizers": [c.optimizer.state_dict() for c in clients],
+        "server": server.model.state_dict(),
+        "server_optimizer": server.optimizer.state_dict(),
+        "padding": None if padding is None else _tensors({"value": padding.value, "seen": padding.seen}),
+        "links": _tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
+        "ledger": _tensors(transport.ledger.state_dict()),
+        "torch_rng": torch.get_rng_state(),
+    }
+    path = folder / NAME
+    tmp = folder / (NAME + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
+    """The payload of the checkpoint at ``path``, checked: readable, this format and ``kind`` (None:
+    the simulator's; ``"deployed-server"``: a deployed run's server, :mod:`fedstream.deploy.vfl_batch_driver`),
+    written with ``config`` (only ``train.epochs`` may differ, and not be lower than the epochs done).
+    ConfigError naming the file (and the keys that differ) otherwise."""
+    try:
+        payload = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no checkpoint to resume from") from None
+    except (RuntimeError, EOFError, ValueError, OSError, pickle.UnpicklingError) as exc:  # truncated or foreign
+        raise ConfigError(f"{path}: not a readable batch VFL checkpoint ({exc})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ConfigError(f"{path}: not a batch VFL checkpoint of format {FORMAT}")
+    if payload.get("kind") != kind:
+        what = {None: "the simulator's", "deployed-server": "a deployed run's server"}
+        raise ConfigError(f"{path}: a checkpoint of {what.get(payload.get('kind'), repr(payload.get('kind')))}, "
+                          f"expected one of {what.get(kind, repr(kind))}")
+    _check_config(path, json.loads(payload["config"]), json.loads(json.dumps(config, sort_keys=True, default=str)))
+    if config["train.epochs"] < payload["epoch"]:
+        raise ConfigError(f"{path}: the run already did {payload['epoch']} epochs; train.epochs = "
+                          f"{config['train.epochs']} may not be lower on resume")
+    return payload
+
+
+def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
+    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and seconds done.
+
+    ConfigError when the file is not a checkpoint of this format or was made with another config
+    (a key other than ``train.epochs`` differs, or fewer epochs are asked than were done).
+    """
+    payload = read(path, config=config)
+    for c, model, opt in zip(clients, payload["clients"], payload["client_optimizers"]):
+        c.model.load_state_dict(model)
+        c.optimizer.load_state_dict(opt)
+    server.model.load_state_dict(payload["server"])
+    server.optimizer.load_state_dict(payload["server_optimizer"])
+    if server.padding is not None and payload["padding"] is not None:
+        server.padding.value[...] = payload["padding"]["value"].numpy()
+        server.padding.seen[...] = payload["padding"]["seen"].numpy()
+    if hasattr(transport, "load_state_dict"):
+        transport.load_state_dict(_arrays(payload["links"]))
+    transport.ledger.load_state_dict(_arrays(payload["ledger"]))
+    torch.set_rng_state(payload["torch_rng"])
+    return RunState(int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"]))
+
+
+def _check_config(path: Path, old: dict, new: dict) -> None:
+    changed = sorted(k for k in set(old) | set(new) if k not in GROWABLE and old.get(k) != new.get(k))
+    if changed:
+        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
+        raise ConfigError(f"{path} was written by a run with other settings ({detail}); "
+                          "resume with the same config (only train.epochs may change) or choose another --out")

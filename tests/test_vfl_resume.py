@@ -1,0 +1,87 @@
+"""Batch VFL checkpoints: an interrupted run resumed from its last epoch ends as an uninterrupted one."""
+
+import csv
+import json
+
+import pytest
+
+from fedstream.cli import main
+from fedstream.errors import ConfigError
+from fedstream.transport import CompressionSpec
+from fedstream.vfl import BatchVFLSettings, run_batch_vfl
+
+SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "batch_size": 50, "lr": 0.05}
+COMBINATION = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman")  # every kind of link state
+TIMINGS = {"epoch_seconds", "wall_seconds"}
+
+
+class Interrupt(Exception):
+    pass
+
+
+def interrupt_at(epoch: int, step: int):
+    def progress(event):
+        if event["event"] == "step" and event["epoch"] == epoch and event["step"] >= step:
+            raise Interrupt
+    return progress
+
+
+def untimed(rows):
+    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+
+
+def metrics(folder):
+    with open(folder / "metrics.csv") as fh:
+        return untimed(list(csv.DictReader(fh)))
+
+
+def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(data_root, tmp_path):
+    settings = BatchVFLSettings(epochs=3, compression=COMBINATION, **SMALL)
+    whole = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "whole")
+    with pytest.raises(Interrupt):  # dies in the middle of epoch 3: the checkpoint is epoch 2's
+        run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", progress=interrupt_at(3, 10))
+    assert len(metrics(tmp_path / "cut")) == 2 and not (tmp_path / "cut" / "summary.json").exists()
+    resumed = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", resume=True)
+    assert untimed(resumed["per_epoch"]) == untimed(whole["per_epoch"])
+    assert resumed["bytes"] == whole["bytes"] and resumed["final_accuracy"] == whole["final_accuracy"]
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
+    saved = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert saved["eval_bytes_up"] == whole["eval_bytes_up"] and saved["epochs"] == 3
+    # the first test loss depends on the test cache being restored too (evaluation after resume)
+    assert resumed["per_epoch"][2]["test_loss"] == whole["per_epoch"][2]["test_loss"]
+
+
+def test_resume_may_raise_epochs_but_not_change_other_settings(data_root, tmp_path):
+    spec = CompressionSpec(up="topk", down="sign-scaled")
+    two = run_batch_vfl(BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0)
+    run_batch_vfl(BatchVFLSettings(epochs=1, compression=spec, **SMALL), data_root, seed=0, out=tmp_path)
+    more = run_batch_vfl(BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0, out=tmp_path,
+                         resume=True)
+    assert untimed(more["per_epoch"]) == untimed(two["per_epoch"])
+    with pytest.raises(ConfigError, match="compression.down"):
+        run_batch_vfl(BatchVFLSettings(epochs=3, compression=CompressionSpec(up="topk"), **SMALL), data_root,
+                      seed=0, out=tmp_path, resume=True)
+    with pytest.raises(ConfigError, match="may not be lower"):
+        run_batch_vfl(BatchVFLSettings(epochs=1, compression=spec, **SMALL), data_root, seed=0, out=tmp_path,
+                      resume=True)
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="not a readable batch VFL checkpoint"):
+        run_batch_vfl(BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0, out=tmp_path,
+                      resume=True)
+    with pytest.raises(ConfigError, match="needs out"):
+        run_batch_vfl(BatchVFLSettings(epochs=2, **SMALL), data_root, seed=0, resume=True)
+
+
+def test_cli_resume_for_task_vfl(data_root, tmp_path):
+    sets = [f"--set={k}={v}" for k, v in {"data.train_rows": 600, "data.test_rows": 200, "model.hidden": 16,
+                                           "model.embedding": 8, "train.batch_size": 50,
+                                           "compression.up": "topk-grad", "compression.cache": "true"}.items()]
+    out = tmp_path / "run"
+    base = ["run", "vfl-mnist", "--quiet", f"--set=data.root={data_root}", *sets, "--out", str(out)]
+    assert main([*base, "--set=train.epochs=1"]) == 0
+    assert (out / "checkpoint.pt").exists()
+    assert main([*base, "--set=train.epochs=2"]) == 2  # the folder holds a run: --resume is needed
+    assert main([*base, "--set=train.epochs=2", "--resume"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs"] == 2 and [r["epoch"] for r in summary["per_epoch"]] == [1, 2]
+    assert main(["run", "vfl-mnist", "--quiet", "--resume", "--out", str(tmp_path / "empty")]) == 2
