@@ -7,7 +7,9 @@ import numpy as np
 from fedstream.chfl.settings import CHFLSettings
 
 
-def synthetic_table(n: int = 1200, d: int = 12, classes: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_table(
+    n: int = 1200, d: int = 12, classes: int = 3, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian features; the class is the argmax of a random linear map of all of them."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)).astype(np.float32)

@@ -114,7 +114,9 @@ def run_resumed(workdir: Path, app: Path, *, nodes: int = 2,
     return result, (Path(workdir) / "flwr-run.log").read_text(errors="replace")
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, *, ended: threading.Event | None = None) -> None:
+def wait_for(
+    predicate: Callable[[], bool], timeout: float, what: str, *, ended: threading.Event | None = None
+) -> None:
     """Poll ``predicate`` every half second; fail after ``timeout`` seconds or once ``ended`` is set
     (the run is over and it never came true)."""
     deadline = time.monotonic() + timeout

@@ -52,7 +52,9 @@ def run_simulation(config: str, sets: str, out: Path, nodes: int, *, timeout: fl
     return run_isolated(script, timeout, cwd)
 
 
-def simulated_summary(config: str, values: dict, nodes: int, *, timeout: float, tmp_path: Path) -> tuple[dict, Path]:
+def simulated_summary(
+    config: str, values: dict, nodes: int, *, timeout: float, tmp_path: Path
+) -> tuple[dict, Path]:
     """Run ``config`` with the overrides ``values`` on the simulation runtime; its fault-free
     ``summary.json`` (as read back) and the output folder (``models.npz`` with ``audit``)."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")

@@ -50,10 +50,16 @@ SETTINGS = {"lrs": (1e-2, 3e-3), "rounds": 3}  # 2 federations x 3 rounds x 2 cl
 
 
 @pytest.mark.parametrize("method", ["chfl", "fedprox", "local"])
-@pytest.mark.parametrize("calls", [3, 6, 9, 12])  # federation 1 round 2, federation 2 rounds 1 and 2, at the end
+@pytest.mark.parametrize(
+    "calls", [3, 6, 9, 12]
+)  # federation 1 round 2, federation 2 rounds 1 and 2, at the end
 def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, monkeypatch, method, calls):
     X, y = synthetic_table(n=600)
-    s = tiny_settings(**SETTINGS, shared_baselines=("common", "concat")) if method == "chfl" else tiny_settings(**SETTINGS)
+    s = (
+        tiny_settings(**SETTINGS, shared_baselines=("common", "concat"))
+        if method == "chfl"
+        else tiny_settings(**SETTINGS)
+    )
     whole = run_on_table(X, y, s, method=method, seed=3, run_dir=tmp_path / "whole")
     assert not whole["resumed"]
     with monkeypatch.context() as m:
@@ -128,7 +134,9 @@ def test_checkpoint_is_weights_only_and_holds_the_whole_state(tmp_path, monkeypa
     assert (state["lr_index"], state["round"]) == (0, 2)
     assert len(state["clients"]) == 2 and {"rng", "heads", "opt_heads", "common"} <= set(state["clients"][0])
     assert state["server"]["round"] == 2 and state["ledger"]["down"][0] > 0
-    assert len(saved["rows"]) == 1  # θ^1 evaluated; θ^2 is evaluated after this checkpoint and saved["identity"]["method"] == "chfl"
+    assert (
+        len(saved["rows"]) == 1
+    )  # θ^1 evaluated; θ^2 is evaluated after this checkpoint and saved["identity"]["method"] == "chfl"
 
 
 # -- the stream form --------------------------------------------------------------------------
@@ -151,13 +159,28 @@ def test_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, monkeypat
     assert resumed["resumed"] == (method == "chfl" and ticks >= s.sync_every)  # local: nothing to sync at
     assert _without_timing(resumed) == _without_timing(whole)
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
-    assert [float(r["acc"]) for r in _rows(tmp_path / "whole")] == pytest.approx([p["acc"] for p in whole["curve"]])
+    assert [float(r["acc"]) for r in _rows(tmp_path / "whole")] == pytest.approx(
+        [p["acc"] for p in whole["curve"]]
+    )
 
 
 # -- the command line and the experiment runner -------------------------------------------------
 
-TINY_CLI = ["--set", "chfl.max_rows=700", "--set", "chfl.hidden=8", "--set", "chfl.rounds=2",
-            "--set", "chfl.local_epochs=1", "--set", "chfl.lrs=0.01,0.003", "--set", "chfl.mus=0,1", "--quiet"]
+TINY_CLI = [
+    "--set",
+    "chfl.max_rows=700",
+    "--set",
+    "chfl.hidden=8",
+    "--set",
+    "chfl.rounds=2",
+    "--set",
+    "chfl.local_epochs=1",
+    "--set",
+    "chfl.lrs=0.01,0.003",
+    "--set",
+    "chfl.mus=0,1",
+    "--quiet",
+]
 
 
 def test_cli_resume(tmp_path, monkeypatch, data_root):
@@ -175,7 +198,9 @@ def test_cli_resume(tmp_path, monkeypatch, data_root):
     assert main(["run", "chfl-covertype", "--out", str(tmp_path / "part"), "--resume", *common]) == 0
     whole, part = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("whole", "part"))
     assert part["resumed"] and not whole["resumed"]
-    assert {k: v for k, v in part.items() if k not in TIMING} == {k: v for k, v in whole.items() if k not in TIMING}
+    assert {k: v for k, v in part.items() if k not in TIMING} == {
+        k: v for k, v in whole.items() if k not in TIMING
+    }
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
     assert not (tmp_path / "part" / CHECKPOINT).exists()  # finished: the summary marks it
     assert main(["run", "chfl-covertype", "--out", str(tmp_path / "part"), "--resume", *common]) == 2
@@ -202,8 +227,14 @@ def test_experiment_runner_skips_finished_and_resumes_interrupted(tmp_path, monk
     assert (tmp_path / "part" / interrupted["folder"] / CHECKPOINT).exists()
     run_experiment(exp, scale="small", out=tmp_path / "part", sets=sets, workers=1)
     for r in whole["runs"]:
-        a, b = (json.loads((tmp_path / d / r["folder"] / "summary.json").read_text()) for d in ("whole", "part"))
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        a, b = (
+            json.loads((tmp_path / d / r["folder"] / "summary.json").read_text()) for d in ("whole", "part")
+        )
+        assert {k: v for k, v in a.items() if k not in TIMING} == {
+            k: v for k, v in b.items() if k not in TIMING
+        }
         assert b["resumed"] == (r["name"] == interrupted["name"])
         if r["name"] in finished:  # skipped, not rerun
-            assert (tmp_path / "part" / r["folder"] / "summary.json").stat().st_mtime_ns == finished[r["name"]]
+            assert (tmp_path / "part" / r["folder"] / "summary.json").stat().st_mtime_ns == finished[
+                r["name"]
+            ]

@@ -6,11 +6,11 @@ import re
 import pytest
 from chfl_synthetic import require, synthetic_table, tiny_settings
 
-from fedstream.errors import ConfigError
 from fedstream.chfl.settings import CONFIG_KEYS, CHFLSettings, named_by_config
 from fedstream.chfl.splits import SettingError
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
+from fedstream.errors import ConfigError
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -37,10 +37,17 @@ def test_run_time_errors_name_every_key_involved():
     with pytest.raises(ConfigError, match=r"^chfl.clients: 5 rows are too few for 5 clients \(rows: the "
                                           r"dataset's, or chfl.max_rows\)"), named_by_config():
         run_on_table(X, y, tiny_settings(clients=5, max_rows=5), method="local")
-    with pytest.raises(ConfigError, match=r"^chfl.stream_batch: expected at most 100 \(the rows per client\), found 101"), \
-            named_by_config():
+    with (
+        pytest.raises(
+            ConfigError, match=r"^chfl.stream_batch: expected at most 100 \(the rows per client\), found 101"
+        ),
+        named_by_config(),
+    ):
         run_stream_on_table(X, y, StreamSettings(clients=2, batch=101, hidden=(4,)))
-    with pytest.raises(ConfigError, match=r"^chfl.stream_mu: expected a number in \[0.0, 1.0\]"), named_by_config():
+    with (
+        pytest.raises(ConfigError, match=r"^chfl.stream_mu: expected a number in \[0.0, 1.0\]"),
+        named_by_config(),
+    ):
         StreamSettings(mu=1.5)
 
 

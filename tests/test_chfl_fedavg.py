@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedstream.errors import ProtocolError
 from fedstream.chfl.fedavg import FedAvgServer, fedavg, proximal_term
 from fedstream.chfl.messages import ModelUpdate
+from fedstream.errors import ProtocolError
 
 
 def upd(k, w, n, rnd=0):
@@ -27,12 +27,21 @@ def test_equal_counts_give_the_plain_mean():
     np.testing.assert_allclose(out["w"], np.mean(ws, axis=0), rtol=1e-5, atol=1e-6)  # eq. (1)
 
 
-@pytest.mark.parametrize("updates,match", [
-    ([], "expected at least one model update"),
-    ([upd(0, [1.0], 5), upd(1, [1.0], 0)], r"client 1: expected n_samples > 0, found 0"),
-    ([upd(0, [1.0], 5), upd(1, [1.0, 2.0], 5)], r"client 1: tensor 'w' has shape \(2,\), expected \(1,\)"),
-    ([upd(0, [1.0], 5), ModelUpdate(0, 1, {"v": np.ones(1, np.float32)}, 5)], r"client 1 sent tensors \['v'\], expected \['b', 'w'\]"),
-])
+@pytest.mark.parametrize(
+    "updates,match",
+    [
+        ([], "expected at least one model update"),
+        ([upd(0, [1.0], 5), upd(1, [1.0], 0)], r"client 1: expected n_samples > 0, found 0"),
+        (
+            [upd(0, [1.0], 5), upd(1, [1.0, 2.0], 5)],
+            r"client 1: tensor 'w' has shape \(2,\), expected \(1,\)",
+        ),
+        (
+            [upd(0, [1.0], 5), ModelUpdate(0, 1, {"v": np.ones(1, np.float32)}, 5)],
+            r"client 1 sent tensors \['v'\], expected \['b', 'w'\]",
+        ),
+    ],
+)
 def test_rejects_inconsistent_updates(updates, match):
     with pytest.raises(ProtocolError, match=match):
         fedavg(updates)

@@ -90,7 +90,9 @@ def test_concat_head_reads_unique_features_and_common_softmax():
 
 def client_data(seed=0, n=64):
     g = torch.Generator().manual_seed(seed)
-    v = View(torch.randn(n, 4, generator=g), torch.randn(n, 3, generator=g), torch.randint(0, 5, (n,), generator=g))
+    v = View(
+        torch.randn(n, 4, generator=g), torch.randn(n, 3, generator=g), torch.randint(0, 5, (n,), generator=g)
+    )
     return ClientData(v, v, v)
 
 

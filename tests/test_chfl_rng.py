@@ -60,8 +60,12 @@ def test_stream_runs_interleaved_equal_the_runs_alone():
     s = StreamSettings(clients=2, hidden=(8,), batch=8, stats_rows=16, sync_every=3)
     alone = [_core(run_stream_on_table(X, y, s, seed=k)) for k in (0, 1)]
     together: dict = {}
-    threads = [threading.Thread(target=lambda k=k: together.__setitem__(k, _core(run_stream_on_table(X, y, s, seed=k))))
-               for k in (0, 1)]
+    threads = [
+        threading.Thread(
+            target=lambda k=k: together.__setitem__(k, _core(run_stream_on_table(X, y, s, seed=k)))
+        )
+        for k in (0, 1)
+    ]
     for t in threads:
         t.start()
     for t in threads:

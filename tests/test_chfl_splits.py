@@ -5,7 +5,6 @@ import itertools
 import numpy as np
 import pytest
 
-from fedstream.errors import ConfigError
 from fedstream.chfl.splits import (
     abs_correlation,
     correlation_split,
@@ -14,6 +13,7 @@ from fedstream.chfl.splits import (
     random_split,
     split_rows,
 )
+from fedstream.errors import ConfigError
 
 
 def check_partition(fs, d):
@@ -22,7 +22,9 @@ def check_partition(fs, d):
     assert sorted(allcols.tolist()) == list(range(d))  # disjoint and complete
 
 
-@pytest.mark.parametrize("d,k,ratio,n_common", [(54, 5, 0.3, 16), (48, 5, 0.3, 14), (27, 5, 0.1, 3), (54, 2, 0.5, 27)])
+@pytest.mark.parametrize(
+    "d,k,ratio,n_common", [(54, 5, 0.3, 16), (48, 5, 0.3, 14), (27, 5, 0.1, 3), (54, 2, 0.5, 27)]
+)
 def test_random_split_sizes(d, k, ratio, n_common):
     fs = random_split(d, k, ratio=ratio, seed=0)
     check_partition(fs, d)
@@ -35,7 +37,9 @@ def test_random_split_sizes(d, k, ratio, n_common):
 
 def test_random_split_is_seeded():
     a, b, c = (random_split(54, 5, seed=s) for s in (3, 3, 4))
-    assert a.common.tolist() == b.common.tolist() and all(np.array_equal(x, y) for x, y in zip(a.unique, b.unique))
+    assert a.common.tolist() == b.common.tolist() and all(
+        np.array_equal(x, y) for x, y in zip(a.unique, b.unique)
+    )
     assert a.common.tolist() != c.common.tolist()
 
 
@@ -79,9 +83,14 @@ def test_constant_column_has_zero_correlation():
 
 def test_feature_split_dispatch():
     X = np.random.default_rng(2).standard_normal((100, 10))
-    assert feature_split("random", X, 2, ratio=0.3, seed=5).common.tolist() == random_split(10, 2, ratio=0.3, seed=5).common.tolist()
+    assert (
+        feature_split("random", X, 2, ratio=0.3, seed=5).common.tolist()
+        == random_split(10, 2, ratio=0.3, seed=5).common.tolist()
+    )
     assert len(feature_split("min-corr", X, 2, ratio=0.3, seed=0).common) == 3
-    with pytest.raises(ConfigError, match=r"split: expected one of random, max-corr, median-corr, min-corr, found 'best'"):
+    with pytest.raises(
+        ConfigError, match=r"split: expected one of random, max-corr, median-corr, min-corr, found 'best'"
+    ):
         feature_split("best", X, 2, ratio=0.3, seed=0)
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from chfl_synthetic import require, synthetic_table
 
-from fedstream.errors import ConfigError
 from fedstream.chfl.stream import StreamSettings, run_stream, run_stream_on_table
+from fedstream.errors import ConfigError
 
 
 def settings(**kw):

@@ -8,12 +8,12 @@ import pytest
 import torch
 from chfl_synthetic import require, synthetic_table, tiny_settings
 
-from fedstream.errors import ConfigError
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import Column, state_arrays
 from fedstream.chfl.selection import Choice, Selector
 from fedstream.chfl.settings import CHFLSettings
 from fedstream.chfl.trainer import run_chfl, run_on_table
+from fedstream.errors import ConfigError
 from fedstream.transport.tensors import encode_update
 
 METHODS = ("chfl", "common", "local", "concat", "fedprox")
@@ -85,17 +85,24 @@ def test_runs_are_reproducible_and_seeds_matter():
     assert torch.get_num_threads() >= 1
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("clients", 0, r"clients: expected an integer >= 1, found 0"),
-    ("common_ratio", 1.0, r"common_ratio: expected a number in \(0.0, 1.0\), found 1.0"),
-    ("dataset", "mnist", r"dataset: expected one of covertype, covertype-uci, sensorless, jannis, helena, aloi, found 'mnist'"),
-    ("split", "best", r"split: expected one of random, max-corr, median-corr, min-corr, found 'best'"),
-    ("mus", (0.0, 2.0), r"mus: expected a number in \[0.0, 1.0\], found 2.0"),
-    ("lrs", (), r"lrs: expected a non-empty list, found \(\)"),
-    ("hidden", (512, 0), r"hidden: expected an integer >= 1, found 0"),
-    ("rounds", 2.5, r"rounds: expected an integer >= 1, found 2.5"),
-    ("select_round", "yes", r"select_round: expected true or false, found 'yes'"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("clients", 0, r"clients: expected an integer >= 1, found 0"),
+        ("common_ratio", 1.0, r"common_ratio: expected a number in \(0.0, 1.0\), found 1.0"),
+        (
+            "dataset",
+            "mnist",
+            r"dataset: expected one of covertype, covertype-uci, sensorless, jannis, helena, aloi, found 'mnist'",
+        ),
+        ("split", "best", r"split: expected one of random, max-corr, median-corr, min-corr, found 'best'"),
+        ("mus", (0.0, 2.0), r"mus: expected a number in \[0.0, 1.0\], found 2.0"),
+        ("lrs", (), r"lrs: expected a non-empty list, found \(\)"),
+        ("hidden", (512, 0), r"hidden: expected an integer >= 1, found 0"),
+        ("rounds", 2.5, r"rounds: expected an integer >= 1, found 2.5"),
+        ("select_round", "yes", r"select_round: expected true or false, found 'yes'"),
+    ],
+)
 def test_settings_are_validated(field, value, match):
     with pytest.raises(ConfigError, match=match):
         CHFLSettings(**{field: value})
@@ -107,7 +114,9 @@ def test_settings_from_dict():
     assert CHFLSettings.from_dict(s.to_dict()) == s
     with pytest.raises(ConfigError, match=r"unknown CHFL setting\(s\) \['round'\]"):
         CHFLSettings.from_dict({"round": 3})
-    with pytest.raises(ConfigError, match=r"method: expected one of chfl, common, local, concat, fedprox, found 'fedsgd'"):
+    with pytest.raises(
+        ConfigError, match=r"method: expected one of chfl, common, local, concat, fedprox, found 'fedsgd'"
+    ):
         run_on_table(*synthetic_table(n=100), tiny_settings(), method="fedsgd")
 
 

@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from fedstream.errors import ProtocolError
 from fedstream.chfl.messages import ModelUpdate
+from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import (
     HEADER,
     ModelTransport,
@@ -78,7 +78,9 @@ def test_duplicate_names_and_type_checks():
         decode_update(two)
     with pytest.raises(ProtocolError, match=r"expected a ModelUpdate, received dict"):
         encode_update({"a": 1})
-    with pytest.raises(ProtocolError, match=r"ModelUpdate.tensors\['a'\]: expected a numpy array, received list"):
+    with pytest.raises(
+        ProtocolError, match=r"ModelUpdate.tensors\['a'\]: expected a numpy array, received list"
+    ):
         encode_update(ModelUpdate(0, 0, {"a": [1.0]}, 1))
     with pytest.raises(ProtocolError, match=r"ModelUpdate.n_samples: expected an integer >= 0, received -1"):
         encode_update(ModelUpdate(0, 0, {"a": np.ones(1)}, -1))

@@ -66,9 +66,20 @@ def test_run_writes_outputs_and_resume_equals_uninterrupted(tmp_path, data_root)
     full, part = tmp_path / "full", tmp_path / "part"
     assert run_cli("ovfl-imnist", "--set", "rounds=600", "--out", str(full), *common) == 0
     s = _summary(full)
-    for key in ("task", "config", "rounds", "accumulated_error", "interval_errors", "bytes", "activation_rate",
-                "client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second",
-                "fedstream_version"):
+    for key in (
+        "task",
+        "config",
+        "rounds",
+        "accumulated_error",
+        "interval_errors",
+        "bytes",
+        "activation_rate",
+        "client_compute_seconds",
+        "server_compute_seconds",
+        "wall_seconds",
+        "rounds_per_second",
+        "fedstream_version",
+    ):
         assert key in s, key
     assert s["rounds"] == 600 and len(s["interval_errors"]) == 3
     assert {"total", "up", "down", "per_client"} <= set(s["bytes"]) and len(s["bytes"]["per_client"]) == 4
@@ -112,6 +123,21 @@ def test_susy_csv_written_in_the_uci_format_runs(tmp_path):
 
 def test_higgs_subset_from_shared_data(tmp_path, data_root):
     out = tmp_path / "higgs"
-    assert run_cli("ovfl-higgs", "--quiet", "--set", f"data.root={data_root}", "--set", "rounds=300",
-                   "--set", "activation.name=event", "--set", "activation.threshold=0", "--out", str(out)) == 0
+    assert (
+        run_cli(
+            "ovfl-higgs",
+            "--quiet",
+            "--set",
+            f"data.root={data_root}",
+            "--set",
+            "rounds=300",
+            "--set",
+            "activation.name=event",
+            "--set",
+            "activation.threshold=0",
+            "--out",
+            str(out),
+        )
+        == 0
+    )
     assert _summary(out)["rounds"] == 300

@@ -22,7 +22,11 @@ from fedstream.errors import ProtocolError
 def roundtrip(x: np.ndarray, alphabet: int) -> HuffmanCode:
     code = HuffmanCode.from_counts(np.bincount(x.ravel(), minlength=alphabet))
     data, n_bits = code.encode(x)
-    assert len(data) == (n_bits + 7) // 8 == (code.coded_bits(np.bincount(x.ravel(), minlength=alphabet)) + 7) // 8
+    assert (
+        len(data)
+        == (n_bits + 7) // 8
+        == (code.coded_bits(np.bincount(x.ravel(), minlength=alphabet)) + 7) // 8
+    )
     np.testing.assert_array_equal(code.decode(data, x.size, n_bits), x.ravel())
     np.testing.assert_array_equal(code.decode(data, x.size), x.ravel())
     assert HuffmanCode.from_bytes(code.to_bytes()) == code
@@ -182,7 +186,9 @@ def test_rejects_wrong_table():
     rng = np.random.default_rng(4)
     x = rng.integers(0, 26, 5000)
     right = HuffmanCode.from_counts(np.bincount(x, minlength=26))
-    wrong = HuffmanCode.from_counts(np.bincount(rng.normal(12, 3, 5000).clip(0, 25).astype(int), minlength=26))
+    wrong = HuffmanCode.from_counts(
+        np.bincount(rng.normal(12, 3, 5000).clip(0, 25).astype(int), minlength=26)
+    )
     data, n_bits = right.encode(x)
     with pytest.raises(ProtocolError):
         wrong.decode(data, x.size, n_bits)

@@ -22,7 +22,9 @@ def reference_quantise(g: np.ndarray, mu: float, sigma: float, levels: int) -> n
     mu, sigma = float(np.float32(mu)), float(np.float32(sigma))
     lo, hi = mu - 3 * sigma, mu + 3 * sigma
     ends = lo + 6 * sigma / levels * np.arange(levels + 1)
-    out = [0.0 if not lo <= v <= hi else ends[np.argmin(np.abs(ends - v))] for v in g.astype(np.float64).ravel()]
+    out = [
+        0.0 if not lo <= v <= hi else ends[np.argmin(np.abs(ends - v))] for v in g.astype(np.float64).ravel()
+    ]
     return np.array(out, dtype=np.float32).reshape(g.shape)
 
 
@@ -39,7 +41,9 @@ def test_matches_the_papers_procedure_and_uses_previous_round_stats():
         msg = q.encode(g, state)
         _, mu, sigma = header(msg)
         src = g if prev is None else prev  # first round: the current gradient's own statistics
-        assert mu == np.float32(src.astype(np.float64).mean()) and sigma == np.float32(src.astype(np.float64).std())
+        assert mu == np.float32(src.astype(np.float64).mean()) and sigma == np.float32(
+            src.astype(np.float64).std()
+        )
         assert (state.mu, state.sigma, state.rounds) == (float(np.float32(g.astype(np.float64).mean())),
                                                          float(np.float32(g.astype(np.float64).std())), r + 1)
         back = q.decode(msg, g.shape)
@@ -85,7 +89,9 @@ def test_roundtrip_property(g, mu, sigma, levels):
     state = QuantizerState(float(np.float32(mu)), float(np.float32(sigma)))
     msg = q.encode(g, state)
     _, hmu, hsigma = header(msg)
-    np.testing.assert_array_equal(q.decode(msg, g.shape), q.values(hmu, hsigma)[q.symbols(g, hmu, hsigma)].reshape(g.shape))
+    np.testing.assert_array_equal(
+        q.decode(msg, g.shape), q.values(hmu, hsigma)[q.symbols(g, hmu, hsigma)].reshape(g.shape)
+    )
 
 
 def test_decode_rejects_bad_messages():

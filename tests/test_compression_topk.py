@@ -155,7 +155,9 @@ def test_embedding_cache_follows_eqs_2_and_3_per_sample():
     # the returned array is a copy: the caller may not corrupt the table
     out = cache.fill(_sparse((1, 6), [], []), [7])
     out[:] = 99
-    np.testing.assert_array_equal(cache.lookup([7, 8, 1000]), [[1, 5, 0, 0, 3, 0], [0, 5, 0, 0, 0, 0], [0] * 6])
+    np.testing.assert_array_equal(
+        cache.lookup([7, 8, 1000]), [[1, 5, 0, 0, 3, 0], [0, 5, 0, 0, 0, 0], [0] * 6]
+    )
 
 
 def test_embedding_cache_matches_rows_by_sample_not_by_position():
@@ -204,7 +206,9 @@ def test_embedding_cache_ring_keeps_a_sliding_window_and_state_restores_it():
     copy.load_state_dict(dense.state_dict())
     np.testing.assert_array_equal(copy.lookup([900, 5, 6]), [[0, 2], [1, 0], [0, 0]])
     with pytest.raises(ProtocolError, match="state"):
-        copy.load_state_dict({"ids": np.array([1]), "rows": np.zeros((2, 2), np.float32), "shape": np.array([4, 2])})
+        copy.load_state_dict(
+            {"ids": np.array([1]), "rows": np.zeros((2, 2), np.float32), "shape": np.array([4, 2])}
+        )
 
 
 def test_gradient_ranked_topk_with_cache_end_to_end():

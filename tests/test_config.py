@@ -20,17 +20,23 @@ def test_every_key_belongs_to_some_task():
     assert covered == set(SCHEMA)
 
 
-@pytest.mark.parametrize("overrides,match", [
-    (["task=vfl", "optimizer.window=5"], "optimizer.window is not a setting of task = 'vfl'"),
-    (["chfl.clients=3"], "chfl.clients is not a setting of task = 'ovfl'"),
-    (["compression.cache=true"], "needs compression.up"),
-    (["task=vfl", "data.name=imnist"], "not a dataset of task = 'vfl'"),
-    (["task=vfl", "compression.cache=true"], "needs compression.up"),
-    (["task=chfl", "chfl.mus=0,2"], "chfl.mus"),
-    (["task=chfl", "chfl.hidden=512,x"], "chfl.hidden"),
-    (["task=chfl", "chfl.lrs=2"], "chfl.lrs"),
-    (["task=chfl", "chfl.mode=stream", "chfl.split=min-corr"], "chfl.split = 'min-corr' is for chfl.mode = batch"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["task=vfl", "optimizer.window=5"], "optimizer.window is not a setting of task = 'vfl'"),
+        (["chfl.clients=3"], "chfl.clients is not a setting of task = 'ovfl'"),
+        (["compression.cache=true"], "needs compression.up"),
+        (["task=vfl", "data.name=imnist"], "not a dataset of task = 'vfl'"),
+        (["task=vfl", "compression.cache=true"], "needs compression.up"),
+        (["task=chfl", "chfl.mus=0,2"], "chfl.mus"),
+        (["task=chfl", "chfl.hidden=512,x"], "chfl.hidden"),
+        (["task=chfl", "chfl.lrs=2"], "chfl.lrs"),
+        (
+            ["task=chfl", "chfl.mode=stream", "chfl.split=min-corr"],
+            "chfl.split = 'min-corr' is for chfl.mode = batch",
+        ),
+    ],
+)
 def test_keys_and_values_are_checked_per_task(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(None, overrides)

@@ -63,7 +63,9 @@ def test_kaggle_covertype_missing_columns(tmp_path: Path) -> None:
     X, y = covertype_rows(5)
     names = ["Id", *FEATURES, "Cover_Type"]
     p = write(tmp_path / "test.csv", kaggle_text(X, y, [n for n in names if n != "Cover_Type"]))
-    with pytest.raises(DataError, match=r"test\.csv: covertype CSV: line 1 \(header\): missing column\(s\) Cover_Type"):
+    with pytest.raises(
+        DataError, match=r"test\.csv: covertype CSV: line 1 \(header\): missing column\(s\) Cover_Type"
+    ):
         read_covertype_kaggle(p)
     p = write(tmp_path / "t.csv", kaggle_text(X, y, [n for n in names if n != "Soil_Type7"]))
     with pytest.raises(DataError, match=r"t\.csv: .*missing column\(s\) Soil_Type7; expected"):
@@ -97,7 +99,9 @@ def test_covtype_data(tmp_path: Path) -> None:
     lines = text.splitlines()
     lines[6] = lines[6].rsplit(",", 2)[0]
     p = write(tmp_path / "covtype.data", "\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=r"covtype\.data: covertype covtype\.data: line 7: expected 55 columns but found 53"):
+    with pytest.raises(
+        DataError, match=r"covtype\.data: covertype covtype\.data: line 7: expected 55 columns but found 53"
+    ):
         read_covertype_uci(p)
 
 
@@ -106,7 +110,10 @@ def test_errors_found_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     X, y = covertype_rows(23)
     y[17] = 9
     text = "".join(",".join(map(str, [*x, c])) + "\n" for x, c in zip(X, y))
-    with pytest.raises(DataError, match=r"line 18, column 55 \(Cover_Type, the class\): expected an integer class 1\.\.7 but found '9'"):
+    with pytest.raises(
+        DataError,
+        match=r"line 18, column 55 \(Cover_Type, the class\): expected an integer class 1\.\.7 but found '9'",
+    ):
         read_covertype_uci(write(tmp_path / "c.data", text))
     y[17] = 3
     text = "".join(",".join(map(str, [*x, c])) + "\n" for x, c in zip(X, y))
@@ -128,12 +135,21 @@ def test_sensorless_txt(tmp_path: Path) -> None:
     np.testing.assert_array_equal(t.y, y - 1)
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda f: f.__setitem__(48, "12"), r"line 3, column 49 \(class, the class\): expected an integer class 1\.\.11 but found '12'"),
-    (lambda f: f.__setitem__(4, "x1"), r"line 3, column 5 \(feature 5\): expected a number but found 'x1'"),
-    (lambda f: f.__setitem__(4, "nan"), r"line 3, column 5 \(feature 5\): expected a finite number"),
-    (lambda f: f.pop(7), r"line 3: expected 49 columns but found 48"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (
+            lambda f: f.__setitem__(48, "12"),
+            r"line 3, column 49 \(class, the class\): expected an integer class 1\.\.11 but found '12'",
+        ),
+        (
+            lambda f: f.__setitem__(4, "x1"),
+            r"line 3, column 5 \(feature 5\): expected a number but found 'x1'",
+        ),
+        (lambda f: f.__setitem__(4, "nan"), r"line 3, column 5 \(feature 5\): expected a finite number"),
+        (lambda f: f.pop(7), r"line 3: expected 49 columns but found 48"),
+    ],
+)
 def test_sensorless_txt_errors(tmp_path: Path, edit, match: str) -> None:
     rng = np.random.default_rng(2)
     lines = sensorless_text(rng.standard_normal((5, 48)), rng.integers(1, 12, 5)).splitlines()
@@ -153,7 +169,9 @@ def test_sensorless_npz(tmp_path: Path) -> None:
     t = read_sensorless_npz(p)
     assert t.X.dtype == np.float32 and t.y.tolist() == list(range(11))
     np.savez(p, X=X, y=y + 1)
-    with pytest.raises(DataError, match=r"s\.npz: Sensorless npz: labels: expected classes 0\.\.10, found 11 at row 10"):
+    with pytest.raises(
+        DataError, match=r"s\.npz: Sensorless npz: labels: expected classes 0\.\.10, found 11 at row 10"
+    ):
         read_sensorless_npz(p)
     np.savez(p, X=X[:, :40], y=y)
     with pytest.raises(DataError, match=r"X: expected shape \(n, 48\), found \(11, 40\)"):
@@ -190,11 +208,17 @@ def test_arff(tmp_path: Path, fname: str) -> None:
     assert t.y.tolist() == [2, 0, 3] and t.feature_names == ("V1", "V two", "V3")
 
 
-@pytest.mark.parametrize("row,match", [
-    ((5, 1, 2, 3), r"line 13, column 1 \(class, the class\): expected one of the declared classes \{0, 1, 2, 3\} but found '5'"),
-    ((1, "?", 2, 3), r"line 13, column 2 \(V1\): expected a number but the value is missing \('\?'\)"),
-    ((1, 2, "a", 3), r"line 13, column 3 \(V two\): expected a number but found 'a'"),
-])
+@pytest.mark.parametrize(
+    "row,match",
+    [
+        (
+            (5, 1, 2, 3),
+            r"line 13, column 1 \(class, the class\): expected one of the declared classes \{0, 1, 2, 3\} but found '5'",
+        ),
+        ((1, "?", 2, 3), r"line 13, column 2 \(V1\): expected a number but the value is missing \('\?'\)"),
+        ((1, 2, "a", 3), r"line 13, column 3 \(V two\): expected a number but found 'a'"),
+    ],
+)
 def test_arff_bad_values(tmp_path: Path, row: tuple, match: str) -> None:
     p = write(tmp_path / "j.arff", ARFF.format(rows=arff_rows([(1, 1, 1, 1), row])))
     with pytest.raises(DataError, match=r"j\.arff: ARFF: " + match):
@@ -203,7 +227,9 @@ def test_arff_bad_values(tmp_path: Path, row: tuple, match: str) -> None:
 
 def test_arff_header_errors(tmp_path: Path) -> None:
     p = write(tmp_path / "a.arff", ARFF.format(rows="1,1,1,1\n").replace("V3 integer", "V3 {a,b}"))
-    with pytest.raises(DataError, match=r"a\.arff: ARFF: line 9: attribute 'V3' has type '\{a,b\}': expected numeric"):
+    with pytest.raises(
+        DataError, match=r"a\.arff: ARFF: line 9: attribute 'V3' has type '\{a,b\}': expected numeric"
+    ):
         read_arff(p)
     p = write(tmp_path / "a.arff", ARFF.format(rows="1,1,1,1\n"))
     with pytest.raises(DataError, match=r"missing class column 'Class2'"):
@@ -232,7 +258,10 @@ def test_openml_csv(tmp_path: Path) -> None:
     t = read_openml_csv(write(tmp_path / "h.csv.gz", text), n_classes=100, ignore=["row_id"])
     np.testing.assert_allclose(t.X, [[0.5, 1], [-1, 2000]])
     assert t.y.tolist() == [2, 0] and t.feature_names == ("V1", "V2")
-    with pytest.raises(DataError, match=r"h\.csv\.gz: OpenML CSV: line 2, column 3 \(Class, the class\): expected an integer class 0\.\.1 but found '2'"):
+    with pytest.raises(
+        DataError,
+        match=r"h\.csv\.gz: OpenML CSV: line 2, column 3 \(Class, the class\): expected an integer class 0\.\.1 but found '2'",
+    ):
         read_openml_csv(tmp_path / "h.csv.gz", n_classes=2, ignore=["row_id"])
     with pytest.raises(DataError, match=r"h\.csv\.gz: OpenML CSV: missing class column 'target'"):
         read_openml_csv(tmp_path / "h.csv.gz", target="target")
@@ -247,7 +276,9 @@ def test_rtdl_npz(tmp_path: Path) -> None:
     np.testing.assert_array_equal(t.X, np.concatenate([Xv, Xt]))
     assert t.y.tolist() == [0, 1, 2, 3, 3, 3, 1]
     np.savez(p, X_val=Xv, y_val=[0, 1, 2, 4], X_test=Xt, y_test=[3, 3, 1])
-    with pytest.raises(DataError, match=r"j\.npz: jannis npz: labels: expected classes 0\.\.3, found 4 at row 3"):
+    with pytest.raises(
+        DataError, match=r"j\.npz: jannis npz: labels: expected classes 0\.\.3, found 4 at row 3"
+    ):
         read_rtdl_valtest_npz(p, n_features=54, n_classes=4, name="jannis")
     np.savez(p, X_val=Xv, y_val=[0, 1, 2, 3])
     with pytest.raises(DataError, match=r"missing arrays \['X_test', 'y_test'\]"):
@@ -266,7 +297,9 @@ def test_registry_picks_the_best_file_and_reports_status(tmp_path: Path) -> None
     write(tmp_path / "jannis" / "jannis.arff", ARFF.format(rows="1,1,1,1\n"))
     d = load_chfl_dataset("jannis", tmp_path)
     assert d.status == "complete" and d.table.X.shape == (1, 3)
-    with pytest.raises(DataError, match=r"(?s)helena: no data file found .*helena\.arff\.gz.*OpenML dataset 41169"):
+    with pytest.raises(
+        DataError, match=r"(?s)helena: no data file found .*helena\.arff\.gz.*OpenML dataset 41169"
+    ):
         load_chfl_dataset("helena", tmp_path)
     with pytest.raises(ConfigError, match=r"dataset 'mnist': expected one of covertype, covertype-uci"):
         load_chfl_dataset("mnist", tmp_path)

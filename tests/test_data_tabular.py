@@ -110,7 +110,9 @@ def test_non_numeric(tmp_path: Path) -> None:
     f[5] = "abc"
     lines[2] = ",".join(f)
     p = write(tmp_path / "s.csv", "\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=r"s\.csv: SUSY CSV: line 3, column 6: expected a number but found 'abc'"):
+    with pytest.raises(
+        DataError, match=r"s\.csv: SUSY CSV: line 3, column 6: expected a number but found 'abc'"
+    ):
         read_uci_csv(p, n_features=18, name="SUSY")
 
 
@@ -182,7 +184,9 @@ def test_npz_round_trip_and_errors(tmp_path: Path) -> None:
         read_higgs_npz(p)
 
 
-@pytest.mark.skipif(not HIGGS_DIR.is_dir(), reason=f"HIGGS subset not found at {HIGGS_DIR} (set FEDSTREAM_DATA)")
+@pytest.mark.skipif(
+    not HIGGS_DIR.is_dir(), reason=f"HIGGS subset not found at {HIGGS_DIR} (set FEDSTREAM_DATA)"
+)
 def test_real_higgs_subset() -> None:
     X, y = read_uci_csv(HIGGS_DIR / "higgs_first10k_h2o_3sigdigits.csv.gz", n_features=28, name="HIGGS")
     assert X.shape == (10000, 28) and np.bincount(y).tolist() == [4705, 5295]

@@ -53,7 +53,11 @@ def test_bench_figures_follow_from_the_run_summary():
                "flower": {"message_bytes_down": 2000, "message_bytes_up": 2800, "mean_handler_seconds": 0.5,
                           "mean_process_imports_seconds": 1.5}}
     row = _row(16, summary, (4000, 2400), {"events_per_second": 100.0, "accumulated_error": 0.4})
-    assert row["requests_per_node"] == 2 and row["events_per_second"] == 4.0 and row["seconds_per_request"] == 4.0
+    assert (
+        row["requests_per_node"] == 2
+        and row["events_per_second"] == 4.0
+        and row["seconds_per_request"] == 4.0
+    )
     assert row["payload_bytes_per_event"] == 100 and row["tcp_bytes_per_event"] == 200
     assert row["overhead_tcp_over_payload"] == 2.0 and row["overhead_flower_message_over_payload"] == 1.5
     assert row["time_per_reply_seconds"] == {"handler": 0.5, "process_imports": 1.5}

@@ -24,12 +24,6 @@ import pytest
 import torch
 from flower_runs import simulated_summary
 
-from fedstream.config import load_config
-from fedstream.deploy.chfl_data import chfl_config_settings, load_part
-from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.chfl_host import CHFLHost
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
-from fedstream.errors import ProtocolError
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.trainer import (
     BatchRun,
@@ -39,11 +33,26 @@ from fedstream.chfl.trainer import (
     run_chfl,
     variants_of,
 )
+from fedstream.config import load_config
+from fedstream.deploy.chfl_data import chfl_config_settings, load_part
+from fedstream.deploy.chfl_driver import NetworkCHFL
+from fedstream.deploy.chfl_host import CHFLHost
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
 
 DATA = "covertype_kaggle/train.csv.gz"
-TINY = {"chfl.clients": 3, "chfl.max_rows": 600, "chfl.hidden": "16,8", "chfl.rounds": 2, "chfl.local_epochs": 1,
-        "chfl.lrs": "0.01", "chfl.mus": "0,1", "chfl.baselines": "common,concat", "seed": 1}
+TINY = {
+    "chfl.clients": 3,
+    "chfl.max_rows": 600,
+    "chfl.hidden": "16,8",
+    "chfl.rounds": 2,
+    "chfl.local_epochs": 1,
+    "chfl.lrs": "0.01",
+    "chfl.mus": "0,1",
+    "chfl.baselines": "common,concat",
+    "seed": 1,
+}
 TIMING = {"wall_seconds", "resumed"}
 
 
@@ -64,13 +73,17 @@ def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
     try:
         run = BatchRun(ex.plan, LocalCohort(ex))
         run.run()
-        result = result_of(run, run.test_choices(variants_of(ex.method, s)), n_rows=ex.n_rows, features=ex.features)
+        result = result_of(
+            run, run.test_choices(variants_of(ex.method, s)), n_rows=ex.n_rows, features=ex.features
+        )
     finally:
         torch.set_num_threads(threads)
     return result, dict(run.server.state) if run.server is not None else {}
 
 
-def deploy(config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink) -> tuple[NetworkCHFL, dict, LoopbackLink]:
+def deploy(
+    config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink
+) -> tuple[NetworkCHFL, dict, LoopbackLink]:
     """The deployment's code over an in-process link; the server's config names no data folder
     that exists, each node reads its own part from ``data_root`` (cached in ``tmp/cache``)."""
     server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-data")})
@@ -92,7 +105,9 @@ def root() -> Path:
 
     found = shared_data_root()
     if found is None or not (found / DATA).is_file():
-        pytest.skip(f"real data not found ({DATA}): set FEDSTREAM_DATA or put shared/data beside the repository")
+        pytest.skip(
+            f"real data not found ({DATA}): set FEDSTREAM_DATA or put shared/data beside the repository"
+        )
     return found
 
 
@@ -108,16 +123,22 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
     net, got, link = deploy(config, root, tmp_path)
     assert_same_result(got, want)  # choices, test accuracies of every variant, bytes per client and direction
     assert got["variants"]["chfl"]["choices"] == want["variants"]["chfl"]["choices"]
-    assert got["bytes"]["per_client"] == want["bytes"]["per_client"] and got["bytes"]["messages"] == want["bytes"]["messages"]
+    assert (
+        got["bytes"]["per_client"] == want["bytes"]["per_client"]
+        and got["bytes"]["messages"] == want["bytes"]["messages"]
+    )
     common = net.global_common()
     assert list(common) == list(want_common)
     for k, v in want_common.items():
         np.testing.assert_allclose(common[k], v, rtol=0, atol=1e-6)
     K, s = config["chfl.clients"], chfl_config_settings(config)
     assert got["faults"] == [] and link.requests == K * (1 + len(s.lrs) * (s.rounds + 1) + 1)
-    assert [(c["up"], c["down"]) for c in got["clients"]] == [(p["up"], p["down"]) for p in want["bytes"]["per_client"]]
+    assert [(c["up"], c["down"]) for c in got["clients"]] == [
+        (p["up"], p["down"]) for p in want["bytes"]["per_client"]
+    ]
     assert sorted(p.name for p in (tmp_path / "nodes").glob("*.npz")) == sorted(
-        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(K))  # each node's state, saved after every request
+        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(K)
+    )  # each node's state, saved after every request
     # and the simulator's own entry point agrees
     assert_same_result(run_chfl(s, root, method=config["chfl.method"], seed=config["seed"]), want)
 
@@ -141,7 +162,11 @@ class SpoilingLink(LoopbackLink):
     def exchange(self, requests):
         replies = super().exchange(requests)
         for m, env in requests.items():
-            if m == self.victim and (env.kind, env.round) == self.request and not isinstance(replies[m], Failure):
+            if (
+                m == self.victim
+                and (env.kind, env.round) == self.request
+                and not isinstance(replies[m], Failure)
+            ):
                 replies[m] = type(self).spoil(replies[m])
         return replies
 
@@ -170,10 +195,19 @@ def _nan(tensors):
 SPOILS = {
     "shape": (lambda r: _respoil(r, tensors=_shrink), r"do not match the global common column"),
     "nan": (lambda r: _respoil(r, tensors=_nan), r"holds NaN or inf"),
-    "round": (lambda r: _respoil(r, round=0), r"expected client 1's model for round 1, received client 1's for round 0"),
-    "sender": (lambda r: _respoil(r, client=2), r"expected client 1's model for round 1, received client 2's"),
+    "round": (
+        lambda r: _respoil(r, round=0),
+        r"expected client 1's model for round 1, received client 1's for round 0",
+    ),
+    "sender": (
+        lambda r: _respoil(r, client=2),
+        r"expected client 1's model for round 1, received client 2's",
+    ),
     "samples": (lambda r: _respoil(r, n_samples=10**6), r"the model says 1000000 samples, the node reported"),
-    "reply round": (lambda r: Envelope(ROUND, 0, r.parts, r.info), r"expected a 'round' reply for round 1, received"),
+    "reply round": (
+        lambda r: Envelope(ROUND, 0, r.parts, r.info),
+        r"expected a 'round' reply for round 1, received",
+    ),
     "accuracy": (lambda r: Envelope(r.kind, r.round, r.parts, r.info | {"val": float("nan")}), r"info 'val'"),
     "garbage": (lambda r: Envelope(r.kind, r.round, [b"\x10" + bytes(20)], r.info), r"ModelUpdate|bytes"),
 }
@@ -189,8 +223,12 @@ def test_a_malformed_reply_is_rejected_recorded_and_left_out(root, simulated, tm
     _, got, _ = deploy(config, root, tmp_path, link_cls)
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, ROUND)], got["faults"]
     assert __import__("re").search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
-    assert got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]  # the others' messages are unchanged
-    assert got["bytes"]["per_client"][1]["up"] < want["bytes"]["per_client"][1]["up"]  # the spoilt one is not counted
+    assert (
+        got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]
+    )  # the others' messages are unchanged
+    assert (
+        got["bytes"]["per_client"][1]["up"] < want["bytes"]["per_client"][1]["up"]
+    )  # the spoilt one is not counted
     assert len(got["test_acc_per_client"]) == 3
 
 
@@ -232,12 +270,27 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):
     theta = state_arrays(Column(sizes["n_common"], sizes["n_classes"], (16, 8)))
     good = {"lr_index": 0, "validate": False, "epochs": 1}
     bad_requests = {
-        "shape": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _shrink(theta), 0))], good), "do not fit its common column"),
+        "shape": (
+            Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _shrink(theta), 0))], good),
+            "do not fit its common column",
+        ),
         "nan": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _nan(theta), 0))], good), "NaN"),
-        "recipient": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 1, theta, 0))], good), "for client 1, round 0"),
-        "round": (Envelope(ROUND, 1, [encode_update(ModelUpdate(0, 0, theta, 0))], good), "for client 0, round 0"),
-        "lr_index": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"lr_index": 5}), "lr_index"),
-        "epochs": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"epochs": 7}), "epochs"),
+        "recipient": (
+            Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 1, theta, 0))], good),
+            "for client 1, round 0",
+        ),
+        "round": (
+            Envelope(ROUND, 1, [encode_update(ModelUpdate(0, 0, theta, 0))], good),
+            "for client 0, round 0",
+        ),
+        "lr_index": (
+            Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"lr_index": 5}),
+            "lr_index",
+        ),
+        "epochs": (
+            Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"epochs": 7}),
+            "epochs",
+        ),
         "no model": (Envelope(ROUND, 0, [], good), "expected 1 model message"),
     }
     before = host.state_dict()["chfl"].tobytes()
@@ -264,7 +317,11 @@ def test_a_node_loads_only_its_own_rows_and_columns(root, tmp_path):
         cached = load_part(config, m, cache_dir=tmp_path)  # read back from the node's cache
         n_common, n_unique = len(ex.features.common), len(ex.features.unique[m])
         for split in ("train", "val", "test"):
-            mine, sim, again = getattr(part.data, split), getattr(ex.data[m], split), getattr(cached.data, split)
+            mine, sim, again = (
+                getattr(part.data, split),
+                getattr(ex.data[m], split),
+                getattr(cached.data, split),
+            )
             rows = sim.y.shape[0]
             assert mine.xc.shape == (rows, n_common) and mine.xu.shape == (rows, n_unique)
             for a, b, c in zip(mine, sim, again):
@@ -282,8 +339,13 @@ def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_pat
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
     config, want, want_common = simulated
-    got, out = simulated_summary("chfl-covertype", TINY | {"data.root": str(root)}, config["chfl.clients"], timeout=200,
-                                 tmp_path=tmp_path)
+    got, out = simulated_summary(
+        "chfl-covertype",
+        TINY | {"data.root": str(root)},
+        config["chfl.clients"],
+        timeout=200,
+        tmp_path=tmp_path,
+    )
     assert_same_result(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
         assert sorted(z.files) == sorted(f"global.{k}" for k in want_common)
@@ -301,7 +363,9 @@ def test_real_local_flower_deployment_equals_the_simulator(root, simulated, tmp_
     config, want, want_common = simulated
     out = tmp_path / "out"
     sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
-    app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True})
+    app = write_app(
+        tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True}
+    )
     with LocalDeployment(config["chfl.clients"], tmp_path / "deployment") as deployment:
         result = deployment.run(app, timeout=220)
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")

@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
+from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
+from fedstream.chfl.trainer import boundary
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
 from fedstream.errors import ConfigError
-from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
-from fedstream.chfl.trainer import boundary
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
 FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}
@@ -43,7 +43,9 @@ def simulated(config):
     return simulate(config)
 
 
-def link_for(config: dict, data_root: Path, tmp: Path, cls=LoopbackLink, *, store: bool = True) -> LoopbackLink:
+def link_for(
+    config: dict, data_root: Path, tmp: Path, cls=LoopbackLink, *, store: bool = True
+) -> LoopbackLink:
     """Nodes that read their own part from ``data_root`` and keep their checkpoints in ``tmp/nodes``."""
     return cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
                config["chfl.clients"], persist=True, store=tmp / "nodes" if store else None)
@@ -147,7 +149,9 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
     (written after the round before, or before round T-1 when the crash hits round T), the nodes go
     back to their state of that boundary: the result is the uninterrupted run's and the simulator's."""
     want, want_common = simulated
-    whole_net = NetworkCHFL(server_config(config, tmp_path / "whole"), link_for(config, root, tmp_path / "whole"))
+    whole_net = NetworkCHFL(
+        server_config(config, tmp_path / "whole"), link_for(config, root, tmp_path / "whole")
+    )
     whole = whole_net.run(checkpoint=tmp_path / "whole" / "out" / "checkpoint.pt")
     assert_same_result(whole, want)
 
@@ -167,7 +171,9 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
         (c["up"], c["down"], c["messages"]) for c in whole["clients"]]  # the nodes' own counts too
     for k, v in want_common.items():
         np.testing.assert_allclose(second.global_common()[k], v, rtol=0, atol=1e-6)
-    assert metrics_rows(path.parent / "metrics.csv") == metrics_rows(tmp_path / "whole" / "out" / "metrics.csv")
+    assert metrics_rows(path.parent / "metrics.csv") == metrics_rows(
+        tmp_path / "whole" / "out" / "metrics.csv"
+    )
     assert got["exchanges"] > whole["exchanges"]  # the replayed round and the resuming setup
 
 
@@ -227,8 +233,8 @@ def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint,
     """Same file name, format and identity, another state: ``run_on_table(run_dir=...)`` on a deployed
     server's --out folder says whose checkpoint it is and how to resume it (it used to die with a
     KeyError), and changes nothing there."""
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
     from fedstream.chfl.trainer import run_on_table
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 
     path, _ = checkpoint
     out = tmp_path / "out"
@@ -248,8 +254,8 @@ def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint,
 def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_path):  # noqa: F811
     """The reverse: the simulator's checkpoint (of the very same run) in the server's --out is
     refused by ``load`` with a ConfigError that says it is the simulator's and how to resume it."""
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
     from fedstream.chfl.trainer import run_on_table
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 
     s = chfl_config_settings(config)
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
@@ -260,8 +266,11 @@ def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_p
     path = tmp_path / "out" / "checkpoint.pt"
     before = path.read_bytes()
     net = NetworkCHFL(server_config(dict(config, **one), tmp_path), link_for(config, root, tmp_path))
-    with pytest.raises(ConfigError, match=r"checkpoint.pt: a CHFL checkpoint written by the simulator: resume it "
-                                          r"with `fedstream run`.*a deployed server cannot resume it"):
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint.pt: a CHFL checkpoint written by the simulator: resume it "
+        r"with `fedstream run`.*a deployed server cannot resume it",
+    ):
         net.load(path)
     assert net.loaded is None and path.read_bytes() == before
 
@@ -284,11 +293,15 @@ def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(r
     second = NetworkCHFL(server_config(config, tmp_path), link)
     second.load(path)
     got = second.run(checkpoint=path)
-    assert got["rejoins"] == [{"lr_index": 1, "round": 1, "client": 1, "node_lr_index": 0, "node_round": rounds}]
+    assert got["rejoins"] == [
+        {"lr_index": 1, "round": 1, "client": 1, "node_lr_index": 0, "node_round": rounds}
+    ]
     assert got["faults"] == []  # no "the node counted ..., the server ..." at the finish
     assert [c["client"] for c in got["clients"]] == [0, 1, 2] and len(got["test_acc_per_client"]) == 3
     reports = {c["client"]: c for c in got["clients"]}
-    assert [reports[1][k] for k in ("up", "down", "messages")] != reports[1]["server_counted"]  # excused, not equal
+    assert [reports[1][k] for k in ("up", "down", "messages")] != reports[1][
+        "server_counted"
+    ]  # excused, not equal
     for m in (0, 2):
         assert [reports[m][k] for k in ("up", "down", "messages")] == reports[m]["server_counted"]
     assert second.cohort.troubled(1) and not second.cohort.troubled(0)
@@ -310,7 +323,9 @@ def test_a_node_ahead_of_a_resumed_server_is_a_fault(root, config, checkpoint, t
 
     net = NetworkCHFL(server_config(config, tmp_path), Ahead(lambda cfg, m: None, config["chfl.clients"]))
     net.load(path)
-    with pytest.raises(ProtocolError, match=r"clients \[2\] did not set up.*federation 1, round 2; expected \(1, 0\)"):
+    with pytest.raises(
+        ProtocolError, match=r"clients \[2\] did not set up.*federation 1, round 2; expected \(1, 0\)"
+    ):
         net.run()
 
 
@@ -321,8 +336,21 @@ def test_deploy_app_passes_resume_for_chfl(root, tmp_path):  # noqa: F811
     from fedstream.cli import main
 
     sets = [arg for k, v in (TINY | {"data.root": str(root)}).items() for arg in ("--set", f"{k}={v}")]
-    assert main(["deploy", "app", str(tmp_path / "app"), "chfl-covertype", *sets, "--out", str(tmp_path / "out"),
-                 "--resume"]) == 0
+    assert (
+        main(
+            [
+                "deploy",
+                "app",
+                str(tmp_path / "app"),
+                "chfl-covertype",
+                *sets,
+                "--out",
+                str(tmp_path / "out"),
+                "--resume",
+            ]
+        )
+        == 0
+    )
     assert "resume = true" in (tmp_path / "app" / "pyproject.toml").read_text()
 
 
@@ -354,8 +382,15 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa
 
     values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 6, "chfl.lrs": "0.01"}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
-    app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": " ".join(f"{k}={v}" for k, v in values.items()),
-                                       "out": str(out), "reply-timeout": REPLY_TIMEOUT})
+    app = write_app(
+        tmp_path / "app",
+        {
+            "config": "chfl-covertype",
+            "set": " ".join(f"{k}={v}" for k, v in values.items()),
+            "out": str(out),
+            "reply-timeout": REPLY_TIMEOUT,
+        },
+    )
 
     def crash(deployment, ended) -> None:
         wait_for(lambda: _node_position(cache, 1) >= (0, 1), 600, "client 1 to play round 1")
@@ -368,7 +403,10 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa
     s = json.loads((out / "summary.json").read_text())
     assert any(f["client"] == 1 for f in s["faults"]), s["faults"]
     (rejoin,) = s["rejoins"]
-    assert rejoin["client"] == 1 and (rejoin["node_lr_index"], rejoin["node_round"]) >= (0, 1)  # not from scratch
+    assert rejoin["client"] == 1 and (rejoin["node_lr_index"], rejoin["node_round"]) >= (
+        0,
+        1,
+    )  # not from scratch
     assert len(s["test_acc_per_client"]) == 2 and [c["client"] for c in s["clients"]] == [0, 1]
     assert (out / "checkpoint.pt").exists() and (out / "metrics.csv").exists()
 
@@ -384,8 +422,15 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
     values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 2, "chfl.lrs": "0.01,0.003"}
     want, _ = simulate(tiny_config(root, **{k: v for k, v in values.items() if k != "data.root"}))
     out = tmp_path / "out"
-    app = write_app(tmp_path / "app", {"config": "chfl-covertype", "set": " ".join(f"{k}={v}" for k, v in values.items()),
-                                       "out": str(out), "reply-timeout": REPLY_TIMEOUT})
+    app = write_app(
+        tmp_path / "app",
+        {
+            "config": "chfl-covertype",
+            "set": " ".join(f"{k}={v}" for k, v in values.items()),
+            "out": str(out),
+            "reply-timeout": REPLY_TIMEOUT,
+        },
+    )
 
     def position() -> tuple[int, int]:
         try:
@@ -394,8 +439,11 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path)
         except (CheckpointError, OSError):
             return -1, -1
 
-    first, _ = run_with_fault(tmp_path / "deployment", app,
-                              stop_when(lambda: position() >= (1, 0), "the server to checkpoint the first federation's end"))
+    first, _ = run_with_fault(
+        tmp_path / "deployment",
+        app,
+        stop_when(lambda: position() >= (1, 0), "the server to checkpoint the first federation's end"),
+    )
     assert first.returncode != 0 and not (out / "summary.json").exists()
     stopped_at = position()
     assert (1, 0) <= stopped_at < (2, 0)

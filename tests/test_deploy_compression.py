@@ -52,6 +52,8 @@ from fedstream.deploy.link import ROUND, SETUP, Envelope
 from fedstream.deploy.parties import server_stream
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.engine import OnlineVFL
+from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.compressed import (
     ClientEndpoint,
@@ -59,8 +61,6 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
-from fedstream.ovfl.engine import OnlineVFL
-from fedstream.ovfl.messages import Gradient, Query
 
 E = 8  # overrides()'s model.embedding
 
@@ -107,7 +107,9 @@ def config_for(root: Path, rounds: int, compression: dict, **more) -> dict:
     return load_config(None, overrides(root, rounds) | compression | more)
 
 
-@pytest.mark.parametrize("compression", [CACHED_QUANT, RANKED, SIGN], ids=["topk-cache-quant", "topk-grad", "sign"])
+@pytest.mark.parametrize(
+    "compression", [CACHED_QUANT, RANKED, SIGN], ids=["topk-cache-quant", "topk-grad", "sign"]
+)
 def test_compressed_links_over_an_in_process_link_equal_the_simulator(root, compression):
     """200 rounds, B = 1, every node rebuilt from its saved state for every request."""
     config = config_for(root, 200, compression)
@@ -118,14 +120,24 @@ def test_compressed_links_over_an_in_process_link_equal_the_simulator(root, comp
     got = net.summary()
     for key in ("bytes", "activation_rate", "accumulated_error"):
         assert got[key] == summary[key], key
-    assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
-    plain, _ = loopback_run(config_for(root, 200, {"optimizer.name": config["optimizer.name"],
-                                                   "optimizer.window": config["optimizer.window"]}), record_sizes=False)
+    assert [(r["up"], r["down"]) for r in reports] == [
+        (c["up"], c["down"]) for c in summary["bytes"]["per_client"]
+    ]
+    plain, _ = loopback_run(
+        config_for(
+            root,
+            200,
+            {"optimizer.name": config["optimizer.name"], "optimizer.window": config["optimizer.window"]},
+        ),
+        record_sizes=False,
+    )
     assert got["bytes"]["total"] < plain.summary()["bytes"]["total"]  # it did compress
     assert model_digest(net.server.model.parameters()) != model_digest(plain.server.model.parameters())
     if compression.get("compression.cache"):  # SLR re-sends each sample in 4 rounds: the cache fills the rest
-        np.testing.assert_array_equal(net.transport.ends[0].receiver.table.lookup(np.arange(196, 200)),
-                                      engine.transport.inner.server_ends[0].receiver.table.lookup(np.arange(196, 200)))
+        np.testing.assert_array_equal(
+            net.transport.ends[0].receiver.table.lookup(np.arange(196, 200)),
+            engine.transport.inner.server_ends[0].receiver.table.lookup(np.arange(196, 200)),
+        )
         uncached, _ = loopback_run(dict(config, **{"compression.cache": False}), record_sizes=False)
         assert model_digest(net.server.model.parameters()) != model_digest(uncached.server.model.parameters())
 
@@ -139,7 +151,9 @@ def test_batches_with_compression_carry_the_same_messages(root):
     net, reports = loopback_run(config)
     got = net.summary()
     assert net.transport.sizes == sizes and got["bytes"] == summary["bytes"]
-    assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
+    assert [(r["up"], r["down"]) for r in reports] == [
+        (c["up"], c["down"]) for c in summary["bytes"]["per_client"]
+    ]
     assert {s for d, _, s in sizes if d == "up"} == {FRAME_SIZE + 1 + 1 + 4}
     assert {s for d, _, s in sizes if d == "down"} == {FRAME_SIZE + 1, 11}  # gradients, queries
     assert got["exchanges"] == 20 + 2
@@ -263,7 +277,9 @@ def test_a_node_refuses_a_malformed_compressed_gradient_and_changes_nothing(root
         assert set(after) == set(before) and all(np.array_equal(after[k], before[k]) for k in before), name
     host.handle(Envelope(ROUND, 1, [good, encode(Query(1, 0, 2))], {"events": 1, "grad_rounds": [0]}))
     ranking = host.state_dict()["link.sender.last_gradient"]  # the gradient as the node decoded it
-    np.testing.assert_array_equal(ranking, ClientEndpoint(0, CompressionSpec.from_config(config)).receive(good).values)
+    np.testing.assert_array_equal(
+        ranking, ClientEndpoint(0, CompressionSpec.from_config(config)).receive(good).values
+    )
     assert 0 < np.abs(ranking - grad.values).max() < 0.2  # quantised: close, not equal
 
 
@@ -295,7 +311,9 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
     assert s["rejoins"] == [{"round": 40, "client": 1, "node_round": 29, "dropped_gradients": 0}]
     assert [r["round"] for r in reports] == [59, 59]
     ends = sorted(k for k in link.before if k.startswith("link."))  # its end of the link came back with it
-    assert "link.sender.last_gradient" in ends and sorted(k for k in link.after if k.startswith("link.")) == ends
+    assert (
+        "link.sender.last_gradient" in ends and sorted(k for k in link.after if k.startswith("link.")) == ends
+    )
     for k in ends:
         np.testing.assert_array_equal(link.after[k], link.before[k], err_msg=k)
     assert all(np.isfinite(p).all() for p in party_models(net, reports)["client1"])
@@ -324,7 +342,9 @@ def test_the_server_resumes_exactly_with_compression(root, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+@pytest.mark.skipif(
+    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
+)
 def test_flower_simulation_runtime_with_compression_equals_the_simulator(tmp_path):
     """100 rounds through Flower's simulation runtime (compressed frames as bytes in the records,
     each node's end of its link in context.state): the simulator's models and compressed sizes."""

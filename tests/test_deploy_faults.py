@@ -63,7 +63,9 @@ class CrashingLink(CrashOnce):
 
 
 def test_a_crashed_node_rejoins_from_its_checkpoint(config, tmp_path):
-    net = NetworkVFL(config, link_for(config, CrashingLink, store=tmp_path / "node"), stream=server_stream(config))
+    net = NetworkVFL(
+        config, link_for(config, CrashingLink, store=tmp_path / "node"), stream=server_stream(config)
+    )
     net.run()
     net.finish()
     s = net.summary()
@@ -97,7 +99,9 @@ def test_a_node_replaced_between_batches_gets_its_held_gradients_and_nothing_cha
     net.run()
     reports = net.finish(models=True)
     s = net.summary()
-    assert s["faults"] == [] and s["rejoins"] == [{"round": 20, "client": 1, "node_round": 19, "dropped_gradients": 0}]
+    assert s["faults"] == [] and s["rejoins"] == [
+        {"round": 20, "client": 1, "node_round": 19, "dropped_gradients": 0}
+    ]
     assert_same_models(party_models(net, reports), party_models(whole, whole_reports))
     assert s["bytes"] == whole.summary()["bytes"]
 
@@ -191,7 +195,9 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     assert s["rounds"] == 60
     assert any(f["client"] == 1 for f in s["faults"]) and s["missed_events"][1] > 0
     (rejoin,) = s["rejoins"]
-    assert rejoin["client"] == 1 and rejoin["node_round"] >= 14  # resumed from its checkpoint, not from scratch
+    assert (
+        rejoin["client"] == 1 and rejoin["node_round"] >= 14
+    )  # resumed from its checkpoint, not from scratch
     assert [c["round"] for c in s["clients"]] == [59, 59]
 
 
@@ -251,6 +257,8 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     assert "resuming at round 20" in log
     s = json.loads((out / "summary.json").read_text())
     assert s["faults"] == [] and s["rejoins"] == [] and s["rounds"] == 40
-    whole, whole_reports = loopback_run(load_config(None, values), record_sizes=False)  # B = 5: not the simulator's
+    whole, whole_reports = loopback_run(
+        load_config(None, values), record_sizes=False
+    )  # B = 5: not the simulator's
     assert_same_models(load_models(out / "models.npz"), party_models(whole, whole_reports))
     assert s["bytes"] == whole.summary()["bytes"]

@@ -37,8 +37,8 @@ from fedstream.deploy.parties import (
 )
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.transport import encode
 from fedstream.ovfl.engine import OnlineVFL
+from fedstream.transport import encode
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -50,15 +50,29 @@ def write_idx_mnist(root: Path, n: int = 400, seed: int = 0) -> Path:
     images = np.clip(proto[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
     folder = root / "mnist"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes()))
-    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">II", 2049, n) + y.tobytes()))
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+    )
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(struct.pack(">II", 2049, n) + y.tobytes())
+    )
     return root
 
 
 def overrides(root: Path, rounds: int, seed: int = 0) -> dict:
-    return {"data.name": "mnist", "data.root": str(root), "vfl.clients": 2, "model.embedding": 8, "rounds": rounds,
-            "optimizer.name": "dlr", "activation.name": "random", "activation.p": 0.5, "optimizer.lr": 0.05,
-            "eval.interval": 100, "seed": seed}
+    return {
+        "data.name": "mnist",
+        "data.root": str(root),
+        "vfl.clients": 2,
+        "model.embedding": 8,
+        "rounds": rounds,
+        "optimizer.name": "dlr",
+        "activation.name": "random",
+        "activation.p": 0.5,
+        "optimizer.lr": 0.05,
+        "eval.interval": 100,
+        "seed": seed,
+    }
 
 
 def as_set(values: dict) -> str:
@@ -117,7 +131,9 @@ def flower_available() -> bool:
     return True
 
 
-needs_flower = pytest.mark.skipif(not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+needs_flower = pytest.mark.skipif(
+    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
+)
 
 
 # -- without Flower ----------------------------------------------------------------------------
@@ -132,7 +148,9 @@ def test_each_party_builds_the_simulators_initial_model(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def loopback_run(config: dict, *, persist: bool = True, record_sizes: bool = True) -> tuple[NetworkVFL, list[dict]]:
+def loopback_run(
+    config: dict, *, persist: bool = True, record_sizes: bool = True
+) -> tuple[NetworkVFL, list[dict]]:
     """The deployment's code over an in-process link; with ``persist`` every client is rebuilt
     from its saved state for every request, as on a SuperNode."""
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
@@ -199,7 +217,9 @@ def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, 
     got = net.summary()
     assert got["bytes"] == summary["bytes"] and got["activation_rate"] == summary["activation_rate"]
     assert got["accumulated_error"] == summary["accumulated_error"]
-    assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
+    assert [(r["up"], r["down"]) for r in reports] == [
+        (c["up"], c["down"]) for c in summary["bytes"]["per_client"]
+    ]
     assert got["exchanges"] == 300 + 2  # one round trip per event (queries ride ahead), plus setup and finish
 
 
@@ -238,7 +258,9 @@ def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
     from fedstream.deploy.link import ROUND, Envelope
     from fedstream.ovfl.messages import Gradient, Query
 
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0})
+    config = load_config(
+        None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0}
+    )
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     reply = host.handle(Envelope(ROUND, 0, [encode(Query(0, 0))], {"events": 1}))
     assert reply.info["active"] == [0] and len(reply.parts) == 1  # passive: answers the query
@@ -266,7 +288,9 @@ def test_flower_simulation_runtime_equals_the_simulator(tmp_path):
     assert [tuple(s) for s in json.loads((out / "message_sizes.json").read_text())] == sizes
     assert got["bytes"] == summary["bytes"]
     assert [(c["up"], c["down"], c["messages"]) for c in got["clients"]] == [
-        (p["up"], p["down"], engine.transport.ledger.messages[m]) for m, p in enumerate(summary["bytes"]["per_client"])]
+        (p["up"], p["down"], engine.transport.ledger.messages[m])
+        for m, p in enumerate(summary["bytes"]["per_client"])
+    ]
 
 
 @pytest.mark.slow
@@ -294,4 +318,6 @@ def test_real_local_flower_deployment_equals_the_simulator(tmp_path):
     assert [tuple(s) for s in json.loads((out / "message_sizes.json").read_text())] == sizes
     got = json.loads((out / "summary.json").read_text())
     assert got["bytes"] == summary["bytes"]
-    assert [(c["up"], c["down"]) for c in got["clients"]] == [(p["up"], p["down"]) for p in summary["bytes"]["per_client"]]
+    assert [(c["up"], c["down"]) for c in got["clients"]] == [
+        (p["up"], p["down"]) for p in summary["bytes"]["per_client"]
+    ]

@@ -45,8 +45,14 @@ def test_credentials_are_a_ca_a_server_certificate_for_the_hosts_and_node_keys(t
 
 def _flwr_nodes(deployment) -> list[dict]:
     """``flwr supernode list --format json``: the SuperLink's view of the registered nodes."""
-    done = subprocess.run(["flwr", "supernode", "list", "fedstream-local", "--format", "json"], capture_output=True,
-                          text=True, env=deployment.env, timeout=120, check=False)
+    done = subprocess.run(
+        ["flwr", "supernode", "list", "fedstream-local", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=deployment.env,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout).get("nodes", [])
 
@@ -73,24 +79,54 @@ def test_only_a_supernode_with_registered_credentials_is_admitted(tmp_path):
             "unregistered key": deployment.start_node(0, key=creds / "node-1.key", log="intruder-key.log"),
             "untrusted CA": None, "no TLS": None,
         }
-        for name, extra, log in (("untrusted CA", ["--root-certificates", str(other / "ca.crt"),
-                                                    "--auth-supernode-private-key", str(creds / "node-0.key")],
-                                  "intruder-ca.log"),
-                                 ("no TLS", ["--insecure"], "intruder-insecure.log")):
-            args = ["--superlink", deployment.node_superlink, "--port", str(free_port()), "--max-retries", "2",
-                    "--max-wait-time", "20", "--node-config", "client-index=0"]
+        for name, extra, log in (
+            (
+                "untrusted CA",
+                [
+                    "--root-certificates",
+                    str(other / "ca.crt"),
+                    "--auth-supernode-private-key",
+                    str(creds / "node-0.key"),
+                ],
+                "intruder-ca.log",
+            ),
+            ("no TLS", ["--insecure"], "intruder-insecure.log"),
+        ):
+            args = [
+                "--superlink",
+                deployment.node_superlink,
+                "--port",
+                str(free_port()),
+                "--max-retries",
+                "2",
+                "--max-wait-time",
+                "20",
+                "--node-config",
+                "client-index=0",
+            ]
             intruders[name] = deployment._start(["flower-supernode", *extra, *args], log)
         time.sleep(25)
         nodes = _flwr_nodes(deployment)
         assert _online(nodes) == 1, nodes  # still only node 0
         assert len(nodes) == 1  # only the registered key is known to the SuperLink
-        logs = {name: (tmp_path / "deployment" / log).read_text(errors="replace")
-                for name, log in (("unregistered key", "intruder-key.log"), ("untrusted CA", "intruder-ca.log"),
-                                  ("no TLS", "intruder-insecure.log"))}
+        logs = {
+            name: (tmp_path / "deployment" / log).read_text(errors="replace")
+            for name, log in (
+                ("unregistered key", "intruder-key.log"),
+                ("untrusted CA", "intruder-ca.log"),
+                ("no TLS", "intruder-insecure.log"),
+            )
+        }
         for name in intruders:
-            assert "SuperNode ID" not in logs[name], f"{name}: the SuperNode was admitted:\n{logs[name][-2000:]}"
-            assert "Failed to initialize the connection to the SuperLink" in logs[name], f"{name}:\n{logs[name][-2000:]}"
-        assert "Failed to activate SuperNode" in logs["unregistered key"]  # TLS fine, the key is not registered
+            assert "SuperNode ID" not in logs[name], (
+                f"{name}: the SuperNode was admitted:\n{logs[name][-2000:]}"
+            )
+            assert "Failed to initialize the connection to the SuperLink" in logs[name], (
+                f"{name}:\n{logs[name][-2000:]}"
+            )
+        assert (
+            "Failed to activate SuperNode" in logs["unregistered key"]
+        )  # TLS fine, the key is not registered
         assert "CERTIFICATE_VERIFY_FAILED" in logs["untrusted CA"]
 
 

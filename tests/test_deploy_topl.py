@@ -54,9 +54,9 @@ from fedstream.deploy.link import ROUND, Envelope
 from fedstream.deploy.parties import check_deployable, server_stream
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
-from fedstream.ovfl.messages import Gradient, Query
 
 SMALL_CHUNK = 64
 E = 8  # overrides()'s model.embedding
@@ -81,8 +81,12 @@ def write_idx_few_classes(root: Path, n: int = 400, classes: int = 3, seed: int 
     images = np.clip(proto[y] + rng.normal(0, 60, (n, 28, 28)), 0, 255).astype(np.uint8)
     folder = root / "mnist"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes()))
-    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">II", 2049, n) + y.tobytes()))
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+    )
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(struct.pack(">II", 2049, n) + y.tobytes())
+    )
     return root
 
 
@@ -124,10 +128,14 @@ def test_topl_over_an_in_process_link_equals_the_simulator(root, small_chunks, o
     got = net.summary()
     for key in ("bytes", "activation_rate", "accumulated_error", "selection_updates"):
         assert got[key] == summary[key], key
-    assert summary["selection_updates"] == 3  # buffer full at round 117 (40 exploration rounds): scored at 128, 192, 256
+    assert (
+        summary["selection_updates"] == 3
+    )  # buffer full at round 117 (40 exploration rounds): scored at 128, 192, 256
     np.testing.assert_array_equal(net.activation.estimate.scores, engine.activation.estimate.scores)
     assert got["exchanges"] == 300 + 2 and got["faults"] == []
-    assert [(r["up"], r["down"]) for r in reports] == [(c["up"], c["down"]) for c in summary["bytes"]["per_client"]]
+    assert [(r["up"], r["down"]) for r in reports] == [
+        (c["up"], c["down"]) for c in summary["bytes"]["per_client"]
+    ]
     assert_topl_traffic(net, 300)
 
 
@@ -145,7 +153,9 @@ class RecordingLink(LoopbackLink):
         return super().exchange(requests)
 
 
-def run_over(config: dict, link_cls=LoopbackLink, *, persist: bool = True, **kwargs) -> tuple[NetworkVFL, list]:
+def run_over(
+    config: dict, link_cls=LoopbackLink, *, persist: bool = True, **kwargs
+) -> tuple[NetworkVFL, list]:
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     link = link_cls(lambda cfg, m: rows[m], config["vfl.clients"], persist=persist, **kwargs)
     net = NetworkVFL(config, link, stream=server_stream(config), record_sizes=True)
@@ -159,7 +169,9 @@ def test_any_batch_size_decides_the_simulators_activations(root, small_chunks):
     batches end at the chunk ends (48 + 16 rounds per chunk), where the policy learns: a batch over
     rounds 96..143 would have to decide rounds 128..143 before the update at 127."""
     # clients' steps of 1e-30 * gradient are below float32's resolution of their weights: they keep them
-    config = topl_config(root, 300, **{"network.batch": 48, "optimizer.lr": 1e-30, "optimizer.server_lr": 0.05})
+    config = topl_config(
+        root, 300, **{"network.batch": 48, "optimizer.lr": 1e-30, "optimizer.server_lr": 0.05}
+    )
     engine, sizes, summary = simulate(config)
     net, reports = run_over(config, RecordingLink)
     assert_same_as_simulator(engine, party_models(net, reports))
@@ -194,7 +206,9 @@ def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(root):
     config = topl_config(root, 20)
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     reply = host.handle(Envelope(ROUND, 0, [], {"events": 3, "active": [1, 0, 1]}))
-    assert reply.info["active"] == [1, 0, 1] and len(reply.parts) == 2  # nothing for the event it was left out of
+    assert (
+        reply.info["active"] == [1, 0, 1] and len(reply.parts) == 2
+    )  # nothing for the event it was left out of
     assert host.awaiting == [0, 2]
     before = host.state_dict()
     grads = [encode(Gradient(t, 0, np.zeros((1, E), np.float32))) for t in (0, 2)]
@@ -281,7 +295,9 @@ def test_topl_is_deployable_with_compression_and_a_bad_compression_setting_is_re
 
 # -- on Flower ---------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.skipif(not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'")
+@pytest.mark.skipif(
+    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
+)
 def test_flower_simulation_runtime_with_topl_equals_the_simulator(root, small_chunks, tmp_path):
     """150 rounds, 2 nodes, l = 1, B = 1 through Flower's simulation runtime (requests and replies as
     RecordDicts, the activation lists in their ConfigRecords): the simulator's models and bytes. The

@@ -26,8 +26,8 @@ from fedstream.deploy.link import ROUND, Envelope, Failure
 from fedstream.deploy.parties import server_stream
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
-from fedstream.transport import encode
 from fedstream.ovfl.messages import Embedding, Gradient, Query
+from fedstream.transport import encode
 
 BAD_CLIENT, BAD_BATCH_START = 1, 20  # client 1's reply to the request for rounds 20..29 is spoilt
 
@@ -61,10 +61,14 @@ TAMPERING = {
     "wrong sender": rebuilt(client=0),
     "wrong round": rebuilt(round=BAD_BATCH_START + 5),
     "wrong shape": rebuilt(values=np.zeros((1, 9), np.float32)),
-    "wrong type": with_part(lambda p: encode(Gradient(BAD_BATCH_START, BAD_CLIENT, np.zeros((1, 8), np.float32)))),
+    "wrong type": with_part(
+        lambda p: encode(Gradient(BAD_BATCH_START, BAD_CLIENT, np.zeros((1, 8), np.float32)))
+    ),
     "a query for an embedding": with_part(lambda p: encode(Query(BAD_BATCH_START, BAD_CLIENT))),
     "too few embeddings": lambda env: Envelope(env.kind, env.round, env.parts[:-1], env.info),
-    "activation flag 2": lambda env: Envelope(env.kind, env.round, env.parts, {"active": [2] * len(env.parts)}),
+    "activation flag 2": lambda env: Envelope(
+        env.kind, env.round, env.parts, {"active": [2] * len(env.parts)}
+    ),
     "activation list too short": lambda env: Envelope(env.kind, env.round, env.parts, {"active": [1]}),
     "no activation list": lambda env: Envelope(env.kind, env.round, env.parts, {}),
     "wrong kind": lambda env: Envelope("finish", env.round, env.parts, env.info),
@@ -116,7 +120,9 @@ def test_a_bad_reply_is_rejected_logged_and_padded_and_the_run_goes_on(config, r
         net = tampered_run(config, TAMPERING[name])
     s = net.summary()
     assert s["rounds"] == 60 and len(net.reports) == 2  # finished, both nodes reported at the end
-    assert [(f["round"], f["client"], f["request"]) for f in s["faults"]] == [(BAD_BATCH_START, BAD_CLIENT, "round")]
+    assert [(f["round"], f["client"], f["request"]) for f in s["faults"]] == [
+        (BAD_BATCH_START, BAD_CLIENT, "round")
+    ]
     assert s["missed_events"] == [0, 10]  # client 1 padded for the 10 events of that batch only
     assert any(f"client {BAD_CLIENT}, round request for round {BAD_BATCH_START}" in r.getMessage()
                for r in caplog.records)

@@ -37,6 +37,7 @@ from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_lab
 from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
 from fedstream.deploy.vfl_batch_host import BatchVFLHost
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport import make_transport
 from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
@@ -52,10 +53,18 @@ from fedstream.vfl.trainer import (
     run_batch_vfl,
     run_summary,
 )
-from fedstream.ovfl.messages import Embedding, Gradient
 
-TINY = {"vfl.clients": 3, "data.train_rows": 200, "data.test_rows": 100, "train.epochs": 1, "train.batch_size": 50,
-        "model.hidden": 32, "model.embedding": 16, "optimizer.lr": 0.1, "seed": 1}
+TINY = {
+    "vfl.clients": 3,
+    "data.train_rows": 200,
+    "data.test_rows": 100,
+    "train.epochs": 1,
+    "train.batch_size": 50,
+    "model.hidden": 32,
+    "model.embedding": 16,
+    "optimizer.lr": 0.1,
+    "seed": 1,
+}
 COMPRESSED = {"compression.up": "topk", "compression.cache": True, "compression.down": "quant-huffman"}
 TIMING = {"epoch_seconds", "wall_seconds", "selection_seconds"}
 
@@ -72,13 +81,24 @@ def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
     transport = make_transport(s.clients, s.compression)
     part = None
     if s.selection.active:
-        part = Participation(s.selection, data.client_features(data.train_x), data.train_y, seed=config["seed"])
+        part = Participation(
+            s.selection, data.client_features(data.train_x), data.train_y, seed=config["seed"]
+        )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as run_batch_vfl
     try:
         tic = time.perf_counter()
-        rows = play_epochs(s, data, LocalCohort(clients, transport, data_inputs(data)), server, config["seed"], None,
-                           part=part, writer=MetricsWriter(None), tic=tic)
+        rows = play_epochs(
+            s,
+            data,
+            LocalCohort(clients, transport, data_inputs(data)),
+            server,
+            config["seed"],
+            None,
+            part=part,
+            writer=MetricsWriter(None),
+            tic=tic,
+        )
     finally:
         torch.set_num_threads(threads)
     summary = run_summary(s, config["seed"], rows, transport.ledger.summary(), 0.0, part)
@@ -88,7 +108,9 @@ def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
     return summary, models
 
 
-def deploy(config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink) -> tuple[NetworkBatchVFL, dict, LoopbackLink]:
+def deploy(
+    config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink
+) -> tuple[NetworkBatchVFL, dict, LoopbackLink]:
     """The deployment's code over an in-process link; the server reads the labels only and its
     config names no data folder that exists; each node reads its own strip (cached in ``tmp/cache``)."""
     server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-images")})
@@ -126,7 +148,9 @@ def root() -> Path:
 
     found = shared_data_root()
     if found is None:
-        pytest.skip("real data not found (MNIST): set FEDSTREAM_DATA or put shared/data beside the repository")
+        pytest.skip(
+            "real data not found (MNIST): set FEDSTREAM_DATA or put shared/data beside the repository"
+        )
     return found
 
 
@@ -147,9 +171,12 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
     assert got["bytes"]["per_client"] == [{"up": steps * msg, "down": steps * msg}] * M
     assert got["eval_bytes_up"] == M * 2 * msg  # 100 test rows in 2 batches, up only
     assert link.requests == M * (1 + steps + 1 + 1)  # setup, one per step, one evaluation, finish
-    assert [(c["up"], c["down"], c["eval_up"]) for c in got["clients"]] == [(steps * msg, steps * msg, 2 * msg)] * M
+    assert [(c["up"], c["down"], c["eval_up"]) for c in got["clients"]] == [
+        (steps * msg, steps * msg, 2 * msg)
+    ] * M
     assert sorted(p.name for p in (tmp_path / "nodes").glob("*.npz")) == sorted(
-        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(M))  # each node's state, saved after every request
+        f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(M)
+    )  # each node's state, saved after every request
     # and the simulator's own entry point agrees
     assert_same_run(run_batch_vfl(batch_settings(config), root, seed=config["seed"]), want)
 
@@ -190,7 +217,9 @@ def test_server_side_selection_equals_the_simulator(root, tmp_path):
         net, got, _ = deploy(config, root, tmp_path / extra["selection.method"])
         assert got["faults"] == []
         assert_same_run(got, want)
-        assert [e["clients"] for e in got["selection"]["events"]] == [e["clients"] for e in want["selection"]["events"]]
+        assert [e["clients"] for e in got["selection"]["events"]] == [
+            e["clients"] for e in want["selection"]["events"]
+        ]
         assert_same_models(deployed_models(net), want_models)
 
 
@@ -203,8 +232,13 @@ class SpoilingLink(LoopbackLink):
     def exchange(self, requests):
         replies = super().exchange(requests)
         for m, env in requests.items():
-            if (m == self.victim and env.kind == ROUND and env.round == self.step and env.info.get("split") == "train"
-                    and not isinstance(replies[m], Failure)):
+            if (
+                m == self.victim
+                and env.kind == ROUND
+                and env.round == self.step
+                and env.info.get("split") == "train"
+                and not isinstance(replies[m], Failure)
+            ):
                 replies[m] = type(self).spoil(replies[m])
         return replies
 
@@ -221,15 +255,31 @@ def _nan(msg: Embedding) -> Embedding:
 
 
 SPOILS = {
-    "shape": (lambda r: _respoil(r, lambda e: Embedding(e.round, e.client, np.array(e.values[:-1]))),
-              r"expected client 1's embedding of step 1 of shape \(50, 16\), received a Embedding of step 1, shape \(49, 16\)"),
+    "shape": (
+        lambda r: _respoil(r, lambda e: Embedding(e.round, e.client, np.array(e.values[:-1]))),
+        r"expected client 1's embedding of step 1 of shape \(50, 16\), received a Embedding of step 1, shape \(49, 16\)",
+    ),
     "nan": (lambda r: _respoil(r, _nan), r"client 1's embedding of step 1 holds NaN or inf|holds NaN or inf"),
-    "step": (lambda r: _respoil(r, lambda e: Embedding(0, e.client, e.values)),
-             r"expected client 1's embedding of step 1 .* received a Embedding of step 0"),
-    "sender": (lambda r: _respoil(r, lambda e: Embedding(e.round, 2, e.values)), r"for client 2 arrived on client 1's link"),
-    "reply step": (lambda r: Envelope(ROUND, 0, r.parts, r.info), r"expected a 'round' reply for step 1, received"),
-    "garbage": (lambda r: Envelope(r.kind, r.round, [b"\x01" + bytes(20)], r.info), r"Embedding for round 0: header says 0x0 float32 \(11 bytes\) but the message holds 21 bytes"),
-    "parts": (lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info), r"expected 1 embedding\(s\), received 2"),
+    "step": (
+        lambda r: _respoil(r, lambda e: Embedding(0, e.client, e.values)),
+        r"expected client 1's embedding of step 1 .* received a Embedding of step 0",
+    ),
+    "sender": (
+        lambda r: _respoil(r, lambda e: Embedding(e.round, 2, e.values)),
+        r"for client 2 arrived on client 1's link",
+    ),
+    "reply step": (
+        lambda r: Envelope(ROUND, 0, r.parts, r.info),
+        r"expected a 'round' reply for step 1, received",
+    ),
+    "garbage": (
+        lambda r: Envelope(r.kind, r.round, [b"\x01" + bytes(20)], r.info),
+        r"Embedding for round 0: header says 0x0 float32 \(11 bytes\) but the message holds 21 bytes",
+    ),
+    "parts": (
+        lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info),
+        r"expected 1 embedding\(s\), received 2",
+    ),
 }
 
 
@@ -243,11 +293,18 @@ def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
         _, got, _ = deploy(config, root, tmp_path, link_cls)
     assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
-    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got["faults"]
+    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got[
+        "faults"
+    ]
     assert re.search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
     msg = 11 + 4 * 50 * 16
-    assert got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]  # the others' messages are unchanged
-    assert got["bytes"]["per_client"][1] == {"up": 3 * msg, "down": 3 * msg}  # the spoilt one is neither counted nor answered
+    assert (
+        got["bytes"]["per_client"][0] == want["bytes"]["per_client"][0]
+    )  # the others' messages are unchanged
+    assert got["bytes"]["per_client"][1] == {
+        "up": 3 * msg,
+        "down": 3 * msg,
+    }  # the spoilt one is neither counted nor answered
     assert 0 <= got["final_accuracy"] <= 1
 
 
@@ -267,16 +324,27 @@ def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(root
 def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
     config = tiny_config(root)
     host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
-    assert host.handle(Envelope(SETUP, 0)).info == {"client": 0, "shape": [1, 10, 28], "n_train": 200, "n_test": 100,
-                                                   "step": -1, "pending": -1}
+    assert host.handle(Envelope(SETUP, 0)).info == {
+        "client": 0,
+        "shape": [1, 10, 28],
+        "n_train": 200,
+        "n_test": 100,
+        "step": -1,
+        "pending": -1,
+    }
     rows = list(range(50))
     host.handle(Envelope(ROUND, 0, [], {"split": "train", "rows": rows}))
-    grad = lambda step=0, client=0, n=50, value=0.01: encode(Gradient(step, client, np.full((n, 16), value, np.float32)))
+    grad = lambda step=0, client=0, n=50, value=0.01: encode(
+        Gradient(step, client, np.full((n, 16), value, np.float32))
+    )
     nan = bytearray(grad())
     nan[11:15] = np.array([np.nan], "<f4").tobytes()
     good = {"split": "train", "rows": list(range(50, 100))}
     bad_requests = {
-        "shape": (Envelope(ROUND, 1, [grad(n=49)], good), r"expected the gradient of step 0 of shape \(50, 16\)"),
+        "shape": (
+            Envelope(ROUND, 1, [grad(n=49)], good),
+            r"expected the gradient of step 0 of shape \(50, 16\)",
+        ),
         "nan": (Envelope(ROUND, 1, [bytes(nan)], good), "NaN"),
         "step": (Envelope(ROUND, 1, [grad(step=3)], good), "expected the gradient of step 0 .* of step 3"),
         "recipient": (Envelope(ROUND, 1, [grad(client=1)], good), "for client 1 arrived on client 0's link"),
@@ -286,8 +354,10 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
         "rows": (Envelope(ROUND, 1, [grad()], {"split": "train", "rows": [0, 200]}), r"train rows in 0..199"),
         "split": (Envelope(ROUND, 1, [grad()], {"split": "valid", "rows": rows}), "info 'split'"),
         "old step": (Envelope(ROUND, 0, [grad()], good), "training step 0 after step 0"),
-        "eval sizes": (Envelope(ROUND, 0, [grad()], {"split": "test", "rows": rows, "sizes": [20], "steps": [0]}),
-                       "info 'sizes'"),
+        "eval sizes": (
+            Envelope(ROUND, 0, [grad()], {"split": "test", "rows": rows, "sizes": [20], "steps": [0]}),
+            "info 'sizes'",
+        ),
     }
     before = host.state_dict()["vfl"].tobytes()
     for name, (env, reason) in bad_requests.items():
@@ -334,11 +404,17 @@ def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(roo
     config = tiny_config(root, **COMPRESSED)
     wire = up_codec(batch_settings(config).compression)[1].wire
     bad = forged(Embedding, wire, 1, 1)
-    link_cls = type("Forging", (SpoilingLink,), {"spoil": staticmethod(lambda r: Envelope(r.kind, r.round, [bad], r.info))})
+    link_cls = type(
+        "Forging",
+        (SpoilingLink,),
+        {"spoil": staticmethod(lambda r: Envelope(r.kind, r.round, [bad], r.info))},
+    )
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
         net, got, _ = deploy(config, root, tmp_path, link_cls)
     reason = r"expected shape \(50, 16\), the frame says \(65535, 65535\)"
-    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got["faults"]
+    assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got[
+        "faults"
+    ]
     assert re.search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
     assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
     assert got["missed_steps"] == [0, 1, 0] and 0 <= got["final_accuracy"] <= 1
@@ -373,15 +449,20 @@ def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_not
     for bad in (forged(Gradient, receiver.wire, 0, 0), huge_count):
 
         def refuse(bad=bad):
-            with pytest.raises(ProtocolError, match=r"client 0, round request for step 1: Gradient for round 0: "
-                                                    r"expected shape \(50, 16\), the frame says \(65535, 65535\)"):
+            with pytest.raises(
+                ProtocolError,
+                match=r"client 0, round request for step 1: Gradient for round 0: "
+                r"expected shape \(50, 16\), the frame says \(65535, 65535\)",
+            ):
                 host.handle(Envelope(ROUND, 1, [bad], good))
 
         peak, seconds = peak_bytes(refuse)
         assert peak < 1 << 20 and seconds < 1.0, (len(bad), peak, seconds)
         assert host.state_dict()["vfl"].tobytes() == before
     plain = encode(Gradient(0, 0, np.full((50, 16), 0.01, np.float32)))
-    with pytest.raises(ProtocolError, match=r"an uncompressed Gradient for round 0, but compression.down = 'quant-huffman'"):
+    with pytest.raises(
+        ProtocolError, match=r"an uncompressed Gradient for round 0, but compression.down = 'quant-huffman'"
+    ):
         host.handle(Envelope(ROUND, 1, [plain], good))
     assert host.state_dict()["vfl"].tobytes() == before
     server_end = ServerEndpoint(0, spec)
@@ -399,10 +480,17 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
     for m in range(s.clients):
         block = load_block(config, m, cache_dir=tmp_path)
         cached = load_block(config, m, cache_dir=tmp_path)  # read back from the node's cache
-        assert block.train_x.shape == (200, 1, 28, widths[m]) and block.test_x.shape == (100, 1, 28, widths[m])
+        assert block.train_x.shape == (200, 1, 28, widths[m]) and block.test_x.shape == (
+            100,
+            1,
+            28,
+            widths[m],
+        )
         assert np.array_equal(cached.train_x, block.train_x)
         idx = np.array([5, 0, 17])
-        assert torch.equal(block.inputs("train", idx), data.client_inputs(data.train_x[idx])[m])  # same values
+        assert torch.equal(
+            block.inputs("train", idx), data.client_inputs(data.train_x[idx])[m]
+        )  # same values
         assert torch.equal(block.inputs("test", idx), data.client_inputs(data.test_x[idx])[m])
     assert len(list(tmp_path.glob("vfl-*.npz"))) == s.clients
     labels = load_labels(config, str(root))
@@ -417,10 +505,18 @@ def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(
     misspelt one is refused before anything is deployed."""
     from fedstream.deploy.parties import check_deployable
 
-    with pytest.raises(ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"):
-        tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "sometimes"})  # before deploying
-    check_deployable(tiny_config(root, **{"selection.method": "vfps"}))  # static VF-PS runs (test_deploy_vfps.py)
-    check_deployable(tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "relaxed"}))  # dynamic too
+    with pytest.raises(
+        ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"
+    ):
+        tiny_config(
+            root, **{"selection.method": "vfps", "selection.dynamic": "sometimes"}
+        )  # before deploying
+    check_deployable(
+        tiny_config(root, **{"selection.method": "vfps"})
+    )  # static VF-PS runs (test_deploy_vfps.py)
+    check_deployable(
+        tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "relaxed"})
+    )  # dynamic too
     check_deployable(tiny_config(root, **COMPRESSED))  # compression is fine
 
 
@@ -431,8 +527,9 @@ def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_pat
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
     config, want, want_models = simulated
-    got, out = simulated_summary("vfl-mnist", TINY | {"data.root": str(root)}, config["vfl.clients"], timeout=240,
-                                 tmp_path=tmp_path)
+    got, out = simulated_summary(
+        "vfl-mnist", TINY | {"data.root": str(root)}, config["vfl.clients"], timeout=240, tmp_path=tmp_path
+    )
     assert_same_run(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
         assert_same_models({k: z[k] for k in z.files}, want_models)

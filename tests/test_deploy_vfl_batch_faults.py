@@ -83,10 +83,16 @@ def test_a_crashed_node_rejoins_from_its_checkpoint(root, tmp_path):  # noqa: F8
 def test_a_node_without_a_checkpoint_starts_over_and_stays_in_the_run(root, tmp_path):  # noqa: F811
     config = tiny_config(root)
     labels = load_labels(config, str(root))
-    link = CrashingLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"), 3,
-                        persist=True, store=None)  # the node keeps nothing on disk
+    link = CrashingLink(
+        lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+        3,
+        persist=True,
+        store=None,
+    )  # the node keeps nothing on disk
     got = NetworkBatchVFL(config, link, labels=labels).run()
-    assert got["rejoins"] == [{"step": 3, "client": 1, "node_step": -1, "dropped_gradients": 0}]  # a fresh party
+    assert got["rejoins"] == [
+        {"step": 3, "client": 1, "node_step": -1, "dropped_gradients": 0}
+    ]  # a fresh party
     assert [c["client"] for c in got["clients"]] == [0, 1, 2]
 
 
@@ -147,7 +153,9 @@ def metrics_rows(folder: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(fh)]
 
 
-def crash_and_resume(config: dict, data_root: Path, tmp: Path, epoch: int = 2) -> tuple[NetworkBatchVFL, dict, str]:
+def crash_and_resume(
+    config: dict, data_root: Path, tmp: Path, epoch: int = 2
+) -> tuple[NetworkBatchVFL, dict, str]:
     """The server dies after the training steps of ``epoch`` (its checkpoint is that of epoch - 1,
     the nodes are further on); a new server loads the checkpoint and finishes the run."""
     labels = load_labels(config, str(data_root))
@@ -163,11 +171,22 @@ def crash_and_resume(config: dict, data_root: Path, tmp: Path, epoch: int = 2) -
     return second, second.run(models=True), first.cohort.run_token
 
 
-@pytest.mark.parametrize("extra", [COMPRESSED | {"train.epochs": 3},
-                                   {"selection.method": "random", "selection.l": 2, "selection.dynamic": "discrete",
-                                    "selection.keep": 0.5, "selection.update_prob": 1.0, "selection.padding": "mean",
-                                    "train.epochs": 2}],
-                         ids=["topk-cache-quant", "random-selection"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        COMPRESSED | {"train.epochs": 3},
+        {
+            "selection.method": "random",
+            "selection.l": 2,
+            "selection.dynamic": "discrete",
+            "selection.keep": 0.5,
+            "selection.update_prob": 1.0,
+            "selection.padding": "mean",
+            "train.epochs": 2,
+        },
+    ],
+    ids=["topk-cache-quant", "random-selection"],
+)
 def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, tmp_path, extra):  # noqa: F811
     """Same summary (rows, accuracy, bytes per client and direction) and the same final models as an
     uninterrupted run, which is the simulator's; metrics.csv holds each epoch once."""
@@ -179,9 +198,13 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
     assert_same_models(deployed_models(net), want_models)
     if "selection.method" in extra:
         untimed = lambda events: [{k: v for k, v in e.items() if k != "seconds"} for e in events]
-        assert untimed(got["selection"]["events"]) == untimed(json.loads(json.dumps(want["selection"]["events"])))
+        assert untimed(got["selection"]["events"]) == untimed(
+            json.loads(json.dumps(want["selection"]["events"]))
+        )
     # the nodes agree with the server's restored counters (finish found nothing to record)
-    assert [(c["up"], c["down"]) for c in got["clients"]] == [(b["up"], b["down"]) for b in got["bytes"]["per_client"]]
+    assert [(c["up"], c["down"]) for c in got["clients"]] == [
+        (b["up"], b["down"]) for b in got["bytes"]["per_client"]
+    ]
     written = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [r["epoch"] for r in written["per_epoch"]] == list(range(1, config["train.epochs"] + 1))
     assert metrics_rows(tmp_path / "out") == [{k: str(v) for k, v in r.items() if k not in TIMING}
@@ -193,7 +216,9 @@ def test_vfps_resumes_with_the_nodes_kept_states_of_its_selections(root, tmp_pat
     the selection that opened the epoch; it goes back to its state after it (boundary 2e - 1)."""
     from test_deploy_vfps import TINY as VFPS
 
-    config = tiny_config(root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3})
+    config = tiny_config(
+        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3}
+    )
     want, want_models = simulate(config)
     net, got, _ = crash_and_resume(config, root, tmp_path, epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
@@ -211,7 +236,9 @@ def test_a_server_dying_between_an_evaluation_and_its_checkpoint_resumes_exactly
     resumes from epoch 2's (boundary 4), which every node still keeps beside 5 and 6."""
     from test_deploy_vfps import TINY as VFPS
 
-    config = tiny_config(root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 4})
+    config = tiny_config(
+        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 4}
+    )
     want, want_models = simulate(config)
     labels = load_labels(config, str(root))
     link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
@@ -246,8 +273,15 @@ class BoundaryLink(LoopbackLink):
         self.marks: list[tuple] = []
 
     def exchange(self, requests):
-        marks = {(env.kind, env.info.get("split"), env.info["boundary"] if "boundary" in env.info else env.info["resume"])
-                 for env in requests.values() if "boundary" in env.info or "resume" in env.info}
+        marks = {
+            (
+                env.kind,
+                env.info.get("split"),
+                env.info["boundary"] if "boundary" in env.info else env.info["resume"],
+            )
+            for env in requests.values()
+            if "boundary" in env.info or "resume" in env.info
+        }
         self.marks += sorted(marks, key=str)
         return super().exchange(requests)
 
@@ -264,7 +298,9 @@ def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F8
     for bad in ((0, SELECT), (-1, EVALUATION), (1.0, EVALUATION), (1, "train")):
         with pytest.raises(ValueError, match="epoch|kind"):
             boundary_of(*bad)
-    config = tiny_config(root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3})
+    config = tiny_config(
+        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3}
+    )
     labels = load_labels(config, str(root))
     link = BoundaryLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
                         config["vfl.clients"], persist=True, store=tmp_path / "nodes")
@@ -303,14 +339,32 @@ def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, mo
     assert (out / "summary.json").exists() and (out / "checkpoint.pt").exists()
     flower_app.serve_vfl_batch(None, config, settings)
     said = capsys.readouterr().out
-    assert f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said and "starting afresh" not in said
+    assert (
+        f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said
+        and "starting afresh" not in said
+    )
+
 
 DYNAMIC_VFPS = {
-    "discrete": {"selection.dynamic": "discrete", "selection.keep": 0.6, "selection.update_prob": 1.0,
-                 "selection.k": 3, "train.epochs": 3},
-    "relaxed": {"selection.dynamic": "relaxed", "selection.keep": 0.7, "selection.arrival": 0.5,
-                "selection.lifespan_min": 2, "selection.lifespan_max": 4, "selection.k": 3, "selection.every": 0,
-                "data.train_rows": 400, "train.batch_size": 100, "train.epochs": 4},
+    "discrete": {
+        "selection.dynamic": "discrete",
+        "selection.keep": 0.6,
+        "selection.update_prob": 1.0,
+        "selection.k": 3,
+        "train.epochs": 3,
+    },
+    "relaxed": {
+        "selection.dynamic": "relaxed",
+        "selection.keep": 0.7,
+        "selection.arrival": 0.5,
+        "selection.lifespan_min": 2,
+        "selection.lifespan_max": 4,
+        "selection.k": 3,
+        "selection.every": 0,
+        "data.train_rows": 400,
+        "train.batch_size": 100,
+        "train.epochs": 4,
+    },
 }
 
 
@@ -324,9 +378,13 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
 
     from fedstream.deploy.vfl_batch_vfps import HEADER
 
-    config = tiny_config(root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")} | DYNAMIC_VFPS[dynamic])
+    config = tiny_config(
+        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")} | DYNAMIC_VFPS[dynamic]
+    )
     want, want_models = simulate(config)
-    untimed = lambda events: [{k: v for k, v in e.items() if k != "seconds"} for e in json.loads(json.dumps(events))]
+    untimed = lambda events: [
+        {k: v for k, v in e.items() if k != "seconds"} for e in json.loads(json.dumps(events))
+    ]
     reason = {"discrete": "data redrawn", "relaxed": "pessimistic bound crossed"}[dynamic]
     assert reason in [e["reason"] for e in want["selection"]["events"]]  # the data did change the selection
     net, got, _ = deploy(config, root, tmp_path / "whole")
@@ -334,8 +392,13 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models)
     assert untimed(got["selection"]["events"]) == untimed(want["selection"]["events"])
-    up = sum(HEADER.size + 4 * min(50, e["available_rows"]) * e["available_rows"] for e in want["selection"]["events"])
-    assert [b["up"] for b in got["selection_bytes"]["per_client"]] == [up] * 3  # distances to the available rows only
+    up = sum(
+        HEADER.size + 4 * min(50, e["available_rows"]) * e["available_rows"]
+        for e in want["selection"]["events"]
+    )
+    assert [b["up"] for b in got["selection_bytes"]["per_client"]] == [
+        up
+    ] * 3  # distances to the available rows only
     net, got, _ = crash_and_resume(config, root, tmp_path / "cut", epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
@@ -346,17 +409,25 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
 def test_resume_may_raise_epochs_but_refuses_other_changes(root, tmp_path):  # noqa: F811
     config = tiny_config(root, **COMPRESSED)
     labels = load_labels(config, str(root))
-    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"), 3,
-                        persist=True, store=tmp_path / "nodes")
+    link = LoopbackLink(
+        lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+        3,
+        persist=True,
+        store=tmp_path / "nodes",
+    )
     NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out").run()
     path = tmp_path / "out" / "checkpoint.pt"
     for change, keys in (({"compression.ratio": 0.25}, "compression.ratio: 0.125 -> 0.25"),
                          ({"optimizer.lr": 0.05, "seed": 2}, "optimizer.lr: 0.1 -> 0.05, seed: 1 -> 2")):
         other = tiny_config(root, **COMPRESSED, **change)
-        with pytest.raises(ConfigError, match=f"{path}.*other settings \\({keys}\\).*only train.epochs may change"):
+        with pytest.raises(
+            ConfigError, match=f"{path}.*other settings \\({keys}\\).*only train.epochs may change"
+        ):
             NetworkBatchVFL(other, link, labels=labels).load(path)
     run_batch_vfl(batch_settings(config), root, seed=1, out=tmp_path / "sim")  # the simulator's checkpoint
-    with pytest.raises(ConfigError, match="a checkpoint of the simulator's, expected one of a deployed run's server"):
+    with pytest.raises(
+        ConfigError, match="a checkpoint of the simulator's, expected one of a deployed run's server"
+    ):
         NetworkBatchVFL(config, link, labels=labels).load(tmp_path / "sim" / "checkpoint.pt")
     # one more epoch on top of the finished run: as a two-epoch run from the start
     two = tiny_config(root, **COMPRESSED, **{"train.epochs": 2})
@@ -391,11 +462,15 @@ def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) ->
         images = np.clip(proto[y] + rng.normal(0, 40, (rows, 28, 28)), 0, 255).astype(np.uint8)
         (mnist / f"{stem}-images-idx3-ubyte.gz").write_bytes(
             gzip.compress(struct.pack(">IIII", 2051, rows, 28, 28) + images.tobytes()))
-        (mnist / f"{stem}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">II", 2049, rows) + y.tobytes()))
+        (mnist / f"{stem}-labels-idx1-ubyte.gz").write_bytes(
+            gzip.compress(struct.pack(">II", 2049, rows) + y.tobytes())
+        )
     return folder
 
 
-REPLY_TIMEOUT = 90.0  # seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
+REPLY_TIMEOUT = (
+    90.0  # seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
+)
 
 
 def _node_step(cache: Path, index: int) -> int:
@@ -422,8 +497,15 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
               "train.epochs": 1, "train.batch_size": 20, "model.hidden": 16, "model.embedding": 8,
               "optimizer.lr": 0.1, "seed": 0}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
-    app = write_app(tmp_path / "app", {"config": "vfl-mnist", "set": " ".join(f"{k}={v}" for k, v in values.items()),
-                                       "out": str(out), "reply-timeout": REPLY_TIMEOUT})
+    app = write_app(
+        tmp_path / "app",
+        {
+            "config": "vfl-mnist",
+            "set": " ".join(f"{k}={v}" for k, v in values.items()),
+            "out": str(out),
+            "reply-timeout": REPLY_TIMEOUT,
+        },
+    )
 
     def crash(deployment, ended):
         wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
@@ -435,7 +517,9 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["epochs"] == 1 and len(s["per_epoch"]) == 1
-    assert any(f["client"] == 1 for f in s["faults"]) and s["missed_steps"][1] > 0 and s["missed_steps"][0] == 0
+    assert (
+        any(f["client"] == 1 for f in s["faults"]) and s["missed_steps"][1] > 0 and s["missed_steps"][0] == 0
+    )
     assert [r["client"] for r in s["rejoins"]] == [1]
     assert s["rejoins"][0]["node_step"] >= 2  # resumed from its checkpoint, not from scratch
     assert [c["client"] for c in s["clients"]] == [0, 1]
@@ -449,4 +533,8 @@ def test_deploy_app_takes_resume_for_batch_vfl(root, tmp_path):  # noqa: F811
     args = build_parser().parse_args(["deploy", "app", str(tmp_path / "app"), "vfl-mnist", "--set",
                                       f"data.root={root}", "--out", str(tmp_path / "out"), "--resume"])
     settings, config = _settings(args, args.out)
-    assert settings["resume"] is True and config["task"] == "vfl" and settings["out"] == str((tmp_path / "out").resolve())
+    assert (
+        settings["resume"] is True
+        and config["task"] == "vfl"
+        and settings["out"] == str((tmp_path / "out").resolve())
+    )

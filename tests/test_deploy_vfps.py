@@ -47,10 +47,23 @@ from fedstream.selection.methods import VFPSSelector
 from fedstream.selection.reference import local_sq_distances, m_from_distances
 from fedstream.vfl.data import load_vertical
 
-TINY = {"vfl.clients": 3, "data.train_rows": 200, "data.test_rows": 100, "train.epochs": 2, "train.batch_size": 50,
-        "model.hidden": 32, "model.embedding": 16, "optimizer.lr": 0.1, "seed": 1,
-        "selection.method": "vfps", "selection.l": 2, "selection.k": 5, "selection.groups": 4,
-        "selection.queries": 50, "selection.every": 1}
+TINY = {
+    "vfl.clients": 3,
+    "data.train_rows": 200,
+    "data.test_rows": 100,
+    "train.epochs": 2,
+    "train.batch_size": 50,
+    "model.hidden": 32,
+    "model.embedding": 16,
+    "optimizer.lr": 0.1,
+    "seed": 1,
+    "selection.method": "vfps",
+    "selection.l": 2,
+    "selection.k": 5,
+    "selection.groups": 4,
+    "selection.queries": 50,
+    "selection.every": 1,
+}
 Q, N, M = 50, 200, 3
 UP, DOWN = HEADER.size + 4 * Q * N, HEADER.size + 4 * Q  # one selection's messages per client
 
@@ -75,7 +88,9 @@ def _local(blocks, queries):
 def test_distances_give_the_blocks_scores(queries):
     blocks, y = _data()
     groups, q = plan_tests(3, len(y), n_groups=5, queries=queries, seed=7)
-    want = group_test(blocks, y, n_groups=5, queries=queries, seed=7, k=4)  # the simulator's path, its own draws
+    want = group_test(
+        blocks, y, n_groups=5, queries=queries, seed=7, k=4
+    )  # the simulator's path, its own draws
     assert want.groups == groups
     qs = np.arange(len(y)) if q is None else q
     got = group_test_from_distances(_local(blocks, qs), y, groups, queries=q, k=4)
@@ -83,8 +98,10 @@ def test_distances_give_the_blocks_scores(queries):
     np.testing.assert_array_equal(got.client_scores, want.client_scores)
     np.testing.assert_array_equal(got.queries, want.queries)
     # the selector: select(blocks) and select_distances(...) with plan()'s draws agree, call after call
-    a, b = VFPSSelector(2, k=4, n_groups=5, queries=queries, seed=3), VFPSSelector(2, k=4, n_groups=5, queries=queries,
-                                                                                    seed=3)
+    a, b = (
+        VFPSSelector(2, k=4, n_groups=5, queries=queries, seed=3),
+        VFPSSelector(2, k=4, n_groups=5, queries=queries, seed=3),
+    )
     for _ in range(2):
         sel = a.select(blocks, y)
         groups, qs = b.plan(3, len(y))
@@ -141,7 +158,9 @@ def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
             return replies
 
     net, got, link = deploy(tiny, data_root, tmp_path, Recording)
-    assert Recording.seen == [(m, [UP], {}, []) for _ in range(2) for m in range(M)]  # the distances, nothing else
+    assert Recording.seen == [
+        (m, [UP], {}, []) for _ in range(2) for m in range(M)
+    ]  # the distances, nothing else
     assert got["faults"] == []
     assert_same_run(got, want)  # per-epoch rows, accuracy, training bytes per client and direction
     assert_same_models(deployed_models(net), want_models)
@@ -150,7 +169,9 @@ def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
     assert len(events) == 2 and all(len(c) == 2 for _, c, _ in events)  # selection.every = 1: epochs 1 and 2
     assert got["selection_bytes"]["per_client"] == [{"up": 2 * UP, "down": 2 * DOWN}] * M
     assert got["selection_bytes"]["total"] == M * 2 * (UP + DOWN)
-    assert [(c["select_up"], c["select_down"]) for c in got["clients"]] == [(2 * UP, 2 * DOWN)] * M  # nodes agree
+    assert [(c["select_up"], c["select_down"]) for c in got["clients"]] == [
+        (2 * UP, 2 * DOWN)
+    ] * M  # nodes agree
     # every node: setup, 2 selections, finish; the 2 selected ones: 8 training steps and 2 evaluations
     assert link.requests == M * (1 + 2 + 1) + 2 * (2 * 4 + 2)
 
@@ -167,15 +188,30 @@ def _nan(_, v):
 
 
 SPOILS = {
-    "shape": (lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 1, v[:, :-1])), r"expected shape \(50, 200\), received \(50, 199\)"),
+    "shape": (
+        lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 1, v[:, :-1])),
+        r"expected shape \(50, 200\), received \(50, 199\)",
+    ),
     "nan": (lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 1, _nan(t, v))), "NaN, inf or negative"),
     "negative": (lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 1, -1 - v)), "NaN, inf or negative"),
-    "sender": (lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 2, v)), "expected kind 7, round 1, client 1; received kind 7, round 1, client 2"),
-    "epoch": (lambda r: _respoil(r, lambda t, v: (DISTANCES, t + 1, 1, v)), "expected kind 7, round 1, client 1; received kind 7, round 2"),
+    "sender": (
+        lambda r: _respoil(r, lambda t, v: (DISTANCES, t, 2, v)),
+        "expected kind 7, round 1, client 1; received kind 7, round 1, client 2",
+    ),
+    "epoch": (
+        lambda r: _respoil(r, lambda t, v: (DISTANCES, t + 1, 1, v)),
+        "expected kind 7, round 1, client 1; received kind 7, round 2",
+    ),
     "kind": (lambda r: _respoil(r, lambda t, v: (QUERIES, t, 1, v)), "received kind 6"),
-    "garbage": (lambda r: Envelope(r.kind, r.round, [r.parts[0][:-3]], r.info), r"but the message holds 40013 bytes"),
+    "garbage": (
+        lambda r: Envelope(r.kind, r.round, [r.parts[0][:-3]], r.info),
+        r"but the message holds 40013 bytes",
+    ),
     "short": (lambda r: Envelope(r.kind, r.round, [b"\x07"], r.info), "shorter than the 16-byte header"),
-    "parts": (lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info), r"expected one distance message, received 2 part\(s\)"),
+    "parts": (
+        lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info),
+        r"expected one distance message, received 2 part\(s\)",
+    ),
     "failure": (lambda r: Failure("the client failed: boom"), "boom"),
 }
 
@@ -190,8 +226,12 @@ def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_
             return {m: spoil(replies[m]) if m == 1 and env.info.get("split") == SELECT else replies[m]
                     for m, env in requests.items()}
 
-    with caplog.at_level("WARNING", logger="fedstream.deploy"), \
-            pytest.raises(ProtocolError, match=r"epoch 1: VF-PS needs every client's local distances; clients \[1\]"):
+    with (
+        caplog.at_level("WARNING", logger="fedstream.deploy"),
+        pytest.raises(
+            ProtocolError, match=r"epoch 1: VF-PS needs every client's local distances; clients \[1\]"
+        ),
+    ):
         deploy(tiny, data_root, tmp_path, Spoiling)
     assert re.search("client 1, select request for step 1: .*" + reason, caplog.text), caplog.text
 
@@ -212,12 +252,27 @@ def test_a_node_answers_vfps_with_its_distances_only(tiny, data_root, tmp_path):
     assert not any(strip.tobytes() in p for p in reply.parts)
     assert host.state_dict()["vfl"] is not None and host.select_up == len(reply.parts[0])
     bad = {
-        "queries": (Envelope(ROUND, 1, env.parts, {"split": SELECT, "queries": 5}), r"expected shape \(1, 5\)"),
-        "count": (Envelope(ROUND, 1, env.parts, {"split": SELECT, "queries": 0}), "info 'queries' must count"),
-        "recipient": (Envelope(ROUND, 1, [encode(QUERIES, 1, 1, q[None])], {"split": SELECT, "queries": 4}),
-                      "client 0; received kind 6, round 1, client 1"),
-        "range": (Envelope(ROUND, 1, [encode(QUERIES, 1, 0, np.array([[0, 200]], "<u4"))],
-                           {"split": SELECT, "queries": 2}), "increasing rows in 0..199"),
+        "queries": (
+            Envelope(ROUND, 1, env.parts, {"split": SELECT, "queries": 5}),
+            r"expected shape \(1, 5\)",
+        ),
+        "count": (
+            Envelope(ROUND, 1, env.parts, {"split": SELECT, "queries": 0}),
+            "info 'queries' must count",
+        ),
+        "recipient": (
+            Envelope(ROUND, 1, [encode(QUERIES, 1, 1, q[None])], {"split": SELECT, "queries": 4}),
+            "client 0; received kind 6, round 1, client 1",
+        ),
+        "range": (
+            Envelope(
+                ROUND,
+                1,
+                [encode(QUERIES, 1, 0, np.array([[0, 200]], "<u4"))],
+                {"split": SELECT, "queries": 2},
+            ),
+            "increasing rows in 0..199",
+        ),
         "none": (Envelope(ROUND, 1, [], {"split": SELECT, "queries": 4}), "expected one query message"),
     }
     for e, reason in bad.values():
@@ -246,5 +301,12 @@ def test_vfps_messages_cross_flowers_records_unchanged():
     for env in (Envelope(ROUND, 2, [encode(QUERIES, 2, 1, q)], {"split": SELECT, "queries": 3}),
                 Envelope(ROUND, 2, [encode(DISTANCES, 2, 1, dist)], {})):
         back = from_record(to_record(env), "test")
-        assert (back.kind, back.round, back.parts, dict(back.info)) == (env.kind, env.round, env.parts, env.info)
-    np.testing.assert_array_equal(decode(back.parts[0], kind=DISTANCES, round=2, client=1, shape=(3, N)), dist)
+        assert (back.kind, back.round, back.parts, dict(back.info)) == (
+            env.kind,
+            env.round,
+            env.parts,
+            env.info,
+        )
+    np.testing.assert_array_equal(
+        decode(back.parts[0], kind=DISTANCES, round=2, client=1, shape=(3, N)), dist
+    )

@@ -64,17 +64,26 @@ def test_paper_rows_name_existing_grid_points(experiments):
         for table in exp.paper:
             seen = []
             for run, values in table.rows:
-                assert set(run) == set(exp.grid), f"{exp.name} {table.table}: row {run} is not a full grid point"
+                assert set(run) == set(exp.grid), (
+                    f"{exp.name} {table.table}: row {run} is not a full grid point"
+                )
                 assert run in points, f"{exp.name} {table.table}: {run} is not a grid point"
                 assert run not in seen, f"{exp.name} {table.table}: {run} appears twice"
                 seen.append(run)
                 assert len(values) == len(table.columns)
                 for v in values:
-                    assert v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+                    assert v is None or (
+                        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    )
                 for column, v in zip(table.columns, values):
                     if column.startswith("activation_rate.") and v is not None:
                         assert 0.0 <= v <= 1.0
-                        assert int(column.split(".")[1]) < load_config(exp.base, exp.overrides(next(iter(exp.scales))) | run)["vfl.clients"]
+                        assert (
+                            int(column.split(".")[1])
+                            < load_config(exp.base, exp.overrides(next(iter(exp.scales))) | run)[
+                                "vfl.clients"
+                            ]
+                        )
 
 
 def test_small_scale_stays_cheap_and_paper_scale_is_complete(experiments):
@@ -151,12 +160,19 @@ def test_the_valid_template_loads(tmp_path):
     assert exp.name == "broken" and exp.paper[0].rows[0][0] == {"optimizer.name": "dlr"}
 
 
-@pytest.mark.parametrize("old, new, key", [
-    ('base = "ovfl-imnist"', 'base = "ovfl-imnist"\nbasis = "x"', "basis"),  # unknown top-level key
-    ('"stream.drift" = "none"', '"stream.drfit" = "none"', "stream.drfit"),  # unknown config key
-    ('run = { "optimizer.name" = "dlr" }', 'run = { "optimizer.name" = "slr" }', "optimizer.name"),  # not in grid
-    ('kind = "curves"', 'kind = "histogram"', "kind"),  # bad figure kind
-])
+@pytest.mark.parametrize(
+    "old, new, key",
+    [
+        ('base = "ovfl-imnist"', 'base = "ovfl-imnist"\nbasis = "x"', "basis"),  # unknown top-level key
+        ('"stream.drift" = "none"', '"stream.drfit" = "none"', "stream.drfit"),  # unknown config key
+        (
+            'run = { "optimizer.name" = "dlr" }',
+            'run = { "optimizer.name" = "slr" }',
+            "optimizer.name",
+        ),  # not in grid
+        ('kind = "curves"', 'kind = "histogram"', "kind"),  # bad figure kind
+    ],
+)
 def test_broken_definitions_name_the_file_and_key(tmp_path, old, new, key):
     assert old in VALID
     path = _write(tmp_path, VALID.replace(old, new))

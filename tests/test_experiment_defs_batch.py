@@ -43,7 +43,11 @@ def _points(exp) -> list[dict]:
 def test_new_definition_loads_and_cites_its_paper(name):
     exp = load_experiment(name)
     assert exp.name == name and exp.path.stem == name
-    paper = "vfl_bidirectional_compression_zh.txt" if name.startswith("vfl-") else "chfl_continual_horizontal_fl.txt"
+    paper = (
+        "vfl_bidirectional_compression_zh.txt"
+        if name.startswith("vfl-")
+        else "chfl_continual_horizontal_fl.txt"
+    )
     assert paper in exp.source
     assert exp.notes.strip(), "interpretations belong in notes"
     assert set(exp.scales) == {"small", "paper"}
@@ -77,7 +81,11 @@ def test_vfl_scales_and_codec_sets():
         exp = load_experiment(name)
         small, paper = (load_config(exp.base, exp.overrides(s)) for s in ("small", "paper"))
         assert small["data.train_rows"] and small["data.test_rows"] and small["train.epochs"] <= 5
-        assert paper["data.train_rows"] is None and paper["data.test_rows"] is None and paper["train.epochs"] == 3
+        assert (
+            paper["data.train_rows"] is None
+            and paper["data.test_rows"] is None
+            and paper["train.epochs"] == 3
+        )
         assert paper["compression.ratio"] == 0.125 and paper["compression.levels"] == 24
         if "mnist-" in name or name.endswith("mnist"):
             for point in _points(exp):
@@ -88,8 +96,14 @@ def test_vfl_scales_and_codec_sets():
     paper = {("none", False, "none"), ("topk", False, "none"), ("topk-grad", True, "none"),
              ("none", False, "sign"), ("none", False, "quant-huffman"), ("topk-grad", True, "quant-huffman")}
     assert paper <= codecs
-    assert codecs - paper == {("topk", False, "sign"), ("topk", False, "quant-huffman"), ("none", False, "sign-scaled"),
-                              ("topk", False, "sign-scaled"), ("topk", True, "none"), ("topk", True, "quant-huffman")}
+    assert codecs - paper == {
+        ("topk", False, "sign"),
+        ("topk", False, "quant-huffman"),
+        ("none", False, "sign-scaled"),
+        ("topk", False, "sign-scaled"),
+        ("topk", True, "none"),
+        ("topk", True, "quant-huffman"),
+    }
 
 
 def test_chfl_paper_scale_is_the_papers_setting():
@@ -115,6 +129,7 @@ def test_chfl_paper_scale_is_the_papers_setting():
 
 def test_numbers_repeated_across_chfl_tables_agree():
     """Common, Local, CHFL mu = 0 and mu > 0 on covertype, 5 clients, r = 30 %: one row of Tables II, III, Fig. 4."""
+
     def row(name: str, key: tuple) -> dict:
         table = load_experiment(name).paper[0]
         values = next(v for run, v in table.rows if tuple(run.values()) == key)
@@ -166,7 +181,9 @@ def test_small_scale_runs_end_to_end_and_reports(name, data_root, tmp_path):
     assert "## Every run" in text and "(running)" not in text
     for table in exp.paper:
         section = text.split(f"### {table.table}")[1].split("\n## ")[0]
-        first = next(line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| run"))
+        first = next(
+            line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| run")
+        )
         assert first.split(" | ")[1] != "–", f"our value missing in {table.table}: {first}"
     pngs = sorted((out / "figures").glob("*.png"))
     assert len(pngs) == len(exp.figures) and all(p.stat().st_size > 10_000 for p in pngs)
@@ -212,7 +229,9 @@ def capture():
 
 
 def _lines(fig):
-    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in fig.axes[0].get_lines()}
+    return {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in fig.axes[0].get_lines()
+    }
 
 
 def test_curves_average_the_runs_of_a_line_over_the_other_grid_keys(capture, tmp_path):
@@ -220,8 +239,10 @@ def test_curves_average_the_runs_of_a_line_over_the_other_grid_keys(capture, tmp
 
     exp = _experiment({"chfl.method": ["chfl", "local"], "seed": [0, 1]},
                       {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "tick", "y": "acc"})
-    runs = [_run({"chfl.method": m, "seed": s}, {}, [{"tick": 10.0, "acc": a}, {"tick": 20.0, "acc": a + 0.1}])
-            for m, s, a in [("chfl", 0, 0.5), ("chfl", 1, 0.7), ("local", 0, 0.2), ("local", 1, 0.4)]]
+    runs = [
+        _run({"chfl.method": m, "seed": s}, {}, [{"tick": 10.0, "acc": a}, {"tick": 20.0, "acc": a + 0.1}])
+        for m, s, a in [("chfl", 0, 0.5), ("chfl", 1, 0.7), ("local", 0, 0.2), ("local", 1, 0.4)]
+    ]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     lines = _lines(capture.figures[0])
     assert set(lines) == {"chfl (mean of 2 runs)", "local (mean of 2 runs)"}
@@ -235,7 +256,9 @@ def test_curves_keep_one_line_per_run_when_lines_cover_the_grid(capture, tmp_pat
 
     exp = _experiment({"chfl.method": ["chfl", "local"]},
                       {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "tick", "y": "acc"})
-    runs = [_run({"chfl.method": m}, {}, [{"tick": 10.0, "acc": a}]) for m, a in [("chfl", 0.5), ("local", 0.3)]]
+    runs = [
+        _run({"chfl.method": m}, {}, [{"tick": 10.0, "acc": a}]) for m, a in [("chfl", 0.5), ("local", 0.3)]
+    ]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     assert _lines(capture.figures[0]) == {"chfl": ([10.0], [0.5]), "local": ([10.0], [0.3])}
 
@@ -243,12 +266,16 @@ def test_curves_keep_one_line_per_run_when_lines_cover_the_grid(capture, tmp_pat
 def test_curves_against_a_grid_key_plot_a_summary_column(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"chfl.common_ratio": [0.1, 0.3], "chfl.method": ["chfl", "common"], "seed": [0, 1]},
-                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.common_ratio", "y": "test_acc"})
+    exp = _experiment(
+        {"chfl.common_ratio": [0.1, 0.3], "chfl.method": ["chfl", "common"], "seed": [0, 1]},
+        {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.common_ratio", "y": "test_acc"},
+    )
     runs = [_run({"chfl.common_ratio": r, "chfl.method": m, "seed": s},
                  {"test_acc": r + (0.5 if m == "chfl" else 0) + s / 10})
             for r in (0.3, 0.1) for m in ("chfl", "common") for s in (0, 1)]  # out of grid order on purpose
-    runs.append(_run({"chfl.common_ratio": 0.1, "chfl.method": "chfl", "seed": 2}, None))  # not finished: left out
+    runs.append(
+        _run({"chfl.common_ratio": 0.1, "chfl.method": "chfl", "seed": 2}, None)
+    )  # not finished: left out
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
     lines = _lines(capture.figures[0])
     assert lines["chfl (mean of 2 runs)"][0] == [0.1, 0.3]
@@ -260,8 +287,10 @@ def test_curves_against_a_grid_key_plot_a_summary_column(capture, tmp_path):
 def test_curves_against_a_categorical_grid_key(capture, tmp_path):
     from fedstream.experiments.plots import curves
 
-    exp = _experiment({"chfl.split": ["max-corr", "min-corr"], "chfl.method": ["chfl", "local"]},
-                      {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.split", "y": "test_acc"})
+    exp = _experiment(
+        {"chfl.split": ["max-corr", "min-corr"], "chfl.method": ["chfl", "local"]},
+        {"kind": "curves", "title": "t", "lines": "chfl.method", "x": "chfl.split", "y": "test_acc"},
+    )
     runs = [_run({"chfl.split": k, "chfl.method": m}, {"test_acc": 0.1 * i}) for i, (k, m) in
             enumerate(itertools.product(["max-corr", "min-corr"], ["chfl", "local"]))]
     curves(capture, exp, exp.figures[0], runs, tmp_path / "c.png")
@@ -279,7 +308,9 @@ def test_one_two_five_tick_labels():
     assert math.isclose(float(_one_two_five(0.2)), 0.2)
 
 
-@pytest.mark.parametrize("low, high, labelled", [(3.7, 39.0, True), (1465.0, 78125.0, True), (0.01, 500.0, False)])
+@pytest.mark.parametrize(
+    "low, high, labelled", [(3.7, 39.0, True), (1465.0, 78125.0, True), (0.01, 500.0, False)]
+)
 def test_scatter_labels_more_than_decades_within_two_decades(capture, tmp_path, low, high, labelled):
     from fedstream.experiments.plots import scatter
 

@@ -78,7 +78,9 @@ def test_rerun_skips_finished_and_resumes_interrupted_runs(tiny, tmp_path):
     exp, sets = tiny
     whole, split = tmp_path / "whole", tmp_path / "split"
     run_experiment(exp, scale="small", out=whole, sets=sets, workers=1)
-    run_experiment(exp, scale="small", out=split, sets=[*sets, "rounds=400"], workers=1)  # "interrupted" at 400
+    run_experiment(
+        exp, scale="small", out=split, sets=[*sets, "rounds=400"], workers=1
+    )  # "interrupted" at 400
     run_experiment(exp, scale="small", out=split, sets=sets, workers=1)  # resumed to 600
     for name in ("ogd", "dlr"):
         a = json.loads((whole / "runs" / name / "summary.json").read_text())

@@ -38,7 +38,10 @@ def test_dlr_equals_plain_window(window, alpha, defer):
             opt.skip()
             seq.append(None)
             continue
-        grads = [LayerGrad(rng.normal(size=(1, l.W.shape[0])), rng.normal(size=(1, l.W.shape[1]))) for l in model.layers]
+        grads = [
+            LayerGrad(rng.normal(size=(1, l.W.shape[0])), rng.normal(size=(1, l.W.shape[1])))
+            for l in model.layers
+        ]
         opt.step(grads)
         dense = []
         for g in grads:
@@ -55,7 +58,10 @@ def test_dlr_state_roundtrip_continues_identically(defer):
     a = MLP([4, 3], relu_last=True, rng=np.random.default_rng(1))
     b = MLP([4, 3], relu_last=True, rng=np.random.default_rng(2))  # restored below, from a's state
     oa, ob = (DLR(m, lr=0.1, window=4, alpha=0.9, defer=defer) for m in (a, b))
-    grads = [[LayerGrad(rng.normal(size=(1, 3)).astype(np.float32), rng.normal(size=(1, 4)).astype(np.float32))] for _ in range(9)]
+    grads = [
+        [LayerGrad(rng.normal(size=(1, 3)).astype(np.float32), rng.normal(size=(1, 4)).astype(np.float32))]
+        for _ in range(9)
+    ]
     for g in grads[:5]:
         oa.step(g)
     for g in grads[2:4]:  # b's window and shares differ from a's before the restore
@@ -120,7 +126,13 @@ def test_a_second_dlr_on_the_same_model_keeps_the_pending_steps():
     model = MLP([6, 4], relu_last=False, rng=rng)
     opt = DLR(model, lr=0.2, window=4, alpha=0.9, defer=True)
     for _ in range(3):
-        opt.step([LayerGrad(rng.normal(size=(1, 4)).astype(np.float32), rng.normal(size=(1, 6)).astype(np.float32))])
+        opt.step(
+            [
+                LayerGrad(
+                    rng.normal(size=(1, 4)).astype(np.float32), rng.normal(size=(1, 6)).astype(np.float32)
+                )
+            ]
+        )
     before = [p.copy() for p in model.parameters()]
     DLR(model, lr=0.2, window=4, alpha=0.9, defer=True)
     for got, want in zip(model.parameters(), before):

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from conftest import small_config, synthetic_stream
 
-from fedstream.transport import encode
-from fedstream.transport.codec import HEADER
 from fedstream.ovfl.engine import OnlineVFL, feature_blocks
 from fedstream.ovfl.reference import ReferenceOnlineVFL
+from fedstream.transport import encode
+from fedstream.transport.codec import HEADER
 
 ACTIVATIONS = {
     "full": {},
@@ -18,7 +18,9 @@ ACTIVATIONS = {
 
 
 def _assert_same_models(engine: OnlineVFL, ref: ReferenceOnlineVFL, tol: float) -> None:
-    got = {"server": engine.server.model.parameters()} | {f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)}
+    got = {"server": engine.server.model.parameters()} | {
+        f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)
+    }
     for party, params in ref.parameters().items():
         for p_fast, p_ref in zip(got[party], params):
             np.testing.assert_allclose(p_fast, p_ref, rtol=tol, atol=tol, err_msg=party)
@@ -115,7 +117,9 @@ def test_passive_clients_do_not_learn_but_server_does():
 
 
 def test_fixed_activation_picks_exactly_k_each_round():
-    engine = OnlineVFL(small_config(**{"activation.name": "fixed", "activation.k": 3}), stream=synthetic_stream())
+    engine = OnlineVFL(
+        small_config(**{"activation.name": "fixed", "activation.k": 3}), stream=synthetic_stream()
+    )
     mask = engine.activation.mask(0, np.zeros((500, 4)))
     assert (mask.sum(axis=1) == 3).all()
     assert np.allclose(mask.mean(axis=0), 0.75, atol=0.07)
@@ -157,7 +161,9 @@ def test_client_rejects_a_feature_block_that_does_not_fit_its_model():
     from fedstream.errors import ProtocolError
 
     engine = OnlineVFL(small_config(), stream=synthetic_stream())
-    with pytest.raises(ProtocolError, match=r"client 0: feature block has shape \(5,\), its model expects \(4,\)"):
+    with pytest.raises(
+        ProtocolError, match=r"client 0: feature block has shape \(5,\), its model expects \(4,\)"
+    ):
         engine.clients[0].observe(0, np.zeros(5, np.float32))
 
 
@@ -167,7 +173,9 @@ def test_server_rejects_embeddings_of_the_wrong_shape():
 
     engine = OnlineVFL(small_config(), stream=synthetic_stream())
     bad = [Embedding(0, m, np.zeros((1, 8 if m else 7), np.float32)) for m in range(4)]
-    with pytest.raises(ProtocolError, match="embedding from client 0 .* shape \\(1, 7\\), expected \\(1, 8\\)"):
+    with pytest.raises(
+        ProtocolError, match="embedding from client 0 .* shape \\(1, 7\\), expected \\(1, 8\\)"
+    ):
         engine.server.on_embeddings(0, 1, bad, [0, 1, 2, 3])
 
 
@@ -207,7 +215,9 @@ def test_compressed_online_run_sends_fewer_bytes_and_resumes_exactly(tmp_path):
     plain = OnlineVFL(small_config(rounds=300), stream=synthetic_stream()).run()
     cfg = small_config(rounds=300, **codecs)
     whole = OnlineVFL(cfg, stream=synthetic_stream()).run()
-    assert whole["bytes"]["up"] < 0.6 * plain["bytes"]["up"] and whole["bytes"]["down"] < plain["bytes"]["down"]
+    assert (
+        whole["bytes"]["up"] < 0.6 * plain["bytes"]["up"] and whole["bytes"]["down"] < plain["bytes"]["down"]
+    )
     first = OnlineVFL(cfg, stream=synthetic_stream())
     first.run(150)
     first.save(tmp_path / "ck.npz")

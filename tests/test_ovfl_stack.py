@@ -6,12 +6,12 @@ import pytest
 from conftest import small_config, synthetic_stream
 
 from fedstream.errors import ProtocolError
-from fedstream.transport import encode
-from fedstream.transport.ledger import ByteLedger
-from fedstream.transport.stacked import StackTransport, decode_frames, encode_frames
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.stack import RunStack, StackDiverged, stack_key
+from fedstream.transport import encode
+from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.stacked import StackTransport, decode_frames, encode_frames
 
 # one grid as a paper table has it: activations and learning rates differ inside a stack
 GRID = [
@@ -24,8 +24,15 @@ GRID = [
 
 def _runs(optimizer: str, rounds: int, **extra) -> list[OnlineVFL]:
     stream = synthetic_stream()
-    return [OnlineVFL(small_config(**{"optimizer.name": optimizer, "optimizer.window": 5, "rounds": rounds} | g | extra),
-                      stream=stream) for g in GRID]
+    return [
+        OnlineVFL(
+            small_config(
+                **{"optimizer.name": optimizer, "optimizer.window": 5, "rounds": rounds} | g | extra
+            ),
+            stream=stream,
+        )
+        for g in GRID
+    ]
 
 
 def _play_stacked(runs: list[OnlineVFL], rounds: int, hooks=None) -> RunStack:
@@ -63,8 +70,13 @@ def test_stacked_runs_equal_the_runs_alone(optimizer):
 def test_deep_models_stack_too():
     """HIGGS/SUSY shapes (4-layer clients, 5-layer server), DLR: the same as alone."""
     extra = {"data.name": "higgs", "vfl.clients": 2, "optimizer.lr": 0.01}
-    mk = lambda: [OnlineVFL(small_config(**{"optimizer.name": "dlr", "rounds": 150} | g | extra | {"optimizer.lr": 0.01}),
-                            stream=synthetic_stream(classes=2, d=10)) for g in GRID[:2]]
+    mk = lambda: [
+        OnlineVFL(
+            small_config(**{"optimizer.name": "dlr", "rounds": 150} | g | extra | {"optimizer.lr": 0.01}),
+            stream=synthetic_stream(classes=2, d=10),
+        )
+        for g in GRID[:2]
+    ]
     alone, stacked = mk(), mk()
     for r in alone:
         r.run()
@@ -151,7 +163,9 @@ def test_a_diverging_run_leaves_the_stack_and_the_others_go_on():
     with pytest.raises(StackDiverged) as info:
         stack.play_chunk(0, X, y, 300, [Hooks(), Hooks()])
     assert info.value.runs == [1] and info.value.round == 10
-    message = str(stack.diverged_error(1, 10))  # the stack finishes the round: the server has learned from inf too
+    message = str(
+        stack.diverged_error(1, 10)
+    )  # the stack finishes the round: the server has learned from inf too
     assert "diverged at round 10" in message and "client 1 holds NaN or inf" in message
     assert stacked[1].t == 10 and stacked[0].t == 11
     _play_stacked(stacked[:1], 300)

@@ -33,7 +33,9 @@ def test_relaxed_schedule_lifespans_and_arrivals():
     for _ in range(4):
         step = s.step()
         ids = np.arange(3000)
-        assert np.array_equal(step.mask, (present & ~np.isin(ids, step.departed)) | np.isin(ids, step.arrived))
+        assert np.array_equal(
+            step.mask, (present & ~np.isin(ids, step.departed)) | np.isin(ids, step.arrived)
+        )
         assert not present[step.arrived].any() and present[step.departed].all()
         assert step.changed == step.arrived.size + step.departed.size
         present = step.mask.copy()

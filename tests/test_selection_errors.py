@@ -16,8 +16,11 @@ BLOCKS = [np.arange(20.0).reshape(10, 2), np.ones((10, 3))]
 
 @pytest.mark.parametrize("fn", [knn_mi, lambda b, y, g, **kw: reference_mi(b, y, g[0], **kw)])
 def test_k_must_be_below_every_queried_class_size(fn):
-    with pytest.raises(ConfigError, match=r"k=3 must be smaller than every queried class's size: class code 0 has 3 "
-                                          r"samples.*use k <= 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"k=3 must be smaller than every queried class's size: class code 0 has 3 "
+        r"samples.*use k <= 2",
+    ):
         fn(BLOCKS, Y, [(0,)], k=3)
     fn(BLOCKS, Y, [(0,)], k=3, queries=np.arange(3, 7))  # only class 1 (4 samples) is queried: fine
     with pytest.raises(ConfigError, match="k .* must be an integer >= 1"):
@@ -110,15 +113,20 @@ EQ1 = {"reference": lambda b, y, g, **kw: reference_mi(b, y, g, **kw), "fagin": 
 
 @pytest.mark.parametrize("entry", sorted(EQ1))
 def test_every_eq1_entry_point_rejects_an_empty_group(entry):
-    with pytest.raises(ConfigError, match=r"groups\[0\] is empty; expected a non-empty tuple of client indices in 0..1"):
+    with pytest.raises(
+        ConfigError, match=r"groups\[0\] is empty; expected a non-empty tuple of client indices in 0..1"
+    ):
         EQ1[entry](BLOCKS, Y, (), k=1)
 
 
 @pytest.mark.parametrize("entry", sorted(EQ1) + ["vfps"])
 def test_every_eq1_entry_point_rejects_k_at_least_a_class_size(entry):
     fn = _vfps if entry == "vfps" else EQ1[entry]
-    with pytest.raises(ConfigError, match=r"k=3 must be smaller than every queried class's size: class code 0 has 3 "
-                                          r"samples.*use k <= 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"k=3 must be smaller than every queried class's size: class code 0 has 3 "
+        r"samples.*use k <= 2",
+    ):
         fn(BLOCKS, Y, (0, 1), k=3)
 
 

@@ -16,7 +16,10 @@ def test_random_groups_are_seeded_non_empty_and_end_with_the_full_set():
     assert len(g) == 11 and g[-1] == tuple(range(6))
     assert all(len(s) >= 1 and list(s) == sorted(set(s)) and max(s) < 6 for s in g)
     assert g == random_groups(6, 10, rng=100) and g != random_groups(6, 10, rng=101)
-    assert random_groups(3, 2, include_full=False)[-1] != () and len(random_groups(3, 2, include_full=False)) == 2
+    assert (
+        random_groups(3, 2, include_full=False)[-1] != ()
+        and len(random_groups(3, 2, include_full=False)) == 2
+    )
 
 
 def test_random_groups_cover_all_subsets_uniformly():
@@ -62,7 +65,9 @@ def test_group_testing_ranks_informative_clients_first():
 def test_query_subsample_is_seeded():
     blocks, y = informative_clients(300, [0.5, 1.0], dims=2, classes=3, seed=0)
     a = group_test(blocks, y, queries=50, seed=7)
-    assert a.queries.size == 50 and np.array_equal(a.queries, group_test(blocks, y, queries=50, seed=7).queries)
+    assert a.queries.size == 50 and np.array_equal(
+        a.queries, group_test(blocks, y, queries=50, seed=7).queries
+    )
     assert group_test(blocks, y, queries=10_000, seed=7).queries.size == 300  # more than n: all samples
 
 

@@ -45,7 +45,9 @@ def test_all_and_factory(data):
     assert AllSelector().select(blocks, y).clients == (0, 1, 2, 3)
     assert isinstance(make_selector("random", l=1), RandomSelector)
     assert make_selector("vfps", l=2, k=5).k == 5
-    with pytest.raises(ConfigError, match="selection method must be one of 'vfps', 'random', 'all', got 'best'"):
+    with pytest.raises(
+        ConfigError, match="selection method must be one of 'vfps', 'random', 'all', got 'best'"
+    ):
         make_selector("best", l=1)
 
 

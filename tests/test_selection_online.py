@@ -31,7 +31,9 @@ def test_exploration_rounds_activate_everyone_and_nobody_passive_is_queried():
 
 
 def test_top_l_follows_the_informative_clients_through_a_drift():
-    policy = TopLActivation(4, l=2, embedding=2, window=600, explore=10, k=5, n_groups=30, smoothing=0.7, seed=0)
+    policy = TopLActivation(
+        4, l=2, embedding=2, window=600, explore=10, k=5, n_groups=30, smoothing=0.7, seed=0
+    )
     means = np.zeros((10, 4))
     blocks, y = informative_clients(599, [0.0, 2.0, 0.0, 1.5], dims=2, classes=4, seed=1)
     _feed(policy, blocks, y)
@@ -111,5 +113,7 @@ def test_online_errors():
         OnlineMIEstimate(2, window=1)
     with pytest.raises(ConfigError, match="explore .* must be an integer >= 1, got 0"):
         TopLActivation(2, l=1, embedding=4, explore=0)
-    with pytest.raises(ConfigError, match="padding must be one of 'zero', 'mean', 'latest', 'ema', got 'median'"):
+    with pytest.raises(
+        ConfigError, match="padding must be one of 'zero', 'mean', 'latest', 'ema', got 'median'"
+    ):
         TopLActivation(2, l=1, embedding=4, padding="median")

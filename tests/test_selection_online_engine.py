@@ -10,8 +10,8 @@ from conftest import small_config, synthetic_stream
 
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.transport.codec import HEADER
 from fedstream.ovfl.client import Client
+from fedstream.transport.codec import HEADER
 
 E = 8  # small_config's model.embedding
 
@@ -47,28 +47,49 @@ def test_topl_sends_only_for_activated_clients_and_bytes_drop(monkeypatch):
     mask = np.concatenate(masks)[:200]
     message = HEADER.size + 4 * E  # one float32 embedding or gradient row (DLR: one row per round)
     per_client = mask.sum(axis=0)
-    assert summary["bytes"]["per_client"] == [{"up": int(n) * message, "down": int(n) * message} for n in per_client]
+    assert summary["bytes"]["per_client"] == [
+        {"up": int(n) * message, "down": int(n) * message} for n in per_client
+    ]
     assert summary["bytes"]["total"] == 2 * int(mask.sum()) * message
-    assert summary["bytes"]["messages"] == 2 * int(mask.sum())  # an embedding up and a gradient down, nothing else
+    assert summary["bytes"]["messages"] == 2 * int(
+        mask.sum()
+    )  # an embedding up and a gradient down, nothing else
     t = np.arange(200)
     assert mask[t % 3 == 0].all() and (mask[t % 3 != 0].sum(axis=1) == 2).all()
-    assert run.activation.estimate.updates >= 2 and summary["selection_updates"] == run.activation.estimate.updates
-    assert all(len(set(map(tuple, m[(50 * c + np.arange(50)) % 3 != 0]))) == 1 for c, m in enumerate(masks) if c >= 3)
+    assert (
+        run.activation.estimate.updates >= 2
+        and summary["selection_updates"] == run.activation.estimate.updates
+    )
+    assert all(
+        len(set(map(tuple, m[(50 * c + np.arange(50)) % 3 != 0]))) == 1 for c, m in enumerate(masks) if c >= 3
+    )
     assert summary["activation_rate"] == pytest.approx((per_client / 200).tolist())
 
     _, _, full = _recording_run(monkeypatch, rounds=200)
-    _, _, fixed = _recording_run(monkeypatch, **{"activation.name": "fixed", "activation.k": 2, "rounds": 200})
+    _, _, fixed = _recording_run(
+        monkeypatch, **{"activation.name": "fixed", "activation.k": 2, "rounds": 200}
+    )
     assert full["bytes"]["total"] == 200 * 4 * 2 * message
-    assert fixed["bytes"]["total"] == full["bytes"]["total"] - 200 * 2 * 4 * E  # passive clients: a query, no gradient
+    assert (
+        fixed["bytes"]["total"] == full["bytes"]["total"] - 200 * 2 * 4 * E
+    )  # passive clients: a query, no gradient
     explored = len(range(0, 200, 3))  # 67 exploration rounds: all 4 clients; the other 133: the top 2
-    assert summary["bytes"]["total"] == 2 * (explored * 4 + (200 - explored) * 2) * message < 0.7 * full["bytes"]["total"]
+    assert (
+        summary["bytes"]["total"]
+        == 2 * (explored * 4 + (200 - explored) * 2) * message
+        < 0.7 * full["bytes"]["total"]
+    )
 
 
-@pytest.mark.parametrize("optimizer, padding", [("ogd", "mean"), ("slr", "latest"), ("dlr", "ema"), ("dlr", "zero")])
+@pytest.mark.parametrize(
+    "optimizer, padding", [("ogd", "mean"), ("slr", "latest"), ("dlr", "ema"), ("dlr", "zero")]
+)
 def test_topl_engine_equals_plain_reference(monkeypatch, optimizer, padding):
     from fedstream.ovfl import engine, reference
 
-    monkeypatch.setattr(engine, "CHUNK", 64)  # several chunks: the buffer is full at round 79, scored at 128 and 192
+    monkeypatch.setattr(
+        engine, "CHUNK", 64
+    )  # several chunks: the buffer is full at round 79, scored at 128 and 192
     monkeypatch.setattr(reference, "CHUNK", 64)
     cfg = small_config(**{"optimizer.name": optimizer, "activation.name": "topl", "activation.l": 2,
                           "activation.window": 40, "activation.explore": 2, "activation.padding": padding,
@@ -79,7 +100,9 @@ def test_topl_engine_equals_plain_reference(monkeypatch, optimizer, padding):
     ref.run(cfg["rounds"])
     assert fast.activation.estimate.updates == ref.engine.activation.estimate.updates == 2
     np.testing.assert_array_equal(fast.activation.estimate.scores, ref.engine.activation.estimate.scores)
-    got = {"server": fast.server.model.parameters()} | {f"client{m}": c.model.parameters() for m, c in enumerate(fast.clients)}
+    got = {"server": fast.server.model.parameters()} | {
+        f"client{m}": c.model.parameters() for m, c in enumerate(fast.clients)
+    }
     for party, params in ref.parameters().items():
         for p_fast, p_ref in zip(got[party], params):
             np.testing.assert_allclose(p_fast, p_ref, rtol=1e-4, atol=1e-4, err_msg=party)
@@ -93,7 +116,9 @@ def test_topl_resume_equals_uninterrupted(monkeypatch, tmp_path):
                           "activation.explore": 2, "activation.padding": "ema", "rounds": 300})
     full = engine.OnlineVFL(cfg, stream=synthetic_stream()).run()
     first = engine.OnlineVFL(cfg, stream=synthetic_stream())
-    first.run(150, checkpoint_path=tmp_path / "ck.npz", checkpoint_every=100)  # mid-chunk: buffer and padding saved
+    first.run(
+        150, checkpoint_path=tmp_path / "ck.npz", checkpoint_every=100
+    )  # mid-chunk: buffer and padding saved
     second = engine.OnlineVFL(cfg, stream=synthetic_stream())
     second.load(tmp_path / "ck.npz")
     resumed = second.run()
@@ -138,11 +163,15 @@ def test_topl_experiment_runs_on_imnist_and_saves_bytes(data_root, tmp_path):
     assert exp.grid == {"activation.name": ["full", "random", "event", "topl"]}
     sets = [f"data.root={data_root}", "rounds=8192", "eval.interval=2048", "activation.window=200"]
     index = run_experiment(exp, scale="small", out=tmp_path, sets=sets, workers=1, tune_rounds=500)
-    summaries = {run["grid"]["activation.name"]: json.loads((tmp_path / run["folder"] / "summary.json").read_text())
-                 for run in index["runs"]}
+    summaries = {
+        run["grid"]["activation.name"]: json.loads((tmp_path / run["folder"] / "summary.json").read_text())
+        for run in index["runs"]
+    }
     total = {name: s["bytes"]["total"] for name, s in summaries.items()}
     assert total["topl"] < total["random"] < total["full"]
-    assert summaries["topl"]["selection_updates"] >= 1  # 200 exploration rounds by round 2000: scored at 4096, 8192
+    assert (
+        summaries["topl"]["selection_updates"] >= 1
+    )  # 200 exploration rounds by round 2000: scored at 4096, 8192
     rates = summaries["topl"]["activation_rate"]
     assert sum(rates) == pytest.approx(2 + 2 * len(range(0, 8192, 10)) / 8192)
     text = write_report(tmp_path).read_text()

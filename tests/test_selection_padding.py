@@ -72,7 +72,9 @@ def test_assemble_fills_only_the_missing():
 
 def test_padding_errors():
     p = MeanPadding(2, 3)
-    with pytest.raises(DataError, match=r"client 0's embedding must have shape \(3,\) or \(B, 3\), got \(4,\)"):
+    with pytest.raises(
+        DataError, match=r"client 0's embedding must have shape \(3,\) or \(B, 3\), got \(4,\)"
+    ):
         p.update(0, np.zeros(4))
     with pytest.raises(DataError, match="NaN"):
         p.update(0, np.array([0.0, np.nan, 1.0]))
@@ -80,7 +82,9 @@ def test_padding_errors():
         p.fill(5)
     with pytest.raises(ConfigError, match=r"alpha must be in \(0, 1\]"):
         EMAPadding(2, 3, alpha=0.0)
-    with pytest.raises(ConfigError, match="padding must be one of 'zero', 'mean', 'latest', 'ema', got 'knn'"):
+    with pytest.raises(
+        ConfigError, match="padding must be one of 'zero', 'mean', 'latest', 'ema', got 'knn'"
+    ):
         make_padding("knn", 2, 3)
     with pytest.raises(DataError, match="expected 2 embeddings"):
         p.assemble([None], 1)
@@ -100,4 +104,6 @@ def test_update_rows_equals_update_client_by_client(name):
     with pytest.raises(DataError, match=r"update_rows expects rows of shape \(3, 4\)"):
         many.update_rows(np.zeros((2, 4)), np.ones(3, bool))
     with pytest.raises(DataError, match=r"clients \[1\] holds NaN"):
-        many.update_rows(np.where(np.arange(3)[:, None] == 1, np.nan, 0.0) * np.ones((3, 4)), np.ones(3, bool))
+        many.update_rows(
+            np.where(np.arange(3)[:, None] == 1, np.nan, 0.0) * np.ones((3, 4)), np.ones(3, bool)
+        )

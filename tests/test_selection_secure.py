@@ -24,7 +24,9 @@ def test_secure_sum_equals_plain_sum(pack):
     out, cost = a.secure_sum(local)
     np.testing.assert_array_equal(out, np.sum(local, axis=0))
     assert (cost["slots"] > 1) == pack and cost["values"] == 900
-    assert cost["ciphertexts"] == 3 * -(-300 // cost["slots"]) and cost["bytes_up"] == cost["ciphertexts"] * 128
+    assert (
+        cost["ciphertexts"] == 3 * -(-300 // cost["slots"]) and cost["bytes_up"] == cost["ciphertexts"] * 128
+    )
 
 
 def test_fixed_point_scale_for_real_distances():

@@ -15,6 +15,7 @@ from conftest import small_config
 
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Embedding
 from fedstream.selection.padding import LatestPadding, ZeroPadding
 from fedstream.transport import InProcessTransport
 from fedstream.vfl import (
@@ -25,7 +26,6 @@ from fedstream.vfl import (
 )
 from fedstream.vfl.protocol import train_step
 from fedstream.vfl.selection import Participation, SelectionSpec
-from fedstream.ovfl.messages import Embedding
 
 SMALL = dict(train_rows=1200, test_rows=300, hidden=16, embedding=8, batch_size=100, lr=0.1, split="columns")
 
@@ -64,8 +64,12 @@ def test_selection_keys_belong_to_batch_vfl_and_round_trip():
 
 def test_k_at_least_a_class_size_names_selection_k(data_root):
     spec = SelectionSpec(method="vfps", l=2, k=50)  # 300 rows: some digit has fewer than 51
-    with pytest.raises(ConfigError, match=r"selection.k = 50 must be smaller than every class's size.*selection.k <="):
-        run_batch_vfl(BatchVFLSettings(epochs=1, selection=spec, **SMALL | {"train_rows": 300}), data_root, seed=0)
+    with pytest.raises(
+        ConfigError, match=r"selection.k = 50 must be smaller than every class's size.*selection.k <="
+    ):
+        run_batch_vfl(
+            BatchVFLSettings(epochs=1, selection=spec, **SMALL | {"train_rows": 300}), data_root, seed=0
+        )
 
 
 def test_topl_activation_keys():
@@ -104,7 +108,9 @@ def test_server_pads_missing_clients_and_returns_gradients_to_senders_only():
     assert [g.client for g in grads] == [0, 1, 2]
     _, grads = server.train_step(1, [_emb(1, 0, 5.0), None, _emb(1, 2, 7.0)], labels)
     assert [g.client for g in grads] == [0, 2]  # nothing goes back to the client that did not send
-    np.testing.assert_array_equal(model.seen.numpy(), np.tile([5, 5, 2, 2, 7, 7], (3, 1)))  # latest of client 1
+    np.testing.assert_array_equal(
+        model.seen.numpy(), np.tile([5, 5, 2, 2, 7, 7], (3, 1))
+    )  # latest of client 1
     server.logits(2, [None, _emb(2, 1, 9.0), None], 3)  # evaluation pads but does not update the padding
     np.testing.assert_array_equal(model.seen.numpy(), np.tile([5, 5, 9, 9, 7, 7], (3, 1)))
     np.testing.assert_array_equal(server.padding.fill(1, 1), [[2.0, 2.0]])
@@ -112,7 +118,9 @@ def test_server_pads_missing_clients_and_returns_gradients_to_senders_only():
     zero.train_step(0, [None, _emb(0, 1, 2.0), None], labels)
     np.testing.assert_array_equal(zero.model.seen.numpy()[:, [0, 1, 4, 5]], 0.0)
     with pytest.raises(ProtocolError, match=r"no embedding from client\(s\) \[1\] and no padding"):
-        BatchServer(Recorder(6, 3), n_clients=3, embedding=2, lr=0.1).train_step(0, [_emb(0, 0, 1), None, _emb(0, 2, 1)], labels)
+        BatchServer(Recorder(6, 3), n_clients=3, embedding=2, lr=0.1).train_step(
+            0, [_emb(0, 0, 1), None, _emb(0, 2, 1)], labels
+        )
     with pytest.raises(ProtocolError, match="no client sent"):
         server.train_step(3, [None, None, None], labels)
 
@@ -142,8 +150,12 @@ def _blocks(n=400, seed=0):
 def test_discrete_schedule_reselects_exactly_when_the_subset_is_redrawn():
     blocks, y = _blocks()
     for prob in (0.0, 1.0, 0.3):
-        part = Participation(SelectionSpec(method="vfps", l=2, dynamic="discrete", update_prob=prob, aggregate="mean"),
-                             blocks, y, seed=1)
+        part = Participation(
+            SelectionSpec(method="vfps", l=2, dynamic="discrete", update_prob=prob, aggregate="mean"),
+            blocks,
+            y,
+            seed=1,
+        )
         plans = [part.plan(e) for e in range(1, 11)]
         redrawn = [e for e in range(2, 11) if part.schedule.changed(e - 1)]
         assert [p.epoch for p in plans if p.event] == [1] + redrawn
@@ -162,7 +174,9 @@ def test_discrete_schedule_reselects_exactly_when_the_subset_is_redrawn():
 
 def test_relaxed_random_redraws_when_data_change_and_every_adds_rounds():
     blocks, y = _blocks()
-    part = Participation(SelectionSpec(method="random", l=2, dynamic="relaxed", arrival=0.2), blocks, y, seed=0)
+    part = Participation(
+        SelectionSpec(method="random", l=2, dynamic="relaxed", arrival=0.2), blocks, y, seed=0
+    )
     plans = [part.plan(e) for e in range(1, 6)]
     assert all(p.event is not None for p in plans)  # samples arrive and leave every epoch here
     assert plans[1].rows.size != plans[0].rows.size
@@ -178,8 +192,20 @@ def test_relaxed_random_redraws_when_data_change_and_every_adds_rounds():
 def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
     blocks, y = _blocks(600)
     for aggregate in ("sum", "mean"):
-        part = Participation(SelectionSpec(method="vfps", l=2, dynamic="relaxed", arrival=0.3, aggregate=aggregate,
-                                           lifespan_min=1, lifespan_max=3), blocks, y, seed=0)
+        part = Participation(
+            SelectionSpec(
+                method="vfps",
+                l=2,
+                dynamic="relaxed",
+                arrival=0.3,
+                aggregate=aggregate,
+                lifespan_min=1,
+                lifespan_max=3,
+            ),
+            blocks,
+            y,
+            seed=0,
+        )
         plans = [part.plan(e) for e in range(1, 5)]
         assert plans[0].event["reason"] == "start"
         assert {e["reason"] for e in part.events[1:]} <= {"pessimistic bound crossed"}
@@ -188,7 +214,9 @@ def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
 
 def test_batch_run_with_selection_records_and_sends_only_selected(data_root, tmp_path):
     spec = SelectionSpec(method="vfps", l=2, dynamic="discrete", update_prob=1.0, keep=0.5, aggregate="mean")
-    summary = run_batch_vfl(BatchVFLSettings(epochs=2, selection=spec, **SMALL), data_root, seed=0, out=tmp_path)
+    summary = run_batch_vfl(
+        BatchVFLSettings(epochs=2, selection=spec, **SMALL), data_root, seed=0, out=tmp_path
+    )
     events = summary["selection"]["events"]
     assert [e["epoch"] for e in events] == [1, 2] and summary["selection"]["reselections"] == 1
     assert all(len(e["clients"]) == 2 and e["seconds"] > 0 and e["available_rows"] < 1200 for e in events)
@@ -211,8 +239,11 @@ def test_batch_run_with_selection_records_and_sends_only_selected(data_root, tmp
 
 def test_default_run_is_unchanged_by_the_selection_machinery(data_root):
     base = run_batch_vfl(BatchVFLSettings(epochs=1, **SMALL), data_root, seed=0)
-    every = run_batch_vfl(BatchVFLSettings(epochs=1, selection=SelectionSpec(method="fixed", clients="0,1,2,3"),
-                                           **SMALL), data_root, seed=0)
+    every = run_batch_vfl(
+        BatchVFLSettings(epochs=1, selection=SelectionSpec(method="fixed", clients="0,1,2,3"), **SMALL),
+        data_root,
+        seed=0,
+    )
     assert "selection" not in base
     assert every["per_epoch"][0]["train_loss"] == base["per_epoch"][0]["train_loss"]
     assert every["bytes"] == base["bytes"]
@@ -220,7 +251,12 @@ def test_default_run_is_unchanged_by_the_selection_machinery(data_root):
 
 # --- the experiments ---------------------------------------------------------------------------------
 
-SELECTION = ["selection-table1", "selection-table1-bruteforce", "selection-table2", "selection-table2-bruteforce"]
+SELECTION = [
+    "selection-table1",
+    "selection-table1-bruteforce",
+    "selection-table2",
+    "selection-table2-bruteforce",
+]
 FAST = ["data.train_rows=1000", "data.test_rows=300", "train.epochs=2"]
 
 
@@ -251,10 +287,14 @@ def test_numbers_repeated_across_selection_tables_agree():
     from fedstream.experiments.definition import load_experiment
 
     def rows(name):
-        return {tuple(str(v) for v in run.values()): values for run, values in load_experiment(name).paper[0].rows}
+        return {
+            tuple(str(v) for v in run.values()): values for run, values in load_experiment(name).paper[0].rows
+        }
 
     t1, b1, t2 = rows("selection-table1"), rows("selection-table1-bruteforce"), rows("selection-table2")
-    assert t2[("discrete", "3", "random")] == t1[("random", "latest")]  # Table 2's 3 random = Table 1's latest
+    assert (
+        t2[("discrete", "3", "random")] == t1[("random", "latest")]
+    )  # Table 2's 3 random = Table 1's latest
     assert b1[("0,1,2,3",)] == [0.535, 0.614, 0.586, 0.541]
 
 
@@ -266,13 +306,17 @@ def test_selection_experiment_runs_end_to_end_and_reports(name, data_root, tmp_p
 
     exp = load_experiment(name)
     tic = time.perf_counter()
-    index = run_experiment(exp, scale="small", out=tmp_path, sets=[f"data.root={data_root}"] + FAST, workers=1)
+    index = run_experiment(
+        exp, scale="small", out=tmp_path, sets=[f"data.root={data_root}"] + FAST, workers=1
+    )
     text = write_report(tmp_path).read_text()
     assert time.perf_counter() - tic < 40
     for run in index["runs"]:
         summary = json.loads((tmp_path / run["folder"] / "summary.json").read_text())
         assert 0 < summary["best_accuracy"] <= 1 and summary["selection"]["events"]
     table = text.split(f"### {exp.paper[0].table}")[1].split("\n## ")[0]
-    first = next(line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run"))
+    first = next(
+        line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run")
+    )
     assert first.split(" | ")[1] != "–"
     assert len(list((tmp_path / "figures").glob("*.png"))) == len(exp.figures)

@@ -30,7 +30,9 @@ def _strip(summary):
 
 
 def test_grid_expansion_names_and_errors(tmp_path):
-    specs = expand_grid("ovfl-imnist", ["rounds=10"], ["optimizer.name=ogd,dlr", "activation.name=full,random"], tmp_path)
+    specs = expand_grid(
+        "ovfl-imnist", ["rounds=10"], ["optimizer.name=ogd,dlr", "activation.name=full,random"], tmp_path
+    )
     assert [s.name for s in specs] == ["ogd-full", "ogd-random", "dlr-full", "dlr-random"]
     assert specs[3].config["optimizer.name"] == "dlr" and specs[3].config["rounds"] == 10
     assert specs[0].out == tmp_path / "ogd-full"

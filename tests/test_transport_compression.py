@@ -13,6 +13,7 @@ from fedstream.compression import (
     TopK,
 )
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import (
     CompressedTransport,
     CompressionSpec,
@@ -28,7 +29,6 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE, QUANT, SIGN, SIGN_PLAIN, SPARSE, frame
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 
 SPECS = [CompressionSpec(up=u, down=d, cache=c) for u, d in itertools.product(UP_CODECS, DOWN_CODECS)
          for c in ((False,) if u == "none" else (False, True))]
@@ -51,7 +51,13 @@ def expected_up(spec: CompressionSpec, e: np.ndarray, grad: np.ndarray | None) -
 def test_every_codec_pair_counts_the_encoded_bytes_and_delivers_what_the_codec_decodes(spec):
     tr = make_transport(3, spec)
     assert isinstance(tr, InProcessTransport if spec.is_none else CompressedTransport)
-    quant, q_state, last_grad, up_bytes, down_bytes = ThreeSigmaQuantizer(spec.levels), QuantizerState(), None, 0, 0
+    quant, q_state, last_grad, up_bytes, down_bytes = (
+        ThreeSigmaQuantizer(spec.levels),
+        QuantizerState(),
+        None,
+        0,
+        0,
+    )
     cache = np.zeros((5, 32), np.float32)  # the server's rows of the 5 samples: nothing cached yet
     for t in range(3):
         e, g = arrays(t), arrays(100 + t, scale=1e-3)
@@ -131,7 +137,9 @@ def test_state_is_per_client():
     g1 = arrays(1, scale=1e-4)
     first_for_client1 = tr.down(Gradient(0, 1, g1)).values
     fresh = ThreeSigmaQuantizer(24)  # client 1's first message: stats of its own gradient, not client 0's
-    np.testing.assert_array_equal(first_for_client1, fresh.decode(fresh.encode(g1, QuantizerState()), g1.shape))
+    np.testing.assert_array_equal(
+        first_for_client1, fresh.decode(fresh.encode(g1, QuantizerState()), g1.shape)
+    )
     ids = np.arange(5)
     tr.up(Embedding(0, 0, arrays(5)), samples=ids)
     e1 = arrays(6)  # the same sample ids on client 1's link: its cache holds nothing yet
@@ -177,7 +185,9 @@ def test_state_dict_restores_every_link():
         assert b.server_ends[m].send(Gradient(7, m, g)) == a.server_ends[m].send(Gradient(7, m, g))
         data = a.client_ends[m].send(Embedding(7, m, e))
         filled = a.server_ends[m].receive(data).values
-        assert np.count_nonzero(filled) > np.count_nonzero(TopK(0.25).decode(data[FRAME_SIZE:], e.shape))  # cache hits
+        assert np.count_nonzero(filled) > np.count_nonzero(
+            TopK(0.25).decode(data[FRAME_SIZE:], e.shape)
+        )  # cache hits
         np.testing.assert_array_equal(b.server_ends[m].receive(data).values, filled)
 
 
@@ -197,8 +207,16 @@ def test_ranking_uses_the_mean_gradient_magnitude_of_each_dimension():
 @pytest.mark.parametrize(
     "spec_from,spec_to,match",
     [
-        (CompressionSpec(down="sign"), CompressionSpec(down="quant-huffman"), r"signSGD \(\+-1\), this link is configured for 3-sigma"),
-        (CompressionSpec(down="sign-scaled"), CompressionSpec(down="sign"), r"scaled signSGD, this link is configured for signSGD"),
+        (
+            CompressionSpec(down="sign"),
+            CompressionSpec(down="quant-huffman"),
+            r"signSGD \(\+-1\), this link is configured for 3-sigma",
+        ),
+        (
+            CompressionSpec(down="sign-scaled"),
+            CompressionSpec(down="sign"),
+            r"scaled signSGD, this link is configured for signSGD",
+        ),
         (CompressionSpec(down="sign"), CompressionSpec(up="topk"), "expects uncompressed messages only"),
     ],
 )
@@ -234,7 +252,10 @@ def test_malformed_compressed_messages_raise():
     "kwargs,match",
     [
         ({"up": "gzip"}, "compression.up = 'gzip': expected one of none, topk, topk-grad"),
-        ({"down": "topk"}, "compression.down = 'topk': expected one of none, sign, sign-scaled, quant-huffman"),
+        (
+            {"down": "topk"},
+            "compression.down = 'topk': expected one of none, sign, sign-scaled, quant-huffman",
+        ),
         ({"up": "topk", "ratio": 0.0}, r"compression.ratio = 0.0: expected a number in \(0, 1\]"),
         ({"up": "topk", "ratio": True}, "compression.ratio"),
         ({"down": "quant-huffman", "levels": 255}, "compression.levels = 255: expected an integer in 1..254"),
@@ -248,7 +269,14 @@ def test_spec_validation_names_the_key_and_allowed_values(kwargs, match):
 
 
 def test_spec_from_flat_config():
-    spec = CompressionSpec.from_config({"compression.up": "topk-grad", "compression.cache": True,
-                                        "compression.down": "quant-huffman", "compression.levels": 12, "seed": 3})
+    spec = CompressionSpec.from_config(
+        {
+            "compression.up": "topk-grad",
+            "compression.cache": True,
+            "compression.down": "quant-huffman",
+            "compression.levels": 12,
+            "seed": 3,
+        }
+    )
     assert spec == CompressionSpec(up="topk-grad", down="quant-huffman", cache=True, levels=12)
     assert CompressionSpec.from_config({}) == CompressionSpec()

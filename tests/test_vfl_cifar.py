@@ -17,8 +17,12 @@ from fedstream.vfl.models import resnet18
 
 def real_batch(n: int, rng, label_offset: int = 0) -> dict:
     """A dict as in cifar-10-batches-py: bytes keys, uint8 (n, 3072) data, labels as a list."""
-    return {b"batch_label": b"training batch 1 of 5", b"labels": [int(v) for v in (rng.integers(0, 10, n) + label_offset)],
-            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"filenames": [b"img.png"] * n}
+    return {
+        b"batch_label": b"training batch 1 of 5",
+        b"labels": [int(v) for v in (rng.integers(0, 10, n) + label_offset)],
+        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        b"filenames": [b"img.png"] * n,
+    }
 
 
 def write_cifar(root, n: int = 6, seed: int = 0, **override) -> dict:
@@ -61,11 +65,15 @@ def test_str_keys_and_other_folders_are_accepted(tmp_path):
 def test_standardise_uses_channel_constants():
     images = np.full((1, 3, 2, 2), 255, np.uint8)
     x = standardise(images, "cifar10")
-    np.testing.assert_allclose(x[0, :, 0, 0], [(1 - 0.4914) / 0.2470, (1 - 0.4822) / 0.2435, (1 - 0.4465) / 0.2616], rtol=1e-6)
+    np.testing.assert_allclose(
+        x[0, :, 0, 0], [(1 - 0.4914) / 0.2470, (1 - 0.4822) / 0.2435, (1 - 0.4465) / 0.2616], rtol=1e-6
+    )
 
 
 def test_missing_file_names_every_path_tried(tmp_path):
-    with pytest.raises(DataError, match="(?s)cifar10: no data file found.*data_batch_1.*cifar-10-python.tar.gz"):
+    with pytest.raises(
+        DataError, match="(?s)cifar10: no data file found.*data_batch_1.*cifar-10-python.tar.gz"
+    ):
         load_cifar10(tmp_path)
     write_cifar(tmp_path)
     os.remove(tmp_path / "cifar-10-batches-py" / "data_batch_4")
@@ -78,10 +86,16 @@ def test_missing_file_names_every_path_tried(tmp_path):
     [
         ({b"labels": [0]}, r"missing key 'data' in the CIFAR-10 batch dict \(found keys: labels\)"),
         ({b"data": np.zeros((1, 3072), np.uint8)}, "missing key 'labels'"),
-        ({b"data": np.zeros((2, 1024), np.uint8), b"labels": [0, 1]}, r"key 'data': expected a uint8 array of shape \(n, 3072\)"),
+        (
+            {b"data": np.zeros((2, 1024), np.uint8), b"labels": [0, 1]},
+            r"key 'data': expected a uint8 array of shape \(n, 3072\)",
+        ),
         ({b"data": np.zeros((2, 3072), np.float32), b"labels": [0, 1]}, "key 'data'.*found float32"),
         ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}, "key 'labels': expected 2 integer labels"),
-        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}, r"key 'labels': expected labels in 0..9, found 0..10"),
+        (
+            {b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]},
+            r"key 'labels': expected labels in 0..9, found 0..10",
+        ),
         ([1, 2, 3], "expected a pickled dict"),
     ],
 )
@@ -123,7 +137,9 @@ def test_cifar_run_trains_resnet_clients_and_counts_bytes(tmp_path):
                                 compression=CompressionSpec(down="sign-scaled"))
     summary = run_batch_vfl(settings, tmp_path, seed=1)
     row = summary["per_epoch"][0]
-    assert summary["config"]["model.embedding"] == 16 and summary["config"]["optimizer.lr"] == 0.001  # paper's CIFAR setting
+    assert (
+        summary["config"]["model.embedding"] == 16 and summary["config"]["optimizer.lr"] == 0.001
+    )  # paper's CIFAR setting
     assert row["steps"] == 4  # 40 training images, batches of 10
     assert row["bytes_up"] == 4 * 4 * (11 + 4 * 10 * 16)  # 4 steps x 4 clients, float32 embeddings
     assert row["bytes_down"] == 4 * 4 * (12 + 4 + 10 * 16 // 8)  # signSGD: scale + one bit per entry

@@ -3,11 +3,11 @@
 import numpy as np
 import torch
 
+from fedstream.ovfl.messages import Embedding
 from fedstream.transport import CompressedTransport, CompressionSpec
 from fedstream.vfl import BatchVFLSettings
 from fedstream.vfl.data import VerticalImages, strips
 from fedstream.vfl.trainer import build_parties, evaluate, train_epoch
-from fedstream.ovfl.messages import Embedding
 
 SPEC = CompressionSpec(up="topk-grad", cache=True, ratio=0.25)
 
@@ -56,7 +56,9 @@ def test_shuffled_batches_fill_each_sample_from_its_own_earlier_values():
     is fed must be that sample's own value (sent now, or cached from an earlier epoch) or 0 (never
     sent). A cache matched by row position fills entries with other samples' values and fails."""
     data = synthetic_images()
-    settings = BatchVFLSettings(epochs=3, batch_size=20, hidden=16, embedding=8, lr=0.1, compression=SPEC).resolved()
+    settings = BatchVFLSettings(
+        epochs=3, batch_size=20, hidden=16, embedding=8, lr=0.1, compression=SPEC
+    ).resolved()
     clients, server = build_parties(settings, data, seed=0)
     for c in clients:
         c.optimizer.param_groups[0]["lr"] = 0.0  # the server still learns, so the gradients (ranking) change
@@ -76,7 +78,9 @@ def test_shuffled_batches_fill_each_sample_from_its_own_earlier_values():
 
 def test_evaluation_neither_reads_nor_writes_the_training_rows():
     data = synthetic_images()
-    settings = BatchVFLSettings(epochs=1, batch_size=20, hidden=16, embedding=8, lr=0.1, compression=SPEC).resolved()
+    settings = BatchVFLSettings(
+        epochs=1, batch_size=20, hidden=16, embedding=8, lr=0.1, compression=SPEC
+    ).resolved()
     clients, server = build_parties(settings, data, seed=0)
     link = CompressedTransport(4, SPEC)
     train_epoch(1, settings, data, clients, server, link, seed=0, progress=None)

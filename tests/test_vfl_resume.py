@@ -55,8 +55,9 @@ def test_resume_may_raise_epochs_but_not_change_other_settings(data_root, tmp_pa
     spec = CompressionSpec(up="topk", down="sign-scaled")
     two = run_batch_vfl(BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0)
     run_batch_vfl(BatchVFLSettings(epochs=1, compression=spec, **SMALL), data_root, seed=0, out=tmp_path)
-    more = run_batch_vfl(BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0, out=tmp_path,
-                         resume=True)
+    more = run_batch_vfl(
+        BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0, out=tmp_path, resume=True
+    )
     assert untimed(more["per_epoch"]) == untimed(two["per_epoch"])
     with pytest.raises(ConfigError, match="compression.down"):
         run_batch_vfl(BatchVFLSettings(epochs=3, compression=CompressionSpec(up="topk"), **SMALL), data_root,
@@ -73,9 +74,18 @@ def test_resume_may_raise_epochs_but_not_change_other_settings(data_root, tmp_pa
 
 
 def test_cli_resume_for_task_vfl(data_root, tmp_path):
-    sets = [f"--set={k}={v}" for k, v in {"data.train_rows": 600, "data.test_rows": 200, "model.hidden": 16,
-                                           "model.embedding": 8, "train.batch_size": 50,
-                                           "compression.up": "topk-grad", "compression.cache": "true"}.items()]
+    sets = [
+        f"--set={k}={v}"
+        for k, v in {
+            "data.train_rows": 600,
+            "data.test_rows": 200,
+            "model.hidden": 16,
+            "model.embedding": 8,
+            "train.batch_size": 50,
+            "compression.up": "topk-grad",
+            "compression.cache": "true",
+        }.items()
+    ]
     out = tmp_path / "run"
     base = ["run", "vfl-mnist", "--quiet", f"--set=data.root={data_root}", *sets, "--out", str(out)]
     assert main([*base, "--set=train.epochs=1"]) == 0

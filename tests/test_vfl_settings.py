@@ -38,9 +38,19 @@ def test_each_field_is_validated_by_its_config_key(kwargs, match):
 
 
 def test_flat_config_round_trip():
-    config = {"data.name": "fashion-mnist", "vfl.clients": 2, "train.epochs": 3, "train.batch_size": 50, "optimizer.lr": 0.05,
-              "model.embedding": None, "compression.up": "topk-grad", "compression.cache": True,
-              "compression.down": "quant-huffman", "compression.levels": 16, "unrelated.key": 1}
+    config = {
+        "data.name": "fashion-mnist",
+        "vfl.clients": 2,
+        "train.epochs": 3,
+        "train.batch_size": 50,
+        "optimizer.lr": 0.05,
+        "model.embedding": None,
+        "compression.up": "topk-grad",
+        "compression.cache": True,
+        "compression.down": "quant-huffman",
+        "compression.levels": 16,
+        "unrelated.key": 1,
+    }
     s = BatchVFLSettings.from_config(config)
     assert s.dataset == "fashion-mnist" and s.clients == 2 and s.embedding is None
     assert s.compression == CompressionSpec(up="topk-grad", down="quant-huffman", cache=True, levels=16)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport import CompressionSpec
 from fedstream.vfl import (
     COLUMNS,
@@ -17,14 +18,15 @@ from fedstream.vfl import (
     run_batch_vfl,
 )
 from fedstream.vfl.data import strips
-from fedstream.ovfl.messages import Embedding, Gradient
 
 SMALL = dict(train_rows=2000, test_rows=500, hidden=64, embedding=32, batch_size=50, lr=0.1)
 
 
 def test_uncompressed_training_learns_and_counts_plain_bytes(data_root, tmp_path):
     events = []
-    summary = run_batch_vfl(BatchVFLSettings(epochs=2, **SMALL), data_root, seed=0, progress=events.append, out=tmp_path)
+    summary = run_batch_vfl(
+        BatchVFLSettings(epochs=2, **SMALL), data_root, seed=0, progress=events.append, out=tmp_path
+    )
     rows = summary["per_epoch"]
     assert rows[-1]["test_accuracy"] > 0.4  # chance is 0.1
     msg = 11 + 4 * 50 * 32  # header + float32 (batch x embedding), per client per step
@@ -37,9 +39,13 @@ def test_uncompressed_training_learns_and_counts_plain_bytes(data_root, tmp_path
     assert any(e["event"] == "step" and e["steps"] == 40 for e in events)
     with open(tmp_path / "metrics.csv") as fh:
         written = list(csv.DictReader(fh))
-    assert list(written[0]) == COLUMNS and [int(r["bytes_up"]) for r in written] == [r["bytes_up"] for r in rows]
+    assert list(written[0]) == COLUMNS and [int(r["bytes_up"]) for r in written] == [
+        r["bytes_up"] for r in rows
+    ]
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["final_accuracy"] == summary["final_accuracy"] and saved["config"]["compression.up"] == "none"
+    assert (
+        saved["final_accuracy"] == summary["final_accuracy"] and saved["config"]["compression.up"] == "none"
+    )
 
 
 def test_compressed_training_learns_with_exact_compressed_bytes(data_root):
@@ -64,8 +70,11 @@ def test_same_seed_same_run(data_root):
 def test_compression_changes_what_the_server_trains_on(data_root):
     """The receiver gets the lossy decoded values: a lossy run differs from the uncompressed one."""
     base = run_batch_vfl(BatchVFLSettings(epochs=1, **SMALL), data_root, seed=0)
-    signed = run_batch_vfl(BatchVFLSettings(epochs=1, compression=CompressionSpec(down="sign-scaled"), **SMALL),
-                           data_root, seed=0)
+    signed = run_batch_vfl(
+        BatchVFLSettings(epochs=1, compression=CompressionSpec(down="sign-scaled"), **SMALL),
+        data_root,
+        seed=0,
+    )
     assert base["per_epoch"][0]["train_loss"] != signed["per_epoch"][0]["train_loss"]
 
 
@@ -102,7 +111,9 @@ def test_parties_check_the_messages_they_receive():
     loss, grads = server.train_step(0, good, torch.zeros(4, dtype=torch.long))
     assert loss > 0 and [g.values.shape for g in grads] == [(4, 2), (4, 2)]
     with pytest.raises(ProtocolError, match="expected client 1's embedding for round 0 of shape"):
-        server.train_step(0, [good[0], Embedding(0, 1, np.zeros((4, 3), np.float32))], torch.zeros(4, dtype=torch.long))
+        server.train_step(
+            0, [good[0], Embedding(0, 1, np.zeros((4, 3), np.float32))], torch.zeros(4, dtype=torch.long)
+        )
     with pytest.raises(ProtocolError, match="expected 2 embeddings, received 1"):
         server.predict(0, good[:1], 4)
 
@@ -110,9 +121,21 @@ def test_parties_check_the_messages_they_receive():
 def test_paper_table_reports_traffic_saved_against_none():
     from fedstream.vfl.paper import CONFIGS, PAPER, table
 
-    assert set(PAPER) <= set(CONFIGS) and CONFIGS["combination"].cache and CONFIGS["combination"].down == "quant-huffman"
-    fake = [{"name": n, "per_epoch": [{"test_accuracy": a}], "final_accuracy": a, "bytes_per_client": b,
-             "bytes": {"up": 2 * b, "down": 2 * b}} for n, a, b in (("none", 0.9, 100e6), ("combination", 0.8, 15e6))]
+    assert (
+        set(PAPER) <= set(CONFIGS)
+        and CONFIGS["combination"].cache
+        and CONFIGS["combination"].down == "quant-huffman"
+    )
+    fake = [
+        {
+            "name": n,
+            "per_epoch": [{"test_accuracy": a}],
+            "final_accuracy": a,
+            "bytes_per_client": b,
+            "bytes": {"up": 2 * b, "down": 2 * b},
+        }
+        for n, a, b in (("none", 0.9, 100e6), ("combination", 0.8, 15e6))
+    ]
     lines = table(fake).splitlines()
     assert lines[2].startswith("| none | 90.00 | 90.00 | 200.0 | 200.0 | 100.00 | 0.0 % |")
     assert lines[3].endswith("| 15.00 | 85.0 % |")

@@ -59,15 +59,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
     sweep = sub.add_parser("sweep", help="run a grid of configurations side by side on every core")
     sweep.add_argument("config", help="base preset name or config file")
-    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
-                       help="a grid axis, e.g. --grid optimizer.name=ogd,slr,dlr (repeatable: cartesian product)")
+    sweep.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="a grid axis, e.g. --grid optimizer.name=ogd,slr,dlr (repeatable: cartesian product)",
+    )
     sweep.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a key for every run (repeatable)")
-    sweep.add_argument("--out", type=Path, required=True, help="folder; one sub-folder per run, plus sweep.json")
+    sweep.add_argument(
+        "--out", type=Path, required=True, help="folder; one sub-folder per run, plus sweep.json"
+    )
     sweep.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    sweep.add_argument("--stack", action="store_true", help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)")
+    sweep.add_argument(
+        "--stack",
+        action="store_true",
+        help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)",
+    )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    bench = sub.add_parser("bench", help="speed benchmarks, as ratios against a plain reference in the same process")
+    bench = sub.add_parser(
+        "bench", help="speed benchmarks, as ratios against a plain reference in the same process"
+    )
     bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network"],
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
                             "huffman: our Huffman coder vs the pure-Python dahuffman package; "
@@ -75,15 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
                             "network: online VFL on a local Flower deployment for B = 1, 16, 256")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
-    bench.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
-    bench.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: one per core)")
+    bench.add_argument(
+        "--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps"
+    )
+    bench.add_argument(
+        "--workers", type=int, default=None, help="processes for the sweeps (default: one per core)"
+    )
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
-    bench.add_argument("--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)")
+    bench.add_argument(
+        "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
+    )
     net = bench.add_argument_group("network")
-    net.add_argument("--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)")
+    net.add_argument(
+        "--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)"
+    )
     net.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
     net.add_argument("--config", default="ovfl-imnist", help="preset or config file")
-    net.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    net.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
     net.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
                      help="apps, logs and run outputs (default: runs/bench-network)")
     sel = bench.add_argument_group("selection")
@@ -93,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--groups", type=int, default=10, help="random groups of the group testing")
     sel.add_argument("--seed", type=int, default=100, help="seed of the groups")
     sel.add_argument("--scale-clients", type=int, default=16, help="clients of the synthetic scale run")
-    sel.add_argument("--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)")
+    sel.add_argument(
+        "--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)"
+    )
     sel.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
     sel.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
     sel.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
@@ -104,16 +129,24 @@ def build_parser() -> argparse.ArgumentParser:
     exp_run.add_argument("name", help="experiment name (see `fedstream experiment list`) or a .toml file")
     exp_run.add_argument("--scale", choices=["small", "paper"], default="small",
                          help="small: a smoke test in minutes; paper: the paper's size")
-    exp_run.add_argument("--out", type=Path, required=True, help="experiment folder (rerun the command to resume)")
+    exp_run.add_argument(
+        "--out", type=Path, required=True, help="experiment folder (rerun the command to resume)"
+    )
     exp_run.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key for every run (repeatable)")
     exp_run.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    exp_run.add_argument("--stack", action="store_true", help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)")
+    exp_run.add_argument(
+        "--stack",
+        action="store_true",
+        help="runs that can share batched kernels (same optimiser, window, stream) play as stacks: same results, faster for many runs (see README)",
+    )
     exp_run.add_argument("--tune-rounds", type=int, default=None,
                          help="rounds of each tuning run (default: the definition's, per scale)")
     exp_run.add_argument("--backend", choices=["local", "ray"], default="local",
                          help="local processes, or Ray tasks (pip install 'fedstream[ray]')")
-    exp_run.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
+    exp_run.add_argument(
+        "--ray-address", default=None, help="an existing Ray cluster (default: a local instance)"
+    )
     exp_run.add_argument("--quiet", action="store_true", help="no progress bar")
     report = sub.add_parser("report", help="report.md and PNG figures from an experiment folder")
     report.add_argument("folder", type=Path, help="a folder written by `fedstream experiment run`")
@@ -135,7 +168,9 @@ def cmd_experiment(args) -> int:
     from fedstream.experiments.definition import list_experiments, load_experiment
 
     if args.action == "list":
-        table = Table("experiment", "runs", "title", title="fedstream experiment run NAME --scale small|paper --out DIR")
+        table = Table(
+            "experiment", "runs", "title", title="fedstream experiment run NAME --scale small|paper --out DIR"
+        )
         for e in list_experiments():
             n = 1
             for values in e.grid.values():
@@ -207,10 +242,20 @@ def cmd_bench(args) -> int:
     if args.what == "selection":
         from fedstream.bench.selection import bench_selection, format_selection_bench
 
-        results = bench_selection(args.data_root, samples=args.samples, ref_samples=args.ref_samples, k=args.k,
-                                  n_groups=args.groups, seed=args.seed, scale_clients=args.scale_clients,
-                                  scale_samples=args.scale_samples, scale_queries=args.scale_queries,
-                                  paillier=not args.no_paillier, key_bits=args.key_bits, workers=args.workers)
+        results = bench_selection(
+            args.data_root,
+            samples=args.samples,
+            ref_samples=args.ref_samples,
+            k=args.k,
+            n_groups=args.groups,
+            seed=args.seed,
+            scale_clients=args.scale_clients,
+            scale_samples=args.scale_samples,
+            scale_queries=args.scale_queries,
+            paillier=not args.no_paillier,
+            key_bits=args.key_bits,
+            workers=args.workers,
+        )
         Console().print(format_selection_bench(results), highlight=False)
         write_json(results, args.json or Path("bench-selection.json"))
         return 0
@@ -220,7 +265,9 @@ def cmd_bench(args) -> int:
         try:
             batches = tuple(int(b) for b in args.batches.split(","))
         except ValueError:
-            raise FedstreamError(f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256") from None
+            raise FedstreamError(
+                f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
+            ) from None
         results = bench_network(batches=batches, requests=args.requests, config=args.config, sets=args.sets,
                                 workdir=args.workdir, log=lambda line: Console().print(line, highlight=False))
         Console().print(format_network_bench(results), highlight=False)
@@ -254,8 +301,8 @@ def cmd_presets(_args) -> int:
 
 
 def cmd_run(args) -> int:
-    from fedstream.runtime.output import RunDirectory
     from fedstream.ovfl.engine import OnlineVFL
+    from fedstream.runtime.output import RunDirectory
 
     config = load_config(args.config, args.sets)
     if config["task"] != "ovfl":
@@ -268,14 +315,20 @@ def cmd_run(args) -> int:
         if args.resume:
             run.load(out.checkpoint)
         elif out.checkpoint.exists():
-            raise FedstreamError(f"{out.checkpoint} exists: add --resume to continue it, or choose another --out")
+            raise FedstreamError(
+                f"{out.checkpoint} exists: add --resume to continue it, or choose another --out"
+            )
         out.prepare(config, run.interval_rows)
     with _progress(args.quiet) as bar:
-        task = bar.add_task(_title(config), total=config["rounds"], completed=run.t, error=float("nan"), rps=0.0)
+        task = bar.add_task(
+            _title(config), total=config["rounds"], completed=run.t, error=float("nan"), rps=0.0
+        )
 
         def on_progress(r: OnlineVFL) -> None:
             elapsed = bar.tasks[task].elapsed or 1e-9
-            bar.update(task, completed=r.t, error=r.metrics.current_interval_error, rps=(r.t - start) / elapsed)
+            bar.update(
+                task, completed=r.t, error=r.metrics.current_interval_error, rps=(r.t - start) / elapsed
+            )
 
         start = run.t
         summary = run.run(
@@ -340,12 +393,20 @@ def batch_summary_table(s: dict) -> Table:
                  ("compression", f"up {c['compression.up']}{' + cache' if c['compression.cache'] else ''}, "
                                  f"down {c['compression.down']}")]
     elif "prequential_acc" in s:
-        rows += [("method", f"{c['chfl.method']} (stream)"), ("prequential accuracy", f"{s['prequential_acc']:.4f}")]
+        rows += [
+            ("method", f"{c['chfl.method']} (stream)"),
+            ("prequential accuracy", f"{s['prequential_acc']:.4f}"),
+        ]
     else:
         rows += [("method", c["chfl.method"]), ("test accuracy (mean over clients)", f"{s['test_acc']:.4f}")]
     if b:
-        rows.append(("communication (MB, 2^20 B)", f"{(b['up'] + b['down']) / 2**20:,.2f}  "
-                                                   f"(up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})"))
+        rows.append(
+            (
+                "communication (MB, 2^20 B)",
+                f"{(b['up'] + b['down']) / 2**20:,.2f}  "
+                f"(up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})",
+            )
+        )
     rows.append(("wall time (s)", f"{s.get('wall_seconds', float('nan')):.1f}"))
     for name, value in rows:
         table.add_row(name, value)
@@ -375,7 +436,10 @@ def summary_table(s: dict) -> Table:
     rows = [
         ("accumulated error", f"{s['accumulated_error']:.4f}"),
         ("last interval error", f"{s['interval_errors'][-1]:.4f}" if s["interval_errors"] else "-"),
-        ("communication (MB, 2^20 B)", f"{b['total'] / 2**20:,.2f}  (up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})"),
+        (
+            "communication (MB, 2^20 B)",
+            f"{b['total'] / 2**20:,.2f}  (up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})",
+        ),
         ("activation rate per client", " ".join(f"{r:.3f}" for r in s["activation_rate"])),
         ("client compute (s)", f"{s['client_compute_seconds']:.2f}"),
         ("server compute (s)", f"{s['server_compute_seconds']:.2f}"),

@@ -27,10 +27,18 @@ def chfl_settings(config: dict):
     from fedstream.chfl.settings import CHFLSettings
 
     return CHFLSettings(
-        dataset=config["data.name"], clients=config["chfl.clients"], common_ratio=config["chfl.common_ratio"],
-        split=config["chfl.split"], split_index=config["chfl.split_index"], hidden=number_list(config["chfl.hidden"], int),
-        rounds=config["chfl.rounds"], local_epochs=config["chfl.local_epochs"], batch_size=config["chfl.batch_size"],
-        lrs=number_list(config["chfl.lrs"]), mus=number_list(config["chfl.mus"]), prox_mu=config["chfl.prox_mu"],
+        dataset=config["data.name"],
+        clients=config["chfl.clients"],
+        common_ratio=config["chfl.common_ratio"],
+        split=config["chfl.split"],
+        split_index=config["chfl.split_index"],
+        hidden=number_list(config["chfl.hidden"], int),
+        rounds=config["chfl.rounds"],
+        local_epochs=config["chfl.local_epochs"],
+        batch_size=config["chfl.batch_size"],
+        lrs=number_list(config["chfl.lrs"]),
+        mus=number_list(config["chfl.mus"]),
+        prox_mu=config["chfl.prox_mu"],
         max_rows=config["chfl.max_rows"],
         shared_baselines=tuple(b.strip() for b in config["chfl.baselines"].split(",") if b.strip()),
     )
@@ -41,11 +49,19 @@ def stream_settings(config: dict):
     from fedstream.chfl.stream import StreamSettings
 
     return StreamSettings(
-        dataset=config["data.name"], clients=config["chfl.clients"], common_ratio=config["chfl.common_ratio"],
-        split_index=config["chfl.split_index"], hidden=number_list(config["chfl.hidden"], int),
-        batch=config["chfl.stream_batch"], sync_every=config["chfl.stream_sync_every"], lr=config["chfl.stream_lr"],
-        mu=config["chfl.stream_mu"], prox_mu=config["chfl.prox_mu"], late_join=config["chfl.stream_late_join"],
-        eval_every=config["chfl.stream_eval_every"], max_rows=config["chfl.max_rows"],
+        dataset=config["data.name"],
+        clients=config["chfl.clients"],
+        common_ratio=config["chfl.common_ratio"],
+        split_index=config["chfl.split_index"],
+        hidden=number_list(config["chfl.hidden"], int),
+        batch=config["chfl.stream_batch"],
+        sync_every=config["chfl.stream_sync_every"],
+        lr=config["chfl.stream_lr"],
+        mu=config["chfl.stream_mu"],
+        prox_mu=config["chfl.prox_mu"],
+        late_join=config["chfl.stream_late_join"],
+        eval_every=config["chfl.stream_eval_every"],
+        max_rows=config["chfl.max_rows"],
     )
 
 
@@ -89,8 +105,14 @@ def _train(task: str, config: dict, out: Path | None, progress, resume: bool = F
         from fedstream.vfl.settings import BatchVFLSettings
         from fedstream.vfl.trainer import run_batch_vfl
 
-        result = run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
-                               progress=progress, out=out, resume=resume)  # metrics.csv, checkpoint.pt per epoch
+        result = run_batch_vfl(
+            BatchVFLSettings.from_config(config),
+            config["data.root"],
+            seed=config["seed"],
+            progress=progress,
+            out=out,
+            resume=resume,
+        )  # metrics.csv, checkpoint.pt per epoch
     elif config["chfl.mode"] == "stream":
         from fedstream.chfl.settings import named_by_config
         from fedstream.chfl.stream import run_stream

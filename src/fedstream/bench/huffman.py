@@ -52,7 +52,10 @@ def _dahuffman(sym: np.ndarray) -> dict:
     try:
         import dahuffman
     except ImportError:
-        return {"available": False, "note": "dahuffman is not installed (pip install dahuffman); its timing was skipped"}
+        return {
+            "available": False,
+            "note": "dahuffman is not installed (pip install dahuffman); its timing was skipped",
+        }
     from importlib.metadata import version
 
     counts = np.bincount(sym)
@@ -98,7 +101,9 @@ def bench_huffman(n: int = 1_000_000, seed: int = 0, repeats: int = 5) -> dict:
         "speed_ratio": ref["total_s"] / ours["total_s"] if ref.get("available") else None,
     }
     result["size_target_met"] = result["size_overhead"] <= SIZE_TARGET
-    result["speed_target_met"] = None if result["speed_ratio"] is None else result["speed_ratio"] >= SPEED_TARGET
+    result["speed_target_met"] = (
+        None if result["speed_ratio"] is None else result["speed_ratio"] >= SPEED_TARGET
+    )
     return result
 
 
@@ -113,8 +118,10 @@ def format_huffman_bench(d: dict) -> str:
     ]
     r = d["dahuffman"]
     if r.get("available"):
-        lines.append(f"  dahuffman  build {ms(r['build_s'])}  encode {ms(r['encode_s'])}  decode {ms(r['decode_s'])}  "
-                     f"total {ms(r['total_s'])}  (v{r['version']}, {8 * r['coded_bytes']:,} bits)")
+        lines.append(
+            f"  dahuffman  build {ms(r['build_s'])}  encode {ms(r['encode_s'])}  decode {ms(r['decode_s'])}  "
+            f"total {ms(r['total_s'])}  (v{r['version']}, {8 * r['coded_bytes']:,} bits)"
+        )
         ok = "met" if d["speed_target_met"] else "NOT met"
         lines.append(f"  speed ratio {d['speed_ratio']:.0f}x (target >= {SPEED_TARGET:.0f}x: {ok})")
     else:

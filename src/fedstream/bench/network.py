@@ -54,21 +54,29 @@ def _row(batch: int, summary: dict, tcp: tuple[int, int], inprocess: dict) -> di
     payload = summary["bytes"]["total"]
     requests = summary["exchanges"] - 2  # setup and finish
     out = {
-        "batch": batch, "events": events, "requests_per_node": requests,
-        "events_per_second": events / wall, "seconds_per_request": wall / max(requests, 1),
+        "batch": batch,
+        "events": events,
+        "requests_per_node": requests,
+        "events_per_second": events / wall,
+        "seconds_per_request": wall / max(requests, 1),
         "accumulated_error": summary["accumulated_error"],
         "payload_bytes_per_event": payload / events,
         "parts_bytes_per_event": summary["wire_part_bytes"] / events,
-        "flower_message_bytes_per_event": (flower["message_bytes_down"] + flower["message_bytes_up"]) / events,
+        "flower_message_bytes_per_event": (flower["message_bytes_down"] + flower["message_bytes_up"])
+        / events,
         "tcp_bytes_per_event": sum(tcp) / events,
-        "tcp_bytes_to_superlink": tcp[0], "tcp_bytes_from_superlink": tcp[1],
+        "tcp_bytes_to_superlink": tcp[0],
+        "tcp_bytes_from_superlink": tcp[1],
         "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan"),
-        "overhead_flower_message_over_payload": (flower["message_bytes_down"] + flower["message_bytes_up"]) / payload
-        if payload else float("nan"),
+        "overhead_flower_message_over_payload": (flower["message_bytes_down"] + flower["message_bytes_up"])
+        / payload
+        if payload
+        else float("nan"),
         "inprocess_events_per_second": inprocess["events_per_second"],
         "inprocess_accumulated_error": inprocess["accumulated_error"],
-        "time_per_reply_seconds": {k[len("mean_"):-len("_seconds")]: v for k, v in flower.items()
-                                   if k.startswith("mean_")},
+        "time_per_reply_seconds": {
+            k[len("mean_") : -len("_seconds")]: v for k, v in flower.items() if k.startswith("mean_")
+        },
     }
     return out
 
@@ -81,7 +89,9 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
     from fedstream.deploy.relay import TcpRelay
 
     if requests < 1 or not batches or min(batches) < 1:
-        raise ValueError(f"requests = {requests}, batches = {batches}: expected requests >= 1 and batch sizes >= 1")
+        raise ValueError(
+            f"requests = {requests}, batches = {batches}: expected requests >= 1 and batch sizes >= 1"
+        )
     workdir = Path(workdir).resolve()  # the server party writes its summary from a folder of its own
     base = load_config(config, list(sets or []))
     root = resolve_data_root(base["data.root"])
@@ -105,32 +115,51 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
                 result = dep.run(app, timeout=timeout)
                 tcp = relay.reset()
                 if result.returncode != 0 or not (out / "summary.json").exists():
-                    raise RuntimeError(f"the B = {batch} run failed (exit {result.returncode}); logs in {dep.workdir}")
+                    raise RuntimeError(
+                        f"the B = {batch} run failed (exit {result.returncode}); logs in {dep.workdir}"
+                    )
                 summary = json.loads((out / "summary.json").read_text())
                 row = _row(batch, summary, tcp, _inprocess(load_config(None, cfg)))
                 row["flwr_run_seconds"] = time.perf_counter() - tic
                 rows.append(row)
-                log(f"  {row['events_per_second']:.3f} events/s, {row['seconds_per_request']:.2f} s per request, "
-                    f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event for {row['payload_bytes_per_event']:.0f} payload")
+                log(
+                    f"  {row['events_per_second']:.3f} events/s, {row['seconds_per_request']:.2f} s per request, "
+                    f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event for {row['payload_bytes_per_event']:.0f} payload"
+                )
     from fedstream.deploy.flower_app import FLWR_VERSION
 
-    return {"bench": "network", "config": config, "sets": list(sets or []), "clients": base["vfl.clients"],
-            "requests_per_batch_size": requests, "flwr_version": FLWR_VERSION, "cpus": os.cpu_count(),
-            "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()), "rows": rows}
+    return {
+        "bench": "network",
+        "config": config,
+        "sets": list(sets or []),
+        "clients": base["vfl.clients"],
+        "requests_per_batch_size": requests,
+        "flwr_version": FLWR_VERSION,
+        "cpus": os.cpu_count(),
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "rows": rows,
+    }
 
 
 def format_network_bench(d: dict) -> str:
     """The table of :func:`bench_network`'s dict, and where a request's time goes."""
-    head = (f"Flower {d['flwr_version']} on loopback, {d['clients']} SuperNodes, {d['config']} "
-            f"({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after)")
-    columns = (f"{'B':>5} {'events':>7} {'events/s':>9} {'s/request':>9} {'payload B/ev':>12} {'parts B/ev':>10} "
-               f"{'Flower msg B/ev':>15} {'TCP B/ev':>9} {'TCP/payload':>11} {'in-process ev/s':>15}")
+    head = (
+        f"Flower {d['flwr_version']} on loopback, {d['clients']} SuperNodes, {d['config']} "
+        f"({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after)"
+    )
+    columns = (
+        f"{'B':>5} {'events':>7} {'events/s':>9} {'s/request':>9} {'payload B/ev':>12} {'parts B/ev':>10} "
+        f"{'Flower msg B/ev':>15} {'TCP B/ev':>9} {'TCP/payload':>11} {'in-process ev/s':>15}"
+    )
     lines = [head, columns]
     for r in d["rows"]:
-        lines.append(f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.3f} {r['seconds_per_request']:>9.2f} "
-                     f"{r['payload_bytes_per_event']:>12.0f} {r['parts_bytes_per_event']:>10.0f} "
-                     f"{r['flower_message_bytes_per_event']:>15.0f} {r['tcp_bytes_per_event']:>9.0f} "
-                     f"{r['overhead_tcp_over_payload']:>11.2f} {r['inprocess_events_per_second']:>15.0f}")
+        lines.append(
+            f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.3f} {r['seconds_per_request']:>9.2f} "
+            f"{r['payload_bytes_per_event']:>12.0f} {r['parts_bytes_per_event']:>10.0f} "
+            f"{r['flower_message_bytes_per_event']:>15.0f} {r['tcp_bytes_per_event']:>9.0f} "
+            f"{r['overhead_tcp_over_payload']:>11.2f} {r['inprocess_events_per_second']:>15.0f}"
+        )
     lines.append("seconds per reply: " + "; ".join(
         f"B={r['batch']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["time_per_reply_seconds"].items())
         for r in d["rows"]))

@@ -59,17 +59,19 @@ def interleaved_rates(contenders: dict[str, object], rounds: dict[str, int], rep
             tic = time.perf_counter()
             c.advance(rounds[name])
             best[name] = min(best[name], time.perf_counter() - tic)
-    return {name: {"rounds": rounds[name], "seconds": best[name], "rounds_per_second": rounds[name] / best[name]}
-            for name in contenders}
+    return {
+        name: {"rounds": rounds[name], "seconds": best[name], "rounds_per_second": rounds[name] / best[name]}
+        for name in contenders
+    }
 
 
 def breakdown(rounds: int, data_root: str | None) -> dict:
     """Where a fast DLR-Full round spends its time: stream, transport, clients, server, the rest."""
     import numpy as np
 
-    from fedstream.transport import InProcessTransport
     from fedstream.ovfl.engine import CHUNK
     from fedstream.ovfl.messages import Embedding, Gradient
+    from fedstream.transport import InProcessTransport
 
     run = OnlineVFL(_config("dlr", 10, rounds, data_root))
     tic = time.perf_counter()
@@ -108,9 +110,15 @@ def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, work
 
     from fedstream.experiments.sweep import expand_grid, sweep
 
-    axes = {1: ["optimizer.name=dlr"],
-            8: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed"],
-            32: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed", "optimizer.lr=0.01,0.005,0.02,0.003"]}[k]
+    axes = {
+        1: ["optimizer.name=dlr"],
+        8: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed"],
+        32: [
+            "optimizer.name=ogd,dlr",
+            "activation.name=full,random,event,fixed",
+            "optimizer.lr=0.01,0.005,0.02,0.003",
+        ],
+    }[k]
     sets = [f"rounds={rounds}", "checkpoint.every=0", "activation.name=full"]
     if data_root:
         sets.append(f"data.root={data_root}")
@@ -180,20 +188,28 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
     results: dict = {"cases": [], "dlr_vs_ogd": []}
     for optimizer, window in CASES:
         rates = interleaved_rates(
-            {"reference": _Reference(optimizer, window, data_root), "fast": _Fast(optimizer, window, data_root)},
-            {"reference": max(ref_rounds // REPEATS, 1), "fast": max(fast_rounds // REPEATS, 1)})
+            {
+                "reference": _Reference(optimizer, window, data_root),
+                "fast": _Fast(optimizer, window, data_root),
+            },
+            {"reference": max(ref_rounds // REPEATS, 1), "fast": max(fast_rounds // REPEATS, 1)},
+        )
         ref, fast = rates["reference"], rates["fast"]
         ratio = fast["rounds_per_second"] / ref["rounds_per_second"]
         name = f"{optimizer.upper()}-Full" + (f" l={window}" if optimizer == "dlr" else "")
         results["cases"].append({"case": name, "reference": ref, "fast": fast, "speedup": ratio})
-        log(f"{name:16s} reference {ref['rounds_per_second']:8.1f} rounds/s   fast {fast['rounds_per_second']:8.1f} rounds/s   ratio {ratio:6.1f}x")
+        log(
+            f"{name:16s} reference {ref['rounds_per_second']:8.1f} rounds/s   fast {fast['rounds_per_second']:8.1f} rounds/s   ratio {ratio:6.1f}x"
+        )
     block = max(fast_rounds // REPEATS, 1)
     for window in windows:
         rates = interleaved_rates({"dlr": _Fast("dlr", window, data_root), "ogd": _Fast("ogd", 1, data_root)},
                                   {"dlr": block, "ogd": block})
         dlr, ogd = rates["dlr"]["rounds_per_second"], rates["ogd"]["rounds_per_second"]
         results["dlr_vs_ogd"].append({"window": window, "dlr": dlr, "ogd": ogd, "ratio": dlr / ogd})
-        log(f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   DLR/OGD {dlr / ogd:5.2f}")
+        log(
+            f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   DLR/OGD {dlr / ogd:5.2f}"
+        )
     results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
     log("time per fast DLR-Full round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
     results["sweep"] = []
@@ -201,13 +217,17 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
         for stack in (False, True) if k > 1 else (False,):
             row = sweep_run_rounds_per_second(k, sweep_rounds, data_root, workers, stack)
             results["sweep"].append(row)
-            log(f"sweep K={k:<3d} {'stacked' if stack else 'alone  '} {row['run_rounds_per_second']:9.1f} run-rounds/s "
-                f"({row['seconds']:.1f} s wall, {row['run_rounds_per_cpu_second']:.1f} run-rounds per CPU second)")
+            log(
+                f"sweep K={k:<3d} {'stacked' if stack else 'alone  '} {row['run_rounds_per_second']:9.1f} run-rounds/s "
+                f"({row['seconds']:.1f} s wall, {row['run_rounds_per_cpu_second']:.1f} run-rounds per CPU second)"
+            )
     grid = project_paper_grid(min(fast_rounds, 8192), data_root, workers or os.cpu_count() or 1)
     results["paper_grid"] = grid
-    log(f"paper Tables 1-2 (18 runs x 2M rounds): {grid['core_seconds'] / 60:.1f} core-minutes, "
+    log(
+        f"paper Tables 1-2 (18 runs x 2M rounds): {grid['core_seconds'] / 60:.1f} core-minutes, "
         f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers; in stacks of 3 "
-        f"{grid['stacked_core_seconds'] / 60:.1f} core-minutes, {grid['projected_wall_minutes_stacked']:.1f} min")
+        f"{grid['stacked_core_seconds'] / 60:.1f} core-minutes, {grid['projected_wall_minutes_stacked']:.1f} min"
+    )
     return results
 
 

@@ -81,7 +81,9 @@ def _subsample(blocks, y, *, groups, k, n_full, workers) -> dict:
     fast_runs = [_timed(group_test, blocks, y, groups=distinct, k=k, workers=workers) for _ in range(3)]
     fast = fast_runs[0][0]
     fast_wall = min(r[1] for r in fast_runs)
-    unbatched, unb_wall, _ = _timed(group_test, blocks, y, groups=distinct, k=k, workers=workers, batched=False)
+    unbatched, unb_wall, _ = _timed(
+        group_test, blocks, y, groups=distinct, k=k, workers=workers, batched=False
+    )
     n = int(y.size)
     return {"samples": n, "distinct_groups": len(distinct), "reference_s": ref_wall, "fast_s": fast_wall,
             "speedup": ref_wall / fast_wall, "unbatched_s": unb_wall,
@@ -95,7 +97,9 @@ def _fagin(blocks, y, *, k, queries: int = 20, batch: int = 100) -> dict:
     """Fagin-inspired scoring of the full group for a few queries: the share of list entries read."""
     q = np.arange(min(queries, y.size))
     group = tuple(range(len(blocks)))
-    (score, reads, random_reads), wall, _ = _timed(fagin_group_mi, blocks, y, group, k=k, queries=q, batch=batch)
+    (score, reads, random_reads), wall, _ = _timed(
+        fagin_group_mi, blocks, y, group, k=k, queries=q, batch=batch
+    )
     full_scan = q.size * len(blocks) * (y.size - 1)
     return {"queries": int(q.size), "batch": batch, "sorted_reads": reads, "random_reads": random_reads,
             "read_fraction": reads / full_scan, "random_fraction": random_reads / full_scan, "wall_s": wall,
@@ -107,9 +111,17 @@ def _scale(*, clients, samples, dims, queries, k, n_groups, seed, workers) -> di
     groups = random_groups(clients, n_groups, rng=seed)
     res, wall, cpu = _timed(group_test, blocks, y, groups=groups, k=k, queries=queries or None, seed=seed,
                             workers=workers)
-    return {"samples": samples, "clients": clients, "dims_per_client": dims, "queries": int(res.queries.size),
-            "distinct_groups": len(set(groups)), "wall_s": wall, "cpu_s": cpu, "ranking": res.ranking().tolist(),
-            "rank_correlation_with_strength": _spearman(res.client_scores, np.linspace(0.0, 1.5, clients))}
+    return {
+        "samples": samples,
+        "clients": clients,
+        "dims_per_client": dims,
+        "queries": int(res.queries.size),
+        "distinct_groups": len(set(groups)),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "ranking": res.ranking().tolist(),
+        "rank_correlation_with_strength": _spearman(res.client_scores, np.linspace(0.0, 1.5, clients)),
+    }
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -164,11 +176,21 @@ def bench_selection(data_root=None, *, samples: int = 60000, k: int = 10, n_grou
     out = {"k": k, "seed": seed, "cores": os.cpu_count(), "load_avg_at_start": load, "warm_up_s": warm}
     out["mnist"] = _full_mnist(blocks, y, groups=groups, k=k, seed=seed, workers=workers)
     sub = [b[:ref_samples] for b in blocks]
-    out["subsample"] = _subsample(sub, y[:ref_samples], groups=groups, k=k, n_full=int(y.size), workers=workers)
+    out["subsample"] = _subsample(
+        sub, y[:ref_samples], groups=groups, k=k, n_full=int(y.size), workers=workers
+    )
     out["fagin"] = _fagin(sub, y[:ref_samples], k=k)
     if scale_samples:
-        out["scale"] = _scale(clients=scale_clients, samples=scale_samples, dims=scale_dims, queries=scale_queries,
-                              k=k, n_groups=n_groups, seed=seed, workers=workers)
+        out["scale"] = _scale(
+            clients=scale_clients,
+            samples=scale_samples,
+            dims=scale_dims,
+            queries=scale_queries,
+            k=k,
+            n_groups=n_groups,
+            seed=seed,
+            workers=workers,
+        )
     if paillier:
         out["paillier"] = _paillier(sub, groups=groups, n_full=int(y.size), key_bits=key_bits)
     return out
@@ -201,21 +223,25 @@ def format_selection_bench(d: dict) -> str:
     ]
     if "scale" in d:
         sc = d["scale"]
-        lines.append(f"  scale {sc['samples']:,} samples x {sc['clients']} clients "
-                     f"({sc['dims_per_client']} features each), "
-                     f"{sc['queries']:,} queries, {sc['distinct_groups']} groups: {_s(sc['wall_s'])} "
-                     f"({sc['cpu_s']:.1f} CPU s); "
-                     f"rank correlation of scores with true signal strength {sc['rank_correlation_with_strength']:.2f}")
+        lines.append(
+            f"  scale {sc['samples']:,} samples x {sc['clients']} clients "
+            f"({sc['dims_per_client']} features each), "
+            f"{sc['queries']:,} queries, {sc['distinct_groups']} groups: {_s(sc['wall_s'])} "
+            f"({sc['cpu_s']:.1f} CPU s); "
+            f"rank correlation of scores with true signal strength {sc['rank_correlation_with_strength']:.2f}"
+        )
     if "paillier" in d:
         p = d["paillier"]
         if not p["available"]:
             lines.append(f"  Paillier skipped: {p['note']}")
         else:
-            lines.append(f"  Paillier {p['key_bits']}-bit (gmpy2: {p['gmpy2']}), {p['slots_per_ciphertext']} distances "
-                         f"per ciphertext: encrypt {p['encrypt_per_ciphertext_s'] * 1e3:.2f} ms, decrypt "
-                         f"{p['decrypt_per_ciphertext_s'] * 1e3:.2f} ms per ciphertext; one query's upload "
-                         f"{p['bytes_up_per_query'] / 1e6:.2f} MB vs "
-                         f"{p['plain_bytes_up_per_query'] / 1e6:.2f} MB plain")
+            lines.append(
+                f"  Paillier {p['key_bits']}-bit (gmpy2: {p['gmpy2']}), {p['slots_per_ciphertext']} distances "
+                f"per ciphertext: encrypt {p['encrypt_per_ciphertext_s'] * 1e3:.2f} ms, decrypt "
+                f"{p['decrypt_per_ciphertext_s'] * 1e3:.2f} ms per ciphertext; one query's upload "
+                f"{p['bytes_up_per_query'] / 1e6:.2f} MB vs "
+                f"{p['plain_bytes_up_per_query'] / 1e6:.2f} MB plain"
+            )
             lines.append(f"    projected secure scoring: full MNIST {p['projected_full_s'] / 3600:,.0f} h; "
                          f"VF-PS's 20 queries {p['projected_20_queries_s']:.0f} s")
     return "\n".join(lines)

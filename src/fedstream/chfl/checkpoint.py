@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from fedstream.errors import ConfigError
 from fedstream.chfl.settings import CONFIG_KEYS
+from fedstream.errors import ConfigError
 
 FORMAT = 1
 CHECKPOINT = "checkpoint.pt"
@@ -140,19 +140,30 @@ def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATO
     path = Path(path)
     try:
         saved = torch.load(path, weights_only=True)
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:  # truncated, not torch
-        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc}); delete it to "
-                              "start the run again") from None
+    except (
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        pickle.UnpicklingError,
+    ) as exc:  # truncated, not torch
+        raise CheckpointError(
+            f"{path}: cannot read the checkpoint ({exc}); delete it to start the run again"
+        ) from None
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or "state" not in saved:
         raise CheckpointError(f"{path}: not a CHFL checkpoint of format {FORMAT}; delete it "
                               "to start the run again")
     saved.setdefault("identity", {})
     found = saved.setdefault("kind", SIMULATOR)  # a checkpoint of before kinds: the simulator's
     if found != kind:
-        writer = WRITERS.get(found, f"of kind {found!r}, written by neither the simulator nor a deployed server")
+        writer = WRITERS.get(
+            found, f"of kind {found!r}, written by neither the simulator nor a deployed server"
+        )
         reader = "a deployed server" if kind == DEPLOYED else "the simulator"
-        raise CheckpointError(f"{path}: a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
-                              "--out, or delete it to start again")
+        raise CheckpointError(
+            f"{path}: a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
+            "--out, or delete it to start again"
+        )
     return saved
 
 

@@ -30,7 +30,9 @@ from torch import nn
 HIDDEN = (512, 256, 128)
 
 
-def linear(d_in: int, d_out: int, *, bias: bool = True, generator: torch.Generator | None = None) -> nn.Linear:
+def linear(
+    d_in: int, d_out: int, *, bias: bool = True, generator: torch.Generator | None = None
+) -> nn.Linear:
     """``nn.Linear(d_in, d_out)`` initialised as PyTorch does, from ``generator`` if given.
 
     With a generator the layer is built on the meta device (no draw from the global RNG), then
@@ -85,8 +87,11 @@ class LateralColumn(nn.Module):
         self.mu = float(mu)
         self.column = Column(d_in, n_classes, hidden, generator=generator)
         outs = [*hidden[1:], n_classes]  # U^(i+1): n_i -> n_{i+1}, i = 1..L-1
-        self.laterals = nn.ModuleList(
-            linear(a, b, bias=False, generator=generator) for a, b in zip(hidden, outs)) if mu > 0 else nn.ModuleList()
+        self.laterals = (
+            nn.ModuleList(linear(a, b, bias=False, generator=generator) for a, b in zip(hidden, outs))
+            if mu > 0
+            else nn.ModuleList()
+        )
 
     def unique_logits(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor]) -> torch.Tensor:
         """z_u^(L) by eq. 6."""

@@ -16,21 +16,36 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
+from fedstream.chfl.splits import SPLIT_KINDS, SettingError
 from fedstream.data.chfl_datasets import DATASETS
 from fedstream.errors import ConfigError
-from fedstream.chfl.splits import SPLIT_KINDS, SettingError
 
 METHODS = ("chfl", "common", "local", "concat", "fedprox")
 SHARED_BASELINES = ("common", "concat")
 
 # settings field -> the config key a user writes (task = "chfl"); batch and stream fields together
 CONFIG_KEYS: dict[str, str] = {
-    "dataset": "data.name", "clients": "chfl.clients", "common_ratio": "chfl.common_ratio",
-    "split": "chfl.split", "split_index": "chfl.split_index", "hidden": "chfl.hidden", "rounds": "chfl.rounds",
-    "local_epochs": "chfl.local_epochs", "batch_size": "chfl.batch_size", "lrs": "chfl.lrs", "mus": "chfl.mus",
-    "prox_mu": "chfl.prox_mu", "max_rows": "chfl.max_rows", "method": "chfl.method", "shared_baselines": "chfl.baselines",
-    "batch": "chfl.stream_batch", "sync_every": "chfl.stream_sync_every", "lr": "chfl.stream_lr", "mu": "chfl.stream_mu",
-    "late_join": "chfl.stream_late_join", "eval_every": "chfl.stream_eval_every",
+    "dataset": "data.name",
+    "clients": "chfl.clients",
+    "common_ratio": "chfl.common_ratio",
+    "split": "chfl.split",
+    "split_index": "chfl.split_index",
+    "hidden": "chfl.hidden",
+    "rounds": "chfl.rounds",
+    "local_epochs": "chfl.local_epochs",
+    "batch_size": "chfl.batch_size",
+    "lrs": "chfl.lrs",
+    "mus": "chfl.mus",
+    "prox_mu": "chfl.prox_mu",
+    "max_rows": "chfl.max_rows",
+    "method": "chfl.method",
+    "shared_baselines": "chfl.baselines",
+    "batch": "chfl.stream_batch",
+    "sync_every": "chfl.stream_sync_every",
+    "lr": "chfl.stream_lr",
+    "mu": "chfl.stream_mu",
+    "late_join": "chfl.stream_late_join",
+    "eval_every": "chfl.stream_eval_every",
 }
 
 

@@ -179,9 +179,12 @@ def split_rows(n_rows: int, n_clients: int, *, seed: int,
     n_train = round(fractions[0] * n_rows)
     n_val = round(fractions[1] * n_rows)
     if n_train < n_clients or n_val < n_clients or n_rows - n_train - n_val < 1:
-        raise SettingError("clients", f"{n_rows} rows are too few for {n_clients} clients (rows: the "
-                           f"dataset's, or {{max_rows}}): expected at least one train and one validation row per client "
-                           f"and one test row")
+        raise SettingError(
+            "clients",
+            f"{n_rows} rows are too few for {n_clients} clients (rows: the "
+            f"dataset's, or {{max_rows}}): expected at least one train and one validation row per client "
+            f"and one test row",
+        )
     perm = np.random.default_rng([seed, 3]).permutation(n_rows)
     train = tuple(np.sort(p) for p in np.array_split(perm[:n_train], n_clients))
     val = tuple(np.sort(p) for p in np.array_split(perm[n_train:n_train + n_val], n_clients))

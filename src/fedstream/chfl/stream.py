@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
-from fedstream.data.paths import resolve_data_root
 from fedstream.chfl.checkpoint import (
     RunFolder,
     arrays_to_tensors,
@@ -45,6 +43,8 @@ from fedstream.chfl.settings import (
     check_num,
 )
 from fedstream.chfl.splits import SettingError, random_split
+from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
+from fedstream.data.paths import resolve_data_root
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.tensors import ModelTransport
 
@@ -117,9 +117,18 @@ class _Stream:
         for k in range(s.clients):
             v = _stream_view(X, y, parts[k], fs.common, fs.unique[k], s.stats_rows)
             heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
-            self.clients.append(Client(k, ClientData(v, v, v), heads=heads, lr=s.lr, batch_size=s.batch,
-                                       common=Column(dc, n_classes, s.hidden, generator=g) if federated else None,
-                                       prox_mu=s.prox_mu if method == "fedprox" else 0.0, seed=seed))
+            self.clients.append(
+                Client(
+                    k,
+                    ClientData(v, v, v),
+                    heads=heads,
+                    lr=s.lr,
+                    batch_size=s.batch,
+                    common=Column(dc, n_classes, s.hidden, generator=g) if federated else None,
+                    prox_mu=s.prox_mu if method == "fedprox" else 0.0,
+                    seed=seed,
+                )
+            )
         self.transport = ModelTransport(s.clients)
         self.correct = np.zeros((s.clients, self.n_ticks))
         self.since_sync = [0] * s.clients

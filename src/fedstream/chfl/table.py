@@ -23,10 +23,10 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from fedstream.data.chfl_datasets import load_chfl_dataset
-from fedstream.data.paths import resolve_data_root
 from fedstream.chfl.settings import METHODS, SHARED_BASELINES, CHFLSettings, check_method
 from fedstream.chfl.trainer import run_chfl
+from fedstream.data.chfl_datasets import load_chfl_dataset
+from fedstream.data.paths import resolve_data_root
 
 COLUMNS = {  # (method, result variant) -> column title
     ("common", "common"): "Common", ("local", "local"): "Local", ("chfl", "mu=0"): "CHFL mu=0",
@@ -162,7 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="time 1 and 2 rounds of each (dataset, method) and project the table")
     a = p.parse_args(argv)
     settings = CHFLSettings.from_dict(_parse_set(a.set))
-    kw = {"datasets": a.datasets, "methods": a.methods, "splits": a.splits, "runs": a.runs, "workers": a.workers}
+    kw = {
+        "datasets": a.datasets,
+        "methods": a.methods,
+        "splits": a.splits,
+        "runs": a.runs,
+        "workers": a.workers,
+    }
     if a.estimate:
         out = estimate(settings, a.data_root, **kw)
         print(json.dumps(out, indent=2))

@@ -36,8 +36,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-from fedstream.data.paths import resolve_data_root
 from fedstream.chfl.checkpoint import (
     RunFolder,
     arrays_to_tensors,
@@ -58,6 +56,8 @@ from fedstream.chfl.splits import (
     feature_split,
     split_rows,
 )
+from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+from fedstream.data.paths import resolve_data_root
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import ModelTransport
@@ -168,7 +168,9 @@ def build_clients(plan: Plan, unique_sizes: Sequence[int], lr: float,
     clients = {}
     for k in range(max(data, default=-1) + 1):
         common = Column(dc, plan.n_classes, s.hidden, generator=g) if plan.federated else None
-        heads = make_heads(plan.method, dc, unique_sizes[k], plan.n_classes, s.hidden, s.mus, shared, generator=g)
+        heads = make_heads(
+            plan.method, dc, unique_sizes[k], plan.n_classes, s.hidden, s.mus, shared, generator=g
+        )
         if k in data:
             clients[k] = Client(
                 k, data[k], common=common, heads=heads, lr=lr, batch_size=s.batch_size,
@@ -197,8 +199,12 @@ def keep_common(commons: dict[tuple[float, int], dict[str, np.ndarray]], selecto
         del commons[key]
 
 
-def score_choices(c: Client, selector: Selector, commons: Mapping[tuple[float, int], Mapping[str, np.ndarray]],
-                  variants: Mapping[str, Callable[[str], bool]]) -> dict[str, Choice]:
+def score_choices(
+    c: Client,
+    selector: Selector,
+    commons: Mapping[tuple[float, int], Mapping[str, np.ndarray]],
+    variants: Mapping[str, Callable[[str], bool]],
+) -> dict[str, Choice]:
     """``c``'s choice for each variant, scored on the test rows from its snapshot (each once)."""
     scored: dict[tuple[float, str], Choice] = {}
     out = {}
@@ -328,10 +334,18 @@ class LocalCohort:
     def records_state(self) -> dict:
         """The validation records with their snapshots and the global columns they point to."""
         return {
-            "selector": [{"key": [k, lr, cand], "choice": asdict(ch), "snapshot": self.selector.snapshots[(k, lr, cand)]}
-                         for (k, lr, cand), ch in self.selector.best.items()],
-            "commons": [{"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
-                        for (lr, rnd), st in self.commons.items()],
+            "selector": [
+                {
+                    "key": [k, lr, cand],
+                    "choice": asdict(ch),
+                    "snapshot": self.selector.snapshots[(k, lr, cand)],
+                }
+                for (k, lr, cand), ch in self.selector.best.items()
+            ],
+            "commons": [
+                {"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
+                for (lr, rnd), st in self.commons.items()
+            ],
         }
 
     def load_records(self, state: dict) -> None:
@@ -417,14 +431,18 @@ class BatchRun:
             evaluate = t > 0 and (s.select_round or t == s.rounds)
             # θ^t down to every client (t = T: the final model), scored, trained on, sent back up
             models = server.broadcast(range(s.clients)) if server is not None else None
-            result = self.cohort.round(lr, t, models, validate=evaluate, epochs=0 if t == s.rounds else s.local_epochs)
+            result = self.cohort.round(
+                lr, t, models, validate=evaluate, epochs=0 if t == s.rounds else s.local_epochs
+            )
             if evaluate:
                 val = float(np.mean(list(result.val.values())))
                 row = {"lr": lr, "round": t, "val_acc": val, "bytes_total": self.ledger.total}
                 if self.folder is not None:
                     self.folder.append(row)
                 if self.progress is not None:
-                    self.progress({"method": plan.method, "lr": lr, "round": t, "rounds": s.rounds, "val_acc": val})
+                    self.progress(
+                        {"method": plan.method, "lr": lr, "round": t, "rounds": s.rounds, "val_acc": val}
+                    )
             if t == s.rounds:
                 break
             if server is not None:

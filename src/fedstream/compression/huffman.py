@@ -77,7 +77,9 @@ def _encode_kernel(symbols, codes, lengths, out):  # pragma: no cover (jit)
 
 
 @njit(cache=True)
-def _decode_kernel(buf, avail_bits, out, lut, k, max_len, limit, offset, sorted_syms):  # pragma: no cover (jit)
+def _decode_kernel(
+    buf, avail_bits, out, lut, k, max_len, limit, offset, sorted_syms
+):  # pragma: no cover (jit)
     """Decode ``out.size`` symbols; return the bits consumed, or -1 once they exceed ``avail_bits``."""
     acc = np.int64(0)
     nacc = 0
@@ -125,7 +127,9 @@ def _huffman_lengths(weights: np.ndarray) -> np.ndarray:
         heapq.heappush(heap, (wa + wb, node))
         node += 1
     depth = np.zeros(2 * m - 1, dtype=np.int64)
-    for i in range(2 * m - 3, -1, -1):  # parents have larger ids: fill top-down (per alphabet, not per symbol)
+    for i in range(
+        2 * m - 3, -1, -1
+    ):  # parents have larger ids: fill top-down (per alphabet, not per symbol)
         depth[i] = depth[parent[i]] + 1
     return depth[:m]
 
@@ -133,8 +137,12 @@ def _huffman_lengths(weights: np.ndarray) -> np.ndarray:
 def _as_counts(counts) -> np.ndarray:
     c = np.asarray(counts)
     if c.ndim != 1 or not 1 <= c.size <= MAX_ALPHABET:
-        raise ProtocolError(f"counts must be 1-D with 1..{MAX_ALPHABET} entries (one per symbol), got shape {c.shape}")
-    if c.dtype.kind not in "iu" and not (c.dtype.kind == "f" and np.all(np.isfinite(c)) and np.all(c == np.floor(c))):
+        raise ProtocolError(
+            f"counts must be 1-D with 1..{MAX_ALPHABET} entries (one per symbol), got shape {c.shape}"
+        )
+    if c.dtype.kind not in "iu" and not (
+        c.dtype.kind == "f" and np.all(np.isfinite(c)) and np.all(c == np.floor(c))
+    ):
         raise ProtocolError(f"counts must be integers, got dtype {c.dtype}")
     if c.size and c.min() < 0:
         raise ProtocolError(f"counts must be >= 0, got {c.min()}")
@@ -148,7 +156,18 @@ class HuffmanCode:
     lengths), :meth:`from_lengths` or :meth:`from_bytes` (a received table); all validate.
     """
 
-    __slots__ = ("_codes", "_k", "_lengths", "_limit", "_lut", "_max_len", "_offset", "_sorted", "alphabet_size", "single")
+    __slots__ = (
+        "_codes",
+        "_k",
+        "_lengths",
+        "_limit",
+        "_lut",
+        "_max_len",
+        "_offset",
+        "_sorted",
+        "alphabet_size",
+        "single",
+    )
 
     def __init__(self, lengths: np.ndarray, single: int | None = None):
         """Internal: use the ``from_*`` constructors, which validate ``lengths``."""
@@ -211,14 +230,22 @@ class HuffmanCode:
         """The canonical code with these code lengths (validated: range and Kraft equality)."""
         n = np.asarray(lengths)
         if n.ndim != 1 or not 1 <= n.size <= MAX_ALPHABET:
-            raise ProtocolError(f"code lengths must be 1-D with 1..{MAX_ALPHABET} entries, got shape {n.shape}")
+            raise ProtocolError(
+                f"code lengths must be 1-D with 1..{MAX_ALPHABET} entries, got shape {n.shape}"
+            )
         if n.dtype.kind not in "iu" or n.min() < 0 or n.max() > MAX_CODE_LEN:
-            raise ProtocolError(f"code lengths must be integers in 0..{MAX_CODE_LEN}, got dtype {n.dtype}, range {n.min()}..{n.max()}")
+            raise ProtocolError(
+                f"code lengths must be integers in 0..{MAX_CODE_LEN}, got dtype {n.dtype}, range {n.min()}..{n.max()}"
+            )
         if single is not None:
             if not 0 <= single < n.size or n.any():
-                raise ProtocolError(f"a one-symbol code needs a symbol in 0..{n.size - 1} and no other lengths, got symbol {single}")
+                raise ProtocolError(
+                    f"a one-symbol code needs a symbol in 0..{n.size - 1} and no other lengths, got symbol {single}"
+                )
         elif np.count_nonzero(n) == 1:
-            raise ProtocolError("a code with one present symbol must give it the empty codeword (single=...), not a length")
+            raise ProtocolError(
+                "a code with one present symbol must give it the empty codeword (single=...), not a length"
+            )
         return cls(n.astype(np.uint8), single)
 
     # ------------------------------------------------------------------ properties
@@ -240,7 +267,9 @@ class HuffmanCode:
         """Bits of the bit string for a message with these symbol counts: ``sum counts * lengths``."""
         c = _as_counts(counts)
         if c.size != self.alphabet_size:
-            raise ProtocolError(f"counts cover {c.size} symbols, the code's alphabet has {self.alphabet_size}")
+            raise ProtocolError(
+                f"counts cover {c.size} symbols, the code's alphabet has {self.alphabet_size}"
+            )
         return int(np.dot(c, self._lengths.astype(np.int64)))
 
     def __eq__(self, other: object) -> bool:
@@ -249,7 +278,9 @@ class HuffmanCode:
 
     def __repr__(self) -> str:
         present = 1 if self.single is not None else int(np.count_nonzero(self._lengths))
-        return f"HuffmanCode(alphabet_size={self.alphabet_size}, present={present}, max_length={self._max_len})"
+        return (
+            f"HuffmanCode(alphabet_size={self.alphabet_size}, present={present}, max_length={self._max_len})"
+        )
 
     # ------------------------------------------------------------------ coding
     def encode(self, symbols: np.ndarray) -> tuple[bytes, int]:
@@ -279,8 +310,12 @@ class HuffmanCode:
     def _bad_symbol(self, s: np.ndarray, i: int) -> ProtocolError:
         v = int(s[i])
         if not 0 <= v < self.alphabet_size:
-            return ProtocolError(f"symbol {v} at position {i} is outside the alphabet 0..{self.alphabet_size - 1}")
-        return ProtocolError(f"symbol {v} at position {i} has no codeword (its count was 0 when the code was built)")
+            return ProtocolError(
+                f"symbol {v} at position {i} is outside the alphabet 0..{self.alphabet_size - 1}"
+            )
+        return ProtocolError(
+            f"symbol {v} at position {i} has no codeword (its count was 0 when the code was built)"
+        )
 
     def decode(self, data: bytes, n_symbols: int, n_bits: int | None = None) -> np.ndarray:
         """Read ``n_symbols`` symbols (int32) from ``data`` made by :meth:`encode`.
@@ -299,20 +334,32 @@ class HuffmanCode:
         limit = avail if n_bits is None else n_bits
         if self.single is not None or self._max_len == 0 or n_symbols == 0:
             if self._max_len == 0 and self.single is None and n_symbols:
-                raise ProtocolError(f"expected {n_symbols} symbols but the code table is empty (it encodes nothing)")
+                raise ProtocolError(
+                    f"expected {n_symbols} symbols but the code table is empty (it encodes nothing)"
+                )
             if raw.size:
-                raise ProtocolError(f"expected an empty bit string for {n_symbols} symbols of 0 bits, got {raw.size} bytes")
+                raise ProtocolError(
+                    f"expected an empty bit string for {n_symbols} symbols of 0 bits, got {raw.size} bytes"
+                )
             return np.full(n_symbols, self.single if self.single is not None else 0, dtype=np.int32)
         buf = np.zeros(raw.size + PAD, dtype=np.uint8)
         buf[: raw.size] = raw
         out = np.empty(n_symbols, dtype=np.int32)
-        used = _decode_kernel(buf, limit, out, self._lut, self._k, self._max_len, self._limit, self._offset, self._sorted)
+        used = _decode_kernel(
+            buf, limit, out, self._lut, self._k, self._max_len, self._limit, self._offset, self._sorted
+        )
         if used < 0:
-            raise ProtocolError(f"bit string truncated: {limit} bits hold fewer than the {n_symbols} symbols expected")
+            raise ProtocolError(
+                f"bit string truncated: {limit} bits hold fewer than the {n_symbols} symbols expected"
+            )
         if n_bits is not None and used != n_bits:
-            raise ProtocolError(f"{n_symbols} symbols took {used} bits but the message says {n_bits}: wrong table or count")
+            raise ProtocolError(
+                f"{n_symbols} symbols took {used} bits but the message says {n_bits}: wrong table or count"
+            )
         if (used + 7) // 8 != raw.size:
-            raise ProtocolError(f"{n_symbols} symbols took {used} bits but the bit string has {raw.size} bytes: wrong table or count")
+            raise ProtocolError(
+                f"{n_symbols} symbols took {used} bits but the bit string has {raw.size} bytes: wrong table or count"
+            )
         if used % 8 and raw[-1] & ((1 << (8 - used % 8)) - 1):
             raise ProtocolError("non-zero padding bits after the last symbol: wrong table or count")
         return out
@@ -357,8 +404,10 @@ class HuffmanCode:
         """Parse a table embedded in a message at ``offset``; return it and the offset after it."""
         def need(n: int, what: str) -> None:
             if offset + n > len(data):
-                raise ProtocolError(f"Huffman table truncated: expected {n} bytes of {what} at byte {offset}, "
-                                    f"the message has {len(data) - offset}")
+                raise ProtocolError(
+                    f"Huffman table truncated: expected {n} bytes of {what} at byte {offset}, "
+                    f"the message has {len(data) - offset}"
+                )
 
         need(_TABLE_HEAD.size, "table header")
         kind, size1 = _TABLE_HEAD.unpack_from(data, offset)
@@ -390,7 +439,9 @@ class HuffmanCode:
             syms = np.frombuffer(data, "<u2", c, offset + 2).astype(np.int64)
             lens = np.frombuffer(data, np.uint8, c, offset + 2 + 2 * c)
             if np.any(np.diff(syms) <= 0) or syms[-1] >= n or np.any(lens == 0):
-                raise ProtocolError(f"Huffman table: sparse symbols must increase, lie in 0..{n - 1} and have lengths >= 1")
+                raise ProtocolError(
+                    f"Huffman table: sparse symbols must increase, lie in 0..{n - 1} and have lengths >= 1"
+                )
             lengths = np.zeros(n, dtype=np.uint8)
             lengths[syms] = lens
             return cls.from_lengths(lengths), offset + 2 + 3 * c
@@ -401,5 +452,7 @@ class HuffmanCode:
         """Parse a table made by :meth:`to_bytes`; the whole of ``data`` must be the table."""
         code, end = cls.read_from(data, 0)
         if end != len(data):
-            raise ProtocolError(f"Huffman table of {end} bytes followed by {len(data) - end} unexpected bytes")
+            raise ProtocolError(
+                f"Huffman table of {end} bytes followed by {len(data) - end} unexpected bytes"
+            )
         return code

@@ -76,7 +76,9 @@ def encode_block(symbols: np.ndarray, alphabet: int, mode: int | None = None) ->
         counts = np.bincount(pairs, minlength=alphabet * alphabet)
         tail = encode_varint(int(s[-1])) if s.size % 2 else b""
         floor = 1 + len(tail) + _table_floor(alphabet * alphabet, int(np.count_nonzero(counts)))
-        if mode == PAIRS or floor + math.ceil(_entropy_bits(counts) / 8) < single_size:  # else pairs cannot win
+        if (
+            mode == PAIRS or floor + math.ceil(_entropy_bits(counts) / 8) < single_size
+        ):  # else pairs cannot win
             code = HuffmanCode.from_counts(counts)
             table = code.to_bytes()
             if mode == PAIRS or 1 + len(table) + len(tail) + (code.coded_bits(counts) + 7) // 8 < single_size:
@@ -89,18 +91,26 @@ def encode_block(symbols: np.ndarray, alphabet: int, mode: int | None = None) ->
 def decode_block(data: bytes | memoryview, offset: int, n_symbols: int, alphabet: int) -> np.ndarray:
     """The ``n_symbols`` symbols (int32) of the block at ``data[offset:]``; the block must end the data."""
     if offset >= len(data):
-        raise ProtocolError(f"Huffman block truncated: no mode byte at byte {offset} (the message has {len(data)})")
+        raise ProtocolError(
+            f"Huffman block truncated: no mode byte at byte {offset} (the message has {len(data)})"
+        )
     head = data[offset]
     mode, pad = head >> 3, head & 7
     if mode not in (SINGLE, PAIRS):
-        raise ProtocolError(f"Huffman block: unknown mode {mode}; expected {SINGLE} (single symbols) or {PAIRS} (pairs)")
+        raise ProtocolError(
+            f"Huffman block: unknown mode {mode}; expected {SINGLE} (single symbols) or {PAIRS} (pairs)"
+        )
     code, offset = HuffmanCode.read_from(data, offset + 1)
     want = alphabet if mode == SINGLE else alphabet * alphabet
     if mode == PAIRS and alphabet > MAX_PAIR_ALPHABET:
-        raise ProtocolError(f"Huffman block: pair coding for an alphabet of {alphabet} symbols (at most {MAX_PAIR_ALPHABET})")
+        raise ProtocolError(
+            f"Huffman block: pair coding for an alphabet of {alphabet} symbols (at most {MAX_PAIR_ALPHABET})"
+        )
     if code.alphabet_size != want:
         what = "symbols" if mode == SINGLE else f"pairs of {alphabet} symbols"
-        raise ProtocolError(f"Huffman block: table over {code.alphabet_size} symbols, expected {want} ({what}): wrong table")
+        raise ProtocolError(
+            f"Huffman block: table over {code.alphabet_size} symbols, expected {want} ({what}): wrong table"
+        )
     tail = None
     if mode == PAIRS and n_symbols % 2:
         tail, offset = read_varint(data, offset, what="Huffman block tail symbol")

@@ -87,7 +87,9 @@ class ThreeSigmaQuantizer:
 
     def __init__(self, levels: int = 24):
         if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 1 <= levels <= 254:
-            raise ProtocolError(f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}")
+            raise ProtocolError(
+                f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}"
+            )
         self.levels = int(levels)
         self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
 
@@ -119,7 +121,9 @@ class ThreeSigmaQuantizer:
             raise ProtocolError(f"state must be a QuantizerState, got {type(state).__name__}")
         g = as_float32(grad, "3-sigma quantiser")
         current = gradient_stats(g)
-        mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))  # first round: current
+        mu, sigma = map(
+            np.float32, current if state.mu is None else (state.mu, state.sigma)
+        )  # first round: current
         sym = self.symbols(g, mu, sigma)
         block = encode_block(sym, self.levels + 2)
         state.mu, state.sigma = current
@@ -130,16 +134,24 @@ class ThreeSigmaQuantizer:
         """The dequantised float32 gradient of ``shape`` from a message made by :meth:`encode`."""
         data, shape = as_bytes(data, "3-sigma quantiser"), check_shape(shape, "3-sigma quantiser")
         if len(data) < _QHEAD.size:
-            raise ProtocolError(f"quantised gradient of {len(data)} bytes is shorter than its {_QHEAD.size}-byte header")
+            raise ProtocolError(
+                f"quantised gradient of {len(data)} bytes is shorter than its {_QHEAD.size}-byte header"
+            )
         levels, mu, sigma = _QHEAD.unpack_from(data)
         if levels != self.levels:
-            raise ProtocolError(f"quantised gradient uses P={levels} levels, this codec expects P={self.levels}")
+            raise ProtocolError(
+                f"quantised gradient uses P={levels} levels, this codec expects P={self.levels}"
+            )
         if not (np.isfinite(mu) and np.isfinite(sigma) and sigma >= 0):
-            raise ProtocolError(f"quantised gradient: mu={mu}, sigma={sigma}; expected finite values and sigma >= 0")
+            raise ProtocolError(
+                f"quantised gradient: mu={mu}, sigma={sigma}; expected finite values and sigma >= 0"
+            )
         n, offset = read_varint(data, _QHEAD.size, what="quantised gradient entry count")
         expected = int(np.prod(shape, dtype=np.int64))
         if n != expected:
-            raise ProtocolError(f"quantised gradient holds {n} entries, expected {expected} for shape {shape}")
+            raise ProtocolError(
+                f"quantised gradient holds {n} entries, expected {expected} for shape {shape}"
+            )
         sym = decode_block(data, offset, n, self.levels + 2)
         return self.values(mu, sigma)[sym].reshape(shape)
 
@@ -176,7 +188,9 @@ class SignCodec:
         expected = self._head + (n + 7) // 8
         if len(data) != expected:
             form = "scaled (4-byte scale + 1 bit per entry)" if self.scaled else "plain (1 bit per entry)"
-            raise ProtocolError(f"{form} sign-coded gradient for shape {shape}: expected {expected} bytes, got {len(data)}")
+            raise ProtocolError(
+                f"{form} sign-coded gradient for shape {shape}: expected {expected} bytes, got {len(data)}"
+            )
         s = np.float32(1)
         if self.scaled:
             (scale,) = struct.unpack_from("<f", data)

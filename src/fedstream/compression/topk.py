@@ -99,12 +99,16 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
     data, shape = as_bytes(data, "sparse embedding"), check_shape(shape, "sparse embedding")
     n = int(np.prod(shape, dtype=np.int64))
     if len(data) < 1:
-        raise ProtocolError("sparse embedding: empty message, expected at least the 1-byte index-encoding flag")
+        raise ProtocolError(
+            "sparse embedding: empty message, expected at least the 1-byte index-encoding flag"
+        )
     flag = data[0]
     if flag == BITMAP:
         nb = (n + 7) // 8
         if len(data) < 1 + nb:
-            raise ProtocolError(f"sparse embedding: bitmap for shape {shape} needs {nb} bytes, the message has {len(data) - 1}")
+            raise ProtocolError(
+                f"sparse embedding: bitmap for shape {shape} needs {nb} bytes, the message has {len(data) - 1}"
+            )
         bits = np.unpackbits(np.frombuffer(data, np.uint8, nb, 1))
         if bits[n:].any():
             raise ProtocolError("sparse embedding: non-zero padding bits after the bitmap")
@@ -116,15 +120,23 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
             raise ProtocolError(f"sparse embedding: {nnz} entries sent but shape {shape} has only {n}")
         gaps, offset = decode_varints(data, offset, nnz, what="sparse embedding index gaps")
         if nnz and gaps.max() >= n:
-            raise ProtocolError(f"sparse embedding: index gap {gaps.max()} exceeds the {n} entries of shape {shape}")
+            raise ProtocolError(
+                f"sparse embedding: index gap {gaps.max()} exceeds the {n} entries of shape {shape}"
+            )
         idx = np.cumsum(gaps + 1) - 1
         if nnz and idx[-1] >= n:
-            raise ProtocolError(f"sparse embedding: index {idx[-1]} out of range for shape {shape} ({n} entries)")
+            raise ProtocolError(
+                f"sparse embedding: index {idx[-1]} out of range for shape {shape} ({n} entries)"
+            )
     else:
-        raise ProtocolError(f"sparse embedding: unknown index encoding flag {flag}; expected {BITMAP} (bitmap) or {DELTA} (delta)")
+        raise ProtocolError(
+            f"sparse embedding: unknown index encoding flag {flag}; expected {BITMAP} (bitmap) or {DELTA} (delta)"
+        )
     expected = offset + 4 * idx.size
     if len(data) != expected:
-        raise ProtocolError(f"sparse embedding: {idx.size} entries need {expected} bytes, the message has {len(data)}")
+        raise ProtocolError(
+            f"sparse embedding: {idx.size} entries need {expected} bytes, the message has {len(data)}"
+        )
     values = np.frombuffer(data, F32, idx.size, offset).copy()
     if not np.isfinite(values).all():
         raise ProtocolError("sparse embedding: values hold NaN or inf")
@@ -260,7 +272,9 @@ class EmbeddingCache:
         rows = math.prod(sparse.shape[:-1])
         ids = self._check_samples(samples, rows)
         if self.width is not None and self.width != width:
-            raise ProtocolError(f"embedding cache: embedding of width {width}, the table holds width {self.width}")
+            raise ProtocolError(
+                f"embedding cache: embedding of width {width}, the table holds width {self.width}"
+            )
         slots = self._slots(ids, width)
         hit = self._tags[slots] == ids
         out = np.zeros((rows, width), dtype=F32)
@@ -285,7 +299,9 @@ class EmbeddingCache:
     def _check_samples(self, samples, rows: int | None) -> np.ndarray:
         ids = np.asarray(samples)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise ProtocolError(f"embedding cache: sample ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
+            raise ProtocolError(
+                f"embedding cache: sample ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}"
+            )
         if rows is not None and ids.size != rows:
             raise ProtocolError(f"embedding cache: {ids.size} sample ids for an embedding of {rows} rows")
         ids = ids.astype(np.int64)
@@ -330,7 +346,9 @@ class EmbeddingCache:
             ids = np.asarray(state["ids"], dtype=np.int64)
             rows = np.asarray(state["rows"], dtype=F32).reshape(ids.size, width)
         except (KeyError, ValueError, TypeError) as exc:
-            raise ProtocolError(f"embedding cache state: expected ids, rows and shape that fit together ({exc})") from None
+            raise ProtocolError(
+                f"embedding cache state: expected ids, rows and shape that fit together ({exc})"
+            ) from None
         self._table = np.zeros((capacity, width), dtype=F32)
         self._tags = np.full(capacity, -1, dtype=np.int64)
         if ids.size:

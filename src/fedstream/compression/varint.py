@@ -50,21 +50,27 @@ def encode_varint(value: int) -> bytes:
     return encode_varints(np.array([value], dtype=np.uint64))
 
 
-def decode_varints(data: bytes | memoryview, offset: int, count: int, *, what: str = "varint") -> tuple[np.ndarray, int]:
+def decode_varints(
+    data: bytes | memoryview, offset: int, count: int, *, what: str = "varint"
+) -> tuple[np.ndarray, int]:
     """Read ``count`` varints starting at ``data[offset]``; return them (int64) and the end offset."""
     if count == 0:
         return np.zeros(0, dtype=np.int64), offset
     buf = np.frombuffer(data, dtype=np.uint8, offset=offset) if offset < len(data) else np.zeros(0, np.uint8)
     ends = np.flatnonzero(buf < 0x80)  # the last byte of each varint has its high bit clear
     if ends.size < count:
-        raise ProtocolError(f"{what}: expected {count} varints at byte {offset}, the data holds only {ends.size} complete ones")
+        raise ProtocolError(
+            f"{what}: expected {count} varints at byte {offset}, the data holds only {ends.size} complete ones"
+        )
     ends = ends[:count]
     starts = np.empty(count, dtype=np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
     sizes = ends - starts + 1
     if sizes.max() > MAX_VARINT_BYTES:
-        raise ProtocolError(f"{what}: a varint of {sizes.max()} bytes; at most {MAX_VARINT_BYTES} are allowed")
+        raise ProtocolError(
+            f"{what}: a varint of {sizes.max()} bytes; at most {MAX_VARINT_BYTES} are allowed"
+        )
     if np.any((sizes > 1) & (buf[ends] == 0)):
         raise ProtocolError(f"{what}: non-minimal varint (a trailing zero byte)")
     end = int(ends[-1]) + 1

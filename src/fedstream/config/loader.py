@@ -26,7 +26,9 @@ PRESET_DIR = "presets"
 def list_presets() -> dict[str, str]:
     """Built-in preset names with the first line of their description."""
     out = {}
-    for item in sorted(resources.files("fedstream.config").joinpath(PRESET_DIR).iterdir(), key=lambda p: p.name):
+    for item in sorted(
+        resources.files("fedstream.config").joinpath(PRESET_DIR).iterdir(), key=lambda p: p.name
+    ):
         if item.name.endswith(".toml"):
             first = item.read_text().splitlines()[0] if item.read_text() else ""
             out[item.name[:-5]] = first.lstrip("# ").strip()
@@ -198,7 +200,9 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
         _check_number_list(cfg, "chfl.hidden", int, 1, None)
         _check_number_list(cfg, "chfl.lrs", float, 0.0, None)
         _check_number_list(cfg, "chfl.mus", float, -1e-12, 1.0)
-        _check_number_list(cfg, "chfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
+        _check_number_list(
+            cfg, "chfl.lrs", float, 0.0, 1.0
+        )  # Adam rates: the trainer's bound, checked up front
         if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
             raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
                               "draws random common features (chfl.split_index picks which)")
@@ -221,7 +225,9 @@ def _check_selection(cfg: dict[str, Any]) -> None:
     SelectionSpec.from_config(cfg).check_clients(cfg["vfl.clients"])
 
 
-def _check_number_list(cfg: dict[str, Any], key: str, kind: type, above: float, at_most: float | None) -> None:
+def _check_number_list(
+    cfg: dict[str, Any], key: str, kind: type, above: float, at_most: float | None
+) -> None:
     """A comma-separated list of numbers, each > ``above`` (and <= ``at_most``)."""
     try:
         values = [kind(v) for v in cfg[key].split(",")]

@@ -29,8 +29,10 @@ from fedstream.errors import DataError
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILE = "test_batch"
 FOLDERS = ("cifar-10-batches-py/", "cifar10/cifar-10-batches-py/", "cifar10/", "")
-CIFAR_HINT = ("Download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and extract it "
-              "into the data root (it creates cifar-10-batches-py/).")
+CIFAR_HINT = (
+    "Download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and extract it "
+    "into the data root (it creates cifar-10-batches-py/)."
+)
 IMAGE_SHAPE = (3, 32, 32)
 N_CLASSES = 10
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean and std of the training set
@@ -38,9 +40,18 @@ CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 _ALLOWED = {  # (module, name) an honest CIFAR pickle refers to: numpy's array reconstruction (any
     # numpy version and pickle protocol) and, for bytes written by Python 3 with protocol 2, _codecs.encode
-    *((f"numpy.{core}.{mod}", name) for core in ("core", "_core")
-      for mod, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"))),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    *(
+        (f"numpy.{core}.{mod}", name)
+        for core in ("core", "_core")
+        for mod, name in (
+            ("multiarray", "_reconstruct"),
+            ("multiarray", "scalar"),
+            ("numeric", "_frombuffer"),
+        )
+    ),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
 }
 
 
@@ -73,15 +84,23 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise DataError(f"{path}: not a CIFAR-10 python pickle batch ({exc})") from None
     if not isinstance(batch, dict):
-        raise DataError(f"{path}: expected a pickled dict with keys 'data' and 'labels', found {type(batch).__name__}")
+        raise DataError(
+            f"{path}: expected a pickled dict with keys 'data' and 'labels', found {type(batch).__name__}"
+        )
     data, labels = _key(batch, "data", path), _key(batch, "labels", path)
     return _check_data(data, path), _check_labels(labels, path, len(data))
 
 
 def _check_data(data, path: Path) -> np.ndarray:
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        what = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise DataError(f"{path}: key 'data': expected a uint8 array of shape (n, 3072) (3x32x32 images), found {what}")
+        what = (
+            f"{data.dtype} array of shape {data.shape}"
+            if isinstance(data, np.ndarray)
+            else type(data).__name__
+        )
+        raise DataError(
+            f"{path}: key 'data': expected a uint8 array of shape (n, 3072) (3x32x32 images), found {what}"
+        )
     if data.shape[0] == 0:
         raise DataError(f"{path}: key 'data': holds no images")
     return data.reshape(-1, *IMAGE_SHAPE)
@@ -96,7 +115,9 @@ def _check_labels(labels, path: Path, n: int) -> np.ndarray:
         raise DataError(f"{path}: key 'labels': expected {n} integer labels (one per row of 'data'), "
                         f"found {y.dtype} of shape {y.shape}")
     if y.min() < 0 or y.max() >= N_CLASSES:
-        raise DataError(f"{path}: key 'labels': expected labels in 0..{N_CLASSES - 1}, found {y.min()}..{y.max()}")
+        raise DataError(
+            f"{path}: key 'labels': expected labels in 0..{N_CLASSES - 1}, found {y.min()}..{y.max()}"
+        )
     return y.astype(np.int64)
 
 
@@ -119,5 +140,7 @@ def load_cifar10(root: str | Path, split: str = "train") -> tuple[np.ndarray, np
 
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        raise DataError(f"{missing[0]}: file not found (the other CIFAR-10 batches are in {first.parent}). {CIFAR_HINT}")
+        raise DataError(
+            f"{missing[0]}: file not found (the other CIFAR-10 batches are in {first.parent}). {CIFAR_HINT}"
+        )
     return _cached(paths, ("cifar10",), load)

@@ -51,17 +51,27 @@ def load_image_split(root: str | Path, dataset: str, split: str) -> tuple[np.nda
 def _mnist_like_test(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """The 10,000 ``t10k`` images and labels, from the folder that holds the training images."""
     hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
-    dirs = ["mnist/", "", "MNIST/raw/"] if dataset == "mnist" else ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]
+    dirs = (
+        ["mnist/", "", "MNIST/raw/"]
+        if dataset == "mnist"
+        else ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]
+    )
     train = find_file(root, _idx_candidates(dirs, "train-images-idx3-ubyte"), dataset=dataset, hint=hint)
-    img_path = find_file(train.parent, _idx_candidates([""], "t10k-images-idx3-ubyte"), dataset=dataset, hint=hint)
-    lab_path = find_file(train.parent, _idx_candidates([""], "t10k-labels-idx1-ubyte"), dataset=dataset, hint=hint)
+    img_path = find_file(
+        train.parent, _idx_candidates([""], "t10k-images-idx3-ubyte"), dataset=dataset, hint=hint
+    )
+    lab_path = find_file(
+        train.parent, _idx_candidates([""], "t10k-labels-idx1-ubyte"), dataset=dataset, hint=hint
+    )
 
     def load() -> tuple[np.ndarray, np.ndarray]:
         images, labels = read_idx_images(img_path), read_idx_labels(lab_path)
         if images.shape[1:] != (28, 28):
             raise DataError(f"{img_path}: expected 28x28 images, found {images.shape[1]}x{images.shape[2]}")
         if labels.shape[0] != images.shape[0]:
-            raise DataError(f"{lab_path}: expected {images.shape[0]} labels to match {img_path}, found {labels.shape[0]}")
+            raise DataError(
+                f"{lab_path}: expected {images.shape[0]} labels to match {img_path}, found {labels.shape[0]}"
+            )
         return images, labels
 
     return _cached([img_path, lab_path], (), load)

@@ -51,9 +51,16 @@ class NodePart:
     def sizes(self) -> dict[str, int]:
         """What the node tells the server at setup: sizes only, no data."""
         d = self.data
-        return {"n_rows": self.n_rows, "n_classes": self.n_classes, "n_features": self.n_features,
-                "n_common": len(self.features.common), "n_unique": int(d.train.xu.shape[1]),
-                "n_train": int(d.train.y.shape[0]), "n_val": int(d.val.y.shape[0]), "n_test": int(d.test.y.shape[0])}
+        return {
+            "n_rows": self.n_rows,
+            "n_classes": self.n_classes,
+            "n_features": self.n_features,
+            "n_common": len(self.features.common),
+            "n_unique": int(d.train.xu.shape[1]),
+            "n_train": int(d.train.y.shape[0]),
+            "n_val": int(d.val.y.shape[0]),
+            "n_test": int(d.test.y.shape[0]),
+        }
 
 
 def chfl_config_settings(config: dict) -> CHFLSettings:
@@ -67,7 +74,9 @@ def chfl_config_settings(config: dict) -> CHFLSettings:
 SPLIT_FIELDS = ("dataset", "clients", "common_ratio", "split", "split_index", "max_rows")
 
 
-def load_part(config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None) -> NodePart:
+def load_part(
+    config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
+) -> NodePart:
     """Client ``index``'s part of ``config``'s data set, from the cache if there (see the module doc)."""
     from fedstream.data.paths import resolve_data_root
 
@@ -91,8 +100,8 @@ def load_part(config: dict, index: int, *, data_root: str | None = None, cache_d
 
 
 def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart:
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
     from fedstream.chfl.trainer import prepare_client
+    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 
     table = load_chfl_dataset(settings.dataset, root).table
     with named_by_config():
@@ -108,9 +117,18 @@ def _write(path: Path, part: NodePart) -> None:
     arrays = {"common": part.features.common} | {f"unique{k}": u for k, u in enumerate(part.features.unique)}
     for split in VIEWS:
         view = getattr(part.data, split)
-        arrays |= {f"{split}.xc": view.xc.numpy(), f"{split}.xu": view.xu.numpy(), f"{split}.y": view.y.numpy()}
-    meta = {"index": part.index, "n_rows": part.n_rows, "n_classes": part.n_classes, "n_features": part.n_features,
-            "clients": part.features.n_clients}
+        arrays |= {
+            f"{split}.xc": view.xc.numpy(),
+            f"{split}.xu": view.xu.numpy(),
+            f"{split}.y": view.y.numpy(),
+        }
+    meta = {
+        "index": part.index,
+        "n_rows": part.n_rows,
+        "n_classes": part.n_classes,
+        "n_features": part.n_features,
+        "clients": part.features.n_clients,
+    }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:

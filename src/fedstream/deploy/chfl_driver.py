@@ -31,11 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fedstream.deploy.chfl_data import chfl_config_settings
-from fedstream.deploy.chfl_proxy import RemoteCohort
-from fedstream.deploy.link import Link
-from fedstream.deploy.parties import check_deployable
-from fedstream.errors import ConfigError
 from fedstream.chfl.checkpoint import (
     DEPLOYED,
     CheckpointError,
@@ -52,6 +47,11 @@ from fedstream.chfl.trainer import (
     result_of,
     variants_of,
 )
+from fedstream.deploy.chfl_data import chfl_config_settings
+from fedstream.deploy.chfl_proxy import RemoteCohort
+from fedstream.deploy.link import Link
+from fedstream.deploy.parties import check_deployable
+from fedstream.errors import ConfigError
 
 
 class NetworkCHFL:
@@ -100,8 +100,10 @@ class NetworkCHFL:
         self.cohort.keep = folder is not None
         self.batch = BatchRun(plan, self.cohort, folder, progress=self.progress)
         if (self.batch.lr_index, self.batch.round) != self.position:
-            raise CheckpointError(f"{path}: changed since it was loaded (at federation {self.batch.lr_index}, "
-                                  f"round {self.batch.round}, not {self.position})")
+            raise CheckpointError(
+                f"{path}: changed since it was loaded (at federation {self.batch.lr_index}, "
+                f"round {self.batch.round}, not {self.position})"
+            )
         self.batch.run()
         variants = self.batch.test_choices(variants_of(self.method, self.settings))
         features = FeatureSplit(np.array(shape["common"]), tuple(np.array(u) for u in shape["unique"]))

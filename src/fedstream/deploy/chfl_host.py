@@ -37,10 +37,6 @@ from dataclasses import asdict
 
 import numpy as np
 
-from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
-from fedstream.deploy.remote import pack_state, unpack_state
-from fedstream.errors import ProtocolError
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
 from fedstream.chfl.messages import ModelUpdate
@@ -55,6 +51,10 @@ from fedstream.chfl.trainer import (
     validate_client,
     variants_of,
 )
+from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
+from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.remote import pack_state, unpack_state
+from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
 
@@ -64,7 +64,9 @@ STATE = "chfl"  # the key of the node's state archive in state_dict()
 class CHFLHost:
     """Client party ``index`` of a CHFL run, holding only its own part of the data (``rows``)."""
 
-    def __init__(self, config: dict, index: int, *, rows: NodePart, state: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self, config: dict, index: int, *, rows: NodePart, state: dict[str, np.ndarray] | None = None
+    ):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
         self.config, self.index, self.part = config, index, rows
@@ -130,13 +132,18 @@ class CHFLHost:
         """Decode θ^t (header, length, finite values) and check it fits this client's common column."""
         msg = decode_update(data)
         if msg.client != self.index or msg.round != t:
-            raise ProtocolError(f"client {self.index}: expected the global model for client {self.index}, round "
-                                f"{t}, received one for client {msg.client}, round {msg.round}")
+            raise ProtocolError(
+                f"client {self.index}: expected the global model for client {self.index}, round "
+                f"{t}, received one for client {msg.client}, round {msg.round}"
+            )
         want = {k: v.shape for k, v in state_arrays(client.common).items()}
         got = {k: v.shape for k, v in msg.tensors.items()}
         if got != want:
-            raise ProtocolError(f"client {self.index}: the global model's tensors {got} do not fit its common "
-                                f"column {want}"[:500])
+            raise ProtocolError(
+                f"client {self.index}: the global model's tensors {got} do not fit its common column {want}"[
+                    :500
+                ]
+            )
         return msg
 
     def _round(self, env: Envelope) -> Envelope:
@@ -165,12 +172,18 @@ class CHFLHost:
     def _finish(self, env: Envelope) -> Envelope:
         client = self.client if self.client is not None else self._fresh(self.settings.lrs[-1])
         try:
-            picks = score_choices(client, self.selector, self.commons, variants_of(self.plan.method, self.settings))
+            picks = score_choices(
+                client, self.selector, self.commons, variants_of(self.plan.method, self.settings)
+            )
         except ValueError as exc:  # no round was scored on this node
             raise ProtocolError(f"client {self.index}: {exc}") from None
         choices = {name: asdict(ch) for name, ch in picks.items()}
-        return Envelope(FINISH, env.round, [], {"choices": json.dumps(choices), "up": self.up, "down": self.down,
-                                                "messages": self.messages})
+        return Envelope(
+            FINISH,
+            env.round,
+            [],
+            {"choices": json.dumps(choices), "up": self.up, "down": self.down, "messages": self.messages},
+        )
 
     def _count_down(self, data: bytes) -> None:
         self.down += len(data)
@@ -185,12 +198,22 @@ class CHFLHost:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
         state = {
-            "lr_index": self.lr_index, "round": self.round, "counters": [self.up, self.down, self.messages],
+            "lr_index": self.lr_index,
+            "round": self.round,
+            "counters": [self.up, self.down, self.messages],
             "client": None if self.client is None else self.client.state(),
-            "selector": [{"key": [k, lr, cand], "choice": asdict(ch), "snapshot": self.selector.snapshots[(k, lr, cand)]}
-                         for (k, lr, cand), ch in self.selector.best.items()],
-            "commons": [{"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
-                        for (lr, rnd), st in self.commons.items()],
+            "selector": [
+                {
+                    "key": [k, lr, cand],
+                    "choice": asdict(ch),
+                    "snapshot": self.selector.snapshots[(k, lr, cand)],
+                }
+                for (k, lr, cand), ch in self.selector.best.items()
+            ],
+            "commons": [
+                {"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
+                for (lr, rnd), st in self.commons.items()
+            ],
         }
         return pack_state(STATE, state)
 

@@ -53,15 +53,15 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from fedstream.chfl.messages import ModelUpdate
+from fedstream.chfl.selection import Choice
+from fedstream.chfl.splits import SettingError, n_common_features
+from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link
 from fedstream.deploy.remote import RemoteNodes
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.chfl.messages import ModelUpdate
-from fedstream.chfl.selection import Choice
-from fedstream.chfl.splits import SettingError, n_common_features
-from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 
@@ -102,7 +102,9 @@ class RemoteCohort(RemoteNodes):
         if resume is not None:
             info |= {"rejoin": True, "resume": boundary(*resume, s.rounds)}
         t = 0 if resume is None else resume[1]
-        replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())})
+        replies = self._exchange(
+            {m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())}
+        )
         for m, reply in replies.items():
             try:
                 got = self._check_setup(m, self._reply(reply, SETUP, t))
@@ -120,16 +122,20 @@ class RemoteCohort(RemoteNodes):
         for m, got in self.nodes.items():
             diff = {k: (got[k], first[k]) for k in (*SHARED_SIZES, "common") if got[k] != first[k]}
             if diff:
-                raise ProtocolError(f"client {m} reports {diff} (its value, client 0's): the nodes do not hold the "
-                                    "same data set or settings")
+                raise ProtocolError(
+                    f"client {m} reports {diff} (its value, client 0's): the nodes do not hold the "
+                    "same data set or settings"
+                )
         want_classes = SPECS[s.dataset].n_classes
         try:
             want_common = n_common_features(first["n_features"], K, s.common_ratio)
         except SettingError as exc:
             raise ProtocolError(f"the nodes report {first['n_features']} features: {exc}") from None
         if first["n_classes"] != want_classes or first["n_common"] != want_common:
-            raise ProtocolError(f"the nodes report {first['n_classes']} classes and {first['n_common']} common features, "
-                                f"expected {want_classes} and {want_common} for data.name = {s.dataset!r}")
+            raise ProtocolError(
+                f"the nodes report {first['n_classes']} classes and {first['n_common']} common features, "
+                f"expected {want_classes} and {want_common} for data.name = {s.dataset!r}"
+            )
         return {k: first[k] for k in SHARED_SIZES} | {"common": first["common"],
                                                       "unique": [self.nodes[m]["unique"] for m in range(K)]}
 
@@ -138,12 +144,15 @@ class RemoteCohort(RemoteNodes):
         i, t = at
         return (i, t - 1) if t > 0 else (i - 1, self.settings.rounds if i > 0 else -1)
 
-    def _check_position(self, got: dict, at: tuple[int, int], *, expected: tuple[int, int] | None = None) -> None:
+    def _check_position(
+        self, got: dict, at: tuple[int, int], *, expected: tuple[int, int] | None = None
+    ) -> None:
         """A node set up again must not be ahead of the run (it would refuse the next request)."""
         if got["position"] >= at:
             want = f"({expected[0]}, {expected[1]})" if expected is not None else f"before ({at[0]}, {at[1]})"
-            raise ProtocolError(f"the node is at federation {got['position'][0]}, round {got['position'][1]}; "
-                                f"expected {want}")
+            raise ProtocolError(
+                f"the node is at federation {got['position'][0]}, round {got['position'][1]}; expected {want}"
+            )
 
     def _rejoined(self, m: int, at: tuple[int, int], got: dict) -> None:
         self.rejoins.append({"lr_index": at[0], "round": at[1], "client": m,
@@ -162,8 +171,9 @@ class RemoteCohort(RemoteNodes):
                 diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
                         if got[k] != self.nodes[m][k]}
                 if diff:
-                    raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data "
-                                        "or settings")
+                    raise ProtocolError(
+                        f"the node reports {diff} (now, at the first setup): not the same data or settings"
+                    )
                 self._check_position(got, at)
             except FedstreamError as exc:
                 self.fault(m, t, SETUP, f"rejoin refused: {exc}")
@@ -173,7 +183,9 @@ class RemoteCohort(RemoteNodes):
 
     def _come_back(self, at: tuple[int, int]) -> None:
         """Before a request to every node: set up those that came back, and retry those not set up."""
-        back = (self.link.rejoined() | (set(self.nodes) - self.ready)) & self.link.available() & set(self.nodes)
+        back = (
+            (self.link.rejoined() | (set(self.nodes) - self.ready)) & self.link.available() & set(self.nodes)
+        )
         if back:
             self.rejoin(back, at)
 
@@ -195,9 +207,16 @@ class RemoteCohort(RemoteNodes):
             raise ProtocolError(f"setup reply: the node holds no rows or no features of a kind: {out}")
         for key, n in (("common", out["n_common"]), ("unique", out["n_unique"])):
             v = info.get(key)
-            if (not isinstance(v, list) or len(v) != n
-                    or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < out["n_features"] for i in v)):
-                raise ProtocolError(f"setup reply: {key!r} must list {n} column indices, received {v!r}"[:300])
+            if (
+                not isinstance(v, list)
+                or len(v) != n
+                or any(
+                    isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < out["n_features"] for i in v
+                )
+            ):
+                raise ProtocolError(
+                    f"setup reply: {key!r} must list {n} column indices, received {v!r}"[:300]
+                )
             out[key] = v
         return out
 
@@ -206,8 +225,10 @@ class RemoteCohort(RemoteNodes):
         """The next federation; the nodes build fresh clients at its first round request."""
         self.lr_index += 1
         if self.settings.lrs[self.lr_index] != lr:
-            raise ProtocolError(f"federation {self.lr_index}: expected learning rate {self.settings.lrs[self.lr_index]}, "
-                                f"asked for {lr}")
+            raise ProtocolError(
+                f"federation {self.lr_index}: expected learning rate {self.settings.lrs[self.lr_index]}, "
+                f"asked for {lr}"
+            )
 
     def round(self, lr: float, t: int, models: Sequence[ModelUpdate] | None, *, validate: bool,
               epochs: int) -> RoundResult:
@@ -258,7 +279,9 @@ class RemoteCohort(RemoteNodes):
         """Validate client m's reply to round t; return (best validation accuracy, update, its bytes)."""
         val = reply.info.get("val")
         if validate and (isinstance(val, bool) or not isinstance(val, (int, float)) or not 0.0 <= val <= 1.0):
-            raise ProtocolError(f"expected info 'val': a validation accuracy in [0, 1], received {val!r}"[:300])
+            raise ProtocolError(
+                f"expected info 'val': a validation accuracy in [0, 1], received {val!r}"[:300]
+            )
         want = 1 if epochs and sent is not None else 0
         if len(reply.parts) != want:
             raise ProtocolError(f"expected {want} model message(s), received {len(reply.parts)}")
@@ -267,11 +290,15 @@ class RemoteCohort(RemoteNodes):
         data = reply.parts[0]
         msg = decode_update(data)  # header, length and finite values
         if msg.client != m or msg.round != t:
-            raise ProtocolError(f"expected client {m}'s model for round {t}, received client {msg.client}'s for "
-                                f"round {msg.round}")
+            raise ProtocolError(
+                f"expected client {m}'s model for round {t}, received client {msg.client}'s for "
+                f"round {msg.round}"
+            )
         n_train = self.nodes[m]["n_train"]
         if msg.n_samples != n_train:
-            raise ProtocolError(f"the model says {msg.n_samples} samples, the node reported {n_train} train rows")
+            raise ProtocolError(
+                f"the model says {msg.n_samples} samples, the node reported {n_train} train rows"
+            )
         want_shapes = [(k, v.shape) for k, v in sent.tensors.items()]
         got_shapes = [(k, v.shape) for k, v in msg.tensors.items()]
         if got_shapes != want_shapes:
@@ -296,8 +323,12 @@ class RemoteCohort(RemoteNodes):
                 continue
             counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
             theirs = [reply.info.get(k) for k in ("up", "down", "messages")]
-            if theirs != counted and not self.troubled(m):  # a fault or rejoin: the two ends differ by what was lost
-                self.fault(m, t, FINISH, f"the node counted (up, down, messages) = {theirs}, the server {counted}")
+            if theirs != counted and not self.troubled(
+                m
+            ):  # a fault or rejoin: the two ends differ by what was lost
+                self.fault(
+                    m, t, FINISH, f"the node counted (up, down, messages) = {theirs}, the server {counted}"
+                )
             self.reports.append({"client": m, "up": theirs[0], "down": theirs[1], "messages": theirs[2],
                                  "server_counted": counted})
         if not picks:
@@ -325,7 +356,9 @@ class RemoteCohort(RemoteNodes):
     def load_federation(self, state: Mapping) -> None:
         """Nothing: each node went back to its own state of the checkpoint's boundary at setup."""
 
-    def _check_choices(self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, Choice]:
+    def _check_choices(
+        self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
+    ) -> dict[str, Choice]:
         try:
             raw = json.loads(reply.info.get("choices", ""))
         except (TypeError, ValueError) as exc:
@@ -335,11 +368,20 @@ class RemoteCohort(RemoteNodes):
                                 f"{sorted(raw) if isinstance(raw, dict) else type(raw).__name__}"[:300])
         s, out = self.settings, {}
         for name, ch in raw.items():
-            ok = (isinstance(ch, dict) and set(ch) == {"lr", "candidate", "round", "val_acc", "test_acc"}
-                  and ch["lr"] in s.lrs and isinstance(ch["candidate"], str) and variants[name](ch["candidate"])
-                  and not isinstance(ch["round"], bool) and isinstance(ch["round"], int) and 1 <= ch["round"] <= s.rounds
-                  and all(isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool) and 0.0 <= ch[k] <= 1.0
-                          for k in ("val_acc", "test_acc")))
+            ok = (
+                isinstance(ch, dict)
+                and set(ch) == {"lr", "candidate", "round", "val_acc", "test_acc"}
+                and ch["lr"] in s.lrs
+                and isinstance(ch["candidate"], str)
+                and variants[name](ch["candidate"])
+                and not isinstance(ch["round"], bool)
+                and isinstance(ch["round"], int)
+                and 1 <= ch["round"] <= s.rounds
+                and all(
+                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool) and 0.0 <= ch[k] <= 1.0
+                    for k in ("val_acc", "test_acc")
+                )
+            )
             if not ok:
                 raise ProtocolError(f"variant {name!r}: malformed choice {ch!r}"[:300])
             out[name] = Choice(float(ch["lr"]), ch["candidate"], ch["round"], float(ch["val_acc"]),

@@ -29,21 +29,37 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
     local = actions.add_parser("local", help="SuperLink + one SuperNode per client on 127.0.0.1, then run")
     local.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")
-    local.add_argument("--secure", action="store_true", help="TLS and SuperNode authentication (test credentials)")
+    local.add_argument(
+        "--secure", action="store_true", help="TLS and SuperNode authentication (test credentials)"
+    )
     creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
     creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
     creds.add_argument("--nodes", type=int, required=True, help="SuperNodes (one key pair each)")
-    creds.add_argument("--host", action="append", default=[], help="name or IP the SuperNodes use to reach the "
-                       "SuperLink (repeatable; localhost and 127.0.0.1 are always in)")
+    creds.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="name or IP the SuperNodes use to reach the "
+        "SuperLink (repeatable; localhost and 127.0.0.1 are always in)",
+    )
     creds.add_argument("--days", type=int, default=30, help="validity of the certificates")
     for p in (app, local):
-        p.add_argument("config", nargs="?", default="ovfl-imnist", help="preset name or config file (default ovfl-imnist)")
+        p.add_argument(
+            "config",
+            nargs="?",
+            default="ovfl-imnist",
+            help="preset name or config file (default ovfl-imnist)",
+        )
         p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (repeatable)")
-        p.add_argument("--audit", action="store_true", help="also write every party's model and each message's size")
+        p.add_argument(
+            "--audit", action="store_true", help="also write every party's model and each message's size"
+        )
         p.add_argument("--resume", action="store_true", help="continue from the server's checkpoint in --out")
     app.add_argument("--out", type=Path, help="folder on the server's machine for summary.json")
-    local.add_argument("--out", type=Path, required=True, help="folder for summary.json, the app and the logs")
+    local.add_argument(
+        "--out", type=Path, required=True, help="folder for summary.json, the app and the logs"
+    )
     return deploy
 
 
@@ -53,7 +69,9 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
     from fedstream.deploy.parties import check_deployable
 
     if any(" " in s for s in args.sets):
-        raise ConfigError(f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower")
+        raise ConfigError(
+            f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
+        )
     config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
     check_deployable(config)
     source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
@@ -104,14 +122,20 @@ def cmd_deploy(args) -> int:
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
     if config["task"] == "chfl":
-        print(f"CHFL ({s['method']}), test accuracy {s['test_acc']:.4f} (per client "
-              f"{', '.join(f'{a:.4f}' for a in s['test_acc_per_client'])}), {s['bytes']['total']} payload bytes, "
-              f"{len(s['faults'])} node fault(s); summary in {summary}")
+        print(
+            f"CHFL ({s['method']}), test accuracy {s['test_acc']:.4f} (per client "
+            f"{', '.join(f'{a:.4f}' for a in s['test_acc_per_client'])}), {s['bytes']['total']} payload bytes, "
+            f"{len(s['faults'])} node fault(s); summary in {summary}"
+        )
         return 0
     if config["task"] == "vfl":
-        print(f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} B up, "
-              f"{s['bytes']['down']} B down, {len(s['faults'])} node fault(s); summary in {summary}")
+        print(
+            f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} B up, "
+            f"{s['bytes']['down']} B down, {len(s['faults'])} node fault(s); summary in {summary}"
+        )
         return 0
-    print(f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
-          f"{s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s); summary in {summary}")
+    print(
+        f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
+        f"{s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s); summary in {summary}"
+    )
     return 0

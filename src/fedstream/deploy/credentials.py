@@ -54,7 +54,9 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
-def write_credentials(folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30) -> dict[str, Path]:
+def write_credentials(
+    folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30
+) -> dict[str, Path]:
     """Write the files listed in the module doc into ``folder``; return name -> path."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes {nodes!r}: expected an integer >= 1")
@@ -67,13 +69,31 @@ def write_credentials(folder: Path, nodes: int, hosts: list[str] | None = None, 
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA384()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA384())
+    )
 
     server_key = ec.generate_private_key(ec.SECP384R1())
     server = (x509.CertificateBuilder()
@@ -94,8 +114,16 @@ def write_credentials(folder: Path, nodes: int, hosts: list[str] | None = None, 
         key = ec.generate_private_key(ec.SECP384R1())
         paths[f"node-{m}.key"] = folder / f"node-{m}.key"
         paths[f"node-{m}.pub"] = folder / f"node-{m}.pub"
-        _write(paths[f"node-{m}.key"], key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                         serialization.NoEncryption()), private=True)
-        _write(paths[f"node-{m}.pub"], key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                                      serialization.PublicFormat.OpenSSH) + b"\n")
+        _write(
+            paths[f"node-{m}.key"],
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+            ),
+            private=True,
+        )
+        _write(
+            paths[f"node-{m}.pub"],
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+            + b"\n",
+        )
     return paths

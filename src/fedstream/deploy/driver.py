@@ -49,13 +49,13 @@ from fedstream.deploy.parties import (
 from fedstream.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
+from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
+from fedstream.ovfl.messages import Query
+from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runtime.state import collect, restore
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
-from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
-from fedstream.ovfl.messages import Query
-from fedstream.ovfl.protocol import ComputeClock, play_round
 
 
 class NodePadding:
@@ -134,7 +134,9 @@ class NetworkVFL:
         rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
         return query._replace(rows=rows)
 
-    def setup(self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False) -> set[int]:
+    def setup(
+        self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
+    ) -> set[int]:
         """Send the config to ``clients`` (default all); keep those whose node holds the block the
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
         (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
@@ -148,11 +150,17 @@ class NetworkVFL:
             got = (reply.info.get("client"), reply.info.get("block_start"), reply.info.get("block_stop"))
             node_round = reply.info.get("round")
             if got != (m, block.start, block.stop):
-                self.transport.fault(m, self.t, SETUP, f"the node reports client {got[0]} with features "
-                                     f"{got[1]}:{got[2]}, expected client {m} with features {block.start}:{block.stop}")
+                self.transport.fault(
+                    m,
+                    self.t,
+                    SETUP,
+                    f"the node reports client {got[0]} with features "
+                    f"{got[1]}:{got[2]}, expected client {m} with features {block.start}:{block.stop}",
+                )
             elif isinstance(node_round, bool) or not isinstance(node_round, int) or node_round >= self.t:
-                self.transport.fault(m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round "
-                                     f"before {self.t}")
+                self.transport.fault(
+                    m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round before {self.t}"
+                )
             else:
                 self.transport.ready.add(m)
                 if rejoin or (resume and node_round != self.t - 1):
@@ -187,7 +195,9 @@ class NetworkVFL:
             if back := self.transport.link.rejoined():
                 self.setup(back, rejoin=True)
             n = self.batch_size(end)
-            keep = checkpoint is not None and (self.t + n == end or (every and (self.t + n) // every > self.t // every))
+            keep = checkpoint is not None and (
+                self.t + n == end or (every and (self.t + n) // every > self.t // every)
+            )
             self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n))
             for _ in range(n):
                 t = self.t
@@ -197,15 +207,20 @@ class NetworkVFL:
                 if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
                     queried = np.zeros_like(live)
                     self.server.stand_in.down = ~live
-                result = play_round(t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock,
-                                    queried)
+                result = play_round(
+                    t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock, queried
+                )
                 self.metrics.update(y, result.prediction)
                 self.active_counts += active
                 if on_round is not None:
                     on_round(t, y, result.prediction)
                 self.t = t + 1
-                if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as in the simulator
-                    self.activation.observe([], self._labels[1])  # topl scores its buffer (no features needed)
+                if (
+                    self.activation is not None and self.t % CHUNK == 0
+                ):  # a complete chunk, as in the simulator
+                    self.activation.observe(
+                        [], self._labels[1]
+                    )  # topl scores its buffer (no features needed)
             if keep:
                 self.save(checkpoint, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
@@ -232,14 +247,20 @@ class NetworkVFL:
         if self._mask is None or self._mask[0] != chunk:
             mask = self.activation.mask(chunk, np.zeros((CHUNK, len(self.clients)), np.float32))
             if self.activation.queried(mask).any():
-                raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side policy "
-                                    "that queries passive clients is not supported over the network")
+                raise ProtocolError(
+                    f"activation.name = {self.config['activation.name']!r}: a server-side policy "
+                    "that queries passive clients is not supported over the network"
+                )
             self._mask = (chunk, mask)
         return self._mask[1][j:j + n]
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
-        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        parts: dict[str, object] = {
+            "server": self.server,
+            "ledger": self.transport.ledger,
+            "metrics": self.metrics,
+        }
         if self.activation is not None:  # topl: its estimate, exploration buffer and padding
             parts["activation"] = self.activation
         if not self.transport.ends.spec.is_none:  # the server's ends of the links: caches, quantiser tables
@@ -254,11 +275,22 @@ class NetworkVFL:
         state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
                                           "padding.value": self.node_padding.padding.value,
                                           "padding.seen": self.node_padding.padding.seen}
-        outbox = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held}
-        meta = {"round": self.t, "config": self.config, "run": self.run_token, "clock": [self.clock.client,
-                self.clock.server], "wall_seconds": self.wall_seconds + wall, "setup_seconds": self.setup_seconds,
-                "faults": tr.faults, "rejoins": self.rejoins, "exchanges": tr.exchanges, "wire_bytes": tr.wire_bytes,
-                "last_gradient": {str(m): r for m, r in tr._last_gradient.items()}}
+        outbox = {
+            f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held
+        }
+        meta = {
+            "round": self.t,
+            "config": self.config,
+            "run": self.run_token,
+            "clock": [self.clock.client, self.clock.server],
+            "wall_seconds": self.wall_seconds + wall,
+            "setup_seconds": self.setup_seconds,
+            "faults": tr.faults,
+            "rejoins": self.rejoins,
+            "exchanges": tr.exchanges,
+            "wire_bytes": tr.wire_bytes,
+            "last_gradient": {str(m): r for m, r in tr._last_gradient.items()},
+        }
         save_checkpoint(Path(path), state | outbox, meta)
 
     def load(self, path: Path) -> None:
@@ -270,7 +302,9 @@ class NetworkVFL:
         if changed:
             raise ConfigError(f"{path}: cannot resume with a different configuration ({', '.join(changed)})")
         if meta["round"] > self.config["rounds"]:
-            raise ConfigError(f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}")
+            raise ConfigError(
+                f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}"
+            )
         try:
             restore(self._parts(), state)
             tr = self.transport
@@ -279,9 +313,13 @@ class NetworkVFL:
             self.node_padding.padding.value[...] = state["padding.value"]
             self.node_padding.padding.seen[...] = state["padding.seen"]
         except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+            raise ConfigError(
+                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
+            ) from None
         tr._outbox = {}
-        for key in sorted((k for k in state if k.startswith("outbox.")), key=lambda k: tuple(map(int, k.split(".")[1:]))):
+        for key in sorted(
+            (k for k in state if k.startswith("outbox.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
+        ):
             _, m, r = key.split(".")
             tr._outbox.setdefault(int(m), []).append((int(r), state[key].tobytes()))
         tr._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
@@ -305,7 +343,9 @@ class NetworkVFL:
             info, ledger = reply.info, self.transport.ledger
             mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
             theirs = (info.get("up"), info.get("down"), info.get("messages"))
-            if mine != theirs and m not in faulty:  # after a fault or a rejoin the ends differ by the lost messages
+            if (
+                mine != theirs and m not in faulty
+            ):  # after a fault or a rejoin the ends differ by the lost messages
                 raise ProtocolError(f"client {m} counted (up, down, messages) = {theirs}, the server {mine}")
             report = dict(info, server_counted=list(mine))
             if models:
@@ -314,19 +354,26 @@ class NetworkVFL:
         return self.reports
 
     def summary(self) -> dict:
-        return online_summary(self) | {
-            "setup_seconds": self.setup_seconds,
-            "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
-            "faults": self.transport.faults,
-            "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
-            "rejoins": self.rejoins,
-            "network_batch": self.batch,
-            "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
-            "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
-        } | self._selection_summary()
+        return (
+            online_summary(self)
+            | {
+                "setup_seconds": self.setup_seconds,
+                "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
+                "faults": self.transport.faults,
+                "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
+                "rejoins": self.rejoins,
+                "network_batch": self.batch,
+                "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
+                "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
+            }
+            | self._selection_summary()
+        )
 
     def _selection_summary(self) -> dict:
         """topl: the server's time scoring clients and how often it did, as the simulator reports them."""
         if not hasattr(self.activation, "estimate"):
             return {}
-        return {"selection_seconds": self.activation.seconds, "selection_updates": self.activation.estimate.updates}
+        return {
+            "selection_seconds": self.activation.seconds,
+            "selection_updates": self.activation.estimate.updates,
+        }

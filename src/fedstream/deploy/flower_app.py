@@ -132,8 +132,11 @@ def timing_summary(link: GridLink) -> dict:
 
 def write_outputs(out: Path, net: NetworkVFL, link: GridLink, *, audit: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    summary = net.summary() | {"server_digest": model_digest(net.server.model.parameters()), "flwr_version": FLWR_VERSION,
-                               "flower": timing_summary(link)}
+    summary = net.summary() | {
+        "server_digest": model_digest(net.server.model.parameters()),
+        "flwr_version": FLWR_VERSION,
+        "flower": timing_summary(link),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if audit:
         arrays = {f"server.{i}": p for i, p in enumerate(net.server.model.parameters())}
@@ -152,8 +155,13 @@ def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
 
     if settings["resume"] and not settings["out"]:
         raise ConfigError("resume: needs out, the folder holding the CHFL server's checkpoint.pt")
-    link = GridLink.connect(grid, config["chfl.clients"], poll=float(settings["poll-seconds"]),
-                            timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
+    link = GridLink.connect(
+        grid,
+        config["chfl.clients"],
+        poll=float(settings["poll-seconds"]),
+        timeout=float(settings["reply-timeout"]),
+        node_timeout=float(settings["node-timeout"]),
+    )
 
     def progress(p: dict) -> None:
         print(f"fedstream: lr {p['lr']:g}, round {p['round']}/{p['rounds']}: mean best validation accuracy "
@@ -171,9 +179,12 @@ def serve_chfl(grid: Grid, config: dict, settings: dict) -> None:
     elif settings["resume"]:
         print(f"fedstream: no checkpoint at {checkpoint}: starting afresh", flush=True)
     result = net.run(checkpoint=checkpoint)
-    print(f"fedstream: done, test accuracy {result['test_acc']:.4f}, {result['bytes']['total']} payload bytes, "
-          f"{len(result['faults'])} node fault(s), {len(result['rejoins'])} rejoin(s), {link.messages} Flower messages; "
-          f"{json.dumps(timing_summary(link))}", flush=True)
+    print(
+        f"fedstream: done, test accuracy {result['test_acc']:.4f}, {result['bytes']['total']} payload bytes, "
+        f"{len(result['faults'])} node fault(s), {len(result['rejoins'])} rejoin(s), {link.messages} Flower messages; "
+        f"{json.dumps(timing_summary(link))}",
+        flush=True,
+    )
     if settings["out"]:
         out = Path(settings["out"])
         out.mkdir(parents=True, exist_ok=True)
@@ -195,8 +206,13 @@ def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
     if settings["resume"] and not settings["out"]:
         raise ConfigError("resume: needs out, the folder holding the server's checkpoint.pt")
     labels = load_labels(config, settings["data-root"] or None)
-    link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
-                            timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
+    link = GridLink.connect(
+        grid,
+        config["vfl.clients"],
+        poll=float(settings["poll-seconds"]),
+        timeout=float(settings["reply-timeout"]),
+        node_timeout=float(settings["node-timeout"]),
+    )
 
     def progress(p: dict) -> None:
         if p["event"] == "epoch":
@@ -213,11 +229,18 @@ def serve_vfl_batch(grid: Grid, config: dict, settings: dict) -> None:
         print(f"fedstream: no checkpoint at {out / NAME}: starting afresh", flush=True)
     audit = bool(settings["audit"])
     summary = net.run(models=audit)
-    print(f"fedstream: done, test accuracy {summary['final_accuracy']:.4f}, {summary['bytes']['total']} payload bytes, "
-          f"{len(summary['faults'])} node fault(s), {len(summary['rejoins'])} rejoin(s), {link.messages} Flower messages; "
-          f"{json.dumps(timing_summary(link))}", flush=True)
+    print(
+        f"fedstream: done, test accuracy {summary['final_accuracy']:.4f}, {summary['bytes']['total']} payload bytes, "
+        f"{len(summary['faults'])} node fault(s), {len(summary['rejoins'])} rejoin(s), {link.messages} Flower messages; "
+        f"{json.dumps(timing_summary(link))}",
+        flush=True,
+    )
     if out is not None:
-        summary = summary | {"run_config": config, "flwr_version": FLWR_VERSION, "flower": timing_summary(link)}
+        summary = summary | {
+            "run_config": config,
+            "flwr_version": FLWR_VERSION,
+            "flower": timing_summary(link),
+        }
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if audit:
             arrays = {f"server.{k}": v.detach().numpy() for k, v in net.server.model.state_dict().items()}
@@ -243,8 +266,13 @@ def make_server_app(**defaults) -> ServerApp:
             serve_vfl_batch(grid, config, settings)
             return
         stream = server_stream(config, settings["data-root"] or None)  # labels only
-        link = GridLink.connect(grid, config["vfl.clients"], poll=float(settings["poll-seconds"]),
-                                timeout=float(settings["reply-timeout"]), node_timeout=float(settings["node-timeout"]))
+        link = GridLink.connect(
+            grid,
+            config["vfl.clients"],
+            poll=float(settings["poll-seconds"]),
+            timeout=float(settings["reply-timeout"]),
+            node_timeout=float(settings["node-timeout"]),
+        )
         net = NetworkVFL(config, link, stream=stream, record_sizes=bool(settings["audit"]))
         checkpoint = Path(settings["out"]) / "checkpoint.npz" if settings["out"] else None
         if settings["resume"] and checkpoint is not None and checkpoint.exists():
@@ -254,9 +282,12 @@ def make_server_app(**defaults) -> ServerApp:
         net.run(checkpoint=checkpoint)
         net.finish(models=bool(settings["audit"]))
         s = net.summary()
-        print(f"fedstream: done, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload "
-              f"bytes, {s['rounds_per_second']:.2f} rounds/s, {link.messages} Flower messages; "
-              f"{json.dumps(timing_summary(link))}", flush=True)
+        print(
+            f"fedstream: done, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload "
+            f"bytes, {s['rounds_per_second']:.2f} rounds/s, {link.messages} Flower messages; "
+            f"{json.dumps(timing_summary(link))}",
+            flush=True,
+        )
         if settings["out"]:
             write_outputs(Path(settings["out"]), net, link, audit=bool(settings["audit"]))
 
@@ -320,14 +351,18 @@ def _handle(msg: Message, context: Context) -> Message:
     reply, memory = handle_on_node(env, index, memory, store=node_store(context.node_config),
                                    rows=lambda config, m: node_rows(config, m, context.node_config))
     context.state[CONFIG] = ConfigRecord({"json": memory.config, "run": memory.run})
-    context.state[STATE] = ArrayRecord({k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()})
+    context.state[STATE] = ArrayRecord(
+        {k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()}
+    )
     reply.info |= {TIMING + "born": STARTED_AT, TIMING + "ready": READY_AT, TIMING + "start": start,
                    TIMING + "end": time.time()}
     return Message(to_record(reply), reply_to=msg)
 
 
 def _hello(msg: Message, context: Context) -> Message:
-    return Message(RecordDict({"fedstream": ConfigRecord({"client": client_index(context.node_config)})}), reply_to=msg)
+    return Message(
+        RecordDict({"fedstream": ConfigRecord({"client": client_index(context.node_config)})}), reply_to=msg
+    )
 
 
 def make_client_app() -> ClientApp:

@@ -100,7 +100,9 @@ class GridLink:
         self.bytes_down = self.bytes_up = 0  # Flower's serialised messages (objects of each Message)
         self._inflight: dict[int, str] = {}  # client -> ID of a timed-out message whose reply is still due
         self._known: set[int] = set(self.nodes.values())  # node IDs already asked their client index
-        self._claims: dict[int, int] = {}  # new node ID -> the client it claims, while that client's node is fine
+        self._claims: dict[
+            int, int
+        ] = {}  # new node ID -> the client it claims, while that client's node is fine
         self._connected: set[int] = set(self.nodes.values())
         self._pulled_at: dict[int, float] = {}
 
@@ -111,14 +113,18 @@ class GridLink:
         deadline = time.monotonic() + node_timeout
         while len(nodes := sorted(grid.get_node_ids())) < n_clients:
             if time.monotonic() > deadline:
-                raise ProtocolError(f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
-                                    f"(vfl.clients or chfl.clients) needed (start one per client with --node-config \"client-index=M\")")
+                raise ProtocolError(
+                    f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
+                    f'(vfl.clients or chfl.clients) needed (start one per client with --node-config "client-index=M")'
+                )
             time.sleep(0.2)
         link = cls(grid, {}, n_clients, poll=poll, timeout=timeout)
         index_of = link._hello(nodes)
         if sorted(index_of.values()) != list(range(n_clients)):
-            raise ProtocolError(f"the SuperNodes report client indices {sorted(index_of.values())}, expected "
-                                f"{list(range(n_clients))} (one SuperNode per client, --node-config \"client-index=M\")")
+            raise ProtocolError(
+                f"the SuperNodes report client indices {sorted(index_of.values())}, expected "
+                f'{list(range(n_clients))} (one SuperNode per client, --node-config "client-index=M")'
+            )
         link.nodes = {m: node for node, m in index_of.items()}
         link._known = link._connected = set(nodes)
         return link
@@ -128,7 +134,9 @@ class GridLink:
         """Clients whose node is connected and not still running a timed-out request."""
         self._connected = set(self.grid.get_node_ids())
         if self._inflight:
-            done = {r.metadata.reply_to_message_id for r in self.grid.pull_messages(list(self._inflight.values()))}
+            done = {
+                r.metadata.reply_to_message_id for r in self.grid.pull_messages(list(self._inflight.values()))
+            }
             for m in [m for m, mid in self._inflight.items() if mid in done]:
                 log.info("client %d: the late reply to a timed-out request arrived (discarded)", m)
                 del self._inflight[m]
@@ -144,7 +152,12 @@ class GridLink:
             if 0 <= m < self.n_clients:
                 self._claims[node] = m
             else:
-                log.warning("SuperNode %d reports client index %d, expected 0..%d: ignored", node, m, self.n_clients - 1)
+                log.warning(
+                    "SuperNode %d reports client index %d, expected 0..%d: ignored",
+                    node,
+                    m,
+                    self.n_clients - 1,
+                )
         back = set()
         for node, m in sorted(self._claims.items()):
             old = self.nodes.get(m)
@@ -197,7 +210,9 @@ class GridLink:
             out[m] = env
         return out
 
-    def _send(self, requests: dict[int, tuple[str, RecordDict]], group: str = "") -> dict[int, Message | Failure]:
+    def _send(
+        self, requests: dict[int, tuple[str, RecordDict]], group: str = ""
+    ) -> dict[int, Message | Failure]:
         """Push one message per node, poll until every node replied or ``timeout``; node ID -> reply."""
         node_of: dict[str, int] = {}
         out: dict[int, Message | Failure] = {}

@@ -49,8 +49,8 @@ from fedstream.deploy.parties import (
 )
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
-from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
+from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 
 MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
 
@@ -67,16 +67,22 @@ def model_digest(params: list[np.ndarray]) -> str:
 class ClientHost:
     """Client party ``index`` of a run, fed its own feature block by ``rows``."""
 
-    def __init__(self, config: dict, index: int, *, rows: BlockRows, state: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self, config: dict, index: int, *, rows: BlockRows, state: dict[str, np.ndarray] | None = None
+    ):
         self.config, self.index, self.rows = config, index, rows
         if rows.index != index:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
         self.activation = build_activation(config)  # None: the server decides (topl)
         spec = CompressionSpec.from_config(config)
-        self.end = ClientEndpoint(index, spec)  # its end of the link: encodes embeddings, decodes (and observes) gradients
+        self.end = ClientEndpoint(
+            index, spec
+        )  # its end of the link: encodes embeddings, decodes (and observes) gradients
         down = down_codec(spec)
-        self._probe = None if down is None else down[1]  # stateless: checks a gradient before the link sees it
+        self._probe = (
+            None if down is None else down[1]
+        )  # stateless: checks a gradient before the link sees it
         self._setting = f"compression.down = {spec.down!r}"
         self.round = -1  # last round observed
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
@@ -95,7 +101,9 @@ class ClientHost:
     def handle(self, env: Envelope) -> Envelope:
         """Answer one request from the server."""
         if env.kind == SETUP:
-            self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
+            self.rows.rows(
+                env.round, 1
+            )  # read (and cache) the block of the first rounds now, not in round time
             return Envelope(SETUP, env.round, info={"client": self.index, "round": self.round,
                                                     "n_features": self.rows.n_features,
                                                     "block_start": self.rows.block.start,
@@ -118,14 +126,18 @@ class ClientHost:
             raise ProtocolError(f"client {self.index}: a round request needs info 'events' between 1 and "
                                 f"{MAX_BATCH}, received {n!r}")
         if t0 <= self.round:
-            raise ProtocolError(f"client {self.index}: request for round {t0}, but it is already at round {self.round}")
+            raise ProtocolError(
+                f"client {self.index}: request for round {t0}, but it is already at round {self.round}"
+            )
         decided = self._decided(env, n)
         n_queries = 0 if decided is not None else n
         rounds = self._grad_rounds(env, len(env.parts) - n_queries)
         g = len(rounds)
         if len(env.parts) != g + n_queries:
-            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in the request "
-                                f"for round {t0}, received {len(env.parts)} messages")
+            raise ProtocolError(
+                f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in the request "
+                f"for round {t0}, received {len(env.parts)} messages"
+            )
         grads = self._gradients(env.parts[:g], rounds)
         queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(env.parts[g:])]
         self._deliver(grads)
@@ -160,14 +172,18 @@ class ClientHost:
         active = env.info.get("active")
         if not server_decides(self.config):
             if active is not None:
-                raise ProtocolError(f"client {self.index}: activation.name = {self.config['activation.name']!r} is "
-                                    "decided by the node, but the request carries info 'active'")
+                raise ProtocolError(
+                    f"client {self.index}: activation.name = {self.config['activation.name']!r} is "
+                    "decided by the node, but the request carries info 'active'"
+                )
             return None
         if (not isinstance(active, list) or len(active) != n
                 or any(isinstance(a, bool) or not isinstance(a, int) or a not in (0, 1) for a in active)):
-            raise ProtocolError(f"client {self.index}: activation.name = {self.config['activation.name']!r} is the "
-                                f"server's: the request needs info 'active', a list of {n} zeros and ones, received "
-                                f"{active!r}"[:300])
+            raise ProtocolError(
+                f"client {self.index}: activation.name = {self.config['activation.name']!r} is the "
+                f"server's: the request needs info 'active', a list of {n} zeros and ones, received "
+                f"{active!r}"[:300]
+            )
         return active
 
     def _answer(self, query: Query) -> Embedding:
@@ -175,8 +191,10 @@ class ClientHost:
         skip waits for the event's place in the next request (see the module doc)."""
         out, _ = self.client.model.forward(self.client.inputs.rows())
         if query.rows != out.shape[0]:
-            raise ProtocolError(f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
-                                f"its window holds {out.shape[0]}")
+            raise ProtocolError(
+                f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
+                f"its window holds {out.shape[0]}"
+            )
         return Embedding(round=query.round, client=self.index, values=out)
 
     def _grad_rounds(self, env: Envelope, most: int) -> list[int]:
@@ -184,23 +202,30 @@ class ClientHost:
         rounds = env.info.get("grad_rounds", [])
         if (not isinstance(rounds, list) or len(rounds) > max(most, 0)
                 or any(isinstance(r, bool) or not isinstance(r, int) for r in rounds)):
-            raise ProtocolError(f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
-                                f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300])
+            raise ProtocolError(
+                f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
+                f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300]
+            )
         return rounds
 
     def _gradients(self, parts: list[bytes], rounds: list[int]) -> dict[int, tuple[Gradient, bytes]]:
         """Decode and check the gradients of rounds ``rounds`` (activated events this node waits for)."""
         awaiting = self.awaiting
         if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
-            raise ProtocolError(f"client {self.index}: gradients for rounds {rounds}, but it waits for rounds "
-                                f"{awaiting}"[:300])
+            raise ProtocolError(
+                f"client {self.index}: gradients for rounds {rounds}, but it waits for rounds {awaiting}"[
+                    :300
+                ]
+            )
         out = {}
         for t, data in zip(rounds, parts, strict=True):
             want = self.acts[t][-1].shape
             grad = self._decode(data, Gradient, t, want)
             if grad.values.shape != want:
-                raise ProtocolError(f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
-                                    f"its embedding had {want}")
+                raise ProtocolError(
+                    f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
+                    f"its embedding had {want}"
+                )
             out[t] = (grad, data)
         return out
 
@@ -225,8 +250,10 @@ class ClientHost:
         payload) without changing any state, and check type, recipient and round."""
         msg = peek(data, self._probe, Gradient, self._setting, shape)
         if type(msg) is not kind or msg.client != self.index or msg.round != t:
-            raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
-                                f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}")
+            raise ProtocolError(
+                f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
+                f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}"
+            )
         return msg
 
     def _count_down(self, data: bytes) -> None:
@@ -249,16 +276,22 @@ class ClientHost:
             "host": meta, "pending": pending} | acts | link
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.client.load_state_dict({k[len("client."):]: v for k, v in state.items() if k.startswith("client.")})
+        self.client.load_state_dict(
+            {k[len("client.") :]: v for k, v in state.items() if k.startswith("client.")}
+        )
         self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
         self.end.load_state_dict({k[len("link."):]: v for k, v in state.items() if k.startswith("link.")})
         self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
         self.acts = {}
-        for key in sorted((k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))):
+        for key in sorted(
+            (k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
+        ):
             _, t, _ = key.split(".")
             self.acts.setdefault(int(t), []).append(np.array(state[key]))
         if sorted(self.acts) != self.awaiting:
-            raise ProtocolError(f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
-                                f"expected {self.awaiting}")
+            raise ProtocolError(
+                f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
+                f"expected {self.awaiting}"
+            )
         # Client.state_dict() leaves out the round, which only guards the order of messages
         self.client._round = self.round

@@ -44,10 +44,10 @@ from typing import Protocol
 import numpy as np
 
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.messages import Message
 from fedstream.transport.codec import decode
 from fedstream.transport.links import Receiver
 from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
-from fedstream.ovfl.messages import Message
 
 SETUP, ROUND, FINISH = "setup", "round", "finish"
 KINDS = (SETUP, ROUND, FINISH)
@@ -60,7 +60,9 @@ class Envelope:
     kind: str
     round: int
     parts: list[bytes] = field(default_factory=list)  # encoded fedstream messages
-    info: dict = field(default_factory=dict)  # str -> int | float | str | bool | bytes, or a list of one of them
+    info: dict = field(
+        default_factory=dict
+    )  # str -> int | float | str | bool | bytes, or a list of one of them
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -86,22 +88,29 @@ def peek(data: bytes, receiver: Receiver | None, compressed: type, setting: str,
     try:
         f = unframe(data)
         if f.type is not compressed or receiver is None:
-            raise ProtocolError(f"a compressed {f.type.__name__} for round {f.round}, but {setting}"
-                                + ("" if f.type is compressed else f" and only {compressed.__name__}s are compressed"))
+            raise ProtocolError(
+                f"a compressed {f.type.__name__} for round {f.round}, but {setting}"
+                + ("" if f.type is compressed else f" and only {compressed.__name__}s are compressed")
+            )
         if f.codec != receiver.wire:
-            raise ProtocolError(f"{f.type.__name__} for round {f.round}: payload coded with {CODEC_NAMES[f.codec]}, "
-                                f"but {setting} ({CODEC_NAMES[receiver.wire]})")
+            raise ProtocolError(
+                f"{f.type.__name__} for round {f.round}: payload coded with {CODEC_NAMES[f.codec]}, "
+                f"but {setting} ({CODEC_NAMES[receiver.wire]})"
+            )
         if shape is not None and tuple(f.shape) != tuple(shape):
-            raise ProtocolError(f"{f.type.__name__} for round {f.round}: expected shape {tuple(shape)}, the frame "
-                                f"says {tuple(f.shape)}")
+            raise ProtocolError(
+                f"{f.type.__name__} for round {f.round}: expected shape {tuple(shape)}, the frame "
+                f"says {tuple(f.shape)}"
+            )
         values = receiver.values(f.payload, f.shape, round=f.round)
     except FedstreamError:
         raise
     except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
         raise ProtocolError(f"undecodable compressed message: {exc}"[:500]) from None
     if not np.isfinite(values).all():
-        raise ProtocolError(f"compressed {f.type.__name__} for round {f.round} from/to client {f.client} holds "
-                            "NaN or inf")
+        raise ProtocolError(
+            f"compressed {f.type.__name__} for round {f.round} from/to client {f.client} holds NaN or inf"
+        )
     return f.type(f.round, f.client, values)
 
 

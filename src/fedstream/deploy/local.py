@@ -110,16 +110,27 @@ class LocalDeployment:
 
     def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None,
                  port: int | None = None, credentials: Path | None = None):
-        self.n_clients, self.workdir = n_clients, Path(workdir).resolve()  # the processes run in other folders
+        self.n_clients, self.workdir = (
+            n_clients,
+            Path(workdir).resolve(),
+        )  # the processes run in other folders
         self.node_config = node_config
         self.credentials = Path(credentials).resolve() if credentials is not None else None
         self.port = port or free_port()
-        self.node_superlink = f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
+        self.node_superlink = (
+            f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
+        )
         self.nodes: dict[int, subprocess.Popen] = {}
         self.home = self.workdir / "flwr-home"
         self.marker = f"{MARKER}={secrets.token_hex(8)}"  # in the environment of every process it starts
-        self.env = SUPEREXEC_POLL | os.environ | QUIET_FLOWER | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1",
-                                                "OMP_NUM_THREADS": "1"} | (env or {}) | dict([self.marker.split("=")])
+        self.env = (
+            SUPEREXEC_POLL
+            | os.environ
+            | QUIET_FLOWER
+            | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+            | (env or {})
+            | dict([self.marker.split("=")])
+        )
         self.procs: list[subprocess.Popen] = []
 
     def _start(self, args: list[str], log: str) -> subprocess.Popen:
@@ -133,7 +144,9 @@ class LocalDeployment:
     def __enter__(self) -> LocalDeployment:  # noqa: PYI034
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
-        tls = (f'root-certificates = "{self.credentials / "ca.crt"}"' if self.credentials else "insecure = true")
+        tls = (
+            f'root-certificates = "{self.credentials / "ca.crt"}"' if self.credentials else "insecure = true"
+        )
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "fedstream-local"\n\n[superlink.fedstream-local]\n'
             f'address = "127.0.0.1:{self.port}"\n{tls}\n')
@@ -159,10 +172,18 @@ class LocalDeployment:
     def register(self, public_key: Path) -> None:
         """``flwr supernode register KEY``: let the SuperNode holding the matching private key in."""
         with open(self.workdir / "register.log", "ab") as out:
-            done = subprocess.run([_bin("flwr"), "supernode", "register", str(public_key), "fedstream-local"],
-                                  check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=120)
+            done = subprocess.run(
+                [_bin("flwr"), "supernode", "register", str(public_key), "fedstream-local"],
+                check=False,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                timeout=120,
+            )
         if done.returncode != 0:
-            raise RuntimeError(f"flwr supernode register {public_key} failed; see {self.workdir / 'register.log'}")
+            raise RuntimeError(
+                f"flwr supernode register {public_key} failed; see {self.workdir / 'register.log'}"
+            )
 
     def start_node(self, m: int, *, key: Path | None = None, log: str | None = None) -> subprocess.Popen:
         """Start (or restart) the SuperNode of client m; its log is ``supernodeM.log`` (appended).
@@ -170,11 +191,27 @@ class LocalDeployment:
         cfg = f'client-index={m} cache-dir="{self.workdir / "cache"}" {self.node_config}'.strip()
         if self.credentials:
             key = key or self.credentials / f"node-{m}.key"
-            security = ["--root-certificates", str(self.credentials / "ca.crt"), "--auth-supernode-private-key", str(key)]
+            security = [
+                "--root-certificates",
+                str(self.credentials / "ca.crt"),
+                "--auth-supernode-private-key",
+                str(key),
+            ]
         else:
             security = ["--insecure"]
-        self.nodes[m] = self._start([_bin("flower-supernode"), *security, "--superlink", self.node_superlink,
-                                     "--port", str(free_port()), "--node-config", cfg], log or f"supernode{m}.log")
+        self.nodes[m] = self._start(
+            [
+                _bin("flower-supernode"),
+                *security,
+                "--superlink",
+                self.node_superlink,
+                "--port",
+                str(free_port()),
+                "--node-config",
+                cfg,
+            ],
+            log or f"supernode{m}.log",
+        )
         return self.nodes[m]
 
     def kill_node(self, m: int) -> None:
@@ -198,14 +235,23 @@ class LocalDeployment:
             time.sleep(0.1)
         raise TimeoutError(f"flower-superlink did not listen on 127.0.0.1:{port} within {timeout} s")
 
-    def run(self, app: Path, *, run_config: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    def run(
+        self, app: Path, *, run_config: dict | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess:
         """``flwr run APP fedstream-local --stream``: returns when the run ends (its log in ``flwr-run.log``)."""
         args = [_bin("flwr"), "run", str(Path(app).resolve()), "fedstream-local", "--stream"]
         for key, value in (run_config or {}).items():
             args += ["--run-config", f"{key}={_toml_value(value)}"]
         with open(self.workdir / "flwr-run.log", "ab") as out:
-            return subprocess.run(args, check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env, timeout=timeout,
-                                  cwd=self.workdir)
+            return subprocess.run(
+                args,
+                check=False,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                timeout=timeout,
+                cwd=self.workdir,
+            )
 
     def stop(self) -> None:
         """SIGTERM each process group, then SIGKILL what is left."""

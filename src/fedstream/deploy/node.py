@@ -127,7 +127,9 @@ def kept_boundary(env: Envelope) -> int | None:
     return boundary
 
 
-def make_host(config: dict, index: int, *, rows: BlockRows | NodePart, state: dict[str, np.ndarray] | None = None):
+def make_host(
+    config: dict, index: int, *, rows: BlockRows | NodePart, state: dict[str, np.ndarray] | None = None
+):
     """The party a node hosts for ``config``'s task: :class:`ClientHost` (online VFL),
     :class:`~fedstream.deploy.chfl_host.CHFLHost` (CHFL) or
     :class:`~fedstream.deploy.vfl_batch_host.BatchVFLHost` (batch VFL); all answer envelopes and save
@@ -143,8 +145,14 @@ def make_host(config: dict, index: int, *, rows: BlockRows | NodePart, state: di
     return ClientHost(config, index, rows=rows, state=state)
 
 
-def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
-                   rows: Callable[[dict, int], BlockRows | NodePart], store: Path | None) -> tuple[Envelope, NodeMemory]:
+def handle_on_node(
+    env: Envelope,
+    index: int,
+    memory: NodeMemory | None,
+    *,
+    rows: Callable[[dict, int], BlockRows | NodePart],
+    store: Path | None,
+) -> tuple[Envelope, NodeMemory]:
     """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
 
     ``rows(config, index)`` gives the node's data (online VFL: its feature block; CHFL: its
@@ -155,7 +163,9 @@ def handle_on_node(env: Envelope, index: int, memory: NodeMemory | None, *,
         text, run = env.info.get("config"), env.info.get("run")
         resume = env.info.get("resume")
         if not isinstance(text, str) or not isinstance(run, str) or not run.isalnum():
-            raise ProtocolError(f"client {index}: a setup request needs info 'config' (JSON) and 'run' (token)")
+            raise ProtocolError(
+                f"client {index}: a setup request needs info 'config' (JSON) and 'run' (token)"
+            )
         if resume is not None and (isinstance(resume, bool) or not isinstance(resume, int) or resume < 0):
             raise ProtocolError(f"client {index}: setup 'resume' must be a round >= 0, received {resume!r}")
         config = json.loads(text)

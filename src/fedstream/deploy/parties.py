@@ -23,11 +23,11 @@ from fedstream.data import Stream
 from fedstream.errors import ConfigError
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
-from fedstream.transport import CompressionSpec
 from fedstream.ovfl.activation import Activation, make_activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream, server_lr
 from fedstream.ovfl.server import Server
+from fedstream.transport import CompressionSpec
 
 # policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
 CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
@@ -40,18 +40,28 @@ def check_deployable(config: dict) -> None:
     """Reject what the network backend does not carry yet, naming the key."""
     if config["task"] == "chfl":
         if config["chfl.mode"] != "batch":
-            raise ConfigError(f"chfl.mode = {config['chfl.mode']!r}: only CHFL's batch mode runs over Flower so far")
+            raise ConfigError(
+                f"chfl.mode = {config['chfl.mode']!r}: only CHFL's batch mode runs over Flower so far"
+            )
         return
-    if config["task"] == "vfl":  # every selection method and dynamic setting: the server plans, VF-PS asks the
-        return                   # nodes for distances over the epoch's available rows (deploy/vfl_batch_vfps.py)
+    if (
+        config["task"] == "vfl"
+    ):  # every selection method and dynamic setting: the server plans, VF-PS asks the
+        return  # nodes for distances over the epoch's available rows (deploy/vfl_batch_vfps.py)
     if config["task"] != "ovfl":
-        raise ConfigError(f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
-                          "run over Flower")
+        raise ConfigError(
+            f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
+            "run over Flower"
+        )
     if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS + SERVER_SIDE_ACTIVATIONS:
-        raise ConfigError(f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
-                          f"activation ({', '.join(CLIENT_SIDE_ACTIVATIONS)}) or the server decides it for every "
-                          f"client ({', '.join(SERVER_SIDE_ACTIVATIONS)}); expected one of these")
-    CompressionSpec.from_config(config)  # compression runs over the network too; refuse a bad spec before setup
+        raise ConfigError(
+            f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
+            f"activation ({', '.join(CLIENT_SIDE_ACTIVATIONS)}) or the server decides it for every "
+            f"client ({', '.join(SERVER_SIDE_ACTIVATIONS)}); expected one of these"
+        )
+    CompressionSpec.from_config(
+        config
+    )  # compression runs over the network too; refuse a bad spec before setup
 
 
 def n_nodes(config: dict) -> int:
@@ -76,7 +86,9 @@ def build_client(config: dict, index: int, n_features: int) -> Client:
         raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = {len(blocks) - 1}")
     rng = np.random.default_rng([config["seed"], 0])
     for block in blocks[:index + 1]:  # the draws of the clients before this one, then its own
-        model = build_client_model(config["data.name"], block.stop - block.start, config["model.embedding"], rng)
+        model = build_client_model(
+            config["data.name"], block.stop - block.start, config["model.embedding"], rng
+        )
     return Client(index, model, _optimizer(config, model, config["optimizer.lr"]), window=window(config))
 
 
@@ -87,7 +99,9 @@ def build_server(config: dict, n_features: int, n_classes: int) -> Server:
     for block in feature_blocks(n_features, M):  # advance the generator past every client's draw
         build_client_model(config["data.name"], block.stop - block.start, e, rng)
     model = build_server_model(config["data.name"], M * e, n_classes, rng)
-    return Server(model, _optimizer(config, model, server_lr(config)), n_clients=M, embedding=e, window=window(config))
+    return Server(
+        model, _optimizer(config, model, server_lr(config)), n_clients=M, embedding=e, window=window(config)
+    )
 
 
 def server_decides(config: dict) -> bool:
@@ -100,20 +114,36 @@ def build_activation(config: dict) -> Activation | None:
     """A client node's own activation policy; None when the server decides (:func:`server_decides`)."""
     if server_decides(config):
         return None
-    return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],
-                           threshold=config["activation.threshold"], k=config["activation.k"], seed=config["seed"])
+    return make_activation(
+        config["activation.name"],
+        config["vfl.clients"],
+        p=config["activation.p"],
+        threshold=config["activation.threshold"],
+        k=config["activation.k"],
+        seed=config["seed"],
+    )
 
 
 def build_server_activation(config: dict) -> Activation:
     """The server's policy (``topl``), built exactly as the simulator builds it
     (:class:`fedstream.ovfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
     if not server_decides(config):
-        raise ConfigError(f"activation.name = {config['activation.name']!r} is decided by each client, not the server")
-    return make_activation(config["activation.name"], config["vfl.clients"], p=config["activation.p"],
-                           threshold=config["activation.threshold"], k=config["activation.k"], seed=config["seed"],
-                           l=config["activation.l"], window=config["activation.window"],
-                           explore=config["activation.explore"], padding=config["activation.padding"],
-                           embedding=config["model.embedding"])
+        raise ConfigError(
+            f"activation.name = {config['activation.name']!r} is decided by each client, not the server"
+        )
+    return make_activation(
+        config["activation.name"],
+        config["vfl.clients"],
+        p=config["activation.p"],
+        threshold=config["activation.threshold"],
+        k=config["activation.k"],
+        seed=config["seed"],
+        l=config["activation.l"],
+        window=config["activation.window"],
+        explore=config["activation.explore"],
+        padding=config["activation.padding"],
+        embedding=config["model.embedding"],
+    )
 
 
 _STREAMS: dict[tuple, Stream] = {}
@@ -187,8 +217,12 @@ def server_stream(config: dict, data_root: str | None = None) -> Stream:
         config = dict(config, **{"data.root": data_root})
     if config["data.name"] not in IMAGE_DIRS:
         return party_stream(config)
-    return Stream(_image_labels(config), drift=config["stream.drift"], drift_every=config["stream.drift_every"],
-                  seed=config["seed"])
+    return Stream(
+        _image_labels(config),
+        drift=config["stream.drift"],
+        drift_every=config["stream.drift_every"],
+        seed=config["seed"],
+    )
 
 
 def client_rows(stream: Stream, t0: int, n: int, block: slice) -> np.ndarray:

@@ -54,10 +54,10 @@ import numpy as np
 
 from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 
 log = logging.getLogger("fedstream.deploy")
 
@@ -77,7 +77,9 @@ class ServerEnds:
         self.spec = spec
         self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
         up = up_codec(replace(spec, cache=False))
-        self.probe = None if up is None else up[1]  # stateless: validates an embedding before ``ends`` sees it
+        self.probe = (
+            None if up is None else up[1]
+        )  # stateless: validates an embedding before ``ends`` sees it
         self.setting = f"compression.up = {spec.up!r}"
 
     def __getitem__(self, m: int) -> ServerEndpoint:
@@ -100,23 +102,36 @@ class LinkTransport:
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
     of an embedding row, for validating replies; ``spec`` the run's compression (default none)."""
 
-    def __init__(self, link: Link, query: Callable[[int, int], Query], *, embedding: int, record_sizes: bool = False,
-                 spec: CompressionSpec | None = None):
+    def __init__(
+        self,
+        link: Link,
+        query: Callable[[int, int], Query],
+        *,
+        embedding: int,
+        record_sizes: bool = False,
+        spec: CompressionSpec | None = None,
+    ):
         self.link, self.query, self.embedding = link, query, embedding
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
-        self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None  # (direction, client, bytes)
+        self.sizes: list[tuple[str, int, int]] | None = (
+            [] if record_sizes else None
+        )  # (direction, client, bytes)
         self.round = -1
         self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
         self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
-        self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) waiting for the node's next request
+        self._outbox: dict[
+            int, list[tuple[int, bytes]]
+        ] = {}  # (round, gradient) waiting for the node's next request
         # live client -> (active flags, embeddings: None for an event the server's policy left it out of)
         self._batch: dict[int, tuple[list[int], list[Wire | None]]] = {}
-        self._decided: np.ndarray | None = None  # the server's activations (events, clients) of the batch, if it decides
+        self._decided: np.ndarray | None = (
+            None  # the server's activations (events, clients) of the batch, if it decides
+        )
         self._queries: dict[int, list[bytes]] = {}  # the queries the current batch carried
         self._batch_start = 0
         self._pushed: dict[int, Wire] = {}  # this round's embeddings of activated clients
@@ -131,7 +146,9 @@ class LinkTransport:
         self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
 
     # -- setup and finish --------------------------------------------------------------------
-    def flush(self, kind: str, t: int, info: dict | None = None, clients: set[int] | None = None) -> dict[int, Envelope]:
+    def flush(
+        self, kind: str, t: int, info: dict | None = None, clients: set[int] | None = None
+    ) -> dict[int, Envelope]:
         """One request of ``kind`` (``setup``, ``finish``) to ``clients`` (default: every available
         one), a ``finish`` carrying what is still held for each; return the replies that came back."""
         self._check_round_done()
@@ -139,7 +156,9 @@ class LinkTransport:
         requests = {}
         for m in sorted(targets):
             held = self._outbox.pop(m, []) if kind == FINISH else []
-            requests[m] = Envelope(kind, t, [g for _, g in held], dict(info or {}, grad_rounds=[r for r, _ in held]))
+            requests[m] = Envelope(
+                kind, t, [g for _, g in held], dict(info or {}, grad_rounds=[r for r, _ in held])
+            )
         replies = self._exchange(requests)
         good = {}
         for m, reply in replies.items():
@@ -147,8 +166,13 @@ class LinkTransport:
                 self.fault(m, t, kind, reply.reason)
                 self.ready.discard(m)
             elif reply.kind != kind or reply.round != t:
-                self.fault(m, t, kind, f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply "
-                                       f"for round {reply.round}")
+                self.fault(
+                    m,
+                    t,
+                    kind,
+                    f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply "
+                    f"for round {reply.round}",
+                )
                 self.ready.discard(m)
             else:
                 good[m] = reply
@@ -160,7 +184,9 @@ class LinkTransport:
         return len(self._outbox.pop(m, []))
 
     # -- batches and rounds ------------------------------------------------------------------
-    def begin_batch(self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None) -> set[int]:
+    def begin_batch(
+        self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None
+    ) -> set[int]:
         """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
         replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
         so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
@@ -170,8 +196,10 @@ class LinkTransport:
         if active is not None:
             active = np.asarray(active, dtype=bool)
             if active.shape != (n, M):
-                raise ProtocolError(f"the server's activations of a batch of {n} events have shape {active.shape}, "
-                                    f"expected {(n, M)}")
+                raise ProtocolError(
+                    f"the server's activations of a batch of {n} events have shape {active.shape}, "
+                    f"expected {(n, M)}"
+                )
         self._decided = active
         targets = sorted(self.ready & self.link.available())
         if active is None:
@@ -206,13 +234,17 @@ class LinkTransport:
         active = reply.info.get("active")
         if (not isinstance(active, list) or len(active) != n
                 or any(isinstance(a, bool) or a not in (0, 1) for a in active)):
-            raise ProtocolError(f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300])
+            raise ProtocolError(
+                f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300]
+            )
         if self._decided is None:
             events = list(range(n))  # an embedding for every event: pushed or the answer to its query
         else:
             decided = [int(a) for a in self._decided[:, m]]
             if active != decided:
-                raise ProtocolError(f"the node reports activations {active}, the server decided {decided}"[:300])
+                raise ProtocolError(
+                    f"the node reports activations {active}, the server decided {decided}"[:300]
+                )
             events = [i for i in range(n) if decided[i]]  # the events it was left out of send nothing
         if len(reply.parts) != len(events):
             raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
@@ -236,7 +268,9 @@ class LinkTransport:
         server can query (the others are down this batch and get padded)."""
         i = t - self._batch_start
         if t != self.round + 1 or not 0 <= i < self._batch_size:
-            raise ProtocolError(f"round {t} is not the next round of the batch that starts at {self._batch_start}")
+            raise ProtocolError(
+                f"round {t} is not the next round of the batch that starts at {self._batch_start}"
+            )
         self._check_round_done()
         self.round = t
         M = self.link.n_clients
@@ -251,8 +285,10 @@ class LinkTransport:
 
     def _check_round_done(self) -> None:
         if self._pushed or set(self._answers) - self._asked:
-            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not taken "
-                                f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried")
+            raise ProtocolError(
+                f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not taken "
+                f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried"
+            )
 
     def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
         if not requests:
@@ -275,18 +311,24 @@ class LinkTransport:
             data = encode(msg)
             i = msg.round - self._batch_start
             if msg.round != self.round or m not in self._answers or m in self._asked:
-                raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, or "
-                                    "was asked already")
+                raise ProtocolError(
+                    f"client {m}: query for round {msg.round}, which left it active, down, or "
+                    "was asked already"
+                )
             if data != self._queries[m][i]:
-                raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the one "
-                                    "the batch carried")
+                raise ProtocolError(
+                    f"client {m}: the server's query for round {msg.round} differs from the one "
+                    "the batch carried"
+                )
             self._asked.add(m)
         elif isinstance(msg, Gradient):
             if msg.round <= self._last_gradient.get(m, -1):
                 raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
                                     f"{self._last_gradient[m]}")
             self._last_gradient[m] = msg.round
-            data = self.ends[m].send(msg)  # after the checks: a compressing end's state moves on once per gradient
+            data = self.ends[m].send(
+                msg
+            )  # after the checks: a compressing end's state moves on once per gradient
             self._outbox.setdefault(m, []).append((msg.round, data))
         else:
             raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
@@ -297,7 +339,9 @@ class LinkTransport:
         """Client -> server: the embedding validated with its batch; count its bytes. A compressed one
         is decoded now by the server's end of the client's link (its cache: see the module doc)."""
         if wire.msg.round != self.round:
-            raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round {self.round}")
+            raise ProtocolError(
+                f"client {wire.client}: embedding for round {wire.msg.round} in round {self.round}"
+            )
         self._count(wire.client, "up", len(wire.data))
         if self.ends.probe is None:
             return wire.msg  # plain: what the check decoded is what the server's end would
@@ -329,7 +373,9 @@ class RemoteClient:
     def observe(self, t: int, x) -> None:
         """The node reads its own features; here only check that the round was announced."""
         if t != self.transport.round:
-            raise ProtocolError(f"client {self.index}: round {t} was not announced (at {self.transport.round})")
+            raise ProtocolError(
+                f"client {self.index}: round {t} was not announced (at {self.transport.round})"
+            )
 
     def on_event(self, t: int) -> Wire:
         return self.transport.pushed(self.index, t)

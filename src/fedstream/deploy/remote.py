@@ -59,8 +59,10 @@ class RemoteNodes:
         if isinstance(reply, Failure):
             raise ProtocolError(reply.reason)
         if reply.kind != kind or reply.round != t:
-            raise ProtocolError(f"expected a {kind!r} reply for {self.unit} {t}, received a {reply.kind!r} reply for "
-                                f"{self.unit} {reply.round}")
+            raise ProtocolError(
+                f"expected a {kind!r} reply for {self.unit} {t}, received a {reply.kind!r} reply for "
+                f"{self.unit} {reply.round}"
+            )
         if parts is not None and len(reply.parts) != parts:
             raise ProtocolError(f"expected {parts} {self.payload}, received {len(reply.parts)} part(s)")
         return reply

@@ -25,7 +25,15 @@ import numpy as np
 from fedstream.errors import ConfigError
 from fedstream.ovfl.engine import CHUNK, feature_blocks
 
-ROW_KEYS = ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift", "stream.drift_every", "vfl.clients")
+ROW_KEYS = (
+    "data.name",
+    "data.root",
+    "seed",
+    "data.stats_rows",
+    "stream.drift",
+    "stream.drift_every",
+    "vfl.clients",
+)
 
 
 def default_cache_dir() -> Path:
@@ -36,10 +44,14 @@ class BlockRows:
     """Client ``index``'s columns of the rounds of ``config``'s stream, cached per chunk in ``cache_dir``
     (``None``: no cache, the stream is built in this process)."""
 
-    def __init__(self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None):
+    def __init__(
+        self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
+    ):
         M = config["vfl.clients"]
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
-            raise ConfigError(f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}")
+            raise ConfigError(
+                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
+            )
         self.config = dict(config, **{"data.root": data_root}) if data_root else dict(config)
         self.index = index
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -91,7 +103,10 @@ class BlockRows:
                     np.save(f, block)
                 os.replace(f.name, path)
                 for old in self.cache_dir.glob(f"{self._key}.chunk*.npy"):  # the run has moved past them
-                    if old.name[len(self._key) + 6:-4].isdigit() and int(old.name[len(self._key) + 6:-4]) < chunk - 1:
+                    if (
+                        old.name[len(self._key) + 6 : -4].isdigit()
+                        and int(old.name[len(self._key) + 6 : -4]) < chunk - 1
+                    ):
                         old.unlink(missing_ok=True)
         self._chunk = (chunk, block)
         return block

@@ -99,7 +99,9 @@ class ClientBlock:
                 "n_test": int(self.test_x.shape[0])}
 
 
-def load_block(config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None) -> ClientBlock:
+def load_block(
+    config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
+) -> ClientBlock:
     """Client ``index``'s block of ``config``'s data set, from the cache if there (see the module doc)."""
     from fedstream.data.paths import resolve_data_root
     from fedstream.vfl.data import load_vertical
@@ -109,8 +111,18 @@ def load_block(config: dict, index: int, *, data_root: str | None = None, cache_
         raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and vfl.clients - 1 = "
                           f"{settings.clients - 1}")
     root = str(resolve_data_root(data_root or config["data.root"]))
-    key = json.dumps([FORMAT, root, index, settings.dataset, settings.clients, settings.split, settings.train_rows,
-                      settings.test_rows])
+    key = json.dumps(
+        [
+            FORMAT,
+            root,
+            index,
+            settings.dataset,
+            settings.clients,
+            settings.split,
+            settings.train_rows,
+            settings.test_rows,
+        ]
+    )
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / f"vfl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
@@ -120,8 +132,10 @@ def load_block(config: dict, index: int, *, data_root: str | None = None, cache_
     data = load_vertical(settings, root)
     want = layout(settings)
     if data.strips != want.strips or data.train_x.shape[1:] != IMAGE_SHAPES[settings.dataset]:
-        raise DataError(f"{settings.dataset} under {root}: images of shape {data.train_x.shape[1:]}, expected "
-                        f"{IMAGE_SHAPES[settings.dataset]}")
+        raise DataError(
+            f"{settings.dataset} under {root}: images of shape {data.train_x.shape[1:]}, expected "
+            f"{IMAGE_SHAPES[settings.dataset]}"
+        )
     s = data.strips[index]
     cut = (lambda x: x[:, :, s]) if data.axis == 2 else (lambda x: x[:, :, :, s])
     block = ClientBlock(index, settings.dataset, np.ascontiguousarray(cut(data.train_x)),
@@ -144,7 +158,10 @@ class ServerLabels:
     test_y: np.ndarray
 
 
-LABEL_DIRS = {"mnist": ["mnist/", "", "MNIST/raw/"], "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]}
+LABEL_DIRS = {
+    "mnist": ["mnist/", "", "MNIST/raw/"],
+    "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"],
+}
 
 
 def load_labels(config: dict, data_root: str | None = None) -> ServerLabels:
@@ -172,6 +189,8 @@ def _idx_labels(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
 
     hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
     names = lambda dirs, stem: [f"{d}{stem}{ext}" for d in dirs for ext in (".gz", "")]
-    images = find_file(root, names(LABEL_DIRS[dataset], "train-images-idx3-ubyte"), dataset=dataset, hint=hint)
+    images = find_file(
+        root, names(LABEL_DIRS[dataset], "train-images-idx3-ubyte"), dataset=dataset, hint=hint
+    )
     return tuple(read_idx_labels(find_file(images.parent, names([""], stem), dataset=dataset, hint=hint))
                  for stem in ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"))

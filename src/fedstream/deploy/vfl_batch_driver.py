@@ -78,9 +78,13 @@ class NetworkBatchVFL:
             check_size(s.selection, len(labels.train_y))
         self.cohort = RemoteCohort(link, config, s, run_token=secrets.token_hex(8))
         self.part = None
-        if s.selection.active:  # server-side selection: placeholder blocks (fixed and random read only how many)
+        if (
+            s.selection.active
+        ):  # server-side selection: placeholder blocks (fixed and random read only how many)
             blocks = [np.zeros((len(labels.train_y), 1), np.uint8)] * s.clients
-            vfps = self.cohort.distances if s.selection.method == "vfps" else None  # VF-PS: the nodes' distances
+            vfps = (
+                self.cohort.distances if s.selection.method == "vfps" else None
+            )  # VF-PS: the nodes' distances
             self.part = Participation(s.selection, blocks, labels.train_y, seed=self.seed, distances=vfps)
         self.rows: list[dict] = []  # the epochs done (a resumed run: those of the checkpoint)
         self.step = self.done = 0  # steps and epochs done
@@ -96,14 +100,20 @@ class NetworkBatchVFL:
         state is written there atomically at every epoch end (:meth:`save`), and each node keeps its
         own state of that boundary (the epoch's evaluation request says ``keep``)."""
         s, c = self.settings, self.cohort
-        path = Path(checkpoint) if checkpoint is not None else (self.out / NAME if self.out is not None else None)
+        path = (
+            Path(checkpoint)
+            if checkpoint is not None
+            else (self.out / NAME if self.out is not None else None)
+        )
         c.keeping = path is not None
         tic = time.perf_counter() - self.seconds
         shapes = layout(s).shapes
         expected = {m: {"shape": list(shapes[m]), "n_train": len(self.labels.train_y),
                         "n_test": len(self.labels.test_y)} for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
-        writer = MetricsWriter(self.out, selection_columns(s.clients) if self.part is not None else [], self.rows)
+        writer = MetricsWriter(
+            self.out, selection_columns(s.clients) if self.part is not None else [], self.rows
+        )
         c.epoch = self.done + 1  # play_epochs's next epoch: the one its evaluation's boundary is of
 
         def after_epoch(epoch: int, step: int, rows: list[dict]) -> None:
@@ -118,11 +128,20 @@ class NetworkBatchVFL:
                                after_epoch=after_epoch)
         steps = sum(r["steps"] for r in rows)
         c.finish(steps, models=models)
-        self.summary = run_summary(s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, self.part) | {
-            "deployed": True, "exchanges": c.exchanges, "faults": c.faults, "rejoins": c.rejoins,
-            "missed_steps": c.missed, "clients": c.reports,
-            "selection_bytes": {"per_client": c.selection_bytes,
-                                "total": sum(b["up"] + b["down"] for b in c.selection_bytes)}}
+        self.summary = run_summary(
+            s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, self.part
+        ) | {
+            "deployed": True,
+            "exchanges": c.exchanges,
+            "faults": c.faults,
+            "rejoins": c.rejoins,
+            "missed_steps": c.missed,
+            "clients": c.reports,
+            "selection_bytes": {
+                "per_client": c.selection_bytes,
+                "total": sum(b["up"] + b["down"] for b in c.selection_bytes),
+            },
+        }
         writer.summary(self.summary)
         return self.summary
 
@@ -173,7 +192,9 @@ class NetworkBatchVFL:
             if self.part is not None:
                 self.part.load_state_dict(part, _arrays(payload["selection_arrays"]))
         except (KeyError, ValueError, RuntimeError) as exc:
-            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+            raise ConfigError(
+                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
+            ) from None
         torch.set_rng_state(payload["torch_rng"])
         self.done, self.step = int(payload["epoch"]), int(payload["step"])
         self.rows, self.seconds = json.loads(payload["rows"]), float(payload["seconds"])

@@ -61,10 +61,10 @@ from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT, local_di
 from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.messages import Gradient
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.vfl.settings import MAX_U16
-from fedstream.ovfl.messages import Gradient
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
 SPLITS = ("train", "test", SELECT)
@@ -83,14 +83,18 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
 class BatchVFLHost:
     """Client party ``index`` of a batch VFL run, holding only its own strip of the images (``rows``)."""
 
-    def __init__(self, config: dict, index: int, *, rows: ClientBlock, state: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self, config: dict, index: int, *, rows: ClientBlock, state: dict[str, np.ndarray] | None = None
+    ):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data block is client {rows.index}'s")
         self.config, self.index, self.block = config, index, rows
         self.settings = s = batch_settings(config)
         want = list(layout(s).shapes[index])
         if rows.sizes()["shape"] != want:
-            raise ProtocolError(f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}")
+            raise ProtocolError(
+                f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}"
+            )
         self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
         self.end = ClientEndpoint(index, s.compression)
         down = down_codec(s.compression)
@@ -112,8 +116,16 @@ class BatchVFLHost:
 
     def _handle(self, env: Envelope) -> Envelope:
         if env.kind == SETUP:  # also where the node stands: a rejoining or resuming node reloaded its state
-            return Envelope(SETUP, env.round, info={"client": self.index, **self.block.sizes(), "step": self.last_step,
-                                                    "pending": -1 if self.pending is None else self.pending[0]})
+            return Envelope(
+                SETUP,
+                env.round,
+                info={
+                    "client": self.index,
+                    **self.block.sizes(),
+                    "step": self.last_step,
+                    "pending": -1 if self.pending is None else self.pending[0],
+                },
+            )
         if env.kind == ROUND:
             split = env.info.get("split")
             if split == "train":
@@ -122,7 +134,9 @@ class BatchVFLHost:
                 return self._evaluate(env)
             if split == SELECT:
                 return self._select(env)
-            raise ProtocolError(f"client {self.index}: info 'split' must be one of {SPLITS}, received {split!r}"[:300])
+            raise ProtocolError(
+                f"client {self.index}: info 'split' must be one of {SPLITS}, received {split!r}"[:300]
+            )
         if env.kind == FINISH:
             return self._finish(env)
         raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
@@ -132,8 +146,10 @@ class BatchVFLHost:
         rows, n = env.info.get("rows"), self.block.sizes()["n_train" if split == "train" else "n_test"]
         if (not isinstance(rows, list) or not rows
                 or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n for r in rows)):
-            raise ProtocolError(f"client {self.index}, step {env.round}: info 'rows' must list {split} rows in "
-                                f"0..{n - 1}, received {str(rows)[:100]}")
+            raise ProtocolError(
+                f"client {self.index}, step {env.round}: info 'rows' must list {split} rows in "
+                f"0..{n - 1}, received {str(rows)[:100]}"
+            )
         return np.array(rows, dtype=np.int64)
 
     def _gradient(self, env: Envelope) -> Gradient | None:
@@ -144,7 +160,9 @@ class BatchVFLHost:
         if not env.parts:
             return None
         if self.pending is None:
-            raise ProtocolError(f"{where}: a gradient arrived, but no embedding of this node is waiting for one")
+            raise ProtocolError(
+                f"{where}: a gradient arrived, but no embedding of this node is waiting for one"
+            )
         step, rows = self.pending
         shape = (len(rows), self.settings.embedding)
         try:  # compressed exactly as compression.down says; a frame's shape checked before its payload is read
@@ -154,8 +172,10 @@ class BatchVFLHost:
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
             raise ProtocolError(f"{where}: undecodable gradient: {exc}"[:500]) from None
         if grad.client != self.index:
-            raise ProtocolError(f"{where}: a {type(grad).__name__} for client {grad.client} arrived on client "
-                                f"{self.index}'s link")
+            raise ProtocolError(
+                f"{where}: a {type(grad).__name__} for client {grad.client} arrived on client "
+                f"{self.index}'s link"
+            )
         values = getattr(grad, "values", None)
         got = None if values is None else tuple(values.shape)
         if type(grad) is not Gradient or grad.round != step or got != shape:
@@ -194,10 +214,14 @@ class BatchVFLHost:
         step = env.round
         rows = self._rows(env, "train")
         if len(rows) > MAX_U16:
-            raise ProtocolError(f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch")
+            raise ProtocolError(
+                f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch"
+            )
         if step <= self.last_step:
-            raise ProtocolError(f"client {self.index}: training step {step} after step {self.last_step}: steps must "
-                                "move forward")
+            raise ProtocolError(
+                f"client {self.index}: training step {step} after step {self.last_step}: steps must "
+                "move forward"
+            )
         grad = self._gradient(env)
         # every check passed: from here on the request changes the node
         self._settle(env, grad)
@@ -214,9 +238,11 @@ class BatchVFLHost:
                                                         and 1 <= n <= MAX_U16 for n in sizes)
               and sum(sizes) == len(rows) and steps == list(range(env.round, env.round + len(sizes))))
         if not ok:
-            raise ProtocolError(f"client {self.index}, evaluation: info 'sizes' must cut the {len(rows)} rows into "
-                                f"batches of 1..{MAX_U16} and 'steps' number them from {env.round}, received sizes "
-                                f"{str(sizes)[:100]}, steps {str(steps)[:100]}")
+            raise ProtocolError(
+                f"client {self.index}, evaluation: info 'sizes' must cut the {len(rows)} rows into "
+                f"batches of 1..{MAX_U16} and 'steps' number them from {env.round}, received sizes "
+                f"{str(sizes)[:100]}, steps {str(steps)[:100]}"
+            )
         grad = self._gradient(env)
         self._settle(env, grad)
         parts = []
@@ -235,7 +261,9 @@ class BatchVFLHost:
         avail = n if idx is None else len(idx)
         Q = env.info.get("queries")
         if isinstance(Q, bool) or not isinstance(Q, int) or not 1 <= Q <= avail:
-            raise ProtocolError(f"{where}: info 'queries' must count 1..{avail} query samples, received {Q!r}"[:300])
+            raise ProtocolError(
+                f"{where}: info 'queries' must count 1..{avail} query samples, received {Q!r}"[:300]
+            )
         if len(env.parts) != 1:
             raise ProtocolError(f"{where}: expected one query message, received {len(env.parts)} parts")
         q = decode_vfps(env.parts[0], kind=QUERIES, round=env.round, client=self.index, shape=(1, Q))[0]
@@ -256,7 +284,9 @@ class BatchVFLHost:
         state = self.client.model.state_dict()
         info = {"client": self.index, "up": self.up, "down": self.down, "eval_up": self.eval_up,
                 "select_up": self.select_up, "select_down": self.select_down, "digest": state_digest(state)}
-        arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if env.info.get("models") is True else {}
+        arrays = (
+            {k: v.detach().numpy().copy() for k, v in state.items()} if env.info.get("models") is True else {}
+        )
         return Envelope(FINISH, env.round, [], info, arrays)
 
     # -- between messages ------------------------------------------------------------------------
@@ -264,9 +294,11 @@ class BatchVFLHost:
         """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
         saved = self.before if self.pending is not None else self._snapshot()
         state = {
-            **saved, "end": {k: torch.from_numpy(np.array(v)) for k, v in self.end.state_dict().items()},
+            **saved,
+            "end": {k: torch.from_numpy(np.array(v)) for k, v in self.end.state_dict().items()},
             "pending": None if self.pending is None else [self.pending[0], torch.from_numpy(self.pending[1])],
-            "last_step": self.last_step, "counters": [self.up, self.down, self.eval_up, self.select_up, self.select_down],
+            "last_step": self.last_step,
+            "counters": [self.up, self.down, self.eval_up, self.select_up, self.select_down],
         }
         return pack_state(STATE, state)
 

@@ -63,11 +63,11 @@ from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
 from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
-from fedstream.ovfl.messages import Embedding, Gradient
 
 EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
 
@@ -103,13 +103,17 @@ class RemoteCohort(RemoteNodes):
         self.setting = f"compression.up = {spec.up!r}"
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
-        self.outbox: dict[int, tuple[int, bytes]] = {}  # client -> (step, its encoded gradient) riding with its next request
+        self.outbox: dict[
+            int, tuple[int, bytes]
+        ] = {}  # client -> (step, its encoded gradient) riding with its next request
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
         self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
         self.position: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
-        self.missed = [0] * M  # per client: training steps it was selected for and padded (down, faulty, rejoining)
+        self.missed = [
+            0
+        ] * M  # per client: training steps it was selected for and padded (down, faulty, rejoining)
         self.keeping = False  # the server checkpoints: epoch ends (and VF-PS selections) are node boundaries
         self.epoch: int | None = None  # the epoch being played (the driver's loop sets it): its boundaries
         self.reports: list[dict] = []  # the nodes' byte counts at the end
@@ -123,7 +127,11 @@ class RemoteCohort(RemoteNodes):
         (:mod:`fedstream.deploy.vfl_batch_vfps`). Each reply is checked (sender, epoch, kind, shape
         Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
         reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
-        M, n, Q = self.settings.clients, (self.nodes[0]["n_train"] if rows is None else len(rows)), len(queries)
+        M, n, Q = (
+            self.settings.clients,
+            (self.nodes[0]["n_train"] if rows is None else len(rows)),
+            len(queries),
+        )
         info = {"split": SELECT, "queries": Q} | ({} if rows is None else {"rows": [int(r) for r in rows]})
         ids = np.asarray(queries, dtype="<u4")[None, :]
         requests = {}
@@ -148,8 +156,10 @@ class RemoteCohort(RemoteNodes):
             got.add(m)
         missing = sorted(set(range(M)) - got)
         if missing:
-            raise ProtocolError(f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
-                                f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})")
+            raise ProtocolError(
+                f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
+                f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})"
+            )
         return out
 
     def _targets(self, t: int, selected: Collection[int] | None, request: str) -> list[int]:
@@ -160,7 +170,9 @@ class RemoteCohort(RemoteNodes):
         reachable = self.link.available()
         for m in wanted:
             if m not in reachable:
-                self.fault(m, t, request, "not sent: the node left, or is still busy with a request that timed out")
+                self.fault(
+                    m, t, request, "not sent: the node left, or is still busy with a request that timed out"
+                )
         return [m for m in wanted if m in reachable]
 
     def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
@@ -169,8 +181,14 @@ class RemoteCohort(RemoteNodes):
         return Envelope(kind, t, [] if held is None else [held[1]], info)
 
     # -- setup, rejoin, resume ----------------------------------------------------------------------
-    def setup(self, expected: dict[int, dict], clients: Collection[int] | None = None, *, rejoin: bool = False,
-              resume: int | None = None) -> None:
+    def setup(
+        self,
+        expected: dict[int, dict],
+        clients: Collection[int] | None = None,
+        *,
+        rejoin: bool = False,
+        resume: int | None = None,
+    ) -> None:
         """Send ``clients`` (default: every reachable node) the config; check each reports ``expected[m]``
         (strip shape and rows) and a position before the next step. ``rejoin``: the node reloads its
         latest state of this run; ``resume = B``: its state kept at boundary B (the server restarted
@@ -194,8 +212,10 @@ class RemoteCohort(RemoteNodes):
                 got = {k: reply.info.get(k) for k in ("client", "shape", "n_train", "n_test")}
                 want = {"client": m} | expected[m]
                 if got != want:
-                    raise ProtocolError(f"the node reports {got}, expected {want}: it does not hold this run's "
-                                        "data set or settings")
+                    raise ProtocolError(
+                        f"the node reports {got}, expected {want}: it does not hold this run's "
+                        "data set or settings"
+                    )
                 step, pending = self._position(reply)
                 self.nodes[m] = got
             except FedstreamError as exc:
@@ -213,9 +233,11 @@ class RemoteCohort(RemoteNodes):
         step, pending = reply.info.get("step"), reply.info.get("pending")
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (step, pending))
         if not ok or not -1 <= step < self.t or pending not in (-1, step):
-            raise ProtocolError(f"the node reports step {step!r} with the gradient of step {pending!r} due; expected "
-                                f"a step in -1..{self.t - 1} (the server plays step {self.t} next) and the due step "
-                                "-1 (none) or that step")
+            raise ProtocolError(
+                f"the node reports step {step!r} with the gradient of step {pending!r} due; expected "
+                f"a step in -1..{self.t - 1} (the server plays step {self.t} next) and the due step "
+                "-1 (none) or that step"
+            )
         return step, pending
 
     def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
@@ -234,7 +256,9 @@ class RemoteCohort(RemoteNodes):
             del self.outbox[m]
             dropped = 1
         if rejoin or dropped or step != self.position.get(m, -1):
-            self.rejoins.append({"step": self.t, "client": m, "node_step": step, "dropped_gradients": dropped})
+            self.rejoins.append(
+                {"step": self.t, "client": m, "node_step": step, "dropped_gradients": dropped}
+            )
         self.position[m] = step
 
     def rejoin(self) -> None:
@@ -274,18 +298,26 @@ class RemoteCohort(RemoteNodes):
             self.counted[m]["down"] += len(data)
             self.outbox[m] = (grad.round, data)
 
-    def inferences(self, batches: Sequence[Batch], selected: Collection[int] | None) -> Iterator[list[Embedding | None]]:
+    def inferences(
+        self, batches: Sequence[Batch], selected: Collection[int] | None
+    ) -> Iterator[list[Embedding | None]]:
         if not batches:
             return
         t = batches[0].step
-        info = {"split": "test", "rows": [int(r) for b in batches for r in b.rows], "sizes": [len(b) for b in batches],
-                "steps": [b.step for b in batches]}
+        info = {
+            "split": "test",
+            "rows": [int(r) for b in batches for r in b.rows],
+            "sizes": [len(b) for b in batches],
+            "steps": [b.step for b in batches],
+        }
         if self.keeping:  # one evaluation ends each epoch: the epoch's last request to a node
             if self.epoch is None:
                 raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
                                    "before the evaluation that ends it")
             info |= {"keep": True, "boundary": boundary_of(self.epoch, EVALUATION)}
-        requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")}
+        requests = {
+            m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")
+        }
         got: dict[int, list[bytes]] = {}
         for m, reply in self._exchange(requests).items():
             try:
@@ -316,7 +348,9 @@ class RemoteCohort(RemoteNodes):
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
             raise ProtocolError(f"undecodable embedding: {exc}"[:500]) from None
         if msg.client != m:
-            raise ProtocolError(f"a {type(msg).__name__} for client {msg.client} arrived on client {m}'s link")
+            raise ProtocolError(
+                f"a {type(msg).__name__} for client {msg.client} arrived on client {m}'s link"
+            )
         values = getattr(msg, "values", None)
         got = None if values is None else tuple(values.shape)
         if type(msg) is not Embedding or msg.round != t or got != shape:
@@ -332,7 +366,9 @@ class RemoteCohort(RemoteNodes):
     # -- the end ---------------------------------------------------------------------------------------
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
-        requests = {m: self._request(m, FINISH, t, {"models": models}) for m in self._targets(t, None, FINISH)}
+        requests = {
+            m: self._request(m, FINISH, t, {"models": models}) for m in self._targets(t, None, FINISH)
+        }
         self.reports = []
         for m, reply in sorted(self._exchange(requests).items()):
             try:
@@ -360,14 +396,29 @@ class RemoteCohort(RemoteNodes):
         ServerEndpoint's state (embedding cache, quantiser table), the ledger and per-node counters,
         the gradients held for the nodes, where each node stands, and the record (faults, rejoins,
         missed steps, exchanges, VF-PS bytes)."""
-        arrays = {f"end{m}.{k}": np.asarray(v) for m, end in enumerate(self.ends) for k, v in end.state_dict().items()}
+        arrays = {
+            f"end{m}.{k}": np.asarray(v)
+            for m, end in enumerate(self.ends)
+            for k, v in end.state_dict().items()
+        }
         arrays |= {f"ledger.{k}": v for k, v in self.ledger.state_dict().items()}
-        arrays |= {f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()}
-        meta = {"run": self.run_token, "counted": self.counted, "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
-                "nodes": {str(m): v for m, v in self.nodes.items()}, "ready": sorted(self.ready),
-                "position": {str(m): t for m, t in self.position.items()}, "t": self.t, "missed": self.missed,
-                "rejoins": self.rejoins, "faults": self.faults, "exchanges": self.exchanges,
-                "selection_bytes": self.selection_bytes}
+        arrays |= {
+            f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
+        }
+        meta = {
+            "run": self.run_token,
+            "counted": self.counted,
+            "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
+            "nodes": {str(m): v for m, v in self.nodes.items()},
+            "ready": sorted(self.ready),
+            "position": {str(m): t for m, t in self.position.items()},
+            "t": self.t,
+            "missed": self.missed,
+            "rejoins": self.rejoins,
+            "faults": self.faults,
+            "exchanges": self.exchanges,
+            "selection_bytes": self.selection_bytes,
+        }
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -375,12 +426,23 @@ class RemoteCohort(RemoteNodes):
         for m, end in enumerate(self.ends):
             prefix = f"end{m}."
             end.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
-        self.ledger.load_state_dict({k[len("ledger."):]: v for k, v in arrays.items() if k.startswith("ledger.")})
-        self.outbox = {int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()}
+        self.ledger.load_state_dict(
+            {k[len("ledger.") :]: v for k, v in arrays.items() if k.startswith("ledger.")}
+        )
+        self.outbox = {
+            int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
+        }
         self.run_token, self.counted = meta["run"], [dict(c) for c in meta["counted"]]
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
         self.position = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations": unused)
-        self.rejoins, self.faults, self.exchanges = list(meta["rejoins"]), list(meta["faults"]), int(meta["exchanges"])
+        self.t, self.missed = (
+            int(meta["t"]),
+            list(meta["missed"]),
+        )  # (older checkpoints hold "evaluations": unused)
+        self.rejoins, self.faults, self.exchanges = (
+            list(meta["rejoins"]),
+            list(meta["faults"]),
+            int(meta["exchanges"]),
+        )
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]

@@ -53,8 +53,10 @@ def decode(data: bytes, *, kind: int, round: int, client: int, shape: tuple[int,
     """The values of a message, checked against what the receiver expects; ProtocolError otherwise."""
     what = "query ids" if kind == QUERIES else "local distances"
     if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < HEADER.size:
-        raise ProtocolError(f"{what}: a message of {len(data) if isinstance(data, bytes) else '?'} bytes is shorter "
-                            f"than the {HEADER.size}-byte header")
+        raise ProtocolError(
+            f"{what}: a message of {len(data) if isinstance(data, bytes) else '?'} bytes is shorter "
+            f"than the {HEADER.size}-byte header"
+        )
     got_kind, got_round, got_client, rows, cols, code = HEADER.unpack_from(data)
     if (got_kind, got_round, got_client) != (kind, round, client):
         raise ProtocolError(f"{what}: expected kind {kind}, round {round}, client {client}; received kind "
@@ -66,8 +68,10 @@ def decode(data: bytes, *, kind: int, round: int, client: int, shape: tuple[int,
         raise ProtocolError(f"{what}: dtype code {code}, expected one of {allowed}")
     dtype = DTYPES[code]
     if len(data) != HEADER.size + rows * cols * dtype.itemsize:
-        raise ProtocolError(f"{what}: the header says {rows}x{cols} {dtype} ({HEADER.size + rows * cols * dtype.itemsize}"
-                            f" bytes) but the message holds {len(data)} bytes")
+        raise ProtocolError(
+            f"{what}: the header says {rows}x{cols} {dtype} ({HEADER.size + rows * cols * dtype.itemsize}"
+            f" bytes) but the message holds {len(data)} bytes"
+        )
     values = np.frombuffer(data, dtype, rows * cols, HEADER.size).reshape(rows, cols)
     if kind == DISTANCES and (not np.isfinite(values).all() or (values < 0).any()):
         raise ProtocolError(f"{what}: NaN, inf or negative values; expected squared Euclidean distances")
@@ -77,7 +81,11 @@ def decode(data: bytes, *, kind: int, round: int, client: int, shape: tuple[int,
 def local_distances(block: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """A node's share: (Q, n) local squared distances of its (n, d) features from each query to every
     sample, in float32 when that is exact (integer features, distances below 2**24), else float64."""
-    dist = np.stack([local_sq_distances(block, int(i)) for i in queries]) if len(queries) else np.zeros((0, len(block)))
+    dist = (
+        np.stack([local_sq_distances(block, int(i)) for i in queries])
+        if len(queries)
+        else np.zeros((0, len(block)))
+    )
     small = dist.astype(np.float32)
     return small if np.array_equal(small, dist) else dist
 
@@ -97,6 +105,8 @@ def check_size(spec, n: int) -> None:
     size = message_bytes(q, n)
     if size > MAX_MESSAGE:
         most = max(1, (MAX_MESSAGE - HEADER.size) // (4 * n))
-        raise ConfigError(f"selection.queries = {spec.queries!r}: each node would send {q} x {n} local distances "
-                          f"({size} bytes), over the {MAX_MESSAGE}-byte limit of a Flower message; set "
-                          f"selection.queries <= {most}")
+        raise ConfigError(
+            f"selection.queries = {spec.queries!r}: each node would send {q} x {n} local distances "
+            f"({size} bytes), over the {MAX_MESSAGE}-byte limit of a Flower message; set "
+            f"selection.queries <= {most}"
+        )

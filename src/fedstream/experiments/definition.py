@@ -67,16 +67,37 @@ TUNE_KEYS = {"key", "values", "metric", "rounds", "per"}
 PAPER_KEYS = {"table", "columns", "rows", "caption"}
 FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"}
 FIGURE_KINDS = ("curves", "scatter")
-SUMMARY_COLUMNS = ("accumulated_error", "client_compute_seconds", "server_compute_seconds", "wall_seconds",
-                   "total_mb", "up_mb", "down_mb", "rounds_per_second", "mean_activation_rate",
-                   # batch VFL (task = vfl) and CHFL (task = chfl) summaries
-                   "final_accuracy", "best_accuracy", "bytes_per_client_mb", "test_acc", "prequential_acc",
-                   # batch VFL, best over the epochs (the Dynamic VF-PS report's "maximum so far"), selection cost
-                   "best_train_accuracy", "best_train_loss", "best_test_loss", "selection_seconds",
-                   # CHFL: test accuracy by method / variant (a chfl run also reports mu = 0, mu > 0 and the
-                   # baselines scored in its own federation; see fedstream.chfl.trainer)
-                   "test_acc_chfl", "test_acc_mu0", "test_acc_mupos", "test_acc_common", "test_acc_concat",
-                   "test_acc_local", "test_acc_fedprox")
+SUMMARY_COLUMNS = (
+    "accumulated_error",
+    "client_compute_seconds",
+    "server_compute_seconds",
+    "wall_seconds",
+    "total_mb",
+    "up_mb",
+    "down_mb",
+    "rounds_per_second",
+    "mean_activation_rate",
+    # batch VFL (task = vfl) and CHFL (task = chfl) summaries
+    "final_accuracy",
+    "best_accuracy",
+    "bytes_per_client_mb",
+    "test_acc",
+    "prequential_acc",
+    # batch VFL, best over the epochs (the Dynamic VF-PS report's "maximum so far"), selection cost
+    "best_train_accuracy",
+    "best_train_loss",
+    "best_test_loss",
+    "selection_seconds",
+    # CHFL: test accuracy by method / variant (a chfl run also reports mu = 0, mu > 0 and the
+    # baselines scored in its own federation; see fedstream.chfl.trainer)
+    "test_acc_chfl",
+    "test_acc_mu0",
+    "test_acc_mupos",
+    "test_acc_common",
+    "test_acc_concat",
+    "test_acc_local",
+    "test_acc_fedprox",
+)
 
 
 @dataclass
@@ -213,7 +234,9 @@ def _tune(where: str, raw, grid: dict) -> Tune | None:
 def _column(where: str, name: str) -> str:
     if name in SUMMARY_COLUMNS or (name.startswith("activation_rate.") and name.split(".", 1)[1].isdigit()):
         return name
-    raise _fail(where, f"unknown column {name!r}; expected one of {list(SUMMARY_COLUMNS)} or activation_rate.<client>")
+    raise _fail(
+        where, f"unknown column {name!r}; expected one of {list(SUMMARY_COLUMNS)} or activation_rate.<client>"
+    )
 
 
 def _paper(where: str, raw, grid: dict) -> list[PaperTable]:
@@ -234,7 +257,10 @@ def _paper(where: str, raw, grid: dict) -> list[PaperTable]:
                     raise _fail(w, f"row {j + 1}: {k} = {v!r} is not in the grid values {grid[k]}")
             if not isinstance(values, list) or len(values) != len(columns) or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                raise _fail(w, f"row {j + 1}: 'values' must hold {len(columns)} numbers (nan: not given), got {values!r}")
+                raise _fail(
+                    w,
+                    f"row {j + 1}: 'values' must hold {len(columns)} numbers (nan: not given), got {values!r}",
+                )
             rows.append((run, [None if v != v else float(v) for v in values]))
         tables.append(PaperTable(_string(w, entry, "table"), columns, rows, entry.get("caption", "")))
     return tables
@@ -266,7 +292,10 @@ def parse_experiment(raw: dict, where: str) -> Experiment:
     _check_keys(where, raw, TOP_KEYS)
     scales = raw.get("scale", {})
     if not isinstance(scales, dict) or not scales or any(s not in SCALES for s in scales):
-        raise _fail(where, f"[scale] must have sub-tables among {list(SCALES)}, got {sorted(scales) if isinstance(scales, dict) else scales!r}")
+        raise _fail(
+            where,
+            f"[scale] must have sub-tables among {list(SCALES)}, got {sorted(scales) if isinstance(scales, dict) else scales!r}",
+        )
     grid = _grid(where, raw.get("grid"))
     exp = Experiment(
         name=_string(where, raw, "name"), title=_string(where, raw, "title"),
@@ -302,8 +331,11 @@ def load_experiment(name_or_path: str | Path) -> Experiment:
     path = shipped.get(str(name_or_path)) or Path(name_or_path)
     if not path.is_file():
         hint = difflib.get_close_matches(str(name_or_path), sorted(shipped), n=1)
-        raise ConfigError(f"no experiment {str(name_or_path)!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                          + f"; see `fedstream experiment list` ({len(shipped)} shipped)")
+        raise ConfigError(
+            f"no experiment {str(name_or_path)!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; see `fedstream experiment list` ({len(shipped)} shipped)"
+        )
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

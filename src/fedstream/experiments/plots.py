@@ -22,7 +22,9 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("fedstream report draws with matplotlib; install it with: pip install 'fedstream[report]'") from None
+        raise ConfigError(
+            "fedstream report draws with matplotlib; install it with: pip install 'fedstream[report]'"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -140,7 +142,9 @@ def _paper_points(exp) -> dict[str, tuple[float, float]]:
     for table in exp.paper:
         if {"total_mb", "accumulated_error"} <= set(table.columns):
             i, j = table.columns.index("total_mb"), table.columns.index("accumulated_error")
-            points |= {label(keys): (v[i], v[j]) for keys, v in table.rows if v[i] is not None and v[j] is not None}
+            points |= {
+                label(keys): (v[i], v[j]) for keys, v in table.rows if v[i] is not None and v[j] is not None
+            }
     return points
 
 

@@ -24,16 +24,36 @@ from fedstream.experiments.definition import (
 
 MB = 2**20  # the paper's MB: its Full figure, 1953.13 MB, is 2e6 rounds x 512 values x 2 bytes / 2^20
 FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
-CUMULATIVE = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "total_mb", "up_mb", "down_mb"}
+CUMULATIVE = {
+    "client_compute_seconds",
+    "server_compute_seconds",
+    "wall_seconds",
+    "total_mb",
+    "up_mb",
+    "down_mb",
+}
 LABELS = {
-    "final_accuracy": "final accuracy", "best_accuracy": "best accuracy", "test_acc": "test accuracy",
-    "prequential_acc": "prequential accuracy", "bytes_per_client_mb": "MB per client",
-    "accumulated_error": "acc. error", "client_compute_seconds": "client compute (s)",
-    "server_compute_seconds": "server compute (s)", "wall_seconds": "wall (s)", "total_mb": "total MB",
-    "up_mb": "up MB", "down_mb": "down MB", "rounds_per_second": "rounds/s",
+    "final_accuracy": "final accuracy",
+    "best_accuracy": "best accuracy",
+    "test_acc": "test accuracy",
+    "prequential_acc": "prequential accuracy",
+    "bytes_per_client_mb": "MB per client",
+    "accumulated_error": "acc. error",
+    "client_compute_seconds": "client compute (s)",
+    "server_compute_seconds": "server compute (s)",
+    "wall_seconds": "wall (s)",
+    "total_mb": "total MB",
+    "up_mb": "up MB",
+    "down_mb": "down MB",
+    "rounds_per_second": "rounds/s",
     "mean_activation_rate": "mean activation rate",
-    "test_acc_chfl": "CHFL (mu chosen)", "test_acc_mu0": "CHFL mu=0", "test_acc_mupos": "CHFL mu>0",
-    "test_acc_common": "Common", "test_acc_concat": "Concat", "test_acc_local": "Local", "test_acc_fedprox": "FedProx",
+    "test_acc_chfl": "CHFL (mu chosen)",
+    "test_acc_mu0": "CHFL mu=0",
+    "test_acc_mupos": "CHFL mu>0",
+    "test_acc_common": "Common",
+    "test_acc_concat": "Concat",
+    "test_acc_local": "Local",
+    "test_acc_fedprox": "FedProx",
 }
 
 
@@ -82,7 +102,9 @@ def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
     """The experiment index, its definition and every run, from an experiment folder."""
     index_path = folder / "experiment.json"
     if not index_path.exists():
-        raise ConfigError(f"{folder}: no experiment.json; is this a folder written by `fedstream experiment run`?")
+        raise ConfigError(
+            f"{folder}: no experiment.json; is this a folder written by `fedstream experiment run`?"
+        )
     try:
         index = json.loads(index_path.read_text())
     except json.JSONDecodeError as exc:
@@ -96,7 +118,9 @@ def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
             summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{summary_path}: not valid JSON ({exc})") from None
-        runs.append(Run(entry["name"], entry["grid"], entry["config"], summary, _read_curve(run_dir / "metrics.csv")))
+        runs.append(
+            Run(entry["name"], entry["grid"], entry["config"], summary, _read_curve(run_dir / "metrics.csv"))
+        )
     return index, exp, runs
 
 
@@ -147,8 +171,11 @@ def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) 
     if table.caption:
         lines += [table.caption, ""]
     if scale_factor:
-        lines += [f"Cumulative columns (compute seconds, MB) are scaled ×{scale_factor:g} from our rounds to the "
-                  "paper's, so they compare per round; error rates are not scaled.", ""]
+        lines += [
+            f"Cumulative columns (compute seconds, MB) are scaled ×{scale_factor:g} from our rounds to the "
+            "paper's, so they compare per round; error rates are not scaled.",
+            "",
+        ]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for keys, paper_values in table.rows:
         match = [r for r in runs if _match(r, keys) and r.done]
@@ -167,9 +194,24 @@ def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) 
 
 
 TASK_COLUMNS = {
-    "ovfl": ["accumulated_error", "client_compute_seconds", "total_mb", "up_mb", "down_mb", "mean_activation_rate",
-             "rounds_per_second"],
-    "vfl": ["final_accuracy", "best_accuracy", "total_mb", "up_mb", "down_mb", "bytes_per_client_mb", "wall_seconds"],
+    "ovfl": [
+        "accumulated_error",
+        "client_compute_seconds",
+        "total_mb",
+        "up_mb",
+        "down_mb",
+        "mean_activation_rate",
+        "rounds_per_second",
+    ],
+    "vfl": [
+        "final_accuracy",
+        "best_accuracy",
+        "total_mb",
+        "up_mb",
+        "down_mb",
+        "bytes_per_client_mb",
+        "wall_seconds",
+    ],
     "chfl": ["test_acc", "prequential_acc", "total_mb", "up_mb", "down_mb", "wall_seconds"],
 }
 
@@ -183,7 +225,11 @@ def _length(run: Run) -> str:
         if s is None:
             last = int(run.curve[-1]["round"]) if run.curve else 0
             return f"{last} of {c['rounds']} rounds (running)"
-        return f"diverged at round {s['diverged_at']}" if s.get("diverged_at") is not None else f"{s['rounds']} rounds"
+        return (
+            f"diverged at round {s['diverged_at']}"
+            if s.get("diverged_at") is not None
+            else f"{s['rounds']} rounds"
+        )
     if c["task"] == "vfl":
         return f"{s['epochs']} epochs" if s else f"{len(run.curve)} of {c['train.epochs']} epochs (running)"
     return "done" if s else "running"
@@ -206,9 +252,15 @@ def tuning_table(index: dict) -> list[str]:
         return []
     rows = list(tuning.values())
     values = list(rows[0]["values"])
-    lines = [f"## Tuning of `{rows[0]['key']}`", "", f"One run of {rows[0].get('rounds', '?'):,} rounds per candidate; "
-             f"{rows[0]['metric']} (lower is better); the bold value was chosen.", "",
-             "| for | " + " | ".join(values) + " | chosen |", "|" + "---|" * (len(values) + 2)]
+    lines = [
+        f"## Tuning of `{rows[0]['key']}`",
+        "",
+        f"One run of {rows[0].get('rounds', '?'):,} rounds per candidate; "
+        f"{rows[0]['metric']} (lower is better); the bold value was chosen.",
+        "",
+        "| for | " + " | ".join(values) + " | chosen |",
+        "|" + "---|" * (len(values) + 2),
+    ]
     for row in rows:
         best = str(row["chosen"])
         cells = [("diverged" if row["values"][v] == float("inf") else

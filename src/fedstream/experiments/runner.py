@@ -78,8 +78,9 @@ def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Calla
     summaries = execute(specs)
     results: dict[str, dict] = {}
     for (combo, value), summary in zip(index, summaries):
-        results.setdefault(combo, {"key": t.key, "metric": t.metric, "rounds": rounds, "values": {}})["values"][str(value)] = \
-            _summary_value(summary, t.metric)
+        results.setdefault(combo, {"key": t.key, "metric": t.metric, "rounds": rounds, "values": {}})[
+            "values"
+        ][str(value)] = _summary_value(summary, t.metric)
     for combo, (name, row) in zip(combos, results.items()):
         scores = [row["values"][str(v)] for v in t.values]
         row["chosen"] = t.values[scores.index(min(scores))]
@@ -95,7 +96,9 @@ def _chosen(exp: Experiment, tuning: dict, point: dict) -> dict:
     return {exp.tune.key: tuning[combo]["chosen"]}
 
 
-def _execute_local(workers: int | None, on_report, stack: bool = False) -> Callable[[list[RunSpec]], list[dict]]:
+def _execute_local(
+    workers: int | None, on_report, stack: bool = False
+) -> Callable[[list[RunSpec]], list[dict]]:
     return lambda specs: sweep(specs, workers=workers, on_report=on_report, stack=stack)
 
 
@@ -113,9 +116,19 @@ def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds:
     return main + combos * len(t.values) * (tune_rounds or t.rounds[scale])
 
 
-def run_experiment(exp: Experiment, *, scale: str, out: Path, sets: list[str] = (), workers: int | None = None,
-                   backend: str = "local", ray_address: str | None = None, tune_rounds: int | None = None,
-                   on_report: Callable[[str, int], None] = lambda name, t: None, stack: bool = False) -> dict:
+def run_experiment(
+    exp: Experiment,
+    *,
+    scale: str,
+    out: Path,
+    sets: list[str] = (),
+    workers: int | None = None,
+    backend: str = "local",
+    ray_address: str | None = None,
+    tune_rounds: int | None = None,
+    on_report: Callable[[str, int], None] = lambda name, t: None,
+    stack: bool = False,
+) -> dict:
     """Tune (if the definition says so), run every grid point at ``scale``; return the index.
     ``tune_rounds`` replaces the definition's tuning length (for scales between small and paper);
     ``stack``: compatible online runs play as stacks of batched kernels (local backend)."""

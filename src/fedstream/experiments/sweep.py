@@ -23,8 +23,8 @@ from pathlib import Path
 from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
 from fedstream.errors import ConfigError, DivergedError
-from fedstream.runtime.output import RunDirectory
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
+from fedstream.runtime.output import RunDirectory
 
 
 @dataclass
@@ -168,10 +168,16 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
         from fedstream.tasks import run_batch_task
 
         try:
-            summaries[spec.name] = run_batch_task(spec.config, spec.out, resume=True)  # vfl: from its checkpoint
+            summaries[spec.name] = run_batch_task(
+                spec.config, spec.out, resume=True
+            )  # vfl: from its checkpoint
         except DivergedError as exc:  # one run blowing up must not stop the others
-            summaries[spec.name] = {"task": spec.config["task"], "config": spec.config,
-                                    "diverged_at": exc.round, "error": str(exc)}
+            summaries[spec.name] = {
+                "task": spec.config["task"],
+                "config": spec.config,
+                "diverged_at": exc.round,
+                "error": str(exc),
+            }
             RunDirectory(spec.out).write_summary(summaries[spec.name])
         report(spec.name, 1)
     by_stream: dict[tuple, list[RunSpec]] = {}
@@ -189,7 +195,9 @@ def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda 
             players = [u for u in units if u.t // CHUNK == chunk]
             tic = time.perf_counter()
             X, y, _ = stream.batch(chunk * CHUNK, CHUNK)
-            share = (time.perf_counter() - tic) / sum(len(u.members) for u in players)  # the shared chunk's cost, split
+            share = (time.perf_counter() - tic) / sum(
+                len(u.members) for u in players
+            )  # the shared chunk's cost, split
             for u in players:
                 for m in u.members:
                     m.run.wall_seconds += share
@@ -229,7 +237,9 @@ class _Unit:
                 self.stack.play_chunk(chunk, X, y, end, [m.hooks for m in self.members])
             except StackDiverged as exc:
                 for k in exc.runs:
-                    _close_diverged(self.members[k], self.stack.diverged_error(k, exc.round), summaries, report)
+                    _close_diverged(
+                        self.members[k], self.stack.diverged_error(k, exc.round), summaries, report
+                    )
                 alive = [m for k, m in enumerate(self.members) if k not in exc.runs]
                 return _units(alive, True)
         if self.t >= end:
@@ -260,7 +270,9 @@ def _close(m: _Member, summaries: dict, report: Callable[[str, int], None]) -> N
     report(m.spec.name, m.run.t)
 
 
-def _close_diverged(m: _Member, exc: DivergedError, summaries: dict, report: Callable[[str, int], None]) -> None:
+def _close_diverged(
+    m: _Member, exc: DivergedError, summaries: dict, report: Callable[[str, int], None]
+) -> None:
     """A run whose model went NaN/inf: its summary says where, and it counts as finished."""
     summary = m.run.summary() | {"diverged_at": exc.round, "error": str(exc)}
     summaries[m.spec.name] = summary
@@ -330,7 +342,11 @@ def write_index(specs: list[RunSpec], summaries: list[dict], out: Path) -> Path:
     for s, r in zip(specs, summaries):
         row = {"name": s.name, "folder": str(s.out), "task": s.config["task"]}
         if s.config["task"] == "ovfl":
-            row |= {"rounds": r["rounds"], "bytes_total": r["bytes"]["total"], "activation_rate": r["activation_rate"]}
+            row |= {
+                "rounds": r["rounds"],
+                "bytes_total": r["bytes"]["total"],
+                "activation_rate": r["activation_rate"],
+            }
         rows.append(row | {c: column_value(r, c) for c in TASK_COLUMNS[s.config["task"]]})
     out.mkdir(parents=True, exist_ok=True)
     path = out / "sweep.json"

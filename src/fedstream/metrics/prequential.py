@@ -31,7 +31,9 @@ class Prequential:
         if n == 0:
             return
         if (self.rounds % self.interval) + n > self.interval:
-            raise ValueError(f"{n} rounds from round {self.rounds} cross the end of a {self.interval}-round interval")
+            raise ValueError(
+                f"{n} rounds from round {self.rounds} cross the end of a {self.interval}-round interval"
+            )
         wrong = int(np.count_nonzero(np.asarray(y_true) != np.asarray(y_pred)))
         self.rounds += n
         self.errors += wrong

@@ -91,7 +91,11 @@ class MLPStack:
                 raise ConfigError(f"run {i}'s model has sizes {m.sizes}, the stack's first has {sizes}")
         self.sizes, self.K = list(sizes), len(models)
         self.layers = [
-            StackedLayer(np.stack([m.layers[i].W for m in models]), np.stack([m.layers[i].b for m in models]), layer.relu)
+            StackedLayer(
+                np.stack([m.layers[i].W for m in models]),
+                np.stack([m.layers[i].b for m in models]),
+                layer.relu,
+            )
             for i, layer in enumerate(models[0].layers)
         ]
         self._buffers: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
@@ -120,8 +124,9 @@ class MLPStack:
             acts.append(out)
         return acts[-1], acts
 
-    def backward(self, acts: list[np.ndarray], grad_out: np.ndarray, runs: np.ndarray, *,
-                 need_input_grad: bool = False) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+    def backward(
+        self, acts: list[np.ndarray], grad_out: np.ndarray, runs: np.ndarray, *, need_input_grad: bool = False
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
         """Back-propagate ``grad_out`` (K, n, out; rows of ``runs`` only) for the runs ``runs``.
 
         Returns per layer the stacked factors (delta (K, n, out), inp (1 or K, n, in)), valid for

@@ -155,11 +155,23 @@ class DLR(Optimizer):
                 layer.deferred = None
                 self.S_W.append(np.zeros_like(layer.W))
                 self.shares.append(None)
-        self._zeros = [(np.zeros((1, layer.W.shape[0]), layer.W.dtype), np.zeros((1, layer.W.shape[1]), layer.W.dtype))
-                       for layer in model.layers]  # the factors of a passive round's zero gradient
+        self._zeros = [
+            (np.zeros((1, layer.W.shape[0]), layer.W.dtype), np.zeros((1, layer.W.shape[1]), layer.W.dtype))
+            for layer in model.layers
+        ]  # the factors of a passive round's zero gradient
         # per layer, what its kernel call needs, looked up once (the step runs every round)
-        self._calls = [(A is not None, layer.W, layer.b, self.S_W[k] if A is None else A, self.S_b[k],
-                        self.ring_delta[k], self.ring_inp[k]) for k, (layer, A) in enumerate(zip(model.layers, self.shares))]
+        self._calls = [
+            (
+                A is not None,
+                layer.W,
+                layer.b,
+                self.S_W[k] if A is None else A,
+                self.S_b[k],
+                self.ring_delta[k],
+                self.ring_inp[k],
+            )
+            for k, (layer, A) in enumerate(zip(model.layers, self.shares))
+        ]
 
     @property
     def deferred_layers(self) -> list[int]:
@@ -189,7 +201,11 @@ class DLR(Optimizer):
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {"pos": np.array(self.pos), "deferred": np.array([A is not None for A in self.shares])}
         for k in range(len(self.S_b)):
-            state |= {f"S_b{k}": self.S_b[k], f"ring_delta{k}": self.ring_delta[k], f"ring_inp{k}": self.ring_inp[k]}
+            state |= {
+                f"S_b{k}": self.S_b[k],
+                f"ring_delta{k}": self.ring_delta[k],
+                f"ring_inp{k}": self.ring_inp[k],
+            }
             state[f"S_W{k}" if self.S_W[k] is not None else f"share{k}"] = (
                 self.S_W[k] if self.S_W[k] is not None else self.shares[k])
         return {key: np.array(v, copy=True) for key, v in state.items()}
@@ -197,9 +213,11 @@ class DLR(Optimizer):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         mine = [A is not None for A in self.shares]
         if "deferred" in state and list(state["deferred"]) != mine:
-            raise ConfigError(f"DLR state was saved with deferred layers {list(np.flatnonzero(state['deferred']))}, "
-                              f"this optimiser defers {list(np.flatnonzero(mine))} (DEFER_COST changed?); "
-                              "resume with the fedstream version that wrote it")
+            raise ConfigError(
+                f"DLR state was saved with deferred layers {list(np.flatnonzero(state['deferred']))}, "
+                f"this optimiser defers {list(np.flatnonzero(mine))} (DEFER_COST changed?); "
+                "resume with the fedstream version that wrote it"
+            )
         self.pos = int(state["pos"])
         for k in range(len(self.S_b)):
             for name in ("S_b", "ring_delta", "ring_inp"):

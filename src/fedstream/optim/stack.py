@@ -30,22 +30,30 @@ def stack_descent(W, b, D, X, runs, lrs):  # pragma: no cover (jit)
 
 
 @njit(cache=True, fastmath=True)
-def stack_dlr_running(W, b, S_W, S_b, U, V, pos, D, X, active, alpha, alpha_l, scales, zd, zx):  # pragma: no cover
+def stack_dlr_running(
+    W, b, S_W, S_b, U, V, pos, D, X, active, alpha, alpha_l, scales, zd, zx
+):  # pragma: no cover
     """:func:`dlr_layer_update` for every run k: factors (D[k], X[k]) and step scales[k] if
     ``active[k]``, else a zero gradient (zd, zx) and no step (a passive round)."""
     for k in range(W.shape[0]):
         if active[k]:
-            dlr_layer_update(W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k])
+            dlr_layer_update(
+                W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k]
+            )
         else:
             dlr_layer_update(W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, zd, zx, alpha, alpha_l, 0.0)
 
 
 @njit(cache=True, fastmath=True)
-def stack_dlr_deferred(W, b, S_b, U, V, A, pos, D, X, active, alpha, alpha_l, scales, zd, zx):  # pragma: no cover
+def stack_dlr_deferred(
+    W, b, S_b, U, V, A, pos, D, X, active, alpha, alpha_l, scales, zd, zx
+):  # pragma: no cover
     """:func:`dlr_deferred_update` for every run k, active or passive as in :func:`stack_dlr_running`."""
     for k in range(W.shape[0]):
         if active[k]:
-            dlr_deferred_update(W[k], b[k], S_b[k], U[k], V[k], A[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k])
+            dlr_deferred_update(
+                W[k], b[k], S_b[k], U[k], V[k], A[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k]
+            )
         else:
             dlr_deferred_update(W[k], b[k], S_b[k], U[k], V[k], A[k], pos, zd, zx, alpha, alpha_l, 0.0)
 
@@ -86,8 +94,15 @@ class DLRStack(OptimizerStack):
         super().__init__(model, optimizers)
         first = optimizers[0]
         for o in optimizers:
-            if (o.window, o.alpha, o.pos, o.deferred_layers) != (first.window, first.alpha, first.pos, first.deferred_layers):
-                raise ConfigError("DLR runs in one stack must share window, alpha, deferred layers and ring position")
+            if (o.window, o.alpha, o.pos, o.deferred_layers) != (
+                first.window,
+                first.alpha,
+                first.pos,
+                first.deferred_layers,
+            ):
+                raise ConfigError(
+                    "DLR runs in one stack must share window, alpha, deferred layers and ring position"
+                )
         self.alpha, self.alpha_l, self.pos, self.window = first.alpha, first.alpha_l, first.pos, first.window
         self.scales = self.lrs / first.norm
         self.S_b = [np.stack([o.S_b[i] for o in optimizers]) for i in range(len(model.layers))]
@@ -98,7 +113,9 @@ class DLRStack(OptimizerStack):
         self.shares = [None if first.shares[i] is None else np.stack([o.shares[i] for o in optimizers])
                        for i in range(len(model.layers))]
         for i, layer in enumerate(model.layers):
-            layer.deferred = None if self.shares[i] is None else (self.ring_delta[i], self.ring_inp[i], self.shares[i])
+            layer.deferred = (
+                None if self.shares[i] is None else (self.ring_delta[i], self.ring_inp[i], self.shares[i])
+            )
         self._zeros = [(np.zeros((1, l.W.shape[1]), l.W.dtype), np.zeros((1, l.W.shape[2]), l.W.dtype))
                        for l in model.layers]
 
@@ -108,11 +125,41 @@ class DLRStack(OptimizerStack):
         for i, (layer, (D, X)) in enumerate(zip(self.model.layers, grads)):
             zd, zx = self._zeros[i]
             if self.shares[i] is not None:
-                stack_dlr_deferred(layer.W, layer.b, self.S_b[i], self.ring_delta[i], self.ring_inp[i], self.shares[i],
-                                   p, D, X, active, a, al, self.scales, zd, zx)
+                stack_dlr_deferred(
+                    layer.W,
+                    layer.b,
+                    self.S_b[i],
+                    self.ring_delta[i],
+                    self.ring_inp[i],
+                    self.shares[i],
+                    p,
+                    D,
+                    X,
+                    active,
+                    a,
+                    al,
+                    self.scales,
+                    zd,
+                    zx,
+                )
             else:
-                stack_dlr_running(layer.W, layer.b, self.S_W[i], self.S_b[i], self.ring_delta[i], self.ring_inp[i],
-                                  p, D, X, active, a, al, self.scales, zd, zx)
+                stack_dlr_running(
+                    layer.W,
+                    layer.b,
+                    self.S_W[i],
+                    self.S_b[i],
+                    self.ring_delta[i],
+                    self.ring_inp[i],
+                    p,
+                    D,
+                    X,
+                    active,
+                    a,
+                    al,
+                    self.scales,
+                    zd,
+                    zx,
+                )
         self.pos = (p + 1) % self.window
 
     def write_back(self, optimizers: list[DLR]) -> None:

@@ -115,6 +115,7 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
 
         if not 1 <= l <= n_clients:
             raise ConfigError(f"activation.l must be in [1, vfl.clients={n_clients}], got {l!r}")
-        return TopLActivation(n_clients, l=l, embedding=embedding, window=window, explore=explore, padding=padding,
-                              seed=seed)
+        return TopLActivation(
+            n_clients, l=l, embedding=embedding, window=window, explore=explore, padding=padding, seed=seed
+        )
     raise ConfigError(f"activation.name must be one of full, random, event, fixed, topl; got {name!r}")

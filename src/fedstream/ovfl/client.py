@@ -17,9 +17,9 @@ import numpy as np
 from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.optim import Optimizer
-from fedstream.runtime.state import collect, restore
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
+from fedstream.runtime.state import collect, restore
 
 
 class Client:
@@ -81,7 +81,9 @@ class Client:
 
     def _check_round(self, t: int) -> None:
         if t != self._round:
-            raise ProtocolError(f"client {self.index}: message for round {t}, but it is at round {self._round}")
+            raise ProtocolError(
+                f"client {self.index}: message for round {t}, but it is at round {self._round}"
+            )
 
     def _parts(self) -> dict[str, object]:
         return {"model": self.model, "optim": self.optimizer, "inputs": self.inputs}

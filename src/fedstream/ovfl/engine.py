@@ -21,13 +21,13 @@ from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
-from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
-from fedstream.runtime.state import collect, restore
-from fedstream.transport import CompressionSpec, make_transport
 from fedstream.ovfl.activation import make_activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
+from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runtime.state import collect, restore
+from fedstream.transport import CompressionSpec, make_transport
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
 
@@ -71,7 +71,9 @@ def make_stream(config: dict) -> Stream:
     """The stream a config asks for, read from the resolved data root."""
     root = resolve_data_root(config["data.root"])
     source = load_source(config["data.name"], root, seed=config["seed"], stats_rows=config["data.stats_rows"])
-    return Stream(source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"])
+    return Stream(
+        source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"]
+    )
 
 
 def online_summary(run) -> dict:
@@ -114,11 +116,21 @@ class OnlineVFL:
         server_model = build_server_model(name, M * e, source.n_classes, rng)
         server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
         self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
-        self.transport = make_transport(M, CompressionSpec.from_config(config))  # plain float32 unless compressed
+        self.transport = make_transport(
+            M, CompressionSpec.from_config(config)
+        )  # plain float32 unless compressed
         self.activation = make_activation(
-            config["activation.name"], M, p=config["activation.p"], threshold=config["activation.threshold"],
-            k=config["activation.k"], seed=config["seed"], l=config["activation.l"], window=config["activation.window"],
-            explore=config["activation.explore"], padding=config["activation.padding"], embedding=e,
+            config["activation.name"],
+            M,
+            p=config["activation.p"],
+            threshold=config["activation.threshold"],
+            k=config["activation.k"],
+            seed=config["seed"],
+            l=config["activation.l"],
+            window=config["activation.window"],
+            explore=config["activation.explore"],
+            padding=config["activation.padding"],
+            embedding=e,
         )
         if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
             self.server.stand_in = self.activation
@@ -178,7 +190,9 @@ class OnlineVFL:
             self.t = t + 1
             if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
                 self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
-            if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
+            if self.t % self.metrics.interval == 0 or (
+                h.checkpoint_every and self.t % h.checkpoint_every == 0
+            ):
                 self.active_counts += mask[counted:j + 1].sum(axis=0)
                 counted = j + 1
             if self.t % self.metrics.interval == 0:
@@ -193,7 +207,11 @@ class OnlineVFL:
     def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
         """The error to raise when a party produced a NaN/inf message in round t."""
         parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
-        bad = [name for name, model in parties.items() if not all(np.isfinite(p).all() for p in model.parameters())]
+        bad = [
+            name
+            for name, model in parties.items()
+            if not all(np.isfinite(p).all() for p in model.parameters())
+        ]
         where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
         return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
                              f"{self.config['optimizer.lr']}; try a smaller one)", t)
@@ -225,18 +243,27 @@ class OnlineVFL:
 
     # -- results -----------------------------------------------------------------------------
     def summary(self) -> dict:
-        return online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
+        return (
+            online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
+        )
 
     def _selection_summary(self) -> dict:
         """topl: the time the server spent scoring clients and how often it did (no message: it scores the
         embeddings it already received, so all of topl's traffic is in ``bytes``)."""
         if not hasattr(self.activation, "estimate"):
             return {}
-        return {"selection_seconds": self.activation.seconds, "selection_updates": self.activation.estimate.updates}
+        return {
+            "selection_seconds": self.activation.seconds,
+            "selection_updates": self.activation.estimate.updates,
+        }
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
-        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger, "metrics": self.metrics}
+        parts: dict[str, object] = {
+            "server": self.server,
+            "ledger": self.transport.ledger,
+            "metrics": self.metrics,
+        }
         if hasattr(self.transport, "state_dict"):  # codec state: caches, last gradients, previous sigma
             parts["codecs"] = self.transport
         if hasattr(self.activation, "state_dict"):  # topl: its online estimate
@@ -257,17 +284,27 @@ class OnlineVFL:
     def load(self, path: Path) -> None:
         """Continue from a checkpoint written by :meth:`save` for the same configuration."""
         state, meta = load_checkpoint(path)
-        changed = [k for k, v in meta["config"].items() if k not in ("rounds", "checkpoint.every") and self.config.get(k) != v]
+        changed = [
+            k
+            for k, v in meta["config"].items()
+            if k not in ("rounds", "checkpoint.every") and self.config.get(k) != v
+        ]
         if changed:
-            details = ", ".join(f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed)
+            details = ", ".join(
+                f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed
+            )
             raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
         if self.config["rounds"] < meta["round"]:
-            raise ConfigError(f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}")
+            raise ConfigError(
+                f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}"
+            )
         try:
             restore(self._parts(), state)
             self.active_counts[:] = state["active_counts"]
         except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{path}: checkpoint is damaged or does not fit this configuration ({exc})") from None
+            raise ConfigError(
+                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
+            ) from None
         self.t = int(meta["round"])
         self.clock.client, self.clock.server = meta["clock"]
         self.wall_seconds = float(meta["wall_seconds"])

@@ -69,7 +69,9 @@ class ReferenceOnlineVFL:
         kw = dict(name=self.name, window=self.window, alpha=cfg["optimizer.alpha"])
         self.clients = [_torch_mlp(c.model) for c in engine.clients]
         self.server = _torch_mlp(engine.server.model)
-        self.client_opts = [PlainOptimizer(list(c.parameters()), lr=cfg["optimizer.lr"], **kw) for c in self.clients]
+        self.client_opts = [
+            PlainOptimizer(list(c.parameters()), lr=cfg["optimizer.lr"], **kw) for c in self.clients
+        ]
         self.server_opt = PlainOptimizer(list(self.server.parameters()), lr=server_lr(cfg), **kw)
         self.inputs: list[deque] = [deque(maxlen=self.window) for _ in self.clients]
         self.labels: deque = deque(maxlen=self.window)
@@ -79,7 +81,9 @@ class ReferenceOnlineVFL:
             from fedstream.selection.padding import make_padding
 
             ema = {"alpha": 0.1} if cfg["activation.padding"] == "ema" else {}
-            self.padding = make_padding(cfg["activation.padding"], len(self.clients), cfg["model.embedding"], **ema)
+            self.padding = make_padding(
+                cfg["activation.padding"], len(self.clients), cfg["model.embedding"], **ema
+            )
 
     def run(self, rounds: int) -> ReferenceOnlineVFL:
         eng = self.engine
@@ -95,7 +99,9 @@ class ReferenceOnlineVFL:
                 eng.activation.observe(blocks, y)
         return self
 
-    def play(self, blocks: list[torch.Tensor], y: int, active: np.ndarray, asked: np.ndarray | None = None) -> None:
+    def play(
+        self, blocks: list[torch.Tensor], y: int, active: np.ndarray, asked: np.ndarray | None = None
+    ) -> None:
         """One round; ``asked[m]`` False: client m is not part of it (padded, no optimiser step)."""
         asked = np.ones(len(self.clients), dtype=bool) if asked is None else asked
         slr = self.name == "slr"

@@ -24,9 +24,9 @@ from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.models.kernels import softmax_cross_entropy_into
 from fedstream.optim import Optimizer
-from fedstream.runtime.state import collect, restore
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
+from fedstream.runtime.state import collect, restore
 
 
 @dataclass
@@ -63,7 +63,9 @@ class Server:
             raise ProtocolError(f"round {t}: client {client} was neither activated nor queried, "
                                 "and the server has no padding to stand in for it")
         self._padded.append(client)
-        return Embedding(round=t, client=client, values=self.stand_in.fill(client, min(self.labels.count + 1, self.window)))
+        return Embedding(
+            round=t, client=client, values=self.stand_in.fill(client, min(self.labels.count + 1, self.window))
+        )
 
     def on_embeddings(self, t: int, y: int, embeddings: list[Embedding], active: list[int]) -> RoundResult:
         """Predict, learn from label ``y`` and return gradients for the ``active`` clients."""
@@ -100,12 +102,16 @@ class Server:
     def _stack(self, t: int, embeddings: list[Embedding], h: np.ndarray) -> None:
         """Check each client's embedding for round t and copy it into its columns of ``h``."""
         if len(embeddings) != self.n_clients:
-            raise ProtocolError(f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}")
+            raise ProtocolError(
+                f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}"
+            )
         e = self.embedding
         shape = (h.shape[0], e)
         for m, msg in enumerate(embeddings):
             if msg.client != m:
-                raise ProtocolError(f"round {t}: embedding {m} comes from client {msg.client}, expected client {m}")
+                raise ProtocolError(
+                    f"round {t}: embedding {m} comes from client {msg.client}, expected client {m}"
+                )
             if msg.round != t or msg.values.shape != shape:
                 raise ProtocolError(
                     f"round {t}: embedding from client {m} for round {msg.round} has shape "

@@ -32,13 +32,13 @@ import numpy as np
 from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.models.stack import MLPStack, stack_softmax_cross_entropy
 from fedstream.optim.stack import make_optimizer_stack
-from fedstream.transport.stacked import StackTransport
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.protocol import ComputeClock, play_stack_round
 from fedstream.ovfl.server import Server
 from fedstream.ovfl.window import RowWindow
+from fedstream.transport.stacked import StackTransport
 
 
 class StackDiverged(Exception):
@@ -138,8 +138,10 @@ class ClientStack:
         self._check_round(query.round)
         out = self._embeddings()
         if query.rows != out.shape[1]:
-            raise ProtocolError(f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
-                                f"its window holds {out.shape[1]}")
+            raise ProtocolError(
+                f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
+                f"its window holds {out.shape[1]}"
+            )
         if not self._active.any():  # no gradient will come this round: every run steps (passively) now
             bufs = self.model._bufs(out.shape[1])  # factors the kernels will not read: no run is active
             self.optimizer.step([(delta, x) for (_, delta, _), x in zip(bufs, self._acts)], self._active)
@@ -151,8 +153,10 @@ class ClientStack:
         self._check_round(grad.round)
         out = self._embeddings()
         if grad.values.shape != (len(grad.runs),) + out.shape[1:] or not self._active[grad.runs].all():
-            raise ProtocolError(f"client {self.index}: gradient of shape {grad.values.shape} for round {grad.round} "
-                                "does not match the embeddings it sent")
+            raise ProtocolError(
+                f"client {self.index}: gradient of shape {grad.values.shape} for round {grad.round} "
+                "does not match the embeddings it sent"
+            )
         G = self._grad.get(out.shape[1])
         if G is None:
             G = self._grad[out.shape[1]] = np.zeros(out.shape, out.dtype)
@@ -162,7 +166,9 @@ class ClientStack:
 
     def _check_round(self, t: int) -> None:
         if t != self._round:
-            raise ProtocolError(f"client {self.index}: message for round {t}, but it is at round {self._round}")
+            raise ProtocolError(
+                f"client {self.index}: message for round {t}, but it is at round {self._round}"
+            )
 
     def write_back(self, clients: list[Client]) -> None:
         """Copy run k's model, optimiser state and input window into ``clients[k]``."""
@@ -181,7 +187,12 @@ class ServerStack:
 
     def __init__(self, servers: list[Server]):
         s0 = servers[0]
-        self.K, self.n_clients, self.embedding, self.window = len(servers), s0.n_clients, s0.embedding, s0.window
+        self.K, self.n_clients, self.embedding, self.window = (
+            len(servers),
+            s0.n_clients,
+            s0.embedding,
+            s0.window,
+        )
         self.model = MLPStack([s.model for s in servers])
         self.optimizer = make_optimizer_stack(self.model, [s.optimizer for s in servers])
         self.labels = RowWindow(self.window, 1, dtype=np.int64)
@@ -194,7 +205,9 @@ class ServerStack:
         """The query a client that is passive in ``runs`` receives for round t."""
         return Query(t, client, min(self.labels.count + 1, self.window), runs)
 
-    def on_embeddings(self, t: int, y: int, embeddings: list[list[Embedding]], active: list[np.ndarray]) -> StackResult:
+    def on_embeddings(
+        self, t: int, y: int, embeddings: list[list[Embedding]], active: list[np.ndarray]
+    ) -> StackResult:
         """Predict and learn in every run; gradients for client m in the runs ``active[m]``."""
         self.labels.push(y)
         rows = min(self.labels.count, self.window)
@@ -209,7 +222,11 @@ class ServerStack:
                 delta[...] *= 1.0 / self.window
         self.optimizer.step(grads, self._learn)
         e = self.embedding
-        out = [Gradient(t, m, g_h[runs, :, m * e:(m + 1) * e], runs) for m, runs in enumerate(active) if runs.size]
+        out = [
+            Gradient(t, m, g_h[runs, :, m * e : (m + 1) * e], runs)
+            for m, runs in enumerate(active)
+            if runs.size
+        ]
         return StackResult(predictions, out)
 
     def _buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,14 +242,18 @@ class ServerStack:
     def _stack(self, t: int, embeddings: list[list[Embedding]], h: np.ndarray) -> None:
         """Copy each client's embeddings into its columns of ``h``; every (run, client) exactly once."""
         if len(embeddings) != self.n_clients:
-            raise ProtocolError(f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}")
+            raise ProtocolError(
+                f"round {t}: expected embeddings from {self.n_clients} clients, got {len(embeddings)}"
+            )
         e, rows = self.embedding, h.shape[1]
         for m, msgs in enumerate(embeddings):
             seen = 0
             for msg in msgs:
                 if msg.client != m or msg.round != t or msg.values.shape != (len(msg.runs), rows, e):
-                    raise ProtocolError(f"round {t}: embedding from client {msg.client} for round {msg.round} has "
-                                        f"shape {msg.values.shape}, expected ({len(msg.runs)}, {rows}, {e}) from client {m}")
+                    raise ProtocolError(
+                        f"round {t}: embedding from client {msg.client} for round {msg.round} has "
+                        f"shape {msg.values.shape}, expected ({len(msg.runs)}, {rows}, {e}) from client {m}"
+                    )
                 h[msg.runs, :, m * e:(m + 1) * e] = msg.values
                 seen += len(msg.runs)
             if seen != self.K:
@@ -326,7 +347,9 @@ class RunStack:
         """Round i made NaN/inf in some runs: finish it for the others, write everything back, raise."""
         bad = sorted(self.transport.diverged)
         self._advance(chunk, j0, i, y, preds, masks, hooks, tic, bad)
-        self._advance(chunk, j0, i + 1, y, preds, masks, hooks, tic, [k for k in range(len(self.runs)) if k not in bad])
+        self._advance(
+            chunk, j0, i + 1, y, preds, masks, hooks, tic, [k for k in range(len(self.runs)) if k not in bad]
+        )
         self._share_wall(time.perf_counter() - tic)
         self.write_back()
         raise StackDiverged(bad, chunk * CHUNK + i)

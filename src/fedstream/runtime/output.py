@@ -11,7 +11,14 @@ import yaml
 
 from fedstream.config import nest
 
-METRIC_COLUMNS = ["round", "interval_error", "accumulated_error", "bytes_total", "client_compute_seconds", "wall_seconds"]
+METRIC_COLUMNS = [
+    "round",
+    "interval_error",
+    "accumulated_error",
+    "bytes_total",
+    "client_compute_seconds",
+    "wall_seconds",
+]
 
 
 class RunDirectory:

@@ -28,7 +28,9 @@ from fedstream.selection import _kernels as K
 
 BACKENDS = ("auto", "dots", "direct")
 PRECISIONS = ("auto", "float32", "float64")
-DIRECT_MAX_WIDTH = 8  # auto backend: fused feature loop when clients hold at most this many features on average
+DIRECT_MAX_WIDTH = (
+    8  # auto backend: fused feature loop when clients hold at most this many features on average
+)
 TILE_ROWS = 512
 TILE_COLS = 2048
 WORK_BYTES = 256 << 10  # one row's work buffer (client + group distances) stays in L2
@@ -107,7 +109,9 @@ def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str,
     return backend, np.float32 if precision == "float32" else np.float64, int_mode
 
 
-def prepare(blocks: list[np.ndarray], y: np.ndarray, queries: np.ndarray, backend: str, precision: str) -> Prepared:
+def prepare(
+    blocks: list[np.ndarray], y: np.ndarray, queries: np.ndarray, backend: str, precision: str
+) -> Prepared:
     """Sort, drop constant columns, and lay the features out for the chosen backend."""
     n = y.shape[0]
     is_query = np.zeros(n, dtype=bool)
@@ -307,7 +311,9 @@ class Engine:
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
                             p.int_mode, self.parent, self.client, self.grow, top, loc.work)
             else:
-                K.topk_direct(p.XT, p.offsets, r0, c0, c1 - c0, self.parent, self.client, self.grow, top, loc.work)
+                K.topk_direct(
+                    p.XT, p.offsets, r0, c0, c1 - c0, self.parent, self.client, self.grow, top, loc.work
+                )
         return top[:, :, self.k - 1]
 
     # ------------------------------------------------------------------ phase 2
@@ -354,7 +360,9 @@ class Engine:
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)
         if p.mode == "dots":
-            K.count_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), p.int_mode, *args)
+            K.count_dots(
+                self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), p.int_mode, *args
+            )
         else:
             K.count_direct(p.XT, p.offsets, r0, c0, c1 - c0, *args)
         return symmetric

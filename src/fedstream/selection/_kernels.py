@@ -179,7 +179,9 @@ def count_direct(XT, offsets, r0, c0, C, row_lab, col_lab, row_rad, col_rad, par
 
 
 @njit(cache=True)
-def _count_groups(work, a, row_lab, col_lab, row_rad, col_rad, grow, symmetric, row_cnt, col_cnt):  # pragma: no cover
+def _count_groups(
+    work, a, row_lab, col_lab, row_rad, col_rad, grow, symmetric, row_cnt, col_cnt
+):  # pragma: no cover
     """Row a's other-class counts for every group (and the columns' credits in a symmetric tile)."""
     s = np.searchsorted(col_lab, row_lab[a], "left")
     e = np.searchsorted(col_lab, row_lab[a], "right")

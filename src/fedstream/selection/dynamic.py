@@ -90,12 +90,22 @@ class RelaxedStep:
 class RelaxedSchedule:
     """Samples with random lifespans (uniform integers in ``lifespan``) and gradual arrivals."""
 
-    def __init__(self, n: int, *, keep: float = 0.5, arrival: float = 0.05, lifespan: tuple[int, int] = (5, 20),
-                 seed: int = 0):
+    def __init__(
+        self,
+        n: int,
+        *,
+        keep: float = 0.5,
+        arrival: float = 0.05,
+        lifespan: tuple[int, int] = (5, 20),
+        seed: int = 0,
+    ):
         self.n = check_positive_int("n (samples)", n)
         self.keep = check_probability("keep", keep, allow_zero=False)
         self.arrival = check_probability("arrival", arrival)
-        lo, hi = (check_positive_int("lifespan[0]", lifespan[0]), check_positive_int("lifespan[1]", lifespan[1]))
+        lo, hi = (
+            check_positive_int("lifespan[0]", lifespan[0]),
+            check_positive_int("lifespan[1]", lifespan[1]),
+        )
         if lo > hi:
             raise ConfigError(f"lifespan must be (min, max) epochs with min <= max, got {tuple(lifespan)}")
         self.lifespan = (lo, hi)

@@ -166,8 +166,16 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
             raise ConfigError(f"k={k} exceeds the {int(same.sum()) - 1} other samples of the query's class")
 
 
-def fagin_group_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10, queries=None, batch: int = 100,
-                   psi: str = "approx") -> tuple[float, int, int]:
+def fagin_group_mi(
+    blocks: Sequence[np.ndarray],
+    labels,
+    group,
+    *,
+    k: int = 10,
+    queries=None,
+    batch: int = 100,
+    psi: str = "approx",
+) -> tuple[float, int, int]:
     """Eq. (1) for one group through :func:`fagin_m`: ``(score, sorted_reads, random_reads)`` summed over queries."""
     blocks, y, group, q, k = check_group_inputs(blocks, labels, group, k, queries, psi)
     n, counts = y.shape[0], np.bincount(y)

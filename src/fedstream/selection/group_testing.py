@@ -54,11 +54,18 @@ class GroupTestResult:
 
     def ranking(self) -> np.ndarray:
         """Client indices from best to worst score (ties by lower index)."""
-        return np.lexsort((np.arange(self.client_scores.size), -np.nan_to_num(self.client_scores, nan=-np.inf)))
+        return np.lexsort(
+            (np.arange(self.client_scores.size), -np.nan_to_num(self.client_scores, nan=-np.inf))
+        )
 
 
-def random_groups(m: int, n_groups: int = DEFAULT_GROUPS, *, rng: np.random.Generator | int | None = DEFAULT_SEED,
-                  include_full: bool = True) -> list[tuple[int, ...]]:
+def random_groups(
+    m: int,
+    n_groups: int = DEFAULT_GROUPS,
+    *,
+    rng: np.random.Generator | int | None = DEFAULT_SEED,
+    include_full: bool = True,
+) -> list[tuple[int, ...]]:
     """``n_groups`` random non-empty subsets of ``range(m)`` (+ the full set if ``include_full``).
 
     Each subset takes every client independently with probability 1/2, redrawn while empty, i.e.
@@ -145,15 +152,29 @@ def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[i
     return _result(groups, by_group, m, aggregate, q_used, reads)
 
 
-def _result(groups, by_group: dict, m: int, aggregate: str, queries: np.ndarray, reads=None) -> GroupTestResult:
+def _result(
+    groups, by_group: dict, m: int, aggregate: str, queries: np.ndarray, reads=None
+) -> GroupTestResult:
     """Per-test scores (one per drawn group, repeats included) and the clients' aggregate."""
     scores = np.array([by_group[g] for g in groups])
-    return GroupTestResult(groups=groups, group_scores=scores, client_scores=client_scores(groups, scores, m, aggregate),
-                           queries=queries, list_reads=reads)
+    return GroupTestResult(
+        groups=groups,
+        group_scores=scores,
+        client_scores=client_scores(groups, scores, m, aggregate),
+        queries=queries,
+        list_reads=reads,
+    )
 
 
-def plan_tests(m: int, n: int, *, groups: Sequence[tuple[int, ...]] | None = None, n_groups: int = DEFAULT_GROUPS,
-               queries=None, seed: int = DEFAULT_SEED) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
+def plan_tests(
+    m: int,
+    n: int,
+    *,
+    groups: Sequence[tuple[int, ...]] | None = None,
+    n_groups: int = DEFAULT_GROUPS,
+    queries=None,
+    seed: int = DEFAULT_SEED,
+) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
     """The groups and query samples :func:`group_test` uses for ``seed``: ``(groups, queries)``.
 
     Groups are drawn first (unless given), then the query subsample, from one generator; ``queries``
@@ -166,8 +187,16 @@ def plan_tests(m: int, n: int, *, groups: Sequence[tuple[int, ...]] | None = Non
     return check_groups(groups, m), subsample_queries(n, queries, rng)
 
 
-def group_test_from_distances(local, labels, groups: Sequence[tuple[int, ...]], *, queries=None, k: int = DEFAULT_K,
-                              psi: str = "approx", aggregate: str = "sum") -> GroupTestResult:
+def group_test_from_distances(
+    local,
+    labels,
+    groups: Sequence[tuple[int, ...]],
+    *,
+    queries=None,
+    k: int = DEFAULT_K,
+    psi: str = "approx",
+    aggregate: str = "sum",
+) -> GroupTestResult:
     """:func:`group_test` from the clients' local squared distances instead of their blocks.
 
     ``local``: (m, |Q|, n), client j's distances from each query (sorted ``queries``; None: every

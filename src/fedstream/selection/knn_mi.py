@@ -90,7 +90,9 @@ def knn_counts(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, que
     return k + others[:, prep.pos_of_query], q
 
 
-def mi_from_counts(m_counts: np.ndarray, labels, queries: np.ndarray, k: int, psi: str = "approx") -> np.ndarray:
+def mi_from_counts(
+    m_counts: np.ndarray, labels, queries: np.ndarray, k: int, psi: str = "approx"
+) -> np.ndarray:
     """Eq. (1) per group from the counts m_q: mean over queries of ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q).
 
     The mean is an exactly rounded sum (``math.fsum``), so it does not depend on the order of the
@@ -128,8 +130,10 @@ def check_local_distances(local, m: int | None = None) -> np.ndarray:
     """(m, |Q|, n) float64 local squared distances; DataError unless finite and non-negative."""
     a = np.asarray(local, dtype=np.float64)
     if a.ndim != 3 or 0 in a.shape or (m is not None and a.shape[0] != m):
-        raise DataError(f"local distances must be a (clients{'' if m is None else f' = {m}'}, queries, samples) "
-                        f"array, got shape {a.shape}")
+        raise DataError(
+            f"local distances must be a (clients{'' if m is None else f' = {m}'}, queries, samples) "
+            f"array, got shape {a.shape}"
+        )
     if not np.isfinite(a).all() or (a < 0).any():
         raise DataError("local distances must be finite and non-negative (squared Euclidean distances)")
     return a
@@ -155,7 +159,9 @@ def counts_from_distances(dist: np.ndarray, y: np.ndarray, queries: np.ndarray, 
     return out
 
 
-def knn_mi_from_distances(local, labels, groups, *, k: int = 10, queries=None, psi: str = "approx") -> GroupMI:
+def knn_mi_from_distances(
+    local, labels, groups, *, k: int = 10, queries=None, psi: str = "approx"
+) -> GroupMI:
     """Eq. (1) for every group from the clients' *local* squared distances, as the VF-PS server computes it.
 
     ``local[j]`` is client j's (|Q|, n) array: its local squared distance from each query (the rows,
@@ -171,12 +177,20 @@ def knn_mi_from_distances(local, labels, groups, *, k: int = 10, queries=None, p
     groups = check_groups(groups, m)
     q = check_queries(queries, n)
     if q.size != local.shape[1]:
-        raise DataError(f"local distances hold {local.shape[1]} query rows, expected one per query ({q.size})")
+        raise DataError(
+            f"local distances hold {local.shape[1]} query rows, expected one per query ({q.size})"
+        )
     k = check_k(k, y, q)
     counts = np.stack([counts_from_distances(local[list(g)].sum(axis=0), y, q, k) for g in groups]) \
         if groups else np.zeros((0, q.size), dtype=np.int64)
-    return GroupMI(groups=groups, scores=mi_from_counts(counts, labels, q, k, psi), m_counts=counts, queries=q,
-                   k=k, psi=psi)
+    return GroupMI(
+        groups=groups,
+        scores=mi_from_counts(counts, labels, q, k, psi),
+        m_counts=counts,
+        queries=q,
+        k=k,
+        psi=psi,
+    )
 
 
 def knn_mi_scores(blocks: Sequence[np.ndarray], labels, groups, **kwargs) -> np.ndarray:

@@ -96,7 +96,9 @@ class VFPSSelector(Selector):
         The distance-based path: the server sends the queries to the clients, gets back their local
         distances and calls :meth:`select_distances` with the same groups and queries.
         """
-        groups, q = plan_tests(m, n, n_groups=self.n_groups, queries=self.queries, seed=self.seed + self.calls)
+        groups, q = plan_tests(
+            m, n, n_groups=self.n_groups, queries=self.queries, seed=self.seed + self.calls
+        )
         return groups, check_queries(q, n)
 
     def _select(self, blocks, labels) -> Selection:
@@ -187,7 +189,9 @@ def brute_force(m: int, l: int, train_and_score: Callable[[tuple[int, ...]], flo
     """
     l = check_l(l, m)
     if not callable(train_and_score):
-        raise ConfigError(f"train_and_score must be callable (subset -> score), got {type(train_and_score).__name__}")
+        raise ConfigError(
+            f"train_and_score must be callable (subset -> score), got {type(train_and_score).__name__}"
+        )
     scores: dict[tuple[int, ...], float] = {}
     for subset in itertools.combinations(range(m), l):
         value = float(train_and_score(subset))

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedstream.errors import ConfigError, DataError
+from fedstream.ovfl.activation import Activation
 from fedstream.selection.group_testing import DEFAULT_GROUPS, DEFAULT_K, group_test
 from fedstream.selection.padding import PADDINGS, make_padding
 from fedstream.selection.validation import (
@@ -54,7 +55,6 @@ from fedstream.selection.validation import (
     check_positive_int,
     check_probability,
 )
-from fedstream.ovfl.activation import Activation
 
 EMA_ALPHA = 0.1  # ema padding: weight of the newest row (as selection.ema_alpha's default)
 
@@ -62,11 +62,22 @@ EMA_ALPHA = 0.1  # ema padding: weight of the newest row (as selection.ema_alpha
 class OnlineMIEstimate:
     """Per-client MI scores from group testing on a window of rows, smoothed by an EMA over updates."""
 
-    def __init__(self, n_clients: int, *, window: int = 500, k: int = DEFAULT_K, n_groups: int = DEFAULT_GROUPS,
-                 smoothing: float = 0.5, seed: int = 0):
+    def __init__(
+        self,
+        n_clients: int,
+        *,
+        window: int = 500,
+        k: int = DEFAULT_K,
+        n_groups: int = DEFAULT_GROUPS,
+        smoothing: float = 0.5,
+        seed: int = 0,
+    ):
         self.n_clients = check_positive_int("n_clients", n_clients)
         self.window = check_positive_int("window", window, minimum=2)
-        self.k, self.n_groups = check_positive_int("k", k), check_positive_int("n_groups", n_groups, minimum=0)
+        self.k, self.n_groups = (
+            check_positive_int("k", k),
+            check_positive_int("n_groups", n_groups, minimum=0),
+        )
         self.smoothing = check_probability("smoothing", smoothing, allow_zero=False)
         self.seed = int(seed)
         self.scores: np.ndarray | None = None  # (m,) once a window has been scored
@@ -157,10 +168,13 @@ class TopLActivation(Activation):
         self.explore = check_positive_int("explore (rounds between exploration rounds)", explore)
         if padding not in PADDINGS:
             raise ConfigError(f"padding must be one of {', '.join(map(repr, PADDINGS))}, got {padding!r}")
-        self.padding = make_padding(padding, n_clients, embedding, **({"alpha": EMA_ALPHA} if padding == "ema" else {}))
+        self.padding = make_padding(
+            padding, n_clients, embedding, **({"alpha": EMA_ALPHA} if padding == "ema" else {})
+        )
         self.buffer = ExplorationBuffer(n_clients, embedding, window)
-        self.estimate = OnlineMIEstimate(n_clients, window=window, k=k, n_groups=n_groups, smoothing=smoothing,
-                                         seed=seed)
+        self.estimate = OnlineMIEstimate(
+            n_clients, window=window, k=k, n_groups=n_groups, smoothing=smoothing, seed=seed
+        )
         self.seconds = 0.0  # spent scoring the buffer
 
     # -- who is asked ------------------------------------------------------------------------
@@ -206,16 +220,28 @@ class TopLActivation(Activation):
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         scores = self.estimate.scores
-        return {"scores": np.full(self.n_clients, np.nan) if scores is None else np.asarray(scores, dtype=np.float64),
-                "has_scores": np.array(scores is not None), "updates": np.array(self.estimate.updates),
-                "seconds": np.array(self.seconds), "buffer_rows": self.buffer.rows.copy(),
-                "buffer_labels": self.buffer.labels.copy(), "buffer_count": np.array(self.buffer.count),
-                "padding_value": self.padding.value.copy(), "padding_seen": self.padding.seen.copy()}
+        return {
+            "scores": np.full(self.n_clients, np.nan)
+            if scores is None
+            else np.asarray(scores, dtype=np.float64),
+            "has_scores": np.array(scores is not None),
+            "updates": np.array(self.estimate.updates),
+            "seconds": np.array(self.seconds),
+            "buffer_rows": self.buffer.rows.copy(),
+            "buffer_labels": self.buffer.labels.copy(),
+            "buffer_count": np.array(self.buffer.count),
+            "padding_value": self.padding.value.copy(),
+            "padding_seen": self.padding.seen.copy(),
+        }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if np.shape(state["buffer_rows"]) != self.buffer.rows.shape:
-            raise ValueError(f"topl buffer of shape {np.shape(state['buffer_rows'])}, expected {self.buffer.rows.shape}")
-        self.estimate.scores = np.array(state["scores"], dtype=np.float64) if bool(state["has_scores"]) else None
+            raise ValueError(
+                f"topl buffer of shape {np.shape(state['buffer_rows'])}, expected {self.buffer.rows.shape}"
+            )
+        self.estimate.scores = (
+            np.array(state["scores"], dtype=np.float64) if bool(state["has_scores"]) else None
+        )
         self.estimate.updates = int(state["updates"])
         self.seconds = float(state["seconds"])
         self.buffer.rows[...], self.buffer.labels[...] = state["buffer_rows"], state["buffer_labels"]

@@ -61,7 +61,9 @@ def reference_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10, qu
     return math.fsum(terms) / len(terms)  # exactly rounded, like mi_from_counts
 
 
-def reference_m_counts(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, queries=None) -> np.ndarray:
+def reference_m_counts(
+    blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, queries=None
+) -> np.ndarray:
     """(G, |Q|) m_q for every group and query, by the per-sample loop (for comparison with knn_counts)."""
     blocks = check_blocks(blocks)
     y = check_labels(labels, blocks[0].shape[0])

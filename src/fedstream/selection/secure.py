@@ -136,7 +136,9 @@ class PaillierAggregator:
                 out[c * per + i] = (plain >> (width * i)) & mask
         return out / self.scale
 
-    def secure_sum(self, local: Sequence[np.ndarray], *, max_value: int | None = None) -> tuple[np.ndarray, dict]:
+    def secure_sum(
+        self, local: Sequence[np.ndarray], *, max_value: int | None = None
+    ) -> tuple[np.ndarray, dict]:
         """The clients' vectors summed under encryption, with the time of each role and the bytes sent."""
         local = [np.asarray(v, dtype=np.float64) for v in local]
         if not local or any(v.shape != local[0].shape or v.ndim != 1 for v in local):
@@ -171,7 +173,10 @@ def secure_group_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10,
     k = check_k(k, y, q)
     agg = aggregator or PaillierAggregator()
     n, counts = y.shape[0], np.bincount(y)
-    terms, cost = [], {"encrypt_s": 0.0, "add_s": 0.0, "decrypt_s": 0.0, "values": 0, "ciphertexts": 0, "bytes_up": 0}
+    terms, cost = (
+        [],
+        {"encrypt_s": 0.0, "add_s": 0.0, "decrypt_s": 0.0, "values": 0, "ciphertexts": 0, "bytes_up": 0},
+    )
     for i in q:
         dist, c = agg.secure_sum([local_sq_distances(blocks[j], int(i)) for j in group])
         for key in cost:

@@ -30,8 +30,10 @@ def check_blocks(blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
         if not (np.issubdtype(a.dtype, np.number) and not np.issubdtype(a.dtype, np.complexfloating)):
             raise DataError(f"blocks[{j}] must hold real numbers, got dtype {a.dtype}")
         if a.shape[0] != np.asarray(blocks[0]).shape[0]:
-            raise DataError(f"blocks[{j}] has {a.shape[0]} rows but blocks[0] has {np.asarray(blocks[0]).shape[0]}; "
-                            "every client must hold the same (aligned) samples")
+            raise DataError(
+                f"blocks[{j}] has {a.shape[0]} rows but blocks[0] has {np.asarray(blocks[0]).shape[0]}; "
+                "every client must hold the same (aligned) samples"
+            )
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             raise DataError(f"blocks[{j}] holds NaN or infinite values; expected finite features")
         out.append(a)
@@ -59,10 +61,14 @@ def check_groups(groups, m: int) -> list[tuple[int, ...]]:
     for i, g in enumerate(groups):
         members = tuple(int(c) for c in g)
         if not members:
-            raise ConfigError(f"groups[{i}] is empty; expected a non-empty tuple of client indices in 0..{m - 1}")
+            raise ConfigError(
+                f"groups[{i}] is empty; expected a non-empty tuple of client indices in 0..{m - 1}"
+            )
         bad = [c for c in members if not 0 <= c < m]
         if bad:
-            raise ConfigError(f"groups[{i}] = {members} names client {bad[0]}; expected indices in 0..{m - 1}")
+            raise ConfigError(
+                f"groups[{i}] = {members} names client {bad[0]}; expected indices in 0..{m - 1}"
+            )
         if len(set(members)) != len(members):
             raise ConfigError(f"groups[{i}] = {members} repeats a client; expected distinct indices")
         out.append(tuple(sorted(members)))
@@ -94,9 +100,11 @@ def check_k(k, y: np.ndarray, queries: np.ndarray) -> int:
     small = queried[counts[queried] <= k]
     if small.size:
         c = int(small[0])
-        raise ConfigError(f"k={k} must be smaller than every queried class's size: class code {c} has "
-                          f"{int(counts[c])} samples, so it has only {int(counts[c]) - 1} neighbours besides the "
-                          f"query; use k <= {int(counts[queried].min()) - 1} or drop that class's queries")
+        raise ConfigError(
+            f"k={k} must be smaller than every queried class's size: class code {c} has "
+            f"{int(counts[c])} samples, so it has only {int(counts[c]) - 1} neighbours besides the "
+            f"query; use k <= {int(counts[queried].min()) - 1} or drop that class's queries"
+        )
     return int(k)
 
 

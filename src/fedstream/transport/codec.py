@@ -42,7 +42,11 @@ def encode(msg: Message) -> bytes:
         raise ProtocolError(f"round {msg.round} does not fit the u32 round field")
     if isinstance(msg, Query):
         return HEADER.pack(kind, msg.round, msg.client, msg.rows, 0)
-    values = msg.values if msg.values.dtype == F32 and msg.values.flags.c_contiguous else np.ascontiguousarray(msg.values, dtype=F32)
+    values = (
+        msg.values
+        if msg.values.dtype == F32 and msg.values.flags.c_contiguous
+        else np.ascontiguousarray(msg.values, dtype=F32)
+    )
     if values.ndim != 2:
         raise ProtocolError(f"{type(msg).__name__}.values must be 2-D, got shape {values.shape}")
     rows, cols = values.shape

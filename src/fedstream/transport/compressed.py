@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient, Message
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.inprocess import InProcessTransport
 from fedstream.transport.ledger import ByteLedger
@@ -38,7 +39,6 @@ from fedstream.transport.links import (
     TopKSender,
 )
 from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
-from fedstream.ovfl.messages import Embedding, Gradient, Message
 
 UP_CODECS = ("none", "topk", "topk-grad")
 DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")
@@ -64,10 +64,18 @@ class CompressionSpec:
     def __post_init__(self) -> None:
         _check_choice("compression.up", self.up, UP_CODECS)
         _check_choice("compression.down", self.down, DOWN_CODECS)
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
-            raise ConfigError(f"compression.ratio = {self.ratio!r}: expected a number in (0, 1] (paper: 0.125)")
+        if (
+            isinstance(self.ratio, bool)
+            or not isinstance(self.ratio, (int, float))
+            or not 0 < self.ratio <= 1
+        ):
+            raise ConfigError(
+                f"compression.ratio = {self.ratio!r}: expected a number in (0, 1] (paper: 0.125)"
+            )
         if isinstance(self.levels, bool) or not isinstance(self.levels, int) or not 1 <= self.levels <= 254:
-            raise ConfigError(f"compression.levels = {self.levels!r}: expected an integer in 1..254 (paper: 24)")
+            raise ConfigError(
+                f"compression.levels = {self.levels!r}: expected an integer in 1..254 (paper: 24)"
+            )
         if not isinstance(self.cache, bool):
             raise ConfigError(f"compression.cache = {self.cache!r}: expected true or false")
         if self.cache and self.up == "none":
@@ -135,21 +143,31 @@ class _Endpoint:
         else:
             msg = self._decompress(data, samples)
         if msg.client != self.client:
-            raise ProtocolError(f"a {type(msg).__name__} for client {msg.client} arrived on client {self.client}'s link")
+            raise ProtocolError(
+                f"a {type(msg).__name__} for client {msg.client} arrived on client {self.client}'s link"
+            )
         return msg
 
     def _decompress(self, data: bytes, samples: np.ndarray | None) -> Message:
         f = unframe(data)
         if f.type is not self.receives or self.receiver is None:
-            raise ProtocolError(f"compressed {f.type.__name__} for round {f.round} arrived at the {self.side} end "
-                                f"of client {self.client}'s link, which expects {self._expects()}")
+            raise ProtocolError(
+                f"compressed {f.type.__name__} for round {f.round} arrived at the {self.side} end "
+                f"of client {self.client}'s link, which expects {self._expects()}"
+            )
         if f.codec != self.receiver.wire:
-            raise ProtocolError(f"{f.type.__name__} for round {f.round}, client {f.client}: payload coded with "
-                                f"{CODEC_NAMES[f.codec]}, this link is configured for {CODEC_NAMES[self.receiver.wire]}")
-        return f.type(f.round, f.client, self.receiver.values(f.payload, f.shape, round=f.round, samples=samples))
+            raise ProtocolError(
+                f"{f.type.__name__} for round {f.round}, client {f.client}: payload coded with "
+                f"{CODEC_NAMES[f.codec]}, this link is configured for {CODEC_NAMES[self.receiver.wire]}"
+            )
+        return f.type(
+            f.round, f.client, self.receiver.values(f.payload, f.shape, round=f.round, samples=samples)
+        )
 
     def _expects(self) -> str:
-        return "uncompressed messages only" if self.receiver is None else f"compressed {self.receives.__name__}s"
+        return (
+            "uncompressed messages only" if self.receiver is None else f"compressed {self.receives.__name__}s"
+        )
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {}
@@ -248,7 +266,9 @@ class CompressedTransport:
                 end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
-def make_transport(n_clients: int, spec: CompressionSpec | None = None) -> InProcessTransport | CompressedTransport:
+def make_transport(
+    n_clients: int, spec: CompressionSpec | None = None
+) -> InProcessTransport | CompressedTransport:
     """The plain in-process transport when nothing is compressed, else a :class:`CompressedTransport`."""
     if spec is None or spec.is_none:
         return InProcessTransport(n_clients)

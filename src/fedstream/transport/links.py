@@ -164,20 +164,26 @@ class SparseReceiver(Receiver):
         if self.table is None:
             self.table = EmbeddingCache(ring=ring)
         elif self.table.ring != ring:
-            raise ProtocolError("embedding cache: messages with and without sample ids on one link "
-                                f"(this link's cache is keyed by {'stream rounds' if self.table.ring else 'dataset ids'})")
+            raise ProtocolError(
+                "embedding cache: messages with and without sample ids on one link "
+                f"(this link's cache is keyed by {'stream rounds' if self.table.ring else 'dataset ids'})"
+            )
         return self.table.fill(sparse, samples)
 
     def state_dict(self) -> State:
         if self.table is None:
             return {}
-        return {f"cache.{k}": v for k, v in self.table.state_dict().items()} | {"cache.ring": np.array(self.table.ring)}
+        return {f"cache.{k}": v for k, v in self.table.state_dict().items()} | {
+            "cache.ring": np.array(self.table.ring)
+        }
 
     def load_state_dict(self, state: State) -> None:
         self.table = None
         if self.cache and "cache.ring" in state:
             self.table = EmbeddingCache(ring=bool(state["cache.ring"]))
-            self.table.load_state_dict({k[len("cache."):]: v for k, v in state.items() if k.startswith("cache.")})
+            self.table.load_state_dict(
+                {k[len("cache.") :]: v for k, v in state.items() if k.startswith("cache.")}
+            )
 
 
 # --- downlink: gradients --------------------------------------------------------------------------
@@ -217,7 +223,10 @@ class QuantSender(Sender):
         s = self.state
         if s.mu is None:
             return {}
-        return {"stats": np.array([s.mu, s.sigma], dtype=np.float64), "rounds": np.array(s.rounds, dtype=np.int64)}
+        return {
+            "stats": np.array([s.mu, s.sigma], dtype=np.float64),
+            "rounds": np.array(s.rounds, dtype=np.int64),
+        }
 
     def load_state_dict(self, state: State) -> None:
         self.state = QuantizerState()

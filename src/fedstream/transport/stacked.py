@@ -18,9 +18,9 @@ import numpy as np
 from numba import njit
 
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import F32, HEADER, KINDS, MAX_ROUND, TYPES, all_finite
 from fedstream.transport.ledger import ByteLedger
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 
 
 @njit(cache=True)
@@ -58,7 +58,9 @@ def _count(counters, messages, runs, client, n_bytes):  # pragma: no cover (jit)
 
 
 @njit(cache=True)
-def _carry_frames(header, payload, frames, runs, client, counters, messages, received, bad):  # pragma: no cover
+def _carry_frames(
+    header, payload, frames, runs, client, counters, messages, received, bad
+):  # pragma: no cover
     """The transport's whole job for one stacked message, in one call: encode (frames[j] = header ++
     payload[j]), count (frame length for each run's ledger), decode (the receiver's copy of the
     payloads from the frames, checked). Returns False if the decoded headers disagree."""
@@ -84,7 +86,9 @@ def _payload(msg: Message) -> tuple[int, int, np.ndarray]:
 def _header(msg: Message, rows: int, cols: int) -> np.ndarray:
     kind = KINDS.get(type(msg))
     if kind is None or msg.runs is None:
-        raise ProtocolError(f"a stacked transport carries stacked Embedding, Query or Gradient messages, got {msg!r:.80}")
+        raise ProtocolError(
+            f"a stacked transport carries stacked Embedding, Query or Gradient messages, got {msg!r:.80}"
+        )
     if not 0 <= msg.round <= MAX_ROUND:
         raise ProtocolError(f"round {msg.round} does not fit the u32 round field")
     return np.frombuffer(HEADER.pack(kind, msg.round, msg.client, rows, cols), np.uint8)
@@ -93,7 +97,9 @@ def _header(msg: Message, rows: int, cols: int) -> np.ndarray:
 def encode_frames(msg: Message) -> np.ndarray:
     """The k frames of stacked ``msg`` as one (k, frame) uint8 array: row j = encode(run j's message)."""
     if getattr(msg, "runs", None) is None:
-        raise ProtocolError(f"encode_frames takes a stacked Embedding, Query or Gradient, got {type(msg).__name__}")
+        raise ProtocolError(
+            f"encode_frames takes a stacked Embedding, Query or Gradient, got {type(msg).__name__}"
+        )
     rows, cols, payload = _payload(msg)
     header = _header(msg, rows, cols)
     frames = np.empty((len(msg.runs), HEADER.size + 4 * rows * cols), np.uint8)
@@ -106,7 +112,9 @@ def decode_frames(frames: np.ndarray, runs: np.ndarray) -> tuple[Message, np.nda
     of frames holding NaN or inf. Headers must be valid and identical (one message of k runs)."""
     k = len(runs)
     if frames.ndim != 2 or frames.shape[0] != k or frames.shape[1] < HEADER.size:
-        raise ProtocolError(f"{frames.shape} frame array for {k} runs: each frame needs a {HEADER.size}-byte header")
+        raise ProtocolError(
+            f"{frames.shape} frame array for {k} runs: each frame needs a {HEADER.size}-byte header"
+        )
     kind, rnd, client, rows, cols = HEADER.unpack(frames[0, :HEADER.size].tobytes())
     cls = TYPES.get(kind)
     if cls is None:
@@ -149,14 +157,18 @@ class StackTransport:
         """Encode, count and decode in one kernel call (what :func:`encode_frames` and
         :func:`decode_frames` do, which the tests check frame by frame)."""
         if getattr(msg, "runs", None) is None:
-            raise ProtocolError(f"a stacked transport carries stacked messages, got {type(msg).__name__} without runs")
+            raise ProtocolError(
+                f"a stacked transport carries stacked messages, got {type(msg).__name__} without runs"
+            )
         rows, cols, payload = _payload(msg)
         header = _header(msg, rows, cols)
         k = len(msg.runs)
         frames = np.empty((k, HEADER.size + 4 * rows * cols), np.uint8)
         received = np.empty_like(payload)
         bad = np.empty(k, dtype=bool)
-        if not _carry_frames(header, payload, frames, msg.runs, msg.client, counters, self.messages, received, bad):
+        if not _carry_frames(
+            header, payload, frames, msg.runs, msg.client, counters, self.messages, received, bad
+        ):
             raise ProtocolError("the frames of one stacked message have different headers")
         if bad.any():
             self.diverged.update(int(r) for r in msg.runs[bad])

@@ -18,8 +18,8 @@ import struct
 
 import numpy as np
 
-from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.chfl.messages import ModelUpdate, check_update
+from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
 
 HEADER = struct.Struct("<BIHIH")

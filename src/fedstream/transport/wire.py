@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fedstream.errors import ProtocolError
-from fedstream.transport.codec import HEADER, MAX_ROUND
 from fedstream.ovfl.messages import Embedding, Gradient
+from fedstream.transport.codec import HEADER, MAX_ROUND
 
 COMPRESSED_KINDS: dict[type, int] = {Embedding: 4, Gradient: 5}
 COMPRESSED_TYPES = {v: k for k, v in COMPRESSED_KINDS.items()}
@@ -52,18 +52,26 @@ def frame(msg: Embedding | Gradient, codec: int, payload: bytes) -> bytes:
     if msg.values.ndim != 2:
         raise ProtocolError(f"{type(msg).__name__}.values must be 2-D, got shape {msg.values.shape}")
     rows, cols = msg.values.shape
-    return HEADER.pack(COMPRESSED_KINDS[type(msg)], msg.round, msg.client, rows, cols) + bytes([codec]) + payload
+    return (
+        HEADER.pack(COMPRESSED_KINDS[type(msg)], msg.round, msg.client, rows, cols) + bytes([codec]) + payload
+    )
 
 
 def unframe(data: bytes) -> Frame:
     """Split a compressed message into its header fields, codec byte and payload (not yet decoded)."""
     if len(data) < FRAME_SIZE:
-        raise ProtocolError(f"compressed message of {len(data)} bytes is shorter than its {FRAME_SIZE}-byte header")
+        raise ProtocolError(
+            f"compressed message of {len(data)} bytes is shorter than its {FRAME_SIZE}-byte header"
+        )
     kind, rnd, client, rows, cols = HEADER.unpack_from(data)
     cls = COMPRESSED_TYPES.get(kind)
     if cls is None:
-        raise ProtocolError(f"unknown compressed message kind {kind}; expected one of {sorted(COMPRESSED_TYPES)}")
+        raise ProtocolError(
+            f"unknown compressed message kind {kind}; expected one of {sorted(COMPRESSED_TYPES)}"
+        )
     codec = data[HEADER.size]
     if codec not in CODEC_NAMES:
-        raise ProtocolError(f"{cls.__name__} for round {rnd}: unknown codec id {codec}; expected one of {sorted(CODEC_NAMES)}")
+        raise ProtocolError(
+            f"{cls.__name__} for round {rnd}: unknown codec id {codec}; expected one of {sorted(CODEC_NAMES)}"
+        )
     return Frame(cls, rnd, client, (rows, cols), codec, memoryview(data)[FRAME_SIZE:])

@@ -90,15 +90,25 @@ def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
         payload = torch.load(path, weights_only=True)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no checkpoint to resume from") from None
-    except (RuntimeError, EOFError, ValueError, OSError, pickle.UnpicklingError) as exc:  # truncated or foreign
+    except (
+        RuntimeError,
+        EOFError,
+        ValueError,
+        OSError,
+        pickle.UnpicklingError,
+    ) as exc:  # truncated or foreign
         raise ConfigError(f"{path}: not a readable batch VFL checkpoint ({exc})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a batch VFL checkpoint of format {FORMAT}")
     if payload.get("kind") != kind:
         what = {None: "the simulator's", "deployed-server": "a deployed run's server"}
-        raise ConfigError(f"{path}: a checkpoint of {what.get(payload.get('kind'), repr(payload.get('kind')))}, "
-                          f"expected one of {what.get(kind, repr(kind))}")
-    _check_config(path, json.loads(payload["config"]), json.loads(json.dumps(config, sort_keys=True, default=str)))
+        raise ConfigError(
+            f"{path}: a checkpoint of {what.get(payload.get('kind'), repr(payload.get('kind')))}, "
+            f"expected one of {what.get(kind, repr(kind))}"
+        )
+    _check_config(
+        path, json.loads(payload["config"]), json.loads(json.dumps(config, sort_keys=True, default=str))
+    )
     if config["train.epochs"] < payload["epoch"]:
         raise ConfigError(f"{path}: the run already did {payload['epoch']} epochs; train.epochs = "
                           f"{config['train.epochs']} may not be lower on resume")
@@ -124,12 +134,16 @@ def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
         transport.load_state_dict(_arrays(payload["links"]))
     transport.ledger.load_state_dict(_arrays(payload["ledger"]))
     torch.set_rng_state(payload["torch_rng"])
-    return RunState(int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"]))
+    return RunState(
+        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])
+    )
 
 
 def _check_config(path: Path, old: dict, new: dict) -> None:
     changed = sorted(k for k in set(old) | set(new) if k not in GROWABLE and old.get(k) != new.get(k))
     if changed:
         detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
-        raise ConfigError(f"{path} was written by a run with other settings ({detail}); "
-                          "resume with the same config (only train.epochs may change) or choose another --out")
+        raise ConfigError(
+            f"{path} was written by a run with other settings ({detail}); "
+            "resume with the same config (only train.epochs may change) or choose another --out"
+        )

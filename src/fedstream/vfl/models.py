@@ -45,7 +45,11 @@ class BasicBlock(nn.Module):
 
 def resnet18(in_channels: int, embedding: int, width: int = 64) -> nn.Sequential:
     """CIFAR-style ResNet-18 mapping (n, in_channels, h, w) images to (n, embedding)."""
-    layers: list[nn.Module] = [nn.Conv2d(in_channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+    layers: list[nn.Module] = [
+        nn.Conv2d(in_channels, width, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+    ]
     c = width
     for i, stride in enumerate((1, 2, 2, 2)):
         out = width * 2**i
@@ -54,8 +58,16 @@ def resnet18(in_channels: int, embedding: int, width: int = 64) -> nn.Sequential
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, embedding))
 
 
-def build_models(dataset: str, strip_shapes: list[tuple[int, int, int]], *, embedding: int, hidden: int,
-                 resnet_width: int, n_classes: int, server_hidden: int | None = None) -> tuple[list[nn.Module], nn.Module]:
+def build_models(
+    dataset: str,
+    strip_shapes: list[tuple[int, int, int]],
+    *,
+    embedding: int,
+    hidden: int,
+    resnet_width: int,
+    n_classes: int,
+    server_hidden: int | None = None,
+) -> tuple[list[nn.Module], nn.Module]:
     """(client models, server model) of the paper's setting for ``dataset``; the MNIST-like server's
     hidden width is ``server_hidden`` (default: ``hidden``)."""
     m = len(strip_shapes)

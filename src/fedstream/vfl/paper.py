@@ -24,7 +24,9 @@ CONFIGS: dict[str, CompressionSpec] = {
     "sign": CompressionSpec(down="sign"),  # figs. 4-5 baseline (signSGD, +-1)
     "sign-scaled": CompressionSpec(down="sign-scaled"),  # signSGD with the scale mean |g|
     "quant-huffman": CompressionSpec(down="quant-huffman", levels=LEVELS),  # figs. 4-5, the paper's
-    "combination": CompressionSpec(up="topk-grad", cache=True, ratio=RATIO, down="quant-huffman", levels=LEVELS),
+    "combination": CompressionSpec(
+        up="topk-grad", cache=True, ratio=RATIO, down="quant-huffman", levels=LEVELS
+    ),
     "topk+quant-huffman": CompressionSpec(up="topk", ratio=RATIO, down="quant-huffman", levels=LEVELS),
     "topk+cache": CompressionSpec(up="topk", cache=True, ratio=RATIO),
     "topk-grad": CompressionSpec(up="topk-grad", ratio=RATIO),
@@ -32,7 +34,9 @@ CONFIGS: dict[str, CompressionSpec] = {
 PAPER = ("none", "topk", "topk-grad+cache", "sign", "quant-huffman", "combination")
 
 
-def run_all(names: list[str], dataset: str, epochs: int, root: Path, seed: int, out: Path | None) -> list[dict]:
+def run_all(
+    names: list[str], dataset: str, epochs: int, root: Path, seed: int, out: Path | None
+) -> list[dict]:
     """Run the named configurations; one summary each (also written under ``out/<name>``)."""
     summaries = []
     for name in names:
@@ -51,8 +55,10 @@ def table(summaries: list[dict]) -> str:
     for s in summaries:
         accs = " / ".join(f"{r['test_accuracy'] * 100:.2f}" for r in s["per_epoch"])
         saved = "" if base is None else f"{100 * (1 - s['bytes_per_client'] / base):.1f} %"
-        lines.append(f"| {s['name']} | {accs} | {s['final_accuracy'] * 100:.2f} | {s['bytes']['up'] / 1e6:.1f} | "
-                     f"{s['bytes']['down'] / 1e6:.1f} | {s['bytes_per_client'] / 1e6:.2f} | {saved} |")
+        lines.append(
+            f"| {s['name']} | {accs} | {s['final_accuracy'] * 100:.2f} | {s['bytes']['up'] / 1e6:.1f} | "
+            f"{s['bytes']['down'] / 1e6:.1f} | {s['bytes_per_client'] / 1e6:.2f} | {saved} |"
+        )
     return "\n".join(lines)
 
 
@@ -62,7 +68,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", default=None)
-    parser.add_argument("--configs", default=",".join(PAPER), help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--configs", default=",".join(PAPER), help=f"comma-separated, of: {', '.join(CONFIGS)}"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     names = [n for n in args.configs.split(",") if n]

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from fedstream.errors import ProtocolError
-from fedstream.selection.padding import Padding
 from fedstream.ovfl.messages import Embedding, Gradient
+from fedstream.selection.padding import Padding
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
@@ -54,12 +54,16 @@ class BatchClient:
         """Back-propagate the received dL/dE through the kept graph and take one SGD step."""
         if self._pending is None or grad.round != self._pending[0] or grad.client != self.index:
             want = None if self._pending is None else self._pending[0]
-            raise ProtocolError(f"client {self.index}: gradient for round {grad.round} (client {grad.client}) "
-                                f"but the pending embedding is for round {want}")
+            raise ProtocolError(
+                f"client {self.index}: gradient for round {grad.round} (client {grad.client}) "
+                f"but the pending embedding is for round {want}"
+            )
         _, out = self._pending
         if tuple(grad.values.shape) != tuple(out.shape):
-            raise ProtocolError(f"client {self.index}: gradient of shape {grad.values.shape} for an embedding "
-                                f"of shape {tuple(out.shape)}")
+            raise ProtocolError(
+                f"client {self.index}: gradient of shape {grad.values.shape} for an embedding "
+                f"of shape {tuple(out.shape)}"
+            )
         self.optimizer.zero_grad(set_to_none=True)
         out.backward(_tensor(grad.values))
         self.optimizer.step()
@@ -73,7 +77,9 @@ class BatchServer:
     without one every client must send.
     """
 
-    def __init__(self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None):
+    def __init__(
+        self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None
+    ):
         self.model = model
         self.n_clients = n_clients
         self.embedding = embedding
@@ -88,21 +94,31 @@ class BatchServer:
                                 "(None stands for an unselected client)")
         if self.padding is None and any(e is None for e in embeddings):
             missing = [m for m, e in enumerate(embeddings) if e is None]
-            raise ProtocolError(f"server: no embedding from client(s) {missing} and no padding to stand in for them")
+            raise ProtocolError(
+                f"server: no embedding from client(s) {missing} and no padding to stand in for them"
+            )
         if all(e is None for e in embeddings):
             raise ProtocolError(f"server: no client sent an embedding for round {step}")
         for m, e in enumerate(embeddings):
-            if e is not None and (e.client != m or e.round != step or e.values.shape != (rows, self.embedding)):
-                raise ProtocolError(f"server: expected client {m}'s embedding for round {step} of shape "
-                                    f"({rows}, {self.embedding}), received client {e.client}, round {e.round}, "
-                                    f"shape {e.values.shape}")
+            if e is not None and (
+                e.client != m or e.round != step or e.values.shape != (rows, self.embedding)
+            ):
+                raise ProtocolError(
+                    f"server: expected client {m}'s embedding for round {step} of shape "
+                    f"({rows}, {self.embedding}), received client {e.client}, round {e.round}, "
+                    f"shape {e.values.shape}"
+                )
         return [None if e is None else e.values for e in embeddings]
 
     def _inputs(self, values: list[np.ndarray | None], rows: int) -> list[torch.Tensor]:
         """Leaf tensors of the received values, padding where a client did not send."""
-        return [_tensor(self.padding.fill(m, rows)) if v is None else _tensor(v) for m, v in enumerate(values)]
+        return [
+            _tensor(self.padding.fill(m, rows)) if v is None else _tensor(v) for m, v in enumerate(values)
+        ]
 
-    def train_step(self, step: int, embeddings: list[Embedding | None], labels: torch.Tensor) -> tuple[float, list[Gradient]]:
+    def train_step(
+        self, step: int, embeddings: list[Embedding | None], labels: torch.Tensor
+    ) -> tuple[float, list[Gradient]]:
         """Mean cross-entropy of the batch; one SGD step; dL/dE for every client that sent."""
         values = self._received(step, embeddings, len(labels))
         inputs = self._inputs(values, len(labels))

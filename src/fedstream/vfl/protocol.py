@@ -26,9 +26,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.parties import BatchClient, BatchServer
-from fedstream.ovfl.messages import Embedding, Gradient
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ class Cohort(Protocol):
         before it embeds anything else."""
         ...
 
-    def inferences(self, batches: Sequence[Batch], selected: Collection[int] | None) -> Iterator[list[Embedding | None]]:
+    def inferences(
+        self, batches: Sequence[Batch], selected: Collection[int] | None
+    ) -> Iterator[list[Embedding | None]]:
         """Evaluation forward passes: per batch, in order, each selected client's embedding."""
         ...
 
@@ -86,16 +88,22 @@ class LocalCohort:
         self.transport.ledger = value
 
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
-        return _send(batch.step, self.inputs(batch), self.clients, self.transport, selected, True, batch.samples)
+        return _send(
+            batch.step, self.inputs(batch), self.clients, self.transport, selected, True, batch.samples
+        )
 
     def gradients(self, gradients: Sequence[Gradient]) -> None:
         for grad in gradients:
             grad = self.transport.down(grad)
             self.clients[grad.client].on_gradient(grad)
 
-    def inferences(self, batches: Sequence[Batch], selected: Collection[int] | None) -> Iterator[list[Embedding | None]]:
+    def inferences(
+        self, batches: Sequence[Batch], selected: Collection[int] | None
+    ) -> Iterator[list[Embedding | None]]:
         for batch in batches:
-            yield _send(batch.step, self.inputs(batch), self.clients, self.transport, selected, False, batch.samples)
+            yield _send(
+                batch.step, self.inputs(batch), self.clients, self.transport, selected, False, batch.samples
+            )
 
 
 def _send(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], transport, selected, train: bool,
@@ -140,14 +148,28 @@ def train_step(step: int, inputs: list[torch.Tensor], labels: torch.Tensor, clie
     return play_train_step(batch, labels, cohort, server, selected)
 
 
-def score_step(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], server: BatchServer,
-               transport, selected: Collection[int] | None = None, samples: np.ndarray | None = None) -> torch.Tensor:
+def score_step(
+    step: int,
+    inputs: list[torch.Tensor],
+    clients: list[BatchClient],
+    server: BatchServer,
+    transport,
+    selected: Collection[int] | None = None,
+    samples: np.ndarray | None = None,
+) -> torch.Tensor:
     """Class scores of one evaluation batch."""
     batch, cohort = _given(step, inputs, clients, transport, samples, "test")
     return next(play_scores([batch], cohort, server, selected))
 
 
-def predict_step(step: int, inputs: list[torch.Tensor], clients: list[BatchClient], server: BatchServer,
-                 transport, selected: Collection[int] | None = None, samples: np.ndarray | None = None) -> np.ndarray:
+def predict_step(
+    step: int,
+    inputs: list[torch.Tensor],
+    clients: list[BatchClient],
+    server: BatchServer,
+    transport,
+    selected: Collection[int] | None = None,
+    samples: np.ndarray | None = None,
+) -> np.ndarray:
     """Predicted classes of one evaluation batch."""
     return score_step(step, inputs, clients, server, transport, selected, samples).argmax(dim=1).numpy()

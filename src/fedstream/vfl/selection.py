@@ -65,8 +65,10 @@ def parse_clients(text) -> tuple[int, ...] | None:
     except ValueError:
         clients = ()
     if not clients or any(c < 0 for c in clients) or len(set(clients)) != len(clients):
-        raise ConfigError(f"selection.clients = {text!r}: expected distinct client indices >= 0, comma-separated "
-                          "(e.g. \"0,2\")")
+        raise ConfigError(
+            f"selection.clients = {text!r}: expected distinct client indices >= 0, comma-separated "
+            '(e.g. "0,2")'
+        )
     return tuple(sorted(clients))
 
 
@@ -95,27 +97,47 @@ class SelectionSpec:
         for name, choices in (("method", METHODS), ("aggregate", AGGREGATES), ("padding", PADDINGS),
                               ("dynamic", DYNAMICS)):
             if getattr(self, name) not in choices:
-                raise ConfigError(f"selection.{name} = {getattr(self, name)!r}: expected one of {', '.join(choices)}")
+                raise ConfigError(
+                    f"selection.{name} = {getattr(self, name)!r}: expected one of {', '.join(choices)}"
+                )
         object.__setattr__(self, "clients", parse_clients(self.clients))
-        for name, lo in (("l", 1), ("k", 1), ("groups", 1), ("lifespan_min", 1), ("lifespan_max", 1), ("every", 0)):
+        for name, lo in (
+            ("l", 1),
+            ("k", 1),
+            ("groups", 1),
+            ("lifespan_min", 1),
+            ("lifespan_max", 1),
+            ("every", 0),
+        ):
             _integer(name, getattr(self, name), lo)
         _integer("queries", self.queries, 1, optional=True)
-        for name, zero_ok in (("ema_alpha", False), ("update_prob", True), ("keep", False), ("arrival", True)):
+        for name, zero_ok in (
+            ("ema_alpha", False),
+            ("update_prob", True),
+            ("keep", False),
+            ("arrival", True),
+        ):
             _probability(name, getattr(self, name), zero_ok)
         if self.lifespan_min > self.lifespan_max:
-            raise ConfigError(f"selection.lifespan_min = {self.lifespan_min} exceeds selection.lifespan_max = "
-                              f"{self.lifespan_max}")
+            raise ConfigError(
+                f"selection.lifespan_min = {self.lifespan_min} exceeds selection.lifespan_max = "
+                f"{self.lifespan_max}"
+            )
         if self.method == "fixed" and self.clients is None:
             raise ConfigError("selection.method = 'fixed' needs selection.clients, e.g. \"0,2\"")
         if self.method != "fixed" and self.clients is not None:
-            raise ConfigError(f"selection.clients = {','.join(map(str, self.clients))!r} is read only with "
-                              f"selection.method = 'fixed' (got {self.method!r}); remove it or set the method")
+            raise ConfigError(
+                f"selection.clients = {','.join(map(str, self.clients))!r} is read only with "
+                f"selection.method = 'fixed' (got {self.method!r}); remove it or set the method"
+            )
 
     def check_clients(self, m: int) -> None:
         """ConfigError naming the key when the selection does not fit m clients."""
         if self.method in ("vfps", "random") and self.l > m:
-            raise ConfigError(f"selection.l = {self.l} exceeds vfl.clients = {m}: cannot select {self.l} of {m} "
-                              f"clients; expected 1 <= selection.l <= {m}")
+            raise ConfigError(
+                f"selection.l = {self.l} exceeds vfl.clients = {m}: cannot select {self.l} of {m} "
+                f"clients; expected 1 <= selection.l <= {m}"
+            )
         if self.clients is not None and max(self.clients) >= m:
             raise ConfigError(f"selection.clients = {','.join(map(str, self.clients))!r} names client "
                               f"{max(self.clients)}, but vfl.clients = {m} (indices 0..{m - 1})")
@@ -141,14 +163,22 @@ def _integer(name: str, value, lo: int, *, optional: bool = False) -> None:
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ConfigError(f"selection.{name} = {value!r}: expected an integer >= {lo}{' or none' if optional else ''}")
+        raise ConfigError(
+            f"selection.{name} = {value!r}: expected an integer >= {lo}{' or none' if optional else ''}"
+        )
 
 
 def _probability(name: str, value, zero_ok: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (0 <= value if zero_ok else 0 < value) \
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (0 <= value if zero_ok else 0 < value)
         and value <= 1
+    )
     if not ok:
-        raise ConfigError(f"selection.{name} = {value!r}: expected a number in {'[' if zero_ok else '('}0, 1]")
+        raise ConfigError(
+            f"selection.{name} = {value!r}: expected a number in {'[' if zero_ok else '('}0, 1]"
+        )
 
 
 @dataclass(frozen=True)
@@ -176,8 +206,14 @@ class Participation:
         spec.check_clients(self.m)
         self.selector = None
         if spec.method == "vfps":
-            self.selector = VFPSSelector(spec.l, k=spec.k, n_groups=spec.groups, queries=spec.queries, seed=seed,
-                                         aggregate=spec.aggregate)
+            self.selector = VFPSSelector(
+                spec.l,
+                k=spec.k,
+                n_groups=spec.groups,
+                queries=spec.queries,
+                seed=seed,
+                aggregate=spec.aggregate,
+            )
         elif spec.method == "random":
             self.selector = RandomSelector(spec.l, seed=seed)
         self.schedule = None
@@ -237,8 +273,10 @@ class Participation:
             blocks = self.blocks if rows is None else [b[rows] for b in self.blocks]
             labels = self.labels if rows is None else self.labels[rows]
             if n < 2:
-                raise ConfigError(f"epoch {epoch}: only {n} training rows are available, too few to select clients; "
-                                  "raise selection.keep or data.train_rows")
+                raise ConfigError(
+                    f"epoch {epoch}: only {n} training rows are available, too few to select clients; "
+                    "raise selection.keep or data.train_rows"
+                )
             if self.spec.method == "vfps":
                 self._check_k(labels, epoch)
             if self.spec.method == "vfps" and self.distances is not None:
@@ -290,7 +328,8 @@ class Participation:
             raise ConfigError(
                 f"selection.k = {self.spec.k} must be smaller than every class's size among the {labels.size} "
                 f"training rows available at epoch {epoch}: class {c} has {int(counts.min())} (a query is not its own "
-                f"neighbour); use selection.k <= {int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)")
+                f"neighbour); use selection.k <= {int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)"
+            )
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def state_dict(self) -> tuple[dict, dict[str, np.ndarray]]:
@@ -307,7 +346,10 @@ class Participation:
         elif isinstance(self.selector, RandomSelector):
             meta["selector.rng"] = self.selector.rng.bit_generator.state
         if isinstance(self.schedule, RelaxedSchedule):
-            meta["schedule.rng"], meta["schedule.epoch"] = self.schedule.rng.bit_generator.state, self.schedule.epoch
+            meta["schedule.rng"], meta["schedule.epoch"] = (
+                self.schedule.rng.bit_generator.state,
+                self.schedule.epoch,
+            )
             arrays |= {"schedule.mask": self.schedule.mask.copy(), "schedule.life": self.schedule.life.copy()}
         if self.pessimistic is not None:
             p = self.pessimistic

@@ -80,12 +80,18 @@ class BatchVFLSettings:
         _integer("resnet_width", self.resnet_width, 1)
         _integer("train_rows", self.train_rows, 1, optional=True)
         _integer("test_rows", self.test_rows, 1, optional=True)
-        if self.lr is not None and (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0):
-            raise ConfigError(f"optimizer.lr = {self.lr!r}: expected a number > 0 (paper: 0.01 MNIST, 0.001 CIFAR-10)")
+        if self.lr is not None and (
+            isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0
+        ):
+            raise ConfigError(
+                f"optimizer.lr = {self.lr!r}: expected a number > 0 (paper: 0.01 MNIST, 0.001 CIFAR-10)"
+            )
         if self.split not in SPLITS:
             raise ConfigError(f"vfl.split = {self.split!r}: expected one of {', '.join(SPLITS)}")
         if not isinstance(self.compression, CompressionSpec):
-            raise ConfigError(f"compression: expected a CompressionSpec, got {type(self.compression).__name__}")
+            raise ConfigError(
+                f"compression: expected a CompressionSpec, got {type(self.compression).__name__}"
+            )
         if not isinstance(self.selection, SelectionSpec):
             raise ConfigError(f"selection: expected a SelectionSpec, got {type(self.selection).__name__}")
         self.selection.check_clients(self.clients)
@@ -106,14 +112,20 @@ class BatchVFLSettings:
         """The flat config (dotted keys) of these settings, ``compression.*`` and ``selection.*`` included."""
         out = {CONFIG_KEYS[f.name]: getattr(self, f.name) for f in fields(self) if f.name in CONFIG_KEYS}
         spec = self.compression
-        return out | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec)} | self.selection.to_config()
+        return (
+            out
+            | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec)}
+            | self.selection.to_config()
+        )
 
 
 def _integer(name: str, value, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
     """ConfigError naming the field's config key unless ``value`` is an int in [lo, hi] (or None if optional)."""
     if value is None and optional:
         return
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    ok = (
+        isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    )
     if not ok:
         span = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
         raise ConfigError(f"{CONFIG_KEYS[name]} = {value!r}: expected {span}{' or none' if optional else ''}")

@@ -105,12 +105,18 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     clients, server = build_parties(settings, data, seed)
     transport = make_transport(settings.clients, settings.compression)
     spec = settings.selection
-    part = Participation(spec, data.client_features(data.train_x), data.train_y, seed=seed) if spec.active else None
+    part = (
+        Participation(spec, data.client_features(data.train_x), data.train_y, seed=seed)
+        if spec.active
+        else None
+    )
     config = settings.to_config() | {"seed": seed}
     rows: list[dict] = []
     step = done = 0
     if resume and (out / checkpoint.NAME).exists():
-        state = checkpoint.load(out / checkpoint.NAME, config=config, clients=clients, server=server, transport=transport)
+        state = checkpoint.load(
+            out / checkpoint.NAME, config=config, clients=clients, server=server, transport=transport
+        )
         rows, step, done = state.rows, state.step, state.epoch
         tic -= state.seconds
         for epoch in range(1, done + 1):  # selection plans depend on data and seed only: replay them
@@ -136,10 +142,22 @@ def data_inputs(data: VerticalImages) -> Callable[[Batch], list[torch.Tensor]]:
     return lambda b: data.client_inputs((data.train_x if b.split == "train" else data.test_x)[b.rows])
 
 
-def play_epochs(settings: BatchVFLSettings, labels, cohort: Cohort, server: BatchServer, seed: int, progress, *,
-                part: Participation | None, writer: MetricsWriter, tic: float, rows: list[dict] | None = None,
-                step: int = 0, done: int = 0,
-                after_epoch: Callable[[int, int, list[dict]], None] | None = None) -> list[dict]:
+def play_epochs(
+    settings: BatchVFLSettings,
+    labels,
+    cohort: Cohort,
+    server: BatchServer,
+    seed: int,
+    progress,
+    *,
+    part: Participation | None,
+    writer: MetricsWriter,
+    tic: float,
+    rows: list[dict] | None = None,
+    step: int = 0,
+    done: int = 0,
+    after_epoch: Callable[[int, int, list[dict]], None] | None = None,
+) -> list[dict]:
     """Epochs ``done + 1 .. settings.epochs``: train, evaluate, one metrics row each; return all rows.
 
     ``labels`` holds ``train_y`` and ``test_y`` (the server's data: :class:`VerticalImages` or
@@ -155,8 +173,9 @@ def play_epochs(settings: BatchVFLSettings, labels, cohort: Cohort, server: Batc
                                             rows=None if plan is None else plan.rows, selected=selected,
                                             first_step=step)
         step += steps
-        accuracy, test_loss, eval_bytes = evaluate_on(settings, len(labels.train_y), labels.test_y, cohort, server,
-                                                      selected)
+        accuracy, test_loss, eval_bytes = evaluate_on(
+            settings, len(labels.train_y), labels.test_y, cohort, server, selected
+        )
         after = cohort.ledger.summary()
         rows.append({"epoch": epoch, "steps": steps, "train_loss": loss, "test_accuracy": accuracy,
                      "bytes_up": after["up"] - before["up"], "bytes_down": after["down"] - before["down"],
@@ -192,27 +211,43 @@ def selection_row(plan: EpochPlan, m: int, n: int) -> dict:
     """An epoch's selection columns: rows available, whether (and how long) selection ran, who sent, scores."""
     event = plan.event or {}
     scores = event.get("scores") or [""] * m
-    return ({"available_rows": n if plan.rows is None else int(plan.rows.size), "reselected": int(bool(event)),
-             "selection_seconds": event.get("seconds", 0.0), "distance_bytes": event.get("distance_bytes", 0)}
-            | {f"selected_{j}": int(j in plan.clients) for j in range(m)}
-            | {f"score_{j}": scores[j] for j in range(m)})
+    return (
+        {
+            "available_rows": n if plan.rows is None else int(plan.rows.size),
+            "reselected": int(bool(event)),
+            "selection_seconds": event.get("seconds", 0.0),
+            "distance_bytes": event.get("distance_bytes", 0),
+        }
+        | {f"selected_{j}": int(j in plan.clients) for j in range(m)}
+        | {f"score_{j}": scores[j] for j in range(m)}
+    )
 
 
-def build_parties(settings: BatchVFLSettings, data: VerticalImages, seed: int) -> tuple[list[BatchClient], BatchServer]:
+def build_parties(
+    settings: BatchVFLSettings, data: VerticalImages, seed: int
+) -> tuple[list[BatchClient], BatchServer]:
     """Clients and server with models initialised from ``seed`` (the global torch RNG is left as it was).
     With participant selection the server gets the padding of ``selection.padding``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         client_models, server_model = build_models(
-            settings.dataset, data.strip_shapes(), embedding=settings.embedding, hidden=settings.hidden,
-            resnet_width=settings.resnet_width, n_classes=data.n_classes, server_hidden=settings.server_hidden)
+            settings.dataset,
+            data.strip_shapes(),
+            embedding=settings.embedding,
+            hidden=settings.hidden,
+            resnet_width=settings.resnet_width,
+            n_classes=data.n_classes,
+            server_hidden=settings.server_hidden,
+        )
     clients = [BatchClient(m, model, settings.lr) for m, model in enumerate(client_models)]
     spec = settings.selection
     padding = None
     if spec.active:
         kwargs = {"alpha": spec.ema_alpha} if spec.padding == "ema" else {}
         padding = make_padding(spec.padding, settings.clients, settings.embedding, **kwargs)
-    return clients, BatchServer(server_model, settings.clients, settings.embedding, settings.lr, padding=padding)
+    return clients, BatchServer(
+        server_model, settings.clients, settings.embedding, settings.lr, padding=padding
+    )
 
 
 def batches(n: int, size: int, order: np.ndarray | None = None):
@@ -229,8 +264,18 @@ def train_epoch(epoch: int, settings: BatchVFLSettings, data: VerticalImages, cl
     order, with the ``selected`` clients (None: all); (mean loss, steps, training accuracy).
 
     Steps are numbered from ``first_step`` (default: (epoch - 1) x steps per epoch)."""
-    return play_epoch(epoch, settings, data.train_y, LocalCohort(clients, transport, data_inputs(data)), server,
-                      seed, progress, rows=rows, selected=selected, first_step=first_step)
+    return play_epoch(
+        epoch,
+        settings,
+        data.train_y,
+        LocalCohort(clients, transport, data_inputs(data)),
+        server,
+        seed,
+        progress,
+        rows=rows,
+        selected=selected,
+        first_step=first_step,
+    )
 
 
 def play_epoch(epoch: int, settings: BatchVFLSettings, train_y: np.ndarray, cohort: Cohort, server, seed: int,
@@ -251,7 +296,15 @@ def play_epoch(epoch: int, settings: BatchVFLSettings, train_y: np.ndarray, coho
         total += play_train_step(Batch(first + j, "train", idx, idx), labels, cohort, server, selected)
         correct += server.last_correct
         if progress is not None and ((j + 1) % PROGRESS_EVERY == 0 or j + 1 == steps_per_epoch):
-            progress({"event": "step", "epoch": epoch, "step": j + 1, "steps": steps_per_epoch, "loss": total / (j + 1)})
+            progress(
+                {
+                    "event": "step",
+                    "epoch": epoch,
+                    "step": j + 1,
+                    "steps": steps_per_epoch,
+                    "loss": total / (j + 1),
+                }
+            )
     return total / steps_per_epoch, steps_per_epoch, correct / n
 
 
@@ -260,8 +313,14 @@ def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, 
     """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (the training
     transport; its ledger is set aside meanwhile), with the ``selected`` clients sending and the server
     padding the others. Test sample j is id ``n_train + j`` for the links' per-sample caches."""
-    return evaluate_on(settings, len(data.train_y), data.test_y, LocalCohort(clients, link, data_inputs(data)),
-                       server, selected)
+    return evaluate_on(
+        settings,
+        len(data.train_y),
+        data.test_y,
+        LocalCohort(clients, link, data_inputs(data)),
+        server,
+        selected,
+    )
 
 
 def evaluate_on(settings: BatchVFLSettings, n_train: int, test_y: np.ndarray, cohort: Cohort, server,
@@ -269,7 +328,10 @@ def evaluate_on(settings: BatchVFLSettings, n_train: int, test_y: np.ndarray, co
     """:func:`evaluate` over any :class:`~fedstream.vfl.protocol.Cohort` (its ledger is set
     aside meanwhile); the server needs only the test labels and the number of training rows."""
     correct, loss = 0, 0.0
-    plan = [Batch(j, "test", idx, n_train + idx) for j, idx in enumerate(batches(len(test_y), settings.batch_size))]
+    plan = [
+        Batch(j, "test", idx, n_train + idx)
+        for j, idx in enumerate(batches(len(test_y), settings.batch_size))
+    ]
     with separate_ledger(cohort) as ledger:
         for batch, logits in zip(plan, play_scores(plan, cohort, server, selected)):
             labels = torch.from_numpy(test_y[batch.rows])
