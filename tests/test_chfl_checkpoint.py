@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from chfl_synthetic import require, synthetic_table, tiny_settings
 
+from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl import stream as stream_mod
 from fedstream.chfl.checkpoint import CHECKPOINT, CheckpointError
 from fedstream.chfl.client import Client

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from chfl_synthetic import require, synthetic_table, tiny_settings
 
+from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import Column, state_arrays
 from fedstream.chfl.selection import Choice, Selector

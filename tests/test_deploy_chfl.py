@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_runs import simulated_summary
 
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.trainer import (
@@ -40,6 +39,7 @@ from fedstream.deploy.chfl_host import CHFLHost
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
+from flower_runs import simulated_summary
 
 DATA = "covertype_kaggle/train.csv.gz"
 TINY = {

@@ -20,14 +20,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
-from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
-
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
 from fedstream.chfl.trainer import boundary
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
 from fedstream.errors import ConfigError
+from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
 FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}

@@ -29,21 +29,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import crash_then_load
-from flower_runs import run_simulation
-from test_deploy_faults import CrashingLink, link_for
-from test_deploy_flower import (
-    as_set,
-    assert_same_as_simulator,
-    assert_same_models,
-    flower_available,
-    load_models,
-    loopback_run,
-    overrides,
-    party_models,
-    write_idx_mnist,
-)
-from test_deploy_topl import small_chunks, topl_config, write_idx_few_classes  # noqa: F401 - a fixture
-
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
@@ -61,6 +46,20 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
+from flower_runs import run_simulation
+from test_deploy_faults import CrashingLink, link_for
+from test_deploy_flower import (
+    as_set,
+    assert_same_as_simulator,
+    assert_same_models,
+    flower_available,
+    load_models,
+    loopback_run,
+    overrides,
+    party_models,
+    write_idx_mnist,
+)
+from test_deploy_topl import small_chunks, topl_config, write_idx_few_classes  # noqa: F401 - a fixture
 
 E = 8  # overrides()'s model.embedding
 

@@ -26,6 +26,11 @@ from crashing import (
     stop_when,
     wait_for,
 )
+from fedstream.config import load_config
+from fedstream.deploy import LoopbackLink, NetworkVFL
+from fedstream.deploy.link import ROUND
+from fedstream.deploy.parties import server_stream
+from fedstream.deploy.rows import BlockRows
 from test_deploy_flower import (
     as_set,
     assert_same_models,
@@ -36,12 +41,6 @@ from test_deploy_flower import (
     party_models,
     write_idx_mnist,
 )
-
-from fedstream.config import load_config
-from fedstream.deploy import LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_runs import run_simulation
 
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
@@ -39,6 +38,7 @@ from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
+from flower_runs import run_simulation
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -19,10 +19,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_deploy_flower import flower_available
-
 from fedstream.deploy.credentials import write_credentials
 from fedstream.errors import ConfigError
+from test_deploy_flower import flower_available
 
 needs_flower = pytest.mark.skipif(not flower_available(), reason="needs the Flower extra")
 

@@ -35,6 +35,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import crash_then_load
+from fedstream.config import load_config
+from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
+from fedstream.deploy.link import ROUND, Envelope
+from fedstream.deploy.parties import check_deployable, server_stream
+from fedstream.deploy.rows import BlockRows
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.messages import Gradient, Query
+from fedstream.transport import encode
+from fedstream.transport.codec import HEADER
 from flower_runs import run_isolated
 from test_deploy_flower import (
     as_set,
@@ -47,16 +56,6 @@ from test_deploy_flower import (
     party_models,
     simulate,
 )
-
-from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND, Envelope
-from fedstream.deploy.parties import check_deployable, server_stream
-from fedstream.deploy.rows import BlockRows
-from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Gradient, Query
-from fedstream.transport import encode
-from fedstream.transport.codec import HEADER
 
 SMALL_CHUNK = 64
 E = 8  # overrides()'s model.embedding

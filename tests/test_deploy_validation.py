@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
-
 from fedstream.config import load_config
 from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
 from fedstream.deploy.host import model_digest
@@ -28,6 +26,7 @@ from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
+from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
 
 BAD_CLIENT, BAD_BATCH_START = 1, 20  # client 1's reply to the request for rounds 20..29 is spoilt
 

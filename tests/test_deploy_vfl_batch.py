@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_runs import simulated_summary
 
 from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
@@ -53,6 +52,7 @@ from fedstream.vfl.trainer import (
     run_batch_vfl,
     run_summary,
 )
+from flower_runs import simulated_summary
 
 TINY = {
     "vfl.clients": 3,

@@ -20,6 +20,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_with_fault, wait_for
+from fedstream.deploy.link import ROUND, SETUP, LoopbackLink
+from fedstream.deploy.remote import unpack_state
+from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
+from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
+from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
+from fedstream.errors import ConfigError
+from fedstream.vfl import run_batch_vfl
 from test_deploy_vfl_batch import (
     COMPRESSED,
     TIMING,
@@ -31,14 +38,6 @@ from test_deploy_vfl_batch import (
     simulate,
     tiny_config,
 )
-
-from fedstream.deploy.link import ROUND, SETUP, LoopbackLink
-from fedstream.deploy.remote import unpack_state
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
-from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
-from fedstream.errors import ConfigError
-from fedstream.vfl import run_batch_vfl
 
 
 def train_step(env) -> bool:
@@ -374,9 +373,8 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     pessimistic bound is crossed): each node scores only the epoch's available rows; the same
     selections, models and bytes as the simulator, also when the server dies in epoch 3 and resumes
     (the relaxed schedule's draws and the pessimistic scores come back from the checkpoint)."""
-    from test_deploy_vfps import TINY as VFPS
-
     from fedstream.deploy.vfl_batch_vfps import HEADER
+    from test_deploy_vfps import TINY as VFPS
 
     config = tiny_config(
         root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")} | DYNAMIC_VFPS[dynamic]
