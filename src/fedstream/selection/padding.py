@@ -102,6 +102,18 @@ class Padding:
                 out.append(np.asarray(e, dtype=np.float64).reshape(n, self.dim))
         return out
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the per-client values and row counts (all a padding learns)."""
+        return {"value": self.value.copy(), "seen": self.seen.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`; DataError when its arrays do not fit this padding."""
+        value, seen = np.asarray(state.get("value")), np.asarray(state.get("seen"))
+        if value.shape != self.value.shape or seen.shape != self.seen.shape:
+            raise DataError(f"{self.name} padding state: expected value {self.value.shape} and seen "
+                            f"{self.seen.shape}, got {value.shape} and {seen.shape}")
+        self.value[...], self.seen[...] = value, seen
+
 
 class ZeroPadding(Padding):
     """Missing embeddings are zeros."""
