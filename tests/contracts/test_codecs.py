@@ -322,7 +322,8 @@ def test_wire_codecs_are_message_codecs():
 
 
 @pytest.mark.parametrize("msg", [Embedding(-1, 0, _values(12)), Embedding(0, 0, _values(12, (16,))),
-                                 Embedding(2**32, 0, _values(12)), ("not", "a", "message")])
+                                 Embedding(2**32, 0, _values(12)), Embedding(0, 70000, _values(12)),
+                                 Query(0, 0, 70000), ("not", "a", "message")])
 def test_wire_codec_rejects_bad_messages(msg):
     with pytest.raises(ProtocolError):
         wire_codec.encode(msg)

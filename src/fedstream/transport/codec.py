@@ -41,7 +41,10 @@ def encode(msg: Message) -> bytes:
     if not 0 <= msg.round <= MAX_ROUND:
         raise ProtocolError(f"round {msg.round} does not fit the u32 round field")
     if isinstance(msg, Query):
-        return HEADER.pack(kind, msg.round, msg.client, msg.rows, 0)
+        try:
+            return HEADER.pack(kind, msg.round, msg.client, msg.rows, 0)
+        except struct.error:
+            raise _out_of_range(msg, msg.rows, 0) from None
     values = (
         msg.values
         if msg.values.dtype == F32 and msg.values.flags.c_contiguous
@@ -50,7 +53,15 @@ def encode(msg: Message) -> bytes:
     if values.ndim != 2:
         raise ProtocolError(f"{type(msg).__name__}.values must be 2-D, got shape {values.shape}")
     rows, cols = values.shape
-    return HEADER.pack(kind, msg.round, msg.client, rows, cols) + values.tobytes()
+    try:  # free unless it raises: the check of the u16 fields stays off the simulator's hot path
+        return HEADER.pack(kind, msg.round, msg.client, rows, cols) + values.tobytes()
+    except struct.error:
+        raise _out_of_range(msg, rows, cols) from None
+
+
+def _out_of_range(msg: Message, rows: int, cols: int) -> ProtocolError:
+    return ProtocolError(f"{type(msg).__name__} for round {msg.round}: client {msg.client}, {rows} rows "
+                         f"and {cols} columns must each fit a u16 header field (0..65535)")
 
 
 def decode(data: bytes) -> Message:

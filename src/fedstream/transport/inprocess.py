@@ -6,6 +6,7 @@ The receiver gets the decoded copy, so a simulation sees exactly what a network 
 
 from __future__ import annotations
 
+from fedstream.errors import ProtocolError
 from fedstream.ovfl.messages import Message
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.ledger import ByteLedger
@@ -32,5 +33,9 @@ class InProcessTransport:
 
     def _carry(self, msg: Message, direction: str) -> Message:
         data = encode(msg)
-        self.ledger.add(msg.client, direction, len(data))
+        try:
+            self.ledger.add(msg.client, direction, len(data))
+        except IndexError:  # encode took the client id; only the ledger knows how many there are
+            raise ProtocolError(f"{type(msg).__name__} names client {msg.client}; "
+                                f"this transport links clients 0..{len(self.ledger.up) - 1}") from None
         return decode(data)
