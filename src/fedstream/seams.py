@@ -213,7 +213,9 @@ class StandIn(Protocol):
     """The server's stand-in for clients it does not query (``topl``; :class:`Server` ``stand_in``).
 
     ``fill(client, rows)`` is the float32 padding for the client this round; ``received`` shows it
-    the server's input row and which of its embeddings were really sent.
+    the server's input row and which of its embeddings were really sent. Contract: ``fill`` depends
+    only on the embeddings really sent before (padded ones never feed the padding), and the stand-in
+    is :class:`Stateful`, so a resumed server pads exactly as the uninterrupted one.
     """
 
     def fill(self, client: int, rows: int) -> np.ndarray: ...

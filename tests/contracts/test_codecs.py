@@ -334,3 +334,18 @@ def test_wire_codec_rejects_non_finite_values():
     data[-4:] = np.float32(np.inf).tobytes()
     with pytest.raises(NonFiniteError):
         wire_codec.decode(bytes(data))
+
+
+def test_gradient_ranked_top_k_keeps_the_entries_of_largest_last_gradient():
+    """With a ranking, the kept entries of each row are those of largest |last gradient| (ties by
+    |value|), whatever their own size; one ranking row applies to every row."""
+    codec, v = GradientRankedTopK(0.25), _values(14)
+    grad = np.abs(_values(15, (1, SHAPE[1])))
+    out = codec.decode(codec.encode(v, grad), SHAPE)
+    k = codec.k(SHAPE[1])
+    expected = np.zeros_like(v)
+    top = np.argsort(-grad[0], kind="stable")[:k]
+    expected[:, top] = v[:, top]
+    assert np.array_equal(out, expected)
+    with pytest.raises(ProtocolError):
+        codec.encode(v, np.ones((2, 3), np.float32))  # a ranking that does not fit
