@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
-from fedstream.selection import _kernels as K
 
 BACKENDS = ("auto", "dots", "direct")
 PRECISIONS = ("auto", "float32", "float64")
