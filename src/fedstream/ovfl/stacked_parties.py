@@ -79,7 +79,8 @@ class ClientStack:
                 f"its window holds {out.shape[1]}"
             )
         if not self._active.any():  # no gradient will come this round: every run steps (passively) now
-            bufs = self.model._bufs(out.shape[1])  # factors the kernels will not read: no run is active
+            # factors the kernels will not read: no run is active
+            bufs = self.model.layer_buffers(out.shape[1])
             self.optimizer.step([(delta, x) for (_, delta, _), x in zip(bufs, self._acts)], self._active)
         return Embedding(query.round, self.index, out[query.runs], query.runs)
 
