@@ -7,7 +7,8 @@ column (``random`` and ``event`` need nothing from other parties; ``fixed`` is a
 ``topl`` (participant selection as a policy, :mod:`fedstream.selection.online`) is the server's
 choice from an online KNN-MI estimate, updated after each complete chunk via :meth:`Activation.observe`;
 it is the one policy that does not query passive clients (:meth:`Activation.queried`): the server
-pads them instead, so they cost no bytes.
+pads them instead, so they cost no bytes. The base class :class:`Activation` lives in
+:mod:`fedstream.selection.policy`, below both this module and ``topl``.
 """
 
 from __future__ import annotations
