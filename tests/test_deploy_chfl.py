@@ -23,15 +23,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedstream.chfl.cohort import LocalCohort
 from fedstream.chfl.messages import ModelUpdate
-from fedstream.chfl.trainer import (
-    BatchRun,
-    LocalCohort,
-    prepare,
-    result_of,
-    run_chfl,
-    variants_of,
-)
+from fedstream.chfl.plan import prepare
+from fedstream.chfl.rounds import BatchRun
+from fedstream.chfl.trainer import result_of, run_chfl, variants_of
 from fedstream.config import load_config
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL

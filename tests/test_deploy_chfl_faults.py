@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
-from fedstream.chfl.trainer import boundary
+from fedstream.chfl.rounds import boundary
 from fedstream.deploy.chfl_data import chfl_config_settings, load_part
 from fedstream.deploy.chfl_driver import NetworkCHFL
 from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink

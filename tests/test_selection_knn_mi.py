@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedstream.selection._engine import choose, sum_plan
+from fedstream.selection._engine import sum_plan
+from fedstream.selection._layout import choose
 from fedstream.selection.digamma import psi
 from fedstream.selection.knn_mi import knn_counts, knn_mi, mi_from_counts
 from fedstream.selection.reference import (

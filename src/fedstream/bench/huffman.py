@@ -14,6 +14,7 @@ block (mode byte, table, bit string) against the empirical entropy bound
 from __future__ import annotations
 
 import time
+from importlib.metadata import version
 
 import numpy as np
 
@@ -56,8 +57,6 @@ def _dahuffman(sym: np.ndarray) -> dict:
             "available": False,
             "note": "dahuffman is not installed (pip install dahuffman); its timing was skipped",
         }
-    from importlib.metadata import version
-
     counts = np.bincount(sym)
     symbols = sym.tolist()  # its input format; not timed
     t0 = time.perf_counter()
@@ -112,14 +111,16 @@ def format_huffman_bench(d: dict) -> str:
     o = d["ours"]
     ms = lambda s: f"{1e3 * s:8.1f} ms"
     lines = [
-        f"Huffman bench: {d['n']:,} symbols over {d['alphabet']} levels (3-sigma quantiser on N(0,1), seed {d['seed']})",
+        f"Huffman bench: {d['n']:,} symbols over {d['alphabet']} levels "
+        f"(3-sigma quantiser on N(0,1), seed {d['seed']})",
         f"  fedstream  build+encode {ms(o['encode_s'])}  decode {ms(o['decode_s'])}  "
         f"total {ms(o['total_s'])}  (best of {d['repeats']}; {o['mode']} code chosen)",
     ]
     r = d["dahuffman"]
     if r.get("available"):
         lines.append(
-            f"  dahuffman  build {ms(r['build_s'])}  encode {ms(r['encode_s'])}  decode {ms(r['decode_s'])}  "
+            f"  dahuffman  build {ms(r['build_s'])}  encode {ms(r['encode_s'])}  "
+            f"decode {ms(r['decode_s'])}  "
             f"total {ms(r['total_s'])}  (v{r['version']}, {8 * r['coded_bytes']:,} bits)"
         )
         ok = "met" if d["speed_target_met"] else "NOT met"
@@ -129,7 +130,8 @@ def format_huffman_bench(d: dict) -> str:
     ok = "met" if d["size_target_met"] else "NOT met"
     lines.append(
         f"  size {8 * o['block_bytes']:,} bits (mode byte + table + bit string) vs entropy bound "
-        f"{d['entropy_bits']:,.0f} bits ({o['bits_per_symbol']:.4f} vs {d['entropy_bits_per_symbol']:.4f} bits/symbol): "
+        f"{d['entropy_bits']:,.0f} bits "
+        f"({o['bits_per_symbol']:.4f} vs {d['entropy_bits_per_symbol']:.4f} bits/symbol): "
         f"+{100 * d['size_overhead']:.3f}% (target <= {100 * SIZE_TARGET:.0f}%: {ok}); "
         f"single-symbol code alone: +{100 * o['single_overhead']:.3f}%"
     )

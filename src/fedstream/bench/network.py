@@ -25,6 +25,10 @@ from pathlib import Path
 
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
+from fedstream.deploy import LoopbackLink, NetworkVFL
+from fedstream.deploy.parties import check_deployable, server_stream
+from fedstream.deploy.relay import TcpRelay
+from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError
 
 BATCHES = (1, 16, 256)
@@ -35,10 +39,6 @@ def _sets(config: dict) -> str:
 
 
 def _inprocess(config: dict) -> dict:
-    from fedstream.deploy import LoopbackLink, NetworkVFL
-    from fedstream.deploy.parties import server_stream
-    from fedstream.deploy.rows import BlockRows
-
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     link = LoopbackLink(lambda cfg, m: rows[m], config["vfl.clients"])
     net = NetworkVFL(config, link, stream=server_stream(config))
@@ -84,9 +84,9 @@ def _row(batch: int, summary: dict, tcp: tuple[int, int], inprocess: dict) -> di
 def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, config: str = "ovfl-imnist",
                   sets: list[str] | None = None, workdir: Path, timeout: float = 1800, log=print) -> dict:
     """Run the deployment once per batch size in ``batches``; return the figures (see the module doc)."""
+    # deploy.local and deploy.flower_app import Flower, an optional dependency
+    from fedstream.deploy.flower_app import FLWR_VERSION
     from fedstream.deploy.local import LocalDeployment, write_app
-    from fedstream.deploy.parties import check_deployable
-    from fedstream.deploy.relay import TcpRelay
 
     if requests < 1 or not batches or min(batches) < 1:
         raise ValueError(
@@ -123,11 +123,11 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
                 row["flwr_run_seconds"] = time.perf_counter() - tic
                 rows.append(row)
                 log(
-                    f"  {row['events_per_second']:.3f} events/s, {row['seconds_per_request']:.2f} s per request, "
-                    f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event for {row['payload_bytes_per_event']:.0f} payload"
+                    f"  {row['events_per_second']:.3f} events/s, "
+                    f"{row['seconds_per_request']:.2f} s per request, "
+                    f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event "
+                    f"for {row['payload_bytes_per_event']:.0f} payload"
                 )
-    from fedstream.deploy.flower_app import FLWR_VERSION
-
     return {
         "bench": "network",
         "config": config,
@@ -146,16 +146,19 @@ def format_network_bench(d: dict) -> str:
     """The table of :func:`bench_network`'s dict, and where a request's time goes."""
     head = (
         f"Flower {d['flwr_version']} on loopback, {d['clients']} SuperNodes, {d['config']} "
-        f"({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after)"
+        f"({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, "
+        f"{d['load_average_after'][0]:.1f} after)"
     )
     columns = (
-        f"{'B':>5} {'events':>7} {'events/s':>9} {'s/request':>9} {'payload B/ev':>12} {'parts B/ev':>10} "
+        f"{'B':>5} {'events':>7} {'events/s':>9} {'s/request':>9} "
+        f"{'payload B/ev':>12} {'parts B/ev':>10} "
         f"{'Flower msg B/ev':>15} {'TCP B/ev':>9} {'TCP/payload':>11} {'in-process ev/s':>15}"
     )
     lines = [head, columns]
     for r in d["rows"]:
         lines.append(
-            f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.3f} {r['seconds_per_request']:>9.2f} "
+            f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.3f} "
+            f"{r['seconds_per_request']:>9.2f} "
             f"{r['payload_bytes_per_event']:>12.0f} {r['parts_bytes_per_event']:>10.0f} "
             f"{r['flower_message_bytes_per_event']:>15.0f} {r['tcp_bytes_per_event']:>9.0f} "
             f"{r['overhead_tcp_over_payload']:>11.2f} {r['inprocess_events_per_second']:>15.0f}"

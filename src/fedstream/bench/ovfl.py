@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from fedstream.config import load_config
-from fedstream.ovfl.engine import OnlineVFL
+from fedstream.experiments.sweep import expand_grid, sweep
+from fedstream.ovfl.engine import CHUNK, OnlineVFL
+from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.ovfl.reference import ReferenceOnlineVFL
+from fedstream.ovfl.stack import RunStack
+from fedstream.transport import InProcessTransport
 
 WARMUP = 200  # rounds run first so JIT compilation and caches are not timed
 REPEATS = 5  # timed blocks per contender, interleaved; the best block counts (timeit's rule)
@@ -67,12 +75,6 @@ def interleaved_rates(contenders: dict[str, object], rounds: dict[str, int], rep
 
 def breakdown(rounds: int, data_root: str | None) -> dict:
     """Where a fast DLR-Full round spends its time: stream, transport, clients, server, the rest."""
-    import numpy as np
-
-    from fedstream.ovfl.engine import CHUNK
-    from fedstream.ovfl.messages import Embedding, Gradient
-    from fedstream.transport import InProcessTransport
-
     run = OnlineVFL(_config("dlr", 10, rounds, data_root))
     tic = time.perf_counter()
     for t0 in range(0, rounds, CHUNK):
@@ -106,10 +108,6 @@ def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, work
                                 stack: bool = False) -> dict:
     """Run-rounds/s of ``k`` configurations (optimiser x activation x lr) advanced side by side,
     each run alone or (``stack``) in stacks of batched kernels (:mod:`fedstream.ovfl.stack`)."""
-    import tempfile
-
-    from fedstream.experiments.sweep import expand_grid, sweep
-
     axes = {
         1: ["optimizer.name=dlr"],
         8: ["optimizer.name=ogd,dlr", "activation.name=full,random,event,fixed"],
@@ -134,8 +132,6 @@ def sweep_run_rounds_per_second(k: int, rounds: int, data_root: str | None, work
 def stacked_paper_rates(rounds: int, data_root: str | None) -> dict:
     """Run-rounds/s of each optimiser's stack of the paper's three activations (one table's
     stack), on one core, after a warm-up: what :func:`project_paper_grid` projects with."""
-    from fedstream.ovfl.stack import RunStack
-
     rates = {}
     for optimizer in ("ogd", "slr", "dlr"):
         runs = [OnlineVFL(load_config("ovfl-imnist", {"optimizer.name": optimizer, "activation.name": a,
@@ -182,8 +178,6 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
                windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 16384,
                workers: int | None = None, log=print) -> dict:
     """Run every case; return (and log) a JSON-ready dict of the figures."""
-    import torch
-
     torch.set_num_threads(1)  # per-sample work: threads only add overhead, and the fast engine uses one
     results: dict = {"cases": [], "dlr_vs_ogd": []}
     for optimizer, window in CASES:
@@ -199,7 +193,8 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
         name = f"{optimizer.upper()}-Full" + (f" l={window}" if optimizer == "dlr" else "")
         results["cases"].append({"case": name, "reference": ref, "fast": fast, "speedup": ratio})
         log(
-            f"{name:16s} reference {ref['rounds_per_second']:8.1f} rounds/s   fast {fast['rounds_per_second']:8.1f} rounds/s   ratio {ratio:6.1f}x"
+            f"{name:16s} reference {ref['rounds_per_second']:8.1f} rounds/s   "
+            f"fast {fast['rounds_per_second']:8.1f} rounds/s   ratio {ratio:6.1f}x"
         )
     block = max(fast_rounds // REPEATS, 1)
     for window in windows:
@@ -208,7 +203,8 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
         dlr, ogd = rates["dlr"]["rounds_per_second"], rates["ogd"]["rounds_per_second"]
         results["dlr_vs_ogd"].append({"window": window, "dlr": dlr, "ogd": ogd, "ratio": dlr / ogd})
         log(
-            f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   DLR/OGD {dlr / ogd:5.2f}"
+            f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   "
+            f"DLR/OGD {dlr / ogd:5.2f}"
         )
     results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
     log("time per fast DLR-Full round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
@@ -218,15 +214,17 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
             row = sweep_run_rounds_per_second(k, sweep_rounds, data_root, workers, stack)
             results["sweep"].append(row)
             log(
-                f"sweep K={k:<3d} {'stacked' if stack else 'alone  '} {row['run_rounds_per_second']:9.1f} run-rounds/s "
-                f"({row['seconds']:.1f} s wall, {row['run_rounds_per_cpu_second']:.1f} run-rounds per CPU second)"
+                f"sweep K={k:<3d} {'stacked' if stack else 'alone  '} "
+                f"{row['run_rounds_per_second']:9.1f} run-rounds/s ({row['seconds']:.1f} s wall, "
+                f"{row['run_rounds_per_cpu_second']:.1f} run-rounds per CPU second)"
             )
     grid = project_paper_grid(min(fast_rounds, 8192), data_root, workers or os.cpu_count() or 1)
     results["paper_grid"] = grid
     log(
         f"paper Tables 1-2 (18 runs x 2M rounds): {grid['core_seconds'] / 60:.1f} core-minutes, "
-        f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers; in stacks of 3 "
-        f"{grid['stacked_core_seconds'] / 60:.1f} core-minutes, {grid['projected_wall_minutes_stacked']:.1f} min"
+        f"projected {grid['projected_wall_minutes']:.1f} min wall on {grid['workers']} workers; "
+        f"in stacks of 3 {grid['stacked_core_seconds'] / 60:.1f} core-minutes, "
+        f"{grid['projected_wall_minutes_stacked']:.1f} min"
     )
     return results
 

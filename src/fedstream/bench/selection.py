@@ -28,10 +28,12 @@ import time
 
 import numpy as np
 
+from fedstream.data import load_mnist_like, resolve_data_root
 from fedstream.selection._engine import default_workers
 from fedstream.selection.fagin import fagin_group_mi
 from fedstream.selection.group_testing import group_test, random_groups
-from fedstream.selection.reference import reference_mi, reference_scores
+from fedstream.selection.reference import local_sq_distances, reference_mi, reference_scores
+from fedstream.selection.secure import PaillierAggregator, uses_gmpy2
 from fedstream.selection.synthetic import informative_clients
 
 TIME_TARGET = 60.0  # seconds for the full MNIST scoring on 2 cores
@@ -39,8 +41,6 @@ TIME_TARGET = 60.0  # seconds for the full MNIST scoring on 2 cores
 
 def mnist_blocks(data_root=None, n: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """The 60,000 MNIST training images as 4 clients of 28×7 pixel columns (uint8), and the labels."""
-    from fedstream.data import load_mnist_like, resolve_data_root
-
     images, labels = load_mnist_like(resolve_data_root(data_root), "mnist")
     images, labels = (images, labels) if n is None else (images[:n], labels[:n])
     blocks = [np.ascontiguousarray(images[:, :, 7 * j: 7 * j + 7].reshape(len(images), -1)) for j in range(4)]
@@ -132,9 +132,6 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def _paillier(blocks, *, groups, n_full, key_bits) -> dict:
     try:
-        from fedstream.selection.reference import local_sq_distances
-        from fedstream.selection.secure import PaillierAggregator, uses_gmpy2
-
         agg = PaillierAggregator(key_bits=key_bits)
     except Exception as exc:  # ConfigError when phe is missing
         return {"available": False, "note": str(exc)}
@@ -207,16 +204,19 @@ def format_selection_bench(d: dict) -> str:
     lines = [
         f"Selection bench: VF-PS group testing, K={d['k']}, seed {d['seed']}, {d['cores']} cores "
         f"(load average {load} at start; kernels ready in {d['warm_up_s']:.1f} s)",
-        f"  MNIST {mn['samples']:,} x {mn['clients']} clients, {mn['distinct_groups']} distinct groups, all samples "
+        f"  MNIST {mn['samples']:,} x {mn['clients']} clients, {mn['distinct_groups']} distinct groups, "
+        f"all samples "
         f"queries: {_s(mn['wall_s'])} ({mn['cpu_s']:.1f} CPU s, i.e. ~{mn['idle_wall_estimate_s']:.0f} s "
         f"on idle cores; "
         f"target < {mn['target_s']:.0f} s: {'met' if mn['target_met'] else 'NOT met'})",
         f"    client scores {np.round(mn['client_scores'], 4).tolist()}, ranking {mn['ranking']}",
-        f"  subsample {sub['samples']:,} samples, {sub['distinct_groups']} groups: reference {_s(sub['reference_s'])}, "
+        f"  subsample {sub['samples']:,} samples, {sub['distinct_groups']} groups: "
+        f"reference {_s(sub['reference_s'])}, "
         f"fast {sub['fast_s'] * 1e3:.1f} ms, speed-up {sub['speedup']:,.0f}x "
         f"(scores equal: {sub['scores_equal']}; one group at a time {sub['unbatched_s'] * 1e3:.1f} ms)",
         f"    reference extrapolated to the full MNIST problem: {_s(sub['reference_projected_full_s'])}",
-        f"  Fagin (threshold algorithm, slices of {d['fagin']['batch']}), all clients, {d['fagin']['queries']} queries "
+        f"  Fagin (threshold algorithm, slices of {d['fagin']['batch']}), all clients, "
+        f"{d['fagin']['queries']} queries "
         f"of the subsample: {100 * d['fagin']['read_fraction']:.1f}% of the list entries read "
         f"(+{100 * d['fagin']['random_fraction']:.1f}% random accesses), equal to the reference: "
         f"{d['fagin']['equals_reference']}",
@@ -236,7 +236,8 @@ def format_selection_bench(d: dict) -> str:
             lines.append(f"  Paillier skipped: {p['note']}")
         else:
             lines.append(
-                f"  Paillier {p['key_bits']}-bit (gmpy2: {p['gmpy2']}), {p['slots_per_ciphertext']} distances "
+                f"  Paillier {p['key_bits']}-bit (gmpy2: {p['gmpy2']}), "
+                f"{p['slots_per_ciphertext']} distances "
                 f"per ciphertext: encrypt {p['encrypt_per_ciphertext_s'] * 1e3:.2f} ms, decrypt "
                 f"{p['decrypt_per_ciphertext_s'] * 1e3:.2f} ms per ciphertext; one query's upload "
                 f"{p['bytes_up_per_query'] / 1e6:.2f} MB vs "

@@ -1,18 +1,10 @@
-"""Horizontal FL with heterogeneous features: CHFL (continual horizontal FL) and its baselines.
+"""CHFL: horizontal FL over clients with heterogeneous features (Mori et al.), and its baselines.
 
-Paper: Mori, Teranishi, Furukawa, "Continual Horizontal Federated Learning for Heterogeneous
-Data" (``../shared/papers/chfl_continual_horizontal_fl.txt``). Typical use::
-
-    from fedstream.chfl import CHFLSettings, run_chfl
-    result = run_chfl(CHFLSettings(dataset="covertype"), None, method="chfl", seed=0)
-    result["variants"]["mu>0"]["test_acc"], result["bytes"]["total"]
-
-Modules: ``splits`` (common/unique features, rows), ``models`` (columns, lateral connections),
-``fedavg`` (FedAvg, FedProx), ``messages`` (ModelUpdate; bytes in ``transport/tensors.py``),
-``client``, ``selection`` (validation-based choice), ``trainer`` (one experiment), ``table``
-(the paper's tables on every core), ``stream`` (streaming CHFL with a late joiner),
-``checkpoint`` (run folders: metrics rows as produced, checkpoints, exact resume). Method,
-interpretations and speed: ``docs/chfl.md``.
+Start here: ``run_chfl(CHFLSettings(dataset="covertype"), None, method="chfl")`` (``trainer``: one run).
+A run goes ``settings`` -> ``plan`` (feature/row splits, initial weights) -> ``rounds`` (the server's
+FedAvg loop) over ``cohort`` (the clients' side of a round) -> ``trainer`` (the result). Blocks:
+``splits``, ``models`` (columns, lateral links), ``fedavg``, ``messages``, ``client``, ``selection``.
+Around them: ``table`` (the paper's tables), ``stream`` (streaming CHFL), ``checkpoint``; ``docs/chfl.md``.
 """
 
 from fedstream.chfl.settings import METHODS, CHFLSettings

@@ -10,7 +10,8 @@ subtrees (a heap over the symbol counts) until one tree is left; a symbol's code
 leaf depth. Only the lengths matter: the codes are then made *canonical*: symbols sorted by
 (length, symbol) receive consecutive code values, i.e. code_i = (sum_{j<i} 2^-L_j) * 2^L_i. So the
 receiver rebuilds the exact code from the lengths alone, and the table that travels with a
-message is one small number per symbol (:meth:`HuffmanCode.to_bytes`).
+message is one small number per symbol (:meth:`HuffmanCode.to_bytes`, packed and parsed by
+:mod:`fedstream.compression.huffman_table`).
 
 Lengths are capped at :data:`MAX_CODE_LEN` = 32 bits so that a symbol always fits the 64-bit bit
 buffers of the kernels; should the optimal tree be deeper (only for astronomically skewed counts,
@@ -19,10 +20,11 @@ fraction of a bit. Degenerate alphabets: with no symbol present the code is empt
 only the empty message); with exactly one symbol present that symbol gets the empty codeword
 (0 bits), since the symbol count travels separately and the receiver repeats the symbol.
 
-Encoding and decoding run in numba kernels (one pass over the symbols, a 64-bit bit buffer);
-decoding is table driven: the next ``K = min(max_len, 11)`` bits index a lookup table that gives
-(symbol, length) for every code of at most K bits, and the few longer codes are resolved by the
-canonical comparison "smallest length l whose left-justified limit exceeds the next max_len bits".
+Encoding and decoding run in numba kernels (:mod:`fedstream.compression.huffman_kernels`: one
+pass over the symbols, a 64-bit bit buffer); decoding is table driven: the next
+``K = min(max_len, 11)`` bits index a lookup table that gives (symbol, length) for every code of
+at most K bits, and the few longer codes are resolved by the canonical comparison "smallest
+length l whose left-justified limit exceeds the next max_len bits".
 
 Every inconsistency raises :class:`ProtocolError`: a table whose lengths violate the Kraft
 equality (``sum 2^-L = 1``: more is not prefix-free, less leaves bit patterns that decode to
@@ -34,11 +36,11 @@ a wrong table or a wrong count).
 from __future__ import annotations
 
 import heapq
-import struct
 
 import numpy as np
-from numba import njit
 
+from fedstream.compression.huffman_kernels import decode_kernel, encode_kernel
+from fedstream.compression.huffman_table import read_table, table_bytes
 from fedstream.errors import ProtocolError
 
 MAX_ALPHABET = 1 << 16
@@ -46,67 +48,6 @@ MAX_CODE_LEN = 32
 LUT_BITS = 11  # 2**11 int32 entries: fits L1 cache and covers every code of a 26-symbol gradient
 PAD = 16  # zero bytes appended before decoding, so the kernel may read ahead without bounds checks
 
-_TABLE_HEAD = struct.Struct("<BH")  # kind, alphabet_size - 1
-_EMPTY, _SINGLE, _NIBBLES, _BYTES, _SPARSE = range(5)
-
-
-@njit(cache=True)
-def _encode_kernel(symbols, codes, lengths, out):  # pragma: no cover (jit)
-    """Append each symbol's code MSB-first to ``out``; return the bit count, or -(i+1) for a bad symbol i."""
-    acc = np.int64(0)
-    nacc = 0
-    pos = 0
-    alphabet = lengths.size
-    for i in range(symbols.size):
-        s = symbols[i]
-        if s < 0 or s >= alphabet:
-            return -(i + 1)
-        n = lengths[s]
-        if n == 0:
-            return -(i + 1)
-        acc = (acc << n) | codes[s]  # acc holds < 8 pending bits, n <= 32: fits 40 bits
-        nacc += n
-        while nacc >= 8:
-            nacc -= 8
-            out[pos] = (acc >> nacc) & 0xFF
-            pos += 1
-        acc &= (np.int64(1) << nacc) - 1
-    if nacc > 0:
-        out[pos] = (acc << (8 - nacc)) & 0xFF
-    return pos * 8 + nacc
-
-
-@njit(cache=True)
-def _decode_kernel(
-    buf, avail_bits, out, lut, k, max_len, limit, offset, sorted_syms
-):  # pragma: no cover (jit)
-    """Decode ``out.size`` symbols; return the bits consumed, or -1 once they exceed ``avail_bits``."""
-    acc = np.int64(0)
-    nacc = 0
-    pos = 0
-    consumed = 0
-    wmask = (np.int64(1) << max_len) - 1
-    for i in range(out.size):
-        while nacc <= 48:  # keep >= 49 >= max_len bits buffered, never more than 56
-            nacc += 8
-            acc = ((acc << 8) | buf[pos]) & ((np.int64(1) << nacc) - 1)
-            pos += 1
-        w = (acc >> (nacc - max_len)) & wmask  # the next max_len bits
-        e = lut[w >> (max_len - k)]
-        if e != 0:
-            n = e & 63
-            s = e >> 6
-        else:  # a code longer than k bits: canonical search by left-justified limits
-            n = k + 1
-            while w >= limit[n]:
-                n += 1
-            s = sorted_syms[offset[n] + ((w - limit[n - 1]) >> (max_len - n))]
-        out[i] = s
-        nacc -= n
-        consumed += n
-        if consumed > avail_bits:
-            return -1
-    return consumed
 
 
 def _huffman_lengths(weights: np.ndarray) -> np.ndarray:
@@ -187,7 +128,8 @@ class HuffmanCode:
         start = np.cumsum(units) - units
         if start[-1] + units[-1] != np.int64(1) << MAX_CODE_LEN:
             raise ProtocolError(
-                f"code lengths violate the Kraft equality: sum 2^-L = {(start[-1] + units[-1]) / 2.0**MAX_CODE_LEN:.6g}, "
+                "code lengths violate the Kraft equality: "
+                f"sum 2^-L = {(start[-1] + units[-1]) / 2.0**MAX_CODE_LEN:.6g}, "
                 "expected exactly 1 for a Huffman code"
             )
         self._codes[syms] = start >> (MAX_CODE_LEN - lens)  # canonical: left-justified partial Kraft sums
@@ -208,7 +150,10 @@ class HuffmanCode:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_counts(cls, counts) -> HuffmanCode:
-        """Optimal (Huffman) code for symbol ``s`` occurring ``counts[s]`` times; ``len(counts)`` is the alphabet."""
+        """Optimal (Huffman) code for symbol ``s`` occurring ``counts[s]`` times.
+
+        ``len(counts)`` is the alphabet size.
+        """
         c = _as_counts(counts)
         present = np.flatnonzero(c)
         lengths = np.zeros(c.size, dtype=np.uint8)
@@ -235,12 +180,14 @@ class HuffmanCode:
             )
         if n.dtype.kind not in "iu" or n.min() < 0 or n.max() > MAX_CODE_LEN:
             raise ProtocolError(
-                f"code lengths must be integers in 0..{MAX_CODE_LEN}, got dtype {n.dtype}, range {n.min()}..{n.max()}"
+                f"code lengths must be integers in 0..{MAX_CODE_LEN}, "
+                f"got dtype {n.dtype}, range {n.min()}..{n.max()}"
             )
         if single is not None:
             if not 0 <= single < n.size or n.any():
                 raise ProtocolError(
-                    f"a one-symbol code needs a symbol in 0..{n.size - 1} and no other lengths, got symbol {single}"
+                    f"a one-symbol code needs a symbol in 0..{n.size - 1} and no other lengths, "
+                    f"got symbol {single}"
                 )
         elif np.count_nonzero(n) == 1:
             raise ProtocolError(
@@ -302,7 +249,7 @@ class HuffmanCode:
                 raise self._bad_symbol(s, int(bad[0]))
             return b"", 0
         out = np.empty((s.size * self._max_len + 7) // 8, dtype=np.uint8)
-        n_bits = _encode_kernel(s, self._codes, self._lengths, out)
+        n_bits = encode_kernel(s, self._codes, self._lengths, out)
         if n_bits < 0:
             raise self._bad_symbol(s, -n_bits - 1)
         return out[: (n_bits + 7) // 8].tobytes(), int(n_bits)
@@ -345,7 +292,7 @@ class HuffmanCode:
         buf = np.zeros(raw.size + PAD, dtype=np.uint8)
         buf[: raw.size] = raw
         out = np.empty(n_symbols, dtype=np.int32)
-        used = _decode_kernel(
+        used = decode_kernel(
             buf, limit, out, self._lut, self._k, self._max_len, self._limit, self._offset, self._sorted
         )
         if used < 0:
@@ -358,7 +305,8 @@ class HuffmanCode:
             )
         if (used + 7) // 8 != raw.size:
             raise ProtocolError(
-                f"{n_symbols} symbols took {used} bits but the bit string has {raw.size} bytes: wrong table or count"
+                f"{n_symbols} symbols took {used} bits but the bit string has {raw.size} bytes: "
+                "wrong table or count"
             )
         if used % 8 and raw[-1] & ((1 << (8 - used % 8)) - 1):
             raise ProtocolError("non-zero padding bits after the last symbol: wrong table or count")
@@ -368,32 +316,12 @@ class HuffmanCode:
     def to_bytes(self) -> bytes:
         """The table a message carries: kind byte, alphabet size - 1 (u16), then the lengths.
 
-        The smallest of three layouts is chosen: 4-bit nibbles per symbol (when every length is
-        <= 15, e.g. 13 bytes for 26 symbols), one byte per symbol, or (symbol u16, length u8)
-        pairs for the present symbols of a large sparse alphabet. Empty and one-symbol codes
-        have their own kinds (3 and 5 bytes).
+        The smallest of three layouts is chosen (:func:`fedstream.compression.huffman_table.table_bytes`):
+        4-bit nibbles per symbol (when every length is <= 15, e.g. 13 bytes for 26 symbols), one byte
+        per symbol, or (symbol u16, length u8) pairs for the present symbols of a large sparse
+        alphabet. Empty and one-symbol codes have their own kinds (3 and 5 bytes).
         """
-        head = lambda kind: _TABLE_HEAD.pack(kind, self.alphabet_size - 1)
-        if self.single is not None:
-            return head(_SINGLE) + struct.pack("<H", self.single)
-        if self._max_len == 0:
-            return head(_EMPTY)
-        n = self.alphabet_size
-        present = np.flatnonzero(self._lengths)
-        options = {_BYTES: n, _SPARSE: 2 + 3 * present.size}
-        if self._max_len <= 15:
-            options[_NIBBLES] = (n + 1) // 2
-        kind = min(options, key=lambda k: (options[k], k))
-        if kind == _NIBBLES:
-            nib = np.zeros(2 * ((n + 1) // 2), dtype=np.uint8)
-            nib[:n] = self._lengths
-            body = (nib[0::2] << 4 | nib[1::2]).astype(np.uint8).tobytes()
-        elif kind == _BYTES:
-            body = self._lengths.tobytes()
-        else:
-            body = (struct.pack("<H", present.size - 1) + present.astype("<u2").tobytes()
-                    + self._lengths[present].tobytes())
-        return head(kind) + body
+        return table_bytes(self._lengths, self.single, self._max_len)
 
     @property
     def table_nbytes(self) -> int:
@@ -402,50 +330,8 @@ class HuffmanCode:
     @classmethod
     def read_from(cls, data: bytes | memoryview, offset: int = 0) -> tuple[HuffmanCode, int]:
         """Parse a table embedded in a message at ``offset``; return it and the offset after it."""
-        def need(n: int, what: str) -> None:
-            if offset + n > len(data):
-                raise ProtocolError(
-                    f"Huffman table truncated: expected {n} bytes of {what} at byte {offset}, "
-                    f"the message has {len(data) - offset}"
-                )
-
-        need(_TABLE_HEAD.size, "table header")
-        kind, size1 = _TABLE_HEAD.unpack_from(data, offset)
-        n = size1 + 1
-        offset += _TABLE_HEAD.size
-        if kind == _EMPTY:
-            return cls.from_lengths(np.zeros(n, np.uint8)), offset
-        if kind == _SINGLE:
-            need(2, "the symbol")
-            (sym,) = struct.unpack_from("<H", data, offset)
-            return cls.from_lengths(np.zeros(n, np.uint8), single=sym), offset + 2
-        if kind == _NIBBLES:
-            m = (n + 1) // 2
-            need(m, "4-bit code lengths")
-            packed = np.frombuffer(data, np.uint8, m, offset)
-            nib = np.empty(2 * m, dtype=np.uint8)
-            nib[0::2], nib[1::2] = packed >> 4, packed & 15
-            if n % 2 and nib[-1]:
-                raise ProtocolError("Huffman table: non-zero padding nibble after the last code length")
-            return cls.from_lengths(nib[:n]), offset + m
-        if kind == _BYTES:
-            need(n, "code lengths")
-            return cls.from_lengths(np.frombuffer(data, np.uint8, n, offset).copy()), offset + n
-        if kind == _SPARSE:
-            need(2, "the symbol count")
-            (c1,) = struct.unpack_from("<H", data, offset)
-            c = c1 + 1
-            need(2 + 3 * c, f"{c} (symbol, length) pairs")
-            syms = np.frombuffer(data, "<u2", c, offset + 2).astype(np.int64)
-            lens = np.frombuffer(data, np.uint8, c, offset + 2 + 2 * c)
-            if np.any(np.diff(syms) <= 0) or syms[-1] >= n or np.any(lens == 0):
-                raise ProtocolError(
-                    f"Huffman table: sparse symbols must increase, lie in 0..{n - 1} and have lengths >= 1"
-                )
-            lengths = np.zeros(n, dtype=np.uint8)
-            lengths[syms] = lens
-            return cls.from_lengths(lengths), offset + 2 + 3 * c
-        raise ProtocolError(f"unknown Huffman table kind {kind}; expected 0..4")
+        lengths, single, end = read_table(data, offset)
+        return cls.from_lengths(lengths, single=single), end
 
     @classmethod
     def from_bytes(cls, data: bytes) -> HuffmanCode:

@@ -94,7 +94,8 @@ class ThreeSigmaQuantizer:
         self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
 
     def symbols(self, grad: np.ndarray, mu: float, sigma: float) -> np.ndarray:
-        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``, P + 1 outside the interval."""
+        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``, P + 1 outside the
+        interval."""
         g = grad.astype(np.float64, copy=False).ravel()
         lo, hi, step = self._grid(mu, sigma)
         inside = (g >= lo) & (g <= hi)
@@ -116,7 +117,8 @@ class ThreeSigmaQuantizer:
         return mu - 3.0 * sigma, mu + 3.0 * sigma, 6.0 * sigma / self.levels
 
     def encode(self, grad: np.ndarray, state: QuantizerState) -> bytes:
-        """Quantise and code ``grad`` with the previous round's stats in ``state``, then record this round's."""
+        """Quantise and code ``grad`` with the previous round's stats in ``state``, then record this
+        round's."""
         if not isinstance(state, QuantizerState):
             raise ProtocolError(f"state must be a QuantizerState, got {type(state).__name__}")
         g = as_float32(grad, "3-sigma quantiser")

@@ -107,7 +107,8 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
         nb = (n + 7) // 8
         if len(data) < 1 + nb:
             raise ProtocolError(
-                f"sparse embedding: bitmap for shape {shape} needs {nb} bytes, the message has {len(data) - 1}"
+                f"sparse embedding: bitmap for shape {shape} needs {nb} bytes, "
+                f"the message has {len(data) - 1}"
             )
         bits = np.unpackbits(np.frombuffer(data, np.uint8, nb, 1))
         if bits[n:].any():
@@ -130,7 +131,8 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
             )
     else:
         raise ProtocolError(
-            f"sparse embedding: unknown index encoding flag {flag}; expected {BITMAP} (bitmap) or {DELTA} (delta)"
+            f"sparse embedding: unknown index encoding flag {flag}; "
+            f"expected {BITMAP} (bitmap) or {DELTA} (delta)"
         )
     expected = offset + 4 * idx.size
     if len(data) != expected:
@@ -300,7 +302,8 @@ class EmbeddingCache:
         ids = np.asarray(samples)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise ProtocolError(
-                f"embedding cache: sample ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}"
+                "embedding cache: sample ids must be a 1-D integer array, "
+                f"got {ids.dtype} of shape {ids.shape}"
             )
         if rows is not None and ids.size != rows:
             raise ProtocolError(f"embedding cache: {ids.size} sample ids for an embedding of {rows} rows")

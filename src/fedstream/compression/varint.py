@@ -60,7 +60,8 @@ def decode_varints(
     ends = np.flatnonzero(buf < 0x80)  # the last byte of each varint has its high bit clear
     if ends.size < count:
         raise ProtocolError(
-            f"{what}: expected {count} varints at byte {offset}, the data holds only {ends.size} complete ones"
+            f"{what}: expected {count} varints at byte {offset}, "
+            f"the data holds only {ends.size} complete ones"
         )
     ends = ends[:count]
     starts = np.empty(count, dtype=np.int64)

@@ -127,7 +127,8 @@ def find_batch(root: Path, name: str) -> Path:
 
 
 def load_cifar10(root: str | Path, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
-    """Images uint8 (n, 3, 32, 32) and labels int64 of the ``train`` (50,000) or ``test`` (10,000) split (cached)."""
+    """Images uint8 (n, 3, 32, 32) and labels int64 of the ``train`` (50,000) or ``test`` (10,000)
+    split (cached)."""
     if split not in ("train", "test"):
         raise ValueError(f"split: expected 'train' or 'test', found {split!r}")
     names = TRAIN_FILES if split == "train" else (TEST_FILE,)

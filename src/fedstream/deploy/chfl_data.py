@@ -100,7 +100,7 @@ def load_part(
 
 
 def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart:
-    from fedstream.chfl.trainer import prepare_client
+    from fedstream.chfl.plan import prepare_client
     from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 
     table = load_chfl_dataset(settings.dataset, root).table

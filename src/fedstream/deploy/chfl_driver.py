@@ -38,15 +38,10 @@ from fedstream.chfl.checkpoint import (
     check_identity,
     read_checkpoint,
 )
+from fedstream.chfl.plan import Plan
+from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.splits import FeatureSplit
-from fedstream.chfl.trainer import (
-    METRIC_COLUMNS,
-    BatchRun,
-    Plan,
-    identity,
-    result_of,
-    variants_of,
-)
+from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, variants_of
 from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.chfl_proxy import RemoteCohort
 from fedstream.deploy.link import Link

@@ -39,18 +39,12 @@ import numpy as np
 
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
+from fedstream.chfl.cohort import keep_common, score_choices, train_and_upload, validate_client
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import state_arrays
+from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Choice, Selector
-from fedstream.chfl.trainer import (
-    Plan,
-    build_clients,
-    keep_common,
-    score_choices,
-    train_and_upload,
-    validate_client,
-    variants_of,
-)
+from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
 from fedstream.deploy.remote import pack_state, unpack_state

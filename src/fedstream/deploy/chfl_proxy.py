@@ -53,10 +53,11 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from fedstream.chfl.cohort import RoundResult
 from fedstream.chfl.messages import ModelUpdate
+from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
-from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.chfl_data import chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link

@@ -116,7 +116,7 @@ class MLPStack:
 
         Outputs live in buffers owned by the stack and are overwritten by the next call."""
         acts = [x]
-        for layer, (out, _, _) in zip(self.layers, self._bufs(x.shape[1])):
+        for layer, (out, _, _) in zip(self.layers, self.layer_buffers(x.shape[1])):
             if layer.deferred is None:
                 stack_forward(acts[-1], layer.W, layer.b, layer.relu, out)
             else:
@@ -131,7 +131,7 @@ class MLPStack:
 
         Returns per layer the stacked factors (delta (K, n, out), inp (1 or K, n, in)), valid for
         ``runs``, and d loss / d input (K, n, in) if asked."""
-        bufs = self._bufs(grad_out.shape[1])
+        bufs = self.layer_buffers(grad_out.shape[1])
         grads: list = [None] * len(self.layers)
         g = grad_out
         for i in range(len(self.layers) - 1, -1, -1):
@@ -144,7 +144,7 @@ class MLPStack:
             g = grad_in
         return grads, (g if need_input_grad else None)
 
-    def _bufs(self, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def layer_buffers(self, n: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per-layer (out, delta, grad_in) buffers for n rows and K runs, allocated once per n."""
         bufs = self._buffers.get(n)
         if bufs is None:

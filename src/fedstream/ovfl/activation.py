@@ -7,7 +7,8 @@ column (``random`` and ``event`` need nothing from other parties; ``fixed`` is a
 ``topl`` (participant selection as a policy, :mod:`fedstream.selection.online`) is the server's
 choice from an online KNN-MI estimate, updated after each complete chunk via :meth:`Activation.observe`;
 it is the one policy that does not query passive clients (:meth:`Activation.queried`): the server
-pads them instead, so they cost no bytes.
+pads them instead, so they cost no bytes. The base class :class:`Activation` lives in
+:mod:`fedstream.selection.policy`, below both this module and ``topl``.
 """
 
 from __future__ import annotations
@@ -15,31 +16,17 @@ from __future__ import annotations
 import numpy as np
 
 from fedstream.errors import ConfigError
+from fedstream.selection.online import TopLActivation
+from fedstream.selection.policy import Activation
 
-
-class Activation:
-    """Base class. ``block_means`` (rounds, clients) is each client's mean standardised feature."""
-
-    name = "base"
-
-    def __init__(self, n_clients: int, *, seed: int = 0):
-        self.n_clients, self.seed = n_clients, seed
-
-    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def queried(self, mask: np.ndarray) -> np.ndarray | None:
-        """Of a chunk's passive clients (``~mask``), which the server queries for their embedding:
-        (rounds, clients) bool, or None for all of them (the paper's protocol). A client neither
-        activated nor queried sends nothing; the server's stand-in pads it (``topl``)."""
-        return None
-
-    def observe(self, blocks: list[np.ndarray], labels: np.ndarray) -> None:
-        """Called once per complete chunk, once played, outside the round loop (per-client blocks,
-        labels); a policy that learns (``topl``) overrides this."""
-
-    def _rng(self, chunk: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, 3, chunk])
+__all__ = [
+    "Activation",
+    "EventActivation",
+    "FixedCount",
+    "Full",
+    "RandomActivation",
+    "make_activation",
+]
 
 
 class Full(Activation):
@@ -109,10 +96,6 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
     if name == "fixed":
         return FixedCount(n_clients, k=k, seed=seed)
     if name == "topl":
-        from fedstream.selection.online import (
-            TopLActivation,  # selection imports this module
-        )
-
         if not 1 <= l <= n_clients:
             raise ConfigError(f"activation.l must be in [1, vfl.clients={n_clients}], got {l!r}")
         return TopLActivation(

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fedstream.ovfl.engine import CHUNK, OnlineVFL, server_lr
+from fedstream.selection.padding import make_padding
 
 
 def _torch_mlp(model) -> torch.nn.Sequential:
@@ -78,8 +79,6 @@ class ReferenceOnlineVFL:
         self.predictions: list[int] = []
         self.padding = None
         if hasattr(engine.activation, "fill"):  # topl: unqueried clients are padded
-            from fedstream.selection.padding import make_padding
-
             ema = {"alpha": 0.1} if cfg["activation.padding"] == "ema" else {}
             self.padding = make_padding(
                 cfg["activation.padding"], len(self.clients), cfg["model.embedding"], **ema

@@ -132,7 +132,8 @@ def _credit_columns(d, lo, hi, col_rad, col_cnt):  # pragma: no cover (jit)
 
 @njit(nogil=True, cache=True)
 def topk_dots(dots, nr, nc, r0, c0, int_mode, parent, client, grow, top, buf):  # pragma: no cover (jit)
-    """Update top (G, R, K) with the tile's distances; dots (m, R, C), nr (m, R), nc (m, C), buf a flat work buffer."""
+    """Update top (G, R, K) with the tile's distances; dots (m, R, C), nr (m, R), nc (m, C), buf a
+    flat work buffer."""
     m, R, C = dots.shape
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
     for a in range(R):

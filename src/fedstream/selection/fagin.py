@@ -176,7 +176,8 @@ def fagin_group_mi(
     batch: int = 100,
     psi: str = "approx",
 ) -> tuple[float, int, int]:
-    """Eq. (1) for one group through :func:`fagin_m`: ``(score, sorted_reads, random_reads)`` summed over queries."""
+    """Eq. (1) for one group through :func:`fagin_m`: ``(score, sorted_reads, random_reads)`` summed
+    over queries."""
     blocks, y, group, q, k = check_group_inputs(blocks, labels, group, k, queries, psi)
     n, counts = y.shape[0], np.bincount(y)
     terms, s_reads, r_reads = [], 0, 0

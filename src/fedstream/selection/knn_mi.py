@@ -44,7 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import DataError
-from fedstream.selection._engine import Engine, prepare
+from fedstream.selection._engine import Engine
+from fedstream.selection._layout import prepare
 from fedstream.selection.digamma import check_psi
 from fedstream.selection.digamma import (
     psi as digamma,  # the parameter name psi is the ψ variant
@@ -140,7 +141,8 @@ def check_local_distances(local, m: int | None = None) -> np.ndarray:
 
 
 def counts_from_distances(dist: np.ndarray, y: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """(|Q|,) m_q of eq. (1) from the global squared distances ``dist`` (|Q|, n) of each query to every sample.
+    """(|Q|,) m_q of eq. (1) from the global squared distances ``dist`` (|Q|, n) of each query to
+    every sample.
 
     Vectorised :func:`~fedstream.selection.reference.m_from_distances` (same rule: the query is not
     its own neighbour; at a tie q's class comes first, so m_q = K + #{other-class samples strictly

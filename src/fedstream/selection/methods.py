@@ -181,7 +181,8 @@ class BruteForceResult:
 
 def brute_force(m: int, l: int, train_and_score: Callable[[tuple[int, ...]], float], *,
                 higher_is_better: bool = True) -> BruteForceResult:
-    """Train with every l-subset of the m clients via ``train_and_score(subset) -> score``; keep best and worst.
+    """Train with every l-subset of the m clients via ``train_and_score(subset) -> score``; keep best
+    and worst.
 
     ``train_and_score`` is the trainer's: e.g. train a batch VFL model on those clients' features
     and return the validation accuracy (``higher_is_better=True``) or loss (False). Ties go to the

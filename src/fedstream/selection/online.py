@@ -46,9 +46,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedstream.errors import ConfigError, DataError
-from fedstream.ovfl.activation import Activation
 from fedstream.selection.group_testing import DEFAULT_GROUPS, DEFAULT_K, group_test
 from fedstream.selection.padding import PADDINGS, make_padding
+from fedstream.selection.policy import Activation
 from fedstream.selection.validation import (
     check_blocks,
     check_l,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedstream.errors import ConfigError, DataError
+from fedstream.selection.digamma import check_psi
 
 
 def check_blocks(blocks: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -138,8 +139,6 @@ def check_probability(name: str, value, *, allow_zero: bool = True) -> float:
 
 def check_group_inputs(blocks, labels, group, k, queries, psi: str):
     """The checked inputs of one group's eq. (1) score: ``(blocks, y, group, queries, k)``."""
-    from fedstream.selection.digamma import check_psi
-
     blocks = check_blocks(blocks)
     y = check_labels(labels, blocks[0].shape[0])
     (group,) = check_groups([group], len(blocks))

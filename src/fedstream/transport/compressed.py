@@ -137,7 +137,8 @@ class _Endpoint:
     def receive(self, data: bytes, samples: np.ndarray | None = None) -> Message:
         """The message that ``data`` decodes to; compressed payloads are decoded by this end's receiver.
 
-        ``samples``: the sample id of each row, when this end knows them (see :meth:`CompressedTransport.up`)."""
+        ``samples``: the sample id of each row, when this end knows them (see
+        :meth:`CompressedTransport.up`)."""
         if not is_compressed(data):
             msg = decode(data)
         else:
@@ -246,7 +247,8 @@ class CompressedTransport:
         return msg.client
 
     def fork(self) -> CompressedTransport:
-        """An independent copy of every end's state with a fresh ledger (e.g. to evaluate without side effects)."""
+        """An independent copy of every end's state with a fresh ledger (e.g. to evaluate without side
+        effects)."""
         twin = copy.deepcopy(self)
         twin.ledger = ByteLedger(len(self.client_ends))
         return twin

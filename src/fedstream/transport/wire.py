@@ -8,9 +8,9 @@ The header is :data:`fedstream.transport.codec.HEADER` (so rows and columns trav
 an uncompressed message and the payload codecs need not repeat them); ``kind`` is
 :data:`COMPRESSED_KINDS` (4 = compressed embedding, 5 = compressed gradient), never a plain kind,
 so a compressed message can not be mistaken for a float32 one. ``codec`` names the payload format
-(:data:`SPARSE`, :data:`SIGN`, :data:`QUANT`, :data:`SIGN_PLAIN`): it lets the receiver check that both ends agree on
-the link's configuration before it parses a single payload byte. Uncompressed directions and
-queries keep the plain format of :mod:`fedstream.transport.codec`, byte for byte.
+(:data:`SPARSE`, :data:`SIGN`, :data:`QUANT`, :data:`SIGN_PLAIN`): it lets the receiver check that
+both ends agree on the link's configuration before it parses a single payload byte. Uncompressed
+directions and queries keep the plain format of :mod:`fedstream.transport.codec`, byte for byte.
 """
 
 from __future__ import annotations

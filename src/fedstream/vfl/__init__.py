@@ -1,9 +1,10 @@
-"""Batch (offline) vertical FL with bidirectional compression (issue 7, the compression paper).
+"""Batch VFL (task ``vfl``): vertical FL over epochs with bidirectional compression (issue 7).
 
-M clients hold row strips of every image and a bottom model each; the server holds the labels
-and a top model; mini-batch SGD over epochs; the embeddings (up) and gradients (down) travel
-through a transport whose per-direction codecs come from ``compression.*``. Entry point:
-:func:`run_batch_vfl` with :class:`BatchVFLSettings`.
+Start here: ``run_batch_vfl(BatchVFLSettings(...), data_root, seed=0)`` in ``trainer`` (one run).
+M clients hold row strips of every image (``data``) and a bottom model each, the server the labels
+and a top model (``models``, ``parties``); ``protocol`` is one step through a compressing transport.
+``settings`` holds the keys, ``selection`` (+ ``selection_spec``) who sends per epoch (VF-PS),
+``checkpoint`` the run folder, ``paper`` the paper's named comparisons; ``docs/vfl-compression.md``.
 """
 
 from fedstream.vfl.parties import BatchClient, BatchServer

@@ -1,7 +1,8 @@
 """Participant selection in batch VFL (issue 8, the Dynamic VF-PS report): who sends, and when to re-select.
 
-:class:`SelectionSpec` holds the ``selection.*`` keys; :class:`Participation` is what the trainer
-asks, once per epoch, for the training rows available and the clients selected::
+:class:`SelectionSpec` holds the ``selection.*`` keys (:mod:`fedstream.vfl.selection_spec`, checked
+there); :class:`Participation` is what the trainer asks, once per epoch, for the training rows
+available and the clients selected::
 
     part = Participation(spec, blocks, train_y, seed=0)      # blocks: per-client (n, d_j) features
     for epoch in range(1, epochs + 1):
@@ -35,8 +36,8 @@ analytically and kept apart from the training bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,138 +48,11 @@ from fedstream.selection.dynamic import (
     RelaxedSchedule,
 )
 from fedstream.selection.methods import RandomSelector, VFPSSelector
+from fedstream.vfl.selection_spec import SelectionSpec  # also imported from here by its users
 
-METHODS = ("all", "vfps", "random", "fixed")
-AGGREGATES = ("sum", "mean")
-PADDINGS = ("zero", "mean", "latest", "ema")
-DYNAMICS = ("none", "discrete", "relaxed")
+__all__ = ["DISTANCE_BYTES", "EpochPlan", "Participation", "SelectionSpec"]
+
 DISTANCE_BYTES = 4  # one float32 local distance
-
-
-def parse_clients(text) -> tuple[int, ...] | None:
-    """``"0,2"`` (or a sequence of ints) -> (0, 2); None stays None. ConfigError naming selection.clients."""
-    if text is None:
-        return None
-    items = text.split(",") if isinstance(text, str) else list(text)
-    try:
-        clients = tuple(int(str(c).strip()) for c in items if str(c).strip() != "")
-    except ValueError:
-        clients = ()
-    if not clients or any(c < 0 for c in clients) or len(set(clients)) != len(clients):
-        raise ConfigError(
-            f"selection.clients = {text!r}: expected distinct client indices >= 0, comma-separated "
-            '(e.g. "0,2")'
-        )
-    return tuple(sorted(clients))
-
-
-@dataclass(frozen=True)
-class SelectionSpec:
-    """The ``selection.*`` keys of a batch VFL run (each field is ``selection.<field>``)."""
-
-    method: str = "all"
-    l: int = 3
-    clients: tuple[int, ...] | None = None
-    k: int = 10
-    groups: int = 10
-    aggregate: str = "sum"
-    queries: int | None = None
-    padding: str = "zero"
-    ema_alpha: float = 0.1
-    dynamic: str = "none"
-    update_prob: float = 0.2
-    keep: float = 0.5
-    arrival: float = 0.05
-    lifespan_min: int = 1
-    lifespan_max: int = 50
-    every: int = 0
-
-    def __post_init__(self) -> None:
-        for name, choices in (("method", METHODS), ("aggregate", AGGREGATES), ("padding", PADDINGS),
-                              ("dynamic", DYNAMICS)):
-            if getattr(self, name) not in choices:
-                raise ConfigError(
-                    f"selection.{name} = {getattr(self, name)!r}: expected one of {', '.join(choices)}"
-                )
-        object.__setattr__(self, "clients", parse_clients(self.clients))
-        for name, lo in (
-            ("l", 1),
-            ("k", 1),
-            ("groups", 1),
-            ("lifespan_min", 1),
-            ("lifespan_max", 1),
-            ("every", 0),
-        ):
-            _integer(name, getattr(self, name), lo)
-        _integer("queries", self.queries, 1, optional=True)
-        for name, zero_ok in (
-            ("ema_alpha", False),
-            ("update_prob", True),
-            ("keep", False),
-            ("arrival", True),
-        ):
-            _probability(name, getattr(self, name), zero_ok)
-        if self.lifespan_min > self.lifespan_max:
-            raise ConfigError(
-                f"selection.lifespan_min = {self.lifespan_min} exceeds selection.lifespan_max = "
-                f"{self.lifespan_max}"
-            )
-        if self.method == "fixed" and self.clients is None:
-            raise ConfigError("selection.method = 'fixed' needs selection.clients, e.g. \"0,2\"")
-        if self.method != "fixed" and self.clients is not None:
-            raise ConfigError(
-                f"selection.clients = {','.join(map(str, self.clients))!r} is read only with "
-                f"selection.method = 'fixed' (got {self.method!r}); remove it or set the method"
-            )
-
-    def check_clients(self, m: int) -> None:
-        """ConfigError naming the key when the selection does not fit m clients."""
-        if self.method in ("vfps", "random") and self.l > m:
-            raise ConfigError(
-                f"selection.l = {self.l} exceeds vfl.clients = {m}: cannot select {self.l} of {m} "
-                f"clients; expected 1 <= selection.l <= {m}"
-            )
-        if self.clients is not None and max(self.clients) >= m:
-            raise ConfigError(f"selection.clients = {','.join(map(str, self.clients))!r} names client "
-                              f"{max(self.clients)}, but vfl.clients = {m} (indices 0..{m - 1})")
-
-    @property
-    def active(self) -> bool:
-        """False for the default (every client, every row): nothing to select, pad or record."""
-        return self.method != "all" or self.dynamic != "none"
-
-    @classmethod
-    def from_config(cls, config: Mapping) -> SelectionSpec:
-        """The spec of a flat config; absent or None keys take the defaults (``queries``/``clients`` stay None)."""
-        return cls(**{f.name: config[f"selection.{f.name}"] for f in fields(cls)
-                      if config.get(f"selection.{f.name}") is not None})
-
-    def to_config(self) -> dict:
-        out = {f"selection.{f.name}": getattr(self, f.name) for f in fields(self)}
-        out["selection.clients"] = None if self.clients is None else ",".join(map(str, self.clients))
-        return out
-
-
-def _integer(name: str, value, lo: int, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ConfigError(
-            f"selection.{name} = {value!r}: expected an integer >= {lo}{' or none' if optional else ''}"
-        )
-
-
-def _probability(name: str, value, zero_ok: bool) -> None:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and (0 <= value if zero_ok else 0 < value)
-        and value <= 1
-    )
-    if not ok:
-        raise ConfigError(
-            f"selection.{name} = {value!r}: expected a number in {'[' if zero_ok else '('}0, 1]"
-        )
 
 
 @dataclass(frozen=True)
@@ -326,9 +200,10 @@ class Participation:
         if counts.min() <= self.spec.k:
             c = int(classes[counts.argmin()])
             raise ConfigError(
-                f"selection.k = {self.spec.k} must be smaller than every class's size among the {labels.size} "
-                f"training rows available at epoch {epoch}: class {c} has {int(counts.min())} (a query is not its own "
-                f"neighbour); use selection.k <= {int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)"
+                f"selection.k = {self.spec.k} must be smaller than every class's size among the "
+                f"{labels.size} training rows available at epoch {epoch}: class {c} has "
+                f"{int(counts.min())} (a query is not its own neighbour); use selection.k <= "
+                f"{int(counts.min()) - 1}, or more rows (data.train_rows, selection.keep)"
             )
 
     # -- checkpoints ------------------------------------------------------------------------------------

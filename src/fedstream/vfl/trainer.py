@@ -42,13 +42,13 @@ import numpy as np
 import torch
 
 import fedstream
+import fedstream.vfl.checkpoint as checkpoint
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl import checkpoint
 from fedstream.vfl.data import VerticalImages, load_vertical
 from fedstream.vfl.models import build_models
 from fedstream.vfl.parties import BatchClient, BatchServer

@@ -1,0 +1,123 @@
+"""The data layout of the tiled KNN-MI engine (:mod:`fedstream.selection._engine`).
+
+:func:`prepare` puts the samples in class-sorted order, queries first, drops constant columns and
+lays the features out for the backend :func:`choose` picks: ``dots`` (per-client GEMM dot
+products and squared norms, exact int32 arithmetic where the features allow it) or ``direct``
+(a fused loop over column-major features, for clients with few features each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstream.errors import ConfigError
+
+BACKENDS = ("auto", "dots", "direct")
+PRECISIONS = ("auto", "float32", "float64")
+DIRECT_MAX_WIDTH = (
+    8  # auto backend: fused feature loop when clients hold at most this many features on average
+)
+
+
+@dataclass
+class Prepared:
+    """The data in class-sorted order: queries first (by class), then the other samples (by class)."""
+
+    labels: np.ndarray  # (n,) class codes, sorted order
+    pos_of_query: np.ndarray  # (|Q|,) sorted position of each query (queries in ascending index order)
+    n_queries: int
+    n_clients: int
+    mode: str  # "dots" or "direct"
+    int_mode: bool = False  # dots mode with exact int32 distance arithmetic
+    feats: list[np.ndarray] | None = None  # dots: per-client (n, d_j) in sorted order
+    norms: np.ndarray | None = None  # dots: (m, n) squared norms (int32 in int_mode, else float64)
+    XT: np.ndarray | None = None  # direct: (D, n) features, column-major (float32 or float64)
+    offsets: np.ndarray | None = None  # direct: (m+1,) feature offsets of the clients
+
+
+def informative_columns(a: np.ndarray) -> np.ndarray:
+    """Columns of ``a`` that are not constant (constant ones add zero to every distance)."""
+    keep = (a != a[:1]).any(axis=0)
+    return a[:, keep] if keep.any() else np.zeros((a.shape[0], 1), dtype=a.dtype)
+
+
+def _integer_valued(a: np.ndarray) -> bool:
+    return bool(np.issubdtype(a.dtype, np.integer) or np.array_equal(a, np.round(a)))
+
+
+def exact_in_int32(blocks: list[np.ndarray]) -> bool:
+    """True when the features are integers small enough for an exact float32 GEMM and int32 sums.
+
+    A client's dot products and norms are exact in float32 when d_j · max|x|² < 2²⁴; every global
+    distance stays below 2³¹ when 2 Σ_j d_j · max_j|x|² < 2³¹.
+    """
+    total = 0.0
+    for a in blocks:
+        if not _integer_valued(a):
+            return False
+        big = float(np.abs(a).max()) if a.size else 0.0
+        if a.shape[1] * big * big >= 2.0**24:
+            return False
+        total += 2.0 * a.shape[1] * big * big
+    return total < 2.0**31
+
+
+def exact_in_float32_direct(blocks: list[np.ndarray]) -> bool:
+    """True when float32 (x_a − x_b)² sums are exact: integer features with Σ_f range_f² < 2²⁴."""
+    if not all(_integer_valued(a) for a in blocks):
+        return False
+    span = sum(float(((a.max(axis=0) - a.min(axis=0)).astype(np.float64) ** 2).sum()) for a in blocks)
+    return span < 2.0**24
+
+
+def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
+    """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here).
+
+    ``"auto"`` precision picks float32 only where it is exact (integer features that are small
+    enough), so the result equals the float64 one; ``"float32"`` forces it (faster, approximate for
+    real-valued features: distances that differ by less than float32 rounding may swap).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
+    if backend == "auto":
+        mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
+        backend = "direct" if mean_width <= DIRECT_MAX_WIDTH else "dots"
+    exact = exact_in_int32(blocks) if backend == "dots" else exact_in_float32_direct(blocks)
+    if precision == "auto":
+        precision = "float32" if exact else "float64"
+    int_mode = backend == "dots" and precision == "float32" and exact
+    return backend, np.float32 if precision == "float32" else np.float64, int_mode
+
+
+def prepare(
+    blocks: list[np.ndarray], y: np.ndarray, queries: np.ndarray, backend: str, precision: str
+) -> Prepared:
+    """Sort, drop constant columns, and lay the features out for the chosen backend."""
+    n = y.shape[0]
+    is_query = np.zeros(n, dtype=bool)
+    is_query[queries] = True
+    perm = np.lexsort((y, ~is_query))
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    blocks = [informative_columns(b) for b in blocks]
+    mode, dtype, int_mode = choose(blocks, backend, precision)
+    prep = Prepared(labels=y[perm], pos_of_query=inv[queries], n_queries=queries.size, n_clients=len(blocks),
+                    mode=mode, int_mode=int_mode)
+    if mode == "dots":
+        feats = []
+        for b in blocks:
+            f = b[perm].astype(np.float64)
+            if not _integer_valued(b):
+                f -= f.mean(axis=0)  # centring keeps distances and cuts cancellation in |a|²+|b|²−2a·b
+            feats.append(np.ascontiguousarray(f, dtype=dtype))
+        norms = np.stack([np.einsum("ij,ij->i", f.astype(np.float64), f.astype(np.float64)) for f in feats])
+        prep.feats, prep.norms = feats, (norms.astype(np.int32) if int_mode else norms)
+    else:
+        XT = np.concatenate([b[perm] for b in blocks], axis=1).T
+        prep.XT = np.ascontiguousarray(XT, dtype=dtype)  # differences x_a - x_b need no centring
+        prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
+    return prep

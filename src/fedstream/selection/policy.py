@@ -1,0 +1,34 @@
+"""The base class of an activation policy: which clients an event activates in each round.
+
+It sits below :mod:`fedstream.ovfl.activation` (the paper's policies and ``make_activation``) and
+:mod:`fedstream.selection.online` (``topl``, selection as a policy), which both subclass it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Activation:
+    """Base class. ``block_means`` (rounds, clients) is each client's mean standardised feature."""
+
+    name = "base"
+
+    def __init__(self, n_clients: int, *, seed: int = 0):
+        self.n_clients, self.seed = n_clients, seed
+
+    def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def queried(self, mask: np.ndarray) -> np.ndarray | None:
+        """Of a chunk's passive clients (``~mask``), which the server queries for their embedding:
+        (rounds, clients) bool, or None for all of them (the paper's protocol). A client neither
+        activated nor queried sends nothing; the server's stand-in pads it (``topl``)."""
+        return None
+
+    def observe(self, blocks: list[np.ndarray], labels: np.ndarray) -> None:
+        """Called once per complete chunk, once played, outside the round loop (per-client blocks,
+        labels); a policy that learns (``topl``) overrides this."""
+
+    def _rng(self, chunk: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, 3, chunk])
