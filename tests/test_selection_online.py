@@ -91,7 +91,7 @@ def test_state_round_trip_continues_identically():
     b.observe([], [])
     np.testing.assert_array_equal(a.estimate.scores, b.estimate.scores)
     np.testing.assert_array_equal(a.fill(1, 1), b.fill(1, 1))
-    with pytest.raises(ValueError, match="topl buffer of shape"):
+    with pytest.raises(DataError, match="topl buffer of shape"):
         TopLActivation(3, l=1, embedding=4, window=30).load_state_dict(a.state_dict())
 
 

@@ -134,8 +134,6 @@ def test_dlr_state_of_another_layout_raises_config_error():
         DLR(_model(0), lr=0.1, window=3, alpha=0.8, defer=False).load_state_dict(saved)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: make_optimizer raises ValueError for an unknown name "
-                   "(the config schema rejects it first)")
 def test_unknown_optimiser_name_raises_config_error():
     with pytest.raises(ConfigError):
         make_optimizer("adam", _model(0), lr=0.1, window=1, alpha=0.5)
@@ -201,8 +199,6 @@ def test_stack_equals_runs_alone_and_resumes(case):
         _assert_same(alone[k], _snapshot(mod, o))
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: DLR raises ValueError for a gradient of several rows "
-                   "(an internal invariant: the engine only steps DLR on one-sample gradients)")
 def test_dlr_batch_gradient_raises_a_fedstream_error():
     model = _model(0)
     opt = DLR(model, lr=0.1, window=2, alpha=0.5)

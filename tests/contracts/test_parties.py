@@ -311,8 +311,6 @@ def test_chfl_client_state_save_load_equals_continuing():
     assert whole.accuracy("test") == resumed.accuracy("test")
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: CHFL Client.receive loads tensors with torch's strict "
-                   "load_state_dict: a model of other names or shapes raises RuntimeError, not ProtocolError")
 def test_chfl_client_rejects_a_model_that_does_not_fit():
     with pytest.raises(ProtocolError):
         _chfl_client(0).receive(ModelUpdate(0, 0, {"w": np.zeros((2, 2), np.float32)}, 1))

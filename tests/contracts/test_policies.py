@@ -130,8 +130,6 @@ def test_bad_settings_raise_config_error(bad):
         bad()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: TopLActivation.load_state_dict raises ValueError for "
-                   "a state of another shape (tests/test_selection_online.py expects ValueError)")
 def test_topl_state_of_another_shape_raises_a_fedstream_error():
     state = _topl("mean")().state_dict()
     with pytest.raises(FedstreamError):

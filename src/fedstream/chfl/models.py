@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedstream.errors import ProtocolError
+
 HIDDEN = (512, 256, 128)
 
 
@@ -143,4 +145,9 @@ def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
 
 def load_arrays(module: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
     """Copy named arrays (e.g. a decoded ModelUpdate) into the module's parameters."""
+    own = module.state_dict()
+    if arrays.keys() != own.keys() or any(np.shape(v) != tuple(own[k].shape) for k, v in arrays.items()):
+        got = {k: np.shape(v) for k, v in arrays.items()}
+        want = {k: tuple(v.shape) for k, v in own.items()}
+        raise ProtocolError(f"a model update of tensors {got} does not fit this column's {want}")
     module.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)

@@ -1,5 +1,6 @@
 """Optimisers of the online VFL parties: OGD, SLR (OGD on a window loss) and DLR."""
 
+from fedstream.errors import ConfigError
 from fedstream.optim.base import Optimizer
 from fedstream.optim.dlr import DLR
 from fedstream.optim.ogd import OGD
@@ -13,4 +14,4 @@ def make_optimizer(name: str, model, *, lr: float, window: int, alpha: float) ->
         return DLR(model, lr=lr, window=window, alpha=alpha)
     if name in ("ogd", "slr"):
         return OGD(model, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}; expected one of ogd, slr, dlr")
+    raise ConfigError(f"optimizer.name: unknown optimizer {name!r}; expected one of ogd, slr, dlr")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.models import MLP, Deferred, LayerGrad
 from fedstream.optim.base import Optimizer
 
@@ -184,7 +184,7 @@ class DLR(Optimizer):
         p, a, al = self.pos, self.alpha, self.alpha_l
         factors = self._zeros if grads is None else grads
         if grads is not None and grads[0].delta.shape[0] != 1:
-            raise ValueError(f"DLR takes one-sample gradients, got a batch of {grads[0].delta.shape[0]}")
+            raise ProtocolError(f"DLR takes one-sample gradients, got a batch of {grads[0].delta.shape[0]}")
         for (deferred, W, b, S_or_A, S_b, U, V), (D, X) in zip(self._calls, factors):
             if deferred:
                 dlr_deferred_update(W, b, S_b, U, V, S_or_A, p, D, X, a, al, scale)

@@ -236,7 +236,7 @@ class TopLActivation(Activation):
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if np.shape(state["buffer_rows"]) != self.buffer.rows.shape:
-            raise ValueError(
+            raise DataError(
                 f"topl buffer of shape {np.shape(state['buffer_rows'])}, expected {self.buffer.rows.shape}"
             )
         self.estimate.scores = (
