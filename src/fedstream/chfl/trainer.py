@@ -58,7 +58,7 @@ from fedstream.chfl.splits import (
 )
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import ModelTransport
 

@@ -19,6 +19,7 @@ import yaml
 
 from fedstream.config.schema import DATASETS_BY_TASK, SCHEMA, Field
 from fedstream.errors import ConfigError
+from fedstream.fields import flatten
 
 PRESET_DIR = "presets"
 
@@ -60,30 +61,6 @@ def _read(source: str) -> tuple[dict, str]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a table of keys at the top level, got {type(data).__name__}")
     return data, str(path)
-
-
-def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat |= flatten(value, name + ".")
-        else:
-            flat[name] = value
-    return flat
-
-
-def nest(flat: dict[str, Any]) -> dict:
-    """{"a.b": 1} -> {"a": {"b": 1}}."""
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
 
 
 def renamed(key: str) -> str | None:
@@ -236,8 +213,3 @@ def _check_number_list(
     if not values or any(v <= above or (at_most is not None and v > at_most) for v in values):
         bound = f"in ({above:g}, {at_most:g}]" if at_most is not None else f"> {above:g}"
         raise ConfigError(f"{key} = {cfg[key]!r}: expected a comma-separated list of numbers {bound}")
-
-
-def number_list(text: str, kind: type = float) -> tuple:
-    """``"0.003,0.001"`` -> ``(0.003, 0.001)`` (values already checked by :func:`check_config`)."""
-    return tuple(kind(v) for v in text.split(","))

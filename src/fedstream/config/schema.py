@@ -6,43 +6,7 @@ Every key is validated before any work starts; see :func:`fedstream.config.load_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass(frozen=True)
-class Field:
-    """One config key: a type, a default and the values it may take."""
-
-    type: type  # int, float, str or bool
-    default: Any
-    doc: str
-    choices: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    optional: bool = False  # None is allowed
-    exclusive_min: bool = False  # the value must be > min, not >= min
-    exclusive_max: bool = False
-    tasks: tuple[str, ...] | None = None  # the tasks that read this key (None: every task)
-    task_defaults: tuple[tuple[str, Any], ...] = ()  # (task, default) where a task's default differs
-
-    def default_for(self, task: str) -> Any:
-        return dict(self.task_defaults).get(task, self.default)
-
-    def allows_none(self, task: str) -> bool:
-        return self.optional or self.default_for(task) is None
-
-    def describe(self) -> str:
-        if self.choices:
-            return "one of " + ", ".join(map(str, self.choices))
-        bounds = []
-        if self.min is not None:
-            bounds.append(f"{'>' if self.exclusive_min else '>='} {self.min}")
-        if self.max is not None:
-            bounds.append(f"{'<' if self.exclusive_max else '<='} {self.max}")
-        text = f"{'a number' if self.type is float else 'an integer' if self.type is int else 'a ' + self.type.__name__}"
-        return text + (" " + " and ".join(bounds) if bounds else "")
-
+from fedstream.fields import Field
 
 TASKS = ("ovfl", "vfl", "chfl")
 OVFL, VFL, CHFL = ("ovfl",), ("vfl",), ("chfl",)

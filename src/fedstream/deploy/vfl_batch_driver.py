@@ -47,7 +47,7 @@ from fedstream.deploy.vfl_batch_data import (
 from fedstream.deploy.vfl_batch_proxy import EVALUATION, RemoteCohort, boundary_of
 from fedstream.deploy.vfl_batch_vfps import check_size
 from fedstream.errors import ConfigError
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl import checkpoint
 from fedstream.vfl.checkpoint import NAME, _arrays, _tensors

@@ -25,8 +25,8 @@ from fedstream.ovfl.activation import make_activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
-from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
-from fedstream.runtime.state import collect, restore
+from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runs.state import collect, restore
 from fedstream.transport import CompressionSpec, make_transport
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
