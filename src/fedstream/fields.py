@@ -73,3 +73,12 @@ def nest(flat: dict[str, Any]) -> dict:
 def number_list(text: str, kind: type = float) -> tuple:
     """``"0.003,0.001"`` -> ``(0.003, 0.001)`` (values already checked by the config's checks)."""
     return tuple(kind(v) for v in text.split(","))
+
+
+@dataclass(frozen=True)
+class Shared:
+    """In a task's ``FIELDS``: a key declared once in :mod:`fedstream.config.schema` for several
+    tasks, read by this one (``default``: this task's default where it differs)."""
+
+    INHERIT = object()
+    default: Any = INHERIT

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fedstream.chfl.config as chfl_config
 from fedstream.chfl.checkpoint import CHECKPOINT
 from fedstream.chfl.settings import CHFLSettings, named_by_config
 from fedstream.chfl.stream import StreamSettings, run_stream
@@ -103,5 +104,8 @@ TASK = Task(
     cost=lambda c: 1e5 * c["chfl.rounds"] * c["chfl.clients"],  # a CHFL round ~10^5 online rounds
     units=lambda c: 1,
     tuning=lambda c, rounds: {},
+    fields=chfl_config.FIELDS,
+    datasets=chfl_config.DATASETS,
+    check=chfl_config.check,
     stack_key=lambda c: None,
 )

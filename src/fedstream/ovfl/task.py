@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fedstream.ovfl.config as ovfl_config
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.stack import config_stack_key
 from fedstream.ovfl.sweep import run_online
@@ -109,5 +110,8 @@ TASK = Task(
     cost=cost,
     units=lambda c: c["rounds"],
     tuning=lambda c, rounds: {"rounds": rounds, "checkpoint.every": 0},  # a shorter run per candidate
+    fields=ovfl_config.FIELDS,
+    datasets=ovfl_config.DATASETS,
+    check=ovfl_config.check,
     stack_key=config_stack_key,
 )

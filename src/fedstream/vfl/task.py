@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import fedstream.vfl.config as vfl_config
 from fedstream.runs.batch import batch_title, common_rows, one_after_another, run_batch
 from fedstream.runs.task import Progress, Task
 from fedstream.vfl.checkpoint import NAME as CHECKPOINT
@@ -58,5 +59,8 @@ TASK = Task(
     cost=lambda c: 6e5 * c["train.epochs"] * (c["data.train_rows"] or 60000) / 60000,
     units=lambda c: 1,
     tuning=lambda c, rounds: {},
+    fields=vfl_config.FIELDS,
+    datasets=vfl_config.DATASETS,
+    check=vfl_config.check,
     stack_key=lambda c: None,
 )
