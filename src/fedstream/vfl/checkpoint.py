@@ -74,7 +74,12 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
         "ledger": _tensors(transport.ledger.state_dict()),
         "torch_rng": torch.get_rng_state(),
     }
-    return save_torch(folder / NAME, payload)
+    return write(folder / NAME, payload)
+
+
+def write(path: Path, payload: dict) -> Path:
+    """Write a checkpoint's ``payload`` to ``path`` atomically, with its sha256 (what :func:`read` checks)."""
+    return save_torch(path, payload)
 
 
 def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
