@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 from fedstream.config import check_config, load_config
@@ -110,7 +111,8 @@ def same_config(old: dict, new: dict) -> bool:
 
 def run_group(specs: list[RunSpec], report: Report = lambda n, t: None, *, stack: bool = False) -> list[dict]:
     """Run ``specs`` in this process (each task's runs its way: online runs side by side, batch runs
-    one after the other); return their summaries. Finished runs are skipped, others resume."""
+    one after the other); return their summaries. Finished runs are skipped, others resume. The
+    folders of the runs to play are locked meanwhile: another sweep into them is refused."""
     summaries = {}
     todo: dict[str, list[RunSpec]] = {}
     for spec in specs:
@@ -120,8 +122,12 @@ def run_group(specs: list[RunSpec], report: Report = lambda n, t: None, *, stack
             report(spec.name, get_task(spec.config["task"]).units(spec.config))
         else:
             todo.setdefault(spec.config["task"], []).append(spec)
-    for name, group in todo.items():
-        summaries |= get_task(name).run_many(group, report, stack)
+    with ExitStack() as locks:
+        for group in todo.values():
+            for spec in group:
+                locks.enter_context(RunFolder(spec.out))
+        for name, group in todo.items():
+            summaries |= get_task(name).run_many(group, report, stack)
     return [summaries[s.name] for s in specs]
 
 
