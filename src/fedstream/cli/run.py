@@ -55,9 +55,10 @@ def cmd_run(args) -> int:
     config = load_config(args.config, args.sets)
     task = get_task(config["task"])
     check_out(task, args.out, args.resume)
-    folder = RunFolder(args.out) if args.out is not None else None
-    if folder is not None:
-        folder.lock()  # a second run into the same --out is refused while this one runs
+    folder = RunFolder(args.out, checkpoint_name=task.checkpoint_name) if args.out is not None else None
+    if folder is not None and not (args.resume and not folder.checkpoint.exists()):
+        folder.lock()  # a second run into the same --out is refused while this one runs (a resume
+        # without a checkpoint fails before writing anything: no folder is made for it)
     try:
         summary = _simulate(task, config, args)
     finally:
