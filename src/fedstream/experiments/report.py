@@ -23,6 +23,7 @@ from fedstream.experiments.definition import (
     parse_experiment,
 )
 from fedstream.experiments.plots import draw
+from fedstream.runs.files import atomic_write
 from fedstream.tasks import get_task
 
 FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
@@ -204,7 +205,7 @@ def write_report(folder: Path) -> Path:
         lines += ["## Figures", ""]
         lines += [f"![{title}](figures/{path.name})\n" for title, path in figures]
     path = folder / "report.md"
-    path.write_text("\n".join(lines))
+    atomic_write(path, "\n".join(lines))
     return path
 
 
