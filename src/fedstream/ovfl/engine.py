@@ -167,7 +167,7 @@ class OnlineVFL:
         """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
 
         The stream rows are passed in so that several runs over the same stream can share one
-        generated chunk (see :mod:`fedstream.experiments.sweep`). Time spent here is this run's.
+        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's.
         """
         tic = time.perf_counter()
         blocks, mask = self.chunk_inputs(chunk, X)
