@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl import stream as stream_mod
@@ -15,6 +14,7 @@ from fedstream.chfl.checkpoint import CHECKPOINT, CheckpointError
 from fedstream.chfl.client import Client
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
+from fedstream.runs.checkpoint import load_torch
 
 TIMING = {"wall_seconds", "resumed"}
 
@@ -90,7 +90,7 @@ def test_rows_after_the_checkpoint_are_written_once(tmp_path, monkeypatch):
         with pytest.raises(Crash):
             run_on_table(X, y, s, method="common", seed=0, run_dir=tmp_path / "part")
     assert len(_rows(tmp_path / "part")) == 3
-    assert len(torch.load(tmp_path / "part" / CHECKPOINT, weights_only=True)["rows"]) == 1
+    assert len(load_torch(tmp_path / "part" / CHECKPOINT)["rows"]) == 1
     resumed = run_on_table(X, y, s, method="common", seed=0, run_dir=tmp_path / "part")
     assert _without_timing(resumed) == _without_timing(whole)
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
@@ -129,7 +129,7 @@ def test_checkpoint_is_weights_only_and_holds_the_whole_state(tmp_path, monkeypa
         _crash_after(m, Client, "train_epochs", 5)  # federation 1, round 3 of 3 under way
         with pytest.raises(Crash):
             run_on_table(X, y, tiny_settings(**SETTINGS), method="chfl", seed=0, run_dir=tmp_path)
-    saved = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    saved = load_torch(tmp_path / CHECKPOINT)  # weights_only at both levels
     state = saved["state"]
     assert (state["lr_index"], state["round"]) == (0, 2)
     assert len(state["clients"]) == 2 and {"rng", "heads", "opt_heads", "common"} <= set(state["clients"][0])

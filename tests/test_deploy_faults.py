@@ -235,7 +235,7 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     code over a loopback link: with B = 5 it is not the simulator's), no fault and no rejoin."""
     from fedstream.deploy.local import write_app
     from fedstream.errors import FedstreamError
-    from fedstream.runtime.checkpoint import load_checkpoint
+    from fedstream.runs.checkpoint import load_checkpoint
 
     values = overrides(write_idx_mnist(tmp_path / "data"), 40) | {"network.batch": 5, "checkpoint.every": 20}
     out = tmp_path / "out"

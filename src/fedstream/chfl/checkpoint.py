@@ -17,7 +17,8 @@ method, seed, data size) and refuses to resume another. It is deleted once the r
 paper's network is tens of MB, too many to keep for every run of a table.
 
 The file is a ``torch.save`` archive of tensors, numbers, strings, lists and dicts only, read back
-with ``torch.load(weights_only=True)``: loading a checkpoint cannot run code.
+with ``torch.load(weights_only=True)``: loading a checkpoint cannot run code. It is written
+atomically with the sha256 of its content, checked on load (:mod:`fedstream.runs.checkpoint`).
 
 The simulator and a deployed CHFL server (:mod:`fedstream.deploy.chfl_driver`) write the same format
 under the same file name and identity, but their states differ (the simulator's holds every
@@ -28,9 +29,7 @@ do) and each refuses the other's with a :class:`CheckpointError` that says how t
 
 from __future__ import annotations
 
-import csv
 import os
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,8 @@ from typing import Any
 import torch
 
 from fedstream.chfl.settings import CONFIG_KEYS
-from fedstream.errors import ConfigError
+from fedstream.runs.checkpoint import CheckpointError, load_torch, save_torch
+from fedstream.runs.folder import RunFolder as BaseRunFolder
 
 FORMAT = 1
 CHECKPOINT = "checkpoint.pt"
@@ -52,12 +52,10 @@ WRITERS = {  # kind -> who wrote such a checkpoint and how to resume it
 }
 
 
-class CheckpointError(ConfigError):
-    """A checkpoint that cannot be read, that belongs to another run, or that another kind of
-    party wrote (the simulator's in a deployed server's folder, or the reverse)."""
+__all__ = ["CheckpointError", "RunFolder", "check_identity", "read_checkpoint"]
 
 
-class RunFolder:
+class RunFolder(BaseRunFolder):
     """The checkpoint and the metrics rows of one CHFL run in ``folder`` (created if absent).
 
     ``identity`` says which run this is (settings, method, seed, data size); a checkpoint written
@@ -70,22 +68,14 @@ class RunFolder:
 
     def __init__(self, folder: str | os.PathLike[str], identity: Mapping[str, Any], columns: Sequence[str],
                  *, resume: bool = True, name: str = CHECKPOINT, kind: str | None = SIMULATOR):
-        self.folder = Path(folder)
+        super().__init__(folder, checkpoint_name=name, columns=columns)
+        self.folder = self.path
         self.name = name
         self.kind = kind
         self.identity = dict(identity)
-        self.columns = list(columns)
         self.allow_resume = resume
         self.rows: list[dict] = []
-        self.folder.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.folder / self.name
-
-    @property
-    def metrics(self) -> Path:
-        return self.folder / METRICS
+        self.create()
 
     def resume(self) -> dict | None:
         """The saved state if a checkpoint exists (its rows become metrics.csv again), else None.
@@ -95,43 +85,33 @@ class RunFolder:
         another kind (nothing is changed then: metrics.csv is rewritten only after the checks).
         """
         if not self.allow_resume or not self.checkpoint.exists():
-            self._write_rows([])
+            self.start_metrics([])
             return None
         saved = read_checkpoint(self.checkpoint, kind=self.kind)
         check_identity(self.checkpoint, saved["identity"], self.identity)
         self.rows = [dict(r) for r in saved.get("rows", [])]
-        self._write_rows(self.rows)
+        self.start_metrics(self.rows)
         return saved["state"]
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Record one metrics row and append it to metrics.csv at once."""
         row = {c: row.get(c) for c in self.columns}
         self.rows.append(row)
-        with open(self.metrics, "a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
+        self.append_row(row)
 
     def save(self, state: Mapping[str, Any]) -> None:
         """Write ``state`` (with the identity and the rows so far) atomically to checkpoint.pt."""
-        tmp = self.checkpoint.with_name(self.name + ".tmp")
-        torch.save({"format": FORMAT, "kind": self.kind, "identity": self.identity, "rows": self.rows,
-                    "state": dict(state)}, tmp)
-        os.replace(tmp, self.checkpoint)
+        save_torch(self.checkpoint, {"format": FORMAT, "kind": self.kind, "identity": self.identity,
+                                     "rows": self.rows, "state": dict(state)})
 
     def discard(self) -> None:
         """Delete the checkpoint (once the run's summary is written)."""
         self.checkpoint.unlink(missing_ok=True)
 
-    def _write_rows(self, rows: list[dict]) -> None:
-        tmp = self.metrics.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.columns)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.metrics)
-
 
 def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATOR) -> dict:
-    """The archive :meth:`RunFolder.save` wrote at ``path``: ``{"format", "kind", "identity", "rows", "state"}``.
+    """The archive :meth:`RunFolder.save` wrote at ``path``: ``{"format", "kind", "identity", "rows",
+    "state"}``.
 
     Raises CheckpointError for a file that cannot be read, is not a CHFL checkpoint, or was written
     by another kind of party than ``kind`` (:data:`SIMULATOR`, :data:`DEPLOYED`): the message says
@@ -139,19 +119,13 @@ def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATO
     """
     path = Path(path)
     try:
-        saved = torch.load(path, weights_only=True)
-    except (
-        OSError,
-        EOFError,
-        RuntimeError,
-        ValueError,
-        pickle.UnpicklingError,
-    ) as exc:  # truncated, not torch
-        raise CheckpointError(
-            f"{path}: cannot read the checkpoint ({exc}); delete it to start the run again"
-        ) from None
+        saved = load_torch(path)
+    except (FileNotFoundError, CheckpointError) as exc:  # missing, truncated, damaged, not torch, no hash
+        reason = exc.reason if isinstance(exc, CheckpointError) else exc
+        raise CheckpointError(path, f"cannot read the checkpoint ({reason}); delete it to start the run "
+                              "again") from None
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or "state" not in saved:
-        raise CheckpointError(f"{path}: not a CHFL checkpoint of format {FORMAT}; delete it "
+        raise CheckpointError(path, f"not a CHFL checkpoint of format {FORMAT}; delete it "
                               "to start the run again")
     saved.setdefault("identity", {})
     found = saved.setdefault("kind", SIMULATOR)  # a checkpoint of before kinds: the simulator's
@@ -161,7 +135,7 @@ def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATO
         )
         reader = "a deployed server" if kind == DEPLOYED else "the simulator"
         raise CheckpointError(
-            f"{path}: a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
+            path, f"a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
             "--out, or delete it to start again"
         )
     return saved
@@ -174,8 +148,8 @@ def check_identity(path: Path, saved: Mapping[str, Any], current: Mapping[str, A
     flat_saved, flat_now = _flatten(saved), _flatten(current)
     diffs = [f"{CONFIG_KEYS.get(k, k)} = {flat_saved.get(k)!r} there, {flat_now.get(k)!r} here"
              for k in sorted(set(flat_saved) | set(flat_now)) if flat_saved.get(k) != flat_now.get(k)]
-    raise CheckpointError(f"{path} belongs to another run ({'; '.join(diffs)}): resuming needs the same "
-                          "settings; choose another --out, or delete the checkpoint to start again")
+    raise CheckpointError(path, f"belongs to another run ({'; '.join(diffs)}): resuming needs the same "
+                          "settings; choose another --out, or delete the checkpoint to start again", sep=" ")
 
 
 def _flatten(d: Mapping[str, Any]) -> dict[str, Any]:

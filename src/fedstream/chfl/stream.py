@@ -45,7 +45,7 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import ModelTransport
 
 

@@ -56,7 +56,7 @@ from fedstream.chfl.settings import CHFLSettings, check_method
 from fedstream.chfl.splits import FeatureSplit
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 
 __all__ = [
     "METRIC_COLUMNS",

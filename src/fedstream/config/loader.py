@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from fedstream.config.schema import DATASETS_BY_TASK, SCHEMA, Field
+from fedstream.config.schema import DATASETS_BY_TASK, KEYS_BY_TASK, SCHEMA, TASK_CONFIGS
 from fedstream.errors import ConfigError
+from fedstream.fields import Field, flatten
 
 PRESET_DIR = "presets"
 
@@ -62,30 +63,6 @@ def _read(source: str) -> tuple[dict, str]:
     return data, str(path)
 
 
-def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat |= flatten(value, name + ".")
-        else:
-            flat[name] = value
-    return flat
-
-
-def nest(flat: dict[str, Any]) -> dict:
-    """{"a.b": 1} -> {"a": {"b": 1}}."""
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return out
-
-
 def renamed(key: str) -> str | None:
     """The current name of a key that an earlier release called ``key`` (``hfl.*``, ``online.*``)."""
     prefix, _, rest = key.partition(".")
@@ -122,7 +99,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {key}={text!r}: expected {field.describe()}") from None
 
 
-def check_value(key: str, value: Any, field: Field, where: str, task: str = "ovfl") -> Any:
+def check_value(key: str, value: Any, field: Field, where: str, task: str | None = None) -> Any:
     """Return ``value`` coerced to the field's type, or raise a ConfigError that says why not."""
     if value is None:
         if field.allows_none(task):
@@ -178,66 +155,21 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
             raise ConfigError(f"{where}: {key} is not a setting of task = {task!r} (it belongs to task "
                               f"{' / '.join(tasks)}); remove it or set task accordingly")
     config = {}
-    for key, field in SCHEMA.items():
-        if field.tasks is None or task in field.tasks:
-            value, where = given.get(key, (field.default_for(task), "defaults"))
-            config[key] = check_value(key, value, field, where, task)
+    for key in KEYS_BY_TASK[task]:
+        field = SCHEMA[key]
+        value, where = given.get(key, (field.default_for(task), "defaults"))
+        config[key] = check_value(key, value, field, where, task)
     return check_config(config)
 
 
 def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Checks that involve several keys (the per-key ones are in the schema)."""
+    """Checks that involve several keys (the per-key ones are in the fields): the dataset of the
+    task, the keys shared by several tasks, then the task's own (``fedstream/<task>/config.py``)."""
     task, data = cfg["task"], cfg["data.name"]
     if data not in DATASETS_BY_TASK[task]:
         raise ConfigError(f"data.name = {data!r} is not a dataset of task = {task!r}; expected one of "
                           f"{', '.join(DATASETS_BY_TASK[task])}")
-    if task in ("ovfl", "vfl") and cfg["compression.cache"] and cfg["compression.up"] == "none":
+    if cfg.get("compression.cache") and cfg["compression.up"] == "none":
         raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
                           "(the cache fills the entries top-k did not send)")
-    if task == "vfl":
-        _check_selection(cfg)
-    if task == "chfl":
-        _check_number_list(cfg, "chfl.hidden", int, 1, None)
-        _check_number_list(cfg, "chfl.lrs", float, 0.0, None)
-        _check_number_list(cfg, "chfl.mus", float, -1e-12, 1.0)
-        _check_number_list(
-            cfg, "chfl.lrs", float, 0.0, 1.0
-        )  # Adam rates: the trainer's bound, checked up front
-        if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
-            raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
-                              "draws random common features (chfl.split_index picks which)")
-    if task != "ovfl":
-        return cfg
-    if cfg["activation.k"] > cfg["vfl.clients"]:
-        raise ConfigError(f"activation.k = {cfg['activation.k']} exceeds vfl.clients = {cfg['vfl.clients']}")
-    if cfg["activation.name"] == "topl" and cfg["activation.l"] > cfg["vfl.clients"]:
-        raise ConfigError(f"activation.l = {cfg['activation.l']} exceeds vfl.clients = {cfg['vfl.clients']}: "
-                          f"topl activates l of the {cfg['vfl.clients']} clients")
-    if cfg["data.name"] in ("imnist", "mnist", "fashion-mnist") and cfg["vfl.clients"] > 784:
-        raise ConfigError(f"vfl.clients = {cfg['vfl.clients']}: images have only 784 features")
-    return cfg
-
-
-def _check_selection(cfg: dict[str, Any]) -> None:
-    """The selection.* keys against each other and against vfl.clients (errors name the key)."""
-    from fedstream.vfl.selection import SelectionSpec
-
-    SelectionSpec.from_config(cfg).check_clients(cfg["vfl.clients"])
-
-
-def _check_number_list(
-    cfg: dict[str, Any], key: str, kind: type, above: float, at_most: float | None
-) -> None:
-    """A comma-separated list of numbers, each > ``above`` (and <= ``at_most``)."""
-    try:
-        values = [kind(v) for v in cfg[key].split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v <= above or (at_most is not None and v > at_most) for v in values):
-        bound = f"in ({above:g}, {at_most:g}]" if at_most is not None else f"> {above:g}"
-        raise ConfigError(f"{key} = {cfg[key]!r}: expected a comma-separated list of numbers {bound}")
-
-
-def number_list(text: str, kind: type = float) -> tuple:
-    """``"0.003,0.001"`` -> ``(0.003, 0.001)`` (values already checked by :func:`check_config`)."""
-    return tuple(kind(v) for v in text.split(","))
+    return TASK_CONFIGS[task].check(cfg)

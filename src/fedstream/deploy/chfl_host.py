@@ -49,7 +49,7 @@ from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
 from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
 from fedstream.deploy.remote import pack_state, unpack_state
 from fedstream.errors import ProtocolError
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
 
 STATE = "chfl"  # the key of the node's state archive in state_dict()

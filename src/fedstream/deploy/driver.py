@@ -52,8 +52,8 @@ from fedstream.metrics import Prequential
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
-from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
-from fedstream.runtime.state import collect, restore
+from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runs.state import collect, restore
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
 

@@ -27,7 +27,6 @@ epoch, and the run ends as the uninterrupted one (and the simulator) would.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from fedstream.deploy.vfl_batch_data import (
 from fedstream.deploy.vfl_batch_proxy import EVALUATION, RemoteCohort, boundary_of
 from fedstream.deploy.vfl_batch_vfps import check_size
 from fedstream.errors import ConfigError
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl import checkpoint
 from fedstream.vfl.checkpoint import NAME, _arrays, _tensors
@@ -170,9 +169,7 @@ class NetworkBatchVFL:
         }
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        checkpoint.write(path, payload)
 
     def load(self, path: Path) -> None:
         """Continue from :meth:`save`'s checkpoint: the same settings (``train.epochs`` may grow,

@@ -62,7 +62,7 @@ from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
 from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.messages import Gradient
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.vfl.settings import MAX_U16
 

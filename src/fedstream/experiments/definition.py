@@ -44,7 +44,8 @@ of runs, an optional learning-rate search, the paper's reported values and the f
 
 Columns are summary fields (``accumulated_error``, ``client_compute_seconds``, ...), ``total_mb``
 (bytes.total / 2^20, the paper's MB) or ``activation_rate.<m>`` (client m). ``nan`` (TOML has no
-null) stands for a value the paper does not give. Scales are ``small`` and ``paper``; a scale may be omitted only if no run needs it.
+null) stands for a value the paper does not give. Scales are ``small`` and ``paper``; a scale may be
+omitted only if no run needs it.
 Grid values may be strings, numbers or booleans, and ``values`` lists of a ``[tune]`` likewise.
 Every key is checked here, with the file, the key and what was expected in the message.
 """
@@ -259,7 +260,8 @@ def _paper(where: str, raw, grid: dict) -> list[PaperTable]:
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                 raise _fail(
                     w,
-                    f"row {j + 1}: 'values' must hold {len(columns)} numbers (nan: not given), got {values!r}",
+                    f"row {j + 1}: 'values' must hold {len(columns)} numbers (nan: not given), "
+                    f"got {values!r}",
                 )
             rows.append((run, [None if v != v else float(v) for v in values]))
         tables.append(PaperTable(_string(w, entry, "table"), columns, rows, entry.get("caption", "")))
@@ -294,7 +296,8 @@ def parse_experiment(raw: dict, where: str) -> Experiment:
     if not isinstance(scales, dict) or not scales or any(s not in SCALES for s in scales):
         raise _fail(
             where,
-            f"[scale] must have sub-tables among {list(SCALES)}, got {sorted(scales) if isinstance(scales, dict) else scales!r}",
+            f"[scale] must have sub-tables among {list(SCALES)}, "
+            f"got {sorted(scales) if isinstance(scales, dict) else scales!r}",
         )
     grid = _grid(where, raw.get("grid"))
     exp = Experiment(

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from fedstream.errors import ConfigError
+from fedstream.experiments.columns import LABELS, column_value, label
 
 AXIS_LABELS = {
     "round": "samples seen (rounds)", "interval_error": "error rate per interval", "epoch": "epoch",
@@ -41,8 +42,6 @@ def _short(key: str) -> str:
 
 
 def _legend(run, skip: set[str]) -> str:
-    from fedstream.experiments.report import label
-
     rest = {k: v for k, v in run.grid.items() if k not in skip}
     return label(rest) if rest else run.name
 
@@ -50,8 +49,6 @@ def _legend(run, skip: set[str]) -> str:
 def _run_points(run, x_key: str, y_key: str, by_setting: bool) -> list[tuple]:
     """A run's (x, y) points: its metrics.csv rows, or (its grid value of ``x_key``, summary ``y_key``)."""
     if by_setting:
-        from fedstream.experiments.report import column_value
-
         y = column_value(run.summary, y_key) if run.done and run.summary.get("diverged_at") is None else None
         return [] if y is None else [(run.grid[x_key], y)]
     return [(row[x_key], row[y_key]) for row in run.curve if x_key in row and y_key in row]
@@ -129,15 +126,11 @@ def curves(plt, exp, fig_def, runs, path: Path) -> None:
 
 
 def _label(column: str) -> str:
-    from fedstream.experiments.report import LABELS
-
     return LABELS.get(column, column)
 
 
 def _paper_points(exp) -> dict[str, tuple[float, float]]:
     """{run label: (MB, accumulated error)} of every paper row that reports both."""
-    from fedstream.experiments.report import label
-
     points = {}
     for table in exp.paper:
         if {"total_mb", "accumulated_error"} <= set(table.columns):
@@ -173,8 +166,6 @@ def _log_x_axis(ax) -> None:
 def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = None) -> None:
     """Total communication (MB) against accumulated error: one colour per run, ours as dots and
     the paper's as crosses. ``scale_factor`` projects our MB to the paper's number of rounds."""
-    from fedstream.experiments.report import column_value, label
-
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     paper = _paper_points(exp)
     colours = plt.get_cmap("tab10").colors
@@ -198,8 +189,6 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     if log_x:
         _log_x_axis(ax)
     scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""
-    from fedstream.experiments.report import LABELS
-
     x_key, y_key = fig_def.axes
     log_note = ", log scale" if log_x else ""
     ax.set_xlabel(f"{LABELS.get(x_key, x_key)} (MB = 2^20 bytes{log_note}{scaled})" if x_key.endswith("mb")

@@ -9,6 +9,7 @@ data under the same ``data.root``. Ray is an optional extra: ``pip install 'feds
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from fedstream.errors import ConfigError
@@ -17,8 +18,6 @@ from fedstream.experiments.sweep import RunSpec, run_group
 
 def _play(spec: RunSpec) -> dict:
     """One run, inside a Ray worker (BLAS threads as in the CLI: one per run)."""
-    import os
-
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     return run_group([spec])[0]

@@ -15,46 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedstream.errors import ConfigError
+from fedstream.experiments.columns import CUMULATIVE, LABELS, column_value, label
 from fedstream.experiments.definition import (
     Experiment,
     PaperTable,
     load_experiment,
     parse_experiment,
 )
+from fedstream.experiments.plots import draw
+from fedstream.runs.files import atomic_write
+from fedstream.tasks import get_task
 
-MB = 2**20  # the paper's MB: its Full figure, 1953.13 MB, is 2e6 rounds x 512 values x 2 bytes / 2^20
 FLAG = 0.20  # relative difference beyond which a value is flagged for explanation
-CUMULATIVE = {
-    "client_compute_seconds",
-    "server_compute_seconds",
-    "wall_seconds",
-    "total_mb",
-    "up_mb",
-    "down_mb",
-}
-LABELS = {
-    "final_accuracy": "final accuracy",
-    "best_accuracy": "best accuracy",
-    "test_acc": "test accuracy",
-    "prequential_acc": "prequential accuracy",
-    "bytes_per_client_mb": "MB per client",
-    "accumulated_error": "acc. error",
-    "client_compute_seconds": "client compute (s)",
-    "server_compute_seconds": "server compute (s)",
-    "wall_seconds": "wall (s)",
-    "total_mb": "total MB",
-    "up_mb": "up MB",
-    "down_mb": "down MB",
-    "rounds_per_second": "rounds/s",
-    "mean_activation_rate": "mean activation rate",
-    "test_acc_chfl": "CHFL (mu chosen)",
-    "test_acc_mu0": "CHFL mu=0",
-    "test_acc_mupos": "CHFL mu>0",
-    "test_acc_common": "Common",
-    "test_acc_concat": "Concat",
-    "test_acc_local": "Local",
-    "test_acc_fedprox": "FedProx",
-}
 
 
 @dataclass
@@ -70,25 +42,6 @@ class Run:
     @property
     def done(self) -> bool:
         return self.summary is not None
-
-
-def column_value(summary: dict, column: str) -> float | None:
-    """A report column from a summary.json (see the definition's column names)."""
-    if column.startswith("activation_rate."):
-        rates = summary.get("activation_rate", [])
-        m = int(column.split(".", 1)[1])
-        return rates[m] if m < len(rates) else None
-    if column in ("total_mb", "up_mb", "down_mb"):
-        if "bytes" not in summary:
-            return None
-        return summary["bytes"][{"total_mb": "total", "up_mb": "up", "down_mb": "down"}[column]] / MB
-    if column == "bytes_per_client_mb":
-        return summary["bytes_per_client"] / MB if "bytes_per_client" in summary else None
-    if column == "mean_activation_rate":
-        rates = summary.get("activation_rate", [])
-        return sum(rates) / len(rates) if rates else None
-    value = summary.get(column)
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _read_curve(path: Path) -> list[dict]:
@@ -152,11 +105,6 @@ def _match(run: Run, keys: dict) -> bool:
     return all(str(run.grid.get(k)) == str(v) for k, v in keys.items())
 
 
-def label(grid: dict) -> str:
-    """A run's label in tables and legends: its grid values, e.g. "dlr / random"."""
-    return " / ".join(str(v) for v in grid.values()) or "base"
-
-
 def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) -> list[str]:
     """Markdown lines: ours, paper and difference for each column of a paper table.
 
@@ -193,51 +141,14 @@ def paper_table(table: PaperTable, runs: list[Run], scale_factor: float | None) 
     return lines + [""]
 
 
-TASK_COLUMNS = {
-    "ovfl": [
-        "accumulated_error",
-        "client_compute_seconds",
-        "total_mb",
-        "up_mb",
-        "down_mb",
-        "mean_activation_rate",
-        "rounds_per_second",
-    ],
-    "vfl": [
-        "final_accuracy",
-        "best_accuracy",
-        "total_mb",
-        "up_mb",
-        "down_mb",
-        "bytes_per_client_mb",
-        "wall_seconds",
-    ],
-    "chfl": ["test_acc", "prequential_acc", "total_mb", "up_mb", "down_mb", "wall_seconds"],
-}
-
-
 def _length(run: Run) -> str:
     """How far a run got: rounds (online), epochs (batch VFL) or done (CHFL)."""
-    s, c = run.summary, run.config
-    if s is not None and s.get("diverged_at") is not None and c["task"] != "ovfl":
-        return "diverged"
-    if c["task"] == "ovfl":
-        if s is None:
-            last = int(run.curve[-1]["round"]) if run.curve else 0
-            return f"{last} of {c['rounds']} rounds (running)"
-        return (
-            f"diverged at round {s['diverged_at']}"
-            if s.get("diverged_at") is not None
-            else f"{s['rounds']} rounds"
-        )
-    if c["task"] == "vfl":
-        return f"{s['epochs']} epochs" if s else f"{len(run.curve)} of {c['train.epochs']} epochs (running)"
-    return "done" if s else "running"
+    return get_task(run.config["task"]).length(run.summary, run.config, run.curve)
 
 
 def runs_table(runs: list[Run]) -> list[str]:
     """Markdown lines: every run's headline figures (or its progress)."""
-    cols = TASK_COLUMNS[runs[0].config["task"]] if runs else []
+    cols = list(get_task(runs[0].config["task"]).columns) if runs else []
     lines = ["| run | length | " + " | ".join(LABELS[c] for c in cols) + " |", "|" + "---|" * (len(cols) + 2)]
     for run in runs:
         ok = run.done and run.summary.get("diverged_at") is None
@@ -271,8 +182,6 @@ def tuning_table(index: dict) -> list[str]:
 
 def write_report(folder: Path) -> Path:
     """Render ``folder/report.md`` and ``folder/figures/*.png``; return the report's path."""
-    from fedstream.experiments.plots import draw
-
     folder = Path(folder)
     index, exp, runs = load_runs(folder)
     paper_rounds = exp.scales.get("paper", {}).get("rounds")
@@ -296,7 +205,7 @@ def write_report(folder: Path) -> Path:
         lines += ["## Figures", ""]
         lines += [f"![{title}](figures/{path.name})\n" for title, path in figures]
     path = folder / "report.md"
-    path.write_text("\n".join(lines))
+    atomic_write(path, "\n".join(lines))
     return path
 
 

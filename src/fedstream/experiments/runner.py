@@ -24,7 +24,10 @@ from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
 from fedstream.errors import ConfigError
 from fedstream.experiments.definition import Experiment
+from fedstream.experiments.ray_backend import execute_on_ray
 from fedstream.experiments.sweep import RunSpec, sweep
+from fedstream.runs.files import atomic_write
+from fedstream.tasks import get_task
 
 BACKENDS = ("local", "ray")
 
@@ -71,8 +74,8 @@ def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Calla
         for value in t.values:
             name = run_name(combo | {t.key: value})
             cfg = overrides | first | combo | {t.key: value}
-            if load_config(exp.base, cfg)["task"] == "ovfl":  # online runs: a shorter run per candidate
-                cfg |= {"rounds": rounds, "checkpoint.every": 0}
+            resolved = load_config(exp.base, cfg)
+            cfg |= get_task(resolved["task"]).tuning(resolved, rounds)  # online runs: a shorter run
             specs.append(_spec(exp, cfg, name, out / "tuning" / name))
             index.append((run_name(combo), value))
     summaries = execute(specs)
@@ -85,7 +88,7 @@ def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Calla
         scores = [row["values"][str(v)] for v in t.values]
         row["chosen"] = t.values[scores.index(min(scores))]
         row["per"] = combo
-    (out / "tuning.json").write_text(json.dumps(results, indent=2))
+    atomic_write(out / "tuning.json", json.dumps(results, indent=2))
     return results
 
 
@@ -106,7 +109,8 @@ def total_rounds(exp: Experiment, scale: str, sets: list[str] = (), tune_rounds:
     """Rounds the experiment plays at ``scale``, tuning included (for progress bars); a run of a batch
     task (vfl, chfl) counts as one unit."""
     overrides = exp.overrides(scale) | dict(parse_override(s) for s in sets)
-    main = sum(load_config(exp.base, overrides | p).get("rounds", 1) for p in grid_points(exp))
+    configs = [load_config(exp.base, overrides | p) for p in grid_points(exp)]
+    main = sum(get_task(c["task"]).units(c) for c in configs)
     t = exp.tune
     if t is None or (scale not in t.rounds and tune_rounds is None):
         return main
@@ -142,8 +146,6 @@ def run_experiment(
         load_config(exp.base, overrides | point)
     out.mkdir(parents=True, exist_ok=True)
     if backend == "ray":
-        from fedstream.experiments.ray_backend import execute_on_ray
-
         execute = lambda specs: execute_on_ray(specs, address=ray_address, on_report=on_report)
     else:
         execute = _execute_local(workers, on_report, stack)
@@ -166,5 +168,5 @@ def _write_index(exp: Experiment, scale: str, overrides: dict, tuning: dict, poi
         "runs": [{"name": s.name, "grid": p, "folder": str(s.out.relative_to(out)), "config": s.config}
                  for s, p in zip(specs, points)],
     }
-    (out / "experiment.json").write_text(json.dumps(index, indent=2, default=str))
+    atomic_write(out / "experiment.json", json.dumps(index, indent=2, default=str))
     return specs

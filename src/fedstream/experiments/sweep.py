@@ -1,8 +1,8 @@
-"""Run a grid of online VFL configurations side by side, on every core.
+"""Run a grid of configurations side by side, on every core.
 
-Runs are spread over worker processes (one per core by default, balanced by estimated cost).
-Inside a worker, runs that read the same stream advance together chunk by chunk: each chunk of
-the stream is generated once and played by every run that needs it. Every run writes its own
+Runs are spread over worker processes (one per core by default). Inside a worker, each task runs
+its runs its own way (:attr:`fedstream.runs.task.Task.run_many`: online VFL runs that read the same
+stream advance together chunk by chunk, :mod:`fedstream.ovfl.sweep`). Every run writes its own
 folder as it goes (metrics rows, checkpoints, summary), so an interrupted sweep resumes where it
 stopped and finished runs are skipped.
 """
@@ -14,38 +14,28 @@ import json
 import multiprocessing as mp
 import os
 import re
+import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 
 from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
-from fedstream.errors import ConfigError, DivergedError
-from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
-from fedstream.runtime.output import RunDirectory
+from fedstream.config.schema import SCHEMA
+from fedstream.errors import ConfigError
+from fedstream.experiments.columns import column_value
+from fedstream.runs.files import atomic_write
+from fedstream.runs.folder import RunFolder
+from fedstream.runs.task import Report, RunSpec
+from fedstream.tasks import get_task
+
+__all__ = ["RunSpec", "expand_grid", "run_group", "sweep", "work_units", "write_index"]
 
 
-@dataclass
-class RunSpec:
-    """One run of a sweep: its name (from the grid values), resolved config and folder."""
-
-    name: str
-    config: dict
-    out: Path
-
-    @property
-    def cost(self) -> float:
-        """Relative cost estimate, for balancing workers (SLR embeds l samples per round; in
-        online-round units, a batch VFL epoch of MNIST is ~60 x 10^4, a CHFL round ~10^5)."""
-        c = self.config
-        if c["task"] == "vfl":
-            return 6e5 * c["train.epochs"] * (c["data.train_rows"] or 60000) / 60000
-        if c["task"] == "chfl":
-            return 1e5 * c["chfl.rounds"] * c["chfl.clients"]
-        per_round = 1.0 + (0.35 * c["optimizer.window"] if c["optimizer.name"] == "slr" else 0.0)
-        return per_round * c["rounds"]
+def cost(spec: RunSpec) -> float:
+    """Relative cost estimate of a run, for ordering the work (in online-round units)."""
+    return get_task(spec.config["task"]).cost(spec.config)
 
 
 def expand_grid(config: str, sets: list[str], grid: list[str], out: Path) -> list[RunSpec]:
@@ -87,41 +77,29 @@ def work_units(specs: list[RunSpec], workers: int, *, stack: bool = False) -> li
     """
     if not stack:
         return [[spec] for spec in specs]
-    from fedstream.ovfl.stack import config_stack_key
-
     bundles: dict[object, list[RunSpec]] = {}
     for i, spec in enumerate(specs):
-        key = config_stack_key(spec.config)
+        key = get_task(spec.config["task"]).stack_key(spec.config)
         bundles.setdefault(("alone", i) if key is None else key, []).append(spec)
     parts = list(bundles.values())
     while len(parts) < workers and max(len(b) for b in parts) > 1:
         big = max(parts, key=len)
         parts.remove(big)
         parts += [big[: len(big) // 2], big[len(big) // 2:]]
-    return sorted(parts, key=lambda b: -sum(s.cost for s in b))
+    return sorted(parts, key=lambda b: -sum(cost(s) for s in b))
 
 
 def _complete(spec: RunSpec) -> dict | None:
     """The summary of a run that already finished with this very config, else None."""
-    path = spec.out / "summary.json"
-    if not path.exists():
+    summary = RunFolder(spec.out).read_summary()
+    if summary is None or not same_config(summary.get("config", {}), spec.config):
         return None
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc}); delete it to rerun that run") from None
-    if not same_config(summary.get("config", {}), spec.config):
-        return None
-    finished = (spec.config["task"] != "ovfl" or summary.get("rounds") == spec.config["rounds"]
-                or summary.get("diverged_at") is not None)
-    return summary if finished else None
+    return summary if get_task(spec.config["task"]).finished(summary, spec.config) else None
 
 
 def same_config(old: dict, new: dict) -> bool:
     """True when ``new`` asks for the run ``old`` describes: equal values, where a key that ``old``
     lacks (added to fedstream since) counts as equal if ``new`` has it at its default."""
-    from fedstream.config.schema import SCHEMA
-
     for key, value in new.items():
         if key in old:
             if old[key] != value:
@@ -131,154 +109,26 @@ def same_config(old: dict, new: dict) -> bool:
     return set(old) <= set(new)
 
 
-class _Member:
-    """A run inside a worker: engine, folder and hooks."""
-
-    def __init__(self, spec: RunSpec, stream, report: Callable[[str, int], None]):
-        self.spec, self.dir = spec, RunDirectory(spec.out)
-        self.run = OnlineVFL(spec.config, stream=stream)
-        if self.dir.checkpoint.exists():
-            self.run.load(self.dir.checkpoint)
-        self.dir.prepare(spec.config, self.run.interval_rows)
-        self.hooks = Hooks(on_interval=self.dir.append_row, checkpoint_path=self.dir.checkpoint,
-                           checkpoint_every=spec.config["checkpoint.every"], progress_every=2048,
-                           on_progress=lambda r: report(spec.name, r.t))
-        self.end = spec.config["rounds"]
-
-    @property
-    def done(self) -> bool:
-        return self.run.t >= self.end
-
-
-def run_group(specs: list[RunSpec], report: Callable[[str, int], None] = lambda n, t: None, *,
-              stack: bool = False) -> list[dict]:
-    """Run ``specs`` side by side in this process; return their summaries. With ``stack``, online
-    runs that can share batched kernels play as stacks (:mod:`fedstream.ovfl.stack`): the same
-    results, one kernel call per layer for all of them."""
+def run_group(specs: list[RunSpec], report: Report = lambda n, t: None, *, stack: bool = False) -> list[dict]:
+    """Run ``specs`` in this process (each task's runs its way: online runs side by side, batch runs
+    one after the other); return their summaries. Finished runs are skipped, others resume. The
+    folders of the runs to play are locked meanwhile: another sweep into them is refused."""
     summaries = {}
-    todo = []
+    todo: dict[str, list[RunSpec]] = {}
     for spec in specs:
         done = _complete(spec)
         if done is not None:
             summaries[spec.name] = done
-            report(spec.name, spec.config.get("rounds", 1))  # a batch run counts as one unit
+            report(spec.name, get_task(spec.config["task"]).units(spec.config))
         else:
-            todo.append(spec)
-    for spec in [s for s in todo if s.config["task"] != "ovfl"]:  # batch tasks: one after the other
-        from fedstream.tasks import run_batch_task
-
-        try:
-            summaries[spec.name] = run_batch_task(
-                spec.config, spec.out, resume=True
-            )  # vfl: from its checkpoint
-        except DivergedError as exc:  # one run blowing up must not stop the others
-            summaries[spec.name] = {
-                "task": spec.config["task"],
-                "config": spec.config,
-                "diverged_at": exc.round,
-                "error": str(exc),
-            }
-            RunDirectory(spec.out).write_summary(summaries[spec.name])
-        report(spec.name, 1)
-    by_stream: dict[tuple, list[RunSpec]] = {}
-    for spec in [s for s in todo if s.config["task"] == "ovfl"]:
-        by_stream.setdefault(tuple(spec.config[k] for k in STREAM_KEYS), []).append(spec)
-    for group in by_stream.values():
-        stream = make_stream(group[0].config)
-        members = [_Member(spec, stream, report) for spec in group]
-        for m in members:  # checkpointed at its last round, but stopped before its summary
-            if m.done:
-                _close(m, summaries, report)
-        units = _units([m for m in members if not m.done], stack)
-        while units:
-            chunk = min(u.t // CHUNK for u in units)
-            players = [u for u in units if u.t // CHUNK == chunk]
-            tic = time.perf_counter()
-            X, y, _ = stream.batch(chunk * CHUNK, CHUNK)
-            share = (time.perf_counter() - tic) / sum(
-                len(u.members) for u in players
-            )  # the shared chunk's cost, split
-            for u in players:
-                for m in u.members:
-                    m.run.wall_seconds += share
-                units.remove(u)
-                units += u.play(chunk, X, y, summaries, report)
+            todo.setdefault(spec.config["task"], []).append(spec)
+    with ExitStack() as locks:
+        for group in todo.values():
+            for spec in group:
+                locks.enter_context(RunFolder(spec.out))
+        for name, group in todo.items():
+            summaries |= get_task(name).run_many(group, report, stack)
     return [summaries[s.name] for s in specs]
-
-
-class _Unit:
-    """What plays a chunk: one run alone, or a stack of runs sharing batched kernels."""
-
-    def __init__(self, members: list[_Member]):
-        from fedstream.ovfl.stack import RunStack
-
-        self.members = members
-        self.stack = RunStack([m.run for m in members]) if len(members) > 1 else None
-
-    @property
-    def t(self) -> int:
-        return self.members[0].run.t
-
-    def play(self, chunk: int, X, y, summaries: dict, report) -> list[_Unit]:
-        """Play this chunk; return the units that go on (none when finished; the survivors
-        regrouped when runs of a stack diverged)."""
-        from fedstream.ovfl.stack import StackDiverged
-
-        end = self.members[0].end
-        if self.stack is None:
-            m = self.members[0]
-            try:
-                m.run.play_chunk(chunk, X, y, end, m.hooks)
-            except DivergedError as exc:  # one run blowing up must not stop the others
-                _close_diverged(m, exc, summaries, report)
-                return []
-        else:
-            try:
-                self.stack.play_chunk(chunk, X, y, end, [m.hooks for m in self.members])
-            except StackDiverged as exc:
-                for k in exc.runs:
-                    _close_diverged(
-                        self.members[k], self.stack.diverged_error(k, exc.round), summaries, report
-                    )
-                alive = [m for k, m in enumerate(self.members) if k not in exc.runs]
-                return _units(alive, True)
-        if self.t >= end:
-            if self.stack is not None:
-                self.stack.write_back()
-            for m in self.members:
-                _close(m, summaries, report)
-            return []
-        return [self]
-
-
-def _units(members: list[_Member], stack: bool) -> list[_Unit]:
-    """Members grouped into stacks of equal :func:`~fedstream.ovfl.stack.stack_key` (or alone)."""
-    from fedstream.ovfl.stack import MAX_STACK, stack_key
-
-    groups: dict[object, list[_Member]] = {}
-    for i, m in enumerate(members):
-        key = stack_key(m.run) if stack else None
-        groups.setdefault(("alone", i) if key is None else key, []).append(m)
-    return [_Unit(g[i:i + MAX_STACK]) for g in groups.values() for i in range(0, len(g), MAX_STACK)]
-
-
-def _close(m: _Member, summaries: dict, report: Callable[[str, int], None]) -> None:
-    """Final checkpoint and summary of a finished run."""
-    m.run.finish(m.hooks)
-    summaries[m.spec.name] = summary = m.run.summary()
-    m.dir.write_summary(summary)
-    report(m.spec.name, m.run.t)
-
-
-def _close_diverged(
-    m: _Member, exc: DivergedError, summaries: dict, report: Callable[[str, int], None]
-) -> None:
-    """A run whose model went NaN/inf: its summary says where, and it counts as finished."""
-    summary = m.run.summary() | {"diverged_at": exc.round, "error": str(exc)}
-    summaries[m.spec.name] = summary
-    m.dir.write_summary(summary)
-    m.end = m.run.t  # done
-    report(m.spec.name, m.spec.config["rounds"])
 
 
 _QUEUE = None
@@ -293,8 +143,6 @@ def _init_worker(queue) -> None:
 def _exit_with_parent(poll_seconds: float = 2.0) -> None:
     """End this worker when the process that started it dies (killed, not just interrupted):
     orphaned workers would otherwise keep running and writing to the run folders."""
-    import threading
-
     parent = os.getppid()
 
     def watch() -> None:
@@ -310,7 +158,7 @@ def _worker(specs: list[RunSpec], stack: bool = False) -> list[dict]:
 
 
 def sweep(specs: list[RunSpec], *, workers: int | None = None,
-          on_report: Callable[[str, int], None] = lambda n, t: None, stack: bool = False) -> list[dict]:
+          on_report: Report = lambda n, t: None, stack: bool = False) -> list[dict]:
     """Run every spec, on ``workers`` processes (default: every core); summaries in spec order.
     ``stack``: runs that can share batched kernels play as stacks (see :func:`run_group`)."""
     names = [s.name for s in specs]
@@ -336,19 +184,10 @@ def sweep(specs: list[RunSpec], *, workers: int | None = None,
 
 def write_index(specs: list[RunSpec], summaries: list[dict], out: Path) -> Path:
     """``sweep.json``: one entry per run with its folder and headline figures (those of its task)."""
-    from fedstream.experiments.report import TASK_COLUMNS, column_value
-
     rows = []
     for s, r in zip(specs, summaries):
-        row = {"name": s.name, "folder": str(s.out), "task": s.config["task"]}
-        if s.config["task"] == "ovfl":
-            row |= {
-                "rounds": r["rounds"],
-                "bytes_total": r["bytes"]["total"],
-                "activation_rate": r["activation_rate"],
-            }
-        rows.append(row | {c: column_value(r, c) for c in TASK_COLUMNS[s.config["task"]]})
+        task = get_task(s.config["task"])
+        row = {"name": s.name, "folder": str(s.out), "task": task.name} | task.index_fields(r)
+        rows.append(row | {c: column_value(r, c) for c in task.columns})
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "sweep.json"
-    path.write_text(json.dumps(rows, indent=2))
-    return path
+    return atomic_write(out / "sweep.json", json.dumps(rows, indent=2))

@@ -19,7 +19,7 @@ from fedstream.models import MLP
 from fedstream.optim import Optimizer
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
-from fedstream.runtime.state import collect, restore
+from fedstream.runs.state import collect, restore
 
 
 class Client:

@@ -25,8 +25,8 @@ from fedstream.ovfl.activation import make_activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
-from fedstream.runtime.checkpoint import load_checkpoint, save_checkpoint
-from fedstream.runtime.state import collect, restore
+from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runs.state import collect, restore
 from fedstream.transport import CompressionSpec, make_transport
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
@@ -167,7 +167,7 @@ class OnlineVFL:
         """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
 
         The stream rows are passed in so that several runs over the same stream can share one
-        generated chunk (see :mod:`fedstream.experiments.sweep`). Time spent here is this run's.
+        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's.
         """
         tic = time.perf_counter()
         blocks, mask = self.chunk_inputs(chunk, X)

@@ -26,7 +26,7 @@ from fedstream.models.kernels import softmax_cross_entropy_into
 from fedstream.optim import Optimizer
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
-from fedstream.runtime.state import collect, restore
+from fedstream.runs.state import collect, restore
 
 
 @dataclass

@@ -8,7 +8,8 @@ and a top model (``models``, ``parties``); ``protocol`` is one step through a co
 """
 
 from fedstream.vfl.parties import BatchClient, BatchServer
+from fedstream.vfl.results import COLUMNS
 from fedstream.vfl.settings import CONFIG_KEYS, BatchVFLSettings
-from fedstream.vfl.trainer import COLUMNS, run_batch_vfl
+from fedstream.vfl.trainer import run_batch_vfl
 
 __all__ = ["COLUMNS", "CONFIG_KEYS", "BatchClient", "BatchServer", "BatchVFLSettings", "run_batch_vfl"]

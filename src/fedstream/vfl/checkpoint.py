@@ -15,15 +15,14 @@ Participant selection is not stored: its plans depend only on the data and the s
 replays them for the epochs done (see :func:`fedstream.vfl.trainer.run_batch_vfl`).
 
 The file is ``checkpoint.pt`` (``torch.save`` of tensors, strings and numbers only; loaded with
-``weights_only=True``), written to a temporary name and renamed, so a crash while writing leaves
-the previous checkpoint intact.
+``weights_only=True``), written atomically with the sha256 of its content, checked on load
+(:func:`fedstream.runs.checkpoint.save_torch`): a crash while writing leaves the previous
+checkpoint intact, and a damaged file is refused naming it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from fedstream.errors import ConfigError
+from fedstream.runs.checkpoint import CheckpointError, load_torch, save_torch
 
 NAME = "checkpoint.pt"
 FORMAT = 1
@@ -74,30 +74,26 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
         "ledger": _tensors(transport.ledger.state_dict()),
         "torch_rng": torch.get_rng_state(),
     }
-    path = folder / NAME
-    tmp = folder / (NAME + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    return path
+    return write(folder / NAME, payload)
+
+
+def write(path: Path, payload: dict) -> Path:
+    """Write a checkpoint's ``payload`` to ``path`` atomically, with its sha256 (what :func:`read` checks)."""
+    return save_torch(path, payload)
 
 
 def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
     """The payload of the checkpoint at ``path``, checked: readable, this format and ``kind`` (None:
-    the simulator's; ``"deployed-server"``: a deployed run's server, :mod:`fedstream.deploy.vfl_batch_driver`),
-    written with ``config`` (only ``train.epochs`` may differ, and not be lower than the epochs done).
+    the simulator's; ``"deployed-server"``: a deployed run's server,
+    :mod:`fedstream.deploy.vfl_batch_driver`), written with ``config`` (only ``train.epochs`` may
+    differ, and not be lower than the epochs done).
     ConfigError naming the file (and the keys that differ) otherwise."""
     try:
-        payload = torch.load(path, weights_only=True)
+        payload = load_torch(path)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no checkpoint to resume from") from None
-    except (
-        RuntimeError,
-        EOFError,
-        ValueError,
-        OSError,
-        pickle.UnpicklingError,
-    ) as exc:  # truncated or foreign
-        raise ConfigError(f"{path}: not a readable batch VFL checkpoint ({exc})") from None
+        raise CheckpointError(path, "no checkpoint to resume from") from None
+    except CheckpointError as exc:  # truncated, damaged, foreign or without a hash
+        raise CheckpointError(path, f"not a readable batch VFL checkpoint ({exc.reason})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a batch VFL checkpoint of format {FORMAT}")
     if payload.get("kind") != kind:
@@ -116,7 +112,8 @@ def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
 
 
 def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
-    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and seconds done.
+    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and
+    seconds done.
 
     ConfigError when the file is not a checkpoint of this format or was made with another config
     (a key other than ``train.epochs`` differs, or fewer epochs are asked than were done).

@@ -120,7 +120,8 @@ class BatchVFLSettings:
 
 
 def _integer(name: str, value, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
-    """ConfigError naming the field's config key unless ``value`` is an int in [lo, hi] (or None if optional)."""
+    """ConfigError naming the field's config key unless ``value`` is an int in [lo, hi] (or None if
+    optional)."""
     if value is None and optional:
         return
     ok = (

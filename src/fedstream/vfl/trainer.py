@@ -29,23 +29,19 @@ reported apart (``distance_bytes``), not in the transport's bytes.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import fedstream
 import fedstream.vfl.checkpoint as checkpoint
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError
-from fedstream.runtime.threads import one_torch_thread
+from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
@@ -59,11 +55,10 @@ from fedstream.vfl.protocol import (
     play_scores,
     play_train_step,
 )
+from fedstream.vfl.results import MetricsWriter, make_summary
 from fedstream.vfl.selection import EpochPlan, Participation
 from fedstream.vfl.settings import BatchVFLSettings
 
-COLUMNS = ["epoch", "steps", "train_loss", "test_accuracy", "bytes_up", "bytes_down", "bytes_total",
-           "eval_bytes_up", "epoch_seconds", "wall_seconds", "train_accuracy", "test_loss"]
 PROGRESS_EVERY = 50  # steps between "step" progress events
 
 
@@ -208,7 +203,8 @@ def selection_columns(m: int) -> list[str]:
 
 
 def selection_row(plan: EpochPlan, m: int, n: int) -> dict:
-    """An epoch's selection columns: rows available, whether (and how long) selection ran, who sent, scores."""
+    """An epoch's selection columns: rows available, whether (and how long) selection ran, who sent,
+    scores."""
     event = plan.event or {}
     scores = event.get("scores") or [""] * m
     return (
@@ -349,66 +345,3 @@ def separate_ledger(transport):
         yield fresh
     finally:
         transport.ledger = own
-
-
-def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger: dict, wall: float) -> dict:
-    """The run's summary: settings, final and best accuracy, per-epoch rows, bytes, timings."""
-    accuracies = [r["test_accuracy"] for r in rows]
-    per_client = [c["up"] + c["down"] for c in ledger["per_client"]]
-    return {
-        "task": "vfl",
-        "config": settings.to_config() | {"seed": seed},
-        "epochs": len(rows),
-        "final_accuracy": accuracies[-1],
-        "best_accuracy": max(accuracies),
-        # best so far over the epochs (the Dynamic VF-PS report's tables): highest accuracies, lowest losses
-        "best_train_accuracy": _best(rows, "train_accuracy", max),
-        "best_train_loss": _best(rows, "train_loss", min),
-        "best_test_loss": _best(rows, "test_loss", min),
-        "per_epoch": rows,
-        "bytes": ledger,
-        "bytes_per_client": sum(per_client) / len(per_client),  # the paper's Table 2 traffic measure
-        "eval_bytes_up": sum(r["eval_bytes_up"] for r in rows),
-        "wall_seconds": wall,
-        "fedstream_version": fedstream.__version__,
-    }
-
-
-def _best(rows: list[dict], key: str, pick) -> float | None:
-    values = [r[key] for r in rows if r[key] == r[key]]  # epochs without training rows have NaN
-    return pick(values) if values else None
-
-
-class MetricsWriter:
-    """``metrics.csv`` rows appended as produced and ``summary.json`` written atomically (no-ops without a folder).
-
-    Columns: :data:`COLUMNS`, then ``extra`` (the selection columns of a run that selects)."""
-
-    def __init__(self, folder: Path | None, extra: list[str] = (), rows: list[dict] = ()):
-        """Start ``metrics.csv`` with the header and ``rows`` (a resumed run's epochs done; rows a crash
-        left after the checkpoint are dropped)."""
-        self.folder = folder
-        self.columns = COLUMNS + list(extra)
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / "metrics.csv.tmp"
-            with open(tmp, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self.columns)
-                writer.writeheader()
-                writer.writerows(rows)
-            os.replace(tmp, folder / "metrics.csv")
-
-    def append(self, row: dict) -> None:
-        if self.folder is not None:
-            with open(self.folder / "metrics.csv", "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
-
-    def summary(self, summary: dict) -> None:
-        if self.folder is not None:
-            tmp = self.folder / "summary.json.tmp"
-            tmp.write_text(json.dumps(summary, indent=2, default=_json_default))
-            os.replace(tmp, self.folder / "summary.json")
-
-
-def _json_default(value):
-    return asdict(value) if hasattr(value, "__dataclass_fields__") else str(value)

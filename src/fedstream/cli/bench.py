@@ -1,0 +1,112 @@
+"""``fedstream bench ovfl|huffman|selection|network``: speed benchmarks, as ratios against a plain
+reference in the same process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from fedstream.bench.huffman import bench_huffman, format_huffman_bench
+from fedstream.bench.network import bench_network, format_network_bench
+from fedstream.bench.ovfl import bench_ovfl, write_json
+from fedstream.bench.selection import bench_selection, format_selection_bench
+from fedstream.errors import FedstreamError
+
+
+def add_parsers(sub) -> None:
+    bench = sub.add_parser(
+        "bench", help="speed benchmarks, as ratios against a plain reference in the same process"
+    )
+    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network"],
+                       help="ovfl: fast online VFL engine vs the PyTorch reference; "
+                            "huffman: our Huffman coder vs the pure-Python dahuffman package; "
+                            "selection: VF-PS scoring vs the per-sample reference; "
+                            "network: online VFL on a local Flower deployment for B = 1, 16, 256")
+    bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
+    bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
+    bench.add_argument(
+        "--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps"
+    )
+    bench.add_argument(
+        "--workers", type=int, default=None, help="processes for the sweeps (default: one per core)"
+    )
+    bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
+    bench.add_argument(
+        "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
+    )
+    net = bench.add_argument_group("network")
+    net.add_argument(
+        "--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)"
+    )
+    net.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
+    net.add_argument("--config", default="ovfl-imnist", help="preset or config file")
+    net.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    net.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
+                     help="apps, logs and run outputs (default: runs/bench-network)")
+    sel = bench.add_argument_group("selection")
+    sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
+    sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
+    sel.add_argument("--k", type=int, default=10, help="neighbours K")
+    sel.add_argument("--groups", type=int, default=10, help="random groups of the group testing")
+    sel.add_argument("--seed", type=int, default=100, help="seed of the groups")
+    sel.add_argument("--scale-clients", type=int, default=16, help="clients of the synthetic scale run")
+    sel.add_argument(
+        "--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)"
+    )
+    sel.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
+    sel.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
+    sel.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
+
+
+def cmd_bench(args) -> int:
+    if args.what == "selection":
+        results = bench_selection(
+            args.data_root,
+            samples=args.samples,
+            ref_samples=args.ref_samples,
+            k=args.k,
+            n_groups=args.groups,
+            seed=args.seed,
+            scale_clients=args.scale_clients,
+            scale_samples=args.scale_samples,
+            scale_queries=args.scale_queries,
+            paillier=not args.no_paillier,
+            key_bits=args.key_bits,
+            workers=args.workers,
+        )
+        Console().print(format_selection_bench(results), highlight=False)
+        write_json(results, args.json or Path("bench-selection.json"))
+        return 0
+    if args.what == "network":
+        try:
+            batches = tuple(int(b) for b in args.batches.split(","))
+        except ValueError:
+            raise FedstreamError(
+                f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
+            ) from None
+        results = bench_network(batches=batches, requests=args.requests, config=args.config, sets=args.sets,
+                                workdir=args.workdir, log=lambda line: Console().print(line, highlight=False))
+        Console().print(format_network_bench(results), highlight=False)
+        write_json(results, args.json or Path("bench-network.json"))
+        return 0
+    if args.what == "huffman":
+        results = bench_huffman()
+        Console().print(format_huffman_bench(results), highlight=False)
+        write_json(results, args.json or Path("bench-huffman.json"))
+        return 0
+
+    if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
+        raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")
+    results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
+                         sweep_rounds=args.sweep_rounds, workers=args.workers,
+                         log=lambda line: Console().print(line, highlight=False))
+    path = args.json or Path("bench-ovfl.json")
+    write_json(results, path)
+    Console().print(f"figures written to {path}")
+    return 0
+
+
+COMMANDS = {"bench": cmd_bench}

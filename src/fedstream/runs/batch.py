@@ -1,0 +1,69 @@
+"""What the batch tasks (batch VFL, CHFL) share around their trainers: the run folder's config and
+summary, divergence as a summary, runs one after the other, and the CLI table's common rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from fedstream.errors import DivergedError, NonFiniteError
+from fedstream.runs.folder import RunFolder
+from fedstream.runs.task import Report, RunSpec
+
+Train = Callable[[dict, Path | None, Callable | None, bool], dict]
+
+
+def run_batch(config: dict, out: Path | None, train: Train, progress=None, resume: bool = False, *,
+              checkpoint_name: str = "checkpoint.pt", discard_checkpoint: bool = False) -> dict:
+    """Run ``train(config, out, progress, resume)``; with ``out``, write config.yaml first and
+    summary.json (the result, the task and the resolved ``config``) last. ``discard_checkpoint``:
+    delete the checkpoint once the summary marks the run finished. ``resume`` needs ``out``."""
+    folder = RunFolder(out, checkpoint_name=checkpoint_name) if out is not None else None
+    if folder is not None:
+        folder.write_config(config)
+    try:
+        result = train(config, out, progress, resume and out is not None)
+    except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+        raise DivergedError(f"training diverged: {exc} (optimizer.lr = {config.get('optimizer.lr')}; "
+                            "try a smaller one)", 0) from exc
+    summary = result | {"task": config["task"], "config": dict(config)}
+    if folder is not None:  # the trainer wrote metrics.csv as it went
+        folder.write_summary(summary, default=str)
+        if discard_checkpoint:
+            folder.checkpoint.unlink(missing_ok=True)  # finished: the summary marks it
+    return summary
+
+
+def one_after_another(simulate: Callable) -> Callable[[list[RunSpec], Report, bool], dict[str, dict]]:
+    """A task's ``run_many`` that runs its specs one after the other, each resumed from its folder;
+    a run that diverges gets a summary saying so and the others go on."""
+
+    def run_many(specs: list[RunSpec], report: Report, stack: bool = False) -> dict[str, dict]:
+        summaries = {}
+        for spec in specs:
+            try:
+                summaries[spec.name] = simulate(spec.config, spec.out, None, True)
+            except DivergedError as exc:  # one run blowing up must not stop the others
+                summaries[spec.name] = {"task": spec.config["task"], "config": spec.config,
+                                        "diverged_at": exc.round, "error": str(exc)}
+                RunFolder(spec.out).write_summary(summaries[spec.name])
+            report(spec.name, 1)
+        return summaries
+
+    return run_many
+
+
+def common_rows(s: dict) -> list[tuple[str, str]]:
+    """The last rows of a batch task's CLI table: communication and wall time."""
+    b = s.get("bytes", {})
+    rows = []
+    if b:
+        mb = {k: b[k] / 2**20 for k in ("up", "down")}
+        rows.append(("communication (MB, 2^20 B)",
+                     f"{(b['up'] + b['down']) / 2**20:,.2f}  (up {mb['up']:,.2f}, down {mb['down']:,.2f})"))
+    rows.append(("wall time (s)", f"{s.get('wall_seconds', float('nan')):.1f}"))
+    return rows
+
+
+def batch_title(config: dict) -> str:
+    return f"{config['task']} on {config['data.name']}"

@@ -1,0 +1,87 @@
+"""The contract of a task package (``ovfl``, ``vfl``, ``chfl``): one :class:`Task` object each.
+
+The command line, the sweeps and the experiments see a task only through this object (found by
+name in :data:`fedstream.tasks.TASKS`); nothing outside the task packages branches on the task's
+name. A new task is a package with a ``task.py`` exposing ``TASK`` and one line in
+:mod:`fedstream.tasks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Progress = Callable[[dict], None]
+"""Receives progress events: ``{"event": "round", "round", "rounds", "error"}`` (online),
+``{"event": "step" | "epoch", ...}`` (batch VFL) or a dict of figures (CHFL)."""
+Report = Callable[[str, int], None]
+"""``report(run name, units done)`` of runs side by side (units: :attr:`Task.units`)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep or an experiment: its name (from the grid values), resolved config and folder."""
+
+    name: str
+    config: dict
+    out: Path
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a task package provides (the contract; every field is required unless it has a default).
+
+    Running:
+      ``simulate(config, out, progress, resume) -> summary``: run ``config`` in one process; with
+      ``out`` (a folder) write config.yaml, metrics.csv (rows as produced), checkpoints and
+      summary.json there; ``resume``: continue from the checkpoint in ``out``.
+      ``run_many(specs, report, stack) -> {name: summary}``: run several specs of this task in this
+      process (the sweep's worker); each resumes from its folder and writes its summary.
+      ``checkpoint_name``: the checkpoint's file in a run folder. ``refuse_fresh``: files of ``out``
+      that make a run without ``--resume`` an error. ``resume_needs_checkpoint``: ``--resume``
+      without a checkpoint is an error before the run starts (else the run's loader reports it).
+    Showing:
+      ``title(config)``: one line for progress bars; ``summary_rows(summary)``: the title and the
+      (label, value) rows of the CLI's table after a run; ``columns``: the summary.json figures of
+      the report and sweep tables (:func:`fedstream.experiments.columns.column_value` names);
+      ``index_fields(summary)``:
+      extra fields of a run's entry in sweep.json; ``length(summary, config, curve)``: how far a
+      run got, for the report ("600 rounds", "3 of 10 epochs (running)").
+    Sweeps and experiments:
+      ``finished(summary, config)``: whether a summary.json found in a run's folder completes that
+      config; ``cost(config)``: relative cost (online-round units) to order the work;
+      ``units(config)``: progress units of a run (rounds, or 1 for a whole run);
+      ``tuning(config, rounds)``: the overrides of a shorter tuning run ({} if none);
+      ``stack_key(config)``: runs with equal non-None keys may share batched kernels (``--stack``).
+    Config:
+      ``fields``: the task's config keys (key -> :class:`fedstream.fields.Field`, or
+      :class:`fedstream.fields.Shared` for a key declared once for several tasks);
+      ``datasets``: the ``data.name`` values (the first is the default);
+      ``check(config)``: the checks that involve several keys (ConfigError naming them).
+    Deployment:
+      ``deploy``: the deployment adapter (None until the deployment layer provides one).
+    """
+
+    name: str
+    doc: str
+    simulate: Callable[[dict, Path | None, Progress | None, bool], dict]
+    run_many: Callable[[list[RunSpec], Report, bool], dict[str, dict]]
+    checkpoint_name: str
+    refuse_fresh: tuple[str, ...]
+    resume_needs_checkpoint: bool
+    title: Callable[[dict], str]
+    summary_rows: Callable[[dict], tuple[str, list[tuple[str, str]]]]
+    columns: tuple[str, ...]
+    index_fields: Callable[[dict], dict]
+    length: Callable[[dict | None, dict, list[dict]], str]
+    finished: Callable[[dict, dict], bool]
+    cost: Callable[[dict], float]
+    units: Callable[[dict], int]
+    tuning: Callable[[dict, int], dict]
+    stack_key: Callable[[dict], Any]
+    fields: Mapping[str, Any]
+    datasets: tuple[str, ...]
+    check: Callable[[dict], dict]
+    deploy: Any = None

@@ -1,0 +1,66 @@
+"""The ``vfl`` task (batch vertical FL with compression) as the command line, sweeps and
+experiments see it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fedstream.vfl.config as vfl_config
+from fedstream.runs.batch import batch_title, common_rows, one_after_another, run_batch
+from fedstream.runs.task import Progress, Task
+from fedstream.vfl.checkpoint import NAME as CHECKPOINT
+from fedstream.vfl.settings import BatchVFLSettings
+from fedstream.vfl.trainer import run_batch_vfl
+
+
+def _train(config: dict, out: Path | None, progress, resume: bool) -> dict:
+    return run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
+                         progress=progress, out=out, resume=resume)  # metrics.csv, checkpoint.pt per epoch
+
+
+def simulate(config: dict, out: Path | None = None, progress: Progress | None = None,
+             resume: bool = False) -> dict:
+    """Train ``config``; with ``out``: config.yaml, metrics.csv, checkpoint.pt (every epoch) and
+    summary.json; ``resume``: continue from ``out/checkpoint.pt`` when it exists."""
+    return run_batch(config, out, _train, progress, resume, checkpoint_name=CHECKPOINT)
+
+
+def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
+    c = s["config"]
+    rows = [("test accuracy (final / best)", f"{s['final_accuracy']:.4f} / {s['best_accuracy']:.4f}"),
+            ("epochs", str(s["epochs"])),
+            ("compression", f"up {c['compression.up']}{' + cache' if c['compression.cache'] else ''}, "
+                            f"down {c['compression.down']}")]
+    return f"fedstream {s['task']} on {c['data.name']}", rows + common_rows(s)
+
+
+def length(s: dict | None, c: dict, curve: list[dict]) -> str:
+    if s is not None and s.get("diverged_at") is not None:
+        return "diverged"
+    return f"{s['epochs']} epochs" if s else f"{len(curve)} of {c['train.epochs']} epochs (running)"
+
+
+TASK = Task(
+    name="vfl",
+    doc="batch vertical FL with compression",
+    simulate=simulate,
+    run_many=one_after_another(simulate),
+    checkpoint_name=CHECKPOINT,
+    refuse_fresh=("summary.json", CHECKPOINT),
+    resume_needs_checkpoint=True,
+    title=batch_title,
+    summary_rows=summary_rows,
+    columns=("final_accuracy", "best_accuracy", "total_mb", "up_mb", "down_mb", "bytes_per_client_mb",
+             "wall_seconds"),
+    index_fields=lambda r: {},
+    length=length,
+    finished=lambda summary, config: True,
+    # in online-round units, a batch VFL epoch of MNIST is ~60 x 10^4
+    cost=lambda c: 6e5 * c["train.epochs"] * (c["data.train_rows"] or 60000) / 60000,
+    units=lambda c: 1,
+    tuning=lambda c, rounds: {},
+    fields=vfl_config.FIELDS,
+    datasets=vfl_config.DATASETS,
+    check=vfl_config.check,
+    stack_key=lambda c: None,
+)
