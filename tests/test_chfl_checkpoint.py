@@ -14,7 +14,7 @@ from fedstream.chfl.checkpoint import CHECKPOINT, CheckpointError
 from fedstream.chfl.client import Client
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
-from fedstream.runs.checkpoint import load_torch
+from fedstream.runs.torch_checkpoint import load_torch
 
 TIMING = {"wall_seconds", "resumed"}
 

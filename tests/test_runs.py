@@ -9,15 +9,10 @@ import pytest
 import torch
 
 from fedstream.errors import ConfigError
-from fedstream.runs.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    load_torch,
-    save_checkpoint,
-    save_torch,
-)
+from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedstream.runs.files import atomic_write
 from fedstream.runs.folder import RunFolder
+from fedstream.runs.torch_checkpoint import load_torch, save_torch
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary_file(tmp_path):

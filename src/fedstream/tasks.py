@@ -8,7 +8,6 @@ line, the sweeps and the experiments go through it and never branch on the task'
 from __future__ import annotations
 
 from fedstream.chfl.task import TASK as CHFL
-from fedstream.chfl.task import chfl_settings  # for deploy/chfl_data.py
 from fedstream.errors import ConfigError
 from fedstream.ovfl.task import TASK as OVFL
 from fedstream.runs.task import Task
@@ -16,7 +15,7 @@ from fedstream.vfl.task import TASK as VFL
 
 TASKS: dict[str, Task] = {t.name: t for t in (OVFL, VFL, CHFL)}
 
-__all__ = ["TASKS", "Task", "chfl_settings", "get_task"]
+__all__ = ["TASKS", "Task", "get_task"]
 
 
 def get_task(name: str) -> Task:

@@ -7,8 +7,24 @@ FedAvg loop) over ``cohort`` (the clients' side of a round) -> ``trainer`` (the 
 Around them: ``table`` (the paper's tables), ``stream`` (streaming CHFL), ``checkpoint``; ``docs/chfl.md``.
 """
 
-from fedstream.chfl.settings import METHODS, CHFLSettings
-from fedstream.chfl.stream import StreamSettings, run_stream
-from fedstream.chfl.trainer import run_chfl, run_on_table
+from importlib import import_module
 
-__all__ = ["METHODS", "CHFLSettings", "StreamSettings", "run_chfl", "run_on_table", "run_stream"]
+# The public names are loaded on first use (PEP 562): the modules behind them import PyTorch
+# (1.5-2 s), and the config loader, the command line and online VFL import this package for its
+# config keys (``chfl.config``) only.
+_EXPORTS = {
+    "METHODS": "settings",
+    "CHFLSettings": "settings",
+    "StreamSettings": "stream",
+    "run_stream": "stream",
+    "run_chfl": "trainer",
+    "run_on_table": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f"fedstream.chfl.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'fedstream.chfl' has no attribute {name!r}")

@@ -37,11 +37,12 @@ from typing import Any
 import torch
 
 from fedstream.chfl.settings import CONFIG_KEYS
-from fedstream.runs.checkpoint import CheckpointError, load_torch, save_torch
+from fedstream.runs.batch import CHECKPOINT
+from fedstream.runs.checkpoint import CheckpointError
 from fedstream.runs.folder import RunFolder as BaseRunFolder
+from fedstream.runs.torch_checkpoint import load_torch, save_torch
 
 FORMAT = 1
-CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.csv"
 SIMULATOR: str | None = None  # the kind of the simulator's checkpoints (older ones hold no "kind" at all)
 DEPLOYED = "deployed-server"  # the kind of a deployed CHFL server's checkpoints

@@ -9,9 +9,14 @@ from rich.console import Console
 
 from fedstream.bench.huffman import bench_huffman, format_huffman_bench
 from fedstream.bench.network import bench_network, format_network_bench
-from fedstream.bench.ovfl import bench_ovfl, write_json
 from fedstream.bench.selection import bench_selection, format_selection_bench
 from fedstream.errors import FedstreamError
+from fedstream.runs.task import entry_point
+
+# the online bench times the PyTorch reference: PyTorch (1.5-2 s) is imported when it runs, not by
+# every command
+bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
+write_json = entry_point("fedstream.bench.ovfl:write_json")
 
 
 def add_parsers(sub) -> None:

@@ -65,7 +65,7 @@ class NodePart:
 
 def chfl_config_settings(config: dict) -> CHFLSettings:
     """The run's CHFL settings; a bad value is reported by its config key (``chfl.*``)."""
-    from fedstream.tasks import chfl_settings
+    from fedstream.chfl.runner import chfl_settings
 
     with named_by_config():
         return chfl_settings(config)

@@ -10,6 +10,9 @@ from fedstream.errors import DivergedError, NonFiniteError
 from fedstream.runs.folder import RunFolder
 from fedstream.runs.task import Report, RunSpec
 
+CHECKPOINT = "checkpoint.pt"
+"""The checkpoint file of a batch task's run folder (vfl, chfl)."""
+
 Train = Callable[[dict, Path | None, Callable | None, bool], dict]
 
 

@@ -4,7 +4,8 @@ Two containers, both written atomically (:mod:`fedstream.runs.files`):
 
 * ``.npz`` (online VFL): arrays plus JSON metadata (``__meta__``) and ``__sha256__``, the hash of
   the metadata and of every array (name, dtype, shape, bytes);
-* torch archives (batch VFL, CHFL): ``{"fedstream": "checkpoint", "sha256": HEX, "body": uint8}``,
+* torch archives (batch VFL, CHFL; :mod:`fedstream.runs.torch_checkpoint`, kept apart so that
+  online VFL runs never import PyTorch): ``{"fedstream": "checkpoint", "sha256": HEX, "body": uint8}``,
   where ``body`` is the ``torch.save`` bytes of the payload (tensors, numbers, strings, lists and
   dicts only: both levels are read with ``weights_only=True``, so loading cannot run code).
 
@@ -16,16 +17,12 @@ the same way (they say so): start such a run again in a new ``--out``.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import pickle
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
 
 from fedstream.errors import ConfigError
 from fedstream.runs.files import atomic_open
@@ -84,43 +81,3 @@ def load_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     if _array_digest(state, meta_bytes) != stored:
         raise CheckpointError(path, "checkpoint is damaged: its content does not match its sha256")
     return state, meta
-
-
-def save_torch(path: Path, payload: dict[str, Any]) -> Path:
-    """``torch.save`` ``payload`` to ``path`` atomically, wrapped with the sha256 of its bytes."""
-    path = Path(path)
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    body = buffer.getvalue()
-    wrapped = {"fedstream": MARK, "sha256": hashlib.sha256(body).hexdigest(),
-               "body": torch.frombuffer(bytearray(body), dtype=torch.uint8)}
-    with atomic_open(path, "wb") as fh:
-        torch.save(wrapped, fh)
-    return path
-
-
-def load_torch(path: Path) -> Any:
-    """The payload :func:`save_torch` wrote at ``path``, its hash checked. FileNotFoundError if
-    there is none; CheckpointError (``reason``: what is wrong) if it cannot be read, is damaged or
-    has no hash."""
-    path = Path(path)
-    try:
-        wrapped = torch.load(path, weights_only=True)
-    except FileNotFoundError:
-        raise
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
-        raise CheckpointError(path, f"cannot read the checkpoint ({exc})") from None
-    if not isinstance(wrapped, dict) or wrapped.get("fedstream") != MARK:
-        if isinstance(wrapped, dict) and "format" in wrapped:
-            raise CheckpointError(path, f"checkpoint refused: {NO_HASH}")
-        raise CheckpointError(path, "not a fedstream checkpoint")
-    body = wrapped.get("body")
-    if not isinstance(body, torch.Tensor) or body.dtype != torch.uint8:
-        raise CheckpointError(path, "not a fedstream checkpoint (no body)")
-    data = body.numpy().tobytes()
-    if hashlib.sha256(data).hexdigest() != wrapped.get("sha256"):
-        raise CheckpointError(path, "checkpoint is damaged: its content does not match its sha256")
-    try:
-        return torch.load(io.BytesIO(data), weights_only=True)
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
-        raise CheckpointError(path, f"cannot read the checkpoint ({exc})") from None

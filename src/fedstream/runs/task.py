@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,20 @@ class Task:
     datasets: tuple[str, ...]
     check: Callable[[dict], dict]
     deploy: Any = None
+
+
+def entry_point(ref: str) -> Callable[..., Any]:
+    """``"package.module:function"`` as a callable that imports its module on the first call.
+
+    The trainers of ``vfl`` and ``chfl`` import PyTorch, which takes 1.5-2 s; the registry names them
+    this way (as console scripts and Flower apps name theirs) so that the command line, the config
+    loader and online VFL runs start without it.
+    """
+    module, _, name = ref.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{ref}, imported on the first call."
+    return call

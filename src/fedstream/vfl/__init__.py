@@ -7,9 +7,24 @@ and a top model (``models``, ``parties``); ``protocol`` is one step through a co
 ``checkpoint`` the run folder, ``paper`` the paper's named comparisons; ``docs/vfl-compression.md``.
 """
 
-from fedstream.vfl.parties import BatchClient, BatchServer
-from fedstream.vfl.results import COLUMNS
-from fedstream.vfl.settings import CONFIG_KEYS, BatchVFLSettings
-from fedstream.vfl.trainer import run_batch_vfl
+from importlib import import_module
 
-__all__ = ["COLUMNS", "CONFIG_KEYS", "BatchClient", "BatchServer", "BatchVFLSettings", "run_batch_vfl"]
+# The public names are loaded on first use (PEP 562): the modules behind them import PyTorch
+# (1.5-2 s), and the config loader, the command line and online VFL import this package for its
+# config keys (``vfl.config``) only.
+_EXPORTS = {
+    "BatchClient": "parties",
+    "BatchServer": "parties",
+    "COLUMNS": "results",
+    "CONFIG_KEYS": "settings",
+    "BatchVFLSettings": "settings",
+    "run_batch_vfl": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f"fedstream.vfl.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'fedstream.vfl' has no attribute {name!r}")

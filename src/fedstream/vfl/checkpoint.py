@@ -30,9 +30,11 @@ import numpy as np
 import torch
 
 from fedstream.errors import ConfigError
-from fedstream.runs.checkpoint import CheckpointError, load_torch, save_torch
+from fedstream.runs.batch import CHECKPOINT
+from fedstream.runs.checkpoint import CheckpointError
+from fedstream.runs.torch_checkpoint import load_torch, save_torch
 
-NAME = "checkpoint.pt"
+NAME = CHECKPOINT
 FORMAT = 1
 GROWABLE = ("train.epochs",)  # config keys a resume may change
 

@@ -6,23 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import fedstream.vfl.config as vfl_config
-from fedstream.runs.batch import batch_title, common_rows, one_after_another, run_batch
-from fedstream.runs.task import Progress, Task
-from fedstream.vfl.checkpoint import NAME as CHECKPOINT
-from fedstream.vfl.settings import BatchVFLSettings
-from fedstream.vfl.trainer import run_batch_vfl
+from fedstream.runs.batch import CHECKPOINT, batch_title, common_rows, one_after_another, run_batch
+from fedstream.runs.task import Progress, Task, entry_point
 
-
-def _train(config: dict, out: Path | None, progress, resume: bool) -> dict:
-    return run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
-                         progress=progress, out=out, resume=resume)  # metrics.csv, checkpoint.pt per epoch
+train = entry_point("fedstream.vfl.trainer:train_config")  # PyTorch is imported on the first run
 
 
 def simulate(config: dict, out: Path | None = None, progress: Progress | None = None,
              resume: bool = False) -> dict:
     """Train ``config``; with ``out``: config.yaml, metrics.csv, checkpoint.pt (every epoch) and
     summary.json; ``resume``: continue from ``out/checkpoint.pt`` when it exists."""
-    return run_batch(config, out, _train, progress, resume, checkpoint_name=CHECKPOINT)
+    return run_batch(config, out, train, progress, resume, checkpoint_name=CHECKPOINT)
 
 
 def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:

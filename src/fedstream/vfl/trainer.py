@@ -345,3 +345,12 @@ def separate_ledger(transport):
         yield fresh
     finally:
         transport.ledger = own
+
+
+def train_config(
+    config: dict, out: Path | None, progress: Callable[[dict], None] | None, resume: bool
+) -> dict:
+    """Train a resolved ``task = "vfl"`` config (``fedstream run``, sweeps, experiments): metrics.csv
+    and checkpoint.pt every epoch in ``out``."""
+    return run_batch_vfl(BatchVFLSettings.from_config(config), config["data.root"], seed=config["seed"],
+                         progress=progress, out=out, resume=resume)
