@@ -275,10 +275,8 @@ class NetworkVFL:
         state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
                                           "padding.value": self.node_padding.padding.value,
                                           "padding.seen": self.node_padding.padding.seen}
-        outbox = {
-            f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held
-        }
-        meta = {
+        outbox, held = tr.state()
+        meta = held | {
             "round": self.t,
             "config": self.config,
             "run": self.run_token,
@@ -289,7 +287,6 @@ class NetworkVFL:
             "rejoins": self.rejoins,
             "exchanges": tr.exchanges,
             "wire_bytes": tr.wire_bytes,
-            "last_gradient": {str(m): r for m, r in tr._last_gradient.items()},
         }
         save_checkpoint(Path(path), state | outbox, meta)
 
@@ -316,13 +313,7 @@ class NetworkVFL:
             raise ConfigError(
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
             ) from None
-        tr._outbox = {}
-        for key in sorted(
-            (k for k in state if k.startswith("outbox.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
-        ):
-            _, m, r = key.split(".")
-            tr._outbox.setdefault(int(m), []).append((int(r), state[key].tobytes()))
-        tr._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
+        tr.load_state(state, meta)
         tr.faults, self.rejoins = meta["faults"], meta["rejoins"]
         tr.exchanges, tr.wire_bytes = meta["exchanges"], meta["wire_bytes"]
         self.t, self.run_token = int(meta["round"]), meta["run"]
@@ -363,7 +354,8 @@ class NetworkVFL:
                 "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
                 "rejoins": self.rejoins,
                 "network_batch": self.batch,
-                "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
+                # payload plus the unused queries of activated events
+                "wire_part_bytes": self.transport.wire_bytes,
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
             | self._selection_summary()

@@ -115,19 +115,24 @@ class GridLink:
             if time.monotonic() > deadline:
                 raise ProtocolError(
                     f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
-                    f'(vfl.clients or chfl.clients) needed (start one per client with --node-config "client-index=M")'
+                    "(vfl.clients or chfl.clients) needed (start one per client with "
+                    '--node-config "client-index=M")'
                 )
             time.sleep(0.2)
         link = cls(grid, {}, n_clients, poll=poll, timeout=timeout)
-        index_of = link._hello(nodes)
-        if sorted(index_of.values()) != list(range(n_clients)):
+        link.adopt(nodes)
+        return link
+
+    def adopt(self, nodes: list[int]) -> None:
+        """Ask each of ``nodes`` its client index and map indices to nodes (one node per client)."""
+        index_of = self._hello(nodes)
+        if sorted(index_of.values()) != list(range(self.n_clients)):
             raise ProtocolError(
                 f"the SuperNodes report client indices {sorted(index_of.values())}, expected "
-                f'{list(range(n_clients))} (one SuperNode per client, --node-config "client-index=M")'
+                f'{list(range(self.n_clients))} (one SuperNode per client, --node-config "client-index=M")'
             )
-        link.nodes = {m: node for node, m in index_of.items()}
-        link._known = link._connected = set(nodes)
-        return link
+        self.nodes = {m: node for node, m in index_of.items()}
+        self._known = self._connected = set(nodes)
 
     # -- availability --------------------------------------------------------------------------
     def available(self) -> set[int]:

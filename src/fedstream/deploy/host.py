@@ -11,8 +11,8 @@ whether the event activates the node, and computes the embedding: pushed when ac
 answer to the server's query when passive. With a server-side policy (``topl``) the request says
 which events activate the node (``info["active"]``) and carries no query: an event that leaves
 the node out costs nothing, no message and no optimiser skip (the server pads it), as in the
-simulator, where the client is not part of that round. Embeddings are computed with the weights the node has at
-the start of the batch, because the gradients of the batch come back with the next request.
+simulator, where the client is not part of that round. Embeddings are computed with the weights
+the node has at the start of the batch, because the gradients of the batch come back with the next request.
 There they are applied in round order, each through the forward state of its own event, and a
 passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
 in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
@@ -49,7 +49,8 @@ from fedstream.deploy.parties import (
 )
 from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
+from fedstream.ovfl.client import Ticket
+from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 
 MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
@@ -152,14 +153,14 @@ class ClientHost:
             else:
                 on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
             if on:
-                msg = self.client.on_event(t)
-                self.acts[t] = [np.array(a, copy=True) for a in self.client._acts]  # buffers are reused
+                msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
+                self.acts[t] = ticket.acts
             elif decided is not None:  # left out by the server: not queried, no message, no optimiser skip
                 active.append(0)
                 continue
             else:
                 self._count_down(env.parts[g + i])  # the query is used: it counts
-                msg = self._answer(queries[i])
+                msg = self.client.answer(queries[i])  # its skip waits for its place in the next request
             active.append(int(on))
             embeddings.append(self._send(msg))
             self.pending.append((t, on))
@@ -185,17 +186,6 @@ class ClientHost:
                 f"{active!r}"[:300]
             )
         return active
-
-    def _answer(self, query: Query) -> Embedding:
-        """A passive event's embedding, as :meth:`Client.on_query` computes it; its optimiser
-        skip waits for the event's place in the next request (see the module doc)."""
-        out, _ = self.client.model.forward(self.client.inputs.rows())
-        if query.rows != out.shape[0]:
-            raise ProtocolError(
-                f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
-                f"its window holds {out.shape[0]}"
-            )
-        return Embedding(round=query.round, client=self.index, values=out)
 
     def _grad_rounds(self, env: Envelope, most: int) -> list[int]:
         """The rounds of the gradients that lead the request's parts (``info["grad_rounds"]``)."""
@@ -234,15 +224,13 @@ class ClientHost:
         gradient is not in ``grads`` was lost with a failed request: it counts as a skip too."""
         for t, active in self.pending:
             if not active or t not in grads:
-                self.client.optimizer.skip()
+                self.client.skip()
                 self.acts.pop(t, None)
                 continue
             _, data = grads[t]
             self._count_down(data)
             grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
-            self.client._round, self.client._acts = t, self.acts.pop(t)
-            self.client.on_gradient(grad)
-        self.client._round = self.round
+            self.client.apply(Ticket(t, self.acts.pop(t)), grad)
         self.pending = []
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
@@ -293,5 +281,3 @@ class ClientHost:
                 f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
                 f"expected {self.awaiting}"
             )
-        # Client.state_dict() leaves out the round, which only guards the order of messages
-        self.client._round = self.round

@@ -183,6 +183,23 @@ class LinkTransport:
         self._last_gradient.pop(m, None)
         return len(self._outbox.pop(m, []))
 
+    # -- state at a batch boundary ------------------------------------------------------------
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The transport's part of a server checkpoint at a batch boundary: the gradients held for
+        the nodes (arrays ``outbox.{client}.{round}``) and the round of each client's last one."""
+        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self._outbox.items()
+                  for r, g in held}
+        return arrays, {"last_gradient": {str(m): r for m, r in self._last_gradient.items()}}
+
+    def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        """Go back to :meth:`state`'s boundary (other keys of ``arrays`` are ignored)."""
+        self._outbox = {}
+        keys = (k for k in arrays if k.startswith("outbox."))
+        for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            _, m, r = key.split(".")
+            self._outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
+        self._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
+
     # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
         self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None

@@ -165,7 +165,8 @@ class BatchVFLHost:
             )
         step, rows = self.pending
         shape = (len(rows), self.settings.embedding)
-        try:  # compressed exactly as compression.down says; a frame's shape checked before its payload is read
+        # compressed exactly as compression.down says; a frame's shape checked before its payload is read
+        try:
             grad = peek(env.parts[0], self.probe, Gradient, self.setting, shape)
         except ProtocolError as exc:  # header, codec, shape, length, finite: already says what is wrong
             raise ProtocolError(f"{where}: {exc}"[:500]) from None
@@ -192,9 +193,9 @@ class BatchVFLHost:
         step, rows = self.pending
         if grad is None:  # the server had no gradient for us: the step never happened here
             self._restore(self.before)
-            self.client._pending = None
+            self.client.drop()
         else:
-            if self.client._pending is None or self.client._pending[0] != step:
+            if self.client.pending_step != step:
                 self.client.embed(step, self.block.inputs("train", rows))  # the same forward pass again
             data = env.parts[0]
             self.client.on_gradient(self.end.receive(data))  # the real end: topk-grad ranks by it
