@@ -1,8 +1,8 @@
 """CHFL's FedAvg (batch mode) across processes on Flower gives the simulator's results.
 
 The server party runs the simulator's round loop (:class:`fedstream.chfl.trainer.BatchRun`) over
-:class:`fedstream.deploy.chfl_proxy.RemoteCohort`; each node hosts one client
-(:class:`fedstream.deploy.chfl_host.CHFLHost`) fed only its own rows and columns. Checked against
+:class:`fedstream.chfl.deploy.proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.chfl.deploy.host.CHFLHost`) fed only its own rows and columns. Checked against
 the in-process simulator on covertype (tiny settings):
 
 * the deployment's code over an in-process link, every node rebuilt from its saved state for
@@ -23,6 +23,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedstream.chfl.deploy.data import chfl_config_settings, load_part
+from fedstream.chfl.deploy.driver import NetworkCHFL
+from fedstream.chfl.deploy.host import CHFLHost
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.trainer import (
     BatchRun,
@@ -33,10 +36,8 @@ from fedstream.chfl.trainer import (
     variants_of,
 )
 from fedstream.config import load_config
-from fedstream.deploy.chfl_data import chfl_config_settings, load_part
-from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.chfl_host import CHFLHost
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
 from flower_runs import simulated_summary

@@ -1,7 +1,7 @@
 """Faults in a deployed CHFL run (issue 10): a client node that crashes rejoins from its own
 checkpoint; the server checkpoints after every FedAvg round and resumes exactly.
 
-Fast tests drive the deployment's code (:class:`fedstream.deploy.chfl_driver.NetworkCHFL` over a
+Fast tests drive the deployment's code (:class:`fedstream.chfl.deploy.driver.NetworkCHFL` over a
 loopback link, every node rebuilt from its saved state for every request, as on a SuperNode) with
 links that crash a node or the server; the slow one SIGKILLs a real SuperNode of a local Flower
 deployment and starts a new one.
@@ -21,10 +21,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
+from fedstream.chfl.deploy.data import chfl_config_settings, load_part
+from fedstream.chfl.deploy.driver import NetworkCHFL
 from fedstream.chfl.trainer import boundary
-from fedstream.deploy.chfl_data import chfl_config_settings, load_part
-from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
+from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
@@ -359,7 +360,7 @@ REPLY_TIMEOUT = 30.0  # seconds; a busy 2-core machine takes up to ~20 s for a h
 
 def _node_position(cache: Path, index: int) -> tuple[int, int]:
     """Where client ``index``'s node is, from its latest checkpoint ((-1, -1): none yet)."""
-    from fedstream.deploy.remote import unpack_state
+    from fedstream.deploy.cohort import unpack_state
 
     paths = list(cache.glob(f"ckpt-*-{index}.npz"))
     if not paths:

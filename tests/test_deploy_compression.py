@@ -31,12 +31,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crashing import crash_then_load
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.host import model_digest
-from fedstream.deploy.link import ROUND, SETUP, Envelope
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode

@@ -27,10 +27,11 @@ from crashing import (
     wait_for,
 )
 from fedstream.config import load_config
-from fedstream.deploy import LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND
+from fedstream.deploy.runtimes.loopback import LoopbackLink
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from test_deploy_flower import (
     as_set,
     assert_same_models,
@@ -132,7 +133,7 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config
 def test_a_node_keeps_its_last_boundaries_and_forgets_an_abandoned_sessions(tmp_path):
     """NodeStore: the latest state, the last KEEP_BOUNDARIES boundaries; a resume at t loads the
     latest boundary <= t and deletes those after t (written by the session the server abandoned)."""
-    from fedstream.deploy.node import KEEP_BOUNDARIES, NodeStore
+    from fedstream.deploy.session import KEEP_BOUNDARIES, NodeStore
 
     store = NodeStore(tmp_path, "abc123", 1)
     for t in (10, 20, 30, 40):

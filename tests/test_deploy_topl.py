@@ -36,11 +36,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import crash_then_load
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND, Envelope
-from fedstream.deploy.parties import check_deployable, server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost
+from fedstream.ovfl.deploy.parties import check_deployable, server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
@@ -64,8 +66,8 @@ E = 8  # overrides()'s model.embedding
 @pytest.fixture
 def small_chunks(monkeypatch):
     """The simulator and the server use chunks of 64 rounds (the policy learns at each chunk's end)."""
-    from fedstream.deploy import driver
     from fedstream.ovfl import engine
+    from fedstream.ovfl.deploy import driver
 
     monkeypatch.setattr(engine, "CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(driver, "CHUNK", SMALL_CHUNK)
@@ -307,10 +309,10 @@ def test_flower_simulation_runtime_with_topl_equals_the_simulator(root, small_ch
     values = overrides(root, 150) | {"activation.name": "topl", "activation.l": 1, "activation.explore": 2,
                                      "activation.window": 40}
     script = f"""
-import fedstream.deploy.driver as driver, fedstream.ovfl.engine as engine
+import fedstream.ovfl.deploy.driver as driver, fedstream.ovfl.engine as engine
 engine.CHUNK = driver.CHUNK = {SMALL_CHUNK}
 from flwr.simulation import run_simulation
-from fedstream.deploy.flower_app import make_client_app, make_server_app
+from fedstream.deploy.runtimes.flower import make_client_app, make_server_app
 server = make_server_app(config="", set={as_set(values)!r}, out={str(out)!r}, audit=True)
 run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=2,
                backend_config={{"client_resources": {{"num_cpus": 1}},

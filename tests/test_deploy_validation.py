@@ -18,12 +18,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.host import model_digest
-from fedstream.deploy.link import ROUND, Envelope, Failure
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
 from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
@@ -192,8 +193,8 @@ def test_flower_records_are_checked_before_use():
     flwr = pytest.importorskip("flwr")  # noqa: F841
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-    from fedstream.deploy import gridlink
-    from fedstream.deploy.gridlink import from_record, to_record
+    from fedstream.deploy.runtimes import flower_grid as gridlink
+    from fedstream.deploy.runtimes.flower_grid import from_record, to_record
 
     good = to_record(Envelope(ROUND, 3, [b"abc"], {"active": [1]}))
     assert from_record(good, "x") == Envelope(ROUND, 3, [b"abc"], {"active": [1]})

@@ -1,8 +1,8 @@
 """Batch VFL (the compression paper's split learning) across processes on Flower gives the simulator's results.
 
 The server party runs the simulator's epoch loop (:func:`fedstream.vfl.trainer.play_epochs`)
-over :class:`fedstream.deploy.vfl_batch_proxy.RemoteCohort`; each node hosts one client
-(:class:`fedstream.deploy.vfl_batch_host.BatchVFLHost`) fed only its own strip of the images.
+over :class:`fedstream.vfl.deploy.proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.vfl.deploy.host.BatchVFLHost`) fed only its own strip of the images.
 Checked against the in-process simulator on MNIST (tiny settings):
 
 * the deployment's code over an in-process link, every node rebuilt from its saved state for
@@ -31,10 +31,8 @@ import torch
 from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
 from fedstream.config import load_config
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
-from fedstream.deploy.vfl_batch_host import BatchVFLHost
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport import make_transport
@@ -42,6 +40,9 @@ from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
 from fedstream.transport.wire import COMPRESSED_KINDS
 from fedstream.vfl.data import load_vertical
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.driver import NetworkBatchVFL
+from fedstream.vfl.deploy.host import BatchVFLHost
 from fedstream.vfl.protocol import LocalCohort
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
@@ -398,7 +399,7 @@ def peak_bytes(call) -> tuple[int, float]:
 
 def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(root, tmp_path, caplog):
     """A node answers step 1 with a 14-byte frame claiming a 65535 x 65535 embedding: the server
-    checks the frame's shape before decoding its payload (fedstream.deploy.link.peek), so it records
+    checks the frame's shape before decoding its payload (fedstream.deploy.records.peek), so it records
     a fault naming both shapes, pads the node for that step and finishes the run; checking such a
     frame allocates next to nothing and takes no time."""
     config = tiny_config(root, **COMPRESSED)
@@ -503,7 +504,7 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
 def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(root):
     """No batch VFL setting is refused for the network (dynamic VF-PS and compression included); a
     misspelt one is refused before anything is deployed."""
-    from fedstream.deploy.parties import check_deployable
+    from fedstream.deploy.adapters import check_deployable
 
     with pytest.raises(
         ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"

@@ -1,7 +1,7 @@
 """Faults in a deployed batch VFL run (issue 10): a client node that crashes is padded, recorded and
 rejoins from its own checkpoint; the server checkpoints every epoch and resumes exactly.
 
-Fast tests drive the deployment's code (:class:`fedstream.deploy.vfl_batch_driver.NetworkBatchVFL`)
+Fast tests drive the deployment's code (:class:`fedstream.vfl.deploy.driver.NetworkBatchVFL`)
 over in-process links that crash a node or the server, on MNIST with the tiny settings of
 ``test_deploy_vfl_batch.py``; the slow one kills a real SuperNode of a local Flower deployment.
 """
@@ -20,13 +20,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_with_fault, wait_for
-from fedstream.deploy.link import ROUND, SETUP, LoopbackLink
-from fedstream.deploy.remote import unpack_state
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
-from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
+from fedstream.deploy.cohort import unpack_state
+from fedstream.deploy.records import ROUND, SETUP
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from fedstream.vfl import run_batch_vfl
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.driver import NetworkBatchVFL, boundary
+from fedstream.vfl.deploy.proxy import EVALUATION, SELECT, boundary_of
 from test_deploy_vfl_batch import (
     COMPRESSED,
     TIMING,
@@ -315,28 +316,33 @@ def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F8
     assert got["faults"] == [] and got["rejoins"] == [] and len(got["per_epoch"]) == 3
 
 
-def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, capsys):  # noqa: F811
     """The ServerApp's batch VFL party with ``resume`` and no ``out/checkpoint.pt`` says it starts
     afresh (as CHFL's does) and runs; asked to resume again, it finds the checkpoint and says so."""
-    from types import SimpleNamespace
+    from fedstream.deploy.runtimes.flower import resolve_settings
+    from fedstream.vfl.deploy.adapter import ADAPTER
 
-    from fedstream.deploy import flower_app
+    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+                        3, persist=True, store=tmp_path / "nodes")
 
-    class QuietGridLink(LoopbackLink):  # what the summary reads of a GridLink
-        messages = bytes_down = bytes_up = 0
-        timings = ()
+    class Runtime:  # what the adapter asks of a runtime
+        def connect(self, n):
+            return link
 
-    link = QuietGridLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-                         3, persist=True, store=tmp_path / "nodes")
-    monkeypatch.setattr(flower_app, "GridLink", SimpleNamespace(connect=lambda grid, n, **kw: link))
+        def extra(self):
+            return {}
+
+        def note(self):
+            return "0 Flower messages"
+
     config = tiny_config(root)
     out = tmp_path / "out"
-    settings = flower_app.resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
-    flower_app.serve_vfl_batch(None, config, settings)
+    settings = resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
+    ADAPTER.serve(config, settings, Runtime())
     said = capsys.readouterr().out
     assert f"fedstream: no checkpoint at {out / 'checkpoint.pt'}: starting afresh" in said, said
     assert (out / "summary.json").exists() and (out / "checkpoint.pt").exists()
-    flower_app.serve_vfl_batch(None, config, settings)
+    ADAPTER.serve(config, settings, Runtime())
     said = capsys.readouterr().out
     assert (
         f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said
@@ -373,7 +379,7 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     pessimistic bound is crossed): each node scores only the epoch's available rows; the same
     selections, models and bytes as the simulator, also when the server dies in epoch 3 and resumes
     (the relaxed schedule's draws and the pessimistic scores come back from the checkpoint)."""
-    from fedstream.deploy.vfl_batch_vfps import HEADER
+    from fedstream.vfl.deploy.vfps import HEADER
     from test_deploy_vfps import TINY as VFPS
 
     config = tiny_config(

@@ -20,18 +20,8 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
-from fedstream.deploy.link import ROUND, SETUP, Envelope, Failure, LoopbackLink
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_host import BatchVFLHost
-from fedstream.deploy.vfl_batch_vfps import (
-    DISTANCES,
-    HEADER,
-    QUERIES,
-    SELECT,
-    decode,
-    encode,
-    local_distances,
-)
+from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, DataError, ProtocolError
 from fedstream.selection.group_testing import (
     group_test,
@@ -46,6 +36,17 @@ from fedstream.selection.knn_mi import (
 from fedstream.selection.methods import VFPSSelector
 from fedstream.selection.reference import local_sq_distances, m_from_distances
 from fedstream.vfl.data import load_vertical
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.host import BatchVFLHost
+from fedstream.vfl.deploy.vfps import (
+    DISTANCES,
+    HEADER,
+    QUERIES,
+    SELECT,
+    decode,
+    encode,
+    local_distances,
+)
 
 TINY = {
     "vfl.clients": 3,
@@ -283,7 +284,7 @@ def test_a_node_answers_vfps_with_its_distances_only(tiny, data_root, tmp_path):
 
 
 def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, data_root, tmp_path):
-    from fedstream.deploy.vfl_batch_vfps import check_size
+    from fedstream.vfl.deploy.vfps import check_size
     from fedstream.vfl.selection import SelectionSpec
 
     check_size(SelectionSpec(method="vfps", queries=279), 60_000)  # 279 x 60,000 float32: 66,960,016 bytes
@@ -294,7 +295,7 @@ def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, d
 def test_vfps_messages_cross_flowers_records_unchanged():
     """The VF-PS request and reply through the RecordDicts the Flower link uses (no Flower process)."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.gridlink import from_record, to_record
+    from fedstream.deploy.runtimes.flower_grid import from_record, to_record
 
     q = np.array([[1, 5, 9]], "<u4")
     dist = np.arange(3 * N, dtype=np.float32).reshape(3, N)

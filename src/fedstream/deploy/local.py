@@ -23,7 +23,7 @@ from pathlib import Path
 
 APP_MODULE = '''"""fedstream's parties (online VFL or CHFL, by the config's task) as a Flower app (written by fedstream.deploy.local.write_app)."""
 
-from fedstream.deploy.flower_app import make_client_app, make_server_app
+from fedstream.deploy.runtimes.flower import make_client_app, make_server_app
 
 serverapp = make_server_app()
 clientapp = make_client_app()
@@ -46,7 +46,7 @@ def _toml_value(value) -> str:
 
 def write_app(folder: Path, settings: dict | None = None, *, name: str = "fedstream-ovfl") -> Path:
     """Write a Flower app folder whose ``[tool.flwr.app.config]`` holds ``settings`` over the defaults."""
-    from fedstream.deploy.flower_app import FLWR_VERSION, resolve_settings
+    from fedstream.deploy.runtimes.flower import FLWR_VERSION, resolve_settings
 
     settings = resolve_settings({}, settings)
     folder = Path(folder)

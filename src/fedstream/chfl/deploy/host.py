@@ -1,6 +1,6 @@
 """A CHFL client party on its own node: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
-:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.deploy.chfl_proxy` for the
+:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.chfl.deploy.proxy` for the
 server's side) with the simulator's code for one client's side of a round
 (:mod:`fedstream.chfl.trainer`: :func:`~fedstream.chfl.trainer.build_clients`,
 :func:`~fedstream.chfl.trainer.validate_client`, :func:`~fedstream.chfl.trainer.keep_common`,
@@ -10,7 +10,7 @@ server's side) with the simulator's code for one client's side of a round
   server needs the common width to draw the initial global column, and no data. Also where the
   node is (``lr_index``, ``round``: the federation and round it last played, -1 and -1 for a
   fresh party): a node set up with ``rejoin`` resumes from its checkpoint
-  (:mod:`fedstream.deploy.node`) and the server checks it is not ahead of the run.
+  (:mod:`fedstream.deploy.session`) and the server checks it is not ahead of the run.
 * ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
   :class:`~fedstream.chfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
   with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
@@ -39,6 +39,7 @@ import numpy as np
 
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
+from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.selection import Choice, Selector
@@ -51,9 +52,8 @@ from fedstream.chfl.trainer import (
     validate_client,
     variants_of,
 )
-from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
-from fedstream.deploy.remote import pack_state, unpack_state
+from fedstream.deploy.cohort import pack_state, unpack_state
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update

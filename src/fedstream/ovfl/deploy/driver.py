@@ -5,9 +5,9 @@
 and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
 (``network.batch``) cost one request to every node, all nodes in parallel: it carries the
 gradients of the node's previous batch and the queries of the B rounds; see
-:mod:`fedstream.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
+:mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
 clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.deploy.host`), the server still learns event by event.
+:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event.
 
 A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
 the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
@@ -17,8 +17,8 @@ batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the v
 simulator decides from the same estimate.
 
 Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.deploy.proxy.ServerEnds`), each node the other
-end (:class:`~fedstream.deploy.host.ClientHost`); with B = 1 the models and every message's
+client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
+end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
 compressed size are the simulator's.
 
 A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
@@ -38,17 +38,17 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data import Stream
-from fedstream.deploy.link import FINISH, SETUP, Link
-from fedstream.deploy.parties import (
+from fedstream.deploy.records import FINISH, SETUP, Link
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.metrics import Prequential
+from fedstream.ovfl.deploy.parties import (
     build_server,
     build_server_activation,
     check_deployable,
     server_decides,
     server_labels,
 )
-from fedstream.deploy.proxy import LinkTransport, RemoteClient
-from fedstream.errors import ConfigError, ProtocolError
-from fedstream.metrics import Prequential
+from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round

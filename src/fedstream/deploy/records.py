@@ -5,7 +5,7 @@ fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them
 bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
 algorithm's traffic (the config at setup, which events a batch activated, the final report). A
 *link* moves envelopes: :class:`LoopbackLink` inside one process (tests, and the overhead-free
-baseline of a benchmark), :class:`fedstream.deploy.gridlink.GridLink` over Flower.
+baseline of a benchmark), :class:`fedstream.deploy.runtimes.flower_grid.GridLink` over Flower.
 
 Kinds of request:
 
@@ -22,7 +22,7 @@ Kinds of request:
   ``info["active"]`` lists the B events' activations (zeros and ones) and its parts are only the
   gradients (the policy queries nobody); the reply echoes the list and holds one Embedding per
   activated event, nothing for the others (the server pads them). A batch then never crosses the
-  end of a chunk, where the policy learns (:class:`fedstream.deploy.driver.NetworkVFL`).
+  end of a chunk, where the policy learns (:class:`fedstream.ovfl.deploy.driver.NetworkVFL`).
 * ``finish``: the last pending gradients; the reply reports the node's byte counts and a digest
   of its model (the model itself only when asked, for tests: VFL parties keep their models).
 
@@ -36,8 +36,6 @@ request or reply that passed every check reaches its stateful end of the link.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -139,47 +137,3 @@ class Link(Protocol):
     def rejoined(self) -> set[int]:
         """Clients whose node (re)connected since the last call: they need a setup before a round."""
         ...
-
-
-class LoopbackLink:
-    """Client nodes in this process, for tests and as the Flower-free baseline of a benchmark.
-
-    With ``persist=True`` (as on a Flower SuperNode, where each message runs in a fresh ClientApp
-    process) every request goes through :func:`fedstream.deploy.node.handle_on_node`: the host is
-    rebuilt from the state the previous request left, and with ``store`` (a folder) each node keeps
-    its checkpoints there. With ``persist=False`` each node's host stays in memory. ``rows(config,
-    m)`` gives node m its feature block. A node that raises gives a :class:`Failure`, as a
-    ClientApp's error reply does on Flower. The nodes host the party of the config's task (online
-    VFL or CHFL, :func:`fedstream.deploy.node.make_host`)."""
-
-    def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
-        self.n_clients, self.persist, self.store = n_clients, persist, store
-        self._rows = rows
-        self._memory: dict[int, object] = {}
-        self._hosts: dict[int, object] = {}
-        self.requests = 0
-
-    def available(self) -> set[int]:
-        return set(range(self.n_clients))
-
-    def rejoined(self) -> set[int]:
-        return set()
-
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        from fedstream.deploy.node import handle_on_node, make_host
-
-        replies: dict[int, Envelope | Failure] = {}
-        for m, env in requests.items():
-            self.requests += 1
-            try:
-                if self.persist:
-                    replies[m], self._memory[m] = handle_on_node(env, m, self._memory.get(m), rows=self._rows,
-                                                                 store=self.store)
-                    continue
-                if env.kind == "setup":
-                    config = json.loads(env.info["config"])
-                    self._hosts[m] = make_host(config, m, rows=self._rows(config, m))
-                replies[m] = self._hosts[m].handle(env)
-            except (ProtocolError, ValueError) as exc:  # the ClientApp's error reply
-                replies[m] = Failure(f"the client failed: {exc}")
-        return replies

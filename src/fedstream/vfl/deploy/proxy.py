@@ -2,7 +2,7 @@
 
 :class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.trainer.play_epochs`,
 unchanged) talks to when the client parties live on their own nodes
-(:mod:`fedstream.deploy.vfl_batch_host`). The server keeps its end of every compressed link
+(:mod:`fedstream.vfl.deploy.host`). The server keeps its end of every compressed link
 (:class:`~fedstream.transport.compressed.ServerEndpoint`: the uplink decoder with the per-sample
 embedding cache, the downlink encoder with the quantiser's mu/sigma table), the node the other.
 One request per node per training step, all nodes at once:
@@ -30,7 +30,7 @@ gradient when encoded, exactly as the simulator's transport counts them; row ids
 without their travelling).
 
 Every reply is validated before any of it is used: kind and step, the number of parts, and each
-embedding checked first without touching the link's state (:func:`fedstream.deploy.link.peek`:
+embedding checked first without touching the link's state (:func:`fedstream.deploy.records.peek`:
 compressed exactly when ``compression.up`` is, with its codec; a compressed frame's shape must be
 (rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
 allocate; length, finite values; then sender, step and shape) and only then decoded by the server's
@@ -57,15 +57,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link, peek
-from fedstream.deploy.remote import RemoteNodes
-from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
-from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
-from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
+from fedstream.deploy.cohort import RemoteNodes
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link, peek
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
+from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT
+from fedstream.vfl.deploy.vfps import decode as decode_vfps
+from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
 
@@ -124,7 +124,7 @@ class RemoteCohort(RemoteNodes):
     def distances(self, epoch: int, rows: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
         """(M, Q, n) every node's local squared distances from each query to every available training
         row (``rows``: those rows, None for all), for the VF-PS selection of ``epoch``
-        (:mod:`fedstream.deploy.vfl_batch_vfps`). Each reply is checked (sender, epoch, kind, shape
+        (:mod:`fedstream.vfl.deploy.vfps`). Each reply is checked (sender, epoch, kind, shape
         Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
         reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
         M, n, Q = (
@@ -336,7 +336,7 @@ class RemoteCohort(RemoteNodes):
     def _check(self, m: int, data: bytes, t: int, rows: int) -> None:
         """Check client m's embedding of step t without touching m's end of the link; raise ProtocolError.
 
-        :func:`~fedstream.deploy.link.peek` checks compressed-or-not and the codec against
+        :func:`~fedstream.deploy.records.peek` checks compressed-or-not and the codec against
         ``compression.up``, a compressed frame's shape against (rows, embedding) *before* decoding its
         payload (a forged 14-byte header claiming a huge shape must not make the server allocate),
         the length and finite values; then the sender, type, step and shape are checked here."""

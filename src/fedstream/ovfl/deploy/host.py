@@ -1,11 +1,11 @@
 """The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
 :class:`ClientHost` receives encoded fedstream messages, decodes them with
-:func:`fedstream.deploy.link.peek` (which validates them), hands them to its
+:func:`fedstream.deploy.records.peek` (which validates them), hands them to its
 :class:`~fedstream.ovfl.client.Client`, and encodes what the client answers. It counts the bytes it
 receives and sends in its own ledger, so both ends of every link count.
 
-One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.link`).
+One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.records`).
 For each event, in order, the host observes the node's feature block, decides from it alone
 whether the event activates the node, and computes the embedding: pushed when activated, the
 answer to the server's query when passive. With a server-side policy (``topl``) the request says
@@ -24,7 +24,7 @@ with the uplink codec, and decodes every gradient it receives with the downlink 
 applies it, which also shows it to ``topk-grad``'s ranking, so an embedding is ranked by the last
 gradient the node received: with B = 1 the previous round's, as in the simulator; with B > 1 the
 last one of the previous batch for every embedding of the batch. A request's gradients are first
-checked with a stateless decoder (:func:`fedstream.deploy.link.peek`), so a malformed request
+checked with a stateless decoder (:func:`fedstream.deploy.records.peek`), so a malformed request
 changes nothing, the ranking included.
 
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
@@ -40,16 +40,16 @@ import hashlib
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
-from fedstream.deploy.parties import (
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
+from fedstream.errors import ProtocolError
+from fedstream.ovfl.client import Ticket
+from fedstream.ovfl.deploy.parties import (
     build_activation,
     build_client,
     own_activation,
     server_decides,
 )
-from fedstream.deploy.rows import BlockRows
-from fedstream.errors import ProtocolError
-from fedstream.ovfl.client import Ticket
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 

@@ -2,7 +2,7 @@
 
 Payload layout of a ``RecordDict``: ``"fedstream"`` is a ``ConfigRecord`` with ``kind`` (str),
 ``round`` (int) and ``parts`` (list of bytes: fedstream messages exactly as
-:func:`fedstream.transport.codec.encode` made them, see :mod:`fedstream.deploy.link`); optional
+:func:`fedstream.transport.codec.encode` made them, see :mod:`fedstream.deploy.records`); optional
 ``"info"`` (``ConfigRecord``, control data) and ``"arrays"`` (``ArrayRecord``, only the final
 report of an audited run).
 
@@ -10,7 +10,7 @@ report of an audited run).
 ``grid.pull_messages`` (every ``poll`` seconds; ``grid.send_and_receive`` sleeps 3 s between
 polls). It never raises for a node's fault: a ClientApp error reply, a reply from the wrong node,
 a record that does not parse (:func:`from_record`), an oversized one, or no reply within
-``timeout`` seconds becomes a :class:`~fedstream.deploy.link.Failure`, which the transport logs,
+``timeout`` seconds becomes a :class:`~fedstream.deploy.records.Failure`, which the transport logs,
 records and pads. A node that timed out is not sent anything until its late reply has arrived
 (a SuperNode runs one message at a time); a node that left the SuperLink is not sent anything;
 a new node is asked its client index (``query.hello``) and takes that client's place when the
@@ -28,7 +28,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedstream.deploy.link import KINDS, Envelope, Failure
+from fedstream.deploy.records import KINDS, Envelope, Failure
 from fedstream.errors import ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
@@ -86,7 +86,7 @@ def serialised_size(msg: Message) -> int:
 
 # -- the link ----------------------------------------------------------------------------------
 class GridLink:
-    """A :class:`~fedstream.deploy.link.Link` over a Flower ``Grid``: client index -> node ID."""
+    """A :class:`~fedstream.deploy.records.Link` over a Flower ``Grid``: client index -> node ID."""
 
     def __init__(self, grid: Grid, nodes: dict[int, int], n_clients: int, *, poll: float = 0.005,
                  timeout: float = 120.0):

@@ -7,14 +7,14 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
   (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
-  the server's Query of each of those rounds (see :mod:`fedstream.deploy.link`). Each node answers
+  the server's Query of each of those rounds (see :mod:`fedstream.deploy.records`). Each node answers
   with one embedding per round and which rounds activated it. With a server-side policy
   (``topl``) the server has decided the B rounds' activations itself: the request carries them
   (``info["active"]``) and no query, and the node answers with the embeddings of its activated
   rounds only; the others are padded by the policy, as in the simulator.
 * Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
   and round, the 0/1 activation list, and each embedding decoded by
-  :func:`fedstream.deploy.link.peek` (header, codec, length, finite values; no link state touched)
+  :func:`fedstream.deploy.records.peek` (header, codec, length, finite values; no link state touched)
   with the right sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
   answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
   its events are played as passive without a query, the server using its padding
@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link, peek
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
@@ -96,7 +96,7 @@ class ServerEnds:
 
 
 class LinkTransport:
-    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.link.Link`.
+    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.records.Link`.
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width

@@ -1,8 +1,8 @@
 """What a client node does with one request, whatever runs it: a Flower ClientApp or a loopback link.
 
 The node hosts the party of the run's task (:func:`make_host`): an online VFL client
-(:mod:`fedstream.deploy.host`), a CHFL client (:mod:`fedstream.deploy.chfl_host`) or a batch VFL
-client (:mod:`fedstream.deploy.vfl_batch_host`); the latter two keep their whole state as one
+(:mod:`fedstream.ovfl.deploy.host`), a CHFL client (:mod:`fedstream.chfl.deploy.host`) or a batch VFL
+client (:mod:`fedstream.vfl.deploy.host`); the latter two keep their whole state as one
 ``torch.save`` archive, saved here after every request like any other state.
 
 A node keeps, between requests, the run's config, the run's token and its party's state
@@ -12,7 +12,7 @@ state to its cache folder (:class:`NodeStore`) so that it survives the node itse
 * ``ckpt-RUN-M.npz``: the latest state, after every request. A SuperNode that crashed and
   restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
   resumes from this file (the server drops the gradients it holds for it: the node skips those
-  events, see :mod:`fedstream.deploy.host`).
+  events, see :mod:`fedstream.ovfl.deploy.host`).
 * ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
   (:func:`kept_boundary`; the server checkpoints at T too). When the server restarts from its checkpoint at T, it sets
   the nodes up with ``resume = T``: each goes back to its state at T, or at the latest boundary
@@ -31,20 +31,19 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedstream.deploy.host import ClientHost
-from fedstream.deploy.link import ROUND, SETUP, Envelope
-from fedstream.deploy.parties import check_deployable
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
+from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 
-if TYPE_CHECKING:  # CHFL's modules import torch: an online VFL node does not need it
-    from fedstream.deploy.chfl_data import NodePart
-
 KEEP_BOUNDARIES = 3
+
+
+def default_cache_dir() -> Path:
+    """Where a node keeps its data cache and its checkpoints unless told otherwise."""
+    return Path(tempfile.gettempdir()) / "fedstream-node"
 
 
 @dataclass
@@ -127,37 +126,21 @@ def kept_boundary(env: Envelope) -> int | None:
     return boundary
 
 
-def make_host(
-    config: dict, index: int, *, rows: BlockRows | NodePart, state: dict[str, np.ndarray] | None = None
-):
-    """The party a node hosts for ``config``'s task: :class:`ClientHost` (online VFL),
-    :class:`~fedstream.deploy.chfl_host.CHFLHost` (CHFL) or
-    :class:`~fedstream.deploy.vfl_batch_host.BatchVFLHost` (batch VFL); all answer envelopes and save
-    their state as named arrays."""
-    if config["task"] == "chfl":
-        from fedstream.deploy.chfl_host import CHFLHost
-
-        return CHFLHost(config, index, rows=rows, state=state)
-    if config["task"] == "vfl":
-        from fedstream.deploy.vfl_batch_host import BatchVFLHost
-
-        return BatchVFLHost(config, index, rows=rows, state=state)
-    return ClientHost(config, index, rows=rows, state=state)
-
-
 def handle_on_node(
     env: Envelope,
     index: int,
     memory: NodeMemory | None,
     *,
-    rows: Callable[[dict, int], BlockRows | NodePart],
+    data: Callable[[Adapter, dict, int], object],
     store: Path | None,
 ) -> tuple[Envelope, NodeMemory]:
     """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
 
-    ``rows(config, index)`` gives the node's data (online VFL: its feature block; CHFL: its
-    :class:`~fedstream.deploy.chfl_data.NodePart`); ``store`` is its cache folder for
-    checkpoints (None: none). Raises ProtocolError on a malformed request, leaving ``memory`` as it was.
+    ``data(adapter, config, index)`` gives the node's data (usually ``adapter.node_data``: online
+    VFL its feature block, CHFL its rows and columns, batch VFL its strips); ``store`` is its cache
+    folder for checkpoints (None: none). The party is the one the task's adapter hosts
+    (:mod:`fedstream.deploy.adapters`). Raises ProtocolError on a malformed request, leaving
+    ``memory`` as it was.
     """
     if env.kind == SETUP:
         text, run = env.info.get("config"), env.info.get("run")
@@ -169,7 +152,7 @@ def handle_on_node(
         if resume is not None and (isinstance(resume, bool) or not isinstance(resume, int) or resume < 0):
             raise ProtocolError(f"client {index}: setup 'resume' must be a round >= 0, received {resume!r}")
         config = json.loads(text)
-        check_deployable(config)
+        adapter = check_deployable(config)
         state = None
         if env.info.get("rejoin") is True and store is not None:
             kept = NodeStore(store, run, index)
@@ -181,8 +164,9 @@ def handle_on_node(
         if memory is None:
             raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
         config, state = json.loads(memory.config), memory.state
+        adapter = adapter_for(config["task"])
     boundary = kept_boundary(env)  # checked before the request changes anything
-    host = make_host(config, index, rows=rows(config, index), state=state)
+    host = adapter.host(config, index, data=data(adapter, config, index), state=state)
     reply = host.handle(env)
     kept = NodeMemory(memory.config, memory.run, host.state_dict())
     if store is not None:

@@ -1,14 +1,14 @@
 """A batch VFL client party on its own node: one :class:`~fedstream.vfl.parties.BatchClient` behind envelopes.
 
 :class:`BatchVFLHost` answers the server's requests (the server's side:
-:mod:`fedstream.deploy.vfl_batch_proxy`) with the simulator's party and the client's end of the
+:mod:`fedstream.vfl.deploy.proxy`) with the simulator's party and the client's end of the
 compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the uplink codec, with
 ``topk-grad``'s ranking state, and the downlink decoder):
 
 * ``setup``: the node's strip shape and row counts (no data), and where it stands: ``step``, the
   last training step it embedded (-1: none), and ``pending``, the step whose gradient it awaits
   (-1: none). A node that crashed and is set up again with ``rejoin`` (or, with ``resume = B``,
-  goes back to its state kept at boundary B; :mod:`fedstream.deploy.node`) reports the position
+  goes back to its state kept at boundary B; :mod:`fedstream.deploy.session`) reports the position
   of the state it reloaded, so that the server can tell what it still holds for it.
 * ``round`` with ``info["split"] = "train"`` (training step s): ``info["rows"]`` are the step's
   rows. The part, if any, is the gradient of the node's previous step s' (it rides with this
@@ -19,7 +19,7 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 * ``round`` with ``info["split"] = "test"``: one evaluation, ``info["rows"]`` cut into batches of
   ``info["sizes"]``, steps ``info["steps"]``; the due gradient first, then one embedding per batch
   (nothing comes back down in evaluation).
-* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.deploy.vfl_batch_vfps`): the
+* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.vfl.deploy.vfps`): the
   part is the query message (the query ids), ``info["queries"]`` their number Q; the reply's part
   is the node's (Q, n) local squared distances from each query to every training row. Nothing of
   the node changes (a due gradient waits for the next training request).
@@ -29,7 +29,7 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 Every request is checked before anything changes: its kind and split, step order (training steps
 move forward; evaluation steps count from its round), rows (integers within the node's rows, at
 most 65535 per batch), and the gradient, without touching the link's state
-(:func:`fedstream.deploy.link.peek`): compressed exactly when ``compression.down`` is, with its
+(:func:`fedstream.deploy.records.peek`): compressed exactly when ``compression.down`` is, with its
 codec, a compressed frame's shape that of the due embedding *before* its payload is decoded (a
 forged header cannot make the node allocate), length, finite values; then for this client, for
 the step whose embedding is due, of that embedding's shape.
@@ -49,21 +49,21 @@ import hashlib
 import numpy as np
 import torch
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
-from fedstream.deploy.remote import pack_state, unpack_state
-from fedstream.deploy.vfl_batch_data import (
+from fedstream.deploy.cohort import pack_state, unpack_state
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
+from fedstream.errors import ProtocolError
+from fedstream.ovfl.messages import Gradient
+from fedstream.runtime.threads import one_torch_thread
+from fedstream.transport.compressed import ClientEndpoint, down_codec
+from fedstream.vfl.deploy.data import (
     ClientBlock,
     batch_settings,
     build_party,
     layout,
 )
-from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT, local_distances
-from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
-from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
-from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Gradient
-from fedstream.runtime.threads import one_torch_thread
-from fedstream.transport.compressed import ClientEndpoint, down_codec
+from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT, local_distances
+from fedstream.vfl.deploy.vfps import decode as decode_vfps
+from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.settings import MAX_U16
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()

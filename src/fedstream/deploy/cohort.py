@@ -1,6 +1,6 @@
 """What every server-side stand-in for remote client nodes shares: the fault log and the exchange.
 
-The CHFL and batch VFL cohorts (:mod:`fedstream.deploy.chfl_proxy`, :mod:`fedstream.deploy.vfl_batch_proxy`)
+The CHFL and batch VFL cohorts (:mod:`fedstream.chfl.deploy.proxy`, :mod:`fedstream.vfl.deploy.proxy`)
 send one request per node over a link and never let a node's failure raise past them: each failed
 request is logged (logger ``fedstream.deploy``) and recorded for ``summary.json``. Both check a
 reply's kind and number the same way (:meth:`RemoteNodes._reply`) and excuse the same clients when
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from fedstream.deploy.link import Envelope, Failure, Link
+from fedstream.deploy.records import Envelope, Failure, Link
 from fedstream.errors import ProtocolError
 
 log = logging.getLogger("fedstream.deploy")

@@ -2,7 +2,7 @@
 
 :class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
 loop, unchanged) talks to when the clients live on their own nodes
-(:mod:`fedstream.deploy.chfl_host`). One request per node per round, all nodes at once:
+(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once:
 
 =========  ================================================  ====================================
 request    carries (server -> node)                          reply (node -> server)
@@ -19,7 +19,7 @@ The ledger counts the encoded ModelUpdates exactly as the simulator's
 :class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
 accepted), so a run without faults has the simulator's byte counts per client and direction. At
 the finish each node's own counts must equal the server's; a difference is a fault, except for a
-client that had a fault or a rejoin (:meth:`~fedstream.deploy.remote.RemoteNodes.troubled`: a
+client that had a fault or a rejoin (:meth:`~fedstream.deploy.cohort.RemoteNodes.troubled`: a
 message lost on the way, or a node gone back to an older state, counts on one end only).
 
 Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
@@ -33,7 +33,7 @@ round. A round with no valid update at all, or a setup that does not agree, ends
 
 A node that comes back (a new SuperNode in the place of one that crashed or hangs:
 ``link.rejoined()``, asked before every round and before the finish) is set up again with
-``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.node`) and
+``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.session`) and
 reports where it is (federation, round). The server checks its sizes and columns against its
 first setup and that it is not ahead of the run, records the rejoin (``rejoins``) and from the
 next round request on it takes part again: θ^t replaces its common column, its unique column and
@@ -41,7 +41,7 @@ heads continue from its checkpoint. A node that lost everything comes back as a 
 (position -1, -1): fresh, identically seeded weights for the current federation and no
 validation records before the rejoin, so its choice is among the rounds it played since.
 
-With ``keep`` set (the server checkpoints, :class:`~fedstream.deploy.chfl_driver.NetworkCHFL`),
+With ``keep`` set (the server checkpoints, :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`),
 a round request after which the server checkpoints (:func:`~fedstream.chfl.trainer.checkpointed_after`)
 carries ``keep`` and the boundary (:func:`~fedstream.chfl.trainer.boundary`): each node keeps its
 state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
@@ -53,14 +53,14 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from fedstream.chfl.deploy.data import chfl_config_settings
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
-from fedstream.deploy.chfl_data import chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link
-from fedstream.deploy.remote import RemoteNodes
+from fedstream.deploy.cohort import RemoteNodes
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update

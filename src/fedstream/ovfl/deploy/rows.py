@@ -36,10 +36,6 @@ ROW_KEYS = (
 )
 
 
-def default_cache_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "fedstream-node"
-
-
 class BlockRows:
     """Client ``index``'s columns of the rounds of ``config``'s stream, cached per chunk in ``cache_dir``
     (``None``: no cache, the stream is built in this process)."""
@@ -71,7 +67,7 @@ class BlockRows:
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
         if self._stream is None:
-            from fedstream.deploy.parties import party_stream
+            from fedstream.ovfl.deploy.parties import party_stream
 
             self._stream = party_stream(self.config)
         return self._stream
@@ -95,7 +91,7 @@ class BlockRows:
         if path is not None and path.exists():
             block = np.load(path, mmap_mode="r")
         else:
-            from fedstream.deploy.parties import client_rows
+            from fedstream.ovfl.deploy.parties import client_rows
 
             block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
             if path is not None:
