@@ -360,7 +360,7 @@ REPLY_TIMEOUT = 30.0  # seconds; a busy 2-core machine takes up to ~20 s for a h
 
 def _node_position(cache: Path, index: int) -> tuple[int, int]:
     """Where client ``index``'s node is, from its latest checkpoint ((-1, -1): none yet)."""
-    from fedstream.deploy.cohort import unpack_state
+    from fedstream.deploy.archive import unpack_state
 
     paths = list(cache.glob(f"ckpt-*-{index}.npz"))
     if not paths:

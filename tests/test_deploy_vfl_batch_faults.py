@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crashing import CrashOnce, run_with_fault, wait_for
-from fedstream.deploy.cohort import unpack_state
+from fedstream.deploy.archive import unpack_state
 from fedstream.deploy.records import ROUND, SETUP
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError

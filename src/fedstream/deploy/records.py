@@ -3,41 +3,32 @@
 An :class:`Envelope` is one request (server -> client node) or its reply. Its ``parts`` are
 fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them; these are the
 bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
-algorithm's traffic (the config at setup, which events a batch activated, the final report). A
-*link* moves envelopes: :class:`LoopbackLink` inside one process (tests, and the overhead-free
-baseline of a benchmark), :class:`fedstream.deploy.runtimes.flower_grid.GridLink` over Flower.
+algorithm's traffic. ``info`` is written from and read into typed :class:`Record` dataclasses:
+a record's fields are its keys, their types are checked once when it is read, and the record's
+one validator (:meth:`Record.check`) says what else must hold. The records of a session (a
+:class:`Setup` request, the :class:`Keep` fields of any request) are here; each task's requests
+and replies live with its adapter (``fedstream.<task>.deploy.records``).
 
-Kinds of request:
-
-* ``setup``: the run's config; the node builds its party.
-* ``round``: rounds ``round .. round + info["events"] - 1`` have arrived (a batch of
-  ``network.batch`` events, B). Its parts are first the gradients of the node's activated
-  events of the previous batch, in round order (they ride along instead of costing messages of
-  their own), then the server's Query of every event of the batch, in round order: the server
-  queries every passive client (:func:`fedstream.ovfl.protocol.play_round`), so the node answers
-  at once when an event leaves it passive, and the query of an activated event goes unused (it
-  is not counted as payload). The reply holds one Embedding per event, in round order, and
-  ``info["active"]``, which events activated the node: one round trip per batch.
-  With a server-side activation policy (``topl``) the server decides: the request's
-  ``info["active"]`` lists the B events' activations (zeros and ones) and its parts are only the
-  gradients (the policy queries nobody); the reply echoes the list and holds one Embedding per
-  activated event, nothing for the others (the server pads them). A batch then never crosses the
-  end of a chunk, where the policy learns (:class:`fedstream.ovfl.deploy.driver.NetworkVFL`).
-* ``finish``: the last pending gradients; the reply reports the node's byte counts and a digest
-  of its model (the model itself only when asked, for tests: VFL parties keep their models).
+A *link* (a runtime's; :mod:`fedstream.deploy.runtimes`) moves envelopes and nothing else:
+request kinds are ``setup`` (the run's config: the node builds its party), ``round`` (one step of
+the task's protocol) and ``finish`` (the last pending gradients; the reply reports the node's byte
+counts, checked against the server's: :mod:`fedstream.deploy.session`).
 
 With compression (``compression.up`` / ``compression.down``) the embeddings and gradients among
 the parts are compressed frames (:mod:`fedstream.transport.wire`), made by the sender's end of the
 client's link (:class:`~fedstream.transport.compressed.ClientEndpoint` on the node,
-:class:`~fedstream.transport.compressed.ServerEndpoint` on the server); queries stay plain. Each
-receiver first checks a part with :func:`peek` (no link state touched), and only a part of a
-request or reply that passed every check reaches its stateful end of the link.
+:class:`~fedstream.transport.compressed.ServerEndpoint` on the server). Each receiver first checks
+a part with :func:`peek` (no link state touched), and only a part of a request or reply that
+passed every check reaches its stateful end of the link.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -62,6 +53,106 @@ class Envelope:
         default_factory=dict
     )  # str -> int | float | str | bool | bytes, or a list of one of them
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+R = TypeVar("R", bound="Record")
+_NAMES = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
+_PLURALS = {int: "integers", bool: "booleans", str: "strings", float: "numbers"}
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (from JSON or a Flower ConfigRecord) is of type ``kind``: int, bool, str,
+    float (an int is a float too), ``list[...]`` of one of them, or ``X | None``; a bool is never an int."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, k) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _name(kind: Any) -> str:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_name(k) for k in typing.get_args(kind) if k is not type(None))
+    if origin is list:
+        return f"a list of {_PLURALS[typing.get_args(kind)[0]]}"
+    return _NAMES.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+@dataclass(kw_only=True)
+class Record:
+    """A typed control record: a dataclass whose fields travel as ``Envelope.info`` keys.
+
+    :meth:`read` checks each key's type from the field's annotation (a missing key takes the
+    field's default; a field without one is required), then the record's own :meth:`check`;
+    :meth:`info` writes the keys back, leaving out fields that are None."""
+
+    @classmethod
+    def read(cls: type[R], info: Mapping, where: str, **context) -> R:
+        """The record ``info`` holds, checked; ProtocolError saying ``where`` what is wrong.
+        ``context``: what :meth:`check` needs to know of the receiver (sizes, limits)."""
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in fields(cls):
+            value = info.get(f.name)
+            if value is None and f.default is MISSING and f.default_factory is MISSING:
+                raise ProtocolError(f"{where}: info {f.name!r} is missing ({_name(hints[f.name])})")
+            if value is None:
+                continue
+            if not _fits(value, hints[f.name]):
+                raise ProtocolError(
+                    f"{where}: info {f.name!r} must be {_name(hints[f.name])}, received {value!r}"[:300]
+                )
+            values[f.name] = value
+        record = cls(**values)
+        record.check(where, **context)
+        return record
+
+    def check(self, where: str, **context) -> None:
+        """The record's own rules beyond its types (ranges, consistency); ProtocolError if broken."""
+
+    def info(self) -> dict:
+        """The record as ``Envelope.info`` keys (None fields left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(kw_only=True)
+class Keep(Record):
+    """The session fields of any request: ``keep`` asks the node to keep its state of ``boundary``
+    after answering (the server checkpoints there too; :mod:`fedstream.deploy.session`)."""
+
+    keep: bool | None = None
+    boundary: int | None = None
+
+    def check(self, where: str, **context) -> None:
+        if self.boundary is not None and self.boundary < 0:
+            raise ProtocolError(f"{where}: a request with info 'keep' needs a boundary >= 0, "
+                                f"received {self.boundary!r}")
+
+
+@dataclass(kw_only=True)
+class Setup(Record):
+    """A setup request: the run's config (JSON) and token; with ``rejoin`` the node reloads its
+    latest state of this run, with ``resume = B`` its state kept at boundary B."""
+
+    config: str
+    run: str
+    rejoin: bool | None = None
+    resume: int | None = None
+
+    def check(self, where: str, **context) -> None:
+        if not self.run.isalnum():
+            raise ProtocolError(f"{where}: a setup request needs info 'config' (JSON) and 'run' (token)")
+        if self.resume is not None and self.resume < 0:
+            raise ProtocolError(f"{where}: setup 'resume' must be a round >= 0, received {self.resume!r}")
 
 
 def peek(data: bytes, receiver: Receiver | None, compressed: type, setting: str,

@@ -26,18 +26,21 @@ RUN is a token the server draws for each run, so a new run never picks up an old
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import ProtocolError
 
+log = logging.getLogger("fedstream.deploy")
 KEEP_BOUNDARIES = 3
 
 
@@ -112,13 +115,14 @@ def _save(path: Path, state: dict[str, np.ndarray]) -> None:
 def kept_boundary(env: Envelope) -> int | None:
     """The boundary whose state the node keeps after answering ``env`` (None: none).
 
-    A request with ``info["keep"] = true`` asks for it. ``info["boundary"]`` names the boundary (a
-    CHFL or batch VFL server numbers its own: rounds or steps done); an online VFL round request
-    without it ends at round ``env.round + info["events"]``.
+    A request with ``keep`` asks for it (:class:`~fedstream.deploy.records.Keep`). ``boundary``
+    names it (a CHFL or batch VFL server numbers its own: rounds or steps done); an online VFL round
+    request without it ends at round ``env.round + info["events"]``.
     """
-    if env.info.get("keep") is not True:
+    keep = Keep.read(env.info, "a request with info 'keep'")
+    if keep.keep is not True:
         return None
-    boundary = env.info.get("boundary")
+    boundary = keep.boundary
     if boundary is None and env.kind == ROUND:
         boundary = env.round + env.info.get("events", 0)
     if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
@@ -143,23 +147,16 @@ def handle_on_node(
     ``memory`` as it was.
     """
     if env.kind == SETUP:
-        text, run = env.info.get("config"), env.info.get("run")
-        resume = env.info.get("resume")
-        if not isinstance(text, str) or not isinstance(run, str) or not run.isalnum():
-            raise ProtocolError(
-                f"client {index}: a setup request needs info 'config' (JSON) and 'run' (token)"
-            )
-        if resume is not None and (isinstance(resume, bool) or not isinstance(resume, int) or resume < 0):
-            raise ProtocolError(f"client {index}: setup 'resume' must be a round >= 0, received {resume!r}")
-        config = json.loads(text)
+        setup = Setup.read(env.info, f"client {index}")
+        config = json.loads(setup.config)
         adapter = check_deployable(config)
         state = None
-        if env.info.get("rejoin") is True and store is not None:
-            kept = NodeStore(store, run, index)
-            state = kept.load(resume=resume)
-            if resume is not None:
-                kept.forget_after(resume)
-        memory = NodeMemory(text, run, {})
+        if setup.rejoin is True and store is not None:
+            kept = NodeStore(store, setup.run, index)
+            state = kept.load(resume=setup.resume)
+            if setup.resume is not None:
+                kept.forget_after(setup.resume)
+        memory = NodeMemory(setup.config, setup.run, {})
     else:
         if memory is None:
             raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
@@ -172,3 +169,100 @@ def handle_on_node(
     if store is not None:
         NodeStore(store, kept.run, index).save(kept.state, boundary)
     return reply, kept
+
+
+# -- the server's side ---------------------------------------------------------------------------
+class Session:
+    """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
+    ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run
+    never picks up an old run's state), the setup requests, one exchange of requests at a time,
+    the fault log, the rejoins, the end-of-run byte cross-check and the session part of the
+    server's checkpoint.
+
+    A node's failed request never raises past the session: it is logged (logger
+    ``fedstream.deploy``) and recorded in ``faults`` for ``summary.json``. ``unit`` names what a
+    request's number counts in the log and in errors ("round"; batch VFL: "step"), ``payload``
+    what a reply's parts are called when their count is wrong.
+    """
+
+    unit = "round"
+    payload = "part(s)"
+
+    def __init__(self, link: Link, config: dict | None = None, *, run_token: str | None = None):
+        self.link, self.config = link, config
+        self.run_token = run_token or secrets.token_hex(8)
+        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
+        self.rejoins: list[dict] = []  # one per node set up again ("client" and where it was; per task)
+        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
+
+    def setup_request(self, *, rejoin: bool | None = None, resume: int | None = None) -> dict:
+        """The ``info`` of a setup request (:class:`~fedstream.deploy.records.Setup`)."""
+        return Setup(config=json.dumps(self.config), run=self.run_token, rejoin=rejoin, resume=resume).info()
+
+    def fault(self, m: int, t: int, request: str, reason: str) -> None:
+        """Record and log that client m's node failed a request."""
+        log.warning("client %d, %s request for %s %d: %s", m, request, self.unit, t, reason)
+        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+
+    def troubled(self, m: int) -> bool:
+        """Whether client m had a fault or a rejoin in this run. Its node's own byte counts may then
+        differ from the server's by the messages lost on the way (sent but never received, or
+        received by a node that then went back to an older state): the final comparison of the two
+        counts excuses it, and only it."""
+        return any(r["client"] == m for r in self.faults) or any(r["client"] == m for r in self.rejoins)
+
+    def cross_check(self, m: int, t: int, theirs, mine, what: str = "", *, excused: bool | None = None) -> bool:
+        """The end-of-run byte cross-check: client m's node's own counts ``theirs`` must equal the
+        server's ``mine`` unless it is ``excused`` (default: :meth:`troubled`); a difference is
+        recorded as a fault (``what`` names the counts in it)."""
+        if theirs == mine or (self.troubled(m) if excused is None else excused):
+            return True
+        self.fault(m, t, FINISH, f"the node counted {what}{theirs}, the server {mine}")
+        return False
+
+    def reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None = None) -> Envelope:
+        """``reply`` if it is a ``kind`` reply for request number ``t`` (with ``parts`` parts, when
+        given); ProtocolError saying what was expected otherwise (a :class:`Failure`: its reason)."""
+        if isinstance(reply, Failure):
+            raise ProtocolError(reply.reason)
+        if reply.kind != kind or reply.round != t:
+            raise ProtocolError(
+                f"expected a {kind!r} reply for {self.unit} {t}, received a {reply.kind!r} reply for "
+                f"{self.unit} {reply.round}"
+            )
+        if parts is not None and len(reply.parts) != parts:
+            raise ProtocolError(f"expected {parts} {self.payload}, received {len(reply.parts)} part(s)")
+        return reply
+
+    def require_all(self, ready: Iterable[int], n: int, run: str) -> None:
+        """Raise ProtocolError naming the clients of 0..n-1 not in ``ready`` (a run needs them all)."""
+        missing = sorted(set(range(n)) - set(ready))
+        if missing:
+            raise ProtocolError(f"clients {missing} did not set up (see faults: "
+                                f"{[f['reason'] for f in self.faults][:3]}); {run}")
+
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """Send every request at once; a node that did not answer gets a :class:`Failure`."""
+        if not requests:
+            return {}
+        self.exchanges += 1
+        replies = self.link.exchange(requests)
+        return {m: replies.get(m, Failure("no reply")) for m in requests}
+
+    def session_state(self) -> dict:
+        """The session part of every server checkpoint: the run's token, faults, rejoins and requests
+        sent (JSON-able; the nodes keep their own state)."""
+        return {"run": self.run_token, "faults": [dict(f) for f in self.faults],
+                "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}
+
+    def load_session_state(self, saved: dict, *, before: bool = False) -> None:
+        """Go back to :meth:`session_state`; ``before``: put the saved history before what
+        happened since the restart (the nodes were already set up for the saved run)."""
+        if before and saved["run"] != self.run_token:
+            raise ProtocolError(f"the checkpoint is of run {saved['run']!r}, the nodes were set up for run "
+                                f"{self.run_token!r}")
+        self.run_token = saved["run"]
+        faults, rejoins = [dict(f) for f in saved["faults"]], [dict(r) for r in saved["rejoins"]]
+        self.faults = faults + self.faults if before else faults
+        self.rejoins = rejoins + self.rejoins if before else rejoins
+        self.exchanges = int(saved["exchanges"]) + (self.exchanges if before else 0)

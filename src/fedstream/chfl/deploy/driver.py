@@ -24,7 +24,6 @@ is the uninterrupted run's (same choices, accuracies and byte counts).
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +61,7 @@ class NetworkCHFL:
         self.config, self.progress = config, progress
         self.settings = chfl_config_settings(config)
         self.method, self.seed = config["chfl.method"], config["seed"]
-        self.cohort = RemoteCohort(link, config, run_token=secrets.token_hex(8))
+        self.cohort = RemoteCohort(link, config)
         self.batch: BatchRun | None = None
         self.loaded: Path | None = None  # the checkpoint load() read
         self.position: tuple[int, int] = (0, 0)  # (federation, next round) the run starts at

@@ -52,7 +52,7 @@ from fedstream.chfl.trainer import (
     validate_client,
     variants_of,
 )
-from fedstream.deploy.cohort import pack_state, unpack_state
+from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.runtime.threads import one_torch_thread

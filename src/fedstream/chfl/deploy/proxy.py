@@ -19,7 +19,7 @@ The ledger counts the encoded ModelUpdates exactly as the simulator's
 :class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
 accepted), so a run without faults has the simulator's byte counts per client and direction. At
 the finish each node's own counts must equal the server's; a difference is a fault, except for a
-client that had a fault or a rejoin (:meth:`~fedstream.deploy.cohort.RemoteNodes.troubled`: a
+client that had a fault or a rejoin (:meth:`~fedstream.deploy.session.Session.troubled`: a
 message lost on the way, or a node gone back to an older state, counts on one end only).
 
 Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
@@ -59,7 +59,7 @@ from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
-from fedstream.deploy.cohort import RemoteNodes
+from fedstream.deploy.session import Session
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
@@ -69,12 +69,11 @@ SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # ev
 SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
 
 
-class RemoteCohort(RemoteNodes):
+class RemoteCohort(Session):
     """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
 
-    def __init__(self, link: Link, config: dict, *, run_token: str):
-        super().__init__(link)
-        self.config, self.run_token = config, run_token
+    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+        super().__init__(link, config, run_token=run_token)
         self.settings = chfl_config_settings(config)
         K = self.settings.clients
         if link.n_clients != K:
@@ -83,7 +82,7 @@ class RemoteCohort(RemoteNodes):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        # rejoins (RemoteNodes): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node set up again
+        # rejoins (Session): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node set up again
         self.lr_index = -1
         self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
@@ -98,16 +97,15 @@ class RemoteCohort(RemoteNodes):
         from where it is; one ahead of the run is a fault.
         """
         K, s = self.settings.clients, self.settings
-        info = {"config": json.dumps(self.config), "run": self.run_token}
-        if resume is not None:
-            info |= {"rejoin": True, "resume": boundary(*resume, s.rounds)}
+        info = self.setup_request() if resume is None else self.setup_request(
+            rejoin=True, resume=boundary(*resume, s.rounds))
         t = 0 if resume is None else resume[1]
-        replies = self._exchange(
+        replies = self.exchange(
             {m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())}
         )
         for m, reply in replies.items():
             try:
-                got = self._check_setup(m, self._reply(reply, SETUP, t))
+                got = self._check_setup(m, self.reply(reply, SETUP, t))
                 if resume is not None:
                     self._check_position(got, resume, expected=self._before(resume))
             except FedstreamError as exc:
@@ -162,12 +160,12 @@ class RemoteCohort(RemoteNodes):
         """Set ``clients`` up again (their node is new, or was not set up) before the run's position
         ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
         t = at[1]
-        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": True}
-        replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
+        info = self.setup_request(rejoin=True)
+        replies = self.exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
         for m, reply in replies.items():
             self.ready.discard(m)
             try:
-                got = self._check_setup(m, self._reply(reply, SETUP, t))
+                got = self._check_setup(m, self.reply(reply, SETUP, t))
                 diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
                         if got[k] != self.nodes[m][k]}
                 if diff:
@@ -253,9 +251,9 @@ class RemoteCohort(RemoteNodes):
             requests[m] = Envelope(ROUND, t, parts, dict(info))
         out = RoundResult()
         ups: dict[int, ModelUpdate] = {}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                val, update, size = self._check_round(m, self._reply(reply, ROUND, t), t, validate, epochs,
+                val, update, size = self._check_round(m, self.reply(reply, ROUND, t), t, validate, epochs,
                                                       sent.get(m))
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t, ROUND, str(exc))
@@ -310,25 +308,20 @@ class RemoteCohort(RemoteNodes):
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
         self._come_back((len(self.settings.lrs), 0))
-        replies = self._exchange({m: Envelope(FINISH, t, [], {})
+        replies = self.exchange({m: Envelope(FINISH, t, [], {})
                                   for m in sorted(set(self.nodes) & self.link.available() & self.ready)})
         picks: dict[int, dict[str, Choice]] = {}
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                reply = self._reply(reply, FINISH, t)
+                reply = self.reply(reply, FINISH, t)
                 picks[m] = self._check_choices(reply, variants)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
             counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
             theirs = [reply.info.get(k) for k in ("up", "down", "messages")]
-            if theirs != counted and not self.troubled(
-                m
-            ):  # a fault or rejoin: the two ends differ by what was lost
-                self.fault(
-                    m, t, FINISH, f"the node counted (up, down, messages) = {theirs}, the server {counted}"
-                )
+            self.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
             self.reports.append({"client": m, "up": theirs[0], "down": theirs[1], "messages": theirs[2],
                                  "server_counted": counted})
         if not picks:
@@ -339,18 +332,11 @@ class RemoteCohort(RemoteNodes):
     def checkpoint_state(self, *, mid_federation: bool) -> dict:
         """What the server knows of its nodes: the run's token, faults, rejoins, requests sent. The
         nodes' own state stays on the nodes (they keep it at the same points: ``keep``)."""
-        return {"network": {"run": self.run_token, "faults": [dict(f) for f in self.faults],
-                            "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}}
+        return {"network": self.session_state()}
 
     def load_checkpoint(self, state: Mapping) -> None:
         """Put the checkpoint's history before what happened since the restart (the resuming setup)."""
-        saved = state["network"]
-        if saved["run"] != self.run_token:
-            raise ProtocolError(f"the checkpoint is of run {saved['run']!r}, the nodes were set up for run "
-                                f"{self.run_token!r}")
-        self.faults = [dict(f) for f in saved["faults"]] + self.faults
-        self.rejoins = [dict(r) for r in saved["rejoins"]] + self.rejoins
-        self.exchanges += int(saved["exchanges"])
+        self.load_session_state(state["network"], before=True)
         self.lr_index = int(state["lr_index"]) - 1  # start() moves on to the checkpoint's federation
 
     def load_federation(self, state: Mapping) -> None:

@@ -30,8 +30,6 @@ server's policy included.
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 from pathlib import Path
 
@@ -49,6 +47,7 @@ from fedstream.ovfl.deploy.parties import (
     server_labels,
 )
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
+from fedstream.ovfl.deploy.records import FinishRequest, SetupReply
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
@@ -113,7 +112,8 @@ class NetworkVFL:
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
-                                       record_sizes=record_sizes, spec=CompressionSpec.from_config(config))
+                                       record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
+                                       config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         self.metrics = Prequential(config["eval.interval"])
         self.clock = ComputeClock()
@@ -121,11 +121,19 @@ class NetworkVFL:
         self.wall_seconds = 0.0  # playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.t = 0
-        self.run_token = secrets.token_hex(8)  # names the nodes' checkpoints of this run
-        self.rejoins: list[dict] = []  # {"round", "client", "node_round", "dropped_gradients"}
         self.reports: list[dict] = []
         self._labels: tuple[int, np.ndarray] | None = None
         self._set_up = False
+
+    @property
+    def run_token(self) -> str:
+        """The run's token (it names the nodes' checkpoints of this run)."""
+        return self.transport.run_token
+
+    @property
+    def rejoins(self) -> list[dict]:
+        """{"round", "client", "node_round", "dropped_gradients"} per node set up again."""
+        return self.transport.rejoins
 
     def _query(self, t: int, m: int) -> Query:
         """The query the server will send client m in round t of the coming batch: the server's own,
@@ -141,23 +149,26 @@ class NetworkVFL:
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
         (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
         them; the gradients held for a node that comes back at another round are dropped."""
-        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": rejoin or resume}
-        if resume:
-            info["resume"] = self.t
-        replies = self.transport.flush(SETUP, self.t, info, clients)
+        info = self.transport.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
+        replies = self.transport.flush(SETUP, self.t, lambda m, held: info, clients)
         for m, reply in replies.items():
             block = self.blocks[m]
-            got = (reply.info.get("client"), reply.info.get("block_start"), reply.info.get("block_stop"))
-            node_round = reply.info.get("round")
-            if got != (m, block.start, block.stop):
+            try:
+                got = SetupReply.read(reply.info, "setup reply")
+            except ProtocolError as exc:
+                self.transport.fault(m, self.t, SETUP, str(exc))
+                continue
+            node_round = got.round
+            if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
                 self.transport.fault(
                     m,
                     self.t,
                     SETUP,
-                    f"the node reports client {got[0]} with features "
-                    f"{got[1]}:{got[2]}, expected client {m} with features {block.start}:{block.stop}",
+                    f"the node reports client {got.client} with features "
+                    f"{got.block_start}:{got.block_stop}, expected client {m} with features "
+                    f"{block.start}:{block.stop}",
                 )
-            elif isinstance(node_round, bool) or not isinstance(node_round, int) or node_round >= self.t:
+            elif node_round >= self.t:
                 self.transport.fault(
                     m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round before {self.t}"
                 )
@@ -167,8 +178,8 @@ class NetworkVFL:
                     # a node back at round t - 1 (its checkpoint is its state after its last reply) still
                     # waits for the gradients held for it; one further back never asked for them
                     dropped = self.transport.forget(m) if node_round != self.t - 1 else 0
-                    self.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
-                                         "dropped_gradients": dropped})
+                    self.transport.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
+                                                   "dropped_gradients": dropped})
         return set(replies) & self.transport.ready
 
     def label(self, t: int) -> int:
@@ -276,16 +287,12 @@ class NetworkVFL:
                                           "padding.value": self.node_padding.padding.value,
                                           "padding.seen": self.node_padding.padding.seen}
         outbox, held = tr.state()
-        meta = held | {
+        meta = held | tr.session_state() | {  # the session's part: the run's token, faults, rejoins, requests
             "round": self.t,
             "config": self.config,
-            "run": self.run_token,
             "clock": [self.clock.client, self.clock.server],
             "wall_seconds": self.wall_seconds + wall,
             "setup_seconds": self.setup_seconds,
-            "faults": tr.faults,
-            "rejoins": self.rejoins,
-            "exchanges": tr.exchanges,
             "wire_bytes": tr.wire_bytes,
         }
         save_checkpoint(Path(path), state | outbox, meta)
@@ -314,9 +321,8 @@ class NetworkVFL:
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
             ) from None
         tr.load_state(state, meta)
-        tr.faults, self.rejoins = meta["faults"], meta["rejoins"]
-        tr.exchanges, tr.wire_bytes = meta["exchanges"], meta["wire_bytes"]
-        self.t, self.run_token = int(meta["round"]), meta["run"]
+        tr.load_session_state(meta)
+        tr.wire_bytes, self.t = meta["wire_bytes"], int(meta["round"])
         self.clock.client, self.clock.server = meta["clock"]
         self.wall_seconds, self.setup_seconds = float(meta["wall_seconds"]), float(meta["setup_seconds"])
         self._mask = None  # recomputed from the restored policy
@@ -327,17 +333,16 @@ class NetworkVFL:
 
         Each node counts the bytes it received and sent; they must equal the server's counts.
         """
-        replies = self.transport.flush(FINISH, self.t - 1, {"models": models}, self.transport.ready)
+        tr = self.transport
+        replies = tr.flush(FINISH, self.t - 1,
+                           lambda m, held: FinishRequest(grad_rounds=held, models=models).info(), tr.ready)
         self.reports = []
-        faulty = {f["client"] for f in self.transport.faults} | {r["client"] for r in self.rejoins}
         for m, reply in sorted(replies.items()):
-            info, ledger = reply.info, self.transport.ledger
+            info, ledger = reply.info, tr.ledger
             mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
             theirs = (info.get("up"), info.get("down"), info.get("messages"))
-            if (
-                mine != theirs and m not in faulty
-            ):  # after a fault or a rejoin the ends differ by the lost messages
-                raise ProtocolError(f"client {m} counted (up, down, messages) = {theirs}, the server {mine}")
+            if not tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = "):
+                raise ProtocolError(f"client {m}: {tr.faults[-1]['reason']}")  # online VFL's ends must agree
             report = dict(info, server_counted=list(mine))
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
@@ -352,7 +357,7 @@ class NetworkVFL:
                 "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
                 "faults": self.transport.faults,
                 "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
-                "rejoins": self.rejoins,
+                "rejoins": self.transport.rejoins,
                 "network_batch": self.batch,
                 # payload plus the unused queries of activated events
                 "wire_part_bytes": self.transport.wire_bytes,

@@ -49,11 +49,11 @@ from fedstream.ovfl.deploy.parties import (
     own_activation,
     server_decides,
 )
+from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 
-MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
 
 
 def model_digest(params: list[np.ndarray]) -> str:
@@ -101,38 +101,34 @@ class ClientHost:
     # -- requests ----------------------------------------------------------------------------
     def handle(self, env: Envelope) -> Envelope:
         """Answer one request from the server."""
+        where = f"client {self.index}"
         if env.kind == SETUP:
-            self.rows.rows(
-                env.round, 1
-            )  # read (and cache) the block of the first rounds now, not in round time
-            return Envelope(SETUP, env.round, info={"client": self.index, "round": self.round,
-                                                    "n_features": self.rows.n_features,
-                                                    "block_start": self.rows.block.start,
-                                                    "block_stop": self.rows.block.stop})
+            self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
+            reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
+                               block_start=self.rows.block.start, block_stop=self.rows.block.stop)
+            return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
-            return self._on_batch(env)
+            return self._on_batch(env, RoundRequest.read(env.info, where))
         if env.kind == FINISH:
-            self._deliver(self._gradients(env.parts, self._grad_rounds(env, len(env.parts))))
+            request = FinishRequest.read(env.info, where)
+            self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
             params = self.client.model.parameters()
-            info = {"client": self.index, "round": self.round, "up": self.up, "down": self.down,
-                    "messages": self.messages, "digest": model_digest(params)}
-            arrays = {f"param{i}": p for i, p in enumerate(params)} if env.info.get("models") else {}
-            return Envelope(FINISH, self.round, info=info, arrays=arrays)
-        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+            reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
+                                messages=self.messages, digest=model_digest(params))
+            arrays = {f"param{i}": p for i, p in enumerate(params)} if request.models else {}
+            return Envelope(FINISH, self.round, info=reply.info(), arrays=arrays)
+        raise ProtocolError(f"{where}: unknown request kind {env.kind!r}")
 
-    def _on_batch(self, env: Envelope) -> Envelope:
+    def _on_batch(self, env: Envelope, request: RoundRequest) -> Envelope:
         """Check the whole request first (nothing changes if it is malformed), then play the batch."""
-        t0, n = env.round, env.info.get("events")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
-            raise ProtocolError(f"client {self.index}: a round request needs info 'events' between 1 and "
-                                f"{MAX_BATCH}, received {n!r}")
+        t0, n = env.round, request.events
         if t0 <= self.round:
             raise ProtocolError(
                 f"client {self.index}: request for round {t0}, but it is already at round {self.round}"
             )
-        decided = self._decided(env, n)
+        decided = self._decided(request)
         n_queries = 0 if decided is not None else n
-        rounds = self._grad_rounds(env, len(env.parts) - n_queries)
+        rounds = self._grad_rounds(request.grad_rounds, len(env.parts) - n_queries)
         g = len(rounds)
         if len(env.parts) != g + n_queries:
             raise ProtocolError(
@@ -164,34 +160,26 @@ class ClientHost:
             active.append(int(on))
             embeddings.append(self._send(msg))
             self.pending.append((t, on))
-        return Envelope(ROUND, t0, embeddings, info={"active": active})
+        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=active).info())
 
-    def _decided(self, env: Envelope, n: int) -> list[int] | None:
-        """The server's activation of each of the request's n events (``info["active"]``, a list of n
-        zeros and ones) when the run's policy is the server's; None when this node decides itself.
-        A request that does not match the run's policy is refused."""
-        active = env.info.get("active")
+    def _decided(self, request: RoundRequest) -> list[int] | None:
+        """The server's activation of each of the request's events (``active``) when the run's
+        policy is the server's; None when this node decides itself. A request that does not match
+        the run's policy is refused."""
+        name = self.config["activation.name"]
         if not server_decides(self.config):
-            if active is not None:
-                raise ProtocolError(
-                    f"client {self.index}: activation.name = {self.config['activation.name']!r} is "
-                    "decided by the node, but the request carries info 'active'"
-                )
+            if request.active is not None:
+                raise ProtocolError(f"client {self.index}: activation.name = {name!r} is decided by the node, "
+                                    "but the request carries info 'active'")
             return None
-        if (not isinstance(active, list) or len(active) != n
-                or any(isinstance(a, bool) or not isinstance(a, int) or a not in (0, 1) for a in active)):
-            raise ProtocolError(
-                f"client {self.index}: activation.name = {self.config['activation.name']!r} is the "
-                f"server's: the request needs info 'active', a list of {n} zeros and ones, received "
-                f"{active!r}"[:300]
-            )
-        return active
+        if request.active is None:
+            raise ProtocolError(f"client {self.index}: activation.name = {name!r} is the server's: the request "
+                                f"needs info 'active', a list of {request.events} zeros and ones")
+        return request.active
 
-    def _grad_rounds(self, env: Envelope, most: int) -> list[int]:
-        """The rounds of the gradients that lead the request's parts (``info["grad_rounds"]``)."""
-        rounds = env.info.get("grad_rounds", [])
-        if (not isinstance(rounds, list) or len(rounds) > max(most, 0)
-                or any(isinstance(r, bool) or not isinstance(r, int) for r in rounds)):
+    def _grad_rounds(self, rounds: list[int], most: int) -> list[int]:
+        """The rounds of the gradients that lead the request's parts (at most ``most``)."""
+        if len(rounds) > max(most, 0):
             raise ProtocolError(
                 f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
                 f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300]

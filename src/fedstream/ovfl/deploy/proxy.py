@@ -45,7 +45,6 @@ and sigma); a cache row the server never received is zero (plain top-k for it).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
@@ -53,13 +52,14 @@ from typing import NamedTuple
 import numpy as np
 
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.deploy.records import RoundReply, RoundRequest
 from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
 
-log = logging.getLogger("fedstream.deploy")
 
 
 class Wire(NamedTuple):
@@ -95,7 +95,7 @@ class ServerEnds:
             end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
-class LinkTransport:
+class LinkTransport(Session):
     """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.records.Link`.
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
@@ -110,8 +110,10 @@ class LinkTransport:
         embedding: int,
         record_sizes: bool = False,
         spec: CompressionSpec | None = None,
+        config: dict | None = None,
     ):
-        self.link, self.query, self.embedding = link, query, embedding
+        super().__init__(link, config)
+        self.query, self.embedding = query, embedding
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
@@ -119,9 +121,7 @@ class LinkTransport:
             [] if record_sizes else None
         )  # (direction, client, bytes)
         self.round = -1
-        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
-        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self._outbox: dict[
@@ -139,27 +139,19 @@ class LinkTransport:
         self._asked: set[int] = set()  # passive clients the server queried this round
         self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
 
-    # -- faults ------------------------------------------------------------------------------
-    def fault(self, m: int, t: int, request: str, reason: str) -> None:
-        """Record and log that client m's node failed a request; it is down until it answers again."""
-        log.warning("client %d, %s request for round %d: %s", m, request, t, reason)
-        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
-
     # -- setup and finish --------------------------------------------------------------------
-    def flush(
-        self, kind: str, t: int, info: dict | None = None, clients: set[int] | None = None
-    ) -> dict[int, Envelope]:
+    def flush(self, kind: str, t: int, request: Callable[[int, list[int]], dict],
+              clients: set[int] | None = None) -> dict[int, Envelope]:
         """One request of ``kind`` (``setup``, ``finish``) to ``clients`` (default: every available
-        one), a ``finish`` carrying what is still held for each; return the replies that came back."""
+        one), a ``finish`` carrying what is still held for each; ``request(m, grad_rounds)`` is
+        client m's ``info``. Return the replies that came back."""
         self._check_round_done()
         targets = self.link.available() if clients is None else clients & self.link.available()
         requests = {}
         for m in sorted(targets):
             held = self._outbox.pop(m, []) if kind == FINISH else []
-            requests[m] = Envelope(
-                kind, t, [g for _, g in held], dict(info or {}, grad_rounds=[r for r, _ in held])
-            )
-        replies = self._exchange(requests)
+            requests[m] = Envelope(kind, t, [g for _, g in held], request(m, [r for r, _ in held]))
+        replies = self.exchange(requests)
         good = {}
         for m, reply in replies.items():
             if isinstance(reply, Failure):
@@ -226,11 +218,10 @@ class LinkTransport:
         requests = {}
         for m in targets:
             held = self._outbox.pop(m, [])
-            info = {"events": n, "grad_rounds": [r for r, _ in held], "keep": keep}
-            if active is not None:
-                info["active"] = [int(a) for a in active[:, m]]
+            decided = None if active is None else [int(a) for a in active[:, m]]
+            info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep, active=decided).info()
             requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m], info)
-        replies = self._exchange(requests)
+        replies = self.exchange(requests)
         self._batch = {}
         for m, reply in replies.items():
             try:
@@ -248,12 +239,7 @@ class LinkTransport:
         if reply.kind != ROUND or reply.round != t0:
             raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
                                 f"for round {reply.round}")
-        active = reply.info.get("active")
-        if (not isinstance(active, list) or len(active) != n
-                or any(isinstance(a, bool) or a not in (0, 1) for a in active)):
-            raise ProtocolError(
-                f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300]
-            )
+        active = RoundReply.read(reply.info, f"the reply for round {t0}", events=n).active
         if self._decided is None:
             events = list(range(n))  # an embedding for every event: pushed or the answer to its query
         else:
@@ -307,16 +293,11 @@ class LinkTransport:
                 f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried"
             )
 
-    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        if not requests:
-            return {}
-        self.exchanges += 1
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``)."""
         self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
-        replies = self.link.exchange(requests)
-        for m in requests:
-            reply = replies.setdefault(m, Failure("no reply"))
-            if not isinstance(reply, Failure):
-                self.wire_bytes += sum(len(p) for p in reply.parts)
+        replies = super().exchange(requests)
+        self.wire_bytes += sum(len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts)
         return replies
 
     # -- the transport play_round uses -------------------------------------------------------

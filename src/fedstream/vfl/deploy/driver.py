@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,7 +75,7 @@ class NetworkBatchVFL:
             self.server.padding = make_padding("zero", s.clients, s.embedding)
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
             check_size(s.selection, len(labels.train_y))
-        self.cohort = RemoteCohort(link, config, s, run_token=secrets.token_hex(8))
+        self.cohort = RemoteCohort(link, config, s)
         self.part = None
         if (
             s.selection.active

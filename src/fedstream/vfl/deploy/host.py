@@ -49,7 +49,7 @@ import hashlib
 import numpy as np
 import torch
 
-from fedstream.deploy.cohort import pack_state, unpack_state
+from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.messages import Gradient

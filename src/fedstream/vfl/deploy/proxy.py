@@ -57,7 +57,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.cohort import RemoteNodes
+from fedstream.deploy.session import Session
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link, peek
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
@@ -85,15 +85,15 @@ def boundary_of(epoch: int, kind: str) -> int:
     return 2 * epoch - 1 if kind == SELECT else 2 * epoch
 
 
-class RemoteCohort(RemoteNodes):
+class RemoteCohort(Session):
     """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
 
     unit = "step"
-    payload = "embedding(s)"  # what _reply (RemoteNodes) calls the parts of a reply
+    payload = "embedding(s)"  # what _reply (Session) calls the parts of a reply
 
-    def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str):
-        super().__init__(link)
-        self.config, self.settings, self.run_token = config, settings, run_token
+    def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str | None = None):
+        super().__init__(link, config, run_token=run_token)
+        self.settings = settings
         M, spec = settings.clients, settings.compression
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
@@ -142,9 +142,9 @@ class RemoteCohort(RemoteNodes):
             self.selection_bytes[m]["down"] += len(part)
             requests[m] = Envelope(ROUND, epoch, [part], dict(info))  # a due gradient stays in the outbox
         out, got = np.empty((M, Q, n)), set()
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                parts = self._reply(reply, ROUND, epoch, None).parts
+                parts = self.reply(reply, ROUND, epoch, None).parts
                 if len(parts) != 1:
                     raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
                 data = parts[0]
@@ -193,22 +193,16 @@ class RemoteCohort(RemoteNodes):
         (strip shape and rows) and a position before the next step. ``rejoin``: the node reloads its
         latest state of this run; ``resume = B``: its state kept at boundary B (the server restarted
         from its checkpoint there). A fresh or resumed run needs every node; a rejoin does not."""
-        import json
-
         M = self.settings.clients
         self.expected = expected
-        info = {"config": json.dumps(self.config), "run": self.run_token}
-        if rejoin or resume is not None:
-            info["rejoin"] = True
-        if resume is not None:
-            info["resume"] = resume
+        info = self.setup_request(rejoin=True if rejoin or resume is not None else None, resume=resume)
         targets = sorted(self.link.available() if clients is None else clients)
         if not rejoin:  # a (re)started run: only the nodes that pass now take part
             self.ready.clear()
-        replies = self._exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
+        replies = self.exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
         for m, reply in replies.items():
             try:
-                reply = self._reply(reply, SETUP, self.t, 0)
+                reply = self.reply(reply, SETUP, self.t, 0)
                 got = {k: reply.info.get(k) for k in ("client", "shape", "n_train", "n_test")}
                 want = {"client": m} | expected[m]
                 if got != want:
@@ -272,9 +266,9 @@ class RemoteCohort(RemoteNodes):
         t, out = batch.step, [None] * self.settings.clients
         info = {"split": "train", "rows": [int(r) for r in batch.rows]}
         requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "train")}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                data = self._reply(reply, ROUND, t, 1).parts[0]
+                data = self.reply(reply, ROUND, t, 1).parts[0]
                 self._check(m, data, t, len(batch))
             except FedstreamError as exc:
                 self.fault(m, t, "train", str(exc))
@@ -319,9 +313,9 @@ class RemoteCohort(RemoteNodes):
             m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")
         }
         got: dict[int, list[bytes]] = {}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                parts = self._reply(reply, ROUND, t, len(batches)).parts
+                parts = self.reply(reply, ROUND, t, len(batches)).parts
                 for b, data in zip(batches, parts):  # every batch valid before any is used
                     self._check(m, data, b.step, len(b))
             except FedstreamError as exc:
@@ -370,20 +364,17 @@ class RemoteCohort(RemoteNodes):
             m: self._request(m, FINISH, t, {"models": models}) for m in self._targets(t, None, FINISH)
         }
         self.reports = []
-        for m, reply in sorted(self._exchange(requests).items()):
+        for m, reply in sorted(self.exchange(requests).items()):
             try:
-                reply = self._reply(reply, FINISH, t, 0)
+                reply = self.reply(reply, FINISH, t, 0)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
             theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            troubled = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
-            if theirs != self.counted[m] and not troubled:
-                self.fault(m, t, FINISH, f"the node counted {theirs}, the server {self.counted[m]}")
             theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
-            if theirs_select != self.selection_bytes[m] and not troubled:
-                self.fault(m, t, FINISH, f"the node counted VF-PS bytes {theirs_select}, the server "
-                                         f"{self.selection_bytes[m]}")
+            excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
+            self.cross_check(m, t, theirs, self.counted[m], excused=excused)
+            self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
                                  "select_down": theirs_select["down"], "digest": reply.info.get("digest"),
                                  "server_counted": dict(self.counted[m])})
@@ -406,7 +397,6 @@ class RemoteCohort(RemoteNodes):
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
         }
         meta = {
-            "run": self.run_token,
             "counted": self.counted,
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
             "nodes": {str(m): v for m, v in self.nodes.items()},
@@ -414,11 +404,8 @@ class RemoteCohort(RemoteNodes):
             "position": {str(m): t for m, t in self.position.items()},
             "t": self.t,
             "missed": self.missed,
-            "rejoins": self.rejoins,
-            "faults": self.faults,
-            "exchanges": self.exchanges,
             "selection_bytes": self.selection_bytes,
-        }
+        } | self.session_state()  # the run's token, faults, rejoins and requests sent
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -432,17 +419,10 @@ class RemoteCohort(RemoteNodes):
         self.outbox = {
             int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
         }
-        self.run_token, self.counted = meta["run"], [dict(c) for c in meta["counted"]]
+        self.counted = [dict(c) for c in meta["counted"]]
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
         self.position = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed = (
-            int(meta["t"]),
-            list(meta["missed"]),
-        )  # (older checkpoints hold "evaluations": unused)
-        self.rejoins, self.faults, self.exchanges = (
-            list(meta["rejoins"]),
-            list(meta["faults"]),
-            int(meta["exchanges"]),
-        )
+        self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations")
+        self.load_session_state(meta)
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]
