@@ -18,7 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
-from fedstream.deploy.adapters import adapter_for
+from fedstream.config import load_config
+from fedstream.data import resolve_data_root
+from fedstream.deploy.adapters import adapter_for, check_deployable
+from fedstream.deploy.local import LocalDeployment, write_app
 from fedstream.errors import ConfigError
 
 
@@ -65,10 +68,6 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
 
 
 def _settings(args, out: Path | None) -> tuple[dict, dict]:
-    from fedstream.config import load_config
-    from fedstream.data import resolve_data_root
-    from fedstream.deploy.adapters import check_deployable
-
     if any(" " in s for s in args.sets):
         raise ConfigError(
             f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
@@ -89,10 +88,6 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
 
 
 def cmd_deploy(args) -> int:
-    try:
-        from fedstream.deploy.local import LocalDeployment, write_app
-    except ImportError as exc:
-        raise ConfigError(str(exc)) from None
     if args.action == "credentials":
         from fedstream.deploy.credentials import write_credentials
 

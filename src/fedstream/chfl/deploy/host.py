@@ -40,6 +40,7 @@ import numpy as np
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
 from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
+from fedstream.chfl.deploy.records import FinishReply, RoundReply, RoundRequest, SetupReply
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.selection import Choice, Selector
@@ -95,10 +96,9 @@ class CHFLHost:
     def _handle(self, env: Envelope) -> Envelope:
         if env.kind == SETUP:
             fs = self.part.features
-            return Envelope(SETUP, env.round, info={"client": self.index, **self.part.sizes(),
-                                                    "common": fs.common.tolist(),
-                                                    "unique": fs.unique[self.index].tolist(),
-                                                    "lr_index": self.lr_index, "round": self.round})
+            reply = SetupReply(client=self.index, **self.part.sizes(), common=fs.common.tolist(),
+                               unique=fs.unique[self.index].tolist(), lr_index=self.lr_index, round=self.round)
+            return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
             return self._round(env)
         if env.kind == FINISH:
@@ -107,17 +107,11 @@ class CHFLHost:
 
     # -- a round -------------------------------------------------------------------------------
     def _check_round(self, env: Envelope) -> tuple[int, bool, int]:
-        s, info, t = self.settings, env.info, env.round
-        i, validate, epochs = info.get("lr_index"), info.get("validate"), info.get("epochs")
+        s, t = self.settings, env.round
         where = f"client {self.index}, round request"
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(s.lrs):
-            raise ProtocolError(f"{where}: info 'lr_index' must be 0..{len(s.lrs) - 1}, received {i!r}"[:300])
-        if not isinstance(validate, bool) or (validate and t == 0):
-            raise ProtocolError(f"{where}: info 'validate' must be true or false (false in round 0), "
-                                f"received {validate!r}"[:300])
-        if isinstance(epochs, bool) or epochs not in (0, s.local_epochs) or (epochs and t == s.rounds):
-            raise ProtocolError(f"{where}: info 'epochs' must be 0 or chfl.local_epochs = {s.local_epochs} "
-                                f"(0 in the last round), received {epochs!r}"[:300])
+        request = RoundRequest.read(env.info, where, t=t, lrs=len(s.lrs), rounds=s.rounds,
+                                    local_epochs=s.local_epochs)
+        i, validate, epochs = request.lr_index, request.validate, request.epochs
         if not 0 <= t <= s.rounds:
             raise ProtocolError(f"{where}: round {t} is outside 0..chfl.rounds = {s.rounds}")
         if i < self.lr_index or (i == self.lr_index and t <= self.round):
@@ -156,9 +150,9 @@ class CHFLHost:
         if msg is not None:
             self._count_down(env.parts[0])
             client.receive(msg)
-        info: dict = {"n_train": client.n_train}
+        reply = RoundReply(n_train=client.n_train)
         if validate:
-            info["val"] = validate_client(client, self.selector, lr, t)
+            reply.val = validate_client(client, self.selector, lr, t)
             if msg is not None:
                 keep_common(self.commons, self.selector, lr, t, msg.tensors)
         parts = []
@@ -166,7 +160,7 @@ class CHFLHost:
             update = train_and_upload(client, epochs, self.plan.federated)
             if update is not None:
                 parts.append(self._send(encode_update(update)))
-        return Envelope(ROUND, t, parts, info)
+        return Envelope(ROUND, t, parts, reply.info())
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, env: Envelope) -> Envelope:
@@ -178,12 +172,8 @@ class CHFLHost:
         except ValueError as exc:  # no round was scored on this node
             raise ProtocolError(f"client {self.index}: {exc}") from None
         choices = {name: asdict(ch) for name, ch in picks.items()}
-        return Envelope(
-            FINISH,
-            env.round,
-            [],
-            {"choices": json.dumps(choices), "up": self.up, "down": self.down, "messages": self.messages},
-        )
+        reply = FinishReply(choices=json.dumps(choices), up=self.up, down=self.down, messages=self.messages)
+        return Envelope(FINISH, env.round, [], reply.info())
 
     def _count_down(self, data: bytes) -> None:
         self.down += len(data)

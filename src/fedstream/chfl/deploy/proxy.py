@@ -1,19 +1,10 @@
-"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort` over a link.
+"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort`
+over a link.
 
 :class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
 loop, unchanged) talks to when the clients live on their own nodes
-(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once:
-
-=========  ================================================  ====================================
-request    carries (server -> node)                          reply (node -> server)
-=========  ================================================  ====================================
-setup      the run's config (JSON) and token                 the node's sizes and column indices
-round t    θ^t, an encoded ModelUpdate (none for Local);     θ_k^t, an encoded ModelUpdate (when
-           ``lr_index``, ``validate``, ``epochs``            trained); best validation accuracy
-finish     nothing                                           per variant: lr, candidate, round,
-                                                             validation and test accuracy; the
-                                                             node's byte counts
-=========  ================================================  ====================================
+(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once (the
+requests and replies: :mod:`fedstream.chfl.deploy.records`).
 
 The ledger counts the encoded ModelUpdates exactly as the simulator's
 :class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
@@ -54,19 +45,24 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from fedstream.chfl.deploy.data import chfl_config_settings
+from fedstream.chfl.deploy.records import (
+    SHARED_SIZES,
+    SIZES,
+    FinishReply,
+    RoundReply,
+    RoundRequest,
+    SetupReply,
+)
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
-from fedstream.deploy.session import Session
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
-
-SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # every node must report the same
-SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
 
 
 class RemoteCohort(Session):
@@ -188,35 +184,10 @@ class RemoteCohort(Session):
             self.rejoin(back, at)
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
-        info = reply.info
-        if info.get("client") != m:
-            raise ProtocolError(f"the node reports client {info.get('client')!r}, expected {m}")
-        position = (info.get("lr_index"), info.get("round"))
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < -1 for v in position):
-            raise ProtocolError(f"setup reply: 'lr_index' and 'round' must be integers >= -1, received "
-                                f"{position!r}"[:300])
-        out: dict = {"position": position}
-        for key in SIZES:
-            v = info.get(key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ProtocolError(f"setup reply: {key!r} must be an integer >= 0, received {v!r}"[:300])
-            out[key] = v
-        if min(out["n_train"], out["n_val"], out["n_test"], out["n_common"], out["n_unique"]) == 0:
-            raise ProtocolError(f"setup reply: the node holds no rows or no features of a kind: {out}")
-        for key, n in (("common", out["n_common"]), ("unique", out["n_unique"])):
-            v = info.get(key)
-            if (
-                not isinstance(v, list)
-                or len(v) != n
-                or any(
-                    isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < out["n_features"] for i in v
-                )
-            ):
-                raise ProtocolError(
-                    f"setup reply: {key!r} must list {n} column indices, received {v!r}"[:300]
-                )
-            out[key] = v
-        return out
+        got = SetupReply.read(reply.info, "setup reply")
+        if got.client != m:
+            raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
+        return {"position": (got.lr_index, got.round)} | {k: getattr(got, k) for k in (*SIZES, "common", "unique")}
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def start(self, lr: float) -> None:
@@ -238,9 +209,9 @@ class RemoteCohort(Session):
             self.fault(m, t, ROUND, "not sent: the node left, or is still busy with a request that timed out")
         for m in sorted(set(self.nodes) & reachable - self.ready):
             self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
-        info: dict = {"lr_index": self.lr_index, "validate": validate, "epochs": epochs}
-        if self.keep and checkpointed_after(t, self.settings.rounds):
-            info |= {"keep": True, "boundary": boundary(self.lr_index, t + 1, self.settings.rounds)}
+        keep = self.keep and checkpointed_after(t, self.settings.rounds)
+        info = RoundRequest(lr_index=self.lr_index, validate=validate, epochs=epochs, keep=keep or None,
+                            boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None).info()
         for m in sorted(set(self.nodes) & reachable & self.ready):
             parts = []
             if models is not None:
@@ -275,11 +246,7 @@ class RemoteCohort(Session):
     def _check_round(self, m: int, reply: Envelope, t: int, validate: bool, epochs: int,
                      sent: ModelUpdate | None) -> tuple[float, ModelUpdate | None, int]:
         """Validate client m's reply to round t; return (best validation accuracy, update, its bytes)."""
-        val = reply.info.get("val")
-        if validate and (isinstance(val, bool) or not isinstance(val, (int, float)) or not 0.0 <= val <= 1.0):
-            raise ProtocolError(
-                f"expected info 'val': a validation accuracy in [0, 1], received {val!r}"[:300]
-            )
+        val = RoundReply.read(reply.info, f"round {t} reply", validate=validate).val
         want = 1 if epochs and sent is not None else 0
         if len(reply.parts) != want:
             raise ProtocolError(f"expected {want} model message(s), received {len(reply.parts)}")
@@ -346,7 +313,7 @@ class RemoteCohort(Session):
         self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
     ) -> dict[str, Choice]:
         try:
-            raw = json.loads(reply.info.get("choices", ""))
+            raw = json.loads(FinishReply.read(reply.info, "finish reply").choices)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"info 'choices' is not JSON ({exc})"[:300]) from None
         if not isinstance(raw, dict) or set(raw) != set(variants):

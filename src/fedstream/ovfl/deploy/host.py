@@ -55,7 +55,6 @@ from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 
 
-
 def model_digest(params: list[np.ndarray]) -> str:
     """sha256 over a model's parameters (shape, dtype and bytes): equal digests, equal models."""
     h = hashlib.sha256()

@@ -17,9 +17,14 @@ hold only its columns would plug in at ``client_rows``.
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 
-from fedstream.data import Stream
+from fedstream.data import Stream, resolve_data_root
+from fedstream.data.idx import read_idx_labels
+from fedstream.data.paths import find_file
+from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
@@ -165,13 +170,6 @@ IMAGE_DIRS = {"mnist": ["mnist/", "", "MNIST/raw/"], "imnist": ["mnist/", "", "M
 
 
 def _image_labels(config: dict) -> LabelSource:
-    import gzip
-
-    from fedstream.data import resolve_data_root
-    from fedstream.data.idx import read_idx_labels
-    from fedstream.data.paths import find_file
-    from fedstream.data.sources import FASHION_HINT, MNIST_HINT
-
     name = config["data.name"]
     root = resolve_data_root(config["data.root"])
     found = [f"{d}train-images-idx3-ubyte{ext}" for d in IMAGE_DIRS[name] for ext in (".gz", "")]

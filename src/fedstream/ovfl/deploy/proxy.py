@@ -61,7 +61,6 @@ from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_c
 from fedstream.transport.ledger import ByteLedger
 
 
-
 class Wire(NamedTuple):
     """An embedding as it arrived from client ``client``: its bytes and the validated message."""
 

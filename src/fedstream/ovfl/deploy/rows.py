@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.errors import ConfigError
+from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
 
 ROW_KEYS = (
@@ -67,7 +68,6 @@ class BlockRows:
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
         if self._stream is None:
-            from fedstream.ovfl.deploy.parties import party_stream
 
             self._stream = party_stream(self.config)
         return self._stream
@@ -91,7 +91,6 @@ class BlockRows:
         if path is not None and path.exists():
             block = np.load(path, mmap_mode="r")
         else:
-            from fedstream.ovfl.deploy.parties import client_rows
 
             block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
             if path is not None:

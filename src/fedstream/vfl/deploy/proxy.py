@@ -1,26 +1,13 @@
-"""The server's side of a deployed batch VFL run: the clients as a :class:`~fedstream.vfl.protocol.Cohort` over a link.
+"""The server's side of a deployed batch VFL run: the clients as a
+:class:`~fedstream.vfl.protocol.Cohort` over a link.
 
 :class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.trainer.play_epochs`,
 unchanged) talks to when the client parties live on their own nodes
 (:mod:`fedstream.vfl.deploy.host`). The server keeps its end of every compressed link
 (:class:`~fedstream.transport.compressed.ServerEndpoint`: the uplink decoder with the per-sample
 embedding cache, the downlink encoder with the quantiser's mu/sigma table), the node the other.
-One request per node per training step, all nodes at once:
-
-============  ==============================================  =====================================
-request       carries (server -> node)                        reply (node -> server)
-============  ==============================================  =====================================
-setup         the run's config (JSON) and token; ``rejoin``   its strip's shape, train/test rows;
-              (and ``resume`` = B) when a node comes back     ``step``, ``pending``: its position
-train step s  the gradient of the node's step s - 1 (encoded  its embedding of step s (encoded,
-              by the downlink codec; none at the first step); compressed by the uplink codec)
-              ``rows``: the step's row ids
-evaluation    the gradient still due; ``rows``, ``sizes``,     one embedding per test batch
-              ``steps``: the test batches
-finish        the gradient still due; ``models`` (audit)       the node's byte counts, model digest
-VF-PS select  the query ids (a 16 + 4 Q-byte message);         its local squared distances, Q x n
-              ``queries``: Q (``rows``: available rows)        (16 + 4 Q n bytes, float32)
-============  ==============================================  =====================================
+One request per node per training step, all nodes at once (the requests and replies:
+:mod:`fedstream.vfl.deploy.records`).
 
 The gradient of step s rides with the request of step s + 1 (or the evaluation or finish that
 comes next), so a step costs one round trip; the node applies it before it embeds anything else:
@@ -33,9 +20,9 @@ Every reply is validated before any of it is used: kind and step, the number of 
 embedding checked first without touching the link's state (:func:`fedstream.deploy.records.peek`:
 compressed exactly when ``compression.up`` is, with its codec; a compressed frame's shape must be
 (rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
-allocate; length, finite values; then sender, step and shape) and only then decoded by the server's
-end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp failed or which did not
-answer in time is logged and recorded (``faults``); the server pads its embedding for that step
+allocate; length, finite values; then sender, step and shape) and only then decoded by the
+server's end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp
+failed or which did not answer in time is logged and recorded (``faults``); the server pads its embedding for that step
 (``selection.padding``; zeros without selection) and sends it no gradient, so the node drops that
 step (``missed``). A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
 
@@ -57,12 +44,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.session import Session
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link, peek
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
+from fedstream.vfl.deploy.records import FinishRequest, SelectRequest, SetupReply, TestRequest, TrainRequest
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
@@ -132,11 +120,11 @@ class RemoteCohort(Session):
             (self.nodes[0]["n_train"] if rows is None else len(rows)),
             len(queries),
         )
-        info = {"split": SELECT, "queries": Q} | ({} if rows is None else {"rows": [int(r) for r in rows]})
+        keep = self.keeping  # the node keeps its state after the selection that opens the epoch
+        info = SelectRequest(split=SELECT, queries=Q, rows=None if rows is None else [int(r) for r in rows],
+                             keep=keep or None, boundary=boundary_of(epoch, SELECT) if keep else None).info()
         ids = np.asarray(queries, dtype="<u4")[None, :]
         requests = {}
-        if self.keeping:  # the node keeps its state after the selection that opens the epoch
-            info |= {"keep": True, "boundary": boundary_of(epoch, SELECT)}
         for m in self._targets(epoch, None, SELECT):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
@@ -202,15 +190,15 @@ class RemoteCohort(Session):
         replies = self.exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
         for m, reply in replies.items():
             try:
-                reply = self.reply(reply, SETUP, self.t, 0)
-                got = {k: reply.info.get(k) for k in ("client", "shape", "n_train", "n_test")}
+                r = SetupReply.read(self.reply(reply, SETUP, self.t, 0).info, "setup reply", t=self.t)
+                got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test}
                 want = {"client": m} | expected[m]
                 if got != want:
                     raise ProtocolError(
                         f"the node reports {got}, expected {want}: it does not hold this run's "
                         "data set or settings"
                     )
-                step, pending = self._position(reply)
+                step, pending = r.step, r.pending
                 self.nodes[m] = got
             except FedstreamError as exc:
                 self.ready.discard(m)
@@ -220,19 +208,6 @@ class RemoteCohort(Session):
             self.ready.add(m)
         if not rejoin:
             self.require_all(self.ready, M, f"a batch VFL run needs all vfl.clients = {M}")
-
-    def _position(self, reply: Envelope) -> tuple[int, int]:
-        """(last step embedded, step whose gradient is due or -1) a node reports at setup, checked:
-        both before the next step the server plays, the due step none or the last one."""
-        step, pending = reply.info.get("step"), reply.info.get("pending")
-        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (step, pending))
-        if not ok or not -1 <= step < self.t or pending not in (-1, step):
-            raise ProtocolError(
-                f"the node reports step {step!r} with the gradient of step {pending!r} due; expected "
-                f"a step in -1..{self.t - 1} (the server plays step {self.t} next) and the due step "
-                "-1 (none) or that step"
-            )
-        return step, pending
 
     def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
         """Match what the server holds for client m to the state its node came back with.
@@ -264,7 +239,7 @@ class RemoteCohort(Session):
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
         t, out = batch.step, [None] * self.settings.clients
-        info = {"split": "train", "rows": [int(r) for r in batch.rows]}
+        info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
         requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "train")}
         for m, reply in self.exchange(requests).items():
             try:
@@ -298,17 +273,13 @@ class RemoteCohort(Session):
         if not batches:
             return
         t = batches[0].step
-        info = {
-            "split": "test",
-            "rows": [int(r) for b in batches for r in b.rows],
-            "sizes": [len(b) for b in batches],
-            "steps": [b.step for b in batches],
-        }
-        if self.keeping:  # one evaluation ends each epoch: the epoch's last request to a node
-            if self.epoch is None:
-                raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
-                                   "before the evaluation that ends it")
-            info |= {"keep": True, "boundary": boundary_of(self.epoch, EVALUATION)}
+        if self.keeping and self.epoch is None:  # one evaluation ends each epoch: its last request to a node
+            raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
+                               "before the evaluation that ends it")
+        info = TestRequest(split="test", rows=[int(r) for b in batches for r in b.rows],
+                           sizes=[len(b) for b in batches], steps=[b.step for b in batches],
+                           keep=self.keeping or None,
+                           boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
         requests = {
             m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")
         }
@@ -361,7 +332,7 @@ class RemoteCohort(Session):
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
         requests = {
-            m: self._request(m, FINISH, t, {"models": models}) for m in self._targets(t, None, FINISH)
+            m: self._request(m, FINISH, t, FinishRequest(models=models).info()) for m in self._targets(t, None, FINISH)
         }
         self.reports = []
         for m, reply in sorted(self.exchange(requests).items()):
