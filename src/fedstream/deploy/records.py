@@ -133,9 +133,13 @@ class Keep(Record):
     boundary: int | None = None
 
     def check(self, where: str, **context) -> None:
-        if self.boundary is not None and self.boundary < 0:
+        if self.keep and (self.boundary is None or self.boundary < 0):
             raise ProtocolError(f"{where}: a request with info 'keep' needs a boundary >= 0, "
                                 f"received {self.boundary!r}")
+
+    def kept(self) -> int | None:
+        """The boundary to keep (None: none)."""
+        return self.boundary if self.keep else None
 
 
 @dataclass(kw_only=True)

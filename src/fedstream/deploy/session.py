@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
@@ -115,19 +115,13 @@ def _save(path: Path, state: dict[str, np.ndarray]) -> None:
 def kept_boundary(env: Envelope) -> int | None:
     """The boundary whose state the node keeps after answering ``env`` (None: none).
 
-    A request with ``keep`` asks for it (:class:`~fedstream.deploy.records.Keep`). ``boundary``
-    names it (a CHFL or batch VFL server numbers its own: rounds or steps done); an online VFL round
-    request without it ends at round ``env.round + info["events"]``.
+    One rule for every task: a request with ``keep`` names the boundary (:class:`~fedstream.deploy.
+    records.Keep`), a number the task's server gives to the points where it checkpoints (online
+    VFL: rounds done; CHFL: :func:`fedstream.chfl.trainer.boundary`; batch VFL:
+    :func:`fedstream.vfl.deploy.proxy.boundary_of`), and a resumed server sets the nodes up with
+    ``resume`` = the boundary of its checkpoint (:class:`~fedstream.deploy.records.Setup`).
     """
-    keep = Keep.read(env.info, "a request with info 'keep'")
-    if keep.keep is not True:
-        return None
-    boundary = keep.boundary
-    if boundary is None and env.kind == ROUND:
-        boundary = env.round + env.info.get("events", 0)
-    if isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 0:
-        raise ProtocolError(f"a request with info 'keep' needs a boundary >= 0, received {boundary!r}")
-    return boundary
+    return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
 def handle_on_node(

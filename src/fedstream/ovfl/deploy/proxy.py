@@ -218,7 +218,8 @@ class LinkTransport(Session):
         for m in targets:
             held = self._outbox.pop(m, [])
             decided = None if active is None else [int(a) for a in active[:, m]]
-            info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep, active=decided).info()
+            info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep,
+                                boundary=t0 + n if keep else None, active=decided).info()
             requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m], info)
         replies = self.exchange(requests)
         self._batch = {}
