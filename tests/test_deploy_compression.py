@@ -21,18 +21,18 @@ embedding cache, encodes gradients with its quantiser table). Against the in-pro
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import run_simulation
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import crash_then_load
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, SETUP, Envelope
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
@@ -47,12 +47,10 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
-from flower_runs import run_simulation
 from test_deploy_faults import CrashingLink, link_for
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
-    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -216,19 +214,13 @@ TAMPERING = {"codec byte": spoil_codec, "plain": plain_instead, "shape": forged_
              "truncated": lambda p: p[:-3], "NaN": lambda p: p[:-4] + np.float32("nan").tobytes()}
 
 
-class TamperingLink(LoopbackLink):
-    """Client 1's reply to the batch at round 20: its last embedding spoilt by ``tamper``."""
-
-    def __init__(self, *args, tamper, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tamper = tamper
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        env = requests.get(1)
-        if env is not None and env.kind == ROUND and env.round == 20:
-            replies[1].parts[-1] = self.tamper(replies[1].parts[-1])
-        return replies
+def tampering(tamper):
+    """A link on which client 1's reply to the batch at round 20 has its last embedding spoilt by
+    ``tamper``."""
+    return spoiling(
+        lambda m, env: m == 1 and env.kind == ROUND and env.round == 20,
+        lambda r: Envelope(r.kind, r.round, r.parts[:-1] + [tamper(r.parts[-1])], r.info, r.arrays),
+    )
 
 
 def cache_after_round_29(config: dict, link) -> tuple[NetworkVFL, np.ndarray]:
@@ -250,7 +242,7 @@ def test_a_bad_compressed_reply_is_rejected_and_leaves_the_cache_untouched(root,
     """The batch 20..29 of client 1 is rejected as a whole (its first 9 embeddings were valid): the
     server's cache holds nothing of client 1 for those rounds, and the run goes on."""
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10})
-    net, cached = cache_after_round_29(config, link_for(config, TamperingLink, tamper=TAMPERING[name]))
+    net, cached = cache_after_round_29(config, link_for(config, tampering(TAMPERING[name])))
     s = net.summary()
     assert [(f["round"], f["client"]) for f in s["faults"]] == [(20, 1)] and s["missed_events"] == [0, 10]
     assert not cached[4:].any() and cached[:4].any()  # rounds 20..29 never reached it; 16..19 did

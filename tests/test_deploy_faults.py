@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import (
+from tests.helpers.crashing import (
     CrashOnce,
     crash_then_load,
     run_resumed,
@@ -26,6 +23,8 @@ from crashing import (
     stop_when,
     wait_for,
 )
+from tests.helpers.models import assert_same_models
+
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND
 from fedstream.deploy.runtimes.loopback import LoopbackLink
@@ -34,7 +33,6 @@ from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
 from test_deploy_flower import (
     as_set,
-    assert_same_models,
     flower_available,
     load_models,
     loopback_run,

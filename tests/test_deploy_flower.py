@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.flower import run_simulation
+from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.runtimes.loopback import LoopbackLink
@@ -39,7 +41,6 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
-from flower_runs import run_simulation
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -100,14 +101,6 @@ def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
     engine.transport = recorder = RecordingTransport(engine.transport)
     summary = engine.run()
     return engine, recorder.sizes, summary
-
-
-def assert_same_models(a: dict, b: dict) -> None:
-    """Two runs' models, party by party, bitwise."""
-    assert set(a) == set(b)
-    for party, params in a.items():
-        for x, y in zip(params, b[party], strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=party)
 
 
 def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:

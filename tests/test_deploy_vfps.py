@@ -14,10 +14,11 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 import numpy as np
 import pytest
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
@@ -140,31 +141,22 @@ def deploy(config, data_root, tmp, link_cls=LoopbackLink):
 
 def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
     from test_deploy_vfl_batch import (
-        assert_same_models,
+        ATOL,
         assert_same_run,
         deployed_models,
         simulate,
     )
 
     want, want_models = simulate(tiny)
-    class Recording(LoopbackLink):  # what the nodes answer to VF-PS requests
-        seen: ClassVar[list] = []
-
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            for m, env in requests.items():
-                if env.info.get("split") == SELECT:
-                    r = replies[m]
-                    type(self).seen.append((m, [len(p) for p in r.parts], r.info, sorted(r.arrays)))
-            return replies
-
-    net, got, link = deploy(tiny, data_root, tmp_path, Recording)
-    assert Recording.seen == [
+    net, got, link = deploy(tiny, data_root, tmp_path, RecordingLink)
+    seen = [(m, [len(p) for p in r.parts], r.info, sorted(r.arrays)) for m, env, r in link.seen
+            if env.info.get("split") == SELECT]  # what the nodes answer to VF-PS requests
+    assert seen == [
         (m, [UP], {}, []) for _ in range(2) for m in range(M)
     ]  # the distances, nothing else
     assert got["faults"] == []
     assert_same_run(got, want)  # per-epoch rows, accuracy, training bytes per client and direction
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     events = [(e["epoch"], e["clients"], e["scores"]) for e in got["selection"]["events"]]
     assert events == [(e["epoch"], e["clients"], e["scores"]) for e in want["selection"]["events"]]
     assert len(events) == 2 and all(len(c) == 2 for _, c, _ in events)  # selection.every = 1: epochs 1 and 2
@@ -221,11 +213,7 @@ SPOILS = {
 def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_root, tmp_path, kind, caplog):
     spoil, reason = SPOILS[kind]
 
-    class Spoiling(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            return {m: spoil(replies[m]) if m == 1 and env.info.get("split") == SELECT else replies[m]
-                    for m, env in requests.items()}
+    link_cls = spoiling(lambda m, env: m == 1 and env.info.get("split") == SELECT, spoil)
 
     with (
         caplog.at_level("WARNING", logger="fedstream.deploy"),
@@ -233,7 +221,7 @@ def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_
             ProtocolError, match=r"epoch 1: VF-PS needs every client's local distances; clients \[1\]"
         ),
     ):
-        deploy(tiny, data_root, tmp_path, Spoiling)
+        deploy(tiny, data_root, tmp_path, link_cls)
     assert re.search("client 1, select request for step 1: .*" + reason, caplog.text), caplog.text
 
 

@@ -1,26 +1,28 @@
-"""What a client node does with one request, whatever runs it: a Flower ClientApp or a loopback link.
+"""The deployment session layer, written once for every task: a node's side and the server's.
 
-The node hosts the party of the run's task (:func:`make_host`): an online VFL client
-(:mod:`fedstream.ovfl.deploy.host`), a CHFL client (:mod:`fedstream.chfl.deploy.host`) or a batch VFL
-client (:mod:`fedstream.vfl.deploy.host`); the latter two keep their whole state as one
-``torch.save`` archive, saved here after every request like any other state.
-
-A node keeps, between requests, the run's config, the run's token and its party's state
-(:meth:`ClientHost.state_dict`); on Flower these live in ``context.state``. It also writes that
-state to its cache folder (:class:`NodeStore`) so that it survives the node itself:
+A *node* (:func:`handle_on_node`, whatever runs it: a Flower ClientApp or the loopback runtime)
+hosts the party its task's adapter builds (:func:`fedstream.deploy.adapters.adapter_for`). Between
+requests it keeps the run's config, the run's token and its party's state (named arrays; on
+Flower in ``context.state``), and writes that state to its cache folder (:class:`NodeStore`) so
+that it survives the node itself:
 
 * ``ckpt-RUN-M.npz``: the latest state, after every request. A SuperNode that crashed and
   restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
-  resumes from this file (the server drops the gradients it holds for it: the node skips those
-  events, see :mod:`fedstream.ovfl.deploy.host`).
+  resumes from this file (the server drops what it holds for it that the node no longer awaits).
 * ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
-  (:func:`kept_boundary`; the server checkpoints at T too). When the server restarts from its checkpoint at T, it sets
-  the nodes up with ``resume = T``: each goes back to its state at T, or at the latest boundary
-  before T it has. The last three boundaries are kept (KEEP_BOUNDARIES): a batch VFL epoch that
-  re-selects with VF-PS marks two (the selection and the evaluation), and the server's checkpoint
-  is at the one before them until it has written the next.
+  (:func:`kept_boundary`, the one boundary rule; the server checkpoints at T too). When the
+  server restarts from its checkpoint at T, it sets the nodes up with ``resume = T``: each goes
+  back to its state at T, or at the latest boundary before T it has. The last three boundaries
+  are kept (KEEP_BOUNDARIES): a batch VFL epoch that re-selects with VF-PS marks two (the
+  selection and the evaluation), and the server's checkpoint is at the one before them until it
+  has written the next.
 
 RUN is a token the server draws for each run, so a new run never picks up an old run's state.
+
+The *server's* side (:class:`Session`) holds the token, sends the setup requests, exchanges
+requests with the nodes, keeps the fault log and the rejoins, makes the end-of-run byte
+cross-check and gives the session part of the server's checkpoint; each task's server
+(``fedstream.<task>.deploy``) is a Session with the task's protocol on top.
 """
 
 from __future__ import annotations
@@ -205,7 +207,9 @@ class Session:
         counts excuses it, and only it."""
         return any(r["client"] == m for r in self.faults) or any(r["client"] == m for r in self.rejoins)
 
-    def cross_check(self, m: int, t: int, theirs, mine, what: str = "", *, excused: bool | None = None) -> bool:
+    def cross_check(
+        self, m: int, t: int, theirs, mine, what: str = "", *, excused: bool | None = None
+    ) -> bool:
         """The end-of-run byte cross-check: client m's node's own counts ``theirs`` must equal the
         server's ``mine`` unless it is ``excused`` (default: :meth:`troubled`); a difference is
         recorded as a fault (``what`` names the counts in it)."""

@@ -33,7 +33,9 @@ class CHFLAdapter:
     def n_nodes(self, config: dict) -> int:
         return config["chfl.clients"]
 
-    def node_data(self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None) -> NodePart:
+    def node_data(
+        self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None
+    ) -> NodePart:
         return load_part(config, index, data_root=data_root, cache_dir=cache_dir)
 
     def host(self, config: dict, index: int, *, data: NodePart, state: dict | None = None) -> CHFLHost:

@@ -96,8 +96,14 @@ class CHFLHost:
     def _handle(self, env: Envelope) -> Envelope:
         if env.kind == SETUP:
             fs = self.part.features
-            reply = SetupReply(client=self.index, **self.part.sizes(), common=fs.common.tolist(),
-                               unique=fs.unique[self.index].tolist(), lr_index=self.lr_index, round=self.round)
+            reply = SetupReply(
+                client=self.index,
+                **self.part.sizes(),
+                common=fs.common.tolist(),
+                unique=fs.unique[self.index].tolist(),
+                lr_index=self.lr_index,
+                round=self.round,
+            )
             return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
             return self._round(env)

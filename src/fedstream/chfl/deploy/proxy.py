@@ -78,7 +78,8 @@ class RemoteCohort(Session):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        # rejoins (Session): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node set up again
+        # rejoins (Session): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node
+        # set up again
         self.lr_index = -1
         self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
@@ -187,7 +188,9 @@ class RemoteCohort(Session):
         got = SetupReply.read(reply.info, "setup reply")
         if got.client != m:
             raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
-        return {"position": (got.lr_index, got.round)} | {k: getattr(got, k) for k in (*SIZES, "common", "unique")}
+        return {"position": (got.lr_index, got.round)} | {
+            k: getattr(got, k) for k in (*SIZES, "common", "unique")
+        }
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def start(self, lr: float) -> None:
@@ -210,8 +213,13 @@ class RemoteCohort(Session):
         for m in sorted(set(self.nodes) & reachable - self.ready):
             self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
         keep = self.keep and checkpointed_after(t, self.settings.rounds)
-        info = RoundRequest(lr_index=self.lr_index, validate=validate, epochs=epochs, keep=keep or None,
-                            boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None).info()
+        info = RoundRequest(
+            lr_index=self.lr_index,
+            validate=validate,
+            epochs=epochs,
+            keep=keep or None,
+            boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None,
+        ).info()
         for m in sorted(set(self.nodes) & reachable & self.ready):
             parts = []
             if models is not None:

@@ -32,7 +32,8 @@ Settings (the app's ``[tool.flwr.app.config]``, overridable with ``flwr run --ru
 treated as down for it), ``node-timeout`` (seconds to wait for the nodes at the start),
 ``resume`` (continue from the server's checkpoint in ``out`` and each node from its own state of
 that point: online VFL ``checkpoint.npz``, written every ``checkpoint.every`` rounds and at the end;
-CHFL ``checkpoint.pt`` after every FedAvg round; batch VFL ``checkpoint.pt`` at every epoch end). Node settings (``--node-config``):
+CHFL ``checkpoint.pt`` after every FedAvg round; batch VFL ``checkpoint.pt`` at every epoch end).
+Node settings (``--node-config``):
 ``client-index`` (or ``data.client_index``), ``data-root``, ``cache-dir`` (the node's feature-block
 cache; ``none``: no cache).
 """
@@ -194,9 +195,15 @@ def _handle(msg: Message, context: Context) -> Message:
         memory = NodeMemory(str(head["json"]), str(head["run"]),
                             {k: np.array(v.numpy()) for k, v in context.state[STATE].items()})
     data_root = str(context.node_config.get("data-root", "")) or None
-    reply, memory = handle_on_node(env, index, memory, store=node_store(context.node_config),
-                                   data=lambda adapter, config, m: adapter.node_data(
-                                       config, m, data_root=data_root, cache_dir=node_store(context.node_config)))
+    reply, memory = handle_on_node(
+        env,
+        index,
+        memory,
+        store=node_store(context.node_config),
+        data=lambda adapter, config, m: adapter.node_data(
+            config, m, data_root=data_root, cache_dir=node_store(context.node_config)
+        ),
+    )
     context.state[CONFIG] = ConfigRecord({"json": memory.config, "run": memory.run})
     context.state[STATE] = ArrayRecord(
         {k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()}

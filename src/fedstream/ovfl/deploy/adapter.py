@@ -28,7 +28,9 @@ class OnlineVFLAdapter:
     def n_nodes(self, config: dict) -> int:
         return config["vfl.clients"]
 
-    def node_data(self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None) -> BlockRows:
+    def node_data(
+        self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None
+    ) -> BlockRows:
         return BlockRows(config, index, data_root=data_root, cache_dir=cache_dir)
 
     def host(self, config: dict, index: int, *, data: BlockRows, state: dict | None = None) -> ClientHost:
@@ -55,8 +57,10 @@ class OnlineVFLAdapter:
             write_outputs(Path(settings["out"]), net, runtime.extra(), audit=bool(settings["audit"]))
 
     def report(self, s: dict) -> str:
-        return (f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} "
-                f"payload bytes, {s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s)")
+        return (
+            f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} "
+            f"payload bytes, {s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s)"
+        )
 
 
 def write_outputs(out: Path, net: NetworkVFL, extra: dict, *, audit: bool) -> None:

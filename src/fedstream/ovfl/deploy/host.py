@@ -102,7 +102,9 @@ class ClientHost:
         """Answer one request from the server."""
         where = f"client {self.index}"
         if env.kind == SETUP:
-            self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
+            self.rows.rows(
+                env.round, 1
+            )  # read (and cache) the block of the first rounds now, not in round time
             reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
                                block_start=self.rows.block.start, block_stop=self.rows.block.stop)
             return Envelope(SETUP, env.round, info=reply.info())
@@ -168,12 +170,16 @@ class ClientHost:
         name = self.config["activation.name"]
         if not server_decides(self.config):
             if request.active is not None:
-                raise ProtocolError(f"client {self.index}: activation.name = {name!r} is decided by the node, "
-                                    "but the request carries info 'active'")
+                raise ProtocolError(
+                    f"client {self.index}: activation.name = {name!r} is decided by the node, "
+                    "but the request carries info 'active'"
+                )
             return None
         if request.active is None:
-            raise ProtocolError(f"client {self.index}: activation.name = {name!r} is the server's: the request "
-                                f"needs info 'active', a list of {request.events} zeros and ones")
+            raise ProtocolError(
+                f"client {self.index}: activation.name = {name!r} is the server's: the request "
+                f"needs info 'active', a list of {request.events} zeros and ones"
+            )
         return request.active
 
     def _grad_rounds(self, rounds: list[int], most: int) -> list[int]:

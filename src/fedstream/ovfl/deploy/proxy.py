@@ -297,7 +297,9 @@ class LinkTransport(Session):
         """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``)."""
         self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
         replies = super().exchange(requests)
-        self.wire_bytes += sum(len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts)
+        self.wire_bytes += sum(
+            len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts
+        )
         return replies
 
     # -- the transport play_round uses -------------------------------------------------------

@@ -5,8 +5,9 @@ about 0.8 s of CPU per message for i-MNIST (its deformation field bank), more th
 fedstream work of a 256-event batch. :class:`BlockRows` builds the stream at most once per
 ``CHUNK`` rounds: it computes the rows of a whole chunk, keeps only this client's columns
 (``data.client_index``: the party never keeps another party's features) and saves them, float32,
-in the node's cache folder (the chunk before the current one is kept, older ones are deleted) (``--node-config "cache-dir=PATH"``, default a ``fedstream-node``
-folder in the system's temporary folder). Later processes memory-map the saved block.
+in the node's cache folder (the chunk before the current one is kept, older ones are deleted)
+(``--node-config "cache-dir=PATH"``, default a ``fedstream-node`` folder in the system's
+temporary folder). Later processes memory-map the saved block.
 
 A cache file is named by a digest of everything that decides its rows (data set, root, seed,
 statistics rows, drift, clients, client index, chunk), so a changed config never reads stale rows.

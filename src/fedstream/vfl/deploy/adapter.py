@@ -33,7 +33,9 @@ class BatchVFLAdapter:
     def n_nodes(self, config: dict) -> int:
         return config["vfl.clients"]
 
-    def node_data(self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None) -> ClientBlock:
+    def node_data(
+        self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None
+    ) -> ClientBlock:
         return load_block(config, index, data_root=data_root, cache_dir=cache_dir)
 
     def host(self, config: dict, index: int, *, data: ClientBlock, state: dict | None = None) -> BatchVFLHost:
@@ -76,8 +78,10 @@ class BatchVFLAdapter:
                 np.savez(out / "models.npz", **arrays)
 
     def report(self, s: dict) -> str:
-        return (f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} "
-                f"B up, {s['bytes']['down']} B down, {len(s['faults'])} node fault(s)")
+        return (
+            f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} "
+            f"B up, {s['bytes']['down']} B down, {len(s['faults'])} node fault(s)"
+        )
 
 
 ADAPTER = BatchVFLAdapter()

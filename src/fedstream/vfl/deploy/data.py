@@ -46,7 +46,8 @@ N_CLASSES = 10
 
 
 def batch_settings(config: dict) -> BatchVFLSettings:
-    """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding filled in)."""
+    """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding
+    filled in)."""
     return BatchVFLSettings.from_config(config).resolved()
 
 
@@ -164,7 +165,8 @@ LABEL_DIRS = {
 
 
 def load_labels(config: dict, data_root: str | None = None) -> ServerLabels:
-    """The server's labels (int64), cut to ``data.train_rows`` / ``data.test_rows`` as the simulator cuts them."""
+    """The server's labels (int64), cut to ``data.train_rows`` / ``data.test_rows`` as the simulator
+    cuts them."""
     settings = batch_settings(config)
     root = resolve_data_root(data_root or config["data.root"])
     if settings.dataset == "cifar10":

@@ -11,9 +11,9 @@ simulator's summary (timings aside) and the nodes end with the simulator's model
 Participant selection runs on the server (``selection.method`` ``all``, ``fixed`` or ``random``, any
 ``selection.dynamic``): it needs no client data. ``vfps`` (with any ``selection.dynamic``) asks
 every node for the local squared distances of its strip from the query samples to every training
-row available that epoch (:mod:`fedstream.vfl.deploy.vfps`) and scores the groups from those, as the VF-PS paper's
-protocol does; the summary's ``selection_bytes`` counts those messages per client and direction,
-apart from the training ``bytes``.
+row available that epoch (:mod:`fedstream.vfl.deploy.vfps`) and scores the groups from those, as
+the VF-PS paper's protocol does; the summary's ``selection_bytes`` counts those messages per client
+and direction, apart from the training ``bytes``.
 
 Faults: a node that fails a request is padded for it (``missed_steps``); one that comes back on a
 new SuperNode is set up again and rejoins from its own latest checkpoint (``rejoins``; see
@@ -48,7 +48,8 @@ from fedstream.vfl.deploy.data import (
     build_party,
     layout,
 )
-from fedstream.vfl.deploy.proxy import EVALUATION, RemoteCohort, boundary_of
+from fedstream.vfl.deploy.proxy import RemoteCohort
+from fedstream.vfl.deploy.records import EVALUATION, boundary_of
 from fedstream.vfl.deploy.vfps import check_size
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
@@ -202,6 +203,6 @@ class NetworkBatchVFL:
 
 def boundary(epoch: int) -> int:
     """The nodes' boundary at the end of ``epoch`` (after its evaluation), where a resumed server sets
-    them back to: :func:`~fedstream.vfl.deploy.proxy.boundary_of`, the formula the cohort's
+    them back to: :func:`~fedstream.vfl.deploy.records.boundary_of`, the formula the cohort's
     requests use too."""
     return boundary_of(epoch, EVALUATION)

@@ -254,8 +254,15 @@ class BatchVFLHost:
         grad = self._gradient(env)
         self._settle(env, grad)
         state = self.client.model.state_dict()
-        reply = FinishReply(client=self.index, up=self.up, down=self.down, eval_up=self.eval_up,
-                            select_up=self.select_up, select_down=self.select_down, digest=state_digest(state))
+        reply = FinishReply(
+            client=self.index,
+            up=self.up,
+            down=self.down,
+            eval_up=self.eval_up,
+            select_up=self.select_up,
+            select_down=self.select_down,
+            digest=state_digest(state),
+        )
         arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if request.models is True else {}
         return Envelope(FINISH, env.round, [], reply.info(), arrays)
 

@@ -22,9 +22,10 @@ compressed exactly when ``compression.up`` is, with its codec; a compressed fram
 (rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
 allocate; length, finite values; then sender, step and shape) and only then decoded by the
 server's end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp
-failed or which did not answer in time is logged and recorded (``faults``); the server pads its embedding for that step
-(``selection.padding``; zeros without selection) and sends it no gradient, so the node drops that
-step (``missed``). A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
+failed or which did not answer in time is logged and recorded (``faults``); the server pads its
+embedding for that step (``selection.padding``; zeros without selection) and sends it no gradient,
+so the node drops that step (``missed``). A step with no valid embedding at all ends the run with
+a :class:`ProtocolError`.
 
 A node that comes back on a new SuperNode (:meth:`Link.rejoined`, asked before every request) is
 set up again with ``rejoin`` and reports the position of the state it reloaded (``step``,
@@ -50,27 +51,20 @@ from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
-from fedstream.vfl.deploy.records import FinishRequest, SelectRequest, SetupReply, TestRequest, TrainRequest
+from fedstream.vfl.deploy.records import (
+    EVALUATION,
+    FinishRequest,
+    SelectRequest,
+    SetupReply,
+    TestRequest,
+    TrainRequest,
+    boundary_of,
+)
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
-
-EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
-
-
-def boundary_of(epoch: int, kind: str) -> int:
-    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
-    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
-    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
-    that what a node keeps and what the server later asks it back for cannot drift apart."""
-    if kind not in (SELECT, EVALUATION):
-        raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
-    first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < first:
-        raise ValueError(f"epoch = {epoch!r}: expected an integer >= {first} for a {kind} boundary")
-    return 2 * epoch - 1 if kind == SELECT else 2 * epoch
 
 
 class RemoteCohort(Session):
@@ -332,7 +326,8 @@ class RemoteCohort(Session):
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
         requests = {
-            m: self._request(m, FINISH, t, FinishRequest(models=models).info()) for m in self._targets(t, None, FINISH)
+            m: self._request(m, FINISH, t, FinishRequest(models=models).info())
+            for m in self._targets(t, None, FINISH)
         }
         self.reports = []
         for m, reply in sorted(self.exchange(requests).items()):

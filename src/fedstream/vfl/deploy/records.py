@@ -63,7 +63,8 @@ class TestRequest(Request):
                 or steps != list(range(step, step + len(sizes)))):
             raise ProtocolError(
                 f"{where}: info 'sizes' must cut the {len(self.rows)} rows into batches of 1..{MAX_U16} and "
-                f"'steps' number them from {step}, received sizes {str(sizes)[:100]}, steps {str(steps)[:100]}"
+                f"'steps' number them from {step}, received sizes {str(sizes)[:100]}, "
+                f"steps {str(steps)[:100]}"
             )
 
 
@@ -76,8 +77,26 @@ class SelectRequest(Request):
         avail = n if self.rows is None else len(self.rows)
         if self.queries is None or not 1 <= self.queries <= avail:
             raise ProtocolError(
-                f"{where}: info 'queries' must count 1..{avail} query samples, received {self.queries!r}"[:300]
+                f"{where}: info 'queries' must count 1..{avail} query samples, received {self.queries!r}"[
+                    :300
+                ]
             )
+
+
+EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
+
+
+def boundary_of(epoch: int, kind: str) -> int:
+    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
+    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
+    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
+    that what a node keeps and what the server later asks it back for cannot drift apart."""
+    if kind not in (SELECT, EVALUATION):
+        raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
+    first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < first:
+        raise ValueError(f"epoch = {epoch!r}: expected an integer >= {first} for a {kind} boundary")
+    return 2 * epoch - 1 if kind == SELECT else 2 * epoch
 
 
 REQUESTS = {"train": TrainRequest, "test": TestRequest, SELECT: SelectRequest}
@@ -87,7 +106,9 @@ def read_request(info: dict, where: str, **context) -> Request:
     """The round request ``info`` holds (by its ``split``), checked."""
     split = info.get("split")
     if split not in REQUESTS:
-        raise ProtocolError(f"{where}: info 'split' must be one of {tuple(REQUESTS)}, received {split!r}"[:300])
+        raise ProtocolError(
+            f"{where}: info 'split' must be one of {tuple(REQUESTS)}, received {split!r}"[:300]
+        )
     return REQUESTS[split].read(info, where, **context)
 
 

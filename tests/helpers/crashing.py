@@ -1,6 +1,6 @@
 """Links and drivers that crash on purpose, shared by the deployment fault tests.
 
-:class:`CrashOnce` is a :class:`~fedstream.deploy.records.LoopbackLink` on which one client's node
+:class:`CrashOnce` is a :class:`~fedstream.deploy.runtimes.loopback.LoopbackLink` on which one client's node
 crashes once; :func:`crash_then_load` kills an online VFL server mid-run and loads a new one from
 its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it;
 :func:`stop_when` stops a whole deployment and :func:`run_resumed` runs it again with ``resume``.
@@ -15,14 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.helpers.links import ServerCrash
 
 from fedstream.deploy.records import Envelope, Failure
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.ovfl.deploy.driver import NetworkVFL
-
-
-class ServerCrash(Exception):
-    """Raised inside a server's loop to stand for the server's process dying there."""
 
 
 class CrashOnce(LoopbackLink):
