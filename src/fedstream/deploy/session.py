@@ -40,7 +40,7 @@ import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
 from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
-from fedstream.errors import ProtocolError
+from fedstream.errors import FedstreamError, ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
 KEEP_BOUNDARIES = 3
@@ -194,6 +194,29 @@ class Session:
     def setup_request(self, *, rejoin: bool | None = None, resume: int | None = None) -> dict:
         """The ``info`` of a setup request (:class:`~fedstream.deploy.records.Setup`)."""
         return Setup(config=json.dumps(self.config), run=self.run_token, rejoin=rejoin, resume=resume).info()
+
+    def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable[[int, Envelope], object], *,
+               parts: int | None = None, refused: str = "") -> dict[int, object]:
+        """Send ``clients`` a setup request (``info``: :meth:`setup_request`) as request number ``t``;
+        ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
+        node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
+        its reason). Return what each accepted node reported."""
+        replies = self.exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
+        accepted = {}
+        for m, reply in replies.items():
+            try:
+                accepted[m] = accept(m, self.reply(reply, SETUP, t, parts))
+            except FedstreamError as exc:
+                self.fault(m, t, SETUP, f"{refused}{exc}")
+        return accepted
+
+    def reachable(self, clients: Iterable[int], t: int, request: str) -> list[int]:
+        """The clients of ``clients`` whose node can take a request now; a fault for each other one."""
+        available = self.link.available()
+        for m in sorted(set(clients) - available):
+            self.fault(m, t, request, "not sent: the node left, or is still busy with a request that timed "
+                                      "out")
+        return [m for m in sorted(clients) if m in available]
 
     def fault(self, m: int, t: int, request: str, reason: str) -> None:
         """Record and log that client m's node failed a request."""

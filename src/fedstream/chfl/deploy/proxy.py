@@ -58,7 +58,7 @@ from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.chfl.trainer import RoundResult, boundary, checkpointed_after
 from fedstream.data.chfl_datasets import SPECS
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
@@ -97,17 +97,14 @@ class RemoteCohort(Session):
         info = self.setup_request() if resume is None else self.setup_request(
             rejoin=True, resume=boundary(*resume, s.rounds))
         t = 0 if resume is None else resume[1]
-        replies = self.exchange(
-            {m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())}
-        )
-        for m, reply in replies.items():
-            try:
-                got = self._check_setup(m, self.reply(reply, SETUP, t))
-                if resume is not None:
-                    self._check_position(got, resume, expected=self._before(resume))
-            except FedstreamError as exc:
-                self.fault(m, t, SETUP, str(exc))
-                continue
+
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            if resume is not None:
+                self._check_position(got, resume, expected=self._before(resume))
+            return got
+
+        for m, got in self.set_up(self.link.available(), t, info, accept).items():
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
                 self._rejoined(m, resume, got)
@@ -156,23 +153,20 @@ class RemoteCohort(Session):
     def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
         """Set ``clients`` up again (their node is new, or was not set up) before the run's position
         ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
-        t = at[1]
-        info = self.setup_request(rejoin=True)
-        replies = self.exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
-        for m, reply in replies.items():
-            self.ready.discard(m)
-            try:
-                got = self._check_setup(m, self.reply(reply, SETUP, t))
-                diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
-                        if got[k] != self.nodes[m][k]}
-                if diff:
-                    raise ProtocolError(
-                        f"the node reports {diff} (now, at the first setup): not the same data or settings"
-                    )
-                self._check_position(got, at)
-            except FedstreamError as exc:
-                self.fault(m, t, SETUP, f"rejoin refused: {exc}")
-                continue
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
+                    if got[k] != self.nodes[m][k]}
+            if diff:
+                raise ProtocolError(
+                    f"the node reports {diff} (now, at the first setup): not the same data or settings"
+                )
+            self._check_position(got, at)
+            return got
+
+        self.ready -= set(clients)
+        for m, got in self.set_up(clients, at[1], self.setup_request(rejoin=True), accept,
+                                  refused="rejoin refused: ").items():
             self.ready.add(m)
             self._rejoined(m, at, got)
 
@@ -207,10 +201,8 @@ class RemoteCohort(Session):
         sent: dict[int, ModelUpdate | None] = {}
         requests = {}
         self._come_back((self.lr_index, t))
-        reachable = self.link.available()
-        for m in sorted(set(self.nodes) - reachable):
-            self.fault(m, t, ROUND, "not sent: the node left, or is still busy with a request that timed out")
-        for m in sorted(set(self.nodes) & reachable - self.ready):
+        reachable = set(self.reachable(self.nodes, t, ROUND))
+        for m in sorted(reachable - self.ready):
             self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
         keep = self.keep and checkpointed_after(t, self.settings.rounds)
         info = RoundRequest(

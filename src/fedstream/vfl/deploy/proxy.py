@@ -45,7 +45,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Link, peek
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link, peek
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
@@ -148,14 +148,7 @@ class RemoteCohort(Session):
         """The selected clients whose node is set up and reachable now (faults for the others); first
         sets up again the nodes that came back (:meth:`rejoin`)."""
         self.rejoin()
-        wanted = [m for m in sorted(self.ready) if selected is None or m in selected]
-        reachable = self.link.available()
-        for m in wanted:
-            if m not in reachable:
-                self.fault(
-                    m, t, request, "not sent: the node left, or is still busy with a request that timed out"
-                )
-        return [m for m in wanted if m in reachable]
+        return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
     def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
         """Client m's request, with the gradient due to it (it rides along)."""
@@ -181,23 +174,21 @@ class RemoteCohort(Session):
         targets = sorted(self.link.available() if clients is None else clients)
         if not rejoin:  # a (re)started run: only the nodes that pass now take part
             self.ready.clear()
-        replies = self.exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
-        for m, reply in replies.items():
-            try:
-                r = SetupReply.read(self.reply(reply, SETUP, self.t, 0).info, "setup reply", t=self.t)
-                got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test}
-                want = {"client": m} | expected[m]
-                if got != want:
-                    raise ProtocolError(
-                        f"the node reports {got}, expected {want}: it does not hold this run's "
-                        "data set or settings"
-                    )
-                step, pending = r.step, r.pending
-                self.nodes[m] = got
-            except FedstreamError as exc:
-                self.ready.discard(m)
-                self.fault(m, self.t, SETUP, str(exc))
-                continue
+
+        def accept(m: int, reply: Envelope) -> tuple[dict, int, int]:
+            r = SetupReply.read(reply.info, "setup reply", t=self.t)
+            got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test}
+            want = {"client": m} | expected[m]
+            if got != want:
+                raise ProtocolError(
+                    f"the node reports {got}, expected {want}: it does not hold this run's data set or "
+                    "settings"
+                )
+            return got, r.step, r.pending
+
+        self.ready -= set(targets)  # a node that fails its setup must be set up again
+        for m, (got, step, pending) in self.set_up(targets, self.t, info, accept, parts=0).items():
+            self.nodes[m] = got
             self._reconcile(m, step, pending, rejoin)
             self.ready.add(m)
         if not rejoin:
