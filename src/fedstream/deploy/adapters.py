@@ -12,7 +12,8 @@ drive without knowing the task:
 * ``check(config)`` (what the network carries), ``n_nodes(config)`` and ``report(summary)`` (the line
   ``fedstream deploy local`` prints).
 
-Nothing else in :mod:`fedstream.deploy` looks at ``config["task"]``.
+Nothing else in :mod:`fedstream.deploy` branches on ``config["task"]``: the other layers only look
+the adapter up here.
 """
 
 from __future__ import annotations
