@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data import Stream
-from fedstream.deploy.records import FINISH, SETUP, Link
+from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
 from fedstream.ovfl.deploy.parties import (
@@ -47,7 +47,7 @@ from fedstream.ovfl.deploy.parties import (
     server_labels,
 )
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
-from fedstream.ovfl.deploy.records import FinishRequest, SetupReply
+from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
@@ -149,38 +149,29 @@ class NetworkVFL:
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
         (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
         them; the gradients held for a node that comes back at another round are dropped."""
-        info = self.transport.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
-        replies = self.transport.flush(SETUP, self.t, lambda m, held: info, clients)
-        for m, reply in replies.items():
-            block = self.blocks[m]
-            try:
-                got = SetupReply.read(reply.info, "setup reply")
-            except ProtocolError as exc:
-                self.transport.fault(m, self.t, SETUP, str(exc))
-                continue
-            node_round = got.round
+        tr = self.transport
+
+        def accept(m: int, reply) -> int:
+            got, block = SetupReply.read(reply.info, "setup reply"), self.blocks[m]
             if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
-                self.transport.fault(
-                    m,
-                    self.t,
-                    SETUP,
-                    f"the node reports client {got.client} with features "
-                    f"{got.block_start}:{got.block_stop}, expected client {m} with features "
-                    f"{block.start}:{block.stop}",
+                raise ProtocolError(
+                    f"the node reports client {got.client} with features {got.block_start}:{got.block_stop}, "
+                    f"expected client {m} with features {block.start}:{block.stop}"
                 )
-            elif node_round >= self.t:
-                self.transport.fault(
-                    m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round before {self.t}"
-                )
-            else:
-                self.transport.ready.add(m)
-                if rejoin or (resume and node_round != self.t - 1):
-                    # a node back at round t - 1 (its checkpoint is its state after its last reply) still
-                    # waits for the gradients held for it; one further back never asked for them
-                    dropped = self.transport.forget(m) if node_round != self.t - 1 else 0
-                    self.transport.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
-                                                   "dropped_gradients": dropped})
-        return set(replies) & self.transport.ready
+            if got.round >= self.t:
+                raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
+            return got.round
+
+        info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
+        rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
+        for m, node_round in rounds.items():
+            if rejoin or (resume and node_round != self.t - 1):
+                # a node back at round t - 1 (its checkpoint is its state after its last reply) still
+                # waits for the gradients held for it; one further back never asked for them
+                dropped = tr.forget(m) if node_round != self.t - 1 else 0
+                tr.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
+                                   "dropped_gradients": dropped})
+        return set(rounds)
 
     def label(self, t: int) -> int:
         chunk = t // CHUNK
@@ -334,8 +325,7 @@ class NetworkVFL:
         Each node counts the bytes it received and sent; they must equal the server's counts.
         """
         tr = self.transport
-        replies = tr.flush(FINISH, self.t - 1,
-                           lambda m, held: FinishRequest(grad_rounds=held, models=models).info(), tr.ready)
+        replies = tr.finish(self.t - 1, models=models)
         self.reports = []
         for m, reply in sorted(replies.items()):
             info, ledger = reply.info, tr.ledger

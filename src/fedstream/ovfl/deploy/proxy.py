@@ -45,7 +45,7 @@ and sigma); a cache row the server never received is zero (plain top-k for it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -54,7 +54,7 @@ import numpy as np
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.ovfl.deploy.records import RoundReply, RoundRequest
+from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
@@ -139,34 +139,32 @@ class LinkTransport(Session):
         self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
 
     # -- setup and finish --------------------------------------------------------------------
-    def flush(self, kind: str, t: int, request: Callable[[int, list[int]], dict],
-              clients: set[int] | None = None) -> dict[int, Envelope]:
-        """One request of ``kind`` (``setup``, ``finish``) to ``clients`` (default: every available
-        one), a ``finish`` carrying what is still held for each; ``request(m, grad_rounds)`` is
-        client m's ``info``. Return the replies that came back."""
+    def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
+        """The session's setup of the reachable ones of ``clients`` between batches; those it accepts
+        are ready, the others must be set up again."""
         self._check_round_done()
-        targets = self.link.available() if clients is None else clients & self.link.available()
+        targets = set(clients) & self.link.available()
+        self.ready -= targets
+        accepted = super().set_up(targets, t, info, accept, **kwargs)
+        self.ready |= set(accepted)
+        return accepted
+
+    def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
+        """The ``finish`` request (the gradients still held for each node) to every ready, reachable
+        node; return the replies that came back (a failed one is a fault)."""
+        self._check_round_done()
         requests = {}
-        for m in sorted(targets):
-            held = self._outbox.pop(m, []) if kind == FINISH else []
-            requests[m] = Envelope(kind, t, [g for _, g in held], request(m, [r for r, _ in held]))
-        replies = self.exchange(requests)
+        for m in sorted(self.ready & self.link.available()):
+            held = self._outbox.pop(m, [])
+            info = FinishRequest(grad_rounds=[r for r, _ in held], models=models).info()
+            requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
         good = {}
-        for m, reply in replies.items():
-            if isinstance(reply, Failure):
-                self.fault(m, t, kind, reply.reason)
+        for m, reply in self.exchange(requests).items():
+            try:
+                good[m] = self.reply(reply, FINISH, t)
+            except ProtocolError as exc:
+                self.fault(m, t, FINISH, str(exc))
                 self.ready.discard(m)
-            elif reply.kind != kind or reply.round != t:
-                self.fault(
-                    m,
-                    t,
-                    kind,
-                    f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply "
-                    f"for round {reply.round}",
-                )
-                self.ready.discard(m)
-            else:
-                good[m] = reply
         return good
 
     def forget(self, m: int) -> int:
