@@ -157,7 +157,7 @@ def test_batches_with_compression_carry_the_same_messages(root):
     assert got["exchanges"] == 20 + 2
     assert model_digest(net.server.model.parameters()) != model_digest(engine.server.model.parameters())
     assert got["accumulated_error"] < summary["accumulated_error"] + 0.25
-    node = net.transport.link._memory[0].state
+    node = net.transport.link.memory[0].state
     ranking = node["link.sender.last_gradient"]
     assert ranking.shape == (1, E) and set(np.abs(ranking).ravel()) == {1.0}  # what sign decoding gives
 
@@ -287,10 +287,10 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
         def exchange(self, requests):
             env = requests.get(1)
             if env is not None and env.kind == ROUND and env.round == 30 and self.before is None:
-                self.before = dict(self._memory[1].state)  # after its reply for 20..29: its latest checkpoint
+                self.before = dict(self.memory[1].state)  # after its reply for 20..29: its latest checkpoint
             replies = super().exchange(requests)
             if env is not None and env.kind == SETUP and self.crashed:
-                self.after = dict(self._memory[1].state)
+                self.after = dict(self.memory[1].state)
             return replies
 
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})

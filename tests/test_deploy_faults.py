@@ -83,7 +83,7 @@ class ReplacedBetweenBatches(LoopbackLink):
     def rejoined(self):
         self.asked += 1
         if self.asked == 3:  # before the batch at round 20
-            del self._memory[1]
+            del self.memory[1]
             return {1}
         return set()
 

@@ -403,7 +403,7 @@ def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(roo
 
     def check():
         with pytest.raises(ProtocolError, match=reason):
-            net.cohort._check(1, bad, 1, 50)
+            net.cohort.check_embedding(1, bad, 1, 50)
 
     peak, seconds = peak_bytes(check)
     assert peak < 1 << 20 and seconds < 1.0, (peak, seconds)

@@ -110,7 +110,7 @@ class OlderNodeLink(LoopbackLink):
         if env is not None and train_step(env) and env.round == 1:
             shutil.copy(latest, self.store / "older.npz")
         if env is not None and train_step(env) and env.round == 2:
-            del self._memory[1]
+            del self.memory[1]
             shutil.copy(self.store / "older.npz", latest)
             self.older = True
         return replies

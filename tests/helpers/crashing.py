@@ -37,7 +37,7 @@ class CrashOnce(LoopbackLink):
         env = requests.get(self.client)
         if env is not None and not self.crashed and self.crashes_on(env):
             self.crashed = True
-            del self._memory[self.client]
+            del self.memory[self.client]
             others = {m: e for m, e in requests.items() if m != self.client}
             return super().exchange(others) | {self.client: Failure("no reply within 5 s")}
         return super().exchange(requests)

@@ -27,7 +27,7 @@ class LoopbackLink:
     def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
         self.n_clients, self.persist, self.store = n_clients, persist, store
         self._rows = rows
-        self._memory: dict[int, object] = {}
+        self.memory: dict[int, object] = {}  # what each node keeps between requests (persist=True)
         self._hosts: dict[int, object] = {}
         self.requests = 0
 
@@ -43,7 +43,7 @@ class LoopbackLink:
             self.requests += 1
             try:
                 if self.persist:
-                    replies[m], self._memory[m] = handle_on_node(env, m, self._memory.get(m), data=self._data,
+                    replies[m], self.memory[m] = handle_on_node(env, m, self.memory.get(m), data=self._data,
                                                                  store=self.store)
                     continue
                 if env.kind == SETUP:

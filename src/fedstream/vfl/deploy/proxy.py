@@ -229,7 +229,7 @@ class RemoteCohort(Session):
         for m, reply in self.exchange(requests).items():
             try:
                 data = self.reply(reply, ROUND, t, 1).parts[0]
-                self._check(m, data, t, len(batch))
+                self.check_embedding(m, data, t, len(batch))
             except FedstreamError as exc:
                 self.fault(m, t, "train", str(exc))
                 continue
@@ -273,7 +273,7 @@ class RemoteCohort(Session):
             try:
                 parts = self.reply(reply, ROUND, t, len(batches)).parts
                 for b, data in zip(batches, parts):  # every batch valid before any is used
-                    self._check(m, data, b.step, len(b))
+                    self.check_embedding(m, data, b.step, len(b))
             except FedstreamError as exc:
                 self.fault(m, t, "evaluation", str(exc))
                 continue
@@ -283,7 +283,7 @@ class RemoteCohort(Session):
                    for m in range(self.settings.clients)]
 
     # -- replies -----------------------------------------------------------------------------------
-    def _check(self, m: int, data: bytes, t: int, rows: int) -> None:
+    def check_embedding(self, m: int, data: bytes, t: int, rows: int) -> None:
         """Check client m's embedding of step t without touching m's end of the link; raise ProtocolError.
 
         :func:`~fedstream.deploy.records.peek` checks compressed-or-not and the codec against
