@@ -7,7 +7,7 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
   (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
-  the server's Query of each of those rounds (see :mod:`fedstream.deploy.records`). Each node answers
+  the server's Query of each of those rounds (see :mod:`fedstream.ovfl.deploy.records`). Each node answers
   with one embedding per round and which rounds activated it. With a server-side policy
   (``topl``) the server has decided the B rounds' activations itself: the request carries them
   (``info["active"]``) and no query, and the node answers with the embeddings of its activated
