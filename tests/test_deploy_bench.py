@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from fedstream.bench.network import _row, bench_network, format_network_bench
-from fedstream.deploy.relay import TcpRelay
+from fedstream.deploy.runtimes.relay import TcpRelay
 
 
 def echo_server() -> tuple[socket.socket, int]:

@@ -1,8 +1,8 @@
 """CHFL's FedAvg (batch mode) across processes on Flower gives the simulator's results.
 
 The server party runs the simulator's round loop (:class:`fedstream.chfl.trainer.BatchRun`) over
-:class:`fedstream.deploy.chfl_proxy.RemoteCohort`; each node hosts one client
-(:class:`fedstream.deploy.chfl_host.CHFLHost`) fed only its own rows and columns. Checked against
+:class:`fedstream.chfl.deploy.proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.chfl.deploy.host.CHFLHost`) fed only its own rows and columns. Checked against
 the in-process simulator on covertype (tiny settings):
 
 * the deployment's code over an in-process link, every node rebuilt from its saved state for
@@ -22,20 +22,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.helpers.flower import simulated_summary
+from tests.helpers.links import spoiling
 
 from fedstream.chfl.cohort import LocalCohort
+from fedstream.chfl.deploy.data import chfl_config_settings, load_part
+from fedstream.chfl.deploy.driver import NetworkCHFL
+from fedstream.chfl.deploy.host import CHFLHost
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.plan import prepare
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.trainer import result_of, run_chfl, variants_of
 from fedstream.config import load_config
-from fedstream.deploy.chfl_data import chfl_config_settings, load_part
-from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.chfl_host import CHFLHost
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
-from flower_runs import simulated_summary
 
 DATA = "covertype_kaggle/train.csv.gz"
 TINY = {
@@ -150,21 +152,9 @@ def test_loopback_deployment_of_a_baseline_equals_the_simulator(root, tmp_path):
 
 
 # -- malformed messages -----------------------------------------------------------------------------
-class SpoilingLink(LoopbackLink):
-    """A loopback link whose node ``victim`` answers ``request`` (kind, round) with ``spoil(reply)``."""
-
-    victim, request, spoil = 1, (ROUND, 1), None
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        for m, env in requests.items():
-            if (
-                m == self.victim
-                and (env.kind, env.round) == self.request
-                and not isinstance(replies[m], Failure)
-            ):
-                replies[m] = type(self).spoil(replies[m])
-        return replies
+def spoil_at(spoil, request=(ROUND, 1), victim: int = 1):
+    """A link whose node ``victim`` answers ``request`` (kind, round) with ``spoil(reply)``."""
+    return spoiling(lambda m, env: m == victim and (env.kind, env.round) == request, spoil)
 
 
 def _respoil(reply: Envelope, **change) -> Envelope:
@@ -215,7 +205,7 @@ def test_a_malformed_reply_is_rejected_recorded_and_left_out(root, simulated, tm
     client 1 out of that round's FedAvg (and the metrics), and the run completes."""
     config, want, _ = simulated
     spoil, reason = SPOILS[kind]
-    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil)})
+    link_cls = spoil_at(spoil)
     _, got, _ = deploy(config, root, tmp_path, link_cls)
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, ROUND)], got["faults"]
     assert __import__("re").search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
@@ -236,7 +226,7 @@ def test_malformed_choices_are_rejected(root, simulated, tmp_path):
         choices["mu>0"]["candidate"] = "mu=0"  # not a μ > 0 candidate
         return Envelope(reply.kind, reply.round, [], reply.info | {"choices": json.dumps(choices)})
 
-    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil), "request": (FINISH, 2)})
+    link_cls = spoil_at(spoil, (FINISH, 2))
     _, got, _ = deploy(config, root, tmp_path, link_cls)
     assert [(f["client"], f["request"]) for f in got["faults"]] == [(1, FINISH)]
     assert "variant 'mu>0': malformed choice" in got["faults"][0]["reason"]
@@ -246,14 +236,11 @@ def test_malformed_choices_are_rejected(root, simulated, tmp_path):
 def test_a_round_without_any_valid_update_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
     config, _, _ = simulated
 
-    class AllSpoilt(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            return {m: (_respoil(r, tensors=_nan) if requests[m].kind == ROUND and r.parts else r)
-                    for m, r in replies.items()}
+    all_spoilt = spoiling(lambda m, env: env.kind == ROUND,
+                          lambda r: _respoil(r, tensors=_nan) if r.parts else r)
 
     with pytest.raises(ProtocolError, match=r"round 0: no client node sent a valid model update.*NaN"):
-        deploy(config, root, tmp_path, AllSpoilt)
+        deploy(config, root, tmp_path, all_spoilt)
 
 
 def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):

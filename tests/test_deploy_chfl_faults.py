@@ -1,7 +1,7 @@
 """Faults in a deployed CHFL run (issue 10): a client node that crashes rejoins from its own
 checkpoint; the server checkpoints after every FedAvg round and resumes exactly.
 
-Fast tests drive the deployment's code (:class:`fedstream.deploy.chfl_driver.NetworkCHFL` over a
+Fast tests drive the deployment's code (:class:`fedstream.chfl.deploy.driver.NetworkCHFL` over a
 loopback link, every node rebuilt from its saved state for every request, as on a SuperNode) with
 links that crash a node or the server; the slow one SIGKILLs a real SuperNode of a local Flower
 deployment and starts a new one.
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
+from tests.helpers.links import ServerCrash, crashing_at
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
-from fedstream.chfl.rounds import boundary
-from fedstream.deploy.chfl_data import chfl_config_settings, load_part
-from fedstream.deploy.chfl_driver import NetworkCHFL
-from fedstream.deploy.link import ROUND, SETUP, Envelope, LoopbackLink
+from fedstream.chfl.deploy.data import chfl_config_settings, load_part
+from fedstream.chfl.deploy.driver import NetworkCHFL
+from fedstream.chfl.trainer import boundary
+from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
 
@@ -116,24 +116,10 @@ def test_a_rejoining_node_with_other_data_is_refused_and_the_run_goes_on(root, c
 
 
 # -- the server crashes and resumes -----------------------------------------------------------------
-class ServerCrash(Exception):
-    pass
-
-
-class ServerCrashingLink(LoopbackLink):
-    """The server's process dies once the nodes have answered the round request ``at`` (federation,
-    round): the nodes are ahead of the server's last checkpoint."""
-
-    at: tuple[int, int] = (1, 1)
-    armed = True
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        env = next(iter(requests.values()))
-        if self.armed and env.kind == ROUND and (env.info["lr_index"], env.round) == self.at:
-            self.armed = False
-            raise ServerCrash
-        return replies
+def crash_after(at: tuple[int, int] = (1, 1)):
+    """A link on which the server's process dies once the nodes have answered the round request
+    ``at`` (federation, round): the nodes are ahead of the server's last checkpoint."""
+    return crashing_at(lambda env: env.kind == ROUND and (env.info["lr_index"], env.round) == at)
 
 
 def metrics_rows(path: Path) -> list[dict]:
@@ -154,7 +140,7 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
     whole = whole_net.run(checkpoint=tmp_path / "whole" / "out" / "checkpoint.pt")
     assert_same_result(whole, want)
 
-    link = link_for(config, root, tmp_path, type("Crash", (ServerCrashingLink,), {"at": crash}))
+    link = link_for(config, root, tmp_path, crash_after(crash))
     path = tmp_path / "out" / "checkpoint.pt"
     first = NetworkCHFL(server_config(config, tmp_path), link)
     with pytest.raises(ServerCrash):
@@ -196,7 +182,7 @@ def test_a_run_resumed_after_its_last_federation_only_collects_the_choices(root,
 @pytest.fixture(scope="module")
 def checkpoint(root, config, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("checkpointed")
-    link = link_for(config, root, tmp, ServerCrashingLink)
+    link = link_for(config, root, tmp, crash_after())
     with pytest.raises(ServerCrash):
         NetworkCHFL(server_config(config, tmp), link).run(checkpoint=tmp / "out" / "checkpoint.pt")
     return tmp / "out" / "checkpoint.pt", link
@@ -279,7 +265,7 @@ def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(r
     and goes back to an older one (the first federation's end): a rejoin, and its own byte counts
     differ from the server's by the round it missed. That is what a rejoin means, not a fault: the
     run finishes with every client and no FINISH fault."""
-    link = link_for(config, root, tmp_path, ServerCrashingLink)
+    link = link_for(config, root, tmp_path, crash_after())
     path = tmp_path / "out" / "checkpoint.pt"
     first = NetworkCHFL(server_config(config, tmp_path), link)
     with pytest.raises(ServerCrash):
@@ -359,7 +345,7 @@ REPLY_TIMEOUT = 30.0  # seconds; a busy 2-core machine takes up to ~20 s for a h
 
 def _node_position(cache: Path, index: int) -> tuple[int, int]:
     """Where client ``index``'s node is, from its latest checkpoint ((-1, -1): none yet)."""
-    from fedstream.deploy.remote import unpack_state
+    from fedstream.deploy.archive import unpack_state
 
     paths = list(cache.glob(f"ckpt-*-{index}.npz"))
     if not paths:

@@ -21,22 +21,23 @@ embedding cache, encodes gradients with its quantiser table). Against the in-pro
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import run_simulation
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import crash_then_load
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.host import model_digest
-from fedstream.deploy.link import ROUND, SETUP, Envelope
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
@@ -46,12 +47,10 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
-from flower_runs import run_simulation
 from test_deploy_faults import CrashingLink, link_for
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
-    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -158,7 +157,7 @@ def test_batches_with_compression_carry_the_same_messages(root):
     assert got["exchanges"] == 20 + 2
     assert model_digest(net.server.model.parameters()) != model_digest(engine.server.model.parameters())
     assert got["accumulated_error"] < summary["accumulated_error"] + 0.25
-    node = net.transport.link._memory[0].state
+    node = net.transport.link.memory[0].state
     ranking = node["link.sender.last_gradient"]
     assert ranking.shape == (1, E) and set(np.abs(ranking).ravel()) == {1.0}  # what sign decoding gives
 
@@ -215,19 +214,13 @@ TAMPERING = {"codec byte": spoil_codec, "plain": plain_instead, "shape": forged_
              "truncated": lambda p: p[:-3], "NaN": lambda p: p[:-4] + np.float32("nan").tobytes()}
 
 
-class TamperingLink(LoopbackLink):
-    """Client 1's reply to the batch at round 20: its last embedding spoilt by ``tamper``."""
-
-    def __init__(self, *args, tamper, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tamper = tamper
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        env = requests.get(1)
-        if env is not None and env.kind == ROUND and env.round == 20:
-            replies[1].parts[-1] = self.tamper(replies[1].parts[-1])
-        return replies
+def tampering(tamper):
+    """A link on which client 1's reply to the batch at round 20 has its last embedding spoilt by
+    ``tamper``."""
+    return spoiling(
+        lambda m, env: m == 1 and env.kind == ROUND and env.round == 20,
+        lambda r: Envelope(r.kind, r.round, r.parts[:-1] + [tamper(r.parts[-1])], r.info, r.arrays),
+    )
 
 
 def cache_after_round_29(config: dict, link) -> tuple[NetworkVFL, np.ndarray]:
@@ -249,7 +242,7 @@ def test_a_bad_compressed_reply_is_rejected_and_leaves_the_cache_untouched(root,
     """The batch 20..29 of client 1 is rejected as a whole (its first 9 embeddings were valid): the
     server's cache holds nothing of client 1 for those rounds, and the run goes on."""
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10})
-    net, cached = cache_after_round_29(config, link_for(config, TamperingLink, tamper=TAMPERING[name]))
+    net, cached = cache_after_round_29(config, link_for(config, tampering(TAMPERING[name])))
     s = net.summary()
     assert [(f["round"], f["client"]) for f in s["faults"]] == [(20, 1)] and s["missed_events"] == [0, 10]
     assert not cached[4:].any() and cached[:4].any()  # rounds 20..29 never reached it; 16..19 did
@@ -294,10 +287,10 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
         def exchange(self, requests):
             env = requests.get(1)
             if env is not None and env.kind == ROUND and env.round == 30 and self.before is None:
-                self.before = dict(self._memory[1].state)  # after its reply for 20..29: its latest checkpoint
+                self.before = dict(self.memory[1].state)  # after its reply for 20..29: its latest checkpoint
             replies = super().exchange(requests)
             if env is not None and env.kind == SETUP and self.crashed:
-                self.after = dict(self._memory[1].state)
+                self.after = dict(self.memory[1].state)
             return replies
 
     config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})

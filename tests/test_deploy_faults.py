@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import (
+from tests.helpers.crashing import (
     CrashOnce,
     crash_then_load,
     run_resumed,
@@ -26,14 +23,16 @@ from crashing import (
     stop_when,
     wait_for,
 )
+from tests.helpers.models import assert_same_models
+
 from fedstream.config import load_config
-from fedstream.deploy import LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND
+from fedstream.deploy.runtimes.loopback import LoopbackLink
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from test_deploy_flower import (
     as_set,
-    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -84,7 +83,7 @@ class ReplacedBetweenBatches(LoopbackLink):
     def rejoined(self):
         self.asked += 1
         if self.asked == 3:  # before the batch at round 20
-            del self._memory[1]
+            del self.memory[1]
             return {1}
         return set()
 
@@ -132,7 +131,7 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(config
 def test_a_node_keeps_its_last_boundaries_and_forgets_an_abandoned_sessions(tmp_path):
     """NodeStore: the latest state, the last KEEP_BOUNDARIES boundaries; a resume at t loads the
     latest boundary <= t and deletes those after t (written by the session the server abandoned)."""
-    from fedstream.deploy.node import KEEP_BOUNDARIES, NodeStore
+    from fedstream.deploy.session import KEEP_BOUNDARIES, NodeStore
 
     store = NodeStore(tmp_path, "abc123", 1)
     for t in (10, 20, 30, 40):

@@ -22,11 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.flower import run_simulation
+from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.host import model_digest
-from fedstream.deploy.parties import (
+from fedstream.deploy.runtimes.loopback import LoopbackLink
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.parties import (
     build_client,
     build_server,
     client_rows,
@@ -34,11 +38,9 @@ from fedstream.deploy.parties import (
     server_labels,
     server_stream,
 )
-from fedstream.deploy.rows import BlockRows
-from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
-from flower_runs import run_simulation
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -99,14 +101,6 @@ def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
     engine.transport = recorder = RecordingTransport(engine.transport)
     summary = engine.run()
     return engine, recorder.sizes, summary
-
-
-def assert_same_models(a: dict, b: dict) -> None:
-    """Two runs' models, party by party, bitwise."""
-    assert set(a) == set(b)
-    for party, params in a.items():
-        for x, y in zip(params, b[party], strict=True):
-            np.testing.assert_array_equal(x, y, err_msg=party)
 
 
 def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:
@@ -191,7 +185,7 @@ def test_a_supernode_names_its_client_index_once_and_validly():
     """--node-config client-index=M, or data.client_index=M (the setting's name in the config's terms)."""
     from flwr.common.config import parse_config_args
 
-    from fedstream.deploy.flower_app import client_index
+    from fedstream.deploy.runtimes.flower import client_index
 
     assert client_index(parse_config_args(["data.client_index=2"])) == 2
     assert client_index(parse_config_args(['client-index=1 cache-dir="/tmp/c"'])) == 1
@@ -255,7 +249,7 @@ def test_event_batching_keeps_the_messages_and_changes_only_the_clients_stalenes
 
 
 def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
-    from fedstream.deploy.link import ROUND, Envelope
+    from fedstream.deploy.records import ROUND, Envelope
     from fedstream.ovfl.messages import Gradient, Query
 
     config = load_config(

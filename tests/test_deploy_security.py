@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
 
-sys.path.insert(0, str(Path(__file__).parent))
 from fedstream.deploy.credentials import write_credentials
 from fedstream.errors import ConfigError
 from test_deploy_flower import flower_available

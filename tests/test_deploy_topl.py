@@ -27,28 +27,29 @@ from __future__ import annotations
 import gzip
 import json
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import run_isolated
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import crash_then_load
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.link import ROUND, Envelope
-from fedstream.deploy.parties import check_deployable, server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, Envelope
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost
+from fedstream.ovfl.deploy.parties import check_deployable, server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
-from flower_runs import run_isolated
 from test_deploy_flower import (
     as_set,
     assert_same_as_simulator,
-    assert_same_models,
     flower_available,
     load_models,
     loopback_run,
@@ -64,8 +65,8 @@ E = 8  # overrides()'s model.embedding
 @pytest.fixture
 def small_chunks(monkeypatch):
     """The simulator and the server use chunks of 64 rounds (the policy learns at each chunk's end)."""
-    from fedstream.deploy import driver
     from fedstream.ovfl import engine
+    from fedstream.ovfl.deploy import driver
 
     monkeypatch.setattr(engine, "CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(driver, "CHUNK", SMALL_CHUNK)
@@ -138,18 +139,10 @@ def test_topl_over_an_in_process_link_equals_the_simulator(root, small_chunks, o
     assert_topl_traffic(net, 300)
 
 
-class RecordingLink(LoopbackLink):
-    """A loopback link that records (first round, events, activations sent) of every batch request."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batches: list[tuple[int, int, list]] = []
-
-    def exchange(self, requests):
-        for m, env in sorted(requests.items()):
-            if env.kind == ROUND and m == 0:
-                self.batches.append((env.round, env.info["events"], env.info.get("active")))
-        return super().exchange(requests)
+def batches(link: RecordingLink) -> list[tuple[int, int, list]]:
+    """(first round, events, activations sent) of every batch request (client 0's)."""
+    return [(env.round, env.info["events"], env.info.get("active")) for m, env, _ in link.seen
+            if env.kind == ROUND and m == 0]
 
 
 def run_over(
@@ -179,10 +172,10 @@ def test_any_batch_size_decides_the_simulators_activations(root, small_chunks):
     for key in ("bytes", "activation_rate", "accumulated_error", "selection_updates"):
         assert got[key] == summary[key], key
     assert got["selection_updates"] == 3
-    starts = [(t0, n) for t0, n, _ in net.transport.link.batches]
+    starts = [(t0, n) for t0, n, _ in batches(net.transport.link)]
     assert starts == [(c * 64 + j, n) for c in range(4) for j, n in ((0, 48), (48, 16))] + [(256, 44)]
     assert got["exchanges"] == 9 + 2
-    assert all(len(active) == n for _, n, active in net.transport.link.batches)
+    assert all(len(active) == n for _, n, active in batches(net.transport.link))
 
 
 def test_batches_with_learning_clients_keep_topls_traffic_and_learn(root, small_chunks):
@@ -240,20 +233,18 @@ def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(root):
     assert node.round == -1
 
 
-class DisobedientLink(LoopbackLink):
-    """Client 1 answers the batch from round 20 as if it had been activated in every event."""
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        env = requests.get(1)
-        if env is not None and env.kind == ROUND and env.round == 20:
-            replies[1].info["active"] = [1] * env.info["events"]
-        return replies
+def disobeying(reply: Envelope) -> Envelope:
+    """Client 1's reply to the batch from round 20, as if it had been activated in every event."""
+    return Envelope(
+        reply.kind, reply.round, reply.parts, reply.info | {"active": [1] * len(reply.info["active"])}
+    )
 
 
 def test_a_reply_that_disobeys_the_servers_activations_is_a_fault(root, small_chunks, caplog):
     config = topl_config(root, 60, **{"network.batch": 10})
-    net, _ = run_over(config, DisobedientLink)
+    net, _ = run_over(
+        config, spoiling(lambda m, env: m == 1 and env.kind == ROUND and env.round == 20, disobeying)
+    )
     s = net.summary()
     assert [(f["round"], f["client"]) for f in s["faults"]] == [(20, 1)]
     assert "the server decided" in s["faults"][0]["reason"] and "the server decided" in caplog.text
@@ -307,10 +298,10 @@ def test_flower_simulation_runtime_with_topl_equals_the_simulator(root, small_ch
     values = overrides(root, 150) | {"activation.name": "topl", "activation.l": 1, "activation.explore": 2,
                                      "activation.window": 40}
     script = f"""
-import fedstream.deploy.driver as driver, fedstream.ovfl.engine as engine
+import fedstream.ovfl.deploy.driver as driver, fedstream.ovfl.engine as engine
 engine.CHUNK = driver.CHUNK = {SMALL_CHUNK}
 from flwr.simulation import run_simulation
-from fedstream.deploy.flower_app import make_client_app, make_server_app
+from fedstream.deploy.runtimes.flower import make_client_app, make_server_app
 server = make_server_app(config="", set={as_set(values)!r}, out={str(out)!r}, audit=True)
 run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=2,
                backend_config={{"client_resources": {{"num_cpus": 1}},

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import logging
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.links import spoiling
 
-sys.path.insert(0, str(Path(__file__).parent))
 from fedstream.config import load_config
-from fedstream.deploy import ClientHost, LoopbackLink, NetworkVFL
-from fedstream.deploy.host import model_digest
-from fedstream.deploy.link import ROUND, Envelope, Failure
-from fedstream.deploy.parties import server_stream
-from fedstream.deploy.rows import BlockRows
+from fedstream.deploy.records import ROUND, Envelope
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
 from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
@@ -75,24 +73,14 @@ TAMPERING = {
 }
 
 
-class TamperingLink(LoopbackLink):
-    """A loopback link whose reply from ``BAD_CLIENT`` to the batch at ``BAD_BATCH_START`` is spoilt."""
-
-    def __init__(self, *args, tamper, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tamper = tamper
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        env = requests.get(BAD_CLIENT)
-        if env is not None and env.kind == ROUND and env.round == BAD_BATCH_START:
-            replies[BAD_CLIENT] = self.tamper(replies[BAD_CLIENT])
-        return replies
+def bad_batch(m: int, env) -> bool:
+    """``BAD_CLIENT``'s request for the batch at ``BAD_BATCH_START``."""
+    return m == BAD_CLIENT and env.kind == ROUND and env.round == BAD_BATCH_START
 
 
 def tampered_run(config: dict, tamper) -> NetworkVFL:
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    link = TamperingLink(lambda cfg, m: rows[m], config["vfl.clients"], tamper=tamper)
+    link = spoiling(bad_batch, tamper)(lambda cfg, m: rows[m], config["vfl.clients"])
     net = NetworkVFL(config, link, stream=server_stream(config))
     net.run()
     net.finish(models=True)
@@ -134,24 +122,15 @@ def test_a_bad_reply_is_rejected_logged_and_padded_and_the_run_goes_on(config, r
     assert model_digest(net.server.model.parameters()) != model_digest(clean.server.model.parameters())
 
 
-class LosingLink(LoopbackLink):
-    """Client 1's request for the batch at BAD_BATCH_START never reaches it (a lost message, or a
-    ClientApp that failed before it changed anything: Flower's error reply)."""
-
-    def exchange(self, requests):
-        lost = requests.get(BAD_CLIENT)
-        if lost is None or lost.kind != ROUND or lost.round != BAD_BATCH_START:
-            return super().exchange(requests)
-        replies = super().exchange({m: env for m, env in requests.items() if m != BAD_CLIENT})
-        return replies | {BAD_CLIENT: Failure("the ClientApp failed: boom")}
-
-
 def test_a_lost_request_is_padded_and_its_gradients_count_as_skips(config, reference):
     """The node did not play the batch; the gradients of its previous batch were lost with the
     request, so at the next one it skips those events and goes on."""
     clean, nan_run = reference
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    net = NetworkVFL(config, LosingLink(lambda cfg, m: rows[m], 2), stream=server_stream(config))
+    # the request never reaches the node (a lost message, or a ClientApp that failed before it changed
+    # anything: Flower's error reply)
+    losing = spoiling(bad_batch, lost="the ClientApp failed: boom")
+    net = NetworkVFL(config, losing(lambda cfg, m: rows[m], 2), stream=server_stream(config))
     net.run()
     net.finish(models=True)
     s = net.summary()
@@ -192,8 +171,8 @@ def test_flower_records_are_checked_before_use():
     flwr = pytest.importorskip("flwr")  # noqa: F841
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-    from fedstream.deploy import gridlink
-    from fedstream.deploy.gridlink import from_record, to_record
+    from fedstream.deploy.runtimes import flower_grid as gridlink
+    from fedstream.deploy.runtimes.flower_grid import from_record, to_record
 
     good = to_record(Envelope(ROUND, 3, [b"abc"], {"active": [1]}))
     assert from_record(good, "x") == Envelope(ROUND, 3, [b"abc"], {"active": [1]})

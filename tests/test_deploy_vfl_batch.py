@@ -1,8 +1,9 @@
-"""Batch VFL (the compression paper's split learning) across processes on Flower gives the simulator's results.
+"""Batch VFL (the compression paper's split learning) across processes on Flower gives the simulator's
+results.
 
 The server party runs the simulator's epoch loop (:func:`fedstream.vfl.trainer.play_epochs`)
-over :class:`fedstream.deploy.vfl_batch_proxy.RemoteCohort`; each node hosts one client
-(:class:`fedstream.deploy.vfl_batch_host.BatchVFLHost`) fed only its own strip of the images.
+over :class:`fedstream.vfl.deploy.proxy.RemoteCohort`; each node hosts one client
+(:class:`fedstream.vfl.deploy.host.BatchVFLHost`) fed only its own strip of the images.
 Checked against the in-process simulator on MNIST (tiny settings):
 
 * the deployment's code over an in-process link, every node rebuilt from its saved state for
@@ -27,14 +28,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tests.helpers.flower import simulated_summary
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
 
 from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
 from fedstream.config import load_config
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Failure, LoopbackLink
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL
-from fedstream.deploy.vfl_batch_host import BatchVFLHost
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport import make_transport
@@ -42,6 +44,9 @@ from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
 from fedstream.transport.wire import COMPRESSED_KINDS
 from fedstream.vfl.data import load_vertical
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.driver import NetworkBatchVFL
+from fedstream.vfl.deploy.host import BatchVFLHost
 from fedstream.vfl.protocol import LocalCohort
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
@@ -52,7 +57,6 @@ from fedstream.vfl.trainer import (
     run_batch_vfl,
     run_summary,
 )
-from flower_runs import simulated_summary
 
 TINY = {
     "vfl.clients": 3,
@@ -136,10 +140,7 @@ def assert_same_run(got: dict, want: dict) -> None:
         assert got[key] == want[key], key
 
 
-def assert_same_models(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    assert sorted(got) == sorted(want)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=0, atol=1e-6, err_msg=k)
+ATOL = 1e-6  # a deployed batch VFL run's models against the simulator's (torch's sums may differ)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +167,7 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
     net, got, link = deploy(config, root, tmp_path)
     assert got["faults"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     M, steps, msg = 3, 4, 11 + 4 * 50 * 16  # 200 rows in batches of 50; a plain (50, 16) float32 message
     assert got["bytes"]["per_client"] == [{"up": steps * msg, "down": steps * msg}] * M
     assert got["eval_bytes_up"] == M * 2 * msg  # 100 test rows in 2 batches, up only
@@ -189,7 +190,7 @@ def test_compressed_loopback_deployment_equals_the_simulator(root, tmp_path):
     net, got, _ = deploy(config, root, tmp_path)
     assert got["faults"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     k = 2  # ceil(0.125 * 16) entries per row
     per_step_up = 12 + 1 + 50 * 16 // 8 + 4 * 50 * k  # compressed header, codec, bitmap, values
     assert got["bytes"]["per_client"][0]["up"] == 2 * 4 * per_step_up
@@ -203,7 +204,7 @@ def test_topk_grad_ranking_lives_on_the_node(root, tmp_path):
     want, want_models = simulate(config)
     net, got, _ = deploy(config, root, tmp_path)
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
 
 
 def test_server_side_selection_equals_the_simulator(root, tmp_path):
@@ -220,27 +221,14 @@ def test_server_side_selection_equals_the_simulator(root, tmp_path):
         assert [e["clients"] for e in got["selection"]["events"]] == [
             e["clients"] for e in want["selection"]["events"]
         ]
-        assert_same_models(deployed_models(net), want_models)
+        assert_same_models(deployed_models(net), want_models, atol=ATOL)
 
 
 # -- malformed messages -----------------------------------------------------------------------------
-class SpoilingLink(LoopbackLink):
-    """A loopback link whose node ``victim`` answers its training step ``step`` with ``spoil(reply)``."""
-
-    victim, step, spoil = 1, 1, None
-
-    def exchange(self, requests):
-        replies = super().exchange(requests)
-        for m, env in requests.items():
-            if (
-                m == self.victim
-                and env.kind == ROUND
-                and env.round == self.step
-                and env.info.get("split") == "train"
-                and not isinstance(replies[m], Failure)
-            ):
-                replies[m] = type(self).spoil(replies[m])
-        return replies
+def spoil_step(spoil, step: int = 1, victim: int = 1):
+    """A link whose node ``victim`` answers its training step ``step`` with ``spoil(reply)``."""
+    return spoiling(lambda m, env: m == victim and env.kind == ROUND and env.round == step
+                    and env.info.get("split") == "train", spoil)
 
 
 def _respoil(reply: Envelope, change) -> Envelope:
@@ -257,7 +245,8 @@ def _nan(msg: Embedding) -> Embedding:
 SPOILS = {
     "shape": (
         lambda r: _respoil(r, lambda e: Embedding(e.round, e.client, np.array(e.values[:-1]))),
-        r"expected client 1's embedding of step 1 of shape \(50, 16\), received a Embedding of step 1, shape \(49, 16\)",
+        r"expected client 1's embedding of step 1 of shape \(50, 16\), received a Embedding of step 1, "
+        r"shape \(49, 16\)",
     ),
     "nan": (lambda r: _respoil(r, _nan), r"client 1's embedding of step 1 holds NaN or inf|holds NaN or inf"),
     "step": (
@@ -289,7 +278,7 @@ def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_
     pads client 1 for that step (no gradient goes back), and the run completes."""
     config, want, _ = simulated
     spoil, reason = SPOILS[kind]
-    link_cls = type("Spoiling", (SpoilingLink,), {"spoil": staticmethod(spoil)})
+    link_cls = spoil_step(spoil)
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
         _, got, _ = deploy(config, root, tmp_path, link_cls)
     assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
@@ -311,14 +300,10 @@ def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_
 def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
     config, _, _ = simulated
 
-    class AllSpoilt(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            return {m: Failure("the ClientApp failed: boom") if env.kind == ROUND else replies[m]
-                    for m, env in requests.items()}
+    all_spoilt = spoiling(lambda m, env: env.kind == ROUND, lambda r: Failure("the ClientApp failed: boom"))
 
     with pytest.raises(ProtocolError, match=r"step 0: no client node answered validly .*boom"):
-        deploy(config, root, tmp_path, AllSpoilt)
+        deploy(config, root, tmp_path, all_spoilt)
 
 
 def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
@@ -377,7 +362,8 @@ HUGE = (65535, 65535)  # 16 GiB of float32: what a forged header may claim
 
 
 def forged(kind: type, codec: int, step: int, client: int) -> bytes:
-    """A 14-byte compressed frame of ``kind`` whose header claims a HUGE array and whose payload is 2 bytes."""
+    """A 14-byte compressed frame of ``kind`` whose header claims a HUGE array and whose payload is
+    2 bytes."""
     data = HEADER.pack(COMPRESSED_KINDS[kind], step, client, *HUGE) + bytes([codec]) + b"\0\0"
     assert len(data) == 14
     return data
@@ -398,17 +384,13 @@ def peak_bytes(call) -> tuple[int, float]:
 
 def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(root, tmp_path, caplog):
     """A node answers step 1 with a 14-byte frame claiming a 65535 x 65535 embedding: the server
-    checks the frame's shape before decoding its payload (fedstream.deploy.link.peek), so it records
+    checks the frame's shape before decoding its payload (fedstream.deploy.records.peek), so it records
     a fault naming both shapes, pads the node for that step and finishes the run; checking such a
     frame allocates next to nothing and takes no time."""
     config = tiny_config(root, **COMPRESSED)
     wire = up_codec(batch_settings(config).compression)[1].wire
     bad = forged(Embedding, wire, 1, 1)
-    link_cls = type(
-        "Forging",
-        (SpoilingLink,),
-        {"spoil": staticmethod(lambda r: Envelope(r.kind, r.round, [bad], r.info))},
-    )
+    link_cls = spoil_step(lambda r: Envelope(r.kind, r.round, [bad], r.info))
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
         net, got, _ = deploy(config, root, tmp_path, link_cls)
     reason = r"expected shape \(50, 16\), the frame says \(65535, 65535\)"
@@ -421,7 +403,7 @@ def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(roo
 
     def check():
         with pytest.raises(ProtocolError, match=reason):
-            net.cohort._check(1, bad, 1, 50)
+            net.cohort.check_embedding(1, bad, 1, 50)
 
     peak, seconds = peak_bytes(check)
     assert peak < 1 << 20 and seconds < 1.0, (peak, seconds)
@@ -503,7 +485,7 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
 def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(root):
     """No batch VFL setting is refused for the network (dynamic VF-PS and compression included); a
     misspelt one is refused before anything is deployed."""
-    from fedstream.deploy.parties import check_deployable
+    from fedstream.deploy.adapters import check_deployable
 
     with pytest.raises(
         ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"
@@ -532,4 +514,4 @@ def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_pat
     )
     assert_same_run(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:
-        assert_same_models({k: z[k] for k in z.files}, want_models)
+        assert_same_models({k: z[k] for k in z.files}, want_models, atol=ATOL)

@@ -1,7 +1,7 @@
 """Faults in a deployed batch VFL run (issue 10): a client node that crashes is padded, recorded and
 rejoins from its own checkpoint; the server checkpoints every epoch and resumes exactly.
 
-Fast tests drive the deployment's code (:class:`fedstream.deploy.vfl_batch_driver.NetworkBatchVFL`)
+Fast tests drive the deployment's code (:class:`fedstream.vfl.deploy.driver.NetworkBatchVFL`)
 over in-process links that crash a node or the server, on MNIST with the tiny settings of
 ``test_deploy_vfl_batch.py``; the slow one kills a real SuperNode of a local Flower deployment.
 """
@@ -11,26 +11,27 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
+from tests.helpers.links import RecordingLink, ServerCrash
+from tests.helpers.models import assert_same_models
 
-sys.path.insert(0, str(Path(__file__).parent))
-from crashing import CrashOnce, run_with_fault, wait_for
-from fedstream.deploy.link import ROUND, SETUP, LoopbackLink
-from fedstream.deploy.remote import unpack_state
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_driver import NetworkBatchVFL, boundary
-from fedstream.deploy.vfl_batch_proxy import EVALUATION, SELECT, boundary_of
+from fedstream.deploy.archive import unpack_state
+from fedstream.deploy.records import ROUND, SETUP
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from fedstream.vfl import run_batch_vfl
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.driver import NetworkBatchVFL, boundary
+from fedstream.vfl.deploy.records import EVALUATION, SELECT, boundary_of
 from test_deploy_vfl_batch import (
+    ATOL,
     COMPRESSED,
     TIMING,
-    assert_same_models,
     assert_same_run,
     deploy,
     deployed_models,
@@ -109,7 +110,7 @@ class OlderNodeLink(LoopbackLink):
         if env is not None and train_step(env) and env.round == 1:
             shutil.copy(latest, self.store / "older.npz")
         if env is not None and train_step(env) and env.round == 2:
-            del self._memory[1]
+            del self.memory[1]
             shutil.copy(self.store / "older.npz", latest)
             self.older = True
         return replies
@@ -135,10 +136,6 @@ def test_a_node_back_at_an_older_step_gets_no_stale_gradient(root, tmp_path, cap
 
 
 # -- the server crashes and resumes ---------------------------------------------------------------
-class ServerCrash(Exception):
-    pass
-
-
 def crash_in(epoch: int):
     """A progress callback that kills the server after the training steps of ``epoch``."""
     def progress(event):
@@ -194,7 +191,7 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
     net, got, _ = crash_and_resume(config, root, tmp_path)
     assert got["faults"] == [] and got["rejoins"] == [] and got["missed_steps"] == [0, 0, 0]
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     if "selection.method" in extra:
         untimed = lambda events: [{k: v for k, v in e.items() if k != "seconds"} for e in events]
         assert untimed(got["selection"]["events"]) == untimed(
@@ -222,7 +219,7 @@ def test_vfps_resumes_with_the_nodes_kept_states_of_its_selections(root, tmp_pat
     net, got, _ = crash_and_resume(config, root, tmp_path, epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     assert [(e["epoch"], e["clients"]) for e in got["selection"]["events"]] == \
         [(e["epoch"], list(e["clients"])) for e in want["selection"]["events"]]
     assert [(c["select_up"], c["select_down"]) for c in got["clients"]] == \
@@ -259,30 +256,20 @@ def test_a_server_dying_between_an_evaluation_and_its_checkpoint_resumes_exactly
     got = net.run(models=True)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
 
 
 
-class BoundaryLink(LoopbackLink):
-    """A loopback link that records (kind, split, boundary) of every request asking the nodes to keep
-    their state at a boundary, or to go back to one (``resume``)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.marks: list[tuple] = []
-
-    def exchange(self, requests):
-        marks = {
-            (
-                env.kind,
-                env.info.get("split"),
-                env.info["boundary"] if "boundary" in env.info else env.info["resume"],
-            )
-            for env in requests.values()
-            if "boundary" in env.info or "resume" in env.info
-        }
-        self.marks += sorted(marks, key=str)
-        return super().exchange(requests)
+def marks(link: RecordingLink) -> list[tuple]:
+    """(kind, split, boundary) of every request asking the nodes to keep their state at a boundary,
+    or to go back to one (``resume``): once per exchange, in order."""
+    out = []
+    for requests, _ in link.log:
+        found = {(env.kind, env.info.get("split"), env.info["boundary"] if "boundary" in env.info
+                  else env.info["resume"]) for env in requests.values()
+                 if "boundary" in env.info or "resume" in env.info}
+        out += sorted(found, key=str)
+    return out
 
 
 def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F811
@@ -301,42 +288,47 @@ def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F8
         root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3}
     )
     labels = load_labels(config, str(root))
-    link = BoundaryLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+    link = RecordingLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
                         config["vfl.clients"], persist=True, store=tmp_path / "nodes")
     with pytest.raises(ServerCrash):
         NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out", progress=crash_in(3)).run()
-    assert link.marks == [(ROUND, "select", 1), (ROUND, "test", 2), (ROUND, "select", 3), (ROUND, "test", 4),
+    assert marks(link) == [(ROUND, "select", 1), (ROUND, "test", 2), (ROUND, "select", 3), (ROUND, "test", 4),
                           (ROUND, "select", 5)]
-    link.marks = []
+    link.log.clear()
     net = NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out")
     net.load(tmp_path / "out" / "checkpoint.pt")
     got = net.run()
-    assert link.marks == [(SETUP, None, 4), (ROUND, "select", 5), (ROUND, "test", 6)]
+    assert marks(link) == [(SETUP, None, 4), (ROUND, "select", 5), (ROUND, "test", 6)]
     assert got["faults"] == [] and got["rejoins"] == [] and len(got["per_epoch"]) == 3
 
 
-def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, capsys):  # noqa: F811
     """The ServerApp's batch VFL party with ``resume`` and no ``out/checkpoint.pt`` says it starts
     afresh (as CHFL's does) and runs; asked to resume again, it finds the checkpoint and says so."""
-    from types import SimpleNamespace
+    from fedstream.deploy.runtimes.flower import resolve_settings
+    from fedstream.vfl.deploy.adapter import ADAPTER
 
-    from fedstream.deploy import flower_app
+    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
+                        3, persist=True, store=tmp_path / "nodes")
 
-    class QuietGridLink(LoopbackLink):  # what the summary reads of a GridLink
-        messages = bytes_down = bytes_up = 0
-        timings = ()
+    class Runtime:  # what the adapter asks of a runtime
+        def connect(self, n):
+            return link
 
-    link = QuietGridLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-                         3, persist=True, store=tmp_path / "nodes")
-    monkeypatch.setattr(flower_app, "GridLink", SimpleNamespace(connect=lambda grid, n, **kw: link))
+        def extra(self):
+            return {}
+
+        def note(self):
+            return "0 Flower messages"
+
     config = tiny_config(root)
     out = tmp_path / "out"
-    settings = flower_app.resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
-    flower_app.serve_vfl_batch(None, config, settings)
+    settings = resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
+    ADAPTER.serve(config, settings, Runtime())
     said = capsys.readouterr().out
     assert f"fedstream: no checkpoint at {out / 'checkpoint.pt'}: starting afresh" in said, said
     assert (out / "summary.json").exists() and (out / "checkpoint.pt").exists()
-    flower_app.serve_vfl_batch(None, config, settings)
+    ADAPTER.serve(config, settings, Runtime())
     said = capsys.readouterr().out
     assert (
         f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said
@@ -373,7 +365,7 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     pessimistic bound is crossed): each node scores only the epoch's available rows; the same
     selections, models and bytes as the simulator, also when the server dies in epoch 3 and resumes
     (the relaxed schedule's draws and the pessimistic scores come back from the checkpoint)."""
-    from fedstream.deploy.vfl_batch_vfps import HEADER
+    from fedstream.vfl.deploy.vfps import HEADER
     from test_deploy_vfps import TINY as VFPS
 
     config = tiny_config(
@@ -388,7 +380,7 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     net, got, _ = deploy(config, root, tmp_path / "whole")
     assert got["faults"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     assert untimed(got["selection"]["events"]) == untimed(want["selection"]["events"])
     up = sum(
         HEADER.size + 4 * min(50, e["available_rows"]) * e["available_rows"]
@@ -400,7 +392,7 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     net, got, _ = crash_and_resume(config, root, tmp_path / "cut", epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     assert untimed(got["selection"]["events"]) == untimed(want["selection"]["events"])
 
 
@@ -434,7 +426,7 @@ def test_resume_may_raise_epochs_but_refuses_other_changes(root, tmp_path):  # n
     net.load(path)
     got = net.run(models=True)
     assert_same_run(got, want)
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
 
 
 # -- real processes -------------------------------------------------------------------------------
@@ -447,7 +439,8 @@ def _flower_available() -> bool:
 
 
 def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) -> Path:
-    """A small learnable MNIST in IDX files (class prototypes plus noise), train and test, under folder/mnist."""
+    """A small learnable MNIST in IDX files (class prototypes plus noise), train and test, under
+    folder/mnist."""
     import gzip
     import struct
 
@@ -472,7 +465,8 @@ REPLY_TIMEOUT = (
 
 
 def _node_step(cache: Path, index: int) -> int:
-    """The last training step client ``index``'s node has embedded, from its latest checkpoint (-1: none yet)."""
+    """The last training step client ``index``'s node has embedded, from its latest checkpoint (-1:
+    none yet)."""
     paths = list(cache.glob(f"ckpt-*-{index}.npz"))
     if not paths:
         return -1
@@ -524,7 +518,8 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
 
 
 def test_deploy_app_takes_resume_for_batch_vfl(root, tmp_path):  # noqa: F811
-    """``fedstream deploy app|local ... --resume`` is accepted for batch VFL and reaches the ServerApp's settings."""
+    """``fedstream deploy app|local ... --resume`` is accepted for batch VFL and reaches the ServerApp's
+    settings."""
     from fedstream.cli import build_parser
     from fedstream.deploy.command import _settings
 

@@ -14,24 +14,15 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 import numpy as np
 import pytest
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
-from fedstream.deploy.link import ROUND, SETUP, Envelope, Failure, LoopbackLink
-from fedstream.deploy.vfl_batch_data import batch_settings, load_block, load_labels
-from fedstream.deploy.vfl_batch_host import BatchVFLHost
-from fedstream.deploy.vfl_batch_vfps import (
-    DISTANCES,
-    HEADER,
-    QUERIES,
-    SELECT,
-    decode,
-    encode,
-    local_distances,
-)
+from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, DataError, ProtocolError
 from fedstream.selection.group_testing import (
     group_test,
@@ -46,6 +37,17 @@ from fedstream.selection.knn_mi import (
 from fedstream.selection.methods import VFPSSelector
 from fedstream.selection.reference import local_sq_distances, m_from_distances
 from fedstream.vfl.data import load_vertical
+from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
+from fedstream.vfl.deploy.host import BatchVFLHost
+from fedstream.vfl.deploy.vfps import (
+    DISTANCES,
+    HEADER,
+    QUERIES,
+    SELECT,
+    decode,
+    encode,
+    local_distances,
+)
 
 TINY = {
     "vfl.clients": 3,
@@ -139,31 +141,22 @@ def deploy(config, data_root, tmp, link_cls=LoopbackLink):
 
 def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
     from test_deploy_vfl_batch import (
-        assert_same_models,
+        ATOL,
         assert_same_run,
         deployed_models,
         simulate,
     )
 
     want, want_models = simulate(tiny)
-    class Recording(LoopbackLink):  # what the nodes answer to VF-PS requests
-        seen: ClassVar[list] = []
-
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            for m, env in requests.items():
-                if env.info.get("split") == SELECT:
-                    r = replies[m]
-                    type(self).seen.append((m, [len(p) for p in r.parts], r.info, sorted(r.arrays)))
-            return replies
-
-    net, got, link = deploy(tiny, data_root, tmp_path, Recording)
-    assert Recording.seen == [
+    net, got, link = deploy(tiny, data_root, tmp_path, RecordingLink)
+    seen = [(m, [len(p) for p in r.parts], r.info, sorted(r.arrays)) for m, env, r in link.seen
+            if env.info.get("split") == SELECT]  # what the nodes answer to VF-PS requests
+    assert seen == [
         (m, [UP], {}, []) for _ in range(2) for m in range(M)
     ]  # the distances, nothing else
     assert got["faults"] == []
     assert_same_run(got, want)  # per-epoch rows, accuracy, training bytes per client and direction
-    assert_same_models(deployed_models(net), want_models)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
     events = [(e["epoch"], e["clients"], e["scores"]) for e in got["selection"]["events"]]
     assert events == [(e["epoch"], e["clients"], e["scores"]) for e in want["selection"]["events"]]
     assert len(events) == 2 and all(len(c) == 2 for _, c, _ in events)  # selection.every = 1: epochs 1 and 2
@@ -220,11 +213,7 @@ SPOILS = {
 def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_root, tmp_path, kind, caplog):
     spoil, reason = SPOILS[kind]
 
-    class Spoiling(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            return {m: spoil(replies[m]) if m == 1 and env.info.get("split") == SELECT else replies[m]
-                    for m, env in requests.items()}
+    link_cls = spoiling(lambda m, env: m == 1 and env.info.get("split") == SELECT, spoil)
 
     with (
         caplog.at_level("WARNING", logger="fedstream.deploy"),
@@ -232,7 +221,7 @@ def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_
             ProtocolError, match=r"epoch 1: VF-PS needs every client's local distances; clients \[1\]"
         ),
     ):
-        deploy(tiny, data_root, tmp_path, Spoiling)
+        deploy(tiny, data_root, tmp_path, link_cls)
     assert re.search("client 1, select request for step 1: .*" + reason, caplog.text), caplog.text
 
 
@@ -283,7 +272,7 @@ def test_a_node_answers_vfps_with_its_distances_only(tiny, data_root, tmp_path):
 
 
 def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, data_root, tmp_path):
-    from fedstream.deploy.vfl_batch_vfps import check_size
+    from fedstream.vfl.deploy.vfps import check_size
     from fedstream.vfl.selection import SelectionSpec
 
     check_size(SelectionSpec(method="vfps", queries=279), 60_000)  # 279 x 60,000 float32: 66,960,016 bytes
@@ -294,7 +283,7 @@ def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, d
 def test_vfps_messages_cross_flowers_records_unchanged():
     """The VF-PS request and reply through the RecordDicts the Flower link uses (no Flower process)."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.gridlink import from_record, to_record
+    from fedstream.deploy.runtimes.flower_grid import from_record, to_record
 
     q = np.array([[1, 5, 9]], "<u4")
     dist = np.arange(3 * N, dtype=np.float32).reshape(3, N)

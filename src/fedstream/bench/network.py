@@ -2,7 +2,7 @@
 
 One SuperLink and one SuperNode per client run as subprocesses on 127.0.0.1 (the deployment of
 ``fedstream deploy local``); the SuperNodes reach the SuperLink through a byte-counting TCP relay
-(:class:`fedstream.deploy.relay.TcpRelay`). For each ``network.batch`` B the same run is submitted
+(:class:`fedstream.deploy.runtimes.relay.TcpRelay`). For each ``network.batch`` B the same run is submitted
 with ``flwr run`` for ``requests`` batches (B x requests events), and reported:
 
 * events/s over the rounds (setup and the final report excluded) and seconds per request;
@@ -11,7 +11,7 @@ with ``flwr run`` for ``requests`` batches (B x requests events), and reported:
   that activated the node, which ride along unused), Flower's serialised messages (metadata and
   records), and the TCP bytes between SuperNodes and SuperLink (HTTP, polls and heartbeats
   included; setup and finish included too);
-* where a request's time goes (:func:`fedstream.deploy.flower_app.timing_summary`);
+* where a request's time goes (:func:`fedstream.deploy.runtimes.flower.timing_summary`);
 * the same run over an in-process link (the deployment's code without Flower, a node rebuilt
   from its saved state per request as on a SuperNode): what fedstream itself costs.
 """
@@ -25,10 +25,6 @@ from pathlib import Path
 
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
-from fedstream.deploy import LoopbackLink, NetworkVFL
-from fedstream.deploy.parties import check_deployable, server_stream
-from fedstream.deploy.relay import TcpRelay
-from fedstream.deploy.rows import BlockRows
 from fedstream.errors import ConfigError
 
 BATCHES = (1, 16, 256)
@@ -39,6 +35,11 @@ def _sets(config: dict) -> str:
 
 
 def _inprocess(config: dict) -> dict:
+    from fedstream.deploy.runtimes.loopback import LoopbackLink
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+    from fedstream.ovfl.deploy.rows import BlockRows
+
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     link = LoopbackLink(lambda cfg, m: rows[m], config["vfl.clients"])
     net = NetworkVFL(config, link, stream=server_stream(config))
@@ -84,9 +85,9 @@ def _row(batch: int, summary: dict, tcp: tuple[int, int], inprocess: dict) -> di
 def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, config: str = "ovfl-imnist",
                   sets: list[str] | None = None, workdir: Path, timeout: float = 1800, log=print) -> dict:
     """Run the deployment once per batch size in ``batches``; return the figures (see the module doc)."""
-    # deploy.local and deploy.flower_app import Flower, an optional dependency
-    from fedstream.deploy.flower_app import FLWR_VERSION
+    from fedstream.deploy.adapters import check_deployable
     from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.runtimes.relay import TcpRelay
 
     if requests < 1 or not batches or min(batches) < 1:
         raise ValueError(
@@ -128,6 +129,8 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
                     f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event "
                     f"for {row['payload_bytes_per_event']:.0f} payload"
                 )
+    from fedstream.deploy.runtimes.flower import FLWR_VERSION
+
     return {
         "bench": "network",
         "config": config,

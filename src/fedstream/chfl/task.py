@@ -59,4 +59,5 @@ TASK = Task(
     datasets=chfl_config.DATASETS,
     check=chfl_config.check,
     stack_key=lambda c: None,
+    deploy="fedstream.chfl.deploy.adapter",
 )

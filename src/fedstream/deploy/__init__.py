@@ -1,22 +1,15 @@
-"""Deployment: the parties of online VFL in separate processes and machines (issue 10, docs/deploy.md).
+"""Deployment: the parties of a run in separate processes and machines (docs/deploy.md).
 
-The server's machine runs :class:`~fedstream.deploy.driver.NetworkVFL`, which plays the very same
-:func:`fedstream.ovfl.protocol.play_round` as the simulator, with stand-ins for the remote clients
-(:mod:`fedstream.deploy.proxy`: event batches, validation of every reply, faults). Each client node
-hosts a real :class:`fedstream.ovfl.client.Client` (:mod:`fedstream.deploy.host`, :mod:`fedstream.deploy.node`)
-fed by its own feature block (:mod:`fedstream.deploy.rows`). Messages cross as the exact bytes of
-:func:`fedstream.transport.codec.encode`, over a link: in-process (:class:`LoopbackLink`) or Flower
-(:mod:`fedstream.deploy.gridlink`, :mod:`fedstream.deploy.flower_app`; needs ``pip install 'fedstream[flower]'``).
+Task-agnostic layers, written once: :mod:`~fedstream.deploy.records` (what travels: envelopes of
+encoded fedstream messages and typed control records), :mod:`~fedstream.deploy.session` (a node's
+side of a session: setup, rejoin, resume, kept boundaries; and the server's: fault log, end-of-run
+byte cross-check, the session part of its checkpoint), :mod:`~fedstream.deploy.adapters` (task name
+-> the task's adapter, the only place that looks at the task), :mod:`~fedstream.deploy.runtimes`
+(byte movers: in-process loopback, Flower), :mod:`~fedstream.deploy.local` and
+:mod:`~fedstream.deploy.credentials` (a deployment on this machine), :mod:`~fedstream.deploy.command`
+(``fedstream deploy``).
 
-CHFL's batch federation runs the same way: :class:`fedstream.deploy.chfl_driver.NetworkCHFL` plays the
-simulator's :class:`fedstream.chfl.trainer.BatchRun` over :class:`fedstream.deploy.chfl_proxy.RemoteCohort`,
-each node hosts a :class:`fedstream.deploy.chfl_host.CHFLHost` fed only its own rows and columns
-(:mod:`fedstream.deploy.chfl_data`). They are not imported here: they need torch, an online VFL node does not.
+Each task's own part lives in its package: ``fedstream.ovfl.deploy`` (online VFL: the simulator's
+``play_round`` over remote clients), ``fedstream.vfl.deploy`` (batch VFL) and ``fedstream.chfl.deploy``
+(CHFL's batch mode). Start at :mod:`fedstream.deploy.session`.
 """
-
-from fedstream.deploy.driver import NetworkVFL
-from fedstream.deploy.host import ClientHost
-from fedstream.deploy.link import Envelope, Failure, LoopbackLink
-from fedstream.deploy.proxy import LinkTransport, RemoteClient
-
-__all__ = ["ClientHost", "Envelope", "Failure", "LinkTransport", "LoopbackLink", "NetworkVFL", "RemoteClient"]

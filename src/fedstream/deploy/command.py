@@ -8,8 +8,8 @@
 SuperLink and one SuperNode per client on this machine's loopback, runs, prints the summary and
 stops every process it started (``--secure``: with TLS and SuperNode authentication, from test
 credentials written to ``DIR/credentials``); ``credentials`` writes a test CA, the SuperLink's
-certificate and one key pair per SuperNode (:mod:`fedstream.deploy.credentials`). Flower is imported only when a subcommand runs, so the rest of the
-CLI works without it.
+certificate and one key pair per SuperNode (:mod:`fedstream.deploy.credentials`). Flower is
+imported only when a subcommand runs, so the rest of the CLI works without it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
+from fedstream.config import load_config
+from fedstream.data import resolve_data_root
+from fedstream.deploy.adapters import adapter_for, check_deployable
+from fedstream.deploy.local import LocalDeployment, write_app
 from fedstream.errors import ConfigError
 
 
@@ -64,10 +68,6 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
 
 
 def _settings(args, out: Path | None) -> tuple[dict, dict]:
-    from fedstream.config import load_config
-    from fedstream.data import resolve_data_root
-    from fedstream.deploy.parties import check_deployable
-
     if any(" " in s for s in args.sets):
         raise ConfigError(
             f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
@@ -88,11 +88,6 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
 
 
 def cmd_deploy(args) -> int:
-    try:
-        from fedstream.deploy.local import LocalDeployment, write_app
-        from fedstream.deploy.parties import n_nodes
-    except ImportError as exc:
-        raise ConfigError(str(exc)) from None
     if args.action == "credentials":
         from fedstream.deploy.credentials import write_credentials
 
@@ -102,40 +97,26 @@ def cmd_deploy(args) -> int:
     if args.action == "app":
         settings, config = _settings(args, args.out)
         folder = write_app(args.dir, settings)
-        M = n_nodes(config)
+        M = adapter_for(config["task"]).n_nodes(config)
         print(f"wrote {folder}; with a SuperLink and {M} SuperNodes "
               f"(--node-config \"client-index=0\" .. \"client-index={M - 1}\") running:\n"
               f"  flwr run {folder} <connection> --stream")
         return 0
     settings, config = _settings(args, args.out)
+    adapter = adapter_for(config["task"])
     app = write_app(args.out / "app", settings)
     credentials = None
     if args.secure:
         from fedstream.deploy.credentials import write_credentials
 
         credentials = args.out / "credentials"
-        write_credentials(credentials, n_nodes(config))
-    with LocalDeployment(n_nodes(config), args.out / "deployment", credentials=credentials) as deployment:
+        write_credentials(credentials, adapter.n_nodes(config))
+    folder = args.out / "deployment"
+    with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
     summary = args.out / "summary.json"
     if not summary.exists():
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
-    if config["task"] == "chfl":
-        print(
-            f"CHFL ({s['method']}), test accuracy {s['test_acc']:.4f} (per client "
-            f"{', '.join(f'{a:.4f}' for a in s['test_acc_per_client'])}), {s['bytes']['total']} payload bytes, "
-            f"{len(s['faults'])} node fault(s); summary in {summary}"
-        )
-        return 0
-    if config["task"] == "vfl":
-        print(
-            f"batch VFL, {s['epochs']} epoch(s), test accuracy {s['final_accuracy']:.4f}, {s['bytes']['up']} B up, "
-            f"{s['bytes']['down']} B down, {len(s['faults'])} node fault(s); summary in {summary}"
-        )
-        return 0
-    print(
-        f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} payload bytes, "
-        f"{s['rounds_per_second']:.3f} events/s, {len(s['faults'])} node fault(s); summary in {summary}"
-    )
+    print(f"{adapter.report(s)}; summary in {summary}")
     return 0

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-APP_MODULE = '''"""fedstream's parties (online VFL or CHFL, by the config's task) as a Flower app (written by fedstream.deploy.local.write_app)."""
+APP_MODULE = '''"""fedstream's parties (by the config's task) as a Flower app (deploy.local.write_app)."""
 
-from fedstream.deploy.flower_app import make_client_app, make_server_app
+from fedstream.deploy.runtimes.flower import make_client_app, make_server_app
 
 serverapp = make_server_app()
 clientapp = make_client_app()
@@ -46,7 +46,7 @@ def _toml_value(value) -> str:
 
 def write_app(folder: Path, settings: dict | None = None, *, name: str = "fedstream-ovfl") -> Path:
     """Write a Flower app folder whose ``[tool.flwr.app.config]`` holds ``settings`` over the defaults."""
-    from fedstream.deploy.flower_app import FLWR_VERSION, resolve_settings
+    from fedstream.deploy.runtimes.flower import FLWR_VERSION, resolve_settings
 
     settings = resolve_settings({}, settings)
     folder = Path(folder)
@@ -59,7 +59,7 @@ build-backend = "hatchling.build"
 [project]
 name = "{name}"
 version = "1.0.0"
-description = "fedstream (online VFL or CHFL): the server party as a ServerApp, each client party as a ClientApp"
+description = "fedstream: the server party as a ServerApp, each client party as a ClientApp"
 license = "MIT"
 # Every machine needs `pip install "fedstream[flower]"` (tested with flwr=={FLWR_VERSION}).
 dependencies = []
@@ -238,7 +238,8 @@ class LocalDeployment:
     def run(
         self, app: Path, *, run_config: dict | None = None, timeout: float = 600
     ) -> subprocess.CompletedProcess:
-        """``flwr run APP fedstream-local --stream``: returns when the run ends (its log in ``flwr-run.log``)."""
+        """``flwr run APP fedstream-local --stream``: returns when the run ends (its log in
+        ``flwr-run.log``)."""
         args = [_bin("flwr"), "run", str(Path(app).resolve()), "fedstream-local", "--stream"]
         for key, value in (run_config or {}).items():
             args += ["--run-config", f"{key}={_toml_value(value)}"]

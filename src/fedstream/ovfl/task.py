@@ -114,4 +114,5 @@ TASK = Task(
     datasets=ovfl_config.DATASETS,
     check=ovfl_config.check,
     stack_key=config_stack_key,
+    deploy="fedstream.ovfl.deploy.adapter",
 )

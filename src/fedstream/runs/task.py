@@ -62,7 +62,10 @@ class Task:
       ``datasets``: the ``data.name`` values (the first is the default);
       ``check(config)``: the checks that involve several keys (ConfigError naming them).
     Deployment:
-      ``deploy``: the deployment adapter (None until the deployment layer provides one).
+      ``deploy``: the module that holds the task's deployment adapter (``ADAPTER``, see
+      :class:`fedstream.deploy.adapters.Adapter`); imported when a deployment starts, so that a task
+      whose parties need PyTorch costs nothing to a process that does not deploy it. None: the task
+      does not deploy.
     """
 
     name: str
@@ -85,7 +88,7 @@ class Task:
     fields: Mapping[str, Any]
     datasets: tuple[str, ...]
     check: Callable[[dict], dict]
-    deploy: Any = None
+    deploy: str | None = None
 
 
 def entry_point(ref: str) -> Callable[..., Any]:

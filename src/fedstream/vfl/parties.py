@@ -44,6 +44,15 @@ class BatchClient:
         self._pending = (step, out)
         return Embedding(step, self.index, out.detach().numpy())
 
+    @property
+    def pending_step(self) -> int | None:
+        """The step whose embedding waits for its gradient (None: none waits)."""
+        return None if self._pending is None else self._pending[0]
+
+    def drop(self) -> None:
+        """Forget the embedding waiting for its gradient (the step never happened)."""
+        self._pending = None
+
     def infer(self, step: int, x: torch.Tensor) -> Embedding:
         """Evaluation forward pass (no graph, batch-norm in inference mode)."""
         self.model.eval()

@@ -57,4 +57,5 @@ TASK = Task(
     datasets=vfl_config.DATASETS,
     check=vfl_config.check,
     stack_key=lambda c: None,
+    deploy="fedstream.vfl.deploy.adapter",
 )

@@ -29,6 +29,10 @@ import torch
 from fedstream.chfl.client import ClientData, View
 from fedstream.chfl.settings import CHFLSettings, named_by_config
 from fedstream.chfl.splits import FeatureSplit
+from fedstream.chfl.trainer import prepare_client
+from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
+from fedstream.data.paths import resolve_data_root
+from fedstream.errors import ConfigError
 
 FORMAT = 1
 
@@ -78,12 +82,8 @@ def load_part(
     config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
 ) -> NodePart:
     """Client ``index``'s part of ``config``'s data set, from the cache if there (see the module doc)."""
-    from fedstream.data.paths import resolve_data_root
-
     settings = chfl_config_settings(config)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
-        from fedstream.errors import ConfigError
-
         raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and chfl.clients - 1 = "
                           f"{settings.clients - 1}")
     root = str(resolve_data_root(data_root or config["data.root"]))
@@ -100,9 +100,6 @@ def load_part(
 
 
 def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart:
-    from fedstream.chfl.plan import prepare_client
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-
     table = load_chfl_dataset(settings.dataset, root).table
     with named_by_config():
         fs, data, n_rows, n_classes = prepare_client(table.X, table.y, settings, seed=seed, client=index,

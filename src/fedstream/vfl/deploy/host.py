@@ -1,14 +1,14 @@
 """A batch VFL client party on its own node: one :class:`~fedstream.vfl.parties.BatchClient` behind envelopes.
 
 :class:`BatchVFLHost` answers the server's requests (the server's side:
-:mod:`fedstream.deploy.vfl_batch_proxy`) with the simulator's party and the client's end of the
+:mod:`fedstream.vfl.deploy.proxy`) with the simulator's party and the client's end of the
 compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the uplink codec, with
 ``topk-grad``'s ranking state, and the downlink decoder):
 
 * ``setup``: the node's strip shape and row counts (no data), and where it stands: ``step``, the
   last training step it embedded (-1: none), and ``pending``, the step whose gradient it awaits
   (-1: none). A node that crashed and is set up again with ``rejoin`` (or, with ``resume = B``,
-  goes back to its state kept at boundary B; :mod:`fedstream.deploy.node`) reports the position
+  goes back to its state kept at boundary B; :mod:`fedstream.deploy.session`) reports the position
   of the state it reloaded, so that the server can tell what it still holds for it.
 * ``round`` with ``info["split"] = "train"`` (training step s): ``info["rows"]`` are the step's
   rows. The part, if any, is the gradient of the node's previous step s' (it rides with this
@@ -19,7 +19,7 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 * ``round`` with ``info["split"] = "test"``: one evaluation, ``info["rows"]`` cut into batches of
   ``info["sizes"]``, steps ``info["steps"]``; the due gradient first, then one embedding per batch
   (nothing comes back down in evaluation).
-* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.deploy.vfl_batch_vfps`): the
+* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.vfl.deploy.vfps`): the
   part is the query message (the query ids), ``info["queries"]`` their number Q; the reply's part
   is the node's (Q, n) local squared distances from each query to every training row. Nothing of
   the node changes (a due gradient waits for the next training request).
@@ -29,7 +29,7 @@ compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the up
 Every request is checked before anything changes: its kind and split, step order (training steps
 move forward; evaluation steps count from its round), rows (integers within the node's rows, at
 most 65535 per batch), and the gradient, without touching the link's state
-(:func:`fedstream.deploy.link.peek`): compressed exactly when ``compression.down`` is, with its
+(:func:`fedstream.deploy.records.peek`): compressed exactly when ``compression.down`` is, with its
 codec, a compressed frame's shape that of the due embedding *before* its payload is decoded (a
 forged header cannot make the node allocate), length, finite values; then for this client, for
 the step whose embedding is due, of that embedding's shape.
@@ -49,25 +49,32 @@ import hashlib
 import numpy as np
 import torch
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
-from fedstream.deploy.remote import pack_state, unpack_state
-from fedstream.deploy.vfl_batch_data import (
+from fedstream.deploy.archive import pack_state, unpack_state
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
+from fedstream.errors import ProtocolError
+from fedstream.ovfl.messages import Gradient
+from fedstream.runs.threads import one_torch_thread
+from fedstream.transport.compressed import ClientEndpoint, down_codec
+from fedstream.vfl.deploy.data import (
     ClientBlock,
     batch_settings,
     build_party,
     layout,
 )
-from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT, local_distances
-from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
-from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
-from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Gradient
-from fedstream.runs.threads import one_torch_thread
-from fedstream.transport.compressed import ClientEndpoint, down_codec
+from fedstream.vfl.deploy.records import (
+    FinishReply,
+    FinishRequest,
+    SetupReply,
+    TestRequest,
+    TrainRequest,
+    read_request,
+)
+from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, local_distances
+from fedstream.vfl.deploy.vfps import decode as decode_vfps
+from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.settings import MAX_U16
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
-SPLITS = ("train", "test", SELECT)
 
 
 def state_digest(state: dict[str, torch.Tensor]) -> str:
@@ -115,42 +122,23 @@ class BatchVFLHost:
             return self._handle(env)
 
     def _handle(self, env: Envelope) -> Envelope:
+        sizes = self.block.sizes()
         if env.kind == SETUP:  # also where the node stands: a rejoining or resuming node reloaded its state
-            return Envelope(
-                SETUP,
-                env.round,
-                info={
-                    "client": self.index,
-                    **self.block.sizes(),
-                    "step": self.last_step,
-                    "pending": -1 if self.pending is None else self.pending[0],
-                },
-            )
+            reply = SetupReply(client=self.index, **sizes, step=self.last_step,
+                               pending=-1 if self.pending is None else self.pending[0])
+            return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
-            split = env.info.get("split")
-            if split == "train":
-                return self._train(env)
-            if split == "test":
-                return self._evaluate(env)
-            if split == SELECT:
-                return self._select(env)
-            raise ProtocolError(
-                f"client {self.index}: info 'split' must be one of {SPLITS}, received {split!r}"[:300]
-            )
+            n = sizes["n_test" if env.info.get("split") == "test" else "n_train"]
+            request = read_request(env.info, f"client {self.index}, step {env.round}", n=n, step=env.round)
+            rows = None if request.rows is None else np.array(request.rows, dtype=np.int64)
+            if isinstance(request, TrainRequest):
+                return self._train(env, rows)
+            if isinstance(request, TestRequest):
+                return self._evaluate(env, rows, request)
+            return self._select(env, rows, request.queries)
         if env.kind == FINISH:
-            return self._finish(env)
+            return self._finish(env, FinishRequest.read(env.info, f"client {self.index}, finish"))
         raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
-
-    # -- checks ----------------------------------------------------------------------------------
-    def _rows(self, env: Envelope, split: str) -> np.ndarray:
-        rows, n = env.info.get("rows"), self.block.sizes()["n_train" if split == "train" else "n_test"]
-        if (not isinstance(rows, list) or not rows
-                or any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n for r in rows)):
-            raise ProtocolError(
-                f"client {self.index}, step {env.round}: info 'rows' must list {split} rows in "
-                f"0..{n - 1}, received {str(rows)[:100]}"
-            )
-        return np.array(rows, dtype=np.int64)
 
     def _gradient(self, env: Envelope) -> Gradient | None:
         """The gradient riding with ``env``, checked against the embedding it is for (None: none)."""
@@ -165,7 +153,8 @@ class BatchVFLHost:
             )
         step, rows = self.pending
         shape = (len(rows), self.settings.embedding)
-        try:  # compressed exactly as compression.down says; a frame's shape checked before its payload is read
+        # compressed exactly as compression.down says; a frame's shape checked before its payload is read
+        try:
             grad = peek(env.parts[0], self.probe, Gradient, self.setting, shape)
         except ProtocolError as exc:  # header, codec, shape, length, finite: already says what is wrong
             raise ProtocolError(f"{where}: {exc}"[:500]) from None
@@ -192,9 +181,9 @@ class BatchVFLHost:
         step, rows = self.pending
         if grad is None:  # the server had no gradient for us: the step never happened here
             self._restore(self.before)
-            self.client._pending = None
+            self.client.drop()
         else:
-            if self.client._pending is None or self.client._pending[0] != step:
+            if self.client.pending_step != step:
                 self.client.embed(step, self.block.inputs("train", rows))  # the same forward pass again
             data = env.parts[0]
             self.client.on_gradient(self.end.receive(data))  # the real end: topk-grad ranks by it
@@ -210,9 +199,8 @@ class BatchVFLHost:
             self.client.model.load_state_dict(saved["model"])
             self.client.optimizer.load_state_dict(saved["optimizer"])
 
-    def _train(self, env: Envelope) -> Envelope:
+    def _train(self, env: Envelope, rows: np.ndarray) -> Envelope:
         step = env.round
-        rows = self._rows(env, "train")
         if len(rows) > MAX_U16:
             raise ProtocolError(
                 f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch"
@@ -231,18 +219,8 @@ class BatchVFLHost:
         self.pending, self.last_step = (step, rows), step
         return Envelope(ROUND, step, [data], {})
 
-    def _evaluate(self, env: Envelope) -> Envelope:
-        rows = self._rows(env, "test")
-        sizes, steps = env.info.get("sizes"), env.info.get("steps")
-        ok = (isinstance(sizes, list) and sizes and all(isinstance(n, int) and not isinstance(n, bool)
-                                                        and 1 <= n <= MAX_U16 for n in sizes)
-              and sum(sizes) == len(rows) and steps == list(range(env.round, env.round + len(sizes))))
-        if not ok:
-            raise ProtocolError(
-                f"client {self.index}, evaluation: info 'sizes' must cut the {len(rows)} rows into "
-                f"batches of 1..{MAX_U16} and 'steps' number them from {env.round}, received sizes "
-                f"{str(sizes)[:100]}, steps {str(steps)[:100]}"
-            )
+    def _evaluate(self, env: Envelope, rows: np.ndarray, request: TestRequest) -> Envelope:
+        sizes, steps = request.sizes, request.steps
         grad = self._gradient(env)
         self._settle(env, grad)
         parts = []
@@ -252,18 +230,12 @@ class BatchVFLHost:
             parts.append(data)
         return Envelope(ROUND, env.round, parts, {})
 
-    def _select(self, env: Envelope) -> Envelope:
+    def _select(self, env: Envelope, idx: np.ndarray | None, Q: int) -> Envelope:
         """VF-PS: the local squared distances of this node's strip from each query to every available
         training row, as one distance message; nothing of the node changes (a due gradient waits)."""
         where = f"client {self.index}, VF-PS request for epoch {env.round}"
         n = self.block.sizes()["n_train"]
-        idx = None if env.info.get("rows") is None else self._rows(env, "train")
         avail = n if idx is None else len(idx)
-        Q = env.info.get("queries")
-        if isinstance(Q, bool) or not isinstance(Q, int) or not 1 <= Q <= avail:
-            raise ProtocolError(
-                f"{where}: info 'queries' must count 1..{avail} query samples, received {Q!r}"[:300]
-            )
         if len(env.parts) != 1:
             raise ProtocolError(f"{where}: expected one query message, received {len(env.parts)} parts")
         q = decode_vfps(env.parts[0], kind=QUERIES, round=env.round, client=self.index, shape=(1, Q))[0]
@@ -278,16 +250,21 @@ class BatchVFLHost:
         self.select_up += len(data)
         return Envelope(ROUND, env.round, [data], {})
 
-    def _finish(self, env: Envelope) -> Envelope:
+    def _finish(self, env: Envelope, request: FinishRequest) -> Envelope:
         grad = self._gradient(env)
         self._settle(env, grad)
         state = self.client.model.state_dict()
-        info = {"client": self.index, "up": self.up, "down": self.down, "eval_up": self.eval_up,
-                "select_up": self.select_up, "select_down": self.select_down, "digest": state_digest(state)}
-        arrays = (
-            {k: v.detach().numpy().copy() for k, v in state.items()} if env.info.get("models") is True else {}
+        reply = FinishReply(
+            client=self.index,
+            up=self.up,
+            down=self.down,
+            eval_up=self.eval_up,
+            select_up=self.select_up,
+            select_down=self.select_down,
+            digest=state_digest(state),
         )
-        return Envelope(FINISH, env.round, [], info, arrays)
+        arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if request.models is True else {}
+        return Envelope(FINISH, env.round, [], reply.info(), arrays)
 
     # -- between messages ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -1,26 +1,13 @@
-"""The server's side of a deployed batch VFL run: the clients as a :class:`~fedstream.vfl.protocol.Cohort` over a link.
+"""The server's side of a deployed batch VFL run: the clients as a
+:class:`~fedstream.vfl.protocol.Cohort` over a link.
 
 :class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.trainer.play_epochs`,
 unchanged) talks to when the client parties live on their own nodes
-(:mod:`fedstream.deploy.vfl_batch_host`). The server keeps its end of every compressed link
+(:mod:`fedstream.vfl.deploy.host`). The server keeps its end of every compressed link
 (:class:`~fedstream.transport.compressed.ServerEndpoint`: the uplink decoder with the per-sample
 embedding cache, the downlink encoder with the quantiser's mu/sigma table), the node the other.
-One request per node per training step, all nodes at once:
-
-============  ==============================================  =====================================
-request       carries (server -> node)                        reply (node -> server)
-============  ==============================================  =====================================
-setup         the run's config (JSON) and token; ``rejoin``   its strip's shape, train/test rows;
-              (and ``resume`` = B) when a node comes back     ``step``, ``pending``: its position
-train step s  the gradient of the node's step s - 1 (encoded  its embedding of step s (encoded,
-              by the downlink codec; none at the first step); compressed by the uplink codec)
-              ``rows``: the step's row ids
-evaluation    the gradient still due; ``rows``, ``sizes``,     one embedding per test batch
-              ``steps``: the test batches
-finish        the gradient still due; ``models`` (audit)       the node's byte counts, model digest
-VF-PS select  the query ids (a 16 + 4 Q-byte message);         its local squared distances, Q x n
-              ``queries``: Q (``rows``: available rows)        (16 + 4 Q n bytes, float32)
-============  ==============================================  =====================================
+One request per node per training step, all nodes at once (the requests and replies:
+:mod:`fedstream.vfl.deploy.records`).
 
 The gradient of step s rides with the request of step s + 1 (or the evaluation or finish that
 comes next), so a step costs one round trip; the node applies it before it embeds anything else:
@@ -30,14 +17,15 @@ gradient when encoded, exactly as the simulator's transport counts them; row ids
 without their travelling).
 
 Every reply is validated before any of it is used: kind and step, the number of parts, and each
-embedding checked first without touching the link's state (:func:`fedstream.deploy.link.peek`:
+embedding checked first without touching the link's state (:func:`fedstream.deploy.records.peek`:
 compressed exactly when ``compression.up`` is, with its codec; a compressed frame's shape must be
 (rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
-allocate; length, finite values; then sender, step and shape) and only then decoded by the server's
-end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp failed or which did not
-answer in time is logged and recorded (``faults``); the server pads its embedding for that step
-(``selection.padding``; zeros without selection) and sends it no gradient, so the node drops that
-step (``missed``). A step with no valid embedding at all ends the run with a :class:`ProtocolError`.
+allocate; length, finite values; then sender, step and shape) and only then decoded by the
+server's end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp
+failed or which did not answer in time is logged and recorded (``faults``); the server pads its
+embedding for that step (``selection.padding``; zeros without selection) and sends it no gradient,
+so the node drops that step (``missed``). A step with no valid embedding at all ends the run with
+a :class:`ProtocolError`.
 
 A node that comes back on a new SuperNode (:meth:`Link.rejoined`, asked before every request) is
 set up again with ``rejoin`` and reports the position of the state it reloaded (``step``,
@@ -57,43 +45,37 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link, peek
-from fedstream.deploy.remote import RemoteNodes
-from fedstream.deploy.vfl_batch_vfps import DISTANCES, QUERIES, SELECT
-from fedstream.deploy.vfl_batch_vfps import decode as decode_vfps
-from fedstream.deploy.vfl_batch_vfps import encode as encode_vfps
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link, peek
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
+from fedstream.vfl.deploy.records import (
+    EVALUATION,
+    FinishRequest,
+    SelectRequest,
+    SetupReply,
+    TestRequest,
+    TrainRequest,
+    boundary_of,
+)
+from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT
+from fedstream.vfl.deploy.vfps import decode as decode_vfps
+from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
 
-EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
 
-
-def boundary_of(epoch: int, kind: str) -> int:
-    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
-    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
-    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
-    that what a node keeps and what the server later asks it back for cannot drift apart."""
-    if kind not in (SELECT, EVALUATION):
-        raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
-    first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < first:
-        raise ValueError(f"epoch = {epoch!r}: expected an integer >= {first} for a {kind} boundary")
-    return 2 * epoch - 1 if kind == SELECT else 2 * epoch
-
-
-class RemoteCohort(RemoteNodes):
+class RemoteCohort(Session):
     """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
 
     unit = "step"
-    payload = "embedding(s)"  # what _reply (RemoteNodes) calls the parts of a reply
+    payload = "embedding(s)"  # what _reply (Session) calls the parts of a reply
 
-    def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str):
-        super().__init__(link)
-        self.config, self.settings, self.run_token = config, settings, run_token
+    def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str | None = None):
+        super().__init__(link, config, run_token=run_token)
+        self.settings = settings
         M, spec = settings.clients, settings.compression
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
@@ -124,7 +106,7 @@ class RemoteCohort(RemoteNodes):
     def distances(self, epoch: int, rows: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
         """(M, Q, n) every node's local squared distances from each query to every available training
         row (``rows``: those rows, None for all), for the VF-PS selection of ``epoch``
-        (:mod:`fedstream.deploy.vfl_batch_vfps`). Each reply is checked (sender, epoch, kind, shape
+        (:mod:`fedstream.vfl.deploy.vfps`). Each reply is checked (sender, epoch, kind, shape
         Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
         reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
         M, n, Q = (
@@ -132,19 +114,19 @@ class RemoteCohort(RemoteNodes):
             (self.nodes[0]["n_train"] if rows is None else len(rows)),
             len(queries),
         )
-        info = {"split": SELECT, "queries": Q} | ({} if rows is None else {"rows": [int(r) for r in rows]})
+        keep = self.keeping  # the node keeps its state after the selection that opens the epoch
+        info = SelectRequest(split=SELECT, queries=Q, rows=None if rows is None else [int(r) for r in rows],
+                             keep=keep or None, boundary=boundary_of(epoch, SELECT) if keep else None).info()
         ids = np.asarray(queries, dtype="<u4")[None, :]
         requests = {}
-        if self.keeping:  # the node keeps its state after the selection that opens the epoch
-            info |= {"keep": True, "boundary": boundary_of(epoch, SELECT)}
         for m in self._targets(epoch, None, SELECT):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
             requests[m] = Envelope(ROUND, epoch, [part], dict(info))  # a due gradient stays in the outbox
         out, got = np.empty((M, Q, n)), set()
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                parts = self._reply(reply, ROUND, epoch, None).parts
+                parts = self.reply(reply, ROUND, epoch, None).parts
                 if len(parts) != 1:
                     raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
                 data = parts[0]
@@ -166,14 +148,7 @@ class RemoteCohort(RemoteNodes):
         """The selected clients whose node is set up and reachable now (faults for the others); first
         sets up again the nodes that came back (:meth:`rejoin`)."""
         self.rejoin()
-        wanted = [m for m in sorted(self.ready) if selected is None or m in selected]
-        reachable = self.link.available()
-        for m in wanted:
-            if m not in reachable:
-                self.fault(
-                    m, t, request, "not sent: the node left, or is still busy with a request that timed out"
-                )
-        return [m for m in wanted if m in reachable]
+        return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
     def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
         """Client m's request, with the gradient due to it (it rides along)."""
@@ -193,52 +168,31 @@ class RemoteCohort(RemoteNodes):
         (strip shape and rows) and a position before the next step. ``rejoin``: the node reloads its
         latest state of this run; ``resume = B``: its state kept at boundary B (the server restarted
         from its checkpoint there). A fresh or resumed run needs every node; a rejoin does not."""
-        import json
-
         M = self.settings.clients
         self.expected = expected
-        info = {"config": json.dumps(self.config), "run": self.run_token}
-        if rejoin or resume is not None:
-            info["rejoin"] = True
-        if resume is not None:
-            info["resume"] = resume
+        info = self.setup_request(rejoin=True if rejoin or resume is not None else None, resume=resume)
         targets = sorted(self.link.available() if clients is None else clients)
         if not rejoin:  # a (re)started run: only the nodes that pass now take part
             self.ready.clear()
-        replies = self._exchange({m: Envelope(SETUP, self.t, [], dict(info)) for m in targets})
-        for m, reply in replies.items():
-            try:
-                reply = self._reply(reply, SETUP, self.t, 0)
-                got = {k: reply.info.get(k) for k in ("client", "shape", "n_train", "n_test")}
-                want = {"client": m} | expected[m]
-                if got != want:
-                    raise ProtocolError(
-                        f"the node reports {got}, expected {want}: it does not hold this run's "
-                        "data set or settings"
-                    )
-                step, pending = self._position(reply)
-                self.nodes[m] = got
-            except FedstreamError as exc:
-                self.ready.discard(m)
-                self.fault(m, self.t, SETUP, str(exc))
-                continue
+
+        def accept(m: int, reply: Envelope) -> tuple[dict, int, int]:
+            r = SetupReply.read(reply.info, "setup reply", t=self.t)
+            got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test}
+            want = {"client": m} | expected[m]
+            if got != want:
+                raise ProtocolError(
+                    f"the node reports {got}, expected {want}: it does not hold this run's data set or "
+                    "settings"
+                )
+            return got, r.step, r.pending
+
+        self.ready -= set(targets)  # a node that fails its setup must be set up again
+        for m, (got, step, pending) in self.set_up(targets, self.t, info, accept, parts=0).items():
+            self.nodes[m] = got
             self._reconcile(m, step, pending, rejoin)
             self.ready.add(m)
         if not rejoin:
             self.require_all(self.ready, M, f"a batch VFL run needs all vfl.clients = {M}")
-
-    def _position(self, reply: Envelope) -> tuple[int, int]:
-        """(last step embedded, step whose gradient is due or -1) a node reports at setup, checked:
-        both before the next step the server plays, the due step none or the last one."""
-        step, pending = reply.info.get("step"), reply.info.get("pending")
-        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (step, pending))
-        if not ok or not -1 <= step < self.t or pending not in (-1, step):
-            raise ProtocolError(
-                f"the node reports step {step!r} with the gradient of step {pending!r} due; expected "
-                f"a step in -1..{self.t - 1} (the server plays step {self.t} next) and the due step "
-                "-1 (none) or that step"
-            )
-        return step, pending
 
     def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
         """Match what the server holds for client m to the state its node came back with.
@@ -270,12 +224,12 @@ class RemoteCohort(RemoteNodes):
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
         t, out = batch.step, [None] * self.settings.clients
-        info = {"split": "train", "rows": [int(r) for r in batch.rows]}
+        info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
         requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "train")}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                data = self._reply(reply, ROUND, t, 1).parts[0]
-                self._check(m, data, t, len(batch))
+                data = self.reply(reply, ROUND, t, 1).parts[0]
+                self.check_embedding(m, data, t, len(batch))
             except FedstreamError as exc:
                 self.fault(m, t, "train", str(exc))
                 continue
@@ -304,26 +258,22 @@ class RemoteCohort(RemoteNodes):
         if not batches:
             return
         t = batches[0].step
-        info = {
-            "split": "test",
-            "rows": [int(r) for b in batches for r in b.rows],
-            "sizes": [len(b) for b in batches],
-            "steps": [b.step for b in batches],
-        }
-        if self.keeping:  # one evaluation ends each epoch: the epoch's last request to a node
-            if self.epoch is None:
-                raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
-                                   "before the evaluation that ends it")
-            info |= {"keep": True, "boundary": boundary_of(self.epoch, EVALUATION)}
+        if self.keeping and self.epoch is None:  # one evaluation ends each epoch: its last request to a node
+            raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
+                               "before the evaluation that ends it")
+        info = TestRequest(split="test", rows=[int(r) for b in batches for r in b.rows],
+                           sizes=[len(b) for b in batches], steps=[b.step for b in batches],
+                           keep=self.keeping or None,
+                           boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
         requests = {
             m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")
         }
         got: dict[int, list[bytes]] = {}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                parts = self._reply(reply, ROUND, t, len(batches)).parts
+                parts = self.reply(reply, ROUND, t, len(batches)).parts
                 for b, data in zip(batches, parts):  # every batch valid before any is used
-                    self._check(m, data, b.step, len(b))
+                    self.check_embedding(m, data, b.step, len(b))
             except FedstreamError as exc:
                 self.fault(m, t, "evaluation", str(exc))
                 continue
@@ -333,10 +283,10 @@ class RemoteCohort(RemoteNodes):
                    for m in range(self.settings.clients)]
 
     # -- replies -----------------------------------------------------------------------------------
-    def _check(self, m: int, data: bytes, t: int, rows: int) -> None:
+    def check_embedding(self, m: int, data: bytes, t: int, rows: int) -> None:
         """Check client m's embedding of step t without touching m's end of the link; raise ProtocolError.
 
-        :func:`~fedstream.deploy.link.peek` checks compressed-or-not and the codec against
+        :func:`~fedstream.deploy.records.peek` checks compressed-or-not and the codec against
         ``compression.up``, a compressed frame's shape against (rows, embedding) *before* decoding its
         payload (a forged 14-byte header claiming a huge shape must not make the server allocate),
         the length and finite values; then the sender, type, step and shape are checked here."""
@@ -367,23 +317,21 @@ class RemoteCohort(RemoteNodes):
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
         requests = {
-            m: self._request(m, FINISH, t, {"models": models}) for m in self._targets(t, None, FINISH)
+            m: self._request(m, FINISH, t, FinishRequest(models=models).info())
+            for m in self._targets(t, None, FINISH)
         }
         self.reports = []
-        for m, reply in sorted(self._exchange(requests).items()):
+        for m, reply in sorted(self.exchange(requests).items()):
             try:
-                reply = self._reply(reply, FINISH, t, 0)
+                reply = self.reply(reply, FINISH, t, 0)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
             theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            troubled = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
-            if theirs != self.counted[m] and not troubled:
-                self.fault(m, t, FINISH, f"the node counted {theirs}, the server {self.counted[m]}")
             theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
-            if theirs_select != self.selection_bytes[m] and not troubled:
-                self.fault(m, t, FINISH, f"the node counted VF-PS bytes {theirs_select}, the server "
-                                         f"{self.selection_bytes[m]}")
+            excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
+            self.cross_check(m, t, theirs, self.counted[m], excused=excused)
+            self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
                                  "select_down": theirs_select["down"], "digest": reply.info.get("digest"),
                                  "server_counted": dict(self.counted[m])})
@@ -406,7 +354,6 @@ class RemoteCohort(RemoteNodes):
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
         }
         meta = {
-            "run": self.run_token,
             "counted": self.counted,
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
             "nodes": {str(m): v for m, v in self.nodes.items()},
@@ -414,11 +361,8 @@ class RemoteCohort(RemoteNodes):
             "position": {str(m): t for m, t in self.position.items()},
             "t": self.t,
             "missed": self.missed,
-            "rejoins": self.rejoins,
-            "faults": self.faults,
-            "exchanges": self.exchanges,
             "selection_bytes": self.selection_bytes,
-        }
+        } | self.session_state()  # the run's token, faults, rejoins and requests sent
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -432,17 +376,10 @@ class RemoteCohort(RemoteNodes):
         self.outbox = {
             int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
         }
-        self.run_token, self.counted = meta["run"], [dict(c) for c in meta["counted"]]
+        self.counted = [dict(c) for c in meta["counted"]]
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
         self.position = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed = (
-            int(meta["t"]),
-            list(meta["missed"]),
-        )  # (older checkpoints hold "evaluations": unused)
-        self.rejoins, self.faults, self.exchanges = (
-            list(meta["rejoins"]),
-            list(meta["faults"]),
-            int(meta["exchanges"]),
-        )
+        self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations")
+        self.load_session_state(meta)
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]

@@ -7,14 +7,14 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
   (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
-  the server's Query of each of those rounds (see :mod:`fedstream.deploy.link`). Each node answers
+  the server's Query of each of those rounds (see :mod:`fedstream.ovfl.deploy.records`). Each node answers
   with one embedding per round and which rounds activated it. With a server-side policy
   (``topl``) the server has decided the B rounds' activations itself: the request carries them
   (``info["active"]``) and no query, and the node answers with the embeddings of its activated
   rounds only; the others are padded by the policy, as in the simulator.
 * Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
   and round, the 0/1 activation list, and each embedding decoded by
-  :func:`fedstream.deploy.link.peek` (header, codec, length, finite values; no link state touched)
+  :func:`fedstream.deploy.records.peek` (header, codec, length, finite values; no link state touched)
   with the right sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
   answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
   its events are played as passive without a query, the server using its padding
@@ -45,21 +45,20 @@ and sigma); a cache row the server never received is zero (plain top-k for it).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, Envelope, Failure, Link, peek
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
-
-log = logging.getLogger("fedstream.deploy")
 
 
 class Wire(NamedTuple):
@@ -95,8 +94,8 @@ class ServerEnds:
             end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
-class LinkTransport:
-    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.link.Link`.
+class LinkTransport(Session):
+    """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.records.Link`.
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
@@ -110,8 +109,10 @@ class LinkTransport:
         embedding: int,
         record_sizes: bool = False,
         spec: CompressionSpec | None = None,
+        config: dict | None = None,
     ):
-        self.link, self.query, self.embedding = link, query, embedding
+        super().__init__(link, config)
+        self.query, self.embedding = query, embedding
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
@@ -119,9 +120,7 @@ class LinkTransport:
             [] if record_sizes else None
         )  # (direction, client, bytes)
         self.round = -1
-        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
-        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self._outbox: dict[
@@ -139,49 +138,56 @@ class LinkTransport:
         self._asked: set[int] = set()  # passive clients the server queried this round
         self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
 
-    # -- faults ------------------------------------------------------------------------------
-    def fault(self, m: int, t: int, request: str, reason: str) -> None:
-        """Record and log that client m's node failed a request; it is down until it answers again."""
-        log.warning("client %d, %s request for round %d: %s", m, request, t, reason)
-        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
-
     # -- setup and finish --------------------------------------------------------------------
-    def flush(
-        self, kind: str, t: int, info: dict | None = None, clients: set[int] | None = None
-    ) -> dict[int, Envelope]:
-        """One request of ``kind`` (``setup``, ``finish``) to ``clients`` (default: every available
-        one), a ``finish`` carrying what is still held for each; return the replies that came back."""
+    def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
+        """The session's setup of the reachable ones of ``clients`` between batches; those it accepts
+        are ready, the others must be set up again."""
         self._check_round_done()
-        targets = self.link.available() if clients is None else clients & self.link.available()
+        targets = set(clients) & self.link.available()
+        self.ready -= targets
+        accepted = super().set_up(targets, t, info, accept, **kwargs)
+        self.ready |= set(accepted)
+        return accepted
+
+    def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
+        """The ``finish`` request (the gradients still held for each node) to every ready, reachable
+        node; return the replies that came back (a failed one is a fault)."""
+        self._check_round_done()
         requests = {}
-        for m in sorted(targets):
-            held = self._outbox.pop(m, []) if kind == FINISH else []
-            requests[m] = Envelope(
-                kind, t, [g for _, g in held], dict(info or {}, grad_rounds=[r for r, _ in held])
-            )
-        replies = self._exchange(requests)
+        for m in sorted(self.ready & self.link.available()):
+            held = self._outbox.pop(m, [])
+            info = FinishRequest(grad_rounds=[r for r, _ in held], models=models).info()
+            requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
         good = {}
-        for m, reply in replies.items():
-            if isinstance(reply, Failure):
-                self.fault(m, t, kind, reply.reason)
+        for m, reply in self.exchange(requests).items():
+            try:
+                good[m] = self.reply(reply, FINISH, t)
+            except ProtocolError as exc:
+                self.fault(m, t, FINISH, str(exc))
                 self.ready.discard(m)
-            elif reply.kind != kind or reply.round != t:
-                self.fault(
-                    m,
-                    t,
-                    kind,
-                    f"expected a {kind!r} reply for round {t}, received a {reply.kind!r} reply "
-                    f"for round {reply.round}",
-                )
-                self.ready.discard(m)
-            else:
-                good[m] = reply
         return good
 
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
         self._last_gradient.pop(m, None)
         return len(self._outbox.pop(m, []))
+
+    # -- state at a batch boundary ------------------------------------------------------------
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The transport's part of a server checkpoint at a batch boundary: the gradients held for
+        the nodes (arrays ``outbox.{client}.{round}``) and the round of each client's last one."""
+        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self._outbox.items()
+                  for r, g in held}
+        return arrays, {"last_gradient": {str(m): r for m, r in self._last_gradient.items()}}
+
+    def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        """Go back to :meth:`state`'s boundary (other keys of ``arrays`` are ignored)."""
+        self._outbox = {}
+        keys = (k for k in arrays if k.startswith("outbox."))
+        for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            _, m, r = key.split(".")
+            self._outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
+        self._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
 
     # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
@@ -209,11 +215,11 @@ class LinkTransport:
         requests = {}
         for m in targets:
             held = self._outbox.pop(m, [])
-            info = {"events": n, "grad_rounds": [r for r, _ in held], "keep": keep}
-            if active is not None:
-                info["active"] = [int(a) for a in active[:, m]]
+            decided = None if active is None else [int(a) for a in active[:, m]]
+            info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep,
+                                boundary=t0 + n if keep else None, active=decided).info()
             requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m], info)
-        replies = self._exchange(requests)
+        replies = self.exchange(requests)
         self._batch = {}
         for m, reply in replies.items():
             try:
@@ -231,12 +237,7 @@ class LinkTransport:
         if reply.kind != ROUND or reply.round != t0:
             raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
                                 f"for round {reply.round}")
-        active = reply.info.get("active")
-        if (not isinstance(active, list) or len(active) != n
-                or any(isinstance(a, bool) or a not in (0, 1) for a in active)):
-            raise ProtocolError(
-                f"expected info 'active': a list of {n} zeros and ones, received {active!r}"[:300]
-            )
+        active = RoundReply.read(reply.info, f"the reply for round {t0}", events=n).active
         if self._decided is None:
             events = list(range(n))  # an embedding for every event: pushed or the answer to its query
         else:
@@ -290,16 +291,13 @@ class LinkTransport:
                 f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried"
             )
 
-    def _exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        if not requests:
-            return {}
-        self.exchanges += 1
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``)."""
         self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
-        replies = self.link.exchange(requests)
-        for m in requests:
-            reply = replies.setdefault(m, Failure("no reply"))
-            if not isinstance(reply, Failure):
-                self.wire_bytes += sum(len(p) for p in reply.parts)
+        replies = super().exchange(requests)
+        self.wire_bytes += sum(
+            len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts
+        )
         return replies
 
     # -- the transport play_round uses -------------------------------------------------------

@@ -1,25 +1,16 @@
-"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort` over a link.
+"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort`
+over a link.
 
 :class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
 loop, unchanged) talks to when the clients live on their own nodes
-(:mod:`fedstream.deploy.chfl_host`). One request per node per round, all nodes at once:
-
-=========  ================================================  ====================================
-request    carries (server -> node)                          reply (node -> server)
-=========  ================================================  ====================================
-setup      the run's config (JSON) and token                 the node's sizes and column indices
-round t    θ^t, an encoded ModelUpdate (none for Local);     θ_k^t, an encoded ModelUpdate (when
-           ``lr_index``, ``validate``, ``epochs``            trained); best validation accuracy
-finish     nothing                                           per variant: lr, candidate, round,
-                                                             validation and test accuracy; the
-                                                             node's byte counts
-=========  ================================================  ====================================
+(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once (the
+requests and replies: :mod:`fedstream.chfl.deploy.records`).
 
 The ledger counts the encoded ModelUpdates exactly as the simulator's
 :class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
 accepted), so a run without faults has the simulator's byte counts per client and direction. At
 the finish each node's own counts must equal the server's; a difference is a fault, except for a
-client that had a fault or a rejoin (:meth:`~fedstream.deploy.remote.RemoteNodes.troubled`: a
+client that had a fault or a rejoin (:meth:`~fedstream.deploy.session.Session.troubled`: a
 message lost on the way, or a node gone back to an older state, counts on one end only).
 
 Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
@@ -33,7 +24,7 @@ round. A round with no valid update at all, or a setup that does not agree, ends
 
 A node that comes back (a new SuperNode in the place of one that crashed or hangs:
 ``link.rejoined()``, asked before every round and before the finish) is set up again with
-``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.node`) and
+``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.session`) and
 reports where it is (federation, round). The server checks its sizes and columns against its
 first setup and that it is not ahead of the run, records the rejoin (``rejoins``) and from the
 next round request on it takes part again: θ^t replaces its common column, its unique column and
@@ -41,7 +32,7 @@ heads continue from its checkpoint. A node that lost everything comes back as a 
 (position -1, -1): fresh, identically seeded weights for the current federation and no
 validation records before the rejoin, so its choice is among the rounds it played since.
 
-With ``keep`` set (the server checkpoints, :class:`~fedstream.deploy.chfl_driver.NetworkCHFL`),
+With ``keep`` set (the server checkpoints, :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`),
 a round request after which the server checkpoints (:func:`~fedstream.chfl.trainer.checkpointed_after`)
 carries ``keep`` and the boundary (:func:`~fedstream.chfl.trainer.boundary`): each node keeps its
 state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
@@ -54,28 +45,32 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from fedstream.chfl.cohort import RoundResult
+from fedstream.chfl.deploy.data import chfl_config_settings
+from fedstream.chfl.deploy.records import (
+    SHARED_SIZES,
+    SIZES,
+    FinishReply,
+    RoundReply,
+    RoundRequest,
+    SetupReply,
+)
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.data.chfl_datasets import SPECS
-from fedstream.deploy.chfl_data import chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, Link
-from fedstream.deploy.remote import RemoteNodes
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
+from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 
-SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # every node must report the same
-SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
 
-
-class RemoteCohort(RemoteNodes):
+class RemoteCohort(Session):
     """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
 
-    def __init__(self, link: Link, config: dict, *, run_token: str):
-        super().__init__(link)
-        self.config, self.run_token = config, run_token
+    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+        super().__init__(link, config, run_token=run_token)
         self.settings = chfl_config_settings(config)
         K = self.settings.clients
         if link.n_clients != K:
@@ -84,7 +79,8 @@ class RemoteCohort(RemoteNodes):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        # rejoins (RemoteNodes): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node set up again
+        # rejoins (Session): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node
+        # set up again
         self.lr_index = -1
         self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
@@ -99,21 +95,17 @@ class RemoteCohort(RemoteNodes):
         from where it is; one ahead of the run is a fault.
         """
         K, s = self.settings.clients, self.settings
-        info = {"config": json.dumps(self.config), "run": self.run_token}
-        if resume is not None:
-            info |= {"rejoin": True, "resume": boundary(*resume, s.rounds)}
+        info = self.setup_request() if resume is None else self.setup_request(
+            rejoin=True, resume=boundary(*resume, s.rounds))
         t = 0 if resume is None else resume[1]
-        replies = self._exchange(
-            {m: Envelope(SETUP, t, [], dict(info)) for m in sorted(self.link.available())}
-        )
-        for m, reply in replies.items():
-            try:
-                got = self._check_setup(m, self._reply(reply, SETUP, t))
-                if resume is not None:
-                    self._check_position(got, resume, expected=self._before(resume))
-            except FedstreamError as exc:
-                self.fault(m, t, SETUP, str(exc))
-                continue
+
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            if resume is not None:
+                self._check_position(got, resume, expected=self._before(resume))
+            return got
+
+        for m, got in self.set_up(self.link.available(), t, info, accept).items():
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
                 self._rejoined(m, resume, got)
@@ -162,23 +154,20 @@ class RemoteCohort(RemoteNodes):
     def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
         """Set ``clients`` up again (their node is new, or was not set up) before the run's position
         ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
-        t = at[1]
-        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": True}
-        replies = self._exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
-        for m, reply in replies.items():
-            self.ready.discard(m)
-            try:
-                got = self._check_setup(m, self._reply(reply, SETUP, t))
-                diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
-                        if got[k] != self.nodes[m][k]}
-                if diff:
-                    raise ProtocolError(
-                        f"the node reports {diff} (now, at the first setup): not the same data or settings"
-                    )
-                self._check_position(got, at)
-            except FedstreamError as exc:
-                self.fault(m, t, SETUP, f"rejoin refused: {exc}")
-                continue
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
+                    if got[k] != self.nodes[m][k]}
+            if diff:
+                raise ProtocolError(
+                    f"the node reports {diff} (now, at the first setup): not the same data or settings"
+                )
+            self._check_position(got, at)
+            return got
+
+        self.ready -= set(clients)
+        for m, got in self.set_up(clients, at[1], self.setup_request(rejoin=True), accept,
+                                  refused="rejoin refused: ").items():
             self.ready.add(m)
             self._rejoined(m, at, got)
 
@@ -191,35 +180,12 @@ class RemoteCohort(RemoteNodes):
             self.rejoin(back, at)
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
-        info = reply.info
-        if info.get("client") != m:
-            raise ProtocolError(f"the node reports client {info.get('client')!r}, expected {m}")
-        position = (info.get("lr_index"), info.get("round"))
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < -1 for v in position):
-            raise ProtocolError(f"setup reply: 'lr_index' and 'round' must be integers >= -1, received "
-                                f"{position!r}"[:300])
-        out: dict = {"position": position}
-        for key in SIZES:
-            v = info.get(key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ProtocolError(f"setup reply: {key!r} must be an integer >= 0, received {v!r}"[:300])
-            out[key] = v
-        if min(out["n_train"], out["n_val"], out["n_test"], out["n_common"], out["n_unique"]) == 0:
-            raise ProtocolError(f"setup reply: the node holds no rows or no features of a kind: {out}")
-        for key, n in (("common", out["n_common"]), ("unique", out["n_unique"])):
-            v = info.get(key)
-            if (
-                not isinstance(v, list)
-                or len(v) != n
-                or any(
-                    isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < out["n_features"] for i in v
-                )
-            ):
-                raise ProtocolError(
-                    f"setup reply: {key!r} must list {n} column indices, received {v!r}"[:300]
-                )
-            out[key] = v
-        return out
+        got = SetupReply.read(reply.info, "setup reply")
+        if got.client != m:
+            raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
+        return {"position": (got.lr_index, got.round)} | {
+            k: getattr(got, k) for k in (*SIZES, "common", "unique")
+        }
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def start(self, lr: float) -> None:
@@ -236,14 +202,17 @@ class RemoteCohort(RemoteNodes):
         sent: dict[int, ModelUpdate | None] = {}
         requests = {}
         self._come_back((self.lr_index, t))
-        reachable = self.link.available()
-        for m in sorted(set(self.nodes) - reachable):
-            self.fault(m, t, ROUND, "not sent: the node left, or is still busy with a request that timed out")
-        for m in sorted(set(self.nodes) & reachable - self.ready):
+        reachable = set(self.reachable(self.nodes, t, ROUND))
+        for m in sorted(reachable - self.ready):
             self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
-        info: dict = {"lr_index": self.lr_index, "validate": validate, "epochs": epochs}
-        if self.keep and checkpointed_after(t, self.settings.rounds):
-            info |= {"keep": True, "boundary": boundary(self.lr_index, t + 1, self.settings.rounds)}
+        keep = self.keep and checkpointed_after(t, self.settings.rounds)
+        info = RoundRequest(
+            lr_index=self.lr_index,
+            validate=validate,
+            epochs=epochs,
+            keep=keep or None,
+            boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None,
+        ).info()
         for m in sorted(set(self.nodes) & reachable & self.ready):
             parts = []
             if models is not None:
@@ -254,9 +223,9 @@ class RemoteCohort(RemoteNodes):
             requests[m] = Envelope(ROUND, t, parts, dict(info))
         out = RoundResult()
         ups: dict[int, ModelUpdate] = {}
-        for m, reply in self._exchange(requests).items():
+        for m, reply in self.exchange(requests).items():
             try:
-                val, update, size = self._check_round(m, self._reply(reply, ROUND, t), t, validate, epochs,
+                val, update, size = self._check_round(m, self.reply(reply, ROUND, t), t, validate, epochs,
                                                       sent.get(m))
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t, ROUND, str(exc))
@@ -278,11 +247,7 @@ class RemoteCohort(RemoteNodes):
     def _check_round(self, m: int, reply: Envelope, t: int, validate: bool, epochs: int,
                      sent: ModelUpdate | None) -> tuple[float, ModelUpdate | None, int]:
         """Validate client m's reply to round t; return (best validation accuracy, update, its bytes)."""
-        val = reply.info.get("val")
-        if validate and (isinstance(val, bool) or not isinstance(val, (int, float)) or not 0.0 <= val <= 1.0):
-            raise ProtocolError(
-                f"expected info 'val': a validation accuracy in [0, 1], received {val!r}"[:300]
-            )
+        val = RoundReply.read(reply.info, f"round {t} reply", validate=validate).val
         want = 1 if epochs and sent is not None else 0
         if len(reply.parts) != want:
             raise ProtocolError(f"expected {want} model message(s), received {len(reply.parts)}")
@@ -311,25 +276,20 @@ class RemoteCohort(RemoteNodes):
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
         self._come_back((len(self.settings.lrs), 0))
-        replies = self._exchange({m: Envelope(FINISH, t, [], {})
+        replies = self.exchange({m: Envelope(FINISH, t, [], {})
                                   for m in sorted(set(self.nodes) & self.link.available() & self.ready)})
         picks: dict[int, dict[str, Choice]] = {}
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                reply = self._reply(reply, FINISH, t)
+                reply = self.reply(reply, FINISH, t)
                 picks[m] = self._check_choices(reply, variants)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
             counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
             theirs = [reply.info.get(k) for k in ("up", "down", "messages")]
-            if theirs != counted and not self.troubled(
-                m
-            ):  # a fault or rejoin: the two ends differ by what was lost
-                self.fault(
-                    m, t, FINISH, f"the node counted (up, down, messages) = {theirs}, the server {counted}"
-                )
+            self.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
             self.reports.append({"client": m, "up": theirs[0], "down": theirs[1], "messages": theirs[2],
                                  "server_counted": counted})
         if not picks:
@@ -340,18 +300,11 @@ class RemoteCohort(RemoteNodes):
     def checkpoint_state(self, *, mid_federation: bool) -> dict:
         """What the server knows of its nodes: the run's token, faults, rejoins, requests sent. The
         nodes' own state stays on the nodes (they keep it at the same points: ``keep``)."""
-        return {"network": {"run": self.run_token, "faults": [dict(f) for f in self.faults],
-                            "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}}
+        return {"network": self.session_state()}
 
     def load_checkpoint(self, state: Mapping) -> None:
         """Put the checkpoint's history before what happened since the restart (the resuming setup)."""
-        saved = state["network"]
-        if saved["run"] != self.run_token:
-            raise ProtocolError(f"the checkpoint is of run {saved['run']!r}, the nodes were set up for run "
-                                f"{self.run_token!r}")
-        self.faults = [dict(f) for f in saved["faults"]] + self.faults
-        self.rejoins = [dict(r) for r in saved["rejoins"]] + self.rejoins
-        self.exchanges += int(saved["exchanges"])
+        self.load_session_state(state["network"], before=True)
         self.lr_index = int(state["lr_index"]) - 1  # start() moves on to the checkpoint's federation
 
     def load_federation(self, state: Mapping) -> None:
@@ -361,7 +314,7 @@ class RemoteCohort(RemoteNodes):
         self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
     ) -> dict[str, Choice]:
         try:
-            raw = json.loads(reply.info.get("choices", ""))
+            raw = json.loads(FinishReply.read(reply.info, "finish reply").choices)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"info 'choices' is not JSON ({exc})"[:300]) from None
         if not isinstance(raw, dict) or set(raw) != set(variants):

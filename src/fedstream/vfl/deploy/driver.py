@@ -1,7 +1,7 @@
 """The server party of a deployed batch VFL run: the simulator's epoch loop over remote clients.
 
 :class:`NetworkBatchVFL` holds the labels (nothing else of the data) and the top model, sets the
-nodes up (:class:`~fedstream.deploy.vfl_batch_proxy.RemoteCohort`) and runs
+nodes up (:class:`~fedstream.vfl.deploy.proxy.RemoteCohort`) and runs
 :func:`fedstream.vfl.trainer.play_epochs`, the simulator's loop: per epoch the (seed,
 epoch)-ordered mini-batches, one training step per batch, then the test accuracy. The summary has
 the simulator's keys (``per_epoch``, ``final_accuracy``, ``bytes``, ...) plus what the network adds
@@ -11,13 +11,13 @@ simulator's summary (timings aside) and the nodes end with the simulator's model
 Participant selection runs on the server (``selection.method`` ``all``, ``fixed`` or ``random``, any
 ``selection.dynamic``): it needs no client data. ``vfps`` (with any ``selection.dynamic``) asks
 every node for the local squared distances of its strip from the query samples to every training
-row available that epoch (:mod:`fedstream.deploy.vfl_batch_vfps`) and scores the groups from those, as the VF-PS paper's
-protocol does; the summary's ``selection_bytes`` counts those messages per client and direction,
-apart from the training ``bytes``.
+row available that epoch (:mod:`fedstream.vfl.deploy.vfps`) and scores the groups from those, as
+the VF-PS paper's protocol does; the summary's ``selection_bytes`` counts those messages per client
+and direction, apart from the training ``bytes``.
 
 Faults: a node that fails a request is padded for it (``missed_steps``); one that comes back on a
 new SuperNode is set up again and rejoins from its own latest checkpoint (``rejoins``; see
-:meth:`~fedstream.deploy.vfl_batch_proxy.RemoteCohort.rejoin` for what the server drops). With a
+:meth:`~fedstream.vfl.deploy.proxy.RemoteCohort.rejoin` for what the server drops). With a
 checkpoint path (``run(checkpoint=...)``, by default ``out/checkpoint.pt``) the server saves its
 state at every epoch end (:meth:`NetworkBatchVFL.save`) and the nodes keep theirs there;
 :meth:`NetworkBatchVFL.load` continues from it, the nodes going back to their own state of that
@@ -27,7 +27,6 @@ epoch, and the run ends as the uninterrupted one (and the simulator) would.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,21 +34,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedstream.deploy.link import Link
-from fedstream.deploy.parties import check_deployable
-from fedstream.deploy.vfl_batch_data import (
-    ServerLabels,
-    batch_settings,
-    build_party,
-    layout,
-)
-from fedstream.deploy.vfl_batch_proxy import EVALUATION, RemoteCohort, boundary_of
-from fedstream.deploy.vfl_batch_vfps import check_size
+from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl import checkpoint
 from fedstream.vfl.checkpoint import NAME, _arrays, _tensors
+from fedstream.vfl.deploy.data import (
+    ServerLabels,
+    batch_settings,
+    build_party,
+    layout,
+)
+from fedstream.vfl.deploy.proxy import RemoteCohort
+from fedstream.vfl.deploy.records import EVALUATION, boundary_of
+from fedstream.vfl.deploy.vfps import check_size
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
     MetricsWriter,
@@ -75,7 +75,7 @@ class NetworkBatchVFL:
             self.server.padding = make_padding("zero", s.clients, s.embedding)
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
             check_size(s.selection, len(labels.train_y))
-        self.cohort = RemoteCohort(link, config, s, run_token=secrets.token_hex(8))
+        self.cohort = RemoteCohort(link, config, s)
         self.part = None
         if (
             s.selection.active
@@ -200,6 +200,6 @@ class NetworkBatchVFL:
 
 def boundary(epoch: int) -> int:
     """The nodes' boundary at the end of ``epoch`` (after its evaluation), where a resumed server sets
-    them back to: :func:`~fedstream.deploy.vfl_batch_proxy.boundary_of`, the formula the cohort's
+    them back to: :func:`~fedstream.vfl.deploy.records.boundary_of`, the formula the cohort's
     requests use too."""
     return boundary_of(epoch, EVALUATION)

@@ -2,7 +2,7 @@
 
 Payload layout of a ``RecordDict``: ``"fedstream"`` is a ``ConfigRecord`` with ``kind`` (str),
 ``round`` (int) and ``parts`` (list of bytes: fedstream messages exactly as
-:func:`fedstream.transport.codec.encode` made them, see :mod:`fedstream.deploy.link`); optional
+:func:`fedstream.transport.codec.encode` made them, see :mod:`fedstream.deploy.records`); optional
 ``"info"`` (``ConfigRecord``, control data) and ``"arrays"`` (``ArrayRecord``, only the final
 report of an audited run).
 
@@ -10,7 +10,7 @@ report of an audited run).
 ``grid.pull_messages`` (every ``poll`` seconds; ``grid.send_and_receive`` sleeps 3 s between
 polls). It never raises for a node's fault: a ClientApp error reply, a reply from the wrong node,
 a record that does not parse (:func:`from_record`), an oversized one, or no reply within
-``timeout`` seconds becomes a :class:`~fedstream.deploy.link.Failure`, which the transport logs,
+``timeout`` seconds becomes a :class:`~fedstream.deploy.records.Failure`, which the transport logs,
 records and pads. A node that timed out is not sent anything until its late reply has arrived
 (a SuperNode runs one message at a time); a node that left the SuperLink is not sent anything;
 a new node is asked its client index (``query.hello``) and takes that client's place when the
@@ -28,7 +28,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedstream.deploy.link import KINDS, Envelope, Failure
+from fedstream.deploy.records import KINDS, Envelope, Failure
 from fedstream.errors import ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
@@ -86,7 +86,7 @@ def serialised_size(msg: Message) -> int:
 
 # -- the link ----------------------------------------------------------------------------------
 class GridLink:
-    """A :class:`~fedstream.deploy.link.Link` over a Flower ``Grid``: client index -> node ID."""
+    """A :class:`~fedstream.deploy.records.Link` over a Flower ``Grid``: client index -> node ID."""
 
     def __init__(self, grid: Grid, nodes: dict[int, int], n_clients: int, *, poll: float = 0.005,
                  timeout: float = 120.0):
@@ -115,19 +115,24 @@ class GridLink:
             if time.monotonic() > deadline:
                 raise ProtocolError(
                     f"{len(nodes)} SuperNodes connected within {node_timeout} s, {n_clients} "
-                    f'(vfl.clients or chfl.clients) needed (start one per client with --node-config "client-index=M")'
+                    "(vfl.clients or chfl.clients) needed (start one per client with "
+                    '--node-config "client-index=M")'
                 )
             time.sleep(0.2)
         link = cls(grid, {}, n_clients, poll=poll, timeout=timeout)
-        index_of = link._hello(nodes)
-        if sorted(index_of.values()) != list(range(n_clients)):
+        link.adopt(nodes)
+        return link
+
+    def adopt(self, nodes: list[int]) -> None:
+        """Ask each of ``nodes`` its client index and map indices to nodes (one node per client)."""
+        index_of = self._hello(nodes)
+        if sorted(index_of.values()) != list(range(self.n_clients)):
             raise ProtocolError(
                 f"the SuperNodes report client indices {sorted(index_of.values())}, expected "
-                f'{list(range(n_clients))} (one SuperNode per client, --node-config "client-index=M")'
+                f'{list(range(self.n_clients))} (one SuperNode per client, --node-config "client-index=M")'
             )
-        link.nodes = {m: node for node, m in index_of.items()}
-        link._known = link._connected = set(nodes)
-        return link
+        self.nodes = {m: node for node, m in index_of.items()}
+        self._known = self._connected = set(nodes)
 
     # -- availability --------------------------------------------------------------------------
     def available(self) -> set[int]:

@@ -1,6 +1,6 @@
 """The server party of a deployed CHFL run (batch mode): the simulator's round loop over remote clients.
 
-:class:`NetworkCHFL` sets the nodes up (:class:`~fedstream.deploy.chfl_proxy.RemoteCohort`),
+:class:`NetworkCHFL` sets the nodes up (:class:`~fedstream.chfl.deploy.proxy.RemoteCohort`),
 learns from them the width of the common column (the server holds no data: no labels, no
 features, not even the file), draws the initial global column as the simulator does and runs
 :class:`fedstream.chfl.trainer.BatchRun`, the simulator's loop: per learning rate, T FedAvg
@@ -8,7 +8,7 @@ rounds. The result has the simulator's keys (``test_acc``, ``variants`` with eve
 choice, ``bytes``, ...) plus what the network adds (``faults``, ``exchanges``, the nodes' own
 byte counts in ``clients``). Without faults it equals the simulator's result (timings aside).
 
-Faults: a node that fails a round is left out of it (:mod:`fedstream.deploy.chfl_proxy`); one that
+Faults: a node that fails a round is left out of it (:mod:`fedstream.chfl.deploy.proxy`); one that
 comes back on a new SuperNode is set up again from its own checkpoint (``rejoins``). With
 ``run(checkpoint=PATH)`` the server checkpoints as the simulator does, after every FedAvg round
 and at every federation's end (:class:`~fedstream.chfl.trainer.BatchRun` with a
@@ -24,7 +24,6 @@ is the uninterrupted run's (same choices, accuracies and byte counts).
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +37,14 @@ from fedstream.chfl.checkpoint import (
     check_identity,
     read_checkpoint,
 )
+from fedstream.chfl.deploy.data import chfl_config_settings
+from fedstream.chfl.deploy.proxy import RemoteCohort
 from fedstream.chfl.plan import Plan
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.splits import FeatureSplit
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, variants_of
-from fedstream.deploy.chfl_data import chfl_config_settings
-from fedstream.deploy.chfl_proxy import RemoteCohort
-from fedstream.deploy.link import Link
-from fedstream.deploy.parties import check_deployable
+from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError
 
 
@@ -57,7 +56,7 @@ class NetworkCHFL:
         self.config, self.progress = config, progress
         self.settings = chfl_config_settings(config)
         self.method, self.seed = config["chfl.method"], config["seed"]
-        self.cohort = RemoteCohort(link, config, run_token=secrets.token_hex(8))
+        self.cohort = RemoteCohort(link, config)
         self.batch: BatchRun | None = None
         self.loaded: Path | None = None  # the checkpoint load() read
         self.position: tuple[int, int] = (0, 0)  # (federation, next round) the run starts at

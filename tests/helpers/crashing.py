@@ -1,6 +1,6 @@
 """Links and drivers that crash on purpose, shared by the deployment fault tests.
 
-:class:`CrashOnce` is a :class:`~fedstream.deploy.link.LoopbackLink` on which one client's node
+:class:`CrashOnce` is a :class:`~fedstream.deploy.runtimes.loopback.LoopbackLink` on which one client's node
 crashes once; :func:`crash_then_load` kills an online VFL server mid-run and loads a new one from
 its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it;
 :func:`stop_when` stops a whole deployment and :func:`run_resumed` runs it again with ``resume``.
@@ -15,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.helpers.links import ServerCrash
 
-from fedstream.deploy import NetworkVFL
-from fedstream.deploy.link import Envelope, Failure, LoopbackLink
-
-
-class ServerCrash(Exception):
-    """Raised inside a server's loop to stand for the server's process dying there."""
+from fedstream.deploy.records import Envelope, Failure
+from fedstream.deploy.runtimes.loopback import LoopbackLink
+from fedstream.ovfl.deploy.driver import NetworkVFL
 
 
 class CrashOnce(LoopbackLink):
@@ -39,7 +37,7 @@ class CrashOnce(LoopbackLink):
         env = requests.get(self.client)
         if env is not None and not self.crashed and self.crashes_on(env):
             self.crashed = True
-            del self._memory[self.client]
+            del self.memory[self.client]
             others = {m: e for m, e in requests.items() if m != self.client}
             return super().exchange(others) | {self.client: Failure("no reply within 5 s")}
         return super().exchange(requests)

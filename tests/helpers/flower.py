@@ -43,7 +43,7 @@ def run_simulation(config: str, sets: str, out: Path, nodes: int, *, timeout: fl
     ``audit``) and ``nodes`` ClientApps on Flower's simulation runtime (Ray), isolated."""
     script = textwrap.dedent(f"""
         from flwr.simulation import run_simulation
-        from fedstream.deploy.flower_app import make_client_app, make_server_app
+        from fedstream.deploy.runtimes.flower import make_client_app, make_server_app
         server = make_server_app(config={config!r}, set={sets!r}, out={str(out)!r}, audit=True)
         run_simulation(server_app=server, client_app=make_client_app(), num_supernodes={nodes},
                        backend_config={{"client_resources": {{"num_cpus": 1}},

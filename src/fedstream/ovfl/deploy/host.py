@@ -1,18 +1,18 @@
 """The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
 :class:`ClientHost` receives encoded fedstream messages, decodes them with
-:func:`fedstream.deploy.link.peek` (which validates them), hands them to its
+:func:`fedstream.deploy.records.peek` (which validates them), hands them to its
 :class:`~fedstream.ovfl.client.Client`, and encodes what the client answers. It counts the bytes it
 receives and sends in its own ledger, so both ends of every link count.
 
-One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.link`).
+One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.records`).
 For each event, in order, the host observes the node's feature block, decides from it alone
 whether the event activates the node, and computes the embedding: pushed when activated, the
 answer to the server's query when passive. With a server-side policy (``topl``) the request says
 which events activate the node (``info["active"]``) and carries no query: an event that leaves
 the node out costs nothing, no message and no optimiser skip (the server pads it), as in the
-simulator, where the client is not part of that round. Embeddings are computed with the weights the node has at
-the start of the batch, because the gradients of the batch come back with the next request.
+simulator, where the client is not part of that round. Embeddings are computed with the weights
+the node has at the start of the batch, because the gradients of the batch come back with the next request.
 There they are applied in round order, each through the forward state of its own event, and a
 passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
 in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
@@ -24,7 +24,7 @@ with the uplink codec, and decodes every gradient it receives with the downlink 
 applies it, which also shows it to ``topk-grad``'s ranking, so an embedding is ranked by the last
 gradient the node received: with B = 1 the previous round's, as in the simulator; with B > 1 the
 last one of the previous batch for every embedding of the batch. A request's gradients are first
-checked with a stateless decoder (:func:`fedstream.deploy.link.peek`), so a malformed request
+checked with a stateless decoder (:func:`fedstream.deploy.records.peek`), so a malformed request
 changes nothing, the ranking included.
 
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
@@ -40,19 +40,19 @@ import hashlib
 
 import numpy as np
 
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope, peek
-from fedstream.deploy.parties import (
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
+from fedstream.errors import ProtocolError
+from fedstream.ovfl.client import Ticket
+from fedstream.ovfl.deploy.parties import (
     build_activation,
     build_client,
     own_activation,
     server_decides,
 )
-from fedstream.deploy.rows import BlockRows
-from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
+from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest, SetupReply
+from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
-
-MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bound)
 
 
 def model_digest(params: list[np.ndarray]) -> str:
@@ -100,38 +100,36 @@ class ClientHost:
     # -- requests ----------------------------------------------------------------------------
     def handle(self, env: Envelope) -> Envelope:
         """Answer one request from the server."""
+        where = f"client {self.index}"
         if env.kind == SETUP:
             self.rows.rows(
                 env.round, 1
             )  # read (and cache) the block of the first rounds now, not in round time
-            return Envelope(SETUP, env.round, info={"client": self.index, "round": self.round,
-                                                    "n_features": self.rows.n_features,
-                                                    "block_start": self.rows.block.start,
-                                                    "block_stop": self.rows.block.stop})
+            reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
+                               block_start=self.rows.block.start, block_stop=self.rows.block.stop)
+            return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
-            return self._on_batch(env)
+            return self._on_batch(env, RoundRequest.read(env.info, where))
         if env.kind == FINISH:
-            self._deliver(self._gradients(env.parts, self._grad_rounds(env, len(env.parts))))
+            request = FinishRequest.read(env.info, where)
+            self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
             params = self.client.model.parameters()
-            info = {"client": self.index, "round": self.round, "up": self.up, "down": self.down,
-                    "messages": self.messages, "digest": model_digest(params)}
-            arrays = {f"param{i}": p for i, p in enumerate(params)} if env.info.get("models") else {}
-            return Envelope(FINISH, self.round, info=info, arrays=arrays)
-        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+            reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
+                                messages=self.messages, digest=model_digest(params))
+            arrays = {f"param{i}": p for i, p in enumerate(params)} if request.models else {}
+            return Envelope(FINISH, self.round, info=reply.info(), arrays=arrays)
+        raise ProtocolError(f"{where}: unknown request kind {env.kind!r}")
 
-    def _on_batch(self, env: Envelope) -> Envelope:
+    def _on_batch(self, env: Envelope, request: RoundRequest) -> Envelope:
         """Check the whole request first (nothing changes if it is malformed), then play the batch."""
-        t0, n = env.round, env.info.get("events")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH:
-            raise ProtocolError(f"client {self.index}: a round request needs info 'events' between 1 and "
-                                f"{MAX_BATCH}, received {n!r}")
+        t0, n = env.round, request.events
         if t0 <= self.round:
             raise ProtocolError(
                 f"client {self.index}: request for round {t0}, but it is already at round {self.round}"
             )
-        decided = self._decided(env, n)
+        decided = self._decided(request)
         n_queries = 0 if decided is not None else n
-        rounds = self._grad_rounds(env, len(env.parts) - n_queries)
+        rounds = self._grad_rounds(request.grad_rounds, len(env.parts) - n_queries)
         g = len(rounds)
         if len(env.parts) != g + n_queries:
             raise ProtocolError(
@@ -152,56 +150,41 @@ class ClientHost:
             else:
                 on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
             if on:
-                msg = self.client.on_event(t)
-                self.acts[t] = [np.array(a, copy=True) for a in self.client._acts]  # buffers are reused
+                msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
+                self.acts[t] = ticket.acts
             elif decided is not None:  # left out by the server: not queried, no message, no optimiser skip
                 active.append(0)
                 continue
             else:
                 self._count_down(env.parts[g + i])  # the query is used: it counts
-                msg = self._answer(queries[i])
+                msg = self.client.answer(queries[i])  # its skip waits for its place in the next request
             active.append(int(on))
             embeddings.append(self._send(msg))
             self.pending.append((t, on))
-        return Envelope(ROUND, t0, embeddings, info={"active": active})
+        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=active).info())
 
-    def _decided(self, env: Envelope, n: int) -> list[int] | None:
-        """The server's activation of each of the request's n events (``info["active"]``, a list of n
-        zeros and ones) when the run's policy is the server's; None when this node decides itself.
-        A request that does not match the run's policy is refused."""
-        active = env.info.get("active")
+    def _decided(self, request: RoundRequest) -> list[int] | None:
+        """The server's activation of each of the request's events (``active``) when the run's
+        policy is the server's; None when this node decides itself. A request that does not match
+        the run's policy is refused."""
+        name = self.config["activation.name"]
         if not server_decides(self.config):
-            if active is not None:
+            if request.active is not None:
                 raise ProtocolError(
-                    f"client {self.index}: activation.name = {self.config['activation.name']!r} is "
-                    "decided by the node, but the request carries info 'active'"
+                    f"client {self.index}: activation.name = {name!r} is decided by the node, "
+                    "but the request carries info 'active'"
                 )
             return None
-        if (not isinstance(active, list) or len(active) != n
-                or any(isinstance(a, bool) or not isinstance(a, int) or a not in (0, 1) for a in active)):
+        if request.active is None:
             raise ProtocolError(
-                f"client {self.index}: activation.name = {self.config['activation.name']!r} is the "
-                f"server's: the request needs info 'active', a list of {n} zeros and ones, received "
-                f"{active!r}"[:300]
+                f"client {self.index}: activation.name = {name!r} is the server's: the request "
+                f"needs info 'active', a list of {request.events} zeros and ones"
             )
-        return active
+        return request.active
 
-    def _answer(self, query: Query) -> Embedding:
-        """A passive event's embedding, as :meth:`Client.on_query` computes it; its optimiser
-        skip waits for the event's place in the next request (see the module doc)."""
-        out, _ = self.client.model.forward(self.client.inputs.rows())
-        if query.rows != out.shape[0]:
-            raise ProtocolError(
-                f"client {self.index}: query for round {query.round} asks for {query.rows} rows, "
-                f"its window holds {out.shape[0]}"
-            )
-        return Embedding(round=query.round, client=self.index, values=out)
-
-    def _grad_rounds(self, env: Envelope, most: int) -> list[int]:
-        """The rounds of the gradients that lead the request's parts (``info["grad_rounds"]``)."""
-        rounds = env.info.get("grad_rounds", [])
-        if (not isinstance(rounds, list) or len(rounds) > max(most, 0)
-                or any(isinstance(r, bool) or not isinstance(r, int) for r in rounds)):
+    def _grad_rounds(self, rounds: list[int], most: int) -> list[int]:
+        """The rounds of the gradients that lead the request's parts (at most ``most``)."""
+        if len(rounds) > max(most, 0):
             raise ProtocolError(
                 f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
                 f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300]
@@ -234,15 +217,13 @@ class ClientHost:
         gradient is not in ``grads`` was lost with a failed request: it counts as a skip too."""
         for t, active in self.pending:
             if not active or t not in grads:
-                self.client.optimizer.skip()
+                self.client.skip()
                 self.acts.pop(t, None)
                 continue
             _, data = grads[t]
             self._count_down(data)
             grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
-            self.client._round, self.client._acts = t, self.acts.pop(t)
-            self.client.on_gradient(grad)
-        self.client._round = self.round
+            self.client.apply(Ticket(t, self.acts.pop(t)), grad)
         self.pending = []
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
@@ -293,5 +274,3 @@ class ClientHost:
                 f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
                 f"expected {self.awaiting}"
             )
-        # Client.state_dict() leaves out the round, which only guards the order of messages
-        self.client._round = self.round

@@ -30,11 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedstream.data.images import standardise
+from fedstream.data.idx import read_idx_labels
+from fedstream.data.images import load_image_split, standardise
+from fedstream.data.paths import find_file, resolve_data_root
+from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError, DataError
-from fedstream.vfl.data import strips
+from fedstream.vfl.data import load_vertical, strips
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.settings import BatchVFLSettings
+from fedstream.vfl.trainer import build_parties
 
 FORMAT = 1
 IMAGE_SHAPES = {"mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28), "cifar10": (3, 32, 32)}  # (C, H, W)
@@ -42,7 +46,8 @@ N_CLASSES = 10
 
 
 def batch_settings(config: dict) -> BatchVFLSettings:
-    """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding filled in)."""
+    """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding
+    filled in)."""
     return BatchVFLSettings.from_config(config).resolved()
 
 
@@ -71,8 +76,6 @@ def layout(settings: BatchVFLSettings) -> Layout:
 def build_party(settings: BatchVFLSettings, seed: int) -> tuple[list[BatchClient], BatchServer]:
     """Every party with the simulator's initial weights (:func:`~fedstream.vfl.trainer.build_parties`:
     client 0's bottom model, ..., the top model, from ``seed``); each party keeps its own."""
-    from fedstream.vfl.trainer import build_parties
-
     return build_parties(settings, layout(settings), seed)
 
 
@@ -103,9 +106,6 @@ def load_block(
     config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
 ) -> ClientBlock:
     """Client ``index``'s block of ``config``'s data set, from the cache if there (see the module doc)."""
-    from fedstream.data.paths import resolve_data_root
-    from fedstream.vfl.data import load_vertical
-
     settings = batch_settings(config)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
         raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and vfl.clients - 1 = "
@@ -165,14 +165,11 @@ LABEL_DIRS = {
 
 
 def load_labels(config: dict, data_root: str | None = None) -> ServerLabels:
-    """The server's labels (int64), cut to ``data.train_rows`` / ``data.test_rows`` as the simulator cuts them."""
-    from fedstream.data import resolve_data_root
-
+    """The server's labels (int64), cut to ``data.train_rows`` / ``data.test_rows`` as the simulator
+    cuts them."""
     settings = batch_settings(config)
     root = resolve_data_root(data_root or config["data.root"])
     if settings.dataset == "cifar10":
-        from fedstream.data.images import load_image_split
-
         train_y, test_y = (load_image_split(root, "cifar10", split)[1] for split in ("train", "test"))
     else:
         train_y, test_y = _idx_labels(root, settings.dataset)
@@ -183,9 +180,6 @@ def load_labels(config: dict, data_root: str | None = None) -> ServerLabels:
 def _idx_labels(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """MNIST-like train and test labels from their IDX files (the folder of the training images, as
     the simulator's loaders look them up; the image files are not opened)."""
-    from fedstream.data.idx import read_idx_labels
-    from fedstream.data.paths import find_file
-    from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 
     hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
     names = lambda dirs, stem: [f"{d}{stem}{ext}" for d in dirs for ext in (".gz", "")]

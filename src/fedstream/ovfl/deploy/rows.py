@@ -5,8 +5,9 @@ about 0.8 s of CPU per message for i-MNIST (its deformation field bank), more th
 fedstream work of a 256-event batch. :class:`BlockRows` builds the stream at most once per
 ``CHUNK`` rounds: it computes the rows of a whole chunk, keeps only this client's columns
 (``data.client_index``: the party never keeps another party's features) and saves them, float32,
-in the node's cache folder (the chunk before the current one is kept, older ones are deleted) (``--node-config "cache-dir=PATH"``, default a ``fedstream-node``
-folder in the system's temporary folder). Later processes memory-map the saved block.
+in the node's cache folder (the chunk before the current one is kept, older ones are deleted)
+(``--node-config "cache-dir=PATH"``, default a ``fedstream-node`` folder in the system's
+temporary folder). Later processes memory-map the saved block.
 
 A cache file is named by a digest of everything that decides its rows (data set, root, seed,
 statistics rows, drift, clients, client index, chunk), so a changed config never reads stale rows.
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.errors import ConfigError
+from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
 
 ROW_KEYS = (
@@ -34,10 +36,6 @@ ROW_KEYS = (
     "stream.drift_every",
     "vfl.clients",
 )
-
-
-def default_cache_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "fedstream-node"
 
 
 class BlockRows:
@@ -71,7 +69,6 @@ class BlockRows:
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
         if self._stream is None:
-            from fedstream.deploy.parties import party_stream
 
             self._stream = party_stream(self.config)
         return self._stream
@@ -95,7 +92,6 @@ class BlockRows:
         if path is not None and path.exists():
             block = np.load(path, mmap_mode="r")
         else:
-            from fedstream.deploy.parties import client_rows
 
             block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
             if path is not None:

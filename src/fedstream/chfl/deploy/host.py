@@ -1,6 +1,6 @@
 """A CHFL client party on its own node: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
-:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.deploy.chfl_proxy` for the
+:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.chfl.deploy.proxy` for the
 server's side) with the simulator's code for one client's side of a round
 (:mod:`fedstream.chfl.trainer`: :func:`~fedstream.chfl.trainer.build_clients`,
 :func:`~fedstream.chfl.trainer.validate_client`, :func:`~fedstream.chfl.trainer.keep_common`,
@@ -10,7 +10,7 @@ server's side) with the simulator's code for one client's side of a round
   server needs the common width to draw the initial global column, and no data. Also where the
   node is (``lr_index``, ``round``: the federation and round it last played, -1 and -1 for a
   fresh party): a node set up with ``rejoin`` resumes from its checkpoint
-  (:mod:`fedstream.deploy.node`) and the server checks it is not ahead of the run.
+  (:mod:`fedstream.deploy.session`) and the server checks it is not ahead of the run.
 * ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
   :class:`~fedstream.chfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
   with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
@@ -40,14 +40,15 @@ import numpy as np
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
 from fedstream.chfl.cohort import keep_common, score_choices, train_and_upload, validate_client
+from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
+from fedstream.chfl.deploy.records import FinishReply, RoundReply, RoundRequest, SetupReply
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Choice, Selector
 from fedstream.chfl.trainer import variants_of
-from fedstream.deploy.chfl_data import NodePart, chfl_config_settings
-from fedstream.deploy.link import FINISH, ROUND, SETUP, Envelope
-from fedstream.deploy.remote import pack_state, unpack_state
+from fedstream.deploy.archive import pack_state, unpack_state
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
@@ -89,10 +90,15 @@ class CHFLHost:
     def _handle(self, env: Envelope) -> Envelope:
         if env.kind == SETUP:
             fs = self.part.features
-            return Envelope(SETUP, env.round, info={"client": self.index, **self.part.sizes(),
-                                                    "common": fs.common.tolist(),
-                                                    "unique": fs.unique[self.index].tolist(),
-                                                    "lr_index": self.lr_index, "round": self.round})
+            reply = SetupReply(
+                client=self.index,
+                **self.part.sizes(),
+                common=fs.common.tolist(),
+                unique=fs.unique[self.index].tolist(),
+                lr_index=self.lr_index,
+                round=self.round,
+            )
+            return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
             return self._round(env)
         if env.kind == FINISH:
@@ -101,17 +107,11 @@ class CHFLHost:
 
     # -- a round -------------------------------------------------------------------------------
     def _check_round(self, env: Envelope) -> tuple[int, bool, int]:
-        s, info, t = self.settings, env.info, env.round
-        i, validate, epochs = info.get("lr_index"), info.get("validate"), info.get("epochs")
+        s, t = self.settings, env.round
         where = f"client {self.index}, round request"
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(s.lrs):
-            raise ProtocolError(f"{where}: info 'lr_index' must be 0..{len(s.lrs) - 1}, received {i!r}"[:300])
-        if not isinstance(validate, bool) or (validate and t == 0):
-            raise ProtocolError(f"{where}: info 'validate' must be true or false (false in round 0), "
-                                f"received {validate!r}"[:300])
-        if isinstance(epochs, bool) or epochs not in (0, s.local_epochs) or (epochs and t == s.rounds):
-            raise ProtocolError(f"{where}: info 'epochs' must be 0 or chfl.local_epochs = {s.local_epochs} "
-                                f"(0 in the last round), received {epochs!r}"[:300])
+        request = RoundRequest.read(env.info, where, t=t, lrs=len(s.lrs), rounds=s.rounds,
+                                    local_epochs=s.local_epochs)
+        i, validate, epochs = request.lr_index, request.validate, request.epochs
         if not 0 <= t <= s.rounds:
             raise ProtocolError(f"{where}: round {t} is outside 0..chfl.rounds = {s.rounds}")
         if i < self.lr_index or (i == self.lr_index and t <= self.round):
@@ -150,9 +150,9 @@ class CHFLHost:
         if msg is not None:
             self._count_down(env.parts[0])
             client.receive(msg)
-        info: dict = {"n_train": client.n_train}
+        reply = RoundReply(n_train=client.n_train)
         if validate:
-            info["val"] = validate_client(client, self.selector, lr, t)
+            reply.val = validate_client(client, self.selector, lr, t)
             if msg is not None:
                 keep_common(self.commons, self.selector, lr, t, msg.tensors)
         parts = []
@@ -160,7 +160,7 @@ class CHFLHost:
             update = train_and_upload(client, epochs, self.plan.federated)
             if update is not None:
                 parts.append(self._send(encode_update(update)))
-        return Envelope(ROUND, t, parts, info)
+        return Envelope(ROUND, t, parts, reply.info())
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, env: Envelope) -> Envelope:
@@ -172,12 +172,8 @@ class CHFLHost:
         except ValueError as exc:  # no round was scored on this node
             raise ProtocolError(f"client {self.index}: {exc}") from None
         choices = {name: asdict(ch) for name, ch in picks.items()}
-        return Envelope(
-            FINISH,
-            env.round,
-            [],
-            {"choices": json.dumps(choices), "up": self.up, "down": self.down, "messages": self.messages},
-        )
+        reply = FinishReply(choices=json.dumps(choices), up=self.up, down=self.down, messages=self.messages)
+        return Envelope(FINISH, env.round, [], reply.info())
 
     def _count_down(self, data: bytes) -> None:
         self.down += len(data)

@@ -7,7 +7,7 @@ in-process run with the same seed start from the same weights. Client m replays 
 clients 0..m-1 without keeping their models; the server replays all client draws.
 
 Data: client m reads only its feature block of each round's sample (``client_rows``, cached on
-its node by :class:`fedstream.deploy.rows.BlockRows`) and the server only the labels
+its node by :class:`fedstream.ovfl.deploy.rows.BlockRows`) and the server only the labels
 (:func:`server_stream`: for the image data sets it reads the label file and the image file's
 16-byte header, never a pixel; a tabular CSV holds labels and features in one file, so there the
 server parses the file and keeps only the labels). The sources compute whole rows (an image is
@@ -17,9 +17,14 @@ hold only its columns would plug in at ``client_rows``.
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 
-from fedstream.data import Stream
+from fedstream.data import Stream, resolve_data_root
+from fedstream.data.idx import read_idx_labels
+from fedstream.data.paths import find_file
+from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
@@ -32,27 +37,12 @@ from fedstream.transport import CompressionSpec
 # policies a client can evaluate alone: ``fixed`` is a coordinator's draw, but from the shared seed only
 CLIENT_SIDE_ACTIVATIONS = ("full", "random", "event", "fixed")
 # policies only the server can evaluate: ``topl`` ranks the clients by the embeddings the server received;
-# the server tells each node its activation in the batch request (see fedstream.deploy.link)
+# the server tells each node its activation in the batch request (see fedstream.deploy.records)
 SERVER_SIDE_ACTIVATIONS = ("topl",)
 
 
 def check_deployable(config: dict) -> None:
-    """Reject what the network backend does not carry yet, naming the key."""
-    if config["task"] == "chfl":
-        if config["chfl.mode"] != "batch":
-            raise ConfigError(
-                f"chfl.mode = {config['chfl.mode']!r}: only CHFL's batch mode runs over Flower so far"
-            )
-        return
-    if (
-        config["task"] == "vfl"
-    ):  # every selection method and dynamic setting: the server plans, VF-PS asks the
-        return  # nodes for distances over the epoch's available rows (deploy/vfl_batch_vfps.py)
-    if config["task"] != "ovfl":
-        raise ConfigError(
-            f"task = {config['task']!r}: only task = 'ovfl', 'vfl' (batch VFL) and 'chfl' (batch) "
-            "run over Flower"
-        )
+    """Reject what the network backend does not carry yet for online VFL, naming the key."""
     if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS + SERVER_SIDE_ACTIVATIONS:
         raise ConfigError(
             f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
@@ -62,11 +52,6 @@ def check_deployable(config: dict) -> None:
     CompressionSpec.from_config(
         config
     )  # compression runs over the network too; refuse a bad spec before setup
-
-
-def n_nodes(config: dict) -> int:
-    """Client nodes of a run: ``vfl.clients`` (online VFL) or ``chfl.clients`` (CHFL)."""
-    return config["chfl.clients"] if config["task"] == "chfl" else config["vfl.clients"]
 
 
 def window(config: dict) -> int:
@@ -187,13 +172,6 @@ IMAGE_DIRS = {"mnist": ["mnist/", "", "MNIST/raw/"], "imnist": ["mnist/", "", "M
 
 
 def _image_labels(config: dict) -> LabelSource:
-    import gzip
-
-    from fedstream.data import resolve_data_root
-    from fedstream.data.idx import read_idx_labels
-    from fedstream.data.paths import find_file
-    from fedstream.data.sources import FASHION_HINT, MNIST_HINT
-
     name = config["data.name"]
     root = resolve_data_root(config["data.root"])
     found = [f"{d}train-images-idx3-ubyte{ext}" for d in IMAGE_DIRS[name] for ext in (".gz", "")]

@@ -5,9 +5,9 @@
 and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
 (``network.batch``) cost one request to every node, all nodes in parallel: it carries the
 gradients of the node's previous batch and the queries of the B rounds; see
-:mod:`fedstream.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
+:mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
 clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.deploy.host`), the server still learns event by event.
+:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event.
 
 A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
 the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
@@ -17,8 +17,8 @@ batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the v
 simulator decides from the same estimate.
 
 Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.deploy.proxy.ServerEnds`), each node the other
-end (:class:`~fedstream.deploy.host.ClientHost`); with B = 1 the models and every message's
+client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
+end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
 compressed size are the simulator's.
 
 A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
@@ -30,25 +30,24 @@ server's policy included.
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.data import Stream
-from fedstream.deploy.link import FINISH, SETUP, Link
-from fedstream.deploy.parties import (
+from fedstream.deploy.records import Link
+from fedstream.errors import ConfigError, ProtocolError
+from fedstream.metrics import Prequential
+from fedstream.ovfl.deploy.parties import (
     build_server,
     build_server_activation,
     check_deployable,
     server_decides,
     server_labels,
 )
-from fedstream.deploy.proxy import LinkTransport, RemoteClient
-from fedstream.errors import ConfigError, ProtocolError
-from fedstream.metrics import Prequential
+from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
+from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
 from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
@@ -113,7 +112,8 @@ class NetworkVFL:
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
-                                       record_sizes=record_sizes, spec=CompressionSpec.from_config(config))
+                                       record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
+                                       config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         self.metrics = Prequential(config["eval.interval"])
         self.clock = ComputeClock()
@@ -121,11 +121,19 @@ class NetworkVFL:
         self.wall_seconds = 0.0  # playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.t = 0
-        self.run_token = secrets.token_hex(8)  # names the nodes' checkpoints of this run
-        self.rejoins: list[dict] = []  # {"round", "client", "node_round", "dropped_gradients"}
         self.reports: list[dict] = []
         self._labels: tuple[int, np.ndarray] | None = None
         self._set_up = False
+
+    @property
+    def run_token(self) -> str:
+        """The run's token (it names the nodes' checkpoints of this run)."""
+        return self.transport.run_token
+
+    @property
+    def rejoins(self) -> list[dict]:
+        """{"round", "client", "node_round", "dropped_gradients"} per node set up again."""
+        return self.transport.rejoins
 
     def _query(self, t: int, m: int) -> Query:
         """The query the server will send client m in round t of the coming batch: the server's own,
@@ -141,35 +149,29 @@ class NetworkVFL:
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
         (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
         them; the gradients held for a node that comes back at another round are dropped."""
-        info = {"config": json.dumps(self.config), "run": self.run_token, "rejoin": rejoin or resume}
-        if resume:
-            info["resume"] = self.t
-        replies = self.transport.flush(SETUP, self.t, info, clients)
-        for m, reply in replies.items():
-            block = self.blocks[m]
-            got = (reply.info.get("client"), reply.info.get("block_start"), reply.info.get("block_stop"))
-            node_round = reply.info.get("round")
-            if got != (m, block.start, block.stop):
-                self.transport.fault(
-                    m,
-                    self.t,
-                    SETUP,
-                    f"the node reports client {got[0]} with features "
-                    f"{got[1]}:{got[2]}, expected client {m} with features {block.start}:{block.stop}",
+        tr = self.transport
+
+        def accept(m: int, reply) -> int:
+            got, block = SetupReply.read(reply.info, "setup reply"), self.blocks[m]
+            if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
+                raise ProtocolError(
+                    f"the node reports client {got.client} with features {got.block_start}:{got.block_stop}, "
+                    f"expected client {m} with features {block.start}:{block.stop}"
                 )
-            elif isinstance(node_round, bool) or not isinstance(node_round, int) or node_round >= self.t:
-                self.transport.fault(
-                    m, self.t, SETUP, f"the node is at round {node_round!r}, expected a round before {self.t}"
-                )
-            else:
-                self.transport.ready.add(m)
-                if rejoin or (resume and node_round != self.t - 1):
-                    # a node back at round t - 1 (its checkpoint is its state after its last reply) still
-                    # waits for the gradients held for it; one further back never asked for them
-                    dropped = self.transport.forget(m) if node_round != self.t - 1 else 0
-                    self.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
-                                         "dropped_gradients": dropped})
-        return set(replies) & self.transport.ready
+            if got.round >= self.t:
+                raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
+            return got.round
+
+        info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
+        rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
+        for m, node_round in rounds.items():
+            if rejoin or (resume and node_round != self.t - 1):
+                # a node back at round t - 1 (its checkpoint is its state after its last reply) still
+                # waits for the gradients held for it; one further back never asked for them
+                dropped = tr.forget(m) if node_round != self.t - 1 else 0
+                tr.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
+                                   "dropped_gradients": dropped})
+        return set(rounds)
 
     def label(self, t: int) -> int:
         chunk = t // CHUNK
@@ -275,21 +277,14 @@ class NetworkVFL:
         state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
                                           "padding.value": self.node_padding.padding.value,
                                           "padding.seen": self.node_padding.padding.seen}
-        outbox = {
-            f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in tr._outbox.items() for r, g in held
-        }
-        meta = {
+        outbox, held = tr.state()
+        meta = held | tr.session_state() | {  # the session's part: the run's token, faults, rejoins, requests
             "round": self.t,
             "config": self.config,
-            "run": self.run_token,
             "clock": [self.clock.client, self.clock.server],
             "wall_seconds": self.wall_seconds + wall,
             "setup_seconds": self.setup_seconds,
-            "faults": tr.faults,
-            "rejoins": self.rejoins,
-            "exchanges": tr.exchanges,
             "wire_bytes": tr.wire_bytes,
-            "last_gradient": {str(m): r for m, r in tr._last_gradient.items()},
         }
         save_checkpoint(Path(path), state | outbox, meta)
 
@@ -316,16 +311,9 @@ class NetworkVFL:
             raise ConfigError(
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
             ) from None
-        tr._outbox = {}
-        for key in sorted(
-            (k for k in state if k.startswith("outbox.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
-        ):
-            _, m, r = key.split(".")
-            tr._outbox.setdefault(int(m), []).append((int(r), state[key].tobytes()))
-        tr._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
-        tr.faults, self.rejoins = meta["faults"], meta["rejoins"]
-        tr.exchanges, tr.wire_bytes = meta["exchanges"], meta["wire_bytes"]
-        self.t, self.run_token = int(meta["round"]), meta["run"]
+        tr.load_state(state, meta)
+        tr.load_session_state(meta)
+        tr.wire_bytes, self.t = meta["wire_bytes"], int(meta["round"])
         self.clock.client, self.clock.server = meta["clock"]
         self.wall_seconds, self.setup_seconds = float(meta["wall_seconds"]), float(meta["setup_seconds"])
         self._mask = None  # recomputed from the restored policy
@@ -336,17 +324,15 @@ class NetworkVFL:
 
         Each node counts the bytes it received and sent; they must equal the server's counts.
         """
-        replies = self.transport.flush(FINISH, self.t - 1, {"models": models}, self.transport.ready)
+        tr = self.transport
+        replies = tr.finish(self.t - 1, models=models)
         self.reports = []
-        faulty = {f["client"] for f in self.transport.faults} | {r["client"] for r in self.rejoins}
         for m, reply in sorted(replies.items()):
-            info, ledger = reply.info, self.transport.ledger
+            info, ledger = reply.info, tr.ledger
             mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
             theirs = (info.get("up"), info.get("down"), info.get("messages"))
-            if (
-                mine != theirs and m not in faulty
-            ):  # after a fault or a rejoin the ends differ by the lost messages
-                raise ProtocolError(f"client {m} counted (up, down, messages) = {theirs}, the server {mine}")
+            if not tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = "):
+                raise ProtocolError(f"client {m}: {tr.faults[-1]['reason']}")  # online VFL's ends must agree
             report = dict(info, server_counted=list(mine))
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
@@ -361,9 +347,10 @@ class NetworkVFL:
                 "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
                 "faults": self.transport.faults,
                 "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
-                "rejoins": self.rejoins,
+                "rejoins": self.transport.rejoins,
                 "network_batch": self.batch,
-                "wire_part_bytes": self.transport.wire_bytes,  # payload plus the unused queries of activated events
+                # payload plus the unused queries of activated events
+                "wire_part_bytes": self.transport.wire_bytes,
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
             | self._selection_summary()

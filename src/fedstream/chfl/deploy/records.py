@@ -1,0 +1,101 @@
+"""CHFL's requests and replies (the typed ``info`` that goes with the encoded ModelUpdates of their
+``parts``, see :mod:`fedstream.deploy.records`):
+
+=========  ================================================  ====================================
+request    carries (server -> node)                          reply (node -> server)
+=========  ================================================  ====================================
+setup      the run's config (JSON) and token                 :class:`SetupReply`: the node's sizes,
+                                                             column indices and position
+round t    θ^t, an encoded ModelUpdate (none for Local);     θ_k^t, an encoded ModelUpdate (when
+           :class:`RoundRequest`                             trained); :class:`RoundReply`
+finish     nothing                                           :class:`FinishReply`: per variant lr,
+                                                             candidate, round, validation and test
+                                                             accuracy; the node's byte counts
+=========  ================================================  ====================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedstream.deploy.records import Keep, Record
+from fedstream.errors import ProtocolError
+
+SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # every node must report the same
+SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
+
+
+@dataclass(kw_only=True)
+class RoundRequest(Keep):
+    """Round ``t`` of federation ``lr_index``; ``validate``: score the round; ``epochs``: train."""
+
+    lr_index: int
+    validate: bool
+    epochs: int
+
+    def check(self, where: str, *, t: int = 0, lrs: int = 1, rounds: int = 0, local_epochs: int = 0,
+              **context) -> None:
+        super().check(where)
+        if not 0 <= self.lr_index < lrs:
+            raise ProtocolError(f"{where}: info 'lr_index' must be 0..{lrs - 1}, received {self.lr_index!r}")
+        if self.validate and t == 0:
+            raise ProtocolError(f"{where}: info 'validate' must be true or false (false in round 0), "
+                                f"received {self.validate!r}")
+        if self.epochs not in (0, local_epochs) or (self.epochs and t == rounds):
+            raise ProtocolError(f"{where}: info 'epochs' must be 0 or chfl.local_epochs = {local_epochs} "
+                                f"(0 in the last round), received {self.epochs!r}")
+
+
+@dataclass(kw_only=True)
+class SetupReply(Record):
+    """The node's sizes (no data), the feature split's column indices and where it stands
+    (federation ``lr_index``, ``round``; -1, -1: a fresh party)."""
+
+    client: int
+    lr_index: int
+    round: int
+    n_rows: int
+    n_classes: int
+    n_features: int
+    n_common: int
+    n_test: int
+    n_unique: int
+    n_train: int
+    n_val: int
+    common: list[int]
+    unique: list[int]
+
+    def check(self, where: str, **context) -> None:
+        if min(self.lr_index, self.round) < -1:
+            raise ProtocolError(f"{where}: 'lr_index' and 'round' must be integers >= -1, received "
+                                f"{(self.lr_index, self.round)!r}")
+        sizes = {k: getattr(self, k) for k in SIZES}
+        for key, v in sizes.items():
+            if v < 0:
+                raise ProtocolError(f"{where}: {key!r} must be an integer >= 0, received {v!r}")
+        if min(self.n_train, self.n_val, self.n_test, self.n_common, self.n_unique) == 0:
+            raise ProtocolError(f"{where}: the node holds no rows or no features of a kind: {sizes}")
+        for key, n in (("common", self.n_common), ("unique", self.n_unique)):
+            v = getattr(self, key)
+            if len(v) != n or any(not 0 <= i < self.n_features for i in v):
+                raise ProtocolError(f"{where}: {key!r} must list {n} column indices, received {v!r}"[:300])
+
+
+@dataclass(kw_only=True)
+class RoundReply(Record):
+    n_train: int | None = None
+    val: float | None = None  # the best validation accuracy, when asked to validate
+
+    def check(self, where: str, *, validate: bool = False, **context) -> None:
+        if validate and (self.val is None or not 0.0 <= self.val <= 1.0):
+            raise ProtocolError(
+                f"expected info 'val': a validation accuracy in [0, 1], received {self.val!r}"[:300]
+            )
+
+
+@dataclass(kw_only=True)
+class FinishReply(Record):
+    choices: str  # JSON: per variant, the node's choice
+    up: int | None = None
+    down: int | None = None
+    messages: int | None = None

@@ -1,0 +1,62 @@
+"""The one place that maps a run's task to its deployment adapter.
+
+Each task package brings a small adapter (``ADAPTER`` in ``fedstream.<task>.deploy.adapter``)
+that the task-agnostic layers (:mod:`fedstream.deploy.session`, the runtimes, ``fedstream deploy``)
+drive without knowing the task:
+
+* node side: ``node_data(config, index, data_root=, cache_dir=)`` (the node's own data) and
+  ``host(config, index, data=, state=)`` (the party it hosts, which answers
+  :class:`~fedstream.deploy.records.Envelope` requests and saves its state as named arrays);
+* server side: ``serve(config, settings, runtime)`` (the server party over a
+  :class:`~fedstream.deploy.session.Runtime`'s link, writing ``summary.json`` to ``settings["out"]``);
+* ``check(config)`` (what the network carries), ``n_nodes(config)`` and ``report(summary)`` (the line
+  ``fedstream deploy local`` prints).
+
+The adapter is found through the task registry (:attr:`fedstream.runs.task.Task.deploy` names its
+module); nothing in :mod:`fedstream.deploy` branches on ``config["task"]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from fedstream.errors import ConfigError
+from fedstream.tasks import TASKS, get_task
+
+
+class Adapter(Protocol):
+    """What a task brings to a deployment (see the module doc)."""
+
+    task: str
+
+    def check(self, config: dict) -> None: ...
+
+    def n_nodes(self, config: dict) -> int: ...
+
+    def node_data(self, config: dict, index: int, *, data_root: str | None, cache_dir) -> Any: ...
+
+    def host(self, config: dict, index: int, *, data, state: dict | None = None) -> Any: ...
+
+    def serve(self, config: dict, settings: dict, runtime) -> None: ...
+
+    def report(self, summary: dict) -> str: ...
+
+
+def adapter_for(task: str) -> Adapter:
+    """The deployment adapter of ``task``; ConfigError naming the tasks that deploy for any other."""
+    # The adapter modules are imported by name when first asked for: CHFL's and batch VFL's import
+    # torch (2.7 s measured on a loaded 2-core machine), which an online VFL node, a fresh ClientApp
+    # process per message on Flower, must not pay for.
+    module = get_task(task).deploy
+    if module is None:
+        deployable = ", ".join(repr(t.name) for t in TASKS.values() if t.deploy is not None)
+        raise ConfigError(f"task = {task!r} does not deploy; these do: {deployable}")
+    return importlib.import_module(module).ADAPTER
+
+
+def check_deployable(config: dict) -> Adapter:
+    """Reject what the network backend does not carry yet, naming the key; return the task's adapter."""
+    adapter = adapter_for(config["task"])
+    adapter.check(config)
+    return adapter

@@ -1,0 +1,234 @@
+"""What travels between the server's machine and a client node, whatever carries it.
+
+An :class:`Envelope` is one request (server -> client node) or its reply. Its ``parts`` are
+fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them; these are the
+bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
+algorithm's traffic. ``info`` is written from and read into typed :class:`Record` dataclasses:
+a record's fields are its keys, their types are checked once when it is read, and the record's
+one validator (:meth:`Record.check`) says what else must hold. The records of a session (a
+:class:`Setup` request, the :class:`Keep` fields of any request) are here; each task's requests
+and replies live with its adapter (``fedstream.<task>.deploy.records``).
+
+A *link* (a runtime's; :mod:`fedstream.deploy.runtimes`) moves envelopes and nothing else:
+request kinds are ``setup`` (the run's config: the node builds its party), ``round`` (one step of
+the task's protocol) and ``finish`` (the last pending gradients; the reply reports the node's byte
+counts, checked against the server's: :mod:`fedstream.deploy.session`).
+
+With compression (``compression.up`` / ``compression.down``) the embeddings and gradients among
+the parts are compressed frames (:mod:`fedstream.transport.wire`), made by the sender's end of the
+client's link (:class:`~fedstream.transport.compressed.ClientEndpoint` on the node,
+:class:`~fedstream.transport.compressed.ServerEndpoint` on the server). Each receiver first checks
+a part with :func:`peek` (no link state touched), and only a part of a request or reply that
+passed every check reaches its stateful end of the link.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.messages import Message
+from fedstream.transport.codec import decode
+from fedstream.transport.links import Receiver
+from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
+
+SETUP, ROUND, FINISH = "setup", "round", "finish"
+KINDS = (SETUP, ROUND, FINISH)
+
+
+@dataclass
+class Envelope:
+    """One request to a client node or its reply."""
+
+    kind: str
+    round: int
+    parts: list[bytes] = field(default_factory=list)  # encoded fedstream messages
+    info: dict = field(
+        default_factory=dict
+    )  # str -> int | float | str | bool | bytes, or a list of one of them
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+R = TypeVar("R", bound="Record")
+_NAMES = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
+_PLURALS = {int: "integers", bool: "booleans", str: "strings", float: "numbers"}
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (from JSON or a Flower ConfigRecord) is of type ``kind``: int, bool, str,
+    float (an int is a float too), ``list[...]`` of one of them, or ``X | None``; a bool is never an int."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, k) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _name(kind: Any) -> str:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_name(k) for k in typing.get_args(kind) if k is not type(None))
+    if origin is list:
+        return f"a list of {_PLURALS[typing.get_args(kind)[0]]}"
+    return _NAMES.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+@dataclass(kw_only=True)
+class Record:
+    """A typed control record: a dataclass whose fields travel as ``Envelope.info`` keys.
+
+    :meth:`read` checks each key's type from the field's annotation (a missing key takes the
+    field's default; a field without one is required), then the record's own :meth:`check`;
+    :meth:`info` writes the keys back, leaving out fields that are None."""
+
+    @classmethod
+    def read(cls: type[R], info: Mapping, where: str, **context) -> R:
+        """The record ``info`` holds, checked; ProtocolError saying ``where`` what is wrong.
+        ``context``: what :meth:`check` needs to know of the receiver (sizes, limits)."""
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in fields(cls):
+            value = info.get(f.name)
+            if value is None and f.default is MISSING and f.default_factory is MISSING:
+                raise ProtocolError(f"{where}: info {f.name!r} is missing ({_name(hints[f.name])})")
+            if value is None:
+                continue
+            if not _fits(value, hints[f.name]):
+                raise ProtocolError(
+                    f"{where}: info {f.name!r} must be {_name(hints[f.name])}, received {value!r}"[:300]
+                )
+            values[f.name] = value
+        record = cls(**values)
+        record.check(where, **context)
+        return record
+
+    def check(self, where: str, **context) -> None:
+        """The record's own rules beyond its types (ranges, consistency); ProtocolError if broken."""
+
+    def info(self) -> dict:
+        """The record as ``Envelope.info`` keys (None fields left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(kw_only=True)
+class Keep(Record):
+    """The session fields of any request: ``keep`` asks the node to keep its state of ``boundary``
+    after answering (the server checkpoints there too; :mod:`fedstream.deploy.session`)."""
+
+    keep: bool | None = None
+    boundary: int | None = None
+
+    def check(self, where: str, **context) -> None:
+        if self.keep and (self.boundary is None or self.boundary < 0):
+            raise ProtocolError(f"{where}: a request with info 'keep' needs a boundary >= 0, "
+                                f"received {self.boundary!r}")
+
+    def kept(self) -> int | None:
+        """The boundary to keep (None: none)."""
+        return self.boundary if self.keep else None
+
+
+@dataclass(kw_only=True)
+class Setup(Record):
+    """A setup request: the run's config (JSON) and token; with ``rejoin`` the node reloads its
+    latest state of this run, with ``resume = B`` its state kept at boundary B."""
+
+    config: str
+    run: str
+    rejoin: bool | None = None
+    resume: int | None = None
+
+    def check(self, where: str, **context) -> None:
+        if not self.run.isalnum():
+            raise ProtocolError(f"{where}: a setup request needs info 'config' (JSON) and 'run' (token)")
+        if self.resume is not None and self.resume < 0:
+            raise ProtocolError(f"{where}: setup 'resume' must be a round >= 0, received {self.resume!r}")
+
+
+def peek(data: bytes, receiver: Receiver | None, compressed: type, setting: str,
+         shape: tuple[int, int] | None = None) -> Message:
+    """Decode one part a party received, without touching the state of its end of the link.
+
+    ``compressed`` is the message type this direction may compress (Embedding up, Gradient down),
+    ``receiver`` a stateless decoder of the configured codec (None: the direction is ``none``) and
+    ``setting`` the config it stands for (``"compression.up = 'topk'"``, for errors). A part of that
+    type must be compressed exactly when the direction is, with the configured codec; any other
+    part is plain (:func:`fedstream.transport.codec.decode`). A compressed frame's shape is checked
+    against ``shape`` (when given) before its payload is decoded, so a forged header cannot make the
+    receiver allocate; its decoded values must be finite. Raises :class:`ProtocolError` (or
+    :class:`~fedstream.errors.NonFiniteError`) naming what is wrong; the stateful end decodes the
+    part again once the whole request or reply has passed (the server's embedding cache is only
+    updated from embeddings it accepted)."""
+    if not is_compressed(data):
+        msg = decode(data)  # header, length, finite values
+        if type(msg) is compressed and receiver is not None:
+            raise ProtocolError(f"an uncompressed {compressed.__name__} for round {msg.round}, but {setting}")
+        return msg
+    try:
+        f = unframe(data)
+        if f.type is not compressed or receiver is None:
+            raise ProtocolError(
+                f"a compressed {f.type.__name__} for round {f.round}, but {setting}"
+                + ("" if f.type is compressed else f" and only {compressed.__name__}s are compressed")
+            )
+        if f.codec != receiver.wire:
+            raise ProtocolError(
+                f"{f.type.__name__} for round {f.round}: payload coded with {CODEC_NAMES[f.codec]}, "
+                f"but {setting} ({CODEC_NAMES[receiver.wire]})"
+            )
+        if shape is not None and tuple(f.shape) != tuple(shape):
+            raise ProtocolError(
+                f"{f.type.__name__} for round {f.round}: expected shape {tuple(shape)}, the frame "
+                f"says {tuple(f.shape)}"
+            )
+        values = receiver.values(f.payload, f.shape, round=f.round)
+    except FedstreamError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
+        raise ProtocolError(f"undecodable compressed message: {exc}"[:500]) from None
+    if not np.isfinite(values).all():
+        raise ProtocolError(
+            f"compressed {f.type.__name__} for round {f.round} from/to client {f.client} holds NaN or inf"
+        )
+    return f.type(f.round, f.client, values)
+
+
+@dataclass
+class Failure:
+    """What a link returns instead of a node's reply: the node failed, timed out, or sent something
+    that is not a well-formed reply (``reason`` says which; the server logs it and goes on)."""
+
+    reason: str
+
+
+class Link(Protocol):
+    """Moves envelopes to client nodes (by client index) and returns their replies."""
+
+    n_clients: int
+
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """Send every request at once; return each client's reply or a :class:`Failure` (never raise
+        for a node's fault)."""
+        ...
+
+    def available(self) -> set[int]:
+        """Clients a request can go to now (connected, not still busy with a timed-out request)."""
+        ...
+
+    def rejoined(self) -> set[int]:
+        """Clients whose node (re)connected since the last call: they need a setup before a round."""
+        ...

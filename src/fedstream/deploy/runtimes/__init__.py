@@ -1,0 +1,5 @@
+"""Runtimes: what moves a deployment's envelopes between the server and the client nodes, and
+nothing else. :mod:`~fedstream.deploy.runtimes.loopback` (in this process),
+:mod:`~fedstream.deploy.runtimes.flower` and :mod:`~fedstream.deploy.runtimes.flower_grid` (Flower;
+needs ``pip install 'fedstream[flower]'``), :mod:`~fedstream.deploy.runtimes.relay` (a byte-counting
+TCP relay for ``fedstream bench network``)."""

@@ -1,0 +1,302 @@
+"""The deployment session layer, written once for every task: a node's side and the server's.
+
+A *node* (:func:`handle_on_node`, whatever runs it: a Flower ClientApp or the loopback runtime)
+hosts the party its task's adapter builds (:func:`fedstream.deploy.adapters.adapter_for`). Between
+requests it keeps the run's config, the run's token and its party's state (named arrays; on
+Flower in ``context.state``), and writes that state to its cache folder (:class:`NodeStore`) so
+that it survives the node itself:
+
+* ``ckpt-RUN-M.npz``: the latest state, after every request. A SuperNode that crashed and
+  restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
+  resumes from this file (the server drops what it holds for it that the node no longer awaits).
+* ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
+  (:func:`kept_boundary`, the one boundary rule; the server checkpoints at T too). When the
+  server restarts from its checkpoint at T, it sets the nodes up with ``resume = T``: each goes
+  back to its state at T, or at the latest boundary before T it has. The last three boundaries
+  are kept (KEEP_BOUNDARIES): a batch VFL epoch that re-selects with VF-PS marks two (the
+  selection and the evaluation), and the server's checkpoint is at the one before them until it
+  has written the next.
+
+RUN is a token the server draws for each run, so a new run never picks up an old run's state.
+
+The *server's* side (:class:`Session`) holds the token, sends the setup requests, exchanges
+requests with the nodes, keeps the fault log and the rejoins, makes the end-of-run byte
+cross-check and gives the session part of the server's checkpoint; each task's server
+(``fedstream.<task>.deploy``) is a Session with the task's protocol on top.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
+from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.errors import FedstreamError, ProtocolError
+
+log = logging.getLogger("fedstream.deploy")
+KEEP_BOUNDARIES = 3
+
+
+def default_cache_dir() -> Path:
+    """Where a node keeps its data cache and its checkpoints unless told otherwise."""
+    return Path(tempfile.gettempdir()) / "fedstream-node"
+
+
+@dataclass
+class NodeMemory:
+    """What a node keeps between requests."""
+
+    config: str  # the run's config, JSON
+    run: str  # the run's token
+    state: dict[str, np.ndarray]  # the party's state
+
+
+class NodeStore:
+    """Client ``index``'s checkpoints of run ``run`` in ``folder``."""
+
+    def __init__(self, folder: Path, run: str, index: int):
+        if not run.isalnum():
+            raise ProtocolError(f"client {index}: run token {run!r} must be alphanumeric")
+        self.folder, self.run, self.index = Path(folder), run, index
+
+    @property
+    def latest(self) -> Path:
+        return self.folder / f"ckpt-{self.run}-{self.index}.npz"
+
+    def at(self, t: int) -> Path:
+        return self.folder / f"ckpt-{self.run}-{self.index}-at{t}.npz"
+
+    def boundaries(self) -> list[int]:
+        prefix = f"ckpt-{self.run}-{self.index}-at"
+        return sorted(int(p.name[len(prefix):-4]) for p in self.folder.glob(f"{prefix}*.npz")
+                      if p.name[len(prefix):-4].isdigit())
+
+    def save(self, state: dict[str, np.ndarray], boundary: int | None = None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _save(self.latest, state)
+        if boundary is not None:
+            _save(self.at(boundary), state)
+            for old in self.boundaries()[:-KEEP_BOUNDARIES]:
+                self.at(old).unlink(missing_ok=True)
+
+    def forget_after(self, t: int) -> None:
+        """Delete the kept boundaries after ``t``: a server resuming at ``t`` abandoned the session
+        that wrote them, and a later resume must not pick one up."""
+        for old in self.boundaries():
+            if old > t:
+                self.at(old).unlink(missing_ok=True)
+
+    def load(self, *, resume: int | None) -> dict[str, np.ndarray] | None:
+        """The latest state, or with ``resume`` the state at the latest boundary <= resume (None: none)."""
+        if resume is None:
+            path = self.latest
+        else:
+            kept = [t for t in self.boundaries() if t <= resume]
+            path = self.at(kept[-1]) if kept else None
+        if path is None or not path.exists():
+            return None
+        with np.load(path) as saved:
+            return {k: saved[k] for k in saved.files}
+
+
+def _save(path: Path, state: dict[str, np.ndarray]) -> None:
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:
+        np.savez(f, **state)
+    os.replace(f.name, path)
+
+
+def kept_boundary(env: Envelope) -> int | None:
+    """The boundary whose state the node keeps after answering ``env`` (None: none).
+
+    One rule for every task: a request with ``keep`` names the boundary (:class:`~fedstream.deploy.
+    records.Keep`), a number the task's server gives to the points where it checkpoints (online
+    VFL: rounds done; CHFL: :func:`fedstream.chfl.trainer.boundary`; batch VFL:
+    :func:`fedstream.vfl.deploy.proxy.boundary_of`), and a resumed server sets the nodes up with
+    ``resume`` = the boundary of its checkpoint (:class:`~fedstream.deploy.records.Setup`).
+    """
+    return Keep.read(env.info, "a request with info 'keep'").kept()
+
+
+def handle_on_node(
+    env: Envelope,
+    index: int,
+    memory: NodeMemory | None,
+    *,
+    data: Callable[[Adapter, dict, int], object],
+    store: Path | None,
+) -> tuple[Envelope, NodeMemory]:
+    """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
+
+    ``data(adapter, config, index)`` gives the node's data (usually ``adapter.node_data``: online
+    VFL its feature block, CHFL its rows and columns, batch VFL its strips); ``store`` is its cache
+    folder for checkpoints (None: none). The party is the one the task's adapter hosts
+    (:mod:`fedstream.deploy.adapters`). Raises ProtocolError on a malformed request, leaving
+    ``memory`` as it was.
+    """
+    if env.kind == SETUP:
+        setup = Setup.read(env.info, f"client {index}")
+        config = json.loads(setup.config)
+        adapter = check_deployable(config)
+        state = None
+        if setup.rejoin is True and store is not None:
+            kept = NodeStore(store, setup.run, index)
+            state = kept.load(resume=setup.resume)
+            if setup.resume is not None:
+                kept.forget_after(setup.resume)
+        memory = NodeMemory(setup.config, setup.run, {})
+    else:
+        if memory is None:
+            raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
+        config, state = json.loads(memory.config), memory.state
+        adapter = adapter_for(config["task"])
+    boundary = kept_boundary(env)  # checked before the request changes anything
+    host = adapter.host(config, index, data=data(adapter, config, index), state=state)
+    reply = host.handle(env)
+    kept = NodeMemory(memory.config, memory.run, host.state_dict())
+    if store is not None:
+        NodeStore(store, kept.run, index).save(kept.state, boundary)
+    return reply, kept
+
+
+# -- the server's side ---------------------------------------------------------------------------
+class Runtime(Protocol):
+    """What a task's server (its adapter's ``serve``) needs of a runtime: a :class:`Link` to the
+    nodes, and what the runtime adds to the summary and to the server's last log line. A runtime
+    moves bytes and nothing else; on the nodes it answers each request with :func:`handle_on_node`."""
+
+    def connect(self, n_clients: int) -> Link: ...
+
+    def extra(self) -> dict: ...
+
+    def note(self) -> str: ...
+
+
+class Session:
+    """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
+    ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run
+    never picks up an old run's state), the setup requests, one exchange of requests at a time,
+    the fault log, the rejoins, the end-of-run byte cross-check and the session part of the
+    server's checkpoint.
+
+    A node's failed request never raises past the session: it is logged (logger
+    ``fedstream.deploy``) and recorded in ``faults`` for ``summary.json``. ``unit`` names what a
+    request's number counts in the log and in errors ("round"; batch VFL: "step"), ``payload``
+    what a reply's parts are called when their count is wrong.
+    """
+
+    unit = "round"
+    payload = "part(s)"
+
+    def __init__(self, link: Link, config: dict | None = None, *, run_token: str | None = None):
+        self.link, self.config = link, config
+        self.run_token = run_token or secrets.token_hex(8)
+        self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
+        self.rejoins: list[dict] = []  # one per node set up again ("client" and where it was; per task)
+        self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
+
+    def setup_request(self, *, rejoin: bool | None = None, resume: int | None = None) -> dict:
+        """The ``info`` of a setup request (:class:`~fedstream.deploy.records.Setup`)."""
+        return Setup(config=json.dumps(self.config), run=self.run_token, rejoin=rejoin, resume=resume).info()
+
+    def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable[[int, Envelope], object], *,
+               parts: int | None = None, refused: str = "") -> dict[int, object]:
+        """Send ``clients`` a setup request (``info``: :meth:`setup_request`) as request number ``t``;
+        ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
+        node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
+        its reason). Return what each accepted node reported."""
+        replies = self.exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
+        accepted = {}
+        for m, reply in replies.items():
+            try:
+                accepted[m] = accept(m, self.reply(reply, SETUP, t, parts))
+            except FedstreamError as exc:
+                self.fault(m, t, SETUP, f"{refused}{exc}")
+        return accepted
+
+    def reachable(self, clients: Iterable[int], t: int, request: str) -> list[int]:
+        """The clients of ``clients`` whose node can take a request now; a fault for each other one."""
+        available = self.link.available()
+        for m in sorted(set(clients) - available):
+            self.fault(m, t, request, "not sent: the node left, or is still busy with a request that timed "
+                                      "out")
+        return [m for m in sorted(clients) if m in available]
+
+    def fault(self, m: int, t: int, request: str, reason: str) -> None:
+        """Record and log that client m's node failed a request."""
+        log.warning("client %d, %s request for %s %d: %s", m, request, self.unit, t, reason)
+        self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+
+    def troubled(self, m: int) -> bool:
+        """Whether client m had a fault or a rejoin in this run. Its node's own byte counts may then
+        differ from the server's by the messages lost on the way (sent but never received, or
+        received by a node that then went back to an older state): the final comparison of the two
+        counts excuses it, and only it."""
+        return any(r["client"] == m for r in self.faults) or any(r["client"] == m for r in self.rejoins)
+
+    def cross_check(
+        self, m: int, t: int, theirs, mine, what: str = "", *, excused: bool | None = None
+    ) -> bool:
+        """The end-of-run byte cross-check: client m's node's own counts ``theirs`` must equal the
+        server's ``mine`` unless it is ``excused`` (default: :meth:`troubled`); a difference is
+        recorded as a fault (``what`` names the counts in it)."""
+        if theirs == mine or (self.troubled(m) if excused is None else excused):
+            return True
+        self.fault(m, t, FINISH, f"the node counted {what}{theirs}, the server {mine}")
+        return False
+
+    def reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None = None) -> Envelope:
+        """``reply`` if it is a ``kind`` reply for request number ``t`` (with ``parts`` parts, when
+        given); ProtocolError saying what was expected otherwise (a :class:`Failure`: its reason)."""
+        if isinstance(reply, Failure):
+            raise ProtocolError(reply.reason)
+        if reply.kind != kind or reply.round != t:
+            raise ProtocolError(
+                f"expected a {kind!r} reply for {self.unit} {t}, received a {reply.kind!r} reply for "
+                f"{self.unit} {reply.round}"
+            )
+        if parts is not None and len(reply.parts) != parts:
+            raise ProtocolError(f"expected {parts} {self.payload}, received {len(reply.parts)} part(s)")
+        return reply
+
+    def require_all(self, ready: Iterable[int], n: int, run: str) -> None:
+        """Raise ProtocolError naming the clients of 0..n-1 not in ``ready`` (a run needs them all)."""
+        missing = sorted(set(range(n)) - set(ready))
+        if missing:
+            raise ProtocolError(f"clients {missing} did not set up (see faults: "
+                                f"{[f['reason'] for f in self.faults][:3]}); {run}")
+
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        """Send every request at once; a node that did not answer gets a :class:`Failure`."""
+        if not requests:
+            return {}
+        self.exchanges += 1
+        replies = self.link.exchange(requests)
+        return {m: replies.get(m, Failure("no reply")) for m in requests}
+
+    def session_state(self) -> dict:
+        """The session part of every server checkpoint: the run's token, faults, rejoins and requests
+        sent (JSON-able; the nodes keep their own state)."""
+        return {"run": self.run_token, "faults": [dict(f) for f in self.faults],
+                "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}
+
+    def load_session_state(self, saved: dict, *, before: bool = False) -> None:
+        """Go back to :meth:`session_state`; ``before``: put the saved history before what
+        happened since the restart (the nodes were already set up for the saved run)."""
+        if before and saved["run"] != self.run_token:
+            raise ProtocolError(f"the checkpoint is of run {saved['run']!r}, the nodes were set up for run "
+                                f"{self.run_token!r}")
+        self.run_token = saved["run"]
+        faults, rejoins = [dict(f) for f in saved["faults"]], [dict(r) for r in saved["rejoins"]]
+        self.faults = faults + self.faults if before else faults
+        self.rejoins = rejoins + self.rejoins if before else rejoins
+        self.exchanges = int(saved["exchanges"]) + (self.exchanges if before else 0)

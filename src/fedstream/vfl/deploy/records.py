@@ -1,0 +1,146 @@
+"""Batch VFL's requests and replies (the typed ``info`` that goes with the encoded messages of
+their ``parts``, see :mod:`fedstream.deploy.records`). A ``round`` request's ``split`` says which:
+
+* :class:`TrainRequest` (``train``, training step s): ``rows`` are the step's rows; the part, if
+  any, is the gradient of the node's previous step. The reply's part is the embedding.
+* :class:`TestRequest` (``test``): one evaluation, ``rows`` cut into batches of ``sizes``,
+  numbered ``steps`` from the request's round; one embedding per batch comes back.
+* :class:`SelectRequest` (``select``, VF-PS): the part is the query message, ``queries`` their
+  number Q, ``rows`` the epoch's available training rows (None: all); the reply's part is the
+  node's local distances.
+* ``finish`` (:class:`FinishRequest`): the last due gradient; the reply (:class:`FinishReply`)
+  reports the node's byte counts and its model's digest (the model itself only with ``models``).
+
+``setup``'s reply (:class:`SetupReply`) gives the node's strip shape and row counts (no data) and
+where it stands: ``step``, the last training step it embedded (-1: none), and ``pending``, the step
+whose gradient it awaits (-1: none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedstream.deploy.records import Keep, Record
+from fedstream.errors import ProtocolError
+from fedstream.vfl.deploy.vfps import SELECT
+from fedstream.vfl.settings import MAX_U16
+
+
+@dataclass(kw_only=True)
+class Request(Keep):
+    """A ``round`` request; ``check`` needs the node's row count ``n`` of the split."""
+
+    split: str
+    rows: list[int] | None = None
+
+    def check(self, where: str, *, n: int = 0, **context) -> None:
+        super().check(where)
+        if self.rows is not None and (not self.rows or any(not 0 <= r < n for r in self.rows)):
+            what = "test" if self.split == "test" else "train"
+            raise ProtocolError(f"{where}: info 'rows' must list {what} rows in 0..{n - 1}, received "
+                                f"{str(self.rows)[:100]}")
+
+
+@dataclass(kw_only=True)
+class TrainRequest(Request):
+    def check(self, where: str, **context) -> None:
+        if self.rows is None:
+            raise ProtocolError(f"{where}: info 'rows' must list the step's train rows")
+        super().check(where, **context)
+
+
+@dataclass(kw_only=True)
+class TestRequest(Request):
+    sizes: list[int] | None = None
+    steps: list[int] | None = None
+
+    def check(self, where: str, *, step: int = 0, **context) -> None:
+        if self.rows is None:
+            raise ProtocolError(f"{where}: info 'rows' must list the test rows")
+        super().check(where, **context)
+        sizes, steps = self.sizes, self.steps
+        if (not sizes or any(not 1 <= n <= MAX_U16 for n in sizes) or sum(sizes) != len(self.rows)
+                or steps != list(range(step, step + len(sizes)))):
+            raise ProtocolError(
+                f"{where}: info 'sizes' must cut the {len(self.rows)} rows into batches of 1..{MAX_U16} and "
+                f"'steps' number them from {step}, received sizes {str(sizes)[:100]}, "
+                f"steps {str(steps)[:100]}"
+            )
+
+
+@dataclass(kw_only=True)
+class SelectRequest(Request):
+    queries: int | None = None
+
+    def check(self, where: str, *, n: int = 0, **context) -> None:
+        super().check(where, n=n)
+        avail = n if self.rows is None else len(self.rows)
+        if self.queries is None or not 1 <= self.queries <= avail:
+            raise ProtocolError(
+                f"{where}: info 'queries' must count 1..{avail} query samples, received {self.queries!r}"[
+                    :300
+                ]
+            )
+
+
+EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)
+
+
+def boundary_of(epoch: int, kind: str) -> int:
+    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
+    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
+    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
+    that what a node keeps and what the server later asks it back for cannot drift apart."""
+    if kind not in (SELECT, EVALUATION):
+        raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
+    first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < first:
+        raise ValueError(f"epoch = {epoch!r}: expected an integer >= {first} for a {kind} boundary")
+    return 2 * epoch - 1 if kind == SELECT else 2 * epoch
+
+
+REQUESTS = {"train": TrainRequest, "test": TestRequest, SELECT: SelectRequest}
+
+
+def read_request(info: dict, where: str, **context) -> Request:
+    """The round request ``info`` holds (by its ``split``), checked."""
+    split = info.get("split")
+    if split not in REQUESTS:
+        raise ProtocolError(
+            f"{where}: info 'split' must be one of {tuple(REQUESTS)}, received {split!r}"[:300]
+        )
+    return REQUESTS[split].read(info, where, **context)
+
+
+@dataclass(kw_only=True)
+class FinishRequest(Keep):
+    models: bool | None = None
+
+
+@dataclass(kw_only=True)
+class SetupReply(Record):
+    client: int
+    shape: list[int]
+    n_train: int
+    n_test: int
+    step: int
+    pending: int
+
+    def check(self, where: str, *, t: int = 0, **context) -> None:
+        if not -1 <= self.step < t or self.pending not in (-1, self.step):
+            raise ProtocolError(
+                f"the node reports step {self.step!r} with the gradient of step {self.pending!r} due; "
+                f"expected a step in -1..{t - 1} (the server plays step {t} next) and the due step -1 "
+                "(none) or that step"
+            )
+
+
+@dataclass(kw_only=True)
+class FinishReply(Record):
+    client: int
+    up: int
+    down: int
+    eval_up: int
+    select_up: int
+    select_down: int
+    digest: str
