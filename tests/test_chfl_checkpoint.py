@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import require, synthetic_table
 
-from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl import stream as stream_mod
 from fedstream.chfl.checkpoint import CHECKPOINT, CheckpointError
 from fedstream.chfl.client import Client

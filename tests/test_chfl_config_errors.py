@@ -4,8 +4,9 @@ field names, when a run is started from a config; the Python API keeps the field
 import re
 
 import pytest
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import require, synthetic_table
 
-from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl.settings import CONFIG_KEYS, CHFLSettings, named_by_config
 from fedstream.chfl.splits import SettingError
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table

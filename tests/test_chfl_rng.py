@@ -5,8 +5,9 @@ each run alone, whatever ran before."""
 import threading
 
 import torch
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import synthetic_table
 
-from chfl_synthetic import synthetic_table, tiny_settings
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
 

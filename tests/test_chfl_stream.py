@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers.data import require, synthetic_table
 
-from chfl_synthetic import require, synthetic_table
 from fedstream.chfl.stream import StreamSettings, run_stream, run_stream_on_table
 from fedstream.errors import ConfigError
 

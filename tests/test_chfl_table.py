@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
+from tests.helpers.data import require
 
-from chfl_synthetic import require
 from fedstream.chfl.settings import CHFLSettings
 from fedstream.chfl.table import cells, format_table, main, run_table
 

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from tests.helpers.data import write_susy
 
 from fedstream.cli import main
 
@@ -108,12 +109,7 @@ def test_config_file_written_by_a_run_can_be_rerun(tmp_path, data_root):
 
 
 def test_susy_csv_written_in_the_uci_format_runs(tmp_path):
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 2, size=400)
-    X = rng.normal(size=(400, 18)) + y[:, None]
-    lines = [",".join(f"{v:.18e}" for v in [float(lab), *row]) for lab, row in zip(y, X)]
-    with gzip.open(tmp_path / "SUSY.csv.gz", "wt") as fh:
-        fh.write("\n".join(lines) + "\n")
+    write_susy(tmp_path, 400, seed=0, shift=1.0)
     out = tmp_path / "susy"
     assert run_cli("ovfl-susy", "--quiet", "--set", f"data.root={tmp_path}", "--set", "rounds=300",
                    "--out", str(out)) == 0

@@ -128,7 +128,8 @@ def test_chfl_paper_scale_is_the_papers_setting():
 
 
 def test_numbers_repeated_across_chfl_tables_agree():
-    """Common, Local, CHFL mu = 0 and mu > 0 on covertype, 5 clients, r = 30 %: one row of Tables II, III, Fig. 4."""
+    """Common, Local, CHFL mu = 0 and mu > 0 on covertype, 5 clients, r = 30 %: one row of Tables II,
+    III, Fig. 4."""
 
     def row(name: str, key: tuple) -> dict:
         table = load_experiment(name).paper[0]

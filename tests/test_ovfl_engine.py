@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+from tests.helpers.configs import small_config
+from tests.helpers.data import synthetic_stream
 
-from conftest import small_config, synthetic_stream
 from fedstream.ovfl.engine import OnlineVFL, feature_blocks
 from fedstream.ovfl.reference import ReferenceOnlineVFL
 from fedstream.transport import encode

@@ -3,8 +3,9 @@ optimiser state, bytes; and a stacked run's checkpoint resumes as a plain run.""
 
 import numpy as np
 import pytest
+from tests.helpers.configs import small_config
+from tests.helpers.data import synthetic_stream
 
-from conftest import small_config, synthetic_stream
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
 from fedstream.ovfl.messages import Embedding, Gradient, Query

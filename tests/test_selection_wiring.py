@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from tests.helpers.configs import small_config
 
-from conftest import small_config
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.messages import Embedding

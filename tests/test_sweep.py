@@ -1,10 +1,9 @@
 """Sweeps: grid expansion, side-by-side runs equal single runs, skip and resume."""
 
-import gzip
 import json
 
-import numpy as np
 import pytest
+from tests.helpers.data import write_susy
 
 from fedstream.cli import main
 from fedstream.errors import ConfigError
@@ -17,12 +16,7 @@ TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "r
 @pytest.fixture
 def susy_root(tmp_path):
     """A small SUSY file in the UCI format (label + 18 features), written by the test."""
-    rng = np.random.default_rng(1)
-    y = rng.integers(0, 2, size=600)
-    X = rng.normal(size=(600, 18)) + 0.8 * y[:, None]
-    with gzip.open(tmp_path / "SUSY.csv.gz", "wt") as fh:
-        fh.write("\n".join(",".join(f"{v:.10e}" for v in [float(a), *row]) for a, row in zip(y, X)) + "\n")
-    return tmp_path
+    return write_susy(tmp_path, 600, seed=1, shift=0.8)
 
 
 def _strip(summary):
