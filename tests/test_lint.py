@@ -22,7 +22,6 @@ def ruff_command() -> list[str]:
 
 
 def test_ruff_check_src_and_tests_passes():
-    proc = subprocess.run([*ruff_command(), "check", "--no-cache", "--output-format", "concise", "src",
-                           "tests"], cwd=REPO,
-                          capture_output=True, text=True)
+    command = [*ruff_command(), "check", "--no-cache", "--output-format", "concise", "src", "tests"]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, f"ruff check src tests found problems:\n{proc.stdout}{proc.stderr}"
