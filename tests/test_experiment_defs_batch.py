@@ -146,8 +146,8 @@ def test_numbers_repeated_across_chfl_tables_agree():
 # --- each definition end to end at small scale --------------------------------------------------
 
 # further cuts for the test suite (the definitions' own small scales were measured at 3-40 s)
-FAST_VFL = ["data.train_rows=2000", "data.test_rows=500", "train.epochs=2"]
-FAST_CHFL = ["chfl.max_rows=1500"]
+FAST_VFL = ["data.train_rows=800", "data.test_rows=200", "train.epochs=2"]
+FAST_CHFL = ["chfl.max_rows=600"]
 
 
 @pytest.mark.parametrize("name", NEW)
