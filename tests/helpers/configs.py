@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from fedstream.chfl.settings import CHFLSettings
 from fedstream.config import load_config
 
@@ -18,3 +20,9 @@ def tiny_settings(**overrides) -> CHFLSettings:
     base = dict(clients=2, hidden=(16,), rounds=3, local_epochs=2, batch_size=32, lrs=(1e-2,),
                 mus=(0.0, 1.0))
     return CHFLSettings(**(base | overrides))
+
+
+def grid_points(exp) -> list[dict]:
+    """Every point of an experiment definition's grid, in grid order, as {key: value}."""
+    keys = list(exp.grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
