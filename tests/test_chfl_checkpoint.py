@@ -8,23 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl import stream as stream_mod
 from fedstream.chfl.checkpoint import CHECKPOINT, CheckpointError
 from fedstream.chfl.client import Client
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
 from fedstream.runs.torch_checkpoint import load_torch
-
-TIMING = {"wall_seconds", "resumed"}
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import require, synthetic_table
+from tests.helpers.runs import untimed
 
 
 class Crash(Exception):
     """Stands for a kill: raised from inside training."""
-
-
-def _without_timing(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k not in TIMING}
 
 
 def _rows(folder: Path) -> list[dict]:
@@ -71,7 +67,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, monkeypatch, met
     assert (tmp_path / "part" / CHECKPOINT).exists()
     resumed = run_on_table(X, y, s, method=method, seed=3, run_dir=tmp_path / "part")
     assert resumed["resumed"]
-    assert _without_timing(resumed) == _without_timing(whole)
+    assert untimed(resumed, "resumed") == untimed(whole, "resumed")
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
     assert len(_rows(tmp_path / "whole")) == len(s.lrs) * s.rounds  # one row per evaluated round
 
@@ -92,7 +88,7 @@ def test_rows_after_the_checkpoint_are_written_once(tmp_path, monkeypatch):
     assert len(_rows(tmp_path / "part")) == 3
     assert len(load_torch(tmp_path / "part" / CHECKPOINT)["rows"]) == 1
     resumed = run_on_table(X, y, s, method="common", seed=0, run_dir=tmp_path / "part")
-    assert _without_timing(resumed) == _without_timing(whole)
+    assert untimed(resumed, "resumed") == untimed(whole, "resumed")
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
 
 
@@ -105,7 +101,7 @@ def test_resume_false_starts_afresh(tmp_path, monkeypatch):
             run_on_table(X, y, s, method="chfl", seed=0, run_dir=tmp_path)
     fresh = run_on_table(X, y, s, method="chfl", seed=0, run_dir=tmp_path, resume=False)
     assert not fresh["resumed"]
-    assert _without_timing(fresh) == _without_timing(run_on_table(X, y, s, method="chfl", seed=0))
+    assert untimed(fresh, "resumed") == untimed(run_on_table(X, y, s, method="chfl", seed=0), "resumed")
 
 
 def test_checkpoint_of_another_run_is_refused_naming_the_key(tmp_path, monkeypatch):
@@ -157,7 +153,7 @@ def test_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, monkeypat
             run_stream_on_table(X, y, s, method=method, seed=1, run_dir=tmp_path / "part")
     resumed = run_stream_on_table(X, y, s, method=method, seed=1, run_dir=tmp_path / "part")
     assert resumed["resumed"] == (method == "chfl" and ticks >= s.sync_every)  # local: nothing to sync at
-    assert _without_timing(resumed) == _without_timing(whole)
+    assert untimed(resumed, "resumed") == untimed(whole, "resumed")
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
     assert [float(r["acc"]) for r in _rows(tmp_path / "whole")] == pytest.approx(
         [p["acc"] for p in whole["curve"]]
@@ -198,9 +194,7 @@ def test_cli_resume(tmp_path, monkeypatch, data_root):
     assert main(["run", "chfl-covertype", "--out", str(tmp_path / "part"), "--resume", *common]) == 0
     whole, part = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("whole", "part"))
     assert part["resumed"] and not whole["resumed"]
-    assert {k: v for k, v in part.items() if k not in TIMING} == {
-        k: v for k, v in whole.items() if k not in TIMING
-    }
+    assert untimed(part, "resumed") == untimed(whole, "resumed")
     assert _rows(tmp_path / "part") == _rows(tmp_path / "whole")
     assert not (tmp_path / "part" / CHECKPOINT).exists()  # finished: the summary marks it
     assert main(["run", "chfl-covertype", "--out", str(tmp_path / "part"), "--resume", *common]) == 2
@@ -230,9 +224,7 @@ def test_experiment_runner_skips_finished_and_resumes_interrupted(tmp_path, monk
         a, b = (
             json.loads((tmp_path / d / r["folder"] / "summary.json").read_text()) for d in ("whole", "part")
         )
-        assert {k: v for k, v in a.items() if k not in TIMING} == {
-            k: v for k, v in b.items() if k not in TIMING
-        }
+        assert untimed(a, "resumed") == untimed(b, "resumed")
         assert b["resumed"] == (r["name"] == interrupted["name"])
         if r["name"] in finished:  # skipped, not rerun
             assert (tmp_path / "part" / r["folder"] / "summary.json").stat().st_mtime_ns == finished[

@@ -5,12 +5,13 @@ import re
 
 import pytest
 
-from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl.settings import CONFIG_KEYS, CHFLSettings, named_by_config
 from fedstream.chfl.splits import SettingError
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
 from fedstream.errors import ConfigError
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import require, synthetic_table
 
 
 @pytest.mark.parametrize("field,value,message", [

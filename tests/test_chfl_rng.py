@@ -6,13 +6,11 @@ import threading
 
 import torch
 
-from chfl_synthetic import synthetic_table, tiny_settings
 from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import run_on_table
-
-
-def _core(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k not in ("wall_seconds", "resumed")}
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import synthetic_table
+from tests.helpers.runs import untimed
 
 
 def test_global_torch_rng_is_untouched():
@@ -31,20 +29,20 @@ def test_results_do_not_depend_on_the_global_rng():
     torch.manual_seed(12345)
     torch.rand(1000)  # whatever ran before
     b = run_on_table(X, y, tiny_settings(), method="chfl", seed=2)
-    assert _core(a) == _core(b)
+    assert untimed(a, "resumed") == untimed(b, "resumed")
 
 
 def test_two_runs_interleaved_equal_the_runs_alone():
     """Two runs in two threads: their torch ops interleave; each result equals its run alone."""
     X, y = synthetic_table(n=500)
     jobs = {"chfl": {"method": "chfl", "seed": 4}, "fedprox": {"method": "fedprox", "seed": 5}}
-    alone = {name: _core(run_on_table(X, y, tiny_settings(), **kw)) for name, kw in jobs.items()}
+    alone = {name: untimed(run_on_table(X, y, tiny_settings(), **kw), "resumed") for name, kw in jobs.items()}
     together: dict = {}
     start = threading.Barrier(len(jobs))
 
     def work(name: str, kw: dict) -> None:
         start.wait()
-        together[name] = _core(run_on_table(X, y, tiny_settings(), **kw))
+        together[name] = untimed(run_on_table(X, y, tiny_settings(), **kw), "resumed")
 
     threads = [threading.Thread(target=work, args=item) for item in jobs.items()]
     for t in threads:
@@ -58,11 +56,13 @@ def test_two_runs_interleaved_equal_the_runs_alone():
 def test_stream_runs_interleaved_equal_the_runs_alone():
     X, y = synthetic_table(n=500)
     s = StreamSettings(clients=2, hidden=(8,), batch=8, stats_rows=16, sync_every=3)
-    alone = [_core(run_stream_on_table(X, y, s, seed=k)) for k in (0, 1)]
+    alone = [untimed(run_stream_on_table(X, y, s, seed=k), "resumed") for k in (0, 1)]
     together: dict = {}
     threads = [
         threading.Thread(
-            target=lambda k=k: together.__setitem__(k, _core(run_stream_on_table(X, y, s, seed=k)))
+            target=lambda k=k: together.__setitem__(
+                k, untimed(run_stream_on_table(X, y, s, seed=k), "resumed")
+            )
         )
         for k in (0, 1)
     ]

@@ -5,9 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chfl_synthetic import require, synthetic_table
 from fedstream.chfl.stream import StreamSettings, run_stream, run_stream_on_table
 from fedstream.errors import ConfigError
+from tests.helpers.data import require, synthetic_table
 
 
 def settings(**kw):

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from chfl_synthetic import require
 from fedstream.chfl.settings import CHFLSettings
 from fedstream.chfl.table import cells, format_table, main, run_table
+from tests.helpers.data import require
 
 
 def fake(dataset, method, variants):
@@ -26,6 +26,7 @@ def test_cells_average_over_runs():
     assert "| cov | 0.5000 ± 0.0000 | 0.7000 ± 0.1000 |" in text
 
 
+@pytest.mark.slow  # two process pools (run_table, then main), each worker imports torch: 13-20 s on 2 cores
 def test_tiny_table_on_real_data(data_root: Path, tmp_path: Path, capsys):
     require(data_root, "sensorless_subset/sensorless_kios_2200.npz")
     s = CHFLSettings(clients=2, hidden=(8,), rounds=1, local_epochs=1, lrs=(1e-2,), mus=(0.0, 1.0))

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from chfl_synthetic import require, synthetic_table, tiny_settings
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import Column, state_arrays
 from fedstream.chfl.selection import Choice, Selector
@@ -15,6 +14,8 @@ from fedstream.chfl.settings import CHFLSettings
 from fedstream.chfl.trainer import run_chfl, run_on_table
 from fedstream.errors import ConfigError
 from fedstream.transport.tensors import encode_update
+from tests.helpers.configs import tiny_settings
+from tests.helpers.data import require, synthetic_table
 
 METHODS = ("chfl", "common", "local", "concat", "fedprox")
 
@@ -93,7 +94,8 @@ def test_runs_are_reproducible_and_seeds_matter():
         (
             "dataset",
             "mnist",
-            r"dataset: expected one of covertype, covertype-uci, sensorless, jannis, helena, aloi, found 'mnist'",
+            r"dataset: expected one of covertype, covertype-uci, sensorless, jannis, helena, aloi, "
+            r"found 'mnist'",
         ),
         ("split", "best", r"split: expected one of random, max-corr, median-corr, min-corr, found 'best'"),
         ("mus", (0.0, 2.0), r"mus: expected a number in \[0.0, 1.0\], found 2.0"),

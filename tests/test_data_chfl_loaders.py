@@ -2,7 +2,6 @@
 (ARFF, CSV, rtdl npz) on small files written here in the real formats, the dataset registry,
 and the real files in shared/data."""
 
-import gzip
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +13,7 @@ from fedstream.data.covertype import FEATURES, read_covertype_kaggle, read_cover
 from fedstream.data.openml import read_arff, read_openml_csv, read_rtdl_valtest_npz
 from fedstream.data.sensorless import read_sensorless_npz, read_sensorless_txt
 from fedstream.errors import ConfigError, DataError
-
-
-def write(path: Path, text: str) -> Path:
-    data = text.encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
+from tests.helpers.data import write
 
 
 def covertype_rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +207,8 @@ def test_arff(tmp_path: Path, fname: str) -> None:
     [
         (
             (5, 1, 2, 3),
-            r"line 13, column 1 \(class, the class\): expected one of the declared classes \{0, 1, 2, 3\} but found '5'",
+            r"line 13, column 1 \(class, the class\): expected one of the declared classes "
+            r"\{0, 1, 2, 3\} but found '5'",
         ),
         ((1, "?", 2, 3), r"line 13, column 2 \(V1\): expected a number but the value is missing \('\?'\)"),
         ((1, 2, "a", 3), r"line 13, column 3 \(V two\): expected a number but found 'a'"),
@@ -260,7 +255,8 @@ def test_openml_csv(tmp_path: Path) -> None:
     assert t.y.tolist() == [2, 0] and t.feature_names == ("V1", "V2")
     with pytest.raises(
         DataError,
-        match=r"h\.csv\.gz: OpenML CSV: line 2, column 3 \(Class, the class\): expected an integer class 0\.\.1 but found '2'",
+        match=r"h\.csv\.gz: OpenML CSV: line 2, column 3 \(Class, the class\): "
+        r"expected an integer class 0\.\.1 but found '2'",
     ):
         read_openml_csv(tmp_path / "h.csv.gz", n_classes=2, ignore=["row_id"])
     with pytest.raises(DataError, match=r"h\.csv\.gz: OpenML CSV: missing class column 'target'"):

@@ -1,7 +1,6 @@
 """IDX readers: round trip on files written here, every error path, and the real MNIST files."""
 
 import gzip
-import os
 import struct
 from pathlib import Path
 
@@ -10,22 +9,7 @@ import pytest
 
 from fedstream.data.idx import read_idx_images, read_idx_labels
 from fedstream.errors import DataError
-
-DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-
-
-def idx_images_bytes(images: np.ndarray) -> bytes:
-    n, r, c = images.shape
-    return struct.pack(">IIII", 2051, n, r, c) + images.astype(np.uint8).tobytes()
-
-
-def idx_labels_bytes(labels: np.ndarray) -> bytes:
-    return struct.pack(">II", 2049, len(labels)) + labels.astype(np.uint8).tobytes()
-
-
-def write(path: Path, data: bytes) -> Path:
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
+from tests.helpers.data import DATA, idx_images_bytes, idx_labels_bytes, write
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
 """Infinite MNIST: index arithmetic, determinism, labels, size of the deformation."""
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +11,7 @@ from fedstream.data.imnist import (
     make_field_bank,
     measure_throughput,
 )
-
-DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-HAVE_MNIST = (DATA / "mnist" / "train-images-idx3-ubyte.gz").is_file()
+from tests.helpers.data import DATA, HAVE_MNIST
 
 
 def digit_like(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

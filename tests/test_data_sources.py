@@ -1,8 +1,6 @@
 """Sources: standardisation, index -> base item, file lookup by name, caching."""
 
-import gzip
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -11,30 +9,14 @@ import pytest
 from fedstream.data import sources
 from fedstream.data.sources import ImageSource, Source, TabularSource, load_source
 from fedstream.errors import DataError
-
-DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-
-
-def write_idx(folder: Path, n: int, seed: int = 0, gz: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-    y = rng.integers(0, 10, n).astype(np.uint8)
-    folder.mkdir(parents=True, exist_ok=True)
-    ext = ".gz" if gz else ""
-    comp = gzip.compress if gz else (lambda b: b)
-    (folder / f"train-images-idx3-ubyte{ext}").write_bytes(
-        comp(struct.pack(">IIII", 2051, n, 28, 28) + x.tobytes()))
-    (folder / f"train-labels-idx1-ubyte{ext}").write_bytes(comp(struct.pack(">II", 2049, n) + y.tobytes()))
-    return x, y
+from tests.helpers.data import DATA, uci_text, write, write_idx
 
 
 def write_csv(path: Path, n: int, d: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng([d, seed])
     X = rng.standard_normal((n, d)).astype(np.float32)
     y = rng.integers(0, 2, n)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(",".join(f"{v:.18e}" for v in (float(a), *r)) + "\n" for a, r in zip(y, X))
-    path.write_bytes(gzip.compress(text.encode()) if path.name.endswith(".gz") else text.encode())
+    write(path, uci_text(X, y))
     return X
 
 

@@ -1,7 +1,5 @@
 """The round stream: stateless determinism, class-prior drift, stationary order."""
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,9 +7,7 @@ import pytest
 from fedstream.data import stream as stream_mod
 from fedstream.data.sources import ImageSource, TabularSource, load_source
 from fedstream.data.stream import Stream
-
-DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-HAVE_MNIST = (DATA / "mnist" / "train-images-idx3-ubyte.gz").is_file()
+from tests.helpers.data import DATA, HAVE_MNIST
 
 
 @pytest.fixture(scope="module")

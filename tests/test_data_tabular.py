@@ -1,7 +1,6 @@
 """UCI HIGGS/SUSY CSV and rtdl higgs-small npz readers, on files written here and the real subset."""
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +8,8 @@ import pytest
 
 from fedstream.data.tabular import read_higgs_npz, read_uci_csv
 from fedstream.errors import DataError
+from tests.helpers.data import DATA, uci_text, write
 
-DATA = Path(os.environ.get("FEDSTREAM_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 HIGGS_DIR = DATA / "higgs_subset"
 
 
@@ -19,22 +18,11 @@ def make_rows(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal((n, d)).astype(np.float32), rng.integers(0, 2, n)
 
 
-def uci_text(X: np.ndarray, y: np.ndarray) -> str:
-    """UCI style: 1.000000000000000000e+00,8.692932128906250000e-01,..."""
-    return "".join(",".join(f"{v:.18e}" for v in (float(lab), *row)) + "\n" for lab, row in zip(y, X))
-
-
 def h2o_text(X: np.ndarray, y: np.ndarray) -> str:
     """H2O style: header response,x1,... and values like 8.69E-01."""
     head = ",".join(["response"] + [f"x{j + 1}" for j in range(X.shape[1])]) + "\n"
     return head + "".join(",".join(f"{v:.2E}" for v in (float(lab), *row)) + "\n"
                           for lab, row in zip(y, X))
-
-
-def write(path: Path, text: str) -> Path:
-    data = text.encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
 
 
 @pytest.mark.parametrize("d,name", [(28, "HIGGS"), (18, "SUSY")])

@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.flower import simulated_summary
-from tests.helpers.links import spoiling
 
 from fedstream.chfl.cohort import LocalCohort
 from fedstream.chfl.deploy.data import chfl_config_settings, load_part
@@ -38,6 +36,9 @@ from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
+from tests.helpers.data import shared_data_root
+from tests.helpers.flower import simulated_summary
+from tests.helpers.links import spoiling
 
 DATA = "covertype_kaggle/train.csv.gz"
 TINY = {
@@ -99,8 +100,6 @@ def assert_same_result(got: dict, want: dict) -> None:
 
 @pytest.fixture(scope="module")
 def root() -> Path:
-    from conftest import shared_data_root
-
     found = shared_data_root()
     if found is None or not (found / DATA).is_file():
         pytest.skip(

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
-from tests.helpers.links import ServerCrash, crashing_at
 
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
 from fedstream.chfl.deploy.data import chfl_config_settings, load_part
@@ -27,6 +25,8 @@ from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
+from tests.helpers.crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
+from tests.helpers.links import ServerCrash, crashing_at
 
 # two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
 FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}

@@ -25,10 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.crashing import crash_then_load
-from tests.helpers.flower import run_simulation
-from tests.helpers.links import spoiling
-from tests.helpers.models import assert_same_models
 
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
@@ -59,6 +55,10 @@ from test_deploy_flower import (
     write_idx_mnist,
 )
 from test_deploy_topl import small_chunks, topl_config, write_idx_few_classes  # noqa: F401 - a fixture
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import run_simulation
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
 
 E = 8  # overrides()'s model.embedding
 

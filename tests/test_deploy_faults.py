@@ -15,15 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.crashing import (
-    CrashOnce,
-    crash_then_load,
-    run_resumed,
-    run_with_fault,
-    stop_when,
-    wait_for,
-)
-from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND
@@ -40,6 +31,15 @@ from test_deploy_flower import (
     party_models,
     write_idx_mnist,
 )
+from tests.helpers.crashing import (
+    CrashOnce,
+    crash_then_load,
+    run_resumed,
+    run_with_fault,
+    stop_when,
+    wait_for,
+)
+from tests.helpers.models import assert_same_models
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.flower import run_simulation
-from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.runtimes.loopback import LoopbackLink
@@ -41,6 +39,8 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
+from tests.helpers.flower import run_simulation
+from tests.helpers.models import assert_same_models
 
 
 # -- helpers -----------------------------------------------------------------------------------

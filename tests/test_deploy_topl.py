@@ -31,10 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.crashing import crash_then_load
-from tests.helpers.flower import run_isolated
-from tests.helpers.links import RecordingLink, spoiling
-from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, Envelope
@@ -57,6 +53,10 @@ from test_deploy_flower import (
     party_models,
     simulate,
 )
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import run_isolated
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
 
 SMALL_CHUNK = 64
 E = 8  # overrides()'s model.embedding

@@ -13,7 +13,6 @@ import struct
 
 import numpy as np
 import pytest
-from tests.helpers.links import spoiling
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, Envelope
@@ -25,6 +24,7 @@ from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
 from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
+from tests.helpers.links import spoiling
 
 BAD_CLIENT, BAD_BATCH_START = 1, 20  # client 1's reply to the request for rounds 20..29 is spoilt
 

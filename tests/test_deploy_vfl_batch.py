@@ -28,9 +28,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers.flower import simulated_summary
-from tests.helpers.links import spoiling
-from tests.helpers.models import assert_same_models
 
 from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
@@ -57,6 +54,10 @@ from fedstream.vfl.trainer import (
     run_batch_vfl,
     run_summary,
 )
+from tests.helpers.data import shared_data_root
+from tests.helpers.flower import simulated_summary
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
 
 TINY = {
     "vfl.clients": 3,
@@ -145,8 +146,6 @@ ATOL = 1e-6  # a deployed batch VFL run's models against the simulator's (torch'
 
 @pytest.fixture(scope="module")
 def root() -> Path:
-    from conftest import shared_data_root
-
     found = shared_data_root()
     if found is None:
         pytest.skip(

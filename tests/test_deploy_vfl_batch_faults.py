@@ -16,9 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
-from tests.helpers.links import RecordingLink, ServerCrash
-from tests.helpers.models import assert_same_models
 
 from fedstream.deploy.archive import unpack_state
 from fedstream.deploy.records import ROUND, SETUP
@@ -39,6 +36,9 @@ from test_deploy_vfl_batch import (
     simulate,
     tiny_config,
 )
+from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
+from tests.helpers.links import RecordingLink, ServerCrash
+from tests.helpers.models import assert_same_models
 
 
 def train_step(env) -> bool:

@@ -17,8 +17,6 @@ import re
 
 import numpy as np
 import pytest
-from tests.helpers.links import RecordingLink, spoiling
-from tests.helpers.models import assert_same_models
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
@@ -48,6 +46,8 @@ from fedstream.vfl.deploy.vfps import (
     encode,
     local_distances,
 )
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
 
 TINY = {
     "vfl.clients": 3,

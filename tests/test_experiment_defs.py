@@ -1,7 +1,6 @@
 """Shipped experiment definitions (src/fedstream/experiments/defs): they load, their paper rows name
 grid points, their smoke scale stays cheap; broken definitions fail with the file and the key."""
 
-import itertools
 import math
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 from fedstream.config import load_config
 from fedstream.errors import ConfigError
 from fedstream.experiments.definition import SCALES, list_experiments, load_experiment
+from tests.helpers.configs import grid_points
 
 SMALL_MAX_ROUNDS = 20000
 
@@ -25,11 +25,6 @@ OVFL = {
 def experiments():
     """The online VFL experiments (the batch tasks' definitions have their own tests)."""
     return [e for e in list_experiments() if e.name.startswith("ovfl-")]
-
-
-def _points(exp):
-    keys = list(exp.grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
 
 
 def test_every_shipped_definition_loads_and_is_named_by_its_file(experiments):
@@ -53,14 +48,14 @@ def test_every_grid_point_resolves_at_every_scale(experiments):
     # the definition loader checks each grid value alone; here every combination (cross-key checks too)
     for exp in experiments:
         for scale in exp.scales:
-            for point in _points(exp):
+            for point in grid_points(exp):
                 cfg = load_config(exp.base, exp.overrides(scale) | point)
                 assert cfg["rounds"] >= cfg["eval.interval"], (exp.name, scale, point)
 
 
 def test_paper_rows_name_existing_grid_points(experiments):
     for exp in experiments:
-        points = _points(exp)
+        points = grid_points(exp)
         for table in exp.paper:
             seen = []
             for run, values in table.rows:

@@ -19,6 +19,7 @@ from fedstream.experiments.definition import (
     load_experiment,
     parse_experiment,
 )
+from tests.helpers.configs import grid_points
 
 VFL = {
     "vfl-compression-mnist": "mnist", "vfl-compression-mnist-cache": "mnist",
@@ -32,11 +33,6 @@ CHFL = {
 }
 NEW = sorted(VFL) + sorted(CHFL)
 ACCURACY = {"final_accuracy", "best_accuracy", "test_acc", "prequential_acc"}
-
-
-def _points(exp) -> list[dict]:
-    keys = list(exp.grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -60,7 +56,7 @@ def test_new_definition_loads_and_cites_its_paper(name):
 @pytest.mark.parametrize("name", NEW)
 def test_every_grid_point_resolves_and_paper_rows_are_fractions(name):
     exp = load_experiment(name)
-    points = _points(exp)
+    points = grid_points(exp)
     for scale in exp.scales:  # every combination, cross-key checks too (cache needs a top-k uplink)
         for point in points:
             load_config(exp.base, exp.overrides(scale) | point)
@@ -88,7 +84,7 @@ def test_vfl_scales_and_codec_sets():
         )
         assert paper["compression.ratio"] == 0.125 and paper["compression.levels"] == 24
         if "mnist-" in name or name.endswith("mnist"):
-            for point in _points(exp):
+            for point in grid_points(exp):
                 cfg = load_config(exp.base, exp.overrides("paper") | point)
                 codecs.add((cfg["compression.up"], cfg["compression.cache"], cfg["compression.down"]))
     # the paper's six settings (figs. 2 and 4, table 2), and the extra runs that separate the effects
@@ -109,7 +105,7 @@ def test_vfl_scales_and_codec_sets():
 def test_chfl_paper_scale_is_the_papers_setting():
     for name in CHFL:
         exp = load_experiment(name)
-        for point in _points(exp):
+        for point in grid_points(exp):
             cfg = load_config(exp.base, exp.overrides("paper") | point)
             assert cfg["chfl.max_rows"] is None and cfg["chfl.hidden"] == "512,256,128"
             if cfg["chfl.mode"] == "batch":
@@ -146,8 +142,8 @@ def test_numbers_repeated_across_chfl_tables_agree():
 # --- each definition end to end at small scale --------------------------------------------------
 
 # further cuts for the test suite (the definitions' own small scales were measured at 3-40 s)
-FAST_VFL = ["data.train_rows=2000", "data.test_rows=500", "train.epochs=2"]
-FAST_CHFL = ["chfl.max_rows=1500"]
+FAST_VFL = ["data.train_rows=800", "data.test_rows=200", "train.epochs=2"]
+FAST_CHFL = ["chfl.max_rows=600"]
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -168,7 +164,7 @@ def test_small_scale_runs_end_to_end_and_reports(name, data_root, tmp_path):
     index = run_experiment(exp, scale="small", out=out, sets=sets, workers=1)
     report = write_report(out)
     assert time.perf_counter() - tic < 60
-    assert len(index["runs"]) == len(_points(exp))
+    assert len(index["runs"]) == len(grid_points(exp))
     for run in index["runs"]:
         summary = json.loads((out / run["folder"] / "summary.json").read_text())
         assert summary["config"]["task"] == ("vfl" if name in VFL else "chfl")

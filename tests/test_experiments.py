@@ -92,6 +92,7 @@ def test_rerun_skips_finished_and_resumes_interrupted_runs(tiny, tmp_path):
     assert (split / "runs" / "ogd" / "summary.json").stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow  # starts a local Ray cluster (several processes): about 26 s on 2 cores
 def test_ray_backend_runs_the_same_grid(tiny, tmp_path):
     pytest.importorskip("ray", reason="Ray is the optional extra fedstream[ray]")
     exp, sets = tiny

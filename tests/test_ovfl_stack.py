@@ -4,7 +4,6 @@ optimiser state, bytes; and a stacked run's checkpoint resumes as a plain run.""
 import numpy as np
 import pytest
 
-from conftest import small_config, synthetic_stream
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
 from fedstream.ovfl.messages import Embedding, Gradient, Query
@@ -12,6 +11,8 @@ from fedstream.ovfl.stack import RunStack, StackDiverged, stack_key
 from fedstream.transport import encode
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.stacked import StackTransport, decode_frames, encode_frames
+from tests.helpers.configs import small_config
+from tests.helpers.data import synthetic_stream
 
 # one grid as a paper table has it: activations and learning rates differ inside a stack
 GRID = [

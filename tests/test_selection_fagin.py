@@ -1,4 +1,5 @@
-"""Fagin / threshold algorithm: exact global K nearest from per-client sorted lists, with the reads counted."""
+"""Fagin / threshold algorithm: exact global K nearest from per-client sorted lists, with the reads
+counted."""
 
 import numpy as np
 import pytest
@@ -42,7 +43,8 @@ def test_threshold_and_fagin_equal_brute_force(m, n, k, batch):
 
 
 def test_reads_are_counted_exactly_when_lists_agree():
-    """Identical orders in every list: TA must read K entries per list, then one more to see τ exceed the K-th."""
+    """Identical orders in every list: TA must read K entries per list, then one more to see τ exceed
+    the K-th."""
     order = np.random.default_rng(0).permutation(100)
     local = np.zeros((3, 100))
     local[:, order] = np.arange(100, dtype=float)[None, :] * np.array([[1.0], [2.0], [0.5]])

@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import small_config, synthetic_stream
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.client import Client
 from fedstream.transport.codec import HEADER
+from tests.helpers.configs import small_config
+from tests.helpers.data import synthetic_stream
 
 E = 8  # small_config's model.embedding
 
@@ -181,7 +182,6 @@ def test_topl_experiment_runs_on_imnist_and_saves_bytes(data_root, tmp_path):
 def test_topl_resumes_exactly_from_a_checkpoint_at_the_end_of_a_chunk(tmp_path):
     """A checkpoint written at a multiple of the 4096-round chunk must hold the policy's estimate
     after that chunk was shown to it (it used to be saved just before)."""
-    from conftest import small_config, synthetic_stream
     from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
 
     cfg = small_config(**{"activation.name": "topl", "activation.l": 2, "activation.window": 50,

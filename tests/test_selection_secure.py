@@ -1,14 +1,14 @@
-"""Secure mode: distances summed under Paillier equal the plain sums, and the MI built on them is unchanged."""
+"""Secure mode: distances summed under Paillier equal the plain sums, and the MI built on them is
+unchanged."""
 
 import numpy as np
 import pytest
 
 from fedstream.errors import ConfigError
-
-phe = pytest.importorskip("phe")
-
 from fedstream.selection.reference import reference_mi
 from fedstream.selection.secure import PaillierAggregator, secure_group_mi
+
+phe = pytest.importorskip("phe")  # fedstream.selection.secure imports phe only when used
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import small_config
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.messages import Embedding
@@ -26,6 +25,7 @@ from fedstream.vfl import (
 )
 from fedstream.vfl.protocol import train_step
 from fedstream.vfl.selection import Participation, SelectionSpec
+from tests.helpers.configs import small_config
 
 SMALL = dict(train_rows=1200, test_rows=300, hidden=16, embedding=8, batch_size=100, lr=0.1, split="columns")
 

@@ -1,32 +1,21 @@
 """Sweeps: grid expansion, side-by-side runs equal single runs, skip and resume."""
 
-import gzip
 import json
 
-import numpy as np
 import pytest
 
 from fedstream.cli import main
 from fedstream.errors import ConfigError
 from fedstream.experiments.sweep import expand_grid, sweep, work_units
 from fedstream.ovfl.engine import OnlineVFL
-
-TIMING = {"client_compute_seconds", "server_compute_seconds", "wall_seconds", "rounds_per_second"}
+from tests.helpers.data import write_susy
+from tests.helpers.runs import untimed
 
 
 @pytest.fixture
 def susy_root(tmp_path):
     """A small SUSY file in the UCI format (label + 18 features), written by the test."""
-    rng = np.random.default_rng(1)
-    y = rng.integers(0, 2, size=600)
-    X = rng.normal(size=(600, 18)) + 0.8 * y[:, None]
-    with gzip.open(tmp_path / "SUSY.csv.gz", "wt") as fh:
-        fh.write("\n".join(",".join(f"{v:.10e}" for v in [float(a), *row]) for a, row in zip(y, X)) + "\n")
-    return tmp_path
-
-
-def _strip(summary):
-    return {k: v for k, v in summary.items() if k not in TIMING}
+    return write_susy(tmp_path, 600, seed=1, shift=0.8)
 
 
 def test_grid_expansion_names_and_errors(tmp_path):
@@ -58,16 +47,16 @@ def test_side_by_side_runs_equal_single_runs_and_resume(susy_root, tmp_path):
     summaries = sweep(specs, workers=2)
     for spec, s in zip(specs, summaries):
         alone = OnlineVFL(spec.config).run()
-        assert _strip(s) == _strip(alone), spec.name
+        assert untimed(s) == untimed(alone), spec.name
         assert json.loads((spec.out / "summary.json").read_text())["rounds"] == 300
     # a second sweep with more rounds resumes every run from its checkpoint: equal to 500 at once
     longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
     resumed = sweep(longer, workers=1)
     for spec, s in zip(longer, resumed):
-        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
     # and a finished sweep is skipped: same summaries, nothing recomputed
     again = sweep(longer, workers=1)
-    assert [_strip(a) for a in again] == [_strip(b) for b in resumed]
+    assert [untimed(a) for a in again] == [untimed(b) for b in resumed]
     assert [a["wall_seconds"] for a in again] == [b["wall_seconds"] for b in resumed]
 
 
@@ -81,10 +70,10 @@ def test_stacked_sweep_equals_single_runs_resumes_and_keeps_stacks_on_one_worker
     assert sorted(sorted({s.config["optimizer.name"] for s in g}) for g in groups) == [["dlr"], ["ogd"]]
     summaries = sweep(specs, workers=2, stack=True)
     for spec, s in zip(specs, summaries):
-        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
     longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
     for spec, s in zip(longer, sweep(longer, workers=1, stack=True)):
-        assert _strip(s) == _strip(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
 
 
 def test_sweep_cli(susy_root, tmp_path, capsys):
@@ -104,7 +93,7 @@ def test_sweep_finishes_a_run_checkpointed_at_its_end_without_summary(susy_root,
     first = sweep(specs, workers=1)
     (specs[1].out / "summary.json").unlink()
     again = sweep(specs, workers=1)
-    assert _strip(again[1]) == _strip(first[1]) and (specs[1].out / "summary.json").exists()
+    assert untimed(again[1]) == untimed(first[1]) and (specs[1].out / "summary.json").exists()
 
 
 def test_sweep_cli_stack_flag_gives_the_same_index(susy_root, tmp_path):
@@ -113,7 +102,7 @@ def test_sweep_cli_stack_flag_gives_the_same_index(susy_root, tmp_path):
     assert main([*args, "--out", str(tmp_path / "alone")]) == 0
     assert main([*args, "--out", str(tmp_path / "stacked"), "--stack"]) == 0
     rows = [json.loads((tmp_path / d / "sweep.json").read_text()) for d in ("alone", "stacked")]
-    strip = lambda index: [{k: v for k, v in r.items() if k not in TIMING | {"folder"}} for r in index]
+    strip = lambda index: [untimed(r, "folder") for r in index]
     assert strip(rows[0]) == strip(rows[1])
 
 

@@ -13,30 +13,7 @@ from fedstream.errors import DataError
 from fedstream.transport import CompressionSpec
 from fedstream.vfl import BatchVFLSettings, run_batch_vfl
 from fedstream.vfl.models import resnet18
-
-
-def real_batch(n: int, rng, label_offset: int = 0) -> dict:
-    """A dict as in cifar-10-batches-py: bytes keys, uint8 (n, 3072) data, labels as a list."""
-    return {
-        b"batch_label": b"training batch 1 of 5",
-        b"labels": [int(v) for v in (rng.integers(0, 10, n) + label_offset)],
-        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-        b"filenames": [b"img.png"] * n,
-    }
-
-
-def write_cifar(root, n: int = 6, seed: int = 0, **override) -> dict:
-    """Write the six batch files under root/cifar-10-batches-py; ``override[name]`` replaces a batch's dict."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    written = {}
-    for name in (*TRAIN_FILES, TEST_FILE):
-        batch = override.get(name, real_batch(n, rng))
-        with open(folder / name, "wb") as fh:
-            pickle.dump(batch, fh, protocol=2)  # the release was written by Python 2's cPickle
-        written[name] = batch
-    return written
+from tests.helpers.data import cifar_batch, write_cifar
 
 
 def test_loads_train_and_test_splits_in_channel_plane_order(tmp_path):
@@ -56,7 +33,7 @@ def test_str_keys_and_other_folders_are_accepted(tmp_path):
     folder = tmp_path / "cifar10"
     folder.mkdir()
     for name in (*TRAIN_FILES, TEST_FILE):
-        batch = {k.decode(): v for k, v in real_batch(2, rng).items()}
+        batch = {k.decode(): v for k, v in cifar_batch(2, rng).items()}
         with open(folder / name, "wb") as fh:
             pickle.dump(batch, fh)
     assert load_cifar10(tmp_path, "test")[0].shape == (2, 3, 32, 32)

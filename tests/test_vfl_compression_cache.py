@@ -1,4 +1,5 @@
-"""The server's embedding cache is per sample: batch VFL (shuffled batches, test rows apart) and online windows."""
+"""The server's embedding cache is per sample: batch VFL (shuffled batches, test rows apart) and online
+windows."""
 
 import numpy as np
 import torch

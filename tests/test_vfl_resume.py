@@ -9,10 +9,10 @@ from fedstream.cli import main
 from fedstream.errors import ConfigError
 from fedstream.transport import CompressionSpec
 from fedstream.vfl import BatchVFLSettings, run_batch_vfl
+from tests.helpers.runs import untimed
 
 SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "batch_size": 50, "lr": 0.05}
 COMBINATION = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman")  # every kind of link state
-TIMINGS = {"epoch_seconds", "wall_seconds"}
 
 
 class Interrupt(Exception):
@@ -26,13 +26,13 @@ def interrupt_at(epoch: int, step: int):
     return progress
 
 
-def untimed(rows):
-    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+def untimed_rows(rows):
+    return [untimed(r) for r in rows]
 
 
 def metrics(folder):
     with open(folder / "metrics.csv") as fh:
-        return untimed(list(csv.DictReader(fh)))
+        return untimed_rows(list(csv.DictReader(fh)))
 
 
 def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(data_root, tmp_path):
@@ -42,7 +42,7 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(data_root, tmp
         run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", progress=interrupt_at(3, 10))
     assert len(metrics(tmp_path / "cut")) == 2 and not (tmp_path / "cut" / "summary.json").exists()
     resumed = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", resume=True)
-    assert untimed(resumed["per_epoch"]) == untimed(whole["per_epoch"])
+    assert untimed_rows(resumed["per_epoch"]) == untimed_rows(whole["per_epoch"])
     assert resumed["bytes"] == whole["bytes"] and resumed["final_accuracy"] == whole["final_accuracy"]
     assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
     saved = json.loads((tmp_path / "cut" / "summary.json").read_text())
@@ -58,7 +58,7 @@ def test_resume_may_raise_epochs_but_not_change_other_settings(data_root, tmp_pa
     more = run_batch_vfl(
         BatchVFLSettings(epochs=2, compression=spec, **SMALL), data_root, seed=0, out=tmp_path, resume=True
     )
-    assert untimed(more["per_epoch"]) == untimed(two["per_epoch"])
+    assert untimed_rows(more["per_epoch"]) == untimed_rows(two["per_epoch"])
     with pytest.raises(ConfigError, match="compression.down"):
         run_batch_vfl(BatchVFLSettings(epochs=3, compression=CompressionSpec(up="topk"), **SMALL), data_root,
                       seed=0, out=tmp_path, resume=True)

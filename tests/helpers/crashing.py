@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.helpers.links import ServerCrash
 
 from fedstream.deploy.records import Envelope, Failure
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.ovfl.deploy.driver import NetworkVFL
+from tests.helpers.links import ServerCrash
 
 
 class CrashOnce(LoopbackLink):
