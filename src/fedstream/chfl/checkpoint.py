@@ -20,7 +20,7 @@ The file is a ``torch.save`` archive of tensors, numbers, strings, lists and dic
 with ``torch.load(weights_only=True)``: loading a checkpoint cannot run code. It is written
 atomically with the sha256 of its content, checked on load (:mod:`fedstream.runs.checkpoint`).
 
-The simulator and a deployed CHFL server (:mod:`fedstream.deploy.chfl_driver`) write the same format
+The simulator and a deployed CHFL server (:mod:`fedstream.chfl.deploy.driver`) write the same format
 under the same file name and identity, but their states differ (the simulator's holds every
 client; the server's only what it knows of its nodes). The archive says who wrote it (``kind``:
 None for the simulator, ``"deployed-server"`` for a deployed server, as batch VFL's checkpoints

@@ -3,7 +3,7 @@
 One round for one client: receive θ^t, score the candidates on the validation rows
 (:func:`validate_client`, :func:`keep_common`), train and upload (:func:`train_and_upload`); at the
 end each variant's choice is scored on the test rows (:func:`score_choices`). The in-process
-:class:`LocalCohort` and a deployed node (``fedstream.deploy.chfl_host``) both run these functions.
+:class:`LocalCohort` and a deployed node (``fedstream.chfl.deploy.host``) both run these functions.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class RoundResult:
 class Cohort(Protocol):
     """The clients of a run as the server side sees them, whatever carries the messages.
 
-    :class:`LocalCohort` holds them in this process; ``fedstream.deploy.chfl_proxy.RemoteCohort``
+    :class:`LocalCohort` holds them in this process; ``fedstream.chfl.deploy.proxy.RemoteCohort``
     sends each of them one request per round over a link. A round is one call (receive θ^t,
     score on validation, train, upload) so that a remote client costs one round trip per round.
     Every model crosses as encoded :class:`ModelUpdate` bytes counted in ``ledger``.

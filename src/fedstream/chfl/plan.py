@@ -96,7 +96,7 @@ def prepare_client(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, seed
     """Client ``client``'s part of :func:`prepare`: (feature split, its view, rows, classes).
 
     The same splits as the simulator's, then only this client's rows and columns are kept: what
-    a deployed node holds (``fedstream.deploy.chfl_data``).
+    a deployed node holds (``fedstream.chfl.deploy.data``).
     """
     if isinstance(client, bool) or not isinstance(client, int) or not 0 <= client < settings.clients:
         raise SettingError("clients", f"client index {client!r}: expected 0..{settings.clients - 1}")

@@ -40,7 +40,7 @@ def checkpointed_after(t: int, rounds: int) -> bool:
 def boundary(lr_index: int, rnd: int, rounds: int) -> int:
     """The run's position (federation ``lr_index``, next round ``rnd``) as one increasing number:
     round requests done over all federations. A deployed run's checkpoints and the nodes' kept
-    states are named by it (``fedstream.deploy.node.kept_boundary``)."""
+    states are named by it (``fedstream.deploy.session.kept_boundary``)."""
     return lr_index * (rounds + 1) + rnd
 
 

@@ -14,7 +14,7 @@ from it (:class:`~fedstream.chfl.rounds.BatchRun`, :mod:`fedstream.chfl.checkpoi
 The pieces, in the order a run meets them: :mod:`fedstream.chfl.plan` (the splits and the
 clients' initial weights), :mod:`fedstream.chfl.rounds` (the server's side: FedAvg and the round
 loop) and :mod:`fedstream.chfl.cohort` (the clients' side: :class:`~fedstream.chfl.cohort.LocalCohort`
-in this process, or ``fedstream.deploy.chfl_proxy.RemoteCohort`` over a link to nodes that each
+in this process, or ``fedstream.chfl.deploy.proxy.RemoteCohort`` over a link to nodes that each
 hold one client). This module holds the entry points and the result.
 
 Result variants: ``chfl`` reports its per-client choice over all μ (``chfl``) and restricted to

@@ -87,7 +87,7 @@ def write(path: Path, payload: dict) -> Path:
 def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
     """The payload of the checkpoint at ``path``, checked: readable, this format and ``kind`` (None:
     the simulator's; ``"deployed-server"``: a deployed run's server,
-    :mod:`fedstream.deploy.vfl_batch_driver`), written with ``config`` (only ``train.epochs`` may
+    :mod:`fedstream.vfl.deploy.driver`), written with ``config`` (only ``train.epochs`` may
     differ, and not be lower than the epochs done).
     ConfigError naming the file (and the keys that differ) otherwise."""
     try:

@@ -12,7 +12,7 @@ each link knows them without their travelling; they key its per-sample embedding
 The server's step loop (:func:`play_train_step`, :func:`play_scores`, used by
 :mod:`fedstream.vfl.trainer`) talks to the clients through a :class:`Cohort`: the clients
 and the transport in this process (:class:`LocalCohort`), or client parties on their own nodes
-behind a link (``fedstream.deploy.vfl_batch_proxy.RemoteCohort``, ``fedstream deploy``). The
+behind a link (``fedstream.vfl.deploy.proxy.RemoteCohort``, ``fedstream deploy``). The
 parties never know which. :func:`train_step` and :func:`score_step` are the same steps over a
 :class:`LocalCohort` whose inputs are given.
 """

@@ -26,7 +26,7 @@ epoch whose data changed and VF-PS once its pessimistic scores say the best clie
 changed (:class:`~fedstream.selection.dynamic.PessimisticScores`); and, with ``every = N > 0``,
 also every N epochs in any setting.
 
-In a deployment (``distances``: :mod:`fedstream.deploy.vfl_batch_vfps`) VF-PS scores the nodes' local
+In a deployment (``distances``: :mod:`fedstream.vfl.deploy.vfps`) VF-PS scores the nodes' local
 distances instead of the blocks, with the same draws and the same result. In the simulator
 VF-PS's own traffic is not sent through the transport: each (re)selection reports
 ``distance_bytes``, the float32 local distances the baseline method makes every client send

@@ -16,7 +16,7 @@ With ``out`` the run checkpoints at the end of every epoch (:mod:`fedstream.vfl.
 The epoch loop (:func:`play_epochs`) needs only the labels, the server party and a
 :class:`~fedstream.vfl.protocol.Cohort` of clients: :func:`run_batch_vfl` gives it the
 clients in this process (:class:`~fedstream.vfl.protocol.LocalCohort`), ``fedstream
-deploy`` client parties on their own nodes (:mod:`fedstream.deploy.vfl_batch_driver`).
+deploy`` client parties on their own nodes (:mod:`fedstream.vfl.deploy.driver`).
 
 Participant selection (``selection.*``, :mod:`fedstream.vfl.selection`): each epoch trains
 on the rows the dynamic setting makes available, with the selected clients only: the others send

@@ -94,7 +94,8 @@ class GridLink:
         self.n_clients = n_clients
         self.nodes = dict(nodes)  # client index -> node ID
         self.messages = 0
-        # per reply, seconds (see flower_app.TIMINGS): Flower delivering the message and starting a ClientApp
+        # per reply, seconds (see runtimes.flower.TIMINGS): Flower delivering the message and starting
+        # a ClientApp
         # process, the process importing Flower and fedstream, to the handler, in the handler, reply back here
         self.timings: list[tuple[float, ...]] = []
         self.bytes_down = self.bytes_up = 0  # Flower's serialised messages (objects of each Message)

@@ -95,7 +95,8 @@ def message_bytes(q: int, n: int, itemsize: int = 4) -> int:
     return HEADER.size + itemsize * q * n
 
 
-MAX_MESSAGE = 64 * 2**20  # = deploy/gridlink.py MAX_PAYLOAD: the largest reply a Flower message may carry
+# = deploy/runtimes/flower_grid.py MAX_PAYLOAD: the largest reply a Flower message may carry
+MAX_MESSAGE = 64 * 2**20
 
 
 def check_size(spec, n: int) -> None:
