@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from fedstream.chfl.fedavg import FedAvgServer, fedavg, proximal_term
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.errors import ProtocolError
+from fedstream.transport.updates import ModelUpdate
 
 
 def upd(k, w, n, rnd=0):

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from fedstream.chfl.client import Client, ClientData, View, make_heads
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import (
     CHFLNet,
     Column,
@@ -14,6 +13,7 @@ from fedstream.chfl.models import (
     load_arrays,
     state_arrays,
 )
+from fedstream.transport.updates import ModelUpdate
 
 H = (12, 8, 6)
 

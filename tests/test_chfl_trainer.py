@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import Column, state_arrays
 from fedstream.chfl.selection import Choice, Selector
 from fedstream.chfl.settings import CHFLSettings
 from fedstream.chfl.trainer import run_chfl, run_on_table
 from fedstream.errors import ConfigError
 from fedstream.transport.tensors import encode_update
+from fedstream.transport.updates import ModelUpdate
 from tests.helpers.configs import tiny_settings
 from tests.helpers.data import require, synthetic_table
 

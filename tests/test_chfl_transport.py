@@ -5,7 +5,6 @@ import struct
 import numpy as np
 import pytest
 
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import (
     HEADER,
@@ -13,6 +12,7 @@ from fedstream.transport.tensors import (
     decode_update,
     encode_update,
 )
+from fedstream.transport.updates import ModelUpdate
 
 
 def update(client=1, rnd=7):

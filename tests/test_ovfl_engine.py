@@ -168,7 +168,7 @@ def test_client_rejects_a_feature_block_that_does_not_fit_its_model():
 
 def test_server_rejects_embeddings_of_the_wrong_shape():
     from fedstream.errors import ProtocolError
-    from fedstream.ovfl.messages import Embedding
+    from fedstream.transport.messages import Embedding
 
     engine = OnlineVFL(small_config(), stream=synthetic_stream())
     bad = [Embedding(0, m, np.zeros((1, 8 if m else 7), np.float32)) for m in range(4)]

@@ -6,10 +6,10 @@ import pytest
 
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineVFL
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.stack import RunStack, StackDiverged, stack_key
 from fedstream.transport import encode
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient, Query
 from fedstream.transport.stacked import StackTransport, decode_frames, encode_frames
 from tests.helpers.configs import small_config
 from tests.helpers.data import synthetic_stream

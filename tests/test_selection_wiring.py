@@ -14,9 +14,9 @@ import torch
 
 from fedstream.config import load_config
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding
 from fedstream.selection.padding import LatestPadding, ZeroPadding
 from fedstream.transport import InProcessTransport
+from fedstream.transport.messages import Embedding
 from fedstream.vfl import (
     BatchClient,
     BatchServer,

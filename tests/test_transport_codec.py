@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import InProcessTransport, decode, encode
 from fedstream.transport.codec import HEADER
+from fedstream.transport.messages import Embedding, Gradient, Query
 
 
 def test_roundtrip_each_message_kind():

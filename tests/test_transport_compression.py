@@ -13,7 +13,6 @@ from fedstream.compression import (
     TopK,
 )
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import (
     CompressedTransport,
     CompressionSpec,
@@ -28,6 +27,7 @@ from fedstream.transport.compressed import (
     ClientEndpoint,
     ServerEndpoint,
 )
+from fedstream.transport.messages import Embedding, Gradient, Query
 from fedstream.transport.wire import FRAME_SIZE, QUANT, SIGN, SIGN_PLAIN, SPARSE, frame
 
 SPECS = [CompressionSpec(up=u, down=d, cache=c) for u, d in itertools.product(UP_CODECS, DOWN_CODECS)

@@ -4,8 +4,8 @@ windows."""
 import numpy as np
 import torch
 
-from fedstream.ovfl.messages import Embedding
 from fedstream.transport import CompressedTransport, CompressionSpec
+from fedstream.transport.messages import Embedding
 from fedstream.vfl import BatchVFLSettings
 from fedstream.vfl.data import VerticalImages, strips
 from fedstream.vfl.trainer import build_parties, evaluate, train_epoch

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport import CompressionSpec
+from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl import (
     COLUMNS,
     BatchClient,

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:  # types only: no import cycle whatever layer imports the seams
-    from fedstream.chfl.messages import ModelUpdate
     from fedstream.models import LayerGrad
-    from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
     from fedstream.ovfl.server import RoundResult
     from fedstream.transport.ledger import ByteLedger
+    from fedstream.transport.messages import Embedding, Gradient, Message, Query
+    from fedstream.transport.updates import ModelUpdate
 
 State = dict[str, np.ndarray]
 

@@ -18,17 +18,17 @@ import numpy as np
 import pytest
 
 import fedstream.transport.codec as wire_codec
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.compression import Float32Codec, GradientRankedTopK, HuffmanCode, SignCodec, TopK
 from fedstream.compression.huffman_block import PAIRS, SINGLE, decode_block, encode_block
 from fedstream.compression.topk import pack_sparse, unpack_sparse
 from fedstream.compression.varint import decode_varints, encode_varints
 from fedstream.errors import NonFiniteError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.seams import Codec, MessageCodec, PayloadReceiver, PayloadSender
 from fedstream.transport.compressed import CompressionSpec, down_codec, up_codec
+from fedstream.transport.messages import Embedding, Gradient, Query
 from fedstream.transport.stacked import decode_frames, encode_frames
 from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
 
 SHAPE = (3, 16)
 

@@ -21,14 +21,12 @@ from torch import nn
 
 from fedstream.chfl.client import Client as CHFLClient
 from fedstream.chfl.client import make_client_data, make_heads
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import Column, state_arrays
 from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.optim import make_optimizer
 from fedstream.ovfl.activation import FixedCount, Full, RandomActivation
 from fedstream.ovfl.client import Client
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
 from fedstream.seams import (
@@ -42,6 +40,8 @@ from fedstream.seams import (
 from fedstream.selection.online import TopLActivation
 from fedstream.selection.padding import make_padding
 from fedstream.transport import CompressionSpec, InProcessTransport, make_transport
+from fedstream.transport.messages import Embedding, Gradient, Query
+from fedstream.transport.updates import ModelUpdate
 from fedstream.vfl.parties import BatchClient, BatchServer
 
 M, D, E, C, CHUNK = 3, 4, 5, 3, 6  # clients, features per client, embedding, classes, rounds per chunk

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.seams import ForkableTransport, LinkEnd, StackedTransport, Stateful, Transport
 from fedstream.transport import CompressionSpec, encode, make_transport
 from fedstream.transport.compressed import ClientEndpoint, CompressedTransport, ServerEndpoint
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient, Query
 from fedstream.transport.stacked import StackTransport, encode_frames
 from fedstream.transport.tensors import ModelTransport, decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
 
 N_CLIENTS, WIDTH = 3, 16
 

@@ -20,10 +20,10 @@ import torch
 from fedstream.config import load_config
 from fedstream.experiments.sweep import expand_grid, sweep
 from fedstream.ovfl.engine import CHUNK, OnlineVFL
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.ovfl.reference import ReferenceOnlineVFL
 from fedstream.ovfl.stack import RunStack
 from fedstream.transport import InProcessTransport
+from fedstream.transport.messages import Embedding, Gradient
 
 WARMUP = 200  # rounds run first so JIT compilation and caches are not timed
 REPEATS = 5  # timed blocks per contender, interleaved; the best block counts (timeit's rule)

@@ -3,7 +3,7 @@
 Start here: ``run_chfl(CHFLSettings(dataset="covertype"), None, method="chfl")`` (``trainer``: one run).
 A run goes ``settings`` -> ``plan`` (feature/row splits, initial weights) -> ``rounds`` (the server's
 FedAvg loop) over ``cohort`` (the clients' side of a round) -> ``trainer`` (the result). Blocks:
-``splits``, ``models`` (columns, lateral links), ``fedavg``, ``messages``, ``client``, ``selection``.
+``splits``, ``models`` (columns, lateral links), ``fedavg``, ``client``, ``selection``; ``deploy/``.
 Around them: ``table`` (the paper's tables), ``stream`` (streaming CHFL), ``checkpoint``; ``docs/chfl.md``.
 """
 

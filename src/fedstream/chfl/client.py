@@ -35,7 +35,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedstream.chfl.fedavg import proximal_term
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import (
     Column,
     ConcatHead,
@@ -43,6 +42,7 @@ from fedstream.chfl.models import (
     load_arrays,
     state_arrays,
 )
+from fedstream.transport.updates import ModelUpdate
 
 EVAL_BATCH = 8192
 

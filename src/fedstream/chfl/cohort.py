@@ -16,11 +16,11 @@ import numpy as np
 
 from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.plan import Experiment, build_clients
 from fedstream.chfl.selection import Choice, Selector
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import ModelTransport
+from fedstream.transport.updates import ModelUpdate
 
 # -- one client's side of a round, shared by the in-process cohort and a deployed node ----------
 

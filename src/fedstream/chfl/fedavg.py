@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.errors import ProtocolError
+from fedstream.transport.updates import ModelUpdate
 
 
 def fedavg(updates: Sequence[ModelUpdate]) -> dict[str, np.ndarray]:

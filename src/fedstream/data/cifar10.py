@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data.paths import find_file
-from fedstream.data.sources import _cached
+from fedstream.data.sources import cached_load
 from fedstream.errors import DataError
 
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -144,4 +144,4 @@ def load_cifar10(root: str | Path, split: str = "train") -> tuple[np.ndarray, np
         raise DataError(
             f"{missing[0]}: file not found (the other CIFAR-10 batches are in {first.parent}). {CIFAR_HINT}"
         )
-    return _cached(paths, ("cifar10",), load)
+    return cached_load(paths, ("cifar10",), load)

@@ -23,8 +23,8 @@ from fedstream.data.sources import (
     MNIST_HINT,
     MNIST_MEAN,
     MNIST_STD,
-    _cached,
     _idx_candidates,
+    cached_load,
     load_mnist_like,
 )
 from fedstream.errors import DataError
@@ -74,7 +74,7 @@ def _mnist_like_test(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
             )
         return images, labels
 
-    return _cached([img_path, lab_path], (), load)
+    return cached_load([img_path, lab_path], (), load)
 
 
 def channel_stats(dataset: str) -> tuple[np.ndarray, np.ndarray]:

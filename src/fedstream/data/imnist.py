@@ -112,7 +112,7 @@ def field_indices(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return k1, k2, alpha
 
 
-def _check_indices(indices: np.ndarray) -> np.ndarray:
+def check_indices(indices: np.ndarray) -> np.ndarray:
     idx = np.asarray(indices)
     if idx.dtype.kind not in "iu" and idx.size:
         raise ValueError(f"indices: expected integers, found dtype {idx.dtype}")
@@ -147,7 +147,7 @@ class InfiniteMNIST:
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
         """int64 labels of the given indices (the label of base image i mod n)."""
-        return self._labels[_check_indices(indices) % self.n_base]
+        return self._labels[check_indices(indices) % self.n_base]
 
     def images(self, indices: np.ndarray) -> np.ndarray:
         """uint8 (len(indices), 28, 28): the deformed image of each index (see module doc).
@@ -156,7 +156,7 @@ class InfiniteMNIST:
         and shifted by ``SHIFTS[k1 mod 9]`` (fused kernel; same float32 arithmetic as
         :func:`_deform_reference`).
         """
-        idx = _check_indices(indices)
+        idx = check_indices(indices)
         out = np.empty((idx.size, SIZE * SIZE), np.uint8)
         if idx.size:
             k1, k2, alpha = field_indices(idx)
@@ -298,7 +298,7 @@ def _deform_reference(gen: InfiniteMNIST, indices: np.ndarray) -> np.ndarray:
     ``x = clip(X[a] + alpha (F[k1] Tx[a] - F[k2] Ty[a]), 0, 255)``, ``+ 0.5`` truncated to uint8,
     shifted by ``SHIFTS[k1 mod 9]`` with zero fill; vectorised over sub-batches of CHUNK images.
     """
-    idx = _check_indices(indices)
+    idx = check_indices(indices)
     out = np.zeros((idx.size, SIZE, SIZE), np.uint8)
     for s in range(0, idx.size, CHUNK):
         _deform_reference_chunk(gen, idx[s : s + CHUNK], out[s : s + CHUNK])

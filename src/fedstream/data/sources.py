@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from fedstream.data.idx import read_idx_images, read_idx_labels
-from fedstream.data.imnist import InfiniteMNIST, _check_indices
+from fedstream.data.imnist import InfiniteMNIST, check_indices
 from fedstream.data.paths import find_file
 from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import DataError
@@ -85,7 +85,7 @@ class ImageSource:
         Computed as ``lut[x]`` (same float32 values as the formula cast to float32), by a numba
         loop that gathers the rows and looks the pixels up in one pass.
         """
-        idx = _check_indices(indices)
+        idx = check_indices(indices)
         if self._gen is not None:
             img = self._gen.images(idx).reshape(idx.size, self.n_features)
             rows = np.arange(idx.size, dtype=np.int64)
@@ -97,7 +97,7 @@ class ImageSource:
         return out
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
-        return self.base_labels[_check_indices(indices) % self.n_base]
+        return self.base_labels[check_indices(indices) % self.n_base]
 
 
 @njit(cache=True)
@@ -137,13 +137,13 @@ class TabularSource:
         self._X = X
 
     def features(self, indices: np.ndarray) -> np.ndarray:
-        rows = self._X[_check_indices(indices) % self.n_base]
+        rows = self._X[check_indices(indices) % self.n_base]
         rows -= self.mean
         rows /= self.std
         return rows
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
-        return self.base_labels[_check_indices(indices) % self.n_base]
+        return self.base_labels[check_indices(indices) % self.n_base]
 
 
 # --- loading by name ---------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _cached(key_paths: list[Path], extra: tuple, load) -> tuple[np.ndarray, np.ndarray]:
+def cached_load(key_paths: list[Path], extra: tuple, load) -> tuple[np.ndarray, np.ndarray]:
     """load() once per (resolved path, mtime, size) of each file; keeps the last _CACHE_MAX."""
     key = tuple((str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) for p in key_paths) + extra
     if key in _CACHE:
@@ -212,7 +212,7 @@ def load_mnist_like(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
                             f"found {labels.shape[0]}")
         return images, labels
 
-    return _cached([img_path, lab_path], (), load)
+    return cached_load([img_path, lab_path], (), load)
 
 
 def load_source(
@@ -242,13 +242,13 @@ def load_source(
         cands = ["HIGGS.csv.gz", "HIGGS.csv", "higgs/HIGGS.csv.gz",
                  "higgs_subset/higgs_first10k_h2o_3sigdigits.csv.gz"]
         path = find_file(root, cands, dataset="higgs", hint=HIGGS_HINT)
-        X, y = _cached([path], (max_rows,),
+        X, y = cached_load([path], (max_rows,),
                        lambda: read_uci_csv(path, n_features=28, name="HIGGS", max_rows=max_rows))
         return TabularSource(X, y, name=name, stats_rows=stats_rows, n_classes=2)
     if name == "susy":
         path = find_file(root, ["SUSY.csv.gz", "SUSY.csv", "susy/SUSY.csv.gz"],
                          dataset="susy", hint=SUSY_HINT)
-        X, y = _cached([path], (max_rows,),
+        X, y = cached_load([path], (max_rows,),
                        lambda: read_uci_csv(path, n_features=18, name="SUSY", max_rows=max_rows))
         return TabularSource(X, y, name=name, stats_rows=stats_rows, n_classes=2)
     raise ValueError(f"source name: expected one of {', '.join(SOURCE_NAMES)}, found {name!r}")

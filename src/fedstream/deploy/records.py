@@ -33,9 +33,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.ovfl.messages import Message
 from fedstream.transport.codec import decode
 from fedstream.transport.links import Receiver
+from fedstream.transport.messages import Message
 from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
 
 SETUP, ROUND, FINISH = "setup", "round", "finish"

@@ -8,7 +8,7 @@ kernel is a loop over the runs calling the single-run kernel of :mod:`fedstream.
 run k's slices, so a stacked run computes exactly what the run alone computes (tests compare them).
 
 Layer inputs are stacked too, (K, n, in), except a client's first layer, whose input is the shared
-feature block: an input with a leading axis of 1 is used by every run (``_row``).
+feature block: an input with a leading axis of 1 is used by every run (``run_slice``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fedstream.models.mlp import DTYPE, MLP
 
 
 @njit(cache=True)
-def _row(X, k):  # pragma: no cover (jit)
+def run_slice(X, k):  # pragma: no cover (jit)
     """Run k's slice of a stacked input, or the one shared slice when X has a leading axis of 1."""
     return X[k] if X.shape[0] > 1 else X[0]
 
@@ -37,14 +37,14 @@ def _row(X, k):  # pragma: no cover (jit)
 def stack_forward(X, W, b, relu, out):  # pragma: no cover (jit)
     """out[k] = X[k] @ W[k].T + b[k] (then ReLU) for every run k (X[0] if shared)."""
     for k in range(W.shape[0]):
-        dense_forward(_row(X, k), W[k], b[k], relu, out[k])
+        dense_forward(run_slice(X, k), W[k], b[k], relu, out[k])
 
 
 @njit(cache=True, fastmath=True)
 def stack_forward_deferred(X, W, b, relu, out, U, V, A):  # pragma: no cover (jit)
     """As :func:`stack_forward` with W_eff[k] = W[k] - sum_s A[k, s] outer(U[k, s], V[k, s])."""
     for k in range(W.shape[0]):
-        dense_forward_deferred(_row(X, k), W[k], b[k], relu, out[k], U[k], V[k], A[k])
+        dense_forward_deferred(run_slice(X, k), W[k], b[k], relu, out[k], U[k], V[k], A[k])
 
 
 @njit(cache=True, fastmath=True)

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from fedstream.errors import ConfigError
-from fedstream.models.stack import MLPStack, _row
+from fedstream.models.stack import MLPStack, run_slice
 from fedstream.optim.base import Optimizer
 from fedstream.optim.dlr import DLR, dlr_deferred_update, dlr_layer_update
 from fedstream.optim.ogd import OGD, low_rank_descent
@@ -26,7 +26,7 @@ def stack_descent(W, b, D, X, runs, lrs):  # pragma: no cover (jit)
     """For each k in ``runs``: W[k] -= lrs[k] * D[k].T @ X[k],  b[k] -= lrs[k] * D[k].sum(0)."""
     for j in range(runs.shape[0]):
         k = runs[j]
-        low_rank_descent(W[k], b[k], D[k], _row(X, k), lrs[k])
+        low_rank_descent(W[k], b[k], D[k], run_slice(X, k), lrs[k])
 
 
 @njit(cache=True, fastmath=True)
@@ -38,7 +38,7 @@ def stack_dlr_running(
     for k in range(W.shape[0]):
         if active[k]:
             dlr_layer_update(
-                W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k]
+                W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, D[k], run_slice(X, k), alpha, alpha_l, scales[k]
             )
         else:
             dlr_layer_update(W[k], b[k], S_W[k], S_b[k], U[k], V[k], pos, zd, zx, alpha, alpha_l, 0.0)
@@ -52,7 +52,7 @@ def stack_dlr_deferred(
     for k in range(W.shape[0]):
         if active[k]:
             dlr_deferred_update(
-                W[k], b[k], S_b[k], U[k], V[k], A[k], pos, D[k], _row(X, k), alpha, alpha_l, scales[k]
+                W[k], b[k], S_b[k], U[k], V[k], A[k], pos, D[k], run_slice(X, k), alpha, alpha_l, scales[k]
             )
         else:
             dlr_deferred_update(W[k], b[k], S_b[k], U[k], V[k], A[k], pos, zd, zx, alpha, alpha_l, 0.0)

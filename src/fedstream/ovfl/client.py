@@ -26,9 +26,9 @@ import numpy as np
 from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.optim import Optimizer
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
 from fedstream.runs.state import collect, restore
+from fedstream.transport.messages import Embedding, Gradient, Query
 
 
 @dataclass

@@ -24,9 +24,9 @@ from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.models.kernels import softmax_cross_entropy_into
 from fedstream.optim import Optimizer
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.window import RowWindow
 from fedstream.runs.state import collect, restore
+from fedstream.transport.messages import Embedding, Gradient, Query
 
 
 @dataclass

@@ -17,9 +17,9 @@ from fedstream.errors import ProtocolError
 from fedstream.models.stack import MLPStack, stack_softmax_cross_entropy
 from fedstream.optim.stack import make_optimizer_stack
 from fedstream.ovfl.client import Client
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.ovfl.server import Server
 from fedstream.ovfl.window import RowWindow
+from fedstream.transport.messages import Embedding, Gradient, Query
 
 
 def _write_back(stacked, parties: list, window: str) -> None:

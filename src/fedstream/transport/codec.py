@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from fedstream.errors import NonFiniteError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
+from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 HEADER = struct.Struct("<BIHHH")
 KINDS: dict[type, int] = {Embedding: 1, Query: 2, Gradient: 3}

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Message
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.inprocess import InProcessTransport
 from fedstream.transport.ledger import ByteLedger
@@ -38,6 +37,7 @@ from fedstream.transport.links import (
     SparseReceiver,
     TopKSender,
 )
+from fedstream.transport.messages import Embedding, Gradient, Message
 from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
 
 UP_CODECS = ("none", "topk", "topk-grad")

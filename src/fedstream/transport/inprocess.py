@@ -7,9 +7,9 @@ The receiver gets the decoded copy, so a simulation sees exactly what a network 
 from __future__ import annotations
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Message
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Message
 
 
 class InProcessTransport:

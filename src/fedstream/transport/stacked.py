@@ -18,9 +18,9 @@ import numpy as np
 from numba import njit
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import F32, HEADER, KINDS, MAX_ROUND, TYPES, all_finite
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 @njit(cache=True)

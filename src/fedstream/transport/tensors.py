@@ -1,4 +1,4 @@
-"""Binary encoding of :class:`~fedstream.chfl.messages.ModelUpdate`: what FedAvg's byte counts measure.
+"""Binary encoding of :class:`~fedstream.transport.updates.ModelUpdate`: what FedAvg's byte counts measure.
 
 Layout (little-endian)::
 
@@ -18,9 +18,9 @@ import struct
 
 import numpy as np
 
-from fedstream.chfl.messages import ModelUpdate, check_update
 from fedstream.errors import NonFiniteError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.updates import ModelUpdate, check_update
 
 HEADER = struct.Struct("<BIHIH")
 NAME_LEN = struct.Struct("<H")

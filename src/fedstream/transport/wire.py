@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.codec import HEADER, MAX_ROUND
+from fedstream.transport.messages import Embedding, Gradient
 
 COMPRESSED_KINDS: dict[type, int] = {Embedding: 4, Gradient: 5}
 COMPRESSED_TYPES = {v: k for k, v in COMPRESSED_KINDS.items()}

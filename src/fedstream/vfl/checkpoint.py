@@ -49,11 +49,11 @@ class RunState:
     seconds: float
 
 
-def _tensors(state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+def to_tensors(state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(np.array(v)) for k, v in state.items()}
 
 
-def _arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def to_arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in state.items()}
 
 
@@ -71,9 +71,9 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
         "client_optimizers": [c.optimizer.state_dict() for c in clients],
         "server": server.model.state_dict(),
         "server_optimizer": server.optimizer.state_dict(),
-        "padding": None if padding is None else _tensors({"value": padding.value, "seen": padding.seen}),
-        "links": _tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
-        "ledger": _tensors(transport.ledger.state_dict()),
+        "padding": None if padding is None else to_tensors({"value": padding.value, "seen": padding.seen}),
+        "links": to_tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
+        "ledger": to_tensors(transport.ledger.state_dict()),
         "torch_rng": torch.get_rng_state(),
     }
     return write(folder / NAME, payload)
@@ -130,8 +130,8 @@ def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
         server.padding.value[...] = payload["padding"]["value"].numpy()
         server.padding.seen[...] = payload["padding"]["seen"].numpy()
     if hasattr(transport, "load_state_dict"):
-        transport.load_state_dict(_arrays(payload["links"]))
-    transport.ledger.load_state_dict(_arrays(payload["ledger"]))
+        transport.load_state_dict(to_arrays(payload["links"]))
+    transport.ledger.load_state_dict(to_arrays(payload["ledger"]))
     torch.set_rng_state(payload["torch_rng"])
     return RunState(
         int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])

@@ -1,6 +1,6 @@
 """The two roles of batch VFL (splitVFLc, the paper's section 3): clients and a server.
 
-Parties exchange the typed messages of :mod:`fedstream.ovfl.messages` (rows = the batch) and never
+Parties exchange the typed messages of :mod:`fedstream.transport.messages` (rows = the batch) and never
 see the transport; autograd stays inside a party. A client computes its embedding E and keeps the
 graph until the server's dL/dE comes back; it then back-propagates exactly what it received
 (eq. 4: grad theta = dL/dE * dE/dtheta, with dL/dE possibly quantised). The server concatenates
@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.selection.padding import Padding
+from fedstream.transport.messages import Embedding, Gradient
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:

@@ -26,8 +26,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl.parties import BatchClient, BatchServer
 
 

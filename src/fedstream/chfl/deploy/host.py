@@ -12,7 +12,7 @@ server's side) with the simulator's code for one client's side of a round
   fresh party): a node set up with ``rejoin`` resumes from its checkpoint
   (:mod:`fedstream.deploy.session`) and the server checks it is not ahead of the run.
 * ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
-  :class:`~fedstream.chfl.messages.ModelUpdate` (none for the Local baseline). The node loads it,
+  :class:`~fedstream.transport.updates.ModelUpdate` (none for the Local baseline). The node loads it,
   with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
   (lr, candidate, round) snapshot, with ``info["epochs"]`` trains that many local epochs and
   replies its common column (encoded) and its best validation accuracy (a number). A request of
@@ -42,7 +42,6 @@ from fedstream.chfl.client import Client
 from fedstream.chfl.cohort import keep_common, score_choices, train_and_upload, validate_client
 from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
 from fedstream.chfl.deploy.records import FinishReply, RoundReply, RoundRequest, SetupReply
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Choice, Selector
@@ -52,6 +51,7 @@ from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
 
 STATE = "chfl"  # the key of the node's state archive in state_dict()
 

@@ -54,7 +54,6 @@ from fedstream.chfl.deploy.records import (
     RoundRequest,
     SetupReply,
 )
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
@@ -64,6 +63,7 @@ from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
 
 
 class RemoteCohort(Session):

@@ -49,12 +49,12 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
-from fedstream.ovfl.messages import Query
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
+from fedstream.transport.messages import Query
 
 
 class NodePadding:

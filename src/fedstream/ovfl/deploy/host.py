@@ -51,8 +51,8 @@ from fedstream.ovfl.deploy.parties import (
 )
 from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.messages import Gradient, Message, Query
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
+from fedstream.transport.messages import Gradient, Message, Query
 
 
 def model_digest(params: list[np.ndarray]) -> str:

@@ -55,10 +55,10 @@ from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, pee
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
-from fedstream.ovfl.messages import Embedding, Gradient, Message, Query
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 class Wire(NamedTuple):

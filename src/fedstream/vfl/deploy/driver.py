@@ -40,7 +40,7 @@ from fedstream.errors import ConfigError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl import checkpoint
-from fedstream.vfl.checkpoint import NAME, _arrays, _tensors
+from fedstream.vfl.checkpoint import NAME, to_arrays, to_tensors
 from fedstream.vfl.deploy.data import (
     ServerLabels,
     batch_settings,
@@ -162,9 +162,9 @@ class NetworkBatchVFL:
             "config": json.dumps(self._config(), sort_keys=True, default=str),
             "epoch": self.done, "step": self.step, "rows": json.dumps(self.rows), "seconds": seconds,
             "server": self.server.model.state_dict(), "server_optimizer": self.server.optimizer.state_dict(),
-            "padding": _tensors({"value": pad.value, "seen": pad.seen}),
-            "cohort": json.dumps(cohort), "cohort_arrays": _tensors(cohort_arrays),
-            "selection": json.dumps(part), "selection_arrays": _tensors(part_arrays),
+            "padding": to_tensors({"value": pad.value, "seen": pad.seen}),
+            "cohort": json.dumps(cohort), "cohort_arrays": to_tensors(cohort_arrays),
+            "selection": json.dumps(part), "selection_arrays": to_tensors(part_arrays),
             "torch_rng": torch.get_rng_state(),
         }
         path = Path(path)
@@ -182,12 +182,12 @@ class NetworkBatchVFL:
             self.server.optimizer.load_state_dict(payload["server_optimizer"])
             self.server.padding.value[...] = payload["padding"]["value"].numpy()
             self.server.padding.seen[...] = payload["padding"]["seen"].numpy()
-            self.cohort.load_state_dict(json.loads(payload["cohort"]), _arrays(payload["cohort_arrays"]))
+            self.cohort.load_state_dict(json.loads(payload["cohort"]), to_arrays(payload["cohort_arrays"]))
             part = json.loads(payload["selection"])
             if (part is None) != (self.part is None):
                 raise ValueError("selection state does not match selection.method / selection.dynamic")
             if self.part is not None:
-                self.part.load_state_dict(part, _arrays(payload["selection_arrays"]))
+                self.part.load_state_dict(part, to_arrays(payload["selection_arrays"]))
         except (KeyError, ValueError, RuntimeError) as exc:
             raise ConfigError(
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"

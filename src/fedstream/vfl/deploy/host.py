@@ -52,9 +52,9 @@ import torch
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.messages import Gradient
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.compressed import ClientEndpoint, down_codec
+from fedstream.transport.messages import Gradient
 from fedstream.vfl.deploy.data import (
     ClientBlock,
     batch_settings,

@@ -48,9 +48,9 @@ import numpy as np
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link, peek
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.compressed import ServerEndpoint, up_codec
 from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl.deploy.records import (
     EVALUATION,
     FinishRequest,
