@@ -3,7 +3,7 @@ rejoins from its own checkpoint; the server checkpoints every epoch and resumes 
 
 Fast tests drive the deployment's code (:class:`fedstream.vfl.deploy.driver.NetworkBatchVFL`)
 over in-process links that crash a node or the server, on MNIST with the tiny settings of
-``test_deploy_vfl_batch.py``; the slow one kills a real SuperNode of a local Flower deployment.
+``tests/helpers/vfl_deploy.py``; the slow one kills a real SuperNode of a local Flower deployment.
 """
 
 from __future__ import annotations
