@@ -15,6 +15,7 @@ from fedstream.chfl.plan import prepare
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.trainer import result_of, variants_of
 from fedstream.config import load_config
+from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 
 CHFL_TINY = {
@@ -38,8 +39,6 @@ def chfl_tiny_config(root: Path | str, **extra) -> dict:
 
 def simulate_chfl(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
     """The simulator (run_on_table's steps): its result and the final global common column."""
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-
     s = chfl_config_settings(config)
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
     ex = prepare(table.X, table.y, s, method=config["chfl.method"], seed=config["seed"],
