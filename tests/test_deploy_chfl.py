@@ -17,107 +17,39 @@ the in-process simulator on covertype (tiny settings):
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from fedstream.chfl.cohort import LocalCohort
 from fedstream.chfl.deploy.data import chfl_config_settings, load_part
-from fedstream.chfl.deploy.driver import NetworkCHFL
 from fedstream.chfl.deploy.host import CHFLHost
 from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.plan import prepare
-from fedstream.chfl.rounds import BatchRun
-from fedstream.chfl.trainer import result_of, run_chfl, variants_of
-from fedstream.config import load_config
+from fedstream.chfl.trainer import run_chfl
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
-from tests.helpers.data import shared_data_root
+from tests.helpers.chfl_deploy import (
+    CHFL_TINY,
+    assert_same_result,
+    chfl_tiny_config,
+    deploy_chfl,
+    simulate_chfl,
+)
 from tests.helpers.flower import simulated_summary
 from tests.helpers.links import spoiling
 
-DATA = "covertype_kaggle/train.csv.gz"
-TINY = {
-    "chfl.clients": 3,
-    "chfl.max_rows": 600,
-    "chfl.hidden": "16,8",
-    "chfl.rounds": 2,
-    "chfl.local_epochs": 1,
-    "chfl.lrs": "0.01",
-    "chfl.mus": "0,1",
-    "chfl.baselines": "common,concat",
-    "seed": 1,
-}
-TIMING = {"wall_seconds", "resumed"}
-
-
-def tiny_config(root: Path | str, **extra) -> dict:
-    return load_config("chfl-covertype", TINY | {"data.root": str(root)} | extra)
-
-
-def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
-    """The simulator (run_on_table's steps): its result and the final global common column."""
-    from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-
-    s = chfl_config_settings(config)
-    table = load_chfl_dataset(s.dataset, config["data.root"]).table
-    ex = prepare(table.X, table.y, s, method=config["chfl.method"], seed=config["seed"],
-                 n_classes=SPECS[s.dataset].n_classes)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as run_on_table
-    try:
-        run = BatchRun(ex.plan, LocalCohort(ex))
-        run.run()
-        result = result_of(
-            run, run.test_choices(variants_of(ex.method, s)), n_rows=ex.n_rows, features=ex.features
-        )
-    finally:
-        torch.set_num_threads(threads)
-    return result, dict(run.server.state) if run.server is not None else {}
-
-
-def deploy(
-    config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink
-) -> tuple[NetworkCHFL, dict, LoopbackLink]:
-    """The deployment's code over an in-process link; the server's config names no data folder
-    that exists, each node reads its own part from ``data_root`` (cached in ``tmp/cache``)."""
-    server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-data")})
-    link = link_cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-                    config["chfl.clients"], persist=True, store=tmp / "nodes")
-    net = NetworkCHFL(server_config, link)
-    return net, net.run(), link
-
-
-def assert_same_result(got: dict, want: dict) -> None:
-    for key, value in want.items():
-        if key not in TIMING:
-            assert got[key] == value, key
-
 
 @pytest.fixture(scope="module")
-def root() -> Path:
-    found = shared_data_root()
-    if found is None or not (found / DATA).is_file():
-        pytest.skip(
-            f"real data not found ({DATA}): set FEDSTREAM_DATA or put shared/data beside the repository"
-        )
-    return found
-
-
-@pytest.fixture(scope="module")
-def simulated(root):
-    config = tiny_config(root)
-    return config, *simulate(config)
+def simulated(covertype_root):
+    config = chfl_tiny_config(covertype_root)
+    return config, *simulate_chfl(config)
 
 
 # -- the deployment's code over an in-process link ------------------------------------------------
-def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
+def test_loopback_deployment_equals_the_simulator(covertype_root, simulated, tmp_path):
     config, want, want_common = simulated
-    net, got, link = deploy(config, root, tmp_path)
+    net, got, link = deploy_chfl(config, covertype_root, tmp_path)
     assert_same_result(got, want)  # choices, test accuracies of every variant, bytes per client and direction
     assert got["variants"]["chfl"]["choices"] == want["variants"]["chfl"]["choices"]
     assert (
@@ -137,15 +69,15 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
         f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(K)
     )  # each node's state, saved after every request
     # and the simulator's own entry point agrees
-    assert_same_result(run_chfl(s, root, method=config["chfl.method"], seed=config["seed"]), want)
+    assert_same_result(run_chfl(s, covertype_root, method=config["chfl.method"], seed=config["seed"]), want)
 
 
-def test_loopback_deployment_of_a_baseline_equals_the_simulator(root, tmp_path):
+def test_loopback_deployment_of_a_baseline_equals_the_simulator(covertype_root, tmp_path):
     """The Local baseline sends no model at all; FedProx sends the same messages as chfl."""
     for method in ("local", "fedprox"):
-        config = tiny_config(root, **{"chfl.method": method, "chfl.lrs": "0.01,0.003"})
-        want, _ = simulate(config)
-        _, got, _ = deploy(config, root, tmp_path / method)
+        config = chfl_tiny_config(covertype_root, **{"chfl.method": method, "chfl.lrs": "0.01,0.003"})
+        want, _ = simulate_chfl(config)
+        _, got, _ = deploy_chfl(config, covertype_root, tmp_path / method)
         assert_same_result(got, want)
     assert got["bytes"]["total"] > 0
 
@@ -199,13 +131,13 @@ SPOILS = {
 
 
 @pytest.mark.parametrize("kind", list(SPOILS))
-def test_a_malformed_reply_is_rejected_recorded_and_left_out(root, simulated, tmp_path, kind):
+def test_a_malformed_reply_is_rejected_recorded_and_left_out(covertype_root, simulated, tmp_path, kind):
     """Client 1's round-1 reply is spoilt: the server records the fault with a clear reason, leaves
     client 1 out of that round's FedAvg (and the metrics), and the run completes."""
     config, want, _ = simulated
     spoil, reason = SPOILS[kind]
     link_cls = spoil_at(spoil)
-    _, got, _ = deploy(config, root, tmp_path, link_cls)
+    _, got, _ = deploy_chfl(config, covertype_root, tmp_path, link_cls)
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, ROUND)], got["faults"]
     assert __import__("re").search(reason, got["faults"][0]["reason"]), got["faults"][0]["reason"]
     assert (
@@ -217,7 +149,7 @@ def test_a_malformed_reply_is_rejected_recorded_and_left_out(root, simulated, tm
     assert len(got["test_acc_per_client"]) == 3
 
 
-def test_malformed_choices_are_rejected(root, simulated, tmp_path):
+def test_malformed_choices_are_rejected(covertype_root, simulated, tmp_path):
     config, _, _ = simulated
 
     def spoil(reply):
@@ -226,24 +158,25 @@ def test_malformed_choices_are_rejected(root, simulated, tmp_path):
         return Envelope(reply.kind, reply.round, [], reply.info | {"choices": json.dumps(choices)})
 
     link_cls = spoil_at(spoil, (FINISH, 2))
-    _, got, _ = deploy(config, root, tmp_path, link_cls)
+    _, got, _ = deploy_chfl(config, covertype_root, tmp_path, link_cls)
     assert [(f["client"], f["request"]) for f in got["faults"]] == [(1, FINISH)]
     assert "variant 'mu>0': malformed choice" in got["faults"][0]["reason"]
     assert len(got["test_acc_per_client"]) == 2  # clients 0 and 2
 
 
-def test_a_round_without_any_valid_update_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
+def test_a_round_without_any_valid_update_ends_the_run_with_a_clear_error(covertype_root, simulated,
+                                                                          tmp_path):
     config, _, _ = simulated
 
     all_spoilt = spoiling(lambda m, env: env.kind == ROUND,
                           lambda r: _respoil(r, tensors=_nan) if r.parts else r)
 
     with pytest.raises(ProtocolError, match=r"round 0: no client node sent a valid model update.*NaN"):
-        deploy(config, root, tmp_path, all_spoilt)
+        deploy_chfl(config, covertype_root, tmp_path, all_spoilt)
 
 
-def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):
-    config = tiny_config(root)
+def test_a_node_refuses_a_malformed_request_and_changes_nothing(covertype_root):
+    config = chfl_tiny_config(covertype_root)
     part = load_part(config, 0)
     host = CHFLHost(config, 0, rows=part)
     sizes = host.handle(Envelope(SETUP, 0)).info
@@ -287,12 +220,12 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(root):
 
 
 # -- what a node holds ------------------------------------------------------------------------------
-def test_a_node_loads_only_its_own_rows_and_columns(root, tmp_path):
-    config = tiny_config(root)
+def test_a_node_loads_only_its_own_rows_and_columns(covertype_root, tmp_path):
+    config = chfl_tiny_config(covertype_root)
     s = chfl_config_settings(config)
     from fedstream.data.chfl_datasets import load_chfl_dataset
 
-    table = load_chfl_dataset(s.dataset, root).table
+    table = load_chfl_dataset(s.dataset, covertype_root).table
     ex = prepare(table.X, table.y, s, method="chfl", seed=config["seed"], n_classes=7)
     for m in range(s.clients):
         part = load_part(config, m, cache_dir=tmp_path)
@@ -315,15 +248,14 @@ def test_a_node_loads_only_its_own_rows_and_columns(root, tmp_path):
 
 
 # -- on Flower ------------------------------------------------------------------------------------
-
-
-def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
+@pytest.mark.slow
+def test_flower_simulation_runtime_equals_the_simulator(covertype_root, simulated, tmp_path):
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
     config, want, want_common = simulated
     got, out = simulated_summary(
         "chfl-covertype",
-        TINY | {"data.root": str(root)},
+        CHFL_TINY | {"data.root": str(covertype_root)},
         config["chfl.clients"],
         timeout=200,
         tmp_path=tmp_path,
@@ -336,7 +268,7 @@ def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_pat
 
 
 @pytest.mark.slow
-def test_real_local_flower_deployment_equals_the_simulator(root, simulated, tmp_path):
+def test_real_local_flower_deployment_equals_the_simulator(covertype_root, simulated, tmp_path):
     """SuperLink + 3 SuperNodes as subprocesses on 127.0.0.1, ``flwr run`` (a fresh ClientApp
     process per message: 5 requests per node, about 2.5 minutes here)."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
@@ -344,7 +276,7 @@ def test_real_local_flower_deployment_equals_the_simulator(root, simulated, tmp_
 
     config, want, want_common = simulated
     out = tmp_path / "out"
-    sets = " ".join(f"{k}={v}" for k, v in (TINY | {"data.root": str(root)}).items())
+    sets = " ".join(f"{k}={v}" for k, v in (CHFL_TINY | {"data.root": str(covertype_root)}).items())
     app = write_app(
         tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True}
     )

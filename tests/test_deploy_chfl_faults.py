@@ -18,13 +18,20 @@ import numpy as np
 import pytest
 
 from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, read_checkpoint
-from fedstream.chfl.deploy.data import chfl_config_settings, load_part
+from fedstream.chfl.deploy.data import chfl_config_settings
 from fedstream.chfl.deploy.driver import NetworkCHFL
 from fedstream.chfl.trainer import boundary
 from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
-from test_deploy_chfl import TINY, assert_same_result, root, simulate, tiny_config  # noqa: F401 (fixture)
+from tests.helpers.chfl_deploy import (
+    CHFL_TINY,
+    assert_same_result,
+    chfl_link,
+    chfl_tiny_config,
+    server_config,
+    simulate_chfl,
+)
 from tests.helpers.crashing import CrashOnce, run_resumed, run_with_fault, stop_when, wait_for
 from tests.helpers.links import ServerCrash, crashing_at
 
@@ -33,25 +40,13 @@ FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}
 
 
 @pytest.fixture(scope="module")
-def config(root):  # noqa: F811 (the fixture imported above)
-    return tiny_config(root, **FAULTS)
+def config(covertype_root):
+    return chfl_tiny_config(covertype_root, **FAULTS)
 
 
 @pytest.fixture(scope="module")
 def simulated(config):
-    return simulate(config)
-
-
-def link_for(
-    config: dict, data_root: Path, tmp: Path, cls=LoopbackLink, *, store: bool = True
-) -> LoopbackLink:
-    """Nodes that read their own part from ``data_root`` and keep their checkpoints in ``tmp/nodes``."""
-    return cls(lambda cfg, m: load_part(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-               config["chfl.clients"], persist=True, store=tmp / "nodes" if store else None)
-
-
-def server_config(config: dict, tmp: Path) -> dict:
-    return dict(config, **{"data.root": str(tmp / "the-server-has-no-data")})
+    return simulate_chfl(config)
 
 
 # -- a node crashes and rejoins ---------------------------------------------------------------------
@@ -63,11 +58,11 @@ class CrashingLink(CrashOnce):
         return env.kind == ROUND and env.round == 2
 
 
-def test_a_crashed_node_rejoins_from_its_checkpoint(root, config, simulated, tmp_path):  # noqa: F811
+def test_a_crashed_node_rejoins_from_its_checkpoint(covertype_root, config, simulated, tmp_path):
     """The node misses round 2 (FedAvg averages the others), is set up again before round 3 from its
     state after round 1, plays on and reports its choices: one fault, one rejoin, all three clients."""
     want, _ = simulated
-    link = link_for(config, root, tmp_path, CrashingLink)
+    link = chfl_link(config, covertype_root, tmp_path, CrashingLink)
     net = NetworkCHFL(server_config(config, tmp_path), link)
     got = net.run()
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 2, ROUND)]
@@ -84,10 +79,10 @@ def test_a_crashed_node_rejoins_from_its_checkpoint(root, config, simulated, tmp
     assert node["down"] < server[1] and node["up"] == server[0]
 
 
-def test_a_node_that_lost_everything_comes_back_as_a_fresh_party(root, config, tmp_path):  # noqa: F811
+def test_a_node_that_lost_everything_comes_back_as_a_fresh_party(covertype_root, config, tmp_path):
     """Without a cache folder the node has no checkpoint: it rejoins at position (-1, -1), builds the
     federation's fresh weights, takes θ^3 and still reports choices (from the rounds it played)."""
-    link = link_for(config, root, tmp_path, CrashingLink, store=False)
+    link = chfl_link(config, covertype_root, tmp_path, CrashingLink, store=False)
     got = NetworkCHFL(server_config(config, tmp_path), link).run()
     assert got["rejoins"] == [{"lr_index": 0, "round": 3, "client": 1, "node_lr_index": -1, "node_round": -1}]
     assert [f["client"] for f in got["faults"]] == [1]
@@ -105,8 +100,8 @@ class ImpostorLink(CrashingLink):
         return replies
 
 
-def test_a_rejoining_node_with_other_data_is_refused_and_the_run_goes_on(root, config, tmp_path):  # noqa: F811
-    link = link_for(config, root, tmp_path, ImpostorLink)
+def test_a_rejoining_node_with_other_data_is_refused_and_the_run_goes_on(covertype_root, config, tmp_path):
+    link = chfl_link(config, covertype_root, tmp_path, ImpostorLink)
     got = NetworkCHFL(server_config(config, tmp_path), link).run()
     assert got["rejoins"] == []
     setup = [f for f in got["faults"] if f["request"] == SETUP]
@@ -128,19 +123,19 @@ def metrics_rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize(("crash", "resumed_at"), [((1, 1), (1, 1)), ((0, 3), (0, 2))])
-def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, config, simulated, tmp_path,  # noqa: F811
-                                                                           crash, resumed_at):
+def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(covertype_root, config, simulated,
+                                                                           tmp_path, crash, resumed_at):
     """The server dies after round ``crash``'s replies came in; a new server loads its checkpoint
     (written after the round before, or before round T-1 when the crash hits round T), the nodes go
     back to their state of that boundary: the result is the uninterrupted run's and the simulator's."""
     want, want_common = simulated
     whole_net = NetworkCHFL(
-        server_config(config, tmp_path / "whole"), link_for(config, root, tmp_path / "whole")
+        server_config(config, tmp_path / "whole"), chfl_link(config, covertype_root, tmp_path / "whole")
     )
     whole = whole_net.run(checkpoint=tmp_path / "whole" / "out" / "checkpoint.pt")
     assert_same_result(whole, want)
 
-    link = link_for(config, root, tmp_path, crash_after(crash))
+    link = chfl_link(config, covertype_root, tmp_path, crash_after(crash))
     path = tmp_path / "out" / "checkpoint.pt"
     first = NetworkCHFL(server_config(config, tmp_path), link)
     with pytest.raises(ServerCrash):
@@ -162,11 +157,12 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
     assert got["exchanges"] > whole["exchanges"]  # the replayed round and the resuming setup
 
 
-def test_a_run_resumed_after_its_last_federation_only_collects_the_choices(root, config, simulated, tmp_path):  # noqa: F811
+def test_a_run_resumed_after_its_last_federation_only_collects_the_choices(covertype_root, config, simulated,
+                                                                           tmp_path):
     """The server dies after the nodes reported their choices, before writing its summary: resumed, it
     plays no round and asks the nodes (back at the last boundary) for their choices again."""
     want, _ = simulated
-    link = link_for(config, root, tmp_path)
+    link = chfl_link(config, covertype_root, tmp_path)
     path = tmp_path / "out" / "checkpoint.pt"
     NetworkCHFL(server_config(config, tmp_path), link).run(checkpoint=path)
     requests = link.requests
@@ -180,9 +176,9 @@ def test_a_run_resumed_after_its_last_federation_only_collects_the_choices(root,
 
 # -- a changed config is refused ------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def checkpoint(root, config, tmp_path_factory):  # noqa: F811
+def checkpoint(covertype_root, config, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("checkpointed")
-    link = link_for(config, root, tmp, crash_after())
+    link = chfl_link(config, covertype_root, tmp, crash_after())
     with pytest.raises(ServerCrash):
         NetworkCHFL(server_config(config, tmp), link).run(checkpoint=tmp / "out" / "checkpoint.pt")
     return tmp / "out" / "checkpoint.pt", link
@@ -236,7 +232,7 @@ def test_the_simulator_refuses_a_deployed_servers_checkpoint(config, checkpoint,
     assert read_checkpoint(path, kind=DEPLOYED)["kind"] == DEPLOYED
 
 
-def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_path):  # noqa: F811
+def test_a_deployed_server_refuses_the_simulators_checkpoint(covertype_root, config, tmp_path):
     """The reverse: the simulator's checkpoint (of the very same run) in the server's --out is
     refused by ``load`` with a ConfigError that says it is the simulator's and how to resume it."""
     from fedstream.chfl.trainer import run_on_table
@@ -250,7 +246,8 @@ def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_p
                  n_classes=SPECS[s.dataset].n_classes, run_dir=tmp_path / "out")
     path = tmp_path / "out" / "checkpoint.pt"
     before = path.read_bytes()
-    net = NetworkCHFL(server_config(dict(config, **one), tmp_path), link_for(config, root, tmp_path))
+    net = NetworkCHFL(server_config(dict(config, **one), tmp_path),
+                      chfl_link(config, covertype_root, tmp_path))
     with pytest.raises(
         ConfigError,
         match=r"checkpoint.pt: a CHFL checkpoint written by the simulator: resume it "
@@ -260,12 +257,13 @@ def test_a_deployed_server_refuses_the_simulators_checkpoint(root, config, tmp_p
     assert net.loaded is None and path.read_bytes() == before
 
 
-def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(root, config, tmp_path):  # noqa: F811
+def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(covertype_root, config,
+                                                                               tmp_path):
     """The server resumes at federation 1, round 1; client 1's node lost its state of that boundary
     and goes back to an older one (the first federation's end): a rejoin, and its own byte counts
     differ from the server's by the round it missed. That is what a rejoin means, not a fault: the
     run finishes with every client and no FINISH fault."""
-    link = link_for(config, root, tmp_path, crash_after())
+    link = chfl_link(config, covertype_root, tmp_path, crash_after())
     path = tmp_path / "out" / "checkpoint.pt"
     first = NetworkCHFL(server_config(config, tmp_path), link)
     with pytest.raises(ServerCrash):
@@ -292,7 +290,7 @@ def test_a_node_resumed_at_an_older_boundary_finishes_without_a_spurious_fault(r
     assert second.cohort.troubled(1) and not second.cohort.troubled(0)
 
 
-def test_a_node_ahead_of_a_resumed_server_is_a_fault(root, config, checkpoint, tmp_path):  # noqa: F811
+def test_a_node_ahead_of_a_resumed_server_is_a_fault(covertype_root, config, checkpoint, tmp_path):
     """A node that kept no state of the boundary but reports a later position cannot take part: the
     resuming setup records why and the run stops (a CHFL run needs every client at setup)."""
     path, link = checkpoint
@@ -314,13 +312,14 @@ def test_a_node_ahead_of_a_resumed_server_is_a_fault(root, config, checkpoint, t
         net.run()
 
 
-def test_deploy_app_passes_resume_for_chfl(root, tmp_path):  # noqa: F811
+def test_deploy_app_passes_resume_for_chfl(covertype_root, tmp_path):
     """``fedstream deploy app chfl-... --resume`` writes ``resume = true`` into the app's settings
     (the ServerApp then loads ``out/checkpoint.pt``); it was refused before the server checkpointed."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.cli import main
 
-    sets = [arg for k, v in (TINY | {"data.root": str(root)}).items() for arg in ("--set", f"{k}={v}")]
+    values = CHFL_TINY | {"data.root": str(covertype_root)}
+    sets = [arg for k, v in values.items() for arg in ("--set", f"{k}={v}")]
     assert (
         main(
             [
@@ -359,13 +358,14 @@ def _node_position(cache: Path, index: int) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa: F811
+def test_a_killed_supernode_rejoins_from_its_checkpoint(covertype_root, tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times the
     node out and goes on with client 0, then sets the new node up from the old one's checkpoint."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.deploy.local import write_app
 
-    values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 6, "chfl.lrs": "0.01"}
+    values = CHFL_TINY | {"data.root": str(covertype_root), "chfl.clients": 2, "chfl.rounds": 6,
+                          "chfl.lrs": "0.01"}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
     app = write_app(
         tmp_path / "app",
@@ -397,15 +397,18 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(root, tmp_path):  # noqa
 
 
 @pytest.mark.slow
-def test_a_killed_deployment_resumes_from_the_servers_checkpoint(root, tmp_path):  # noqa: F811
+def test_a_killed_deployment_resumes_from_the_servers_checkpoint(covertype_root, tmp_path):
     """Kill the whole deployment (SuperLink with the ServerApp, and the SuperNodes) once the server
     has checkpointed the first federation's end; start a new one on the same cache folders and run
     again with ``resume=true``: the result is the simulator's, with no fault and no rejoin."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     from fedstream.deploy.local import write_app
 
-    values = TINY | {"data.root": str(root), "chfl.clients": 2, "chfl.rounds": 2, "chfl.lrs": "0.01,0.003"}
-    want, _ = simulate(tiny_config(root, **{k: v for k, v in values.items() if k != "data.root"}))
+    values = CHFL_TINY | {"data.root": str(covertype_root), "chfl.clients": 2, "chfl.rounds": 2,
+                          "chfl.lrs": "0.01,0.003"}
+    want, _ = simulate_chfl(
+        chfl_tiny_config(covertype_root, **{k: v for k, v in values.items() if k != "data.root"})
+    )
     out = tmp_path / "out"
     app = write_app(
         tmp_path / "app",

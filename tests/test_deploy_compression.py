@@ -34,7 +34,6 @@ from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.compressed import (
@@ -43,22 +42,23 @@ from fedstream.transport.compressed import (
     ServerEndpoint,
 )
 from fedstream.transport.wire import FRAME_SIZE
-from test_deploy_faults import CrashingLink, link_for
-from test_deploy_flower import (
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.data import write_learnable_mnist
+from tests.helpers.flower import needs_flower, run_simulation
+from tests.helpers.links import spoiling
+from tests.helpers.models import assert_same_models
+from tests.helpers.ovfl_deploy import (
+    CrashAtRound30,
     as_set,
     assert_same_as_simulator,
-    flower_available,
+    link_for,
     load_models,
     loopback_run,
     overrides,
     party_models,
-    write_idx_mnist,
+    simulate,
+    topl_config,
 )
-from test_deploy_topl import small_chunks, topl_config, write_idx_few_classes  # noqa: F401 - a fixture
-from tests.helpers.crashing import crash_then_load
-from tests.helpers.flower import run_simulation
-from tests.helpers.links import spoiling
-from tests.helpers.models import assert_same_models
 
 E = 8  # overrides()'s model.embedding
 
@@ -70,37 +70,6 @@ ALL_STATES = {"compression.up": "topk-grad", "compression.cache": True, "compres
               "optimizer.name": "slr", "optimizer.window": 4}  # every codec that keeps state between messages
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return write_idx_mnist(tmp_path_factory.mktemp("data"))
-
-
-class RecordingCompressed:
-    """Wraps the simulator's (compressed) transport; records (direction, client, bytes) of every
-    message as its ledger counts them: the encoded, compressed size."""
-
-    def __init__(self, inner):
-        self.inner, self.ledger, self.sizes = inner, inner.ledger, []
-
-    def _move(self, direction: str, msg):
-        before = self.ledger.total
-        out = getattr(self.inner, direction)(msg)
-        self.sizes.append((direction, msg.client, self.ledger.total - before))
-        return out
-
-    def up(self, msg):
-        return self._move("up", msg)
-
-    def down(self, msg):
-        return self._move("down", msg)
-
-
-def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
-    engine = OnlineVFL(config)
-    engine.transport = recorder = RecordingCompressed(engine.transport)
-    return engine, recorder.sizes, engine.run()
-
-
 def config_for(root: Path, rounds: int, compression: dict, **more) -> dict:
     return load_config(None, overrides(root, rounds) | compression | more)
 
@@ -108,9 +77,9 @@ def config_for(root: Path, rounds: int, compression: dict, **more) -> dict:
 @pytest.mark.parametrize(
     "compression", [CACHED_QUANT, RANKED, SIGN], ids=["topk-cache-quant", "topk-grad", "sign"]
 )
-def test_compressed_links_over_an_in_process_link_equal_the_simulator(root, compression):
+def test_compressed_links_over_an_in_process_link_equal_the_simulator(mnist_root, compression):
     """200 rounds, B = 1, every node rebuilt from its saved state for every request."""
-    config = config_for(root, 200, compression)
+    config = config_for(mnist_root, 200, compression)
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
     assert_same_as_simulator(engine, party_models(net, reports))
@@ -123,7 +92,7 @@ def test_compressed_links_over_an_in_process_link_equal_the_simulator(root, comp
     ]
     plain, _ = loopback_run(
         config_for(
-            root,
+            mnist_root,
             200,
             {"optimizer.name": config["optimizer.name"], "optimizer.window": config["optimizer.window"]},
         ),
@@ -140,11 +109,11 @@ def test_compressed_links_over_an_in_process_link_equal_the_simulator(root, comp
         assert model_digest(net.server.model.parameters()) != model_digest(uncached.server.model.parameters())
 
 
-def test_batches_with_compression_carry_the_same_messages(root):
+def test_batches_with_compression_carry_the_same_messages(mnist_root):
     """B = 10, topk-grad up, sign down: every message has the simulator's compressed size (18 bytes
     up: frame + bitmap + one float32; 13 down: frame + one byte of signs; 11 per query), one round
     trip per batch; the node ranks by the last gradient of its previous batch, a sign-decoded one."""
-    config = config_for(root, 200, RANKED | SIGN, **{"network.batch": 10, "optimizer.lr": 0.01})
+    config = config_for(mnist_root, 200, RANKED | SIGN, **{"network.batch": 10, "optimizer.lr": 0.01})
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
     got = net.summary()
@@ -162,10 +131,10 @@ def test_batches_with_compression_carry_the_same_messages(root):
     assert ranking.shape == (1, E) and set(np.abs(ranking).ravel()) == {1.0}  # what sign decoding gives
 
 
-def test_with_batches_topk_grad_ranks_a_whole_batch_by_the_last_gradient_of_the_previous_one(root):
+def test_with_batches_topk_grad_ranks_a_whole_batch_by_the_last_gradient_of_the_previous_one(mnist_root):
     """B = 3 on a node: the gradients of rounds 0, 1, 2 arrive with the request for 3..5 and are
     largest in dimensions 5, 6 and 2; every embedding of rounds 3..5 sends dimension 2 (round 2's)."""
-    config = config_for(root, 20, RANKED, **{"activation.name": "full"})
+    config = config_for(mnist_root, 20, RANKED, **{"activation.name": "full"})
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     queries = [encode(Query(t, 0)) for t in range(6)]
     host.handle(Envelope(ROUND, 0, queries[:3], {"events": 3}))
@@ -180,10 +149,10 @@ def test_with_batches_topk_grad_ranks_a_whole_batch_by_the_last_gradient_of_the_
     assert kept == [[2], [2], [2]]
 
 
-def test_topl_with_compression_equals_the_simulator(small_chunks, tmp_path):  # noqa: F811
+def test_topl_with_compression_equals_the_simulator(few_classes_root, small_chunks):
     """The server's policy and compressed links together, B = 1 (estimate updates at 127 and 191)."""
-    config = topl_config(write_idx_few_classes(tmp_path), 200, **{"compression.up": "topk",
-                                                                   "compression.down": "sign-scaled"})
+    config = topl_config(few_classes_root, 200,
+                         **{"compression.up": "topk", "compression.down": "sign-scaled"})
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
     assert_same_as_simulator(engine, party_models(net, reports))
@@ -238,10 +207,10 @@ def cache_after_round_29(config: dict, link) -> tuple[NetworkVFL, np.ndarray]:
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERING))
-def test_a_bad_compressed_reply_is_rejected_and_leaves_the_cache_untouched(root, name):
+def test_a_bad_compressed_reply_is_rejected_and_leaves_the_cache_untouched(mnist_root, name):
     """The batch 20..29 of client 1 is rejected as a whole (its first 9 embeddings were valid): the
     server's cache holds nothing of client 1 for those rounds, and the run goes on."""
-    config = config_for(root, 60, ALL_STATES, **{"network.batch": 10})
+    config = config_for(mnist_root, 60, ALL_STATES, **{"network.batch": 10})
     net, cached = cache_after_round_29(config, link_for(config, tampering(TAMPERING[name])))
     s = net.summary()
     assert [(f["round"], f["client"]) for f in s["faults"]] == [(20, 1)] and s["missed_events"] == [0, 10]
@@ -251,8 +220,8 @@ def test_a_bad_compressed_reply_is_rejected_and_leaves_the_cache_untouched(root,
     assert s["rounds"] == 60 and net.reports[1]["round"] == 59
 
 
-def test_a_node_refuses_a_malformed_compressed_gradient_and_changes_nothing(root):
-    config = config_for(root, 20, ALL_STATES, **{"activation.name": "full"})
+def test_a_node_refuses_a_malformed_compressed_gradient_and_changes_nothing(mnist_root):
+    config = config_for(mnist_root, 20, ALL_STATES, **{"activation.name": "full"})
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     host.handle(Envelope(ROUND, 0, [encode(Query(0, 0, 1))], {"events": 1}))
     server = ServerEndpoint(0, CompressionSpec.from_config(config))
@@ -275,11 +244,11 @@ def test_a_node_refuses_a_malformed_compressed_gradient_and_changes_nothing(root
     assert 0 < np.abs(ranking - grad.values).max() < 0.2  # quantised: close, not equal
 
 
-def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp_path):
+def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(mnist_root, tmp_path):
     """Client 1's node crashes at the request for round 30 and comes back at 40 from its checkpoint
     (after the batch 20..29, its topk-grad ranking included); the gradients of 20..29 were lost
     with the request: its ranking stays the one it had, the server's cache has nothing of 30..39."""
-    class Watched(CrashingLink):
+    class Watched(CrashAtRound30):
         """Also keeps client 1's state just before the crash and just after its rejoin's setup."""
 
         before = after = None
@@ -293,7 +262,7 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
                 self.after = dict(self.memory[1].state)
             return replies
 
-    config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
+    config = config_for(mnist_root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
     link = link_for(config, Watched, store=tmp_path / "node")
     net = NetworkVFL(config, link, stream=server_stream(config))
     net.run()
@@ -312,11 +281,11 @@ def test_a_crashed_node_with_compression_rejoins_and_the_run_completes(root, tmp
     assert not net.transport.ends[1].receiver.table.lookup(np.arange(30, 37)).any()  # down: nothing accepted
 
 
-def test_the_server_resumes_exactly_with_compression(root, tmp_path):
+def test_the_server_resumes_exactly_with_compression(mnist_root, tmp_path):
     """The server dies in round 45 (checkpoint at 40, the nodes at 49); a new server loads its
     checkpoint (its ends of the links: caches, quantiser tables), the nodes go back to their state
     at 40 (their ends: the rankings): the result is the uninterrupted run's, bit for bit."""
-    config = config_for(root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
+    config = config_for(mnist_root, 60, ALL_STATES, **{"network.batch": 10, "checkpoint.every": 20})
     whole, whole_reports = loopback_run(config, record_sizes=False)
     link = link_for(config, store=tmp_path / "node")
     second = crash_then_load(lambda: NetworkVFL(config, link, stream=server_stream(config)), at=45,
@@ -334,14 +303,12 @@ def test_the_server_resumes_exactly_with_compression(root, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
-)
+@needs_flower
 def test_flower_simulation_runtime_with_compression_equals_the_simulator(tmp_path):
     """100 rounds through Flower's simulation runtime (compressed frames as bytes in the records,
     each node's end of its link in context.state): the simulator's models and compressed sizes."""
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
-    root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
+    root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 100) | ALL_STATES
     result = run_simulation("", as_set(values), out, 2, timeout=240, cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]

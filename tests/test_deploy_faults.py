@@ -17,52 +17,38 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
-from fedstream.deploy.records import ROUND
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
-from fedstream.ovfl.deploy.rows import BlockRows
-from test_deploy_flower import (
-    as_set,
-    flower_available,
-    load_models,
-    loopback_run,
-    overrides,
-    party_models,
-    write_idx_mnist,
-)
 from tests.helpers.crashing import (
-    CrashOnce,
     crash_then_load,
     run_resumed,
     run_with_fault,
     stop_when,
     wait_for,
 )
+from tests.helpers.data import write_learnable_mnist
+from tests.helpers.flower import needs_flower
 from tests.helpers.models import assert_same_models
+from tests.helpers.ovfl_deploy import (
+    CrashAtRound30,
+    as_set,
+    link_for,
+    load_models,
+    loopback_run,
+    overrides,
+    party_models,
+)
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    root = write_idx_mnist(tmp_path_factory.mktemp("data"))
-    return load_config(None, overrides(root, 60) | {"network.batch": 10, "checkpoint.every": 20})
-
-
-def link_for(config: dict, cls=LoopbackLink, **kwargs) -> LoopbackLink:
-    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    return cls(lambda cfg, m: rows[m], config["vfl.clients"], **kwargs)
-
-
-class CrashingLink(CrashOnce):
-    """Client 1's node crashes when the request for round 30 arrives; at the next batch it is back."""
-
-    def crashes_on(self, env):
-        return env.kind == ROUND and env.round == 30
+def config(mnist_root):
+    return load_config(None, overrides(mnist_root, 60) | {"network.batch": 10, "checkpoint.every": 20})
 
 
 def test_a_crashed_node_rejoins_from_its_checkpoint(config, tmp_path):
     net = NetworkVFL(
-        config, link_for(config, CrashingLink, store=tmp_path / "node"), stream=server_stream(config)
+        config, link_for(config, CrashAtRound30, store=tmp_path / "node"), stream=server_stream(config)
     )
     net.run()
     net.finish()
@@ -105,7 +91,7 @@ def test_a_node_replaced_between_batches_gets_its_held_gradients_and_nothing_cha
 
 
 def test_a_node_that_lost_its_state_and_has_no_checkpoint_starts_over(config):
-    net = NetworkVFL(config, link_for(config, CrashingLink), stream=server_stream(config))  # no store
+    net = NetworkVFL(config, link_for(config, CrashAtRound30), stream=server_stream(config))  # no store
     net.run()
     net.finish()
     assert net.summary()["rejoins"][0]["node_round"] == -1  # a fresh party, still in the run
@@ -145,9 +131,6 @@ def test_a_node_keeps_its_last_boundaries_and_forgets_an_abandoned_sessions(tmp_
 
 
 # -- real processes ----------------------------------------------------------------------------
-needs_flower = pytest.mark.skipif(not flower_available(), reason="needs the Flower extra")
-
-
 def _node_round(cache: Path, index: int) -> int:
     """The round client ``index``'s node has reached, from its latest checkpoint (-1: none yet)."""
     paths = list(cache.glob(f"ckpt-*-{index}.npz"))
@@ -180,7 +163,7 @@ def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, then sets the new node up from the old one's checkpoint; the run ends."""
-    values = overrides(write_idx_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
+    values = overrides(write_learnable_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
     cache = tmp_path / "deployment" / "cache"
 
     def crash(deployment, ended):
@@ -207,7 +190,7 @@ def test_a_hung_supernode_is_timed_out_padded_and_taken_back(tmp_path):
 
     120 rounds, so that the run outlasts the hang on an idle machine too (the server goes on with
     client 0 alone, a few seconds per batch, while client 1 is stopped)."""
-    values = overrides(write_idx_mnist(tmp_path / "data"), 120) | {"network.batch": 5}
+    values = overrides(write_learnable_mnist(tmp_path / "data"), 120) | {"network.batch": 5}
     cache = tmp_path / "deployment" / "cache"
 
     def hang(deployment, ended):
@@ -236,7 +219,8 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     from fedstream.errors import FedstreamError
     from fedstream.runs.checkpoint import load_checkpoint
 
-    values = overrides(write_idx_mnist(tmp_path / "data"), 40) | {"network.batch": 5, "checkpoint.every": 20}
+    values = overrides(write_learnable_mnist(tmp_path / "data"), 40) | {"network.batch": 5,
+                                                                        "checkpoint.every": 20}
     out = tmp_path / "out"
     app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
                                        "reply-timeout": REPLY_TIMEOUT})

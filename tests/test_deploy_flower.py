@@ -15,18 +15,13 @@ the same order. Byte counts are compared message by message.
 
 from __future__ import annotations
 
-import gzip
 import json
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedstream.config import load_config
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
 from fedstream.ovfl.deploy.parties import (
     build_client,
@@ -39,100 +34,23 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
-from tests.helpers.flower import run_simulation
+from tests.helpers.data import write_learnable_mnist
+from tests.helpers.flower import needs_flower, run_simulation
 from tests.helpers.models import assert_same_models
-
-
-# -- helpers -----------------------------------------------------------------------------------
-def write_idx_mnist(root: Path, n: int = 400, seed: int = 0) -> Path:
-    """A small learnable MNIST-format data set (class prototypes plus noise) under root/mnist."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 10, n).astype(np.uint8)
-    proto = rng.integers(0, 256, (10, 28, 28))
-    images = np.clip(proto[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
-    folder = root / "mnist"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train-images-idx3-ubyte.gz").write_bytes(
-        gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
-    )
-    (folder / "train-labels-idx1-ubyte.gz").write_bytes(
-        gzip.compress(struct.pack(">II", 2049, n) + y.tobytes())
-    )
-    return root
-
-
-def overrides(root: Path, rounds: int, seed: int = 0) -> dict:
-    return {
-        "data.name": "mnist",
-        "data.root": str(root),
-        "vfl.clients": 2,
-        "model.embedding": 8,
-        "rounds": rounds,
-        "optimizer.name": "dlr",
-        "activation.name": "random",
-        "activation.p": 0.5,
-        "optimizer.lr": 0.05,
-        "eval.interval": 100,
-        "seed": seed,
-    }
-
-
-def as_set(values: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in values.items())
-
-
-class RecordingTransport:
-    """Wraps the simulator's transport; records (direction, client, bytes) of every message."""
-
-    def __init__(self, inner):
-        self.inner, self.ledger, self.sizes = inner, inner.ledger, []
-
-    def up(self, msg):
-        self.sizes.append(("up", msg.client, len(encode(msg))))
-        return self.inner.up(msg)
-
-    def down(self, msg):
-        self.sizes.append(("down", msg.client, len(encode(msg))))
-        return self.inner.down(msg)
-
-
-def simulate(config: dict) -> tuple[OnlineVFL, list, dict]:
-    engine = OnlineVFL(config)
-    engine.transport = recorder = RecordingTransport(engine.transport)
-    summary = engine.run()
-    return engine, recorder.sizes, summary
-
-
-def assert_same_as_simulator(engine: OnlineVFL, models: dict[str, list[np.ndarray]]) -> None:
-    """The deployment's models are the simulator's, bitwise (tolerance 0)."""
-    assert_same_models(models, {"server": engine.server.model.parameters()} | {
-        f"client{m}": c.model.parameters() for m, c in enumerate(engine.clients)})
-
-
-def load_models(path: Path) -> dict[str, list[np.ndarray]]:
-    with np.load(path) as z:
-        out: dict[str, list] = {}
-        for key in sorted(z.files, key=lambda k: (k.split(".")[0], int(k.split(".")[1]))):
-            out.setdefault(key.split(".")[0], []).append(z[key])
-    return out
-
-
-def flower_available() -> bool:
-    try:
-        import flwr  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_flower = pytest.mark.skipif(
-    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
+from tests.helpers.ovfl_deploy import (
+    as_set,
+    assert_same_as_simulator,
+    load_models,
+    loopback_run,
+    overrides,
+    party_models,
+    simulate,
 )
 
 
 # -- without Flower ----------------------------------------------------------------------------
 def test_each_party_builds_the_simulators_initial_model(tmp_path):
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 10) | {"vfl.clients": 3})
+    config = load_config(None, overrides(write_learnable_mnist(tmp_path), 10) | {"vfl.clients": 3})
     engine = OnlineVFL(config)
     n = engine.stream.source.n_features
     for m in range(3):
@@ -142,27 +60,11 @@ def test_each_party_builds_the_simulators_initial_model(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def loopback_run(
-    config: dict, *, persist: bool = True, record_sizes: bool = True
-) -> tuple[NetworkVFL, list[dict]]:
-    """The deployment's code over an in-process link; with ``persist`` every client is rebuilt
-    from its saved state for every request, as on a SuperNode."""
-    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    link = LoopbackLink(lambda cfg, m: rows[m], config["vfl.clients"], persist=persist)
-    net = NetworkVFL(config, link, stream=server_stream(config), record_sizes=record_sizes)  # labels only
-    net.run()
-    return net, net.finish(models=True)
-
-
-def party_models(net: NetworkVFL, reports: list[dict]) -> dict[str, list[np.ndarray]]:
-    return {"server": net.server.model.parameters()} | {f"client{r['client']}": r["params"] for r in reports}
-
-
 @pytest.mark.parametrize("name", ["mnist", "imnist"])
 def test_the_server_reads_only_labels_and_each_client_only_its_block(tmp_path, name):
     """data.client_index: the server's stream never reads a pixel yet yields the simulator's labels
     (class-prior drift included); each client's cached rows are its block of the simulator's rows."""
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 10) | {
+    config = load_config(None, overrides(write_learnable_mnist(tmp_path), 10) | {
         "data.name": name, "stream.drift": "class-prior", "stream.drift_every": 7, "vfl.clients": 3})
     full, labels_only = party_stream(config), server_stream(config)
     assert type(labels_only.source).__name__ == "LabelSource"
@@ -202,7 +104,7 @@ def test_a_supernode_names_its_client_index_once_and_validly():
 @pytest.mark.parametrize("activation", ["random", "event", "fixed"])
 def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, activation):
     """300 rounds, B = 1; every client rebuilt from its saved state for every request."""
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 300) | {
+    config = load_config(None, overrides(write_learnable_mnist(tmp_path), 300) | {
         "activation.name": activation, "activation.threshold": 0.0, "activation.k": 1})
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
@@ -219,7 +121,7 @@ def test_deployment_code_over_an_in_process_link_equals_the_simulator(tmp_path, 
 
 def test_slr_window_over_an_in_process_link_equals_the_simulator(tmp_path):
     """SLR sends l rows per message and its queries' row count grows with the labels seen."""
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 60) | {"optimizer.name": "slr",
+    config = load_config(None, overrides(write_learnable_mnist(tmp_path), 60) | {"optimizer.name": "slr",
                                                                            "optimizer.window": 4})
     engine, sizes, _ = simulate(config)
     net, reports = loopback_run(config)
@@ -233,7 +135,7 @@ def test_event_batching_keeps_the_messages_and_changes_only_the_clients_stalenes
     differ (clients embed a batch with its start's weights) but still learn; a node rebuilt from
     its saved state for every request computes exactly what a node kept in memory computes."""
     # lr 0.01: at the other tests' 0.05 this small problem becomes unstable once embeddings are stale
-    config = load_config(None, overrides(write_idx_mnist(tmp_path), 300) | {"network.batch": batch,
+    config = load_config(None, overrides(write_learnable_mnist(tmp_path), 300) | {"network.batch": batch,
                                                                             "optimizer.lr": 0.01})
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
@@ -253,7 +155,7 @@ def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
     from fedstream.ovfl.messages import Gradient, Query
 
     config = load_config(
-        None, overrides(write_idx_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0}
+        None, overrides(write_learnable_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0}
     )
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     reply = host.handle(Envelope(ROUND, 0, [encode(Query(0, 0))], {"events": 1}))
@@ -266,13 +168,12 @@ def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
 
 
 # -- on Flower ---------------------------------------------------------------------------------
-
-
+@pytest.mark.slow
 @needs_flower
 def test_flower_simulation_runtime_equals_the_simulator(tmp_path):
     """200 rounds through Flower's simulation runtime (Ray backend; about 40 s here)."""
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
-    root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
+    root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 200)
     result = run_simulation("", as_set(values), out, 2, timeout=240, cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]
@@ -298,7 +199,7 @@ def test_real_local_flower_deployment_equals_the_simulator(tmp_path):
     """
     from fedstream.deploy.local import LocalDeployment, write_app
 
-    root, out = write_idx_mnist(tmp_path / "data"), tmp_path / "out"
+    root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 2, seed=2)
     app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
                                        "reply-timeout": 120.0})

@@ -18,9 +18,7 @@ from cryptography.x509.oid import ExtensionOID
 
 from fedstream.deploy.credentials import write_credentials
 from fedstream.errors import ConfigError
-from test_deploy_flower import flower_available
-
-needs_flower = pytest.mark.skipif(not flower_available(), reason="needs the Flower extra")
+from tests.helpers.flower import needs_flower
 
 
 def test_credentials_are_a_ca_a_server_certificate_for_the_hosts_and_node_keys(tmp_path):

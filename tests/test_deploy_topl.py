@@ -24,17 +24,13 @@ a chunk's end. Against the in-process simulator:
 
 from __future__ import annotations
 
-import gzip
 import json
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, Envelope
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost
@@ -43,63 +39,24 @@ from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
-from test_deploy_flower import (
+from tests.helpers.crashing import crash_then_load
+from tests.helpers.flower import needs_flower, run_isolated
+from tests.helpers.links import RecordingLink, spoiling
+from tests.helpers.models import assert_same_models
+from tests.helpers.ovfl_deploy import (
+    SMALL_CHUNK,
     as_set,
     assert_same_as_simulator,
-    flower_available,
+    link_for,
     load_models,
     loopback_run,
     overrides,
     party_models,
     simulate,
+    topl_config,
 )
-from tests.helpers.crashing import crash_then_load
-from tests.helpers.flower import run_isolated
-from tests.helpers.links import RecordingLink, spoiling
-from tests.helpers.models import assert_same_models
 
-SMALL_CHUNK = 64
 E = 8  # overrides()'s model.embedding
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    """The simulator and the server use chunks of 64 rounds (the policy learns at each chunk's end)."""
-    from fedstream.ovfl import engine
-    from fedstream.ovfl.deploy import driver
-
-    monkeypatch.setattr(engine, "CHUNK", SMALL_CHUNK)
-    monkeypatch.setattr(driver, "CHUNK", SMALL_CHUNK)
-
-
-def write_idx_few_classes(root: Path, n: int = 400, classes: int = 3, seed: int = 0) -> Path:
-    """An MNIST-format data set whose labels take only ``classes`` values: the estimate's group testing
-    needs classes with more than k = 10 rows in its window of 40 rows."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, classes, n).astype(np.uint8)
-    proto = rng.integers(0, 256, (classes, 28, 28))
-    images = np.clip(proto[y] + rng.normal(0, 60, (n, 28, 28)), 0, 255).astype(np.uint8)
-    folder = root / "mnist"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train-images-idx3-ubyte.gz").write_bytes(
-        gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
-    )
-    (folder / "train-labels-idx1-ubyte.gz").write_bytes(
-        gzip.compress(struct.pack(">II", 2049, n) + y.tobytes())
-    )
-    return root
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return write_idx_few_classes(tmp_path_factory.mktemp("data"))
-
-
-def topl_config(root: Path, rounds: int, **more) -> dict:
-    """3 clients, the 2 best activated, all of them every 3rd round, the last 40 exploration rounds scored."""
-    return load_config(None, overrides(root, rounds) | {
-        "vfl.clients": 3, "activation.name": "topl", "activation.l": 2, "activation.explore": 3,
-        "activation.window": 40, "activation.padding": "mean"} | more)
 
 
 def assert_topl_traffic(net: NetworkVFL, rounds: int) -> None:
@@ -117,9 +74,10 @@ def assert_topl_traffic(net: NetworkVFL, rounds: int) -> None:
 
 
 @pytest.mark.parametrize("optimizer, padding", [("dlr", "mean"), ("slr", "latest")])
-def test_topl_over_an_in_process_link_equals_the_simulator(root, small_chunks, optimizer, padding):
+def test_topl_over_an_in_process_link_equals_the_simulator(few_classes_root, small_chunks, optimizer,
+                                                           padding):
     """B = 1, 300 rounds (4 estimate updates); every node rebuilt from its saved state per request."""
-    config = topl_config(root, 300, **{"optimizer.name": optimizer, "optimizer.window": 4,
+    config = topl_config(few_classes_root, 300, **{"optimizer.name": optimizer, "optimizer.window": 4,
                                        "activation.padding": padding})
     engine, sizes, summary = simulate(config)
     net, reports = loopback_run(config)
@@ -145,27 +103,17 @@ def batches(link: RecordingLink) -> list[tuple[int, int, list]]:
             if env.kind == ROUND and m == 0]
 
 
-def run_over(
-    config: dict, link_cls=LoopbackLink, *, persist: bool = True, **kwargs
-) -> tuple[NetworkVFL, list]:
-    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    link = link_cls(lambda cfg, m: rows[m], config["vfl.clients"], persist=persist, **kwargs)
-    net = NetworkVFL(config, link, stream=server_stream(config), record_sizes=True)
-    net.run()
-    return net, net.finish(models=True)
-
-
-def test_any_batch_size_decides_the_simulators_activations(root, small_chunks):
+def test_any_batch_size_decides_the_simulators_activations(few_classes_root, small_chunks):
     """B = 48 with clients that do not learn (lr 1e-30, the server at 0.05): what B > 1 changes, stale
     client weights, is gone, and the rest must be the simulator's bit for bit. It is only because the
     batches end at the chunk ends (48 + 16 rounds per chunk), where the policy learns: a batch over
     rounds 96..143 would have to decide rounds 128..143 before the update at 127."""
     # clients' steps of 1e-30 * gradient are below float32's resolution of their weights: they keep them
     config = topl_config(
-        root, 300, **{"network.batch": 48, "optimizer.lr": 1e-30, "optimizer.server_lr": 0.05}
+        few_classes_root, 300, **{"network.batch": 48, "optimizer.lr": 1e-30, "optimizer.server_lr": 0.05}
     )
     engine, sizes, summary = simulate(config)
-    net, reports = run_over(config, RecordingLink)
+    net, reports = loopback_run(config, RecordingLink)
     assert_same_as_simulator(engine, party_models(net, reports))
     assert net.transport.sizes == sizes
     got = net.summary()
@@ -178,24 +126,24 @@ def test_any_batch_size_decides_the_simulators_activations(root, small_chunks):
     assert all(len(active) == n for _, n, active in batches(net.transport.link))
 
 
-def test_batches_with_learning_clients_keep_topls_traffic_and_learn(root, small_chunks):
+def test_batches_with_learning_clients_keep_topls_traffic_and_learn(few_classes_root, small_chunks):
     """B = 48 with learning clients: the embeddings of a batch are computed with its start's weights,
     so the estimate, the padding and the models differ a little from the simulator's; the traffic is
     still topl's and a node rebuilt from its state for every request computes what one kept in memory does."""
-    config = topl_config(root, 300, **{"network.batch": 48, "optimizer.lr": 0.01})
+    config = topl_config(few_classes_root, 300, **{"network.batch": 48, "optimizer.lr": 0.01})
     _, _, summary = simulate(config)
-    net, reports = run_over(config)
+    net, reports = loopback_run(config)
     got = net.summary()
     assert_topl_traffic(net, 300)
     assert got["exchanges"] == 9 + 2 and got["selection_updates"] == summary["selection_updates"] == 3
     assert got["accumulated_error"] < 0.5  # 3 classes: chance is 0.67
     assert abs(got["accumulated_error"] - summary["accumulated_error"]) < 0.1
-    memory, memory_reports = run_over(config, persist=False)
+    memory, memory_reports = loopback_run(config, persist=False)
     assert_same_models(party_models(net, reports), party_models(memory, memory_reports))
 
 
-def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(root):
-    config = topl_config(root, 20)
+def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(few_classes_root):
+    config = topl_config(few_classes_root, 20)
     host = ClientHost(config, 0, rows=BlockRows(config, 0))
     reply = host.handle(Envelope(ROUND, 0, [], {"events": 3, "active": [1, 0, 1]}))
     assert (
@@ -226,7 +174,7 @@ def test_a_node_refuses_a_malformed_activation_list_and_changes_nothing(root):
     reply = host.handle(Envelope(ROUND, 3, grads, {"events": 2, "grad_rounds": [0, 2], "active": [0, 1]}))
     assert reply.info["active"] == [0, 1] and host.awaiting == [4]  # the well-formed request still works
     # a node whose own policy decides refuses to be told
-    random = load_config(None, overrides(root, 20))
+    random = load_config(None, overrides(few_classes_root, 20))
     node = ClientHost(random, 0, rows=BlockRows(random, 0))
     with pytest.raises(ProtocolError, match="decided by the node"):
         node.handle(Envelope(ROUND, 0, [encode(Query(0, 0))], {"events": 1, "active": [1]}))
@@ -240,9 +188,9 @@ def disobeying(reply: Envelope) -> Envelope:
     )
 
 
-def test_a_reply_that_disobeys_the_servers_activations_is_a_fault(root, small_chunks, caplog):
-    config = topl_config(root, 60, **{"network.batch": 10})
-    net, _ = run_over(
+def test_a_reply_that_disobeys_the_servers_activations_is_a_fault(few_classes_root, small_chunks, caplog):
+    config = topl_config(few_classes_root, 60, **{"network.batch": 10})
+    net, _ = loopback_run(
         config, spoiling(lambda m, env: m == 1 and env.kind == ROUND and env.round == 20, disobeying)
     )
     s = net.summary()
@@ -252,14 +200,13 @@ def test_a_reply_that_disobeys_the_servers_activations_is_a_fault(root, small_ch
 
 
 
-def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path):
+def test_the_server_resumes_exactly_with_its_policy(few_classes_root, small_chunks, tmp_path):
     """The server dies in round 150 (checkpoint at 128, right after the policy's update at the end of
     chunk 1; the nodes are at 159); a new server loads it and the nodes go back to their state at 128:
     the result is the uninterrupted run's, estimate included."""
-    config = topl_config(root, 200, **{"network.batch": 10, "checkpoint.every": 32})
-    whole, whole_reports = run_over(config)
-    rows = [BlockRows(config, m) for m in range(3)]
-    link = LoopbackLink(lambda cfg, m: rows[m], 3, store=tmp_path / "node")
+    config = topl_config(few_classes_root, 200, **{"network.batch": 10, "checkpoint.every": 32})
+    whole, whole_reports = loopback_run(config)
+    link = link_for(config, store=tmp_path / "node")
     second = crash_then_load(lambda: NetworkVFL(config, link, stream=server_stream(config)), at=150,
                              checkpoint=tmp_path / "server.npz")
     assert second.t == 128 and second.activation.estimate.updates == 1
@@ -273,10 +220,10 @@ def test_the_server_resumes_exactly_with_its_policy(root, small_chunks, tmp_path
     assert got["rejoins"] == [] and got["faults"] == []
 
 
-def test_topl_is_deployable_with_compression_and_a_bad_compression_setting_is_refused(root):
+def test_topl_is_deployable_with_compression_and_a_bad_compression_setting_is_refused(few_classes_root):
     """Compressed links run over the network too (tests/test_deploy_compression.py, topl included);
     a setting the codecs do not know is refused before any node is set up."""
-    config = topl_config(root, 20)
+    config = topl_config(few_classes_root, 20)
     check_deployable(config)
     check_deployable(dict(config, **{"compression.up": "topk", "compression.down": "quant-huffman"}))
     with pytest.raises(ConfigError, match="compression.up"):
@@ -285,18 +232,16 @@ def test_topl_is_deployable_with_compression_and_a_bad_compression_setting_is_re
 
 # -- on Flower ---------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
-)
-def test_flower_simulation_runtime_with_topl_equals_the_simulator(root, small_chunks, tmp_path):
+@needs_flower
+def test_flower_simulation_runtime_with_topl_equals_the_simulator(few_classes_root, small_chunks, tmp_path):
     """150 rounds, 2 nodes, l = 1, B = 1 through Flower's simulation runtime (requests and replies as
     RecordDicts, the activation lists in their ConfigRecords): the simulator's models and bytes. The
     ServerApp runs in the script's own process, where CHUNK is set to 64 as here (an estimate
     update at round 127); the ClientApps do not use it. 35 to 50 s here: slow."""
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     out = tmp_path / "out"
-    values = overrides(root, 150) | {"activation.name": "topl", "activation.l": 1, "activation.explore": 2,
-                                     "activation.window": 40}
+    values = overrides(few_classes_root, 150) | {"activation.name": "topl", "activation.l": 1,
+                                                 "activation.explore": 2, "activation.window": 40}
     script = f"""
 import fedstream.ovfl.deploy.driver as driver, fedstream.ovfl.engine as engine
 engine.CHUNK = driver.CHUNK = {SMALL_CHUNK}

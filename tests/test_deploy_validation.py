@@ -23,8 +23,8 @@ from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
-from test_deploy_flower import loopback_run, overrides, party_models, write_idx_mnist
 from tests.helpers.links import spoiling
+from tests.helpers.ovfl_deploy import link_for, loopback_run, overrides, party_models
 
 BAD_CLIENT, BAD_BATCH_START = 1, 20  # client 1's reply to the request for rounds 20..29 is spoilt
 
@@ -79,8 +79,7 @@ def bad_batch(m: int, env) -> bool:
 
 
 def tampered_run(config: dict, tamper) -> NetworkVFL:
-    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
-    link = spoiling(bad_batch, tamper)(lambda cfg, m: rows[m], config["vfl.clients"])
+    link = link_for(config, spoiling(bad_batch, tamper))
     net = NetworkVFL(config, link, stream=server_stream(config))
     net.run()
     net.finish(models=True)
@@ -88,9 +87,8 @@ def tampered_run(config: dict, tamper) -> NetworkVFL:
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    root = write_idx_mnist(tmp_path_factory.mktemp("data"))
-    return load_config(None, overrides(root, 60) | {"network.batch": 10})
+def config(mnist_root):
+    return load_config(None, overrides(mnist_root, 60) | {"network.batch": 10})
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +124,10 @@ def test_a_lost_request_is_padded_and_its_gradients_count_as_skips(config, refer
     """The node did not play the batch; the gradients of its previous batch were lost with the
     request, so at the next one it skips those events and goes on."""
     clean, nan_run = reference
-    rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     # the request never reaches the node (a lost message, or a ClientApp that failed before it changed
     # anything: Flower's error reply)
     losing = spoiling(bad_batch, lost="the ClientApp failed: boom")
-    net = NetworkVFL(config, losing(lambda cfg, m: rows[m], 2), stream=server_stream(config))
+    net = NetworkVFL(config, link_for(config, losing), stream=server_stream(config))
     net.run()
     net.finish(models=True)
     s = net.summary()

@@ -23,7 +23,6 @@ import json
 import re
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,139 +30,43 @@ import torch
 
 from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
-from fedstream.config import load_config
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.messages import Embedding, Gradient
-from fedstream.transport import make_transport
 from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
 from fedstream.transport.wire import COMPRESSED_KINDS
 from fedstream.vfl.data import load_vertical
 from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
-from fedstream.vfl.deploy.driver import NetworkBatchVFL
 from fedstream.vfl.deploy.host import BatchVFLHost
-from fedstream.vfl.protocol import LocalCohort
-from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
-    MetricsWriter,
-    build_parties,
-    data_inputs,
-    play_epochs,
     run_batch_vfl,
-    run_summary,
 )
-from tests.helpers.data import shared_data_root
 from tests.helpers.flower import simulated_summary
 from tests.helpers.links import spoiling
 from tests.helpers.models import assert_same_models
-
-TINY = {
-    "vfl.clients": 3,
-    "data.train_rows": 200,
-    "data.test_rows": 100,
-    "train.epochs": 1,
-    "train.batch_size": 50,
-    "model.hidden": 32,
-    "model.embedding": 16,
-    "optimizer.lr": 0.1,
-    "seed": 1,
-}
-COMPRESSED = {"compression.up": "topk", "compression.cache": True, "compression.down": "quant-huffman"}
-TIMING = {"epoch_seconds", "wall_seconds", "selection_seconds"}
-
-
-def tiny_config(root: Path | str, **extra) -> dict:
-    return load_config("vfl-mnist", TINY | {"data.root": str(root)} | extra)
-
-
-def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
-    """The simulator (run_batch_vfl's steps): its summary and every party's final model."""
-    s = batch_settings(config)
-    data = load_vertical(s, config["data.root"])
-    clients, server = build_parties(s, data, config["seed"])
-    transport = make_transport(s.clients, s.compression)
-    part = None
-    if s.selection.active:
-        part = Participation(
-            s.selection, data.client_features(data.train_x), data.train_y, seed=config["seed"]
-        )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as run_batch_vfl
-    try:
-        tic = time.perf_counter()
-        rows = play_epochs(
-            s,
-            data,
-            LocalCohort(clients, transport, data_inputs(data)),
-            server,
-            config["seed"],
-            None,
-            part=part,
-            writer=MetricsWriter(None),
-            tic=tic,
-        )
-    finally:
-        torch.set_num_threads(threads)
-    summary = run_summary(s, config["seed"], rows, transport.ledger.summary(), 0.0, part)
-    models = {f"server.{k}": v.numpy() for k, v in server.model.state_dict().items()}
-    for m, c in enumerate(clients):
-        models |= {f"client{m}.{k}": v.numpy() for k, v in c.model.state_dict().items()}
-    return summary, models
-
-
-def deploy(
-    config: dict, data_root: Path, tmp: Path, link_cls=LoopbackLink
-) -> tuple[NetworkBatchVFL, dict, LoopbackLink]:
-    """The deployment's code over an in-process link; the server reads the labels only and its
-    config names no data folder that exists; each node reads its own strip (cached in ``tmp/cache``)."""
-    server_config = dict(config, **{"data.root": str(tmp / "the-server-has-no-images")})
-    labels = load_labels(config, str(data_root))
-    link = link_cls(lambda cfg, m: load_block(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-                    config["vfl.clients"], persist=True, store=tmp / "nodes")
-    net = NetworkBatchVFL(server_config, link, labels=labels)
-    return net, net.run(models=True), link
-
-
-def deployed_models(net: NetworkBatchVFL) -> dict[str, np.ndarray]:
-    models = {f"server.{k}": v.numpy() for k, v in net.server.model.state_dict().items()}
-    for m, state in net.cohort.models.items():
-        models |= {f"client{m}.{k}": v for k, v in state.items()}
-    return models
-
-
-def assert_same_run(got: dict, want: dict) -> None:
-    """Same per-epoch rows (timings aside), accuracy and bytes per client and direction."""
-    assert [{k: v for k, v in r.items() if k not in TIMING} for r in got["per_epoch"]] == \
-        [{k: v for k, v in r.items() if k not in TIMING} for r in want["per_epoch"]]
-    for key in ("final_accuracy", "best_accuracy", "bytes", "bytes_per_client", "eval_bytes_up"):
-        assert got[key] == want[key], key
-
-
-ATOL = 1e-6  # a deployed batch VFL run's models against the simulator's (torch's sums may differ)
+from tests.helpers.vfl_deploy import (
+    ATOL,
+    COMPRESSED,
+    VFL_TINY,
+    assert_same_run,
+    deploy_vfl,
+    deployed_models,
+    simulate_vfl,
+    vfl_tiny_config,
+)
 
 
 @pytest.fixture(scope="module")
-def root() -> Path:
-    found = shared_data_root()
-    if found is None:
-        pytest.skip(
-            "real data not found (MNIST): set FEDSTREAM_DATA or put shared/data beside the repository"
-        )
-    return found
-
-
-@pytest.fixture(scope="module")
-def simulated(root):
-    config = tiny_config(root)
-    return config, *simulate(config)
+def simulated(data_root):
+    config = vfl_tiny_config(data_root)
+    return config, *simulate_vfl(config)
 
 
 # -- the deployment's code over an in-process link ------------------------------------------------
-def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
+def test_loopback_deployment_equals_the_simulator(data_root, simulated, tmp_path):
     config, want, want_models = simulated
-    net, got, link = deploy(config, root, tmp_path)
+    net, got, link = deploy_vfl(config, data_root, tmp_path)
     assert got["faults"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
@@ -178,15 +81,15 @@ def test_loopback_deployment_equals_the_simulator(root, simulated, tmp_path):
         f"ckpt-{net.cohort.run_token}-{m}.npz" for m in range(M)
     )  # each node's state, saved after every request
     # and the simulator's own entry point agrees
-    assert_same_run(run_batch_vfl(batch_settings(config), root, seed=config["seed"]), want)
+    assert_same_run(run_batch_vfl(batch_settings(config), data_root, seed=config["seed"]), want)
 
 
-def test_compressed_loopback_deployment_equals_the_simulator(root, tmp_path):
+def test_compressed_loopback_deployment_equals_the_simulator(data_root, tmp_path):
     """Top-k with the server's per-sample cache up, 3-sigma quantised Huffman-coded gradients down:
     the codecs' state lives with the party that owns it, on both sides of the wire."""
-    config = tiny_config(root, **COMPRESSED, **{"train.epochs": 2})
-    want, want_models = simulate(config)
-    net, got, _ = deploy(config, root, tmp_path)
+    config = vfl_tiny_config(data_root, **COMPRESSED, **{"train.epochs": 2})
+    want, want_models = simulate_vfl(config)
+    net, got, _ = deploy_vfl(config, data_root, tmp_path)
     assert got["faults"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
@@ -197,24 +100,24 @@ def test_compressed_loopback_deployment_equals_the_simulator(root, tmp_path):
     assert net.cohort.ends[0].receiver.table is not None  # the cache sits at the server's end
 
 
-def test_topk_grad_ranking_lives_on_the_node(root, tmp_path):
+def test_topk_grad_ranking_lives_on_the_node(data_root, tmp_path):
     """topk-grad ranks by the last gradient the node received: state saved on the node between messages."""
-    config = tiny_config(root, **{"compression.up": "topk-grad", "compression.down": "sign-scaled"})
-    want, want_models = simulate(config)
-    net, got, _ = deploy(config, root, tmp_path)
+    config = vfl_tiny_config(data_root, **{"compression.up": "topk-grad", "compression.down": "sign-scaled"})
+    want, want_models = simulate_vfl(config)
+    net, got, _ = deploy_vfl(config, data_root, tmp_path)
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
 
 
-def test_server_side_selection_equals_the_simulator(root, tmp_path):
+def test_server_side_selection_equals_the_simulator(data_root, tmp_path):
     """Fixed and random participant selection (with a dynamic row subset) run on the server: the
     unselected nodes get no request, the server pads them."""
     for extra in ({"selection.method": "fixed", "selection.clients": "0,2", "selection.padding": "mean"},
                   {"selection.method": "random", "selection.l": 2, "selection.dynamic": "discrete",
                    "selection.keep": 0.5, "selection.update_prob": 1.0, "train.epochs": 2}):
-        config = tiny_config(root, **extra)
-        want, want_models = simulate(config)
-        net, got, _ = deploy(config, root, tmp_path / extra["selection.method"])
+        config = vfl_tiny_config(data_root, **extra)
+        want, want_models = simulate_vfl(config)
+        net, got, _ = deploy_vfl(config, data_root, tmp_path / extra["selection.method"])
         assert got["faults"] == []
         assert_same_run(got, want)
         assert [e["clients"] for e in got["selection"]["events"]] == [
@@ -272,14 +175,14 @@ SPOILS = {
 
 
 @pytest.mark.parametrize("kind", list(SPOILS))
-def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_path, kind, caplog):
+def test_a_malformed_reply_is_rejected_recorded_and_padded(data_root, simulated, tmp_path, kind, caplog):
     """Client 1's reply to step 1 is spoilt: the server logs and records the fault with a clear reason,
     pads client 1 for that step (no gradient goes back), and the run completes."""
     config, want, _ = simulated
     spoil, reason = SPOILS[kind]
     link_cls = spoil_step(spoil)
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
-        _, got, _ = deploy(config, root, tmp_path, link_cls)
+        _, got, _ = deploy_vfl(config, data_root, tmp_path, link_cls)
     assert re.search("client 1, train request for step 1: .*" + reason, caplog.text), caplog.text
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got[
         "faults"
@@ -296,17 +199,17 @@ def test_a_malformed_reply_is_rejected_recorded_and_padded(root, simulated, tmp_
     assert 0 <= got["final_accuracy"] <= 1
 
 
-def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(root, simulated, tmp_path):
+def test_a_step_without_any_valid_embedding_ends_the_run_with_a_clear_error(data_root, simulated, tmp_path):
     config, _, _ = simulated
 
     all_spoilt = spoiling(lambda m, env: env.kind == ROUND, lambda r: Failure("the ClientApp failed: boom"))
 
     with pytest.raises(ProtocolError, match=r"step 0: no client node answered validly .*boom"):
-        deploy(config, root, tmp_path, all_spoilt)
+        deploy_vfl(config, data_root, tmp_path, all_spoilt)
 
 
-def test_a_node_refuses_a_malformed_request_and_changes_nothing(root, tmp_path):
-    config = tiny_config(root)
+def test_a_node_refuses_a_malformed_request_and_changes_nothing(data_root, tmp_path):
+    config = vfl_tiny_config(data_root)
     host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
     assert host.handle(Envelope(SETUP, 0)).info == {
         "client": 0,
@@ -381,17 +284,17 @@ def peak_bytes(call) -> tuple[int, float]:
     return peak, seconds
 
 
-def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(root, tmp_path, caplog):
+def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(data_root, tmp_path, caplog):
     """A node answers step 1 with a 14-byte frame claiming a 65535 x 65535 embedding: the server
     checks the frame's shape before decoding its payload (fedstream.deploy.records.peek), so it records
     a fault naming both shapes, pads the node for that step and finishes the run; checking such a
     frame allocates next to nothing and takes no time."""
-    config = tiny_config(root, **COMPRESSED)
+    config = vfl_tiny_config(data_root, **COMPRESSED)
     wire = up_codec(batch_settings(config).compression)[1].wire
     bad = forged(Embedding, wire, 1, 1)
     link_cls = spoil_step(lambda r: Envelope(r.kind, r.round, [bad], r.info))
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
-        net, got, _ = deploy(config, root, tmp_path, link_cls)
+        net, got, _ = deploy_vfl(config, data_root, tmp_path, link_cls)
     reason = r"expected shape \(50, 16\), the frame says \(65535, 65535\)"
     assert [(f["client"], f["round"], f["request"]) for f in got["faults"]] == [(1, 1, "train")], got[
         "faults"
@@ -408,12 +311,12 @@ def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(roo
     assert peak < 1 << 20 and seconds < 1.0, (peak, seconds)
 
 
-def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_nothing(root, tmp_path):
+def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_nothing(data_root, tmp_path):
     """The node checks the gradient frame's shape against its due embedding's before decoding the
     payload: a 14-byte frame claiming 65535 x 65535 is refused (naming both shapes) without
     allocating, the node's state is unchanged, and the genuine gradient is then accepted. A plain
     gradient where ``compression.down`` compresses is refused too."""
-    config = tiny_config(root, **COMPRESSED)
+    config = vfl_tiny_config(data_root, **COMPRESSED)
     spec = batch_settings(config).compression
     host = BatchVFLHost(config, 0, rows=load_block(config, 0, cache_dir=tmp_path))
     host.handle(Envelope(ROUND, 0, [], {"split": "train", "rows": list(range(50))}))
@@ -453,10 +356,10 @@ def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_not
 
 
 # -- what each party holds --------------------------------------------------------------------------
-def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_path):
-    config = tiny_config(root, **{"vfl.split": "columns"})
+def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(data_root, tmp_path):
+    config = vfl_tiny_config(data_root, **{"vfl.split": "columns"})
     s = batch_settings(config)
-    data = load_vertical(s, root)
+    data = load_vertical(s, data_root)
     widths = [10, 9, 9]  # 28 pixel columns over 3 clients
     for m in range(s.clients):
         block = load_block(config, m, cache_dir=tmp_path)
@@ -474,14 +377,14 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(root, tmp_pa
         )  # same values
         assert torch.equal(block.inputs("test", idx), data.client_inputs(data.test_x[idx])[m])
     assert len(list(tmp_path.glob("vfl-*.npz"))) == s.clients
-    labels = load_labels(config, str(root))
+    labels = load_labels(config, str(data_root))
     assert np.array_equal(labels.train_y, data.train_y) and np.array_equal(labels.test_y, data.test_y)
     assert set(vars(labels)) == {"dataset", "train_y", "test_y"}  # no image, no pixel
     with pytest.raises(ConfigError, match="client-index = 3"):
         load_block(config, 3)
 
 
-def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(root):
+def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(data_root):
     """No batch VFL setting is refused for the network (dynamic VF-PS and compression included); a
     misspelt one is refused before anything is deployed."""
     from fedstream.deploy.adapters import check_deployable
@@ -489,27 +392,27 @@ def test_every_batch_vfl_setting_deploys_and_a_bad_one_is_refused_by_the_config(
     with pytest.raises(
         ConfigError, match="selection.dynamic = 'sometimes' is out of range; expected one of none"
     ):
-        tiny_config(
-            root, **{"selection.method": "vfps", "selection.dynamic": "sometimes"}
+        vfl_tiny_config(
+            data_root, **{"selection.method": "vfps", "selection.dynamic": "sometimes"}
         )  # before deploying
     check_deployable(
-        tiny_config(root, **{"selection.method": "vfps"})
+        vfl_tiny_config(data_root, **{"selection.method": "vfps"})
     )  # static VF-PS runs (test_deploy_vfps.py)
     check_deployable(
-        tiny_config(root, **{"selection.method": "vfps", "selection.dynamic": "relaxed"})
+        vfl_tiny_config(data_root, **{"selection.method": "vfps", "selection.dynamic": "relaxed"})
     )  # dynamic too
-    check_deployable(tiny_config(root, **COMPRESSED))  # compression is fine
+    check_deployable(vfl_tiny_config(data_root, **COMPRESSED))  # compression is fine
 
 
 # -- on Flower ------------------------------------------------------------------------------------
-
-
-def test_flower_simulation_runtime_equals_the_simulator(root, simulated, tmp_path):
+@pytest.mark.slow
+def test_flower_simulation_runtime_equals_the_simulator(data_root, simulated, tmp_path):
     """The ServerApp and ClientApps on Flower's simulation runtime (Ray): messages as RecordDicts
     through Flower's LinkState, node state through ``context.state``."""
     config, want, want_models = simulated
     got, out = simulated_summary(
-        "vfl-mnist", TINY | {"data.root": str(root)}, config["vfl.clients"], timeout=240, tmp_path=tmp_path
+        "vfl-mnist", VFL_TINY | {"data.root": str(data_root)}, config["vfl.clients"], timeout=240,
+        tmp_path=tmp_path,
     )
     assert_same_run(got, json.loads(json.dumps(want)))  # the summary went through JSON
     with np.load(out / "models.npz") as z:

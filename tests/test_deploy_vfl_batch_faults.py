@@ -3,7 +3,7 @@ rejoins from its own checkpoint; the server checkpoints every epoch and resumes 
 
 Fast tests drive the deployment's code (:class:`fedstream.vfl.deploy.driver.NetworkBatchVFL`)
 over in-process links that crash a node or the server, on MNIST with the tiny settings of
-``test_deploy_vfl_batch.py``; the slow one kills a real SuperNode of a local Flower deployment.
+``tests/helpers/vfl_deploy.py``; the slow one kills a real SuperNode of a local Flower deployment.
 """
 
 from __future__ import annotations
@@ -25,20 +25,23 @@ from fedstream.vfl import run_batch_vfl
 from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL, boundary
 from fedstream.vfl.deploy.records import EVALUATION, SELECT, boundary_of
-from test_deploy_vfl_batch import (
+from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
+from tests.helpers.data import write_idx_split
+from tests.helpers.flower import needs_flower
+from tests.helpers.links import RecordingLink, ServerCrash
+from tests.helpers.models import assert_same_models
+from tests.helpers.vfl_deploy import (
     ATOL,
     COMPRESSED,
     TIMING,
+    VFPS,
     assert_same_run,
-    deploy,
+    deploy_vfl,
     deployed_models,
-    root,  # noqa: F401 - the fixture
-    simulate,
-    tiny_config,
+    simulate_vfl,
+    vfl_link,
+    vfl_tiny_config,
 )
-from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
-from tests.helpers.links import RecordingLink, ServerCrash
-from tests.helpers.models import assert_same_models
 
 
 def train_step(env) -> bool:
@@ -63,9 +66,9 @@ def node_steps(store: Path, run: str) -> list[int]:
     return steps
 
 
-def test_a_crashed_node_rejoins_from_its_checkpoint(root, tmp_path):  # noqa: F811
-    config = tiny_config(root, **{"train.epochs": 2})
-    net, got, _ = deploy(config, root, tmp_path, CrashingLink)
+def test_a_crashed_node_rejoins_from_its_checkpoint(data_root, tmp_path):
+    config = vfl_tiny_config(data_root, **{"train.epochs": 2})
+    net, got, _ = deploy_vfl(config, data_root, tmp_path, CrashingLink)
     assert [(f["round"], f["client"], f["request"]) for f in got["faults"]] == [(2, 1, "train")]
     assert "no reply" in got["faults"][0]["reason"]
     # back before step 3 from its checkpoint after step 1 (its gradient of step 1 went down with the
@@ -80,15 +83,10 @@ def test_a_crashed_node_rejoins_from_its_checkpoint(root, tmp_path):  # noqa: F8
     assert 0 <= got["final_accuracy"] <= 1
 
 
-def test_a_node_without_a_checkpoint_starts_over_and_stays_in_the_run(root, tmp_path):  # noqa: F811
-    config = tiny_config(root)
-    labels = load_labels(config, str(root))
-    link = CrashingLink(
-        lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-        3,
-        persist=True,
-        store=None,
-    )  # the node keeps nothing on disk
+def test_a_node_without_a_checkpoint_starts_over_and_stays_in_the_run(data_root, tmp_path):
+    config = vfl_tiny_config(data_root)
+    labels = load_labels(config, str(data_root))
+    link = vfl_link(config, data_root, tmp_path, CrashingLink, persist=True, store=None)  # nothing on disk
     got = NetworkBatchVFL(config, link, labels=labels).run()
     assert got["rejoins"] == [
         {"step": 3, "client": 1, "node_step": -1, "dropped_gradients": 0}
@@ -122,10 +120,10 @@ class OlderNodeLink(LoopbackLink):
         return set()
 
 
-def test_a_node_back_at_an_older_step_gets_no_stale_gradient(root, tmp_path, caplog):  # noqa: F811
-    config = tiny_config(root, **COMPRESSED)
+def test_a_node_back_at_an_older_step_gets_no_stale_gradient(data_root, tmp_path, caplog):
+    config = vfl_tiny_config(data_root, **COMPRESSED)
     with caplog.at_level("WARNING", logger="fedstream.deploy"):
-        _, got, _ = deploy(config, root, tmp_path, OlderNodeLink)
+        _, got, _ = deploy_vfl(config, data_root, tmp_path, OlderNodeLink)
     assert got["faults"] == []  # no request failed: the node just came back elsewhere
     assert got["rejoins"] == [{"step": 3, "client": 1, "node_step": 1, "dropped_gradients": 1}]
     assert got["missed_steps"] == [0, 0, 0]
@@ -155,8 +153,7 @@ def crash_and_resume(
     """The server dies after the training steps of ``epoch`` (its checkpoint is that of epoch - 1,
     the nodes are further on); a new server loads the checkpoint and finishes the run."""
     labels = load_labels(config, str(data_root))
-    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(data_root), cache_dir=tmp / "cache"),
-                        config["vfl.clients"], persist=True, store=tmp / "nodes")
+    link = vfl_link(config, data_root, tmp, persist=True, store=tmp / "nodes")
     first = NetworkBatchVFL(config, link, labels=labels, out=tmp / "out", progress=crash_in(epoch))
     with pytest.raises(ServerCrash):
         first.run(models=True)
@@ -183,12 +180,12 @@ def crash_and_resume(
     ],
     ids=["topk-cache-quant", "random-selection"],
 )
-def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, tmp_path, extra):  # noqa: F811
+def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(data_root, tmp_path, extra):
     """Same summary (rows, accuracy, bytes per client and direction) and the same final models as an
     uninterrupted run, which is the simulator's; metrics.csv holds each epoch once."""
-    config = tiny_config(root, **extra)
-    want, want_models = simulate(config)
-    net, got, _ = crash_and_resume(config, root, tmp_path)
+    config = vfl_tiny_config(data_root, **extra)
+    want, want_models = simulate_vfl(config)
+    net, got, _ = crash_and_resume(config, data_root, tmp_path)
     assert got["faults"] == [] and got["rejoins"] == [] and got["missed_steps"] == [0, 0, 0]
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
@@ -207,16 +204,14 @@ def test_the_server_resumes_from_its_checkpoint_and_the_nodes_from_theirs(root, 
                                               for r in got["per_epoch"]]
 
 
-def test_vfps_resumes_with_the_nodes_kept_states_of_its_selections(root, tmp_path):  # noqa: F811
+def test_vfps_resumes_with_the_nodes_kept_states_of_its_selections(data_root, tmp_path):
     """VF-PS (re-selecting every epoch): the unselected node's last request before the checkpoint is
     the selection that opened the epoch; it goes back to its state after it (boundary 2e - 1)."""
-    from test_deploy_vfps import TINY as VFPS
-
-    config = tiny_config(
-        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3}
+    config = vfl_tiny_config(
+        data_root, **VFPS, **{"train.epochs": 3}
     )
-    want, want_models = simulate(config)
-    net, got, _ = crash_and_resume(config, root, tmp_path, epoch=3)
+    want, want_models = simulate_vfl(config)
+    net, got, _ = crash_and_resume(config, data_root, tmp_path, epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
@@ -226,19 +221,17 @@ def test_vfps_resumes_with_the_nodes_kept_states_of_its_selections(root, tmp_pat
         [(b["up"], b["down"]) for b in got["selection_bytes"]["per_client"]]
 
 
-def test_a_server_dying_between_an_evaluation_and_its_checkpoint_resumes_exactly(root, tmp_path, monkeypatch):  # noqa: F811
+def test_a_server_dying_between_an_evaluation_and_its_checkpoint_resumes_exactly(data_root, tmp_path,
+                                                                                 monkeypatch):
     """VF-PS re-selecting every epoch marks two boundaries per epoch (its selection, 2e - 1, and its
     evaluation, 2e). The server dies after epoch 3's evaluation, before writing its checkpoint: it
     resumes from epoch 2's (boundary 4), which every node still keeps beside 5 and 6."""
-    from test_deploy_vfps import TINY as VFPS
-
-    config = tiny_config(
-        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 4}
+    config = vfl_tiny_config(
+        data_root, **VFPS, **{"train.epochs": 4}
     )
-    want, want_models = simulate(config)
-    labels = load_labels(config, str(root))
-    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-                        config["vfl.clients"], persist=True, store=tmp_path / "nodes")
+    want, want_models = simulate_vfl(config)
+    labels = load_labels(config, str(data_root))
+    link = vfl_link(config, data_root, tmp_path, persist=True, store=tmp_path / "nodes")
     save = NetworkBatchVFL.save
 
     def dies_at_epoch_3(self, path, **kw):
@@ -272,24 +265,21 @@ def marks(link: RecordingLink) -> list[tuple]:
     return out
 
 
-def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F811
+def test_every_boundary_comes_from_the_epoch_played(data_root, tmp_path):
     """One formula (boundary_of) for the VF-PS selection opening epoch e (2e - 1), the evaluation
     ending it (2e) and a resumed server's ``resume``, all from the epoch the driver plays: the
     server dies in epoch 3's training (checkpoint: epoch 2), the new one sets the nodes back to 4
     and asks them to keep 5 and 6 again, whatever was sent before."""
-    from test_deploy_vfps import TINY as VFPS
-
     assert [boundary_of(e, SELECT) for e in (1, 2, 3)] == [1, 3, 5]
     assert [boundary_of(e, EVALUATION) for e in (0, 1, 2, 3)] == [0, 2, 4, 6] and boundary(2) == 4
     for bad in ((0, SELECT), (-1, EVALUATION), (1.0, EVALUATION), (1, "train")):
         with pytest.raises(ValueError, match="epoch|kind"):
             boundary_of(*bad)
-    config = tiny_config(
-        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")}, **{"train.epochs": 3}
+    config = vfl_tiny_config(
+        data_root, **VFPS, **{"train.epochs": 3}
     )
-    labels = load_labels(config, str(root))
-    link = RecordingLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-                        config["vfl.clients"], persist=True, store=tmp_path / "nodes")
+    labels = load_labels(config, str(data_root))
+    link = vfl_link(config, data_root, tmp_path, RecordingLink, persist=True, store=tmp_path / "nodes")
     with pytest.raises(ServerCrash):
         NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out", progress=crash_in(3)).run()
     assert marks(link) == [(ROUND, "select", 1), (ROUND, "test", 2), (ROUND, "select", 3), (ROUND, "test", 4),
@@ -302,14 +292,18 @@ def test_every_boundary_comes_from_the_epoch_played(root, tmp_path):  # noqa: F8
     assert got["faults"] == [] and got["rejoins"] == [] and len(got["per_epoch"]) == 3
 
 
-def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, capsys):  # noqa: F811
+def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(data_root, tmp_path, capsys):
     """The ServerApp's batch VFL party with ``resume`` and no ``out/checkpoint.pt`` says it starts
     afresh (as CHFL's does) and runs; asked to resume again, it finds the checkpoint and says so."""
     from fedstream.deploy.runtimes.flower import resolve_settings
     from fedstream.vfl.deploy.adapter import ADAPTER
 
-    link = LoopbackLink(lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-                        3, persist=True, store=tmp_path / "nodes")
+    link = LoopbackLink(
+        lambda cfg, m: load_block(cfg, m, data_root=str(data_root), cache_dir=tmp_path / "cache"),
+        3,
+        persist=True,
+        store=tmp_path / "nodes",
+    )
 
     class Runtime:  # what the adapter asks of a runtime
         def connect(self, n):
@@ -321,9 +315,9 @@ def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(root, tmp_path, ca
         def note(self):
             return "0 Flower messages"
 
-    config = tiny_config(root)
+    config = vfl_tiny_config(data_root)
     out = tmp_path / "out"
-    settings = resolve_settings({"out": str(out), "resume": True, "data-root": str(root)})
+    settings = resolve_settings({"out": str(out), "resume": True, "data-root": str(data_root)})
     ADAPTER.serve(config, settings, Runtime())
     said = capsys.readouterr().out
     assert f"fedstream: no checkpoint at {out / 'checkpoint.pt'}: starting afresh" in said, said
@@ -360,24 +354,22 @@ DYNAMIC_VFPS = {
 
 
 @pytest.mark.parametrize("dynamic", list(DYNAMIC_VFPS))
-def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, dynamic):  # noqa: F811
+def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(data_root, tmp_path, dynamic):
     """VF-PS re-selecting as the data change (discrete: the subset redrawn; relaxed: when the
     pessimistic bound is crossed): each node scores only the epoch's available rows; the same
     selections, models and bytes as the simulator, also when the server dies in epoch 3 and resumes
     (the relaxed schedule's draws and the pessimistic scores come back from the checkpoint)."""
     from fedstream.vfl.deploy.vfps import HEADER
-    from test_deploy_vfps import TINY as VFPS
-
-    config = tiny_config(
-        root, **{k: v for k, v in VFPS.items() if k.startswith("selection.")} | DYNAMIC_VFPS[dynamic]
+    config = vfl_tiny_config(
+        data_root, **VFPS | DYNAMIC_VFPS[dynamic]
     )
-    want, want_models = simulate(config)
+    want, want_models = simulate_vfl(config)
     untimed = lambda events: [
         {k: v for k, v in e.items() if k != "seconds"} for e in json.loads(json.dumps(events))
     ]
     reason = {"discrete": "data redrawn", "relaxed": "pessimistic bound crossed"}[dynamic]
     assert reason in [e["reason"] for e in want["selection"]["events"]]  # the data did change the selection
-    net, got, _ = deploy(config, root, tmp_path / "whole")
+    net, got, _ = deploy_vfl(config, data_root, tmp_path / "whole")
     assert got["faults"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
@@ -389,39 +381,35 @@ def test_vfps_on_dynamic_data_equals_the_simulator_and_resumes(root, tmp_path, d
     assert [b["up"] for b in got["selection_bytes"]["per_client"]] == [
         up
     ] * 3  # distances to the available rows only
-    net, got, _ = crash_and_resume(config, root, tmp_path / "cut", epoch=3)
+    net, got, _ = crash_and_resume(config, data_root, tmp_path / "cut", epoch=3)
     assert got["faults"] == [] and got["rejoins"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
     assert untimed(got["selection"]["events"]) == untimed(want["selection"]["events"])
 
 
-def test_resume_may_raise_epochs_but_refuses_other_changes(root, tmp_path):  # noqa: F811
-    config = tiny_config(root, **COMPRESSED)
-    labels = load_labels(config, str(root))
-    link = LoopbackLink(
-        lambda cfg, m: load_block(cfg, m, data_root=str(root), cache_dir=tmp_path / "cache"),
-        3,
-        persist=True,
-        store=tmp_path / "nodes",
-    )
+def test_resume_may_raise_epochs_but_refuses_other_changes(data_root, tmp_path):
+    config = vfl_tiny_config(data_root, **COMPRESSED)
+    labels = load_labels(config, str(data_root))
+    link = vfl_link(config, data_root, tmp_path, persist=True, store=tmp_path / "nodes")
     NetworkBatchVFL(config, link, labels=labels, out=tmp_path / "out").run()
     path = tmp_path / "out" / "checkpoint.pt"
     for change, keys in (({"compression.ratio": 0.25}, "compression.ratio: 0.125 -> 0.25"),
                          ({"optimizer.lr": 0.05, "seed": 2}, "optimizer.lr: 0.1 -> 0.05, seed: 1 -> 2")):
-        other = tiny_config(root, **COMPRESSED, **change)
+        other = vfl_tiny_config(data_root, **COMPRESSED, **change)
         with pytest.raises(
             ConfigError, match=f"{path}.*other settings \\({keys}\\).*only train.epochs may change"
         ):
             NetworkBatchVFL(other, link, labels=labels).load(path)
-    run_batch_vfl(batch_settings(config), root, seed=1, out=tmp_path / "sim")  # the simulator's checkpoint
+    # the simulator's checkpoint
+    run_batch_vfl(batch_settings(config), data_root, seed=1, out=tmp_path / "sim")
     with pytest.raises(
         ConfigError, match="a checkpoint of the simulator's, expected one of a deployed run's server"
     ):
         NetworkBatchVFL(config, link, labels=labels).load(tmp_path / "sim" / "checkpoint.pt")
     # one more epoch on top of the finished run: as a two-epoch run from the start
-    two = tiny_config(root, **COMPRESSED, **{"train.epochs": 2})
-    want, want_models = simulate(two)
+    two = vfl_tiny_config(data_root, **COMPRESSED, **{"train.epochs": 2})
+    want, want_models = simulate_vfl(two)
     net = NetworkBatchVFL(two, link, labels=labels, out=tmp_path / "out")
     net.load(path)
     got = net.run(models=True)
@@ -430,32 +418,15 @@ def test_resume_may_raise_epochs_but_refuses_other_changes(root, tmp_path):  # n
 
 
 # -- real processes -------------------------------------------------------------------------------
-def _flower_available() -> bool:
-    try:
-        import flwr  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) -> Path:
     """A small learnable MNIST in IDX files (class prototypes plus noise), train and test, under
     folder/mnist."""
-    import gzip
-    import struct
-
     rng = np.random.default_rng(seed)
     proto = rng.integers(0, 256, (10, 28, 28))
-    mnist = folder / "mnist"
-    mnist.mkdir(parents=True, exist_ok=True)
     for stem, rows in (("train", n), ("t10k", n_test)):
         y = rng.integers(0, 10, rows).astype(np.uint8)
         images = np.clip(proto[y] + rng.normal(0, 40, (rows, 28, 28)), 0, 255).astype(np.uint8)
-        (mnist / f"{stem}-images-idx3-ubyte.gz").write_bytes(
-            gzip.compress(struct.pack(">IIII", 2051, rows, 28, 28) + images.tobytes()))
-        (mnist / f"{stem}-labels-idx1-ubyte.gz").write_bytes(
-            gzip.compress(struct.pack(">II", 2049, rows) + y.tobytes())
-        )
+        write_idx_split(folder / "mnist", images, y, stem=stem)
     return folder
 
 
@@ -478,7 +449,7 @@ def _node_step(cache: Path, index: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _flower_available(), reason="needs the Flower extra")
+@needs_flower
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, sets the new node up from the old one's checkpoint; the run ends."""
@@ -517,14 +488,14 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     assert [c["client"] for c in s["clients"]] == [0, 1]
 
 
-def test_deploy_app_takes_resume_for_batch_vfl(root, tmp_path):  # noqa: F811
+def test_deploy_app_takes_resume_for_batch_vfl(data_root, tmp_path):
     """``fedstream deploy app|local ... --resume`` is accepted for batch VFL and reaches the ServerApp's
     settings."""
     from fedstream.cli import build_parser
     from fedstream.deploy.command import _settings
 
     args = build_parser().parse_args(["deploy", "app", str(tmp_path / "app"), "vfl-mnist", "--set",
-                                      f"data.root={root}", "--out", str(tmp_path / "out"), "--resume"])
+                                      f"data.root={data_root}", "--out", str(tmp_path / "out"), "--resume"])
     settings, config = _settings(args, args.out)
     assert (
         settings["resume"] is True

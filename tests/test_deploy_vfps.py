@@ -20,7 +20,6 @@ import pytest
 
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
-from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError, DataError, ProtocolError
 from fedstream.selection.group_testing import (
     group_test,
@@ -48,30 +47,19 @@ from fedstream.vfl.deploy.vfps import (
 )
 from tests.helpers.links import RecordingLink, spoiling
 from tests.helpers.models import assert_same_models
+from tests.helpers.vfl_deploy import (
+    ATOL,
+    VFL_TINY,
+    VFPS,
+    assert_same_run,
+    deploy_vfl,
+    deployed_models,
+    simulate_vfl,
+)
 
-TINY = {
-    "vfl.clients": 3,
-    "data.train_rows": 200,
-    "data.test_rows": 100,
-    "train.epochs": 2,
-    "train.batch_size": 50,
-    "model.hidden": 32,
-    "model.embedding": 16,
-    "optimizer.lr": 0.1,
-    "seed": 1,
-    "selection.method": "vfps",
-    "selection.l": 2,
-    "selection.k": 5,
-    "selection.groups": 4,
-    "selection.queries": 50,
-    "selection.every": 1,
-}
+TINY = VFL_TINY | {"train.epochs": 2} | VFPS  # the keys in the order of VFL_TINY, then VF-PS's
 Q, N, M = 50, 200, 3
 UP, DOWN = HEADER.size + 4 * Q * N, HEADER.size + 4 * Q  # one selection's messages per client
-
-
-def tiny_config(root, **extra) -> dict:
-    return load_config("vfl-mnist", TINY | {"data.root": str(root)} | extra)
 
 
 # -- the selection package's distance-based entry point ----------------------------------------------
@@ -130,25 +118,13 @@ def test_vectorised_counts_equal_the_plain_reference():
 # -- the deployment -------------------------------------------------------------------------------
 @pytest.fixture
 def tiny(data_root):
-    return tiny_config(data_root)
-
-
-def deploy(config, data_root, tmp, link_cls=LoopbackLink):
-    from test_deploy_vfl_batch import deploy as deploy_batch
-
-    return deploy_batch(config, data_root, tmp, link_cls)
+    """``vfl-mnist`` with :data:`TINY` on the real MNIST."""
+    return load_config("vfl-mnist", TINY | {"data.root": str(data_root)})
 
 
 def test_loopback_vfps_equals_the_simulator(tiny, data_root, tmp_path):
-    from test_deploy_vfl_batch import (
-        ATOL,
-        assert_same_run,
-        deployed_models,
-        simulate,
-    )
-
-    want, want_models = simulate(tiny)
-    net, got, link = deploy(tiny, data_root, tmp_path, RecordingLink)
+    want, want_models = simulate_vfl(tiny)
+    net, got, link = deploy_vfl(tiny, data_root, tmp_path, RecordingLink)
     seen = [(m, [len(p) for p in r.parts], r.info, sorted(r.arrays)) for m, env, r in link.seen
             if env.info.get("split") == SELECT]  # what the nodes answer to VF-PS requests
     assert seen == [
@@ -221,7 +197,7 @@ def test_a_malformed_distance_reply_is_rejected_with_a_clear_message(tiny, data_
             ProtocolError, match=r"epoch 1: VF-PS needs every client's local distances; clients \[1\]"
         ),
     ):
-        deploy(tiny, data_root, tmp_path, link_cls)
+        deploy_vfl(tiny, data_root, tmp_path, link_cls)
     assert re.search("client 1, select request for step 1: .*" + reason, caplog.text), caplog.text
 
 

@@ -19,6 +19,20 @@ import pytest
 QUIET = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
+def flower_available() -> bool:
+    """Whether Flower (the optional extra) is installed."""
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_flower = pytest.mark.skipif(
+    not flower_available(), reason="Flower is the optional extra: pip install 'fedstream[flower]'"
+)
+
+
 def run_isolated(script: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``script`` in its own Python and process group; kill the whole group when done."""
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
