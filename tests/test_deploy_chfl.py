@@ -23,12 +23,12 @@ import pytest
 
 from fedstream.chfl.deploy.data import chfl_config_settings, load_part
 from fedstream.chfl.deploy.host import CHFLHost
-from fedstream.chfl.messages import ModelUpdate
 from fedstream.chfl.plan import prepare
 from fedstream.chfl.trainer import run_chfl
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
 from tests.helpers.chfl_deploy import (
     CHFL_TINY,
     assert_same_result,

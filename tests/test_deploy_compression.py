@@ -34,13 +34,13 @@ from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.compressed import (
     ClientEndpoint,
     CompressionSpec,
     ServerEndpoint,
 )
+from fedstream.transport.messages import Gradient, Query
 from fedstream.transport.wire import FRAME_SIZE
 from tests.helpers.crashing import crash_then_load
 from tests.helpers.data import write_learnable_mnist

@@ -152,7 +152,7 @@ def test_event_batching_keeps_the_messages_and_changes_only_the_clients_stalenes
 
 def test_a_client_refuses_a_gradient_it_did_not_ask_for(tmp_path):
     from fedstream.deploy.records import ROUND, Envelope
-    from fedstream.ovfl.messages import Gradient, Query
+    from fedstream.transport.messages import Gradient, Query
 
     config = load_config(
         None, overrides(write_learnable_mnist(tmp_path), 5) | {"activation.name": "fixed", "activation.k": 0}

@@ -36,9 +36,9 @@ from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost
 from fedstream.ovfl.deploy.parties import check_deployable, server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.messages import Gradient, Query
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
+from fedstream.transport.messages import Gradient, Query
 from tests.helpers.crashing import crash_then_load
 from tests.helpers.flower import needs_flower, run_isolated
 from tests.helpers.links import RecordingLink, spoiling

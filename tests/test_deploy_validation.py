@@ -21,8 +21,8 @@ from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.messages import Embedding, Gradient, Query
 from fedstream.transport import encode
+from fedstream.transport.messages import Embedding, Gradient, Query
 from tests.helpers.links import spoiling
 from tests.helpers.ovfl_deploy import link_for, loopback_run, overrides, party_models
 

@@ -32,9 +32,9 @@ from fedstream.compression.quantize import _QHEAD
 from fedstream.compression.varint import encode_varint, read_varint
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.messages import Embedding, Gradient
 from fedstream.transport.codec import HEADER, decode, encode
 from fedstream.transport.compressed import ServerEndpoint, down_codec, up_codec
+from fedstream.transport.messages import Embedding, Gradient
 from fedstream.transport.wire import COMPRESSED_KINDS
 from fedstream.vfl.data import load_vertical
 from fedstream.vfl.deploy.data import batch_settings, load_block, load_labels
