@@ -25,7 +25,13 @@ from pathlib import Path
 
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
+from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.runtimes.loopback import LoopbackLink
+from fedstream.deploy.runtimes.relay import TcpRelay
 from fedstream.errors import ConfigError
+from fedstream.ovfl.deploy.driver import NetworkVFL
+from fedstream.ovfl.deploy.parties import server_stream
+from fedstream.ovfl.deploy.rows import BlockRows
 
 BATCHES = (1, 16, 256)
 
@@ -35,11 +41,6 @@ def _sets(config: dict) -> str:
 
 
 def _inprocess(config: dict) -> dict:
-    from fedstream.deploy.runtimes.loopback import LoopbackLink
-    from fedstream.ovfl.deploy.driver import NetworkVFL
-    from fedstream.ovfl.deploy.parties import server_stream
-    from fedstream.ovfl.deploy.rows import BlockRows
-
     rows = [BlockRows(config, m) for m in range(config["vfl.clients"])]
     link = LoopbackLink(lambda cfg, m: rows[m], config["vfl.clients"])
     net = NetworkVFL(config, link, stream=server_stream(config))
@@ -85,9 +86,8 @@ def _row(batch: int, summary: dict, tcp: tuple[int, int], inprocess: dict) -> di
 def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, config: str = "ovfl-imnist",
                   sets: list[str] | None = None, workdir: Path, timeout: float = 1800, log=print) -> dict:
     """Run the deployment once per batch size in ``batches``; return the figures (see the module doc)."""
-    from fedstream.deploy.adapters import check_deployable
+    # deploy.local needs Flower, an optional dependency (pip install "fedstream[flower]")
     from fedstream.deploy.local import LocalDeployment, write_app
-    from fedstream.deploy.runtimes.relay import TcpRelay
 
     if requests < 1 or not batches or min(batches) < 1:
         raise ValueError(
@@ -129,7 +129,7 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
                     f"{row['tcp_bytes_per_event']:.0f} TCP bytes/event "
                     f"for {row['payload_bytes_per_event']:.0f} payload"
                 )
-    from fedstream.deploy.runtimes.flower import FLWR_VERSION
+    from fedstream.deploy.runtimes.flower import FLWR_VERSION  # Flower: optional, as above
 
     return {
         "bench": "network",

@@ -89,7 +89,7 @@ def _settings(args, out: Path | None) -> tuple[dict, dict]:
 
 def cmd_deploy(args) -> int:
     if args.action == "credentials":
-        from fedstream.deploy.credentials import write_credentials
+        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
         paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
@@ -107,7 +107,7 @@ def cmd_deploy(args) -> int:
     app = write_app(args.out / "app", settings)
     credentials = None
     if args.secure:
-        from fedstream.deploy.credentials import write_credentials
+        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
         credentials = args.out / "credentials"
         write_credentials(credentials, adapter.n_nodes(config))

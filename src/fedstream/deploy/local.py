@@ -46,6 +46,7 @@ def _toml_value(value) -> str:
 
 def write_app(folder: Path, settings: dict | None = None, *, name: str = "fedstream-ovfl") -> Path:
     """Write a Flower app folder whose ``[tool.flwr.app.config]`` holds ``settings`` over the defaults."""
+    # Flower is an optional dependency: imported when an app is written, not with this module
     from fedstream.deploy.runtimes.flower import FLWR_VERSION, resolve_settings
 
     settings = resolve_settings({}, settings)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from fedstream.chfl.client import ClientData, View
+from fedstream.chfl.runner import chfl_settings
 from fedstream.chfl.settings import CHFLSettings, named_by_config
 from fedstream.chfl.splits import FeatureSplit
 from fedstream.chfl.trainer import prepare_client
@@ -69,8 +70,6 @@ class NodePart:
 
 def chfl_config_settings(config: dict) -> CHFLSettings:
     """The run's CHFL settings; a bad value is reported by its config key (``chfl.*``)."""
-    from fedstream.chfl.runner import chfl_settings
-
     with named_by_config():
         return chfl_settings(config)
 
