@@ -133,8 +133,10 @@ class RelaxedSchedule:
 def term_bounds(labels, k: int, psi: str = "approx") -> tuple[float, float]:
     """(lo, hi): the range of one query's term ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q) of eq. (1).
 
-    hi: m_q = K (no other-class sample closer), the largest class-prior term; lo: m_q = N − N_q + K
-    (every other-class sample closer), the smallest. Classes with fewer than 2 samples are ignored.
+    m_q runs from 1 (the K same-class neighbours tie at the radius, nothing strictly inside) to N
+    (every sample at distance 0, e.g. a constant client), the tie rule of eq. (1): hi is the largest
+    class-prior term with m_q = 1, lo the smallest with m_q = N. Classes with fewer than 2 samples
+    are ignored.
     """
     check_psi(psi)
     counts = np.bincount(np.unique(np.asarray(labels), return_inverse=True)[1])
@@ -142,9 +144,8 @@ def term_bounds(labels, k: int, psi: str = "approx") -> tuple[float, float]:
     if counts.size == 0:
         raise ConfigError("term_bounds needs a class with at least 2 samples")
     n = int(np.asarray(labels).shape[0])
-    base = digamma(n, psi) - digamma(counts, psi)
-    worst = base + digamma(k, psi) - digamma(n - counts + k, psi)
-    return float(worst.min()), float(base.max())
+    base = digamma(n, psi) - digamma(counts, psi) + digamma(k, psi)
+    return float((base - digamma(n, psi)).min()), float((base - digamma(1, psi)).max())
 
 
 class PessimisticScores:
