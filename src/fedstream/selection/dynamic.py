@@ -148,12 +148,23 @@ def term_bounds(labels, k: int, psi: str = "approx") -> tuple[float, float]:
     return float((base - digamma(n, psi)).min()), float((base - digamma(1, psi)).max())
 
 
+def score_bounds(lo: float, hi: float, aggregate: str = "mean") -> tuple[float, float]:
+    """The range of a client's score when each group score lies in [lo, hi]: the same for a mean
+    of groups; for ``"marginal"``, ½ (I({j}) + I(N) − I(N ∖ {j})), it is [lo − hi/2, hi − lo/2]."""
+    if aggregate == "marginal":
+        return lo - hi / 2, hi - lo / 2
+    return lo, hi
+
+
 class PessimisticScores:
-    """Per-client scores moved pessimistically as data change, until a full re-selection (§4.3)."""
+    """Per-client scores moved pessimistically as data change, until a full re-selection (§4.3).
+
+    ``aggregate``: how the scores came from group scores (``"mean"``, or ``"marginal"``, whose
+    wider range :func:`score_bounds` gives; a summed score is compared as a mean by the caller)."""
 
     def __init__(self, scores: Sequence[float], selected: Sequence[int], labels, *, k: int = 10,
-                 psi: str = "approx"):
-        self.k, self.psi = check_positive_int("k", k), psi
+                 psi: str = "approx", aggregate: str = "mean"):
+        self.k, self.psi, self.aggregate = check_positive_int("k", k), psi, aggregate
         self.reset(scores, selected, labels)
 
     def reset(self, scores: Sequence[float], selected: Sequence[int], labels) -> None:
@@ -165,13 +176,13 @@ class PessimisticScores:
         self.selected[list(selected)] = True
         self.changed = 0
         self.n = int(np.asarray(labels).shape[0])
-        self.lo, self.hi = term_bounds(labels, self.k, self.psi)
+        self.lo, self.hi = score_bounds(*term_bounds(labels, self.k, self.psi), self.aggregate)
 
     def update(self, changed: int, labels) -> None:
         """Record ``changed`` samples that arrived or left; ``labels`` are the current data's labels."""
         self.changed += check_positive_int("changed", changed, minimum=0)
         self.n = int(np.asarray(labels).shape[0])
-        lo, hi = term_bounds(labels, self.k, self.psi)
+        lo, hi = score_bounds(*term_bounds(labels, self.k, self.psi), self.aggregate)
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
 
     @property
