@@ -93,3 +93,13 @@ def test_schedule_errors():
         DiscreteSchedule(10, keep=0)
     with pytest.raises(ConfigError, match="epoch must be an integer >= 0"):
         DiscreteSchedule(10).mask(-1)
+
+
+def test_marginal_score_bounds_hold_for_any_group_scores_in_range():
+    from fedstream.selection.dynamic import score_bounds
+
+    lo, hi = -1.5, 2.0
+    mlo, mhi = score_bounds(lo, hi, "marginal")
+    corners = [0.5 * (a + b - c) for a in (lo, hi) for b in (lo, hi) for c in (lo, hi)]
+    assert mlo == pytest.approx(min(corners)) and mhi == pytest.approx(max(corners))
+    assert score_bounds(lo, hi, "mean") == (lo, hi)

@@ -191,7 +191,7 @@ def test_relaxed_random_redraws_when_data_change_and_every_adds_rounds():
 
 def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
     blocks, y = _blocks(600)
-    for aggregate in ("sum", "mean"):
+    for aggregate in ("sum", "mean", "marginal"):
         part = Participation(
             SelectionSpec(
                 method="vfps",
@@ -210,6 +210,8 @@ def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
         assert plans[0].event["reason"] == "start"
         assert {e["reason"] for e in part.events[1:]} <= {"pessimistic bound crossed"}
         assert len(part.events) >= 2  # a third of the data turns over per epoch: the bounds cannot hold
+        if aggregate == "marginal":  # its wider score range: [lo - hi/2, hi - lo/2]
+            assert part.pessimistic.lo < 0 < part.pessimistic.hi
 
 
 def test_batch_run_with_selection_records_and_sends_only_selected(data_root, tmp_path):
