@@ -73,3 +73,17 @@ def test_distances_path_and_fagin_count_ties_like_the_reference():
         np.testing.assert_array_equal(counts_from_distances(dist, y, q, 4), want)
         score, _, _ = fagin_group_mi(blocks, y, g, k=4, queries=q, batch=7)
         assert score == reference_mi(blocks, y, g, k=4, queries=q)
+
+
+@pytest.mark.parametrize("backend", ["dots", "direct"])
+def test_real_valued_duplicates_count_at_distance_zero(backend):
+    """Exact duplicates of real-valued rows are at distance 0 in the fast path too (the GEMM form
+    would leave them at ±1e-17, its cancellation error, and miss the zero radius)."""
+    rng = np.random.default_rng(5)
+    y = np.arange(200) % 4
+    rows = rng.normal(size=(20, 6)) * 100.0
+    blocks = [rows[rng.integers(0, 20, 200)], np.full((200, 2), 3.7), rows[rng.integers(0, 3, 200), :2]]
+    groups = [(0,), (1,), (2,), (0, 1), (1, 2)]
+    ref = reference_m_counts(blocks, y, groups, k=3)
+    got, _ = knn_counts(blocks, y, groups, k=3, backend=backend, precision="float64")
+    np.testing.assert_array_equal(got, ref)
