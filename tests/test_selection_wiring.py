@@ -322,3 +322,18 @@ def test_selection_experiment_runs_end_to_end_and_reports(name, data_root, tmp_p
     )
     assert first.split(" | ")[1] != "–"
     assert len(list((tmp_path / "figures").glob("*.png"))) == len(exp.figures)
+
+
+def test_relaxed_marginal_vfps_resumes_exactly():
+    blocks, y = _blocks(600)
+    spec = SelectionSpec(method="vfps", l=2, dynamic="relaxed", arrival=0.3, aggregate="marginal",
+                         lifespan_min=1, lifespan_max=3)
+    whole = Participation(spec, blocks, y, seed=0)
+    want = [whole.plan(e).clients for e in range(1, 7)]
+    first = Participation(spec, blocks, y, seed=0)
+    got = [first.plan(e).clients for e in range(1, 4)]
+    second = Participation(spec, blocks, y, seed=0)
+    second.load_state_dict(*first.state_dict())
+    got += [second.plan(e).clients for e in range(4, 7)]
+    untimed = [[{k: v for k, v in e.items() if k != "seconds"} for e in p.events] for p in (second, whole)]
+    assert got == want and untimed[0] == untimed[1]

@@ -251,7 +251,7 @@ class Participation:
         self.pessimistic = None
         if "pessimistic" in meta:
             p = PessimisticScores.__new__(PessimisticScores)
-            p.k, p.psi = self.spec.k, "approx"
+            p.k, p.psi, p.aggregate = self.spec.k, "approx", self.spec.aggregate
             p.base = np.asarray(arrays["pessimistic.base"], dtype=np.float64).copy()
             p.selected = np.asarray(arrays["pessimistic.selected"], dtype=bool).copy()
             for key, value in meta["pessimistic"].items():
