@@ -58,7 +58,19 @@ def test_term_bounds_contain_every_query_term():
     counts = np.bincount(y)[y]
     terms = psi(300) - psi(counts) + psi(5) - psi(res.m_counts)
     assert lo <= terms.min() and terms.max() <= hi
-    assert hi == pytest.approx((psi(300) - psi(np.bincount(y))).max())
+    assert hi == pytest.approx((psi(300) - psi(np.bincount(y))).max() + psi(5) - psi(1))
+
+
+def test_term_bounds_contain_the_terms_of_tied_data():
+    """Ties (issue 20): m_q runs from 1 (ties at the radius) to N (a constant client)."""
+    rng = np.random.default_rng(0)
+    y = np.arange(300) % 3
+    blocks = [np.zeros((300, 1)), rng.integers(0, 3, (300, 2)), np.rint(4 * rng.normal(size=(300, 1)))]
+    lo, hi = term_bounds(y, 5)
+    res = knn_mi(blocks, y, [(0,), (1,), (2,)], k=5)
+    terms = psi(300) - psi(np.bincount(y)[y]) + psi(5) - psi(res.m_counts)
+    assert res.m_counts.max() == 300 and res.m_counts.min() < 5
+    assert lo <= terms.min() and terms.max() <= hi
 
 
 def test_pessimistic_scores_trigger_reselection_as_data_change():
@@ -81,3 +93,13 @@ def test_schedule_errors():
         DiscreteSchedule(10, keep=0)
     with pytest.raises(ConfigError, match="epoch must be an integer >= 0"):
         DiscreteSchedule(10).mask(-1)
+
+
+def test_marginal_score_bounds_hold_for_any_group_scores_in_range():
+    from fedstream.selection.dynamic import score_bounds
+
+    lo, hi = -1.5, 2.0
+    mlo, mhi = score_bounds(lo, hi, "marginal")
+    corners = [0.5 * (a + b - c) for a in (lo, hi) for b in (lo, hi) for c in (lo, hi)]
+    assert mlo == pytest.approx(min(corners)) and mhi == pytest.approx(max(corners))
+    assert score_bounds(lo, hi, "mean") == (lo, hi)

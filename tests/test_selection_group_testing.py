@@ -31,7 +31,7 @@ def test_random_groups_cover_all_subsets_uniformly():
 def test_client_scores_sum_or_average_their_groups():
     groups = [(0,), (0, 1), (1, 2), (0, 1, 2)]
     scores = np.array([1.0, 2.0, 4.0, 8.0])
-    total = client_scores(groups, scores, 4)  # the reference code accumulates
+    total = client_scores(groups, scores, 4, aggregate="sum")  # the reference code accumulates
     np.testing.assert_allclose(total[:3], [1 + 2 + 8, 2 + 4 + 8, 4 + 8])
     mean = client_scores(groups, scores, 4, aggregate="mean")
     np.testing.assert_allclose(mean[:3], [(1 + 2 + 8) / 3, (2 + 4 + 8) / 3, (4 + 8) / 2])

@@ -75,7 +75,7 @@ def test_scores_equal_reference(psi_name):
 
 def test_eq1_by_hand():
     """Two well-separated classes in 1-D: every m_q = K, so eq. (1) is ψ(N) − ψ(N_q) (+ ψ(K) − ψ(K))."""
-    x = np.array([[0.0], [0.1], [0.2], [10.0], [10.1], [10.2], [10.3]])
+    x = np.array([[0.0], [0.1], [0.3], [10.0], [10.1], [10.3], [10.7]])  # no tie at any radius
     y = np.array([0, 0, 0, 1, 1, 1, 1])
     res = knn_mi([x], y, [(0,)], k=2, psi="exact")
     np.testing.assert_array_equal(res.m_counts, 2)

@@ -191,7 +191,7 @@ def test_relaxed_random_redraws_when_data_change_and_every_adds_rounds():
 
 def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
     blocks, y = _blocks(600)
-    for aggregate in ("sum", "mean"):
+    for aggregate in ("sum", "mean", "marginal"):
         part = Participation(
             SelectionSpec(
                 method="vfps",
@@ -210,6 +210,8 @@ def test_relaxed_vfps_reselects_when_the_pessimistic_bound_is_crossed():
         assert plans[0].event["reason"] == "start"
         assert {e["reason"] for e in part.events[1:]} <= {"pessimistic bound crossed"}
         assert len(part.events) >= 2  # a third of the data turns over per epoch: the bounds cannot hold
+        if aggregate == "marginal":  # its wider score range: [lo - hi/2, hi - lo/2]
+            assert part.pessimistic.lo < 0 < part.pessimistic.hi
 
 
 def test_batch_run_with_selection_records_and_sends_only_selected(data_root, tmp_path):
@@ -320,3 +322,18 @@ def test_selection_experiment_runs_end_to_end_and_reports(name, data_root, tmp_p
     )
     assert first.split(" | ")[1] != "–"
     assert len(list((tmp_path / "figures").glob("*.png"))) == len(exp.figures)
+
+
+def test_relaxed_marginal_vfps_resumes_exactly():
+    blocks, y = _blocks(600)
+    spec = SelectionSpec(method="vfps", l=2, dynamic="relaxed", arrival=0.3, aggregate="marginal",
+                         lifespan_min=1, lifespan_max=3)
+    whole = Participation(spec, blocks, y, seed=0)
+    want = [whole.plan(e).clients for e in range(1, 7)]
+    first = Participation(spec, blocks, y, seed=0)
+    got = [first.plan(e).clients for e in range(1, 4)]
+    second = Participation(spec, blocks, y, seed=0)
+    second.load_state_dict(*first.state_dict())
+    got += [second.plan(e).clients for e in range(4, 7)]
+    untimed = [[{k: v for k, v in e.items() if k != "seconds"} for e in p.events] for p in (second, whole)]
+    assert got == want and untimed[0] == untimed[1]

@@ -5,7 +5,7 @@ module                 what is there
 =====================  ==================================================================
 ``knn_mi``             eq. (1): the vectorised KNN MI score of groups of clients
 ``reference``          the plain per-sample eq. (1), test oracle and bench baseline
-``group_testing``      random groups, per-client mean scores, batched scoring
+``group_testing``      test designs (marginal, random groups), per-client scores, batched scoring
 ``fagin``              threshold / Fagin algorithm over per-client sorted lists (reads counted)
 ``methods``            selectors (VF-PS, random picking, all) and the brute-force helper
 ``padding``            zero / running-mean / latest / EMA padding of unselected embeddings
@@ -26,6 +26,8 @@ from fedstream.selection.group_testing import (
     GroupTestResult,
     client_scores,
     group_test,
+    marginal_groups,
+    marginal_scores,
     random_groups,
 )
 from fedstream.selection.knn_mi import (
@@ -82,6 +84,8 @@ __all__ = [
     "knn_mi_scores",
     "make_padding",
     "make_selector",
+    "marginal_groups",
+    "marginal_scores",
     "mi_from_counts",
     "random_groups",
     "random_pick",

@@ -4,7 +4,8 @@ Data are put in class-sorted order, queries first: ``[queries by class | other s
 (:mod:`fedstream.selection._layout`, which also picks the backend and the precision).
 
 * Phase 1 (:meth:`Engine.radii`) visits only same-class tiles (about 1/C of all pairs) and keeps,
-  per group and query, the K smallest same-class distances; the K-th is the radius r_q.
+  per group and query, the K smallest same-class distances; the K-th is the radius r_q. It also
+  counts the same-class samples inside the radius (strictly inside, or at distance 0 when r_q = 0).
 * Phase 2 (:meth:`Engine.counts`) visits each row block of queries against (a) itself, row side
   only, (b) the later query columns, crediting both sides (each unordered pair once), (c) the
   non-query columns, row side only. Tiles are cut at class boundaries, so every same-class tile
@@ -173,8 +174,9 @@ class Engine:
                     consume(t, out)
 
     # ------------------------------------------------------------------ phase 1
-    def radii(self) -> np.ndarray:
-        """(G, |Q|) squared distance of each query's K-th same-class neighbour (sorted query order)."""
+    def radii(self) -> tuple[np.ndarray, np.ndarray]:
+        """(G, |Q|) squared distance r_q of each query's K-th same-class neighbour, and (G, |Q|) the
+        other same-class samples inside it (< r_q, or = 0 when r_q = 0); sorted query order."""
         p, nq, n = self.prep, self.prep.n_queries, self.prep.labels.shape[0]
         tasks = []
         for c in np.unique(p.labels[:nq]):
@@ -183,31 +185,44 @@ class Engine:
             cols = _spans(q0, q1, self.cols) + _spans(s0, s1, self.cols)
             tasks += [(r0, r1, cols) for r0, r1 in _spans(q0, q1, self.rows)]
         radius = np.empty((self.G, nq), dtype=self.dtype)
+        same = np.empty((self.G, nq), dtype=np.int64)
 
-        def store(task, rad):
-            radius[:, task[0]:task[1]] = rad
+        def store(task, out):
+            radius[:, task[0]:task[1]], same[:, task[0]:task[1]] = out
 
         self._run(self._radii_task, tasks, store)
-        return radius
+        return radius, same
 
-    def _radii_task(self, task) -> np.ndarray:
+    def _radii_task(self, task) -> tuple[np.ndarray, np.ndarray]:
         r0, r1, cols = task
         p, loc = self.prep, self._buffers()
         big = np.iinfo(np.int32).max if self.dtype == np.int32 else np.inf
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
+        zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
         for c0, c1 in cols:
             if p.mode == "dots":
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
-                            p.int_mode, self.parent, self.client, self.grow, top, loc.work)
+                            p.int_mode, p.rows, p.offsets, self.parent, self.client, self.grow, top, zeros,
+                            loc.work)
             else:
-                K.topk_direct(
-                    p.XT, p.offsets, r0, c0, c1 - c0, self.parent, self.client, self.grow, top, loc.work
-                )
-        return top[:, :, self.k - 1]
+                K.topk_direct(p.XT, p.offsets, r0, c0, c1 - c0, self.parent, self.client, self.grow, top,
+                              zeros, loc.work)
+        radius = top[:, :, self.k - 1]
+        # same-class samples inside the radius: those of the K below it, or, for a zero radius,
+        # all K and every further one at distance 0
+        below = (top < radius[:, :, None]).sum(axis=2)
+        return radius, np.where(radius > 0, below, self.k + zeros)
+
+    def bounds(self, radius: np.ndarray) -> np.ndarray:
+        """The inclusive bound of each radius for phase 2: d <= bound iff d < r (r > 0) or d = 0 (r = 0)."""
+        if self.dtype == np.int32:
+            return np.where(radius > 0, radius - 1, 0).astype(np.int32)
+        return np.nextafter(radius, np.zeros((), dtype=radius.dtype))
 
     # ------------------------------------------------------------------ phase 2
     def counts(self, radius: np.ndarray) -> np.ndarray:
-        """(G, |Q|) other-class samples strictly closer than each query's radius (sorted query order)."""
+        """(G, |Q|) other-class samples within each query's bound (d <= bound; :meth:`bounds`), sorted
+        query order."""
         nq = self.prep.n_queries
         cnt = np.zeros((self.G, nq), dtype=np.int64)
 
@@ -249,9 +264,8 @@ class Engine:
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)
         if p.mode == "dots":
-            K.count_dots(
-                self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), p.int_mode, *args
-            )
+            K.count_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), p.int_mode,
+                         p.rows, p.offsets, r0, c0, *args)
         else:
             K.count_direct(p.XT, p.offsets, r0, c0, c1 - c0, *args)
         return symmetric

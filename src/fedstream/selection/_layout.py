@@ -33,8 +33,9 @@ class Prepared:
     int_mode: bool = False  # dots mode with exact int32 distance arithmetic
     feats: list[np.ndarray] | None = None  # dots: per-client (n, d_j) in sorted order
     norms: np.ndarray | None = None  # dots: (m, n) squared norms (int32 in int_mode, else float64)
+    rows: np.ndarray | None = None  # dots, float mode: (n, D) features (feats are views of its columns)
     XT: np.ndarray | None = None  # direct: (D, n) features, column-major (float32 or float64)
-    offsets: np.ndarray | None = None  # direct: (m+1,) feature offsets of the clients
+    offsets: np.ndarray | None = None  # (m+1,) feature offsets of the clients in XT (direct) / rows (dots)
 
 
 def informative_columns(a: np.ndarray) -> np.ndarray:
@@ -107,6 +108,7 @@ def prepare(
     mode, dtype, int_mode = choose(blocks, backend, precision)
     prep = Prepared(labels=y[perm], pos_of_query=inv[queries], n_queries=queries.size, n_clients=len(blocks),
                     mode=mode, int_mode=int_mode)
+    prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     if mode == "dots":
         feats = []
         for b in blocks:
@@ -116,8 +118,12 @@ def prepare(
             feats.append(np.ascontiguousarray(f, dtype=dtype))
         norms = np.stack([np.einsum("ij,ij->i", f.astype(np.float64), f.astype(np.float64)) for f in feats])
         prep.feats, prep.norms = feats, (norms.astype(np.int32) if int_mode else norms)
+        if int_mode:  # exact: nothing to recompute, the kernels get a placeholder
+            prep.rows = np.zeros((1, 1), dtype=dtype)
+        else:  # one (n, D) array the kernels recompute small distances from; feats become its views
+            prep.rows = np.ascontiguousarray(np.concatenate(feats, axis=1))
+            prep.feats = [prep.rows[:, a:b] for a, b in zip(prep.offsets[:-1], prep.offsets[1:])]
     else:
         XT = np.concatenate([b[perm] for b in blocks], axis=1).T
         prep.XT = np.ascontiguousarray(XT, dtype=dtype)  # differences x_a - x_b need no centring
-        prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     return prep

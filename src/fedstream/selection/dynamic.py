@@ -133,8 +133,10 @@ class RelaxedSchedule:
 def term_bounds(labels, k: int, psi: str = "approx") -> tuple[float, float]:
     """(lo, hi): the range of one query's term ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q) of eq. (1).
 
-    hi: m_q = K (no other-class sample closer), the largest class-prior term; lo: m_q = N − N_q + K
-    (every other-class sample closer), the smallest. Classes with fewer than 2 samples are ignored.
+    m_q runs from 1 (the K same-class neighbours tie at the radius, nothing strictly inside) to N
+    (every sample at distance 0, e.g. a constant client), the tie rule of eq. (1): hi is the largest
+    class-prior term with m_q = 1, lo the smallest with m_q = N. Classes with fewer than 2 samples
+    are ignored.
     """
     check_psi(psi)
     counts = np.bincount(np.unique(np.asarray(labels), return_inverse=True)[1])
@@ -142,17 +144,27 @@ def term_bounds(labels, k: int, psi: str = "approx") -> tuple[float, float]:
     if counts.size == 0:
         raise ConfigError("term_bounds needs a class with at least 2 samples")
     n = int(np.asarray(labels).shape[0])
-    base = digamma(n, psi) - digamma(counts, psi)
-    worst = base + digamma(k, psi) - digamma(n - counts + k, psi)
-    return float(worst.min()), float(base.max())
+    base = digamma(n, psi) - digamma(counts, psi) + digamma(k, psi)
+    return float((base - digamma(n, psi)).min()), float((base - digamma(1, psi)).max())
+
+
+def score_bounds(lo: float, hi: float, aggregate: str = "mean") -> tuple[float, float]:
+    """The range of a client's score when each group score lies in [lo, hi]: the same for a mean
+    of groups; for ``"marginal"``, ½ (I({j}) + I(N) − I(N ∖ {j})), it is [lo − hi/2, hi − lo/2]."""
+    if aggregate == "marginal":
+        return lo - hi / 2, hi - lo / 2
+    return lo, hi
 
 
 class PessimisticScores:
-    """Per-client scores moved pessimistically as data change, until a full re-selection (§4.3)."""
+    """Per-client scores moved pessimistically as data change, until a full re-selection (§4.3).
+
+    ``aggregate``: how the scores came from group scores (``"mean"``, or ``"marginal"``, whose
+    wider range :func:`score_bounds` gives; a summed score is compared as a mean by the caller)."""
 
     def __init__(self, scores: Sequence[float], selected: Sequence[int], labels, *, k: int = 10,
-                 psi: str = "approx"):
-        self.k, self.psi = check_positive_int("k", k), psi
+                 psi: str = "approx", aggregate: str = "mean"):
+        self.k, self.psi, self.aggregate = check_positive_int("k", k), psi, aggregate
         self.reset(scores, selected, labels)
 
     def reset(self, scores: Sequence[float], selected: Sequence[int], labels) -> None:
@@ -164,13 +176,13 @@ class PessimisticScores:
         self.selected[list(selected)] = True
         self.changed = 0
         self.n = int(np.asarray(labels).shape[0])
-        self.lo, self.hi = term_bounds(labels, self.k, self.psi)
+        self.lo, self.hi = score_bounds(*term_bounds(labels, self.k, self.psi), self.aggregate)
 
     def update(self, changed: int, labels) -> None:
         """Record ``changed`` samples that arrived or left; ``labels`` are the current data's labels."""
         self.changed += check_positive_int("changed", changed, minimum=0)
         self.n = int(np.asarray(labels).shape[0])
-        lo, hi = term_bounds(labels, self.k, self.psi)
+        lo, hi = score_bounds(*term_bounds(labels, self.k, self.psi), self.aggregate)
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
 
     @property

@@ -13,7 +13,8 @@ entries as the data allow:
 * :func:`fagin_knn` — *Fagin's algorithm* (FA), as in the VF-PS reference: read slices (100 entries
   by default) until K ids have appeared in every list, then rank all ids seen by exact distance;
 * :func:`fagin_m` — what eq. (1) needs: TA run as a ranked enumeration until K neighbours of the
-  query's class have come out, giving m_q and the number of entries read.
+  query's class have come out (and, for a zero radius, every candidate at distance 0), giving m_q
+  and the number of entries read.
 
 The cost of the method is the number of list entries read (``sorted_reads``), plus the random
 accesses; both are returned so they can be compared with the m·(n−1) a full scan reads.
@@ -138,9 +139,10 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
     """(m_q, sorted_reads, random_reads) for eq. (1) by threshold-algorithm ranked enumeration.
 
     Seen candidates wait in a heap; one leaves it (in global order) once it cannot be overtaken by
-    an unseen candidate: distance below τ, or equal to τ and of the query's class (ties go to the
-    query's class, as in :mod:`fedstream.selection.reference`). m_q is the number that left when the
-    K-th one of the query's class did.
+    an unseen candidate: distance below τ, or equal to τ and of the query's class. When the K-th
+    one of the query's class leaves at distance r_q > 0, m_q = 1 + those that left at a distance
+    below r_q; when r_q = 0 the enumeration goes on until every candidate at distance 0 has left,
+    and m_q = 1 + their number (the tie rule of :mod:`fedstream.selection.reference`).
     """
     local = check_local(local, query)
     m = local.shape[0]
@@ -149,7 +151,9 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
     same = np.asarray(labels) == labels[query]
     seen = np.zeros(local.shape[1], dtype=bool)
     heap: list[tuple[float, int, int]] = []
-    depth = random_reads = emitted = hits = 0
+    out: list[float] = []  # distances of the candidates that left, in order
+    depth = random_reads = hits = 0
+    zero_radius = False
     while True:
         if depth < n_cand:
             fresh, fresh_dist, depth, tau = _read_step(local, lists, depth, batch, seen)
@@ -157,11 +161,17 @@ def fagin_m(local, labels: np.ndarray, query: int, k: int, *, batch: int = 1) ->
             for i, d in zip(fresh.tolist(), fresh_dist.tolist()):
                 heapq.heappush(heap, (d, 0 if same[i] else 1, i))
         while heap and (heap[0][0] < tau or (heap[0][0] == tau and heap[0][1] == 0)):
-            _, other, _ = heapq.heappop(heap)
-            emitted += 1
+            if zero_radius and heap[0][0] > 0:
+                return 1 + len(out), m * depth, random_reads  # every distance-0 candidate is out
+            d, other, _ = heapq.heappop(heap)
+            out.append(d)
             hits += other == 0
-            if hits == k:
-                return emitted, m * depth, random_reads
+            if hits == k and not zero_radius:
+                if d > 0:
+                    return 1 + sum(x < d for x in out), m * depth, random_reads
+                zero_radius = True
+        if zero_radius and (depth >= n_cand or tau > 0) and (not heap or heap[0][0] > 0):
+            return 1 + len(out), m * depth, random_reads
         if depth >= n_cand and not heap:
             raise ConfigError(f"k={k} exceeds the {int(same.sum()) - 1} other samples of the query's class")
 

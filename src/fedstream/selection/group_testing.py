@@ -1,10 +1,25 @@
-"""VF-PS group testing: score random groups of clients, give each client the mean of its groups.
+"""VF-PS group testing: score groups of clients by eq. (1), derive a score per client.
 
 VF-PS (§2.1.2 of the Dynamic VF-PS report) draws random subsets of the m clients, estimates each
-subset's MI with the label by eq. (1), and scores a client by the average over the tests it took
-part in; the l best-scoring clients are selected. Defaults follow the VF-PS reference scripts:
-10 random non-empty groups plus the full set (so every client is tested at least once), K = 10,
-seed 100.
+subset's MI with the label by eq. (1), and scores a client from the tests it took part in; the l
+best-scoring clients are selected. Three ways to turn group scores into client scores
+(``aggregate``):
+
+* ``"marginal"`` (default): a fixed design, no random groups — every client alone, every
+  leave-one-out group and the full set N (2m + 1 tests) — and client j's score is the mean of its
+  two extreme marginal contributions, ½ [I({j}) + I(N) − I(N ∖ {j})] (joining nobody, joining
+  everybody; the Shapley value's strata of sizes 0 and m − 1, the Shapley value itself for
+  m = 2). Every client faces the same partners, so if j adds at least as much as i to every
+  coalition, j scores at least as high; neither the draw of groups nor the number of tests a
+  client sits in can change the order;
+* ``"mean"``: random groups (below), the mean of a client's groups (the report's wording); a client
+  drawn with strong partners gains, and with many clients the random groups are large, their MI
+  near its ceiling ln C, and the ranking mostly noise;
+* ``"sum"``: random groups, the sum of a client's groups (the VF-PS reference code), which also
+  rewards sitting in more groups: on MNIST's four column strips it ranks an edge strip first.
+
+Random groups follow the VF-PS reference scripts: 10 random non-empty groups plus the full set (so
+every client is tested at least once), K = 10, seed 100.
 
 Three ways to run the tests, with identical results:
 
@@ -48,7 +63,7 @@ class GroupTestResult:
 
     groups: list[tuple[int, ...]]
     group_scores: np.ndarray  # (len(groups),)
-    client_scores: np.ndarray  # (m,) mean score of the groups each client was in (NaN if none)
+    client_scores: np.ndarray  # (m,) the clients' aggregate of their groups (NaN for a client in none)
     queries: np.ndarray  # sample indices used as queries
     list_reads: int | None = None  # Fagin-inspired estimator only: list entries read over all groups
 
@@ -86,20 +101,55 @@ def random_groups(
     return groups
 
 
-AGGREGATES = ("sum", "mean")
+AGGREGATES = ("marginal", "mean", "sum")
+DEFAULT_AGGREGATE = "marginal"
+
+
+def check_aggregate(aggregate: str) -> str:
+    if aggregate not in AGGREGATES:
+        raise ConfigError(f"aggregate = {aggregate!r}: expected one of {', '.join(AGGREGATES)}")
+    return aggregate
+
+
+def marginal_groups(m: int) -> list[tuple[int, ...]]:
+    """The ``"marginal"`` design: each client alone, each leave-one-out group, then the full set
+    (each distinct group once: 2m + 1 tests for m >= 3, 3 for m = 2, 1 for m = 1)."""
+    m = check_positive_int("m (clients)", m)
+    everyone = tuple(range(m))
+    alone = [(j,) for j in range(m)]
+    left_out = [everyone[:j] + everyone[j + 1:] for j in range(m)] if m > 1 else []
+    return list(dict.fromkeys(alone + left_out + [everyone]))
+
+
+def marginal_scores(groups: Sequence[tuple[int, ...]], group_scores: np.ndarray, m: int) -> np.ndarray:
+    """(m,) ½ [I({j}) + I(N) − I(N ∖ {j})] from the scores of the groups (I(∅) = 0)."""
+    by_group = dict(zip(check_groups(groups, m), np.asarray(group_scores, dtype=np.float64)))
+    by_group[()] = 0.0
+    everyone = tuple(range(m))
+    need = marginal_groups(m)
+    missing = [g for g in need if g not in by_group]
+    if missing:
+        raise ConfigError(
+            f"aggregate = 'marginal' needs every client alone, every leave-one-out group and the full "
+            f"set (marginal_groups({m})); missing {missing[:3]}{' ...' if len(missing) > 3 else ''}"
+        )
+    return np.array([0.5 * (by_group[(j,)] + by_group[everyone] - by_group[everyone[:j] + everyone[j + 1:]])
+                     for j in range(m)])
 
 
 def client_scores(groups: Sequence[tuple[int, ...]], group_scores: np.ndarray, m: int,
-                  aggregate: str = "sum") -> np.ndarray:
+                  aggregate: str = DEFAULT_AGGREGATE) -> np.ndarray:
     """(m,) each client's score from the groups it belongs to (NaN for a client in none).
 
+    ``marginal``: :func:`marginal_scores` (the groups must hold :func:`marginal_groups`);
     ``sum``: the VF-PS reference accumulates the MI of every group a party is in
     (``reference-facts.md``), which also rewards being in many groups; ``mean``: the dynamic
-    VF-PS report's wording (section 2.1.2), which does not. With random groups the two can rank
-    differently; the default follows the reference code.
+    VF-PS report's wording (section 2.1.2), which does not, but still depends on who a client was
+    grouped with. See the module docstring.
     """
-    if aggregate not in AGGREGATES:
-        raise ConfigError(f"aggregate = {aggregate!r}: expected one of {', '.join(AGGREGATES)}")
+    check_aggregate(aggregate)
+    if aggregate == "marginal":
+        return marginal_scores(groups, group_scores, m)
     groups = check_groups(groups, m)
     total, count = np.zeros(m), np.zeros(m)
     for g, s in zip(groups, np.asarray(group_scores, dtype=np.float64)):
@@ -121,8 +171,9 @@ def subsample_queries(n: int, queries, rng: np.random.Generator) -> np.ndarray |
 def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[int, ...]] | None = None,
                n_groups: int = DEFAULT_GROUPS, k: int = DEFAULT_K, queries=None, seed: int = DEFAULT_SEED,
                batched: bool = True, psi: str = "approx", fagin_batch: int | None = None,
-               aggregate: str = "sum", **knn_kwargs) -> GroupTestResult:
-    """Score ``groups`` (default: :func:`random_groups` from ``seed``) and derive per-client scores.
+               aggregate: str = DEFAULT_AGGREGATE, **knn_kwargs) -> GroupTestResult:
+    """Score ``groups`` (default: :func:`marginal_groups` for ``aggregate="marginal"``, else
+    :func:`random_groups` from ``seed``) and derive per-client scores.
 
     ``queries``: None (every sample), an int (that many random samples, drawn from ``seed``) or
     explicit sample indices. Extra keywords (``backend``, ``precision``, ``tile``, ``workers``) go to
@@ -132,7 +183,8 @@ def group_test(blocks: Sequence[np.ndarray], labels, *, groups: Sequence[tuple[i
     """
     blocks = check_blocks(blocks)
     m, n = len(blocks), blocks[0].shape[0]
-    groups, q = plan_tests(m, n, groups=groups, n_groups=n_groups, queries=queries, seed=seed)
+    groups, q = plan_tests(m, n, groups=groups, n_groups=n_groups, queries=queries, seed=seed,
+                           aggregate=aggregate)
     distinct = list(dict.fromkeys(groups))
     reads = None
     if fagin_batch is not None:  # the Fagin-inspired estimator: same scores, list entries counted
@@ -174,16 +226,19 @@ def plan_tests(
     n_groups: int = DEFAULT_GROUPS,
     queries=None,
     seed: int = DEFAULT_SEED,
+    aggregate: str = DEFAULT_AGGREGATE,
 ) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
     """The groups and query samples :func:`group_test` uses for ``seed``: ``(groups, queries)``.
 
-    Groups are drawn first (unless given), then the query subsample, from one generator; ``queries``
+    Unless given, the groups are :func:`marginal_groups` (``aggregate="marginal"``, no draw) or
+    drawn first by :func:`random_groups`; then the query subsample, from one generator; ``queries``
     comes back None (every sample), or as sorted indices. A VF-PS server calls this before asking
     the clients for their local distances from those queries (:func:`group_test_from_distances`).
     """
     rng = np.random.default_rng(seed)
     if groups is None:
-        groups = random_groups(m, n_groups, rng=rng)
+        marginal = check_aggregate(aggregate) == "marginal"
+        groups = marginal_groups(m) if marginal else random_groups(m, n_groups, rng=rng)
     return check_groups(groups, m), subsample_queries(n, queries, rng)
 
 
@@ -195,7 +250,7 @@ def group_test_from_distances(
     queries=None,
     k: int = DEFAULT_K,
     psi: str = "approx",
-    aggregate: str = "sum",
+    aggregate: str = DEFAULT_AGGREGATE,
 ) -> GroupTestResult:
     """:func:`group_test` from the clients' local squared distances instead of their blocks.
 

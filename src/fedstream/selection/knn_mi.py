@@ -4,10 +4,12 @@ For a group G of clients the score is
 
     I(G) = (1/|Q|) Σ_{q∈Q} ( ψ(N) − ψ(N_q) + ψ(K) − ψ(m_q) )                              (1)
 
-with N the number of samples, N_q the number of samples of q's class, and m_q the number of
-candidates met when scanning the other samples in increasing *global* distance from q until K of
-q's class have been met (ties go to q's class first), i.e. m_q = K + #{other-class samples strictly
-closer than q's K-th same-class neighbour}. The global squared distance of two samples is the sum
+with N the number of samples, N_q the number of samples of q's class, r_q the *global* distance
+from q to its K-th nearest neighbour of q's class, and m_q the number of samples of any class, q
+included, strictly inside r_q, or at distance 0 when r_q = 0: the tie rule of Ross's estimator as
+scikit-learn implements it (``_compute_mi_cd``), under which exact duplicates of q count against
+it whatever their class (a constant client scores ψ(K) − mean ψ(N_q) < 0, not ln C). Without ties
+m_q = K + #{other-class samples closer than r_q}. The global squared distance of two samples is the sum
 over the group's clients of their *local* squared Euclidean distances, so each client only ever
 contributes distances, never features; the query itself is left out of its own neighbours
 (leave-one-out, as scikit-learn's KSG estimator does). This is Ross's (2014) estimator of the MI
@@ -19,14 +21,16 @@ How it is made fast (no Python loop per sample):
   client's local distances are computed once and every group sums its members' rows (the batched
   group testing of VF-PS, which reuses neighbour computations across groups);
 * samples are sorted by class. Phase 1 visits only same-class tiles (about 1/C of all pairs) and
-  keeps, per group and query, the K smallest same-class distances: the K-th is the radius r_q.
+  keeps, per group and query, the K smallest same-class distances: the K-th is the radius r_q
+  (and counts the same-class samples at distance 0 beyond K when r_q = 0).
   Phase 2 visits cross-class tiles once per unordered pair and counts, for both samples, the
-  other-class neighbours closer than their radius;
+  other-class neighbours inside their radius;
 * local distances come from one BLAS GEMM per client and tile (``backend="dots"``, for clients with
   many features) or from a fused numba loop over the features (``backend="direct"``, few features).
   ``precision="auto"`` runs the GEMM in float32, and the distance arithmetic in int32, only when
   that is exact (integer-valued features with d_j · max|x|² < 2²⁴, e.g. MNIST pixels), else in
-  float64;
+  float64, recomputing directly every distance that the GEMM form loses to cancellation
+  (near-duplicates; see ``_kernels``);
 * tiles are spread over ``workers`` threads (default: the available cores), each running a
   single-threaded BLAS and numba kernels that release the GIL (see ``_engine`` and ``_kernels``).
 
@@ -86,9 +90,10 @@ def knn_counts(blocks: Sequence[np.ndarray], labels, groups, *, k: int = 10, que
     k = check_k(k, y, q)
     prep = prepare(blocks, y, q, backend, precision)
     engine = Engine(prep, groups, k, tile, workers)
-    others = engine.counts(engine.radii())
-    # rows of `others` follow the sorted order of the query prefix; map back to ascending indices
-    return k + others[:, prep.pos_of_query], q
+    radius, same = engine.radii()
+    inside = 1 + same + engine.counts(engine.bounds(radius))  # the query, its class, the others
+    # rows follow the sorted order of the query prefix; map back to ascending indices
+    return inside[:, prep.pos_of_query], q
 
 
 def mi_from_counts(
@@ -144,9 +149,9 @@ def counts_from_distances(dist: np.ndarray, y: np.ndarray, queries: np.ndarray, 
     """(|Q|,) m_q of eq. (1) from the global squared distances ``dist`` (|Q|, n) of each query to
     every sample.
 
-    Vectorised :func:`~fedstream.selection.reference.m_from_distances` (same rule: the query is not
-    its own neighbour; at a tie q's class comes first, so m_q = K + #{other-class samples strictly
-    closer than q's K-th same-class neighbour}). ``y``: class codes, ``queries``: sorted indices.
+    Vectorised :func:`~fedstream.selection.reference.m_from_distances` (same rule: r_q = distance of
+    q's K-th same-class neighbour, the query itself left out; m_q = 1 + the other samples strictly
+    inside r_q, or at distance 0 when r_q = 0). ``y``: class codes, ``queries``: sorted indices.
     """
     nq, out = queries.size, np.empty(queries.size, dtype=np.int64)
     for a in range(0, nq, DISTANCE_CHUNK):
@@ -154,10 +159,10 @@ def counts_from_distances(dist: np.ndarray, y: np.ndarray, queries: np.ndarray, 
         d, rows = dist[a:b], np.arange(b - a)
         same = y[None, :] == y[queries[a:b], None]
         same[rows, queries[a:b]] = False  # the query itself: neither a neighbour nor a candidate
-        radius = np.partition(np.where(same, d, np.inf), k - 1, axis=1)[:, k - 1]
-        other = ~same
-        other[rows, queries[a:b]] = False
-        out[a:b] = k + (other & (d < radius[:, None])).sum(axis=1)
+        radius = np.partition(np.where(same, d, np.inf), k - 1, axis=1)[:, k - 1, None]
+        inside = (d < radius) | ((radius <= 0) & (d <= 0))
+        inside[rows, queries[a:b]] = False
+        out[a:b] = 1 + inside.sum(axis=1)
     return out
 
 

@@ -23,9 +23,11 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 from fedstream.selection.group_testing import (
+    DEFAULT_AGGREGATE,
     DEFAULT_GROUPS,
     DEFAULT_K,
     DEFAULT_SEED,
+    check_aggregate,
     group_test,
     group_test_from_distances,
     plan_tests,
@@ -76,7 +78,9 @@ class VFPSSelector(Selector):
 
     ``queries=None`` makes every sample a query (exact; about 50 CPU-seconds for MNIST's 60,000
     samples and 4 clients); an int draws that many, the report's subsampling (§4.4), for frequent
-    re-selection in dynamic settings. Each call draws fresh groups (seed + call number). Extra
+    re-selection in dynamic settings. ``aggregate``: how client scores come from group scores
+    (``"marginal"``, the default, on its fixed design; ``"mean"`` / ``"sum"`` on random groups, fresh
+    at each call: seed + call number); see :mod:`~fedstream.selection.group_testing`. Extra
     keywords go to :func:`~fedstream.selection.group_testing.group_test` (``fagin_batch``,
     ``workers``, ``backend``, ...).
     """
@@ -84,9 +88,11 @@ class VFPSSelector(Selector):
     name = "vfps"
 
     def __init__(self, l: int, *, k: int = DEFAULT_K, n_groups: int = DEFAULT_GROUPS, queries=None,
-                 seed: int = DEFAULT_SEED, psi: str = "approx", **knn_kwargs):
+                 seed: int = DEFAULT_SEED, psi: str = "approx", aggregate: str = DEFAULT_AGGREGATE,
+                 **knn_kwargs):
         super().__init__(l)
         self.k, self.n_groups, self.queries, self.seed, self.psi = k, n_groups, queries, seed, psi
+        self.aggregate = check_aggregate(aggregate)
         self.knn_kwargs = knn_kwargs
         self.calls = 0
 
@@ -97,15 +103,17 @@ class VFPSSelector(Selector):
         distances and calls :meth:`select_distances` with the same groups and queries.
         """
         groups, q = plan_tests(
-            m, n, n_groups=self.n_groups, queries=self.queries, seed=self.seed + self.calls
+            m, n, n_groups=self.n_groups, queries=self.queries, seed=self.seed + self.calls,
+            aggregate=self.aggregate,
         )
         return groups, check_queries(q, n)
 
     def _select(self, blocks, labels) -> Selection:
         l = check_l(self.l, len(blocks))
         groups, q = plan_tests(len(blocks), blocks[0].shape[0], n_groups=self.n_groups, queries=self.queries,
-                               seed=self.seed + self.calls)
-        res = group_test(blocks, labels, groups=groups, k=self.k, queries=q, psi=self.psi, **self.knn_kwargs)
+                               seed=self.seed + self.calls, aggregate=self.aggregate)
+        res = group_test(blocks, labels, groups=groups, k=self.k, queries=q, psi=self.psi,
+                         aggregate=self.aggregate, **self.knn_kwargs)
         return self._chosen(res, l)
 
     def select_distances(self, local, labels, groups, queries) -> Selection:
@@ -115,7 +123,7 @@ class VFPSSelector(Selector):
         local = check_local_distances(local)
         l = check_l(self.l, local.shape[0])
         res = group_test_from_distances(local, labels, groups, queries=queries, k=self.k, psi=self.psi,
-                                        aggregate=self.knn_kwargs.get("aggregate", "sum"))
+                                        aggregate=self.aggregate)
         sel = self._chosen(res, l)
         return Selection(sel.clients, sel.method, sel.scores, time.perf_counter() - t0, sel.details)
 

@@ -2,8 +2,10 @@
 
 One Python iteration per query sample and group, written straight from eq. (1) and the protocol:
 each client j of the group computes its local squared Euclidean distances from the query to every
-sample, the server adds them up, sorts the other samples by (global distance, not-the-query's-class)
-and scans them until K of the query's class are met; m_q is the number scanned. No tiling, no
+sample, the server adds them up, takes the radius r_q = the distance of the query's K-th nearest
+same-class sample, and counts m_q = the samples (the query included) strictly inside r_q, or at
+distance 0 when r_q = 0: the tie rule of Ross's estimator as scikit-learn implements it
+(``_compute_mi_cd``). No tiling, no
 sorting by class, no GEMM, no numba — slow on purpose, so that the fast path has something simple
 to agree with.
 """
@@ -35,17 +37,22 @@ def local_sq_distances(block: np.ndarray, query: int) -> np.ndarray:
 
 
 def reference_m(blocks: list[np.ndarray], y: np.ndarray, group: tuple[int, ...], query: int, k: int) -> int:
-    """m_q: candidates scanned in increasing global distance until K of q's class are met."""
+    """m_q of eq. (1) for one group and query (see :func:`m_from_distances`)."""
     return m_from_distances(sum(local_sq_distances(blocks[j], query) for j in group), y, query, k)
 
 
 def m_from_distances(dist: np.ndarray, y: np.ndarray, query: int, k: int) -> int:
-    """m_q from the global distances ``dist`` (n,) of ``query`` to every sample (its own is ignored)."""
+    """m_q from the global distances ``dist`` (n,) of ``query`` to every sample (its own is ignored).
+
+    r_q = the K-th smallest distance to another sample of q's class; m_q = 1 (the query) + the other
+    samples, of any class, with distance < r_q, or with distance 0 when r_q = 0. So duplicates of
+    the query count against it whatever their class: a constant client gets m_q = N.
+    """
     others = np.delete(np.arange(y.shape[0]), query)
-    same = y[others] == y[query]
-    order = np.lexsort((~same, dist[others]))  # by distance; at a tie, q's class first
-    hits = np.cumsum(same[order])
-    return int(np.searchsorted(hits, k) + 1)  # 1-based position of the K-th same-class hit
+    d = dist[others]
+    radius = np.sort(d[y[others] == y[query]])[k - 1]
+    inside = d < radius if radius > 0 else d <= 0
+    return 1 + int(np.count_nonzero(inside))
 
 
 def reference_mi(blocks: Sequence[np.ndarray], labels, group, *, k: int = 10, queries=None,

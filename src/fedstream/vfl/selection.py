@@ -10,8 +10,9 @@ available and the clients selected::
         ...                          # train on plan.rows; the server pads the other clients
 
 Methods: ``all`` (every client), ``vfps`` (group testing with the KNN MI of eq. (1), top l; a
-client's score is the sum of its groups' MI as in the VF-PS reference, or their mean as the
-report words it: ``aggregate``),
+client's score is by default the mean of its marginal contributions alone and to all the others
+(``aggregate = marginal``), or the mean of its random groups' MI as the report words it, or their
+sum as in the VF-PS reference: :mod:`fedstream.selection.group_testing`),
 ``random`` (random picking, l of m), ``fixed`` (the clients of ``selection.clients``; an
 experiment-level grid over fixed subsets is the brute force of the report's tables).
 
@@ -176,14 +177,16 @@ class Participation:
     def _track(self, sel, labels: np.ndarray) -> None:
         """Start the pessimistic bounds from a full selection. Eq. (1)'s per-query bounds hold for a
         group's score, hence for a client's mean over its groups; a summed score (aggregate = sum)
-        is compared as c_j x that mean, c_j the number of groups client j was in."""
+        is compared as c_j x that mean, c_j the number of groups client j was in; a marginal score
+        has its own, wider range (``dynamic.score_bounds``)."""
         counts = np.zeros(self.m)
         for g in sel.details["groups"]:
             counts[list(g)] += 1
         self.weights = np.maximum(counts, 1) if self.spec.aggregate == "sum" else np.ones(self.m)
         means = np.nan_to_num(np.asarray(sel.scores, dtype=np.float64) / self.weights)
         if self.pessimistic is None:
-            self.pessimistic = PessimisticScores(means, sel.clients, labels, k=self.spec.k)
+            self.pessimistic = PessimisticScores(means, sel.clients, labels, k=self.spec.k,
+                                                 aggregate=self.spec.aggregate)
         else:
             self.pessimistic.reset(means, sel.clients, labels)
 
@@ -248,7 +251,7 @@ class Participation:
         self.pessimistic = None
         if "pessimistic" in meta:
             p = PessimisticScores.__new__(PessimisticScores)
-            p.k, p.psi = self.spec.k, "approx"
+            p.k, p.psi, p.aggregate = self.spec.k, "approx", self.spec.aggregate
             p.base = np.asarray(arrays["pessimistic.base"], dtype=np.float64).copy()
             p.selected = np.asarray(arrays["pessimistic.selected"], dtype=bool).copy()
             for key, value in meta["pessimistic"].items():

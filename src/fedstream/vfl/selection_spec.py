@@ -15,7 +15,7 @@ import numpy as np
 from fedstream.errors import ConfigError
 
 METHODS = ("all", "vfps", "random", "fixed")
-AGGREGATES = ("sum", "mean")
+AGGREGATES = ("marginal", "mean", "sum")  # as selection.group_testing.AGGREGATES
 PADDINGS = ("zero", "mean", "latest", "ema")
 DYNAMICS = ("none", "discrete", "relaxed")
 
@@ -46,7 +46,7 @@ class SelectionSpec:
     clients: tuple[int, ...] | None = None
     k: int = 10
     groups: int = 10
-    aggregate: str = "sum"
+    aggregate: str = "marginal"
     queries: int | None = None
     padding: str = "zero"
     ema_alpha: float = 0.1
