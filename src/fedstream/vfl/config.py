@@ -68,14 +68,17 @@ FIELDS: dict[str, Field | Shared] = {
     ),
     "selection.k": Field(int, 10, "vfps: neighbours K of the KNN MI estimate", min=1),
     "selection.groups": Field(
-        int, 10, "vfps: random groups of group testing (plus the full set)", min=1
+        int, 10, "vfps with aggregate mean or sum: random groups of group testing (plus the full set); "
+        "not used by marginal", min=1
     ),
     "selection.aggregate": Field(
         str,
-        "sum",
-        "vfps: a client's score from its groups' MI: sum (the VF-PS reference "
-        "code) or mean (the Dynamic VF-PS report's wording)",
-        choices=("sum", "mean"),
+        "marginal",
+        "vfps: a client's score from group MI: marginal (each client alone, each leave-one-out group and "
+        "the full set; the mean of its marginal contributions alone and to all the others), mean (of its "
+        "random groups, the Dynamic VF-PS report's wording) or sum (of its random groups, the VF-PS "
+        "reference code)",
+        choices=("marginal", "mean", "sum"),
     ),
     "selection.queries": Field(
         int,
