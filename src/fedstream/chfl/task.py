@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import fedstream.chfl.config as chfl_config
-from fedstream.runs.batch import CHECKPOINT, batch_title, common_rows, one_after_another, run_batch
-from fedstream.runs.task import Progress, Task, entry_point
+from fedstream.runs.batch import CHECKPOINT, batch_task, common_rows, run_batch
+from fedstream.runs.task import Progress, entry_point
 
 train = entry_point("fedstream.chfl.runner:train")  # PyTorch is imported on the first run
 
@@ -38,26 +38,16 @@ def length(s: dict | None, c: dict, curve: list[dict]) -> str:
     return "done" if s else "running"
 
 
-TASK = Task(
+TASK = batch_task(
     name="chfl",
     doc="continual horizontal FL",
     simulate=simulate,
-    run_many=one_after_another(simulate),
-    checkpoint_name=CHECKPOINT,
-    refuse_fresh=("summary.json", CHECKPOINT),
-    resume_needs_checkpoint=True,
-    title=batch_title,
     summary_rows=summary_rows,
     columns=("test_acc", "prequential_acc", "total_mb", "up_mb", "down_mb", "wall_seconds"),
-    index_fields=lambda r: {},
     length=length,
-    finished=lambda summary, config: True,
     cost=lambda c: 1e5 * c["chfl.rounds"] * c["chfl.clients"],  # a CHFL round ~10^5 online rounds
-    units=lambda c: 1,
-    tuning=lambda c, rounds: {},
     fields=chfl_config.FIELDS,
     datasets=chfl_config.DATASETS,
     check=chfl_config.check,
-    stack_key=lambda c: None,
     deploy="fedstream.chfl.deploy.adapter",
 )

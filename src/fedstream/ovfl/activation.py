@@ -102,3 +102,21 @@ def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k:
             n_clients, l=l, embedding=embedding, window=window, explore=explore, padding=padding, seed=seed
         )
     raise ConfigError(f"activation.name must be one of full, random, event, fixed, topl; got {name!r}")
+
+
+def activation_from_config(config: dict) -> Activation:
+    """The policy a resolved ``ovfl`` config asks for (``activation.*``, ``vfl.clients``, ``seed``,
+    ``model.embedding``): the simulator's and a deployed party's are built here, so they are the same."""
+    return make_activation(
+        config["activation.name"],
+        config["vfl.clients"],
+        p=config["activation.p"],
+        threshold=config["activation.threshold"],
+        k=config["activation.k"],
+        seed=config["seed"],
+        l=config["activation.l"],
+        window=config["activation.window"],
+        explore=config["activation.explore"],
+        padding=config["activation.padding"],
+        embedding=config["model.embedding"],
+    )

@@ -21,7 +21,7 @@ from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
-from fedstream.ovfl.activation import make_activation
+from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
@@ -119,19 +119,7 @@ class OnlineVFL:
         self.transport = make_transport(
             M, CompressionSpec.from_config(config)
         )  # plain float32 unless compressed
-        self.activation = make_activation(
-            config["activation.name"],
-            M,
-            p=config["activation.p"],
-            threshold=config["activation.threshold"],
-            k=config["activation.k"],
-            seed=config["seed"],
-            l=config["activation.l"],
-            window=config["activation.window"],
-            explore=config["activation.explore"],
-            padding=config["activation.padding"],
-            embedding=e,
-        )
+        self.activation = activation_from_config(config)
         if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
             self.server.stand_in = self.activation
         self.metrics = Prequential(config["eval.interval"])

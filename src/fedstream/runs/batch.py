@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fedstream.errors import DivergedError, NonFiniteError
 from fedstream.runs.folder import RunFolder
-from fedstream.runs.task import Report, RunSpec
+from fedstream.runs.task import Report, RunSpec, Task
 
 CHECKPOINT = "checkpoint.pt"
 """The checkpoint file of a batch task's run folder (vfl, chfl)."""
@@ -70,3 +71,14 @@ def common_rows(s: dict) -> list[tuple[str, str]]:
 
 def batch_title(config: dict) -> str:
     return f"{config['task']} on {config['data.name']}"
+
+
+def batch_task(*, simulate: Callable, **own: Any) -> Task:
+    """The :class:`Task` of a batch task (``vfl``, ``chfl``): ``own`` holds what is the task's own
+    (name, doc, summary_rows, columns, length, cost, fields, datasets, check, deploy); the rest is
+    what every batch task does: one run after the other, ``checkpoint.pt``, a whole run as one
+    progress unit, no tuning runs and no stacks."""
+    return Task(simulate=simulate, run_many=one_after_another(simulate), checkpoint_name=CHECKPOINT,
+                refuse_fresh=("summary.json", CHECKPOINT), resume_needs_checkpoint=True, title=batch_title,
+                index_fields=lambda r: {}, finished=lambda summary, config: True, units=lambda c: 1,
+                tuning=lambda c, rounds: {}, stack_key=lambda c: None, **own)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import fedstream.vfl.config as vfl_config
-from fedstream.runs.batch import CHECKPOINT, batch_title, common_rows, one_after_another, run_batch
-from fedstream.runs.task import Progress, Task, entry_point
+from fedstream.runs.batch import CHECKPOINT, batch_task, common_rows, run_batch
+from fedstream.runs.task import Progress, entry_point
 
 train = entry_point("fedstream.vfl.trainer:train_config")  # PyTorch is imported on the first run
 
@@ -34,28 +34,18 @@ def length(s: dict | None, c: dict, curve: list[dict]) -> str:
     return f"{s['epochs']} epochs" if s else f"{len(curve)} of {c['train.epochs']} epochs (running)"
 
 
-TASK = Task(
+TASK = batch_task(
     name="vfl",
     doc="batch vertical FL with compression",
     simulate=simulate,
-    run_many=one_after_another(simulate),
-    checkpoint_name=CHECKPOINT,
-    refuse_fresh=("summary.json", CHECKPOINT),
-    resume_needs_checkpoint=True,
-    title=batch_title,
     summary_rows=summary_rows,
     columns=("final_accuracy", "best_accuracy", "total_mb", "up_mb", "down_mb", "bytes_per_client_mb",
              "wall_seconds"),
-    index_fields=lambda r: {},
     length=length,
-    finished=lambda summary, config: True,
     # in online-round units, a batch VFL epoch of MNIST is ~60 x 10^4
     cost=lambda c: 6e5 * c["train.epochs"] * (c["data.train_rows"] or 60000) / 60000,
-    units=lambda c: 1,
-    tuning=lambda c, rounds: {},
     fields=vfl_config.FIELDS,
     datasets=vfl_config.DATASETS,
     check=vfl_config.check,
-    stack_key=lambda c: None,
     deploy="fedstream.vfl.deploy.adapter",
 )

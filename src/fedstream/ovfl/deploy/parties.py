@@ -28,7 +28,7 @@ from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
-from fedstream.ovfl.activation import Activation, make_activation
+from fedstream.ovfl.activation import Activation, activation_from_config
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream, server_lr
 from fedstream.ovfl.server import Server
@@ -99,14 +99,7 @@ def build_activation(config: dict) -> Activation | None:
     """A client node's own activation policy; None when the server decides (:func:`server_decides`)."""
     if server_decides(config):
         return None
-    return make_activation(
-        config["activation.name"],
-        config["vfl.clients"],
-        p=config["activation.p"],
-        threshold=config["activation.threshold"],
-        k=config["activation.k"],
-        seed=config["seed"],
-    )
+    return activation_from_config(config)
 
 
 def build_server_activation(config: dict) -> Activation:
@@ -116,19 +109,7 @@ def build_server_activation(config: dict) -> Activation:
         raise ConfigError(
             f"activation.name = {config['activation.name']!r} is decided by each client, not the server"
         )
-    return make_activation(
-        config["activation.name"],
-        config["vfl.clients"],
-        p=config["activation.p"],
-        threshold=config["activation.threshold"],
-        k=config["activation.k"],
-        seed=config["seed"],
-        l=config["activation.l"],
-        window=config["activation.window"],
-        explore=config["activation.explore"],
-        padding=config["activation.padding"],
-        embedding=config["model.embedding"],
-    )
+    return activation_from_config(config)
 
 
 _STREAMS: dict[tuple, Stream] = {}
