@@ -161,25 +161,10 @@ class LocalCohort:
     # -- checkpoints ---------------------------------------------------------------------------
     def records_state(self) -> dict:
         """The validation records with their snapshots and the global columns they point to."""
-        return {
-            "selector": [
-                {
-                    "key": [k, lr, cand],
-                    "choice": asdict(ch),
-                    "snapshot": self.selector.snapshots[(k, lr, cand)],
-                }
-                for (k, lr, cand), ch in self.selector.best.items()
-            ],
-            "commons": [
-                {"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
-                for (lr, rnd), st in self.commons.items()
-            ],
-        }
+        return records_state(self.selector, self.commons)
 
     def load_records(self, state: dict) -> None:
-        for rec in state["selector"]:
-            self.selector.keep(int(rec["key"][0]), Choice(**rec["choice"]), rec["snapshot"])
-        self.commons = {(c["lr"], int(c["round"])): tensors_to_arrays(c["tensors"]) for c in state["commons"]}
+        self.commons = load_records(self.selector, state)
 
     def clients_state(self) -> list[dict]:
         # a client's common column and its Adam state are replaced by the next round's θ^t and a
@@ -198,3 +183,25 @@ class LocalCohort:
 
     def load_federation(self, state: Mapping) -> None:
         self.load_clients(state["clients"])
+
+
+def records_state(selector: Selector, commons: Mapping) -> dict:
+    """A client side's validation records (``selector``) with their snapshots, and the global columns
+    they point to (``commons``: (lr, round) -> arrays), as a checkpoint stores them; the simulator's
+    cohort and a deployed node keep them the same way."""
+    return {
+        "selector": [
+            {"key": [k, lr, cand], "choice": asdict(ch), "snapshot": selector.snapshots[(k, lr, cand)]}
+            for (k, lr, cand), ch in selector.best.items()
+        ],
+        "commons": [
+            {"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)} for (lr, rnd), st in commons.items()
+        ],
+    }
+
+
+def load_records(selector: Selector, state: Mapping) -> dict:
+    """Put :func:`records_state`'s records back into ``selector``; the ``commons`` they point to."""
+    for rec in state["selector"]:
+        selector.keep(int(rec["key"][0]), Choice(**rec["choice"]), rec["snapshot"])
+    return {(c["lr"], int(c["round"])): tensors_to_arrays(c["tensors"]) for c in state["commons"]}

@@ -37,14 +37,20 @@ from dataclasses import asdict
 
 import numpy as np
 
-from fedstream.chfl.checkpoint import arrays_to_tensors, tensors_to_arrays
 from fedstream.chfl.client import Client
-from fedstream.chfl.cohort import keep_common, score_choices, train_and_upload, validate_client
+from fedstream.chfl.cohort import (
+    keep_common,
+    load_records,
+    records_state,
+    score_choices,
+    train_and_upload,
+    validate_client,
+)
 from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
 from fedstream.chfl.deploy.records import FinishReply, RoundReply, RoundRequest, SetupReply
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
-from fedstream.chfl.selection import Choice, Selector
+from fedstream.chfl.selection import Selector
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
@@ -192,19 +198,7 @@ class CHFLHost:
             "round": self.round,
             "counters": [self.up, self.down, self.messages],
             "client": None if self.client is None else self.client.state(),
-            "selector": [
-                {
-                    "key": [k, lr, cand],
-                    "choice": asdict(ch),
-                    "snapshot": self.selector.snapshots[(k, lr, cand)],
-                }
-                for (k, lr, cand), ch in self.selector.best.items()
-            ],
-            "commons": [
-                {"lr": lr, "round": rnd, "tensors": arrays_to_tensors(st)}
-                for (lr, rnd), st in self.commons.items()
-            ],
-        }
+        } | records_state(self.selector, self.commons)
         return pack_state(STATE, state)
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -214,6 +208,4 @@ class CHFLHost:
         if saved["client"] is not None:
             self.client = self._fresh(self.settings.lrs[self.lr_index])
             self.client.load_state(saved["client"])
-        for rec in saved["selector"]:
-            self.selector.keep(int(rec["key"][0]), Choice(**rec["choice"]), rec["snapshot"])
-        self.commons = {(c["lr"], int(c["round"])): tensors_to_arrays(c["tensors"]) for c in saved["commons"]}
+        self.commons = load_records(self.selector, saved)
