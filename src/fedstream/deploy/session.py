@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import tempfile
 from collections.abc import Callable, Iterable
@@ -42,6 +41,7 @@ import numpy as np
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
 from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.runs.files import atomic_open
 
 log = logging.getLogger("fedstream.deploy")
 KEEP_BOUNDARIES = 3
@@ -110,9 +110,8 @@ class NodeStore:
 
 
 def _save(path: Path, state: dict[str, np.ndarray]) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:
+    with atomic_open(path, "wb") as f:
         np.savez(f, **state)
-    os.replace(f.name, path)
 
 
 def kept_boundary(env: Envelope) -> int | None:

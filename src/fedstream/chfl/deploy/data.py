@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from fedstream.chfl.trainer import prepare_client
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.errors import ConfigError
+from fedstream.runs.files import atomic_open
 
 FORMAT = 1
 
@@ -127,9 +126,8 @@ def _write(path: Path, part: NodePart) -> None:
     }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:
+    with atomic_open(path, "wb") as f:
         np.savez(f, **arrays)
-    os.replace(f.name, path)
 
 
 def _read(path: Path, index: int) -> NodePart:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import numpy as np
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
+from fedstream.runs.files import atomic_open, atomic_write
 
 ROW_KEYS = (
     "data.name",
@@ -95,9 +94,8 @@ class BlockRows:
 
             block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
             if path is not None:
-                with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npy") as f:
+                with atomic_open(path, "wb") as f:
                     np.save(f, block)
-                os.replace(f.name, path)
                 for old in self.cache_dir.glob(f"{self._key}.chunk*.npy"):  # the run has moved past them
                     if (
                         old.name[len(self._key) + 6 : -4].isdigit()
@@ -114,6 +112,4 @@ class BlockRows:
 
     def _write(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-            f.write(data)
-        os.replace(f.name, path)
+        atomic_write(path, data)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from fedstream.data.images import load_image_split, standardise
 from fedstream.data.paths import find_file, resolve_data_root
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError, DataError
+from fedstream.runs.files import atomic_open
 from fedstream.vfl.data import load_vertical, strips
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.settings import BatchVFLSettings
@@ -142,9 +141,8 @@ def load_block(
                         np.ascontiguousarray(cut(data.test_x)))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".npz") as f:
+        with atomic_open(path, "wb") as f:
             np.savez(f, index=np.array(index), train_x=block.train_x, test_x=block.test_x)
-        os.replace(f.name, path)
     return block
 
 
