@@ -46,9 +46,9 @@ def check_out(task: Task, out: Path | None, resume: bool) -> None:
     if not resume:
         for name in task.refuse_fresh:
             if (out / name).exists():
-                raise FedstreamError(
-                    f"{out / name} exists: add --resume to continue it, or choose another --out"
-                )
+                hint = ("the run there has finished (or diverged): choose another --out"
+                        if name == "summary.json" else "add --resume to continue it, or choose another --out")
+                raise FedstreamError(f"{out / name} exists: {hint}")
 
 
 def cmd_run(args) -> int:
