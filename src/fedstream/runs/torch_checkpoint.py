@@ -26,8 +26,10 @@ def save_torch(path: Path, payload: dict[str, Any]) -> Path:
     body = buffer.getvalue()
     wrapped = {"fedstream": MARK, "sha256": hashlib.sha256(body).hexdigest(),
                "body": torch.frombuffer(bytearray(body), dtype=torch.uint8)}
+    buffer = io.BytesIO()
+    torch.save(wrapped, buffer)  # serialised in memory: a failed write is a plain OSError
     with atomic_open(path, "wb") as fh:
-        torch.save(wrapped, fh)
+        fh.write(buffer.getbuffer())
     return path
 
 
