@@ -11,6 +11,8 @@ from fedstream.ovfl.engine import OnlineVFL
 from tests.helpers.data import write_susy
 from tests.helpers.runs import untimed
 
+CPU = ("client_cpu_seconds", "server_cpu_seconds")  # thread CPU time: differs between equal runs
+
 
 @pytest.fixture
 def susy_root(tmp_path):
@@ -47,16 +49,16 @@ def test_side_by_side_runs_equal_single_runs_and_resume(susy_root, tmp_path):
     summaries = sweep(specs, workers=2)
     for spec, s in zip(specs, summaries):
         alone = OnlineVFL(spec.config).run()
-        assert untimed(s) == untimed(alone), spec.name
+        assert untimed(s, *CPU) == untimed(alone, *CPU), spec.name
         assert json.loads((spec.out / "summary.json").read_text())["rounds"] == 300
     # a second sweep with more rounds resumes every run from its checkpoint: equal to 500 at once
     longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
     resumed = sweep(longer, workers=1)
     for spec, s in zip(longer, resumed):
-        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s, *CPU) == untimed(OnlineVFL(spec.config).run(), *CPU), spec.name
     # and a finished sweep is skipped: same summaries, nothing recomputed
     again = sweep(longer, workers=1)
-    assert [untimed(a) for a in again] == [untimed(b) for b in resumed]
+    assert [untimed(a, *CPU) for a in again] == [untimed(b, *CPU) for b in resumed]
     assert [a["wall_seconds"] for a in again] == [b["wall_seconds"] for b in resumed]
 
 
@@ -70,10 +72,10 @@ def test_stacked_sweep_equals_single_runs_resumes_and_keeps_stacks_on_one_worker
     assert sorted(sorted({s.config["optimizer.name"] for s in g}) for g in groups) == [["dlr"], ["ogd"]]
     summaries = sweep(specs, workers=2, stack=True)
     for spec, s in zip(specs, summaries):
-        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s, *CPU) == untimed(OnlineVFL(spec.config).run(), *CPU), spec.name
     longer = expand_grid("ovfl-susy", [*sets, "rounds=500"], grid, tmp_path / "sw")
     for spec, s in zip(longer, sweep(longer, workers=1, stack=True)):
-        assert untimed(s) == untimed(OnlineVFL(spec.config).run()), spec.name
+        assert untimed(s, *CPU) == untimed(OnlineVFL(spec.config).run(), *CPU), spec.name
 
 
 def test_sweep_cli(susy_root, tmp_path, capsys):
@@ -93,7 +95,7 @@ def test_sweep_finishes_a_run_checkpointed_at_its_end_without_summary(susy_root,
     first = sweep(specs, workers=1)
     (specs[1].out / "summary.json").unlink()
     again = sweep(specs, workers=1)
-    assert untimed(again[1]) == untimed(first[1]) and (specs[1].out / "summary.json").exists()
+    assert untimed(again[1], *CPU) == untimed(first[1], *CPU) and (specs[1].out / "summary.json").exists()
 
 
 def test_sweep_cli_stack_flag_gives_the_same_index(susy_root, tmp_path):
@@ -102,7 +104,7 @@ def test_sweep_cli_stack_flag_gives_the_same_index(susy_root, tmp_path):
     assert main([*args, "--out", str(tmp_path / "alone")]) == 0
     assert main([*args, "--out", str(tmp_path / "stacked"), "--stack"]) == 0
     rows = [json.loads((tmp_path / d / "sweep.json").read_text()) for d in ("alone", "stacked")]
-    strip = lambda index: [untimed(r, "folder") for r in index]
+    strip = lambda index: [untimed(r, "folder", *CPU) for r in index]
     assert strip(rows[0]) == strip(rows[1])
 
 

@@ -14,7 +14,7 @@ simulator and a network backend run the very same sequence of messages:
 
 from __future__ import annotations
 
-from time import perf_counter
+from time import perf_counter, thread_time
 
 import numpy as np
 
@@ -23,11 +23,29 @@ from fedstream.ovfl.server import RoundResult, Server
 
 
 class ComputeClock:
-    """Seconds spent inside client and inside server procedures (not in the transport)."""
+    """Seconds spent inside client and inside server procedures (not in the transport): wall-clock
+    (``client``, ``server``: ``perf_counter``; the summary's ``*_compute_seconds``) and CPU time of
+    this thread (``client_cpu``, ``server_cpu``: ``thread_time``; ``*_cpu_seconds``). Under load the
+    wall-clock figures include the time the process waited for a core; the CPU figures do not."""
 
     def __init__(self) -> None:
         self.client = 0.0
         self.server = 0.0
+        self.client_cpu = 0.0
+        self.server_cpu = 0.0
+
+    @staticmethod
+    def start() -> tuple[float, float]:
+        """Both clocks now: pass the result to :meth:`add_client` or :meth:`add_server`."""
+        return perf_counter(), thread_time()
+
+    def add_client(self, tic: tuple[float, float]) -> None:
+        self.client += perf_counter() - tic[0]
+        self.client_cpu += thread_time() - tic[1]
+
+    def add_server(self, tic: tuple[float, float]) -> None:
+        self.server += perf_counter() - tic[0]
+        self.server_cpu += thread_time() - tic[1]
 
 
 def play_round(
@@ -45,11 +63,11 @@ def play_round(
     ``queried[m]`` whether the server queries it when passive (None: every passive client)."""
     embeddings = [None] * len(clients)
     active_ids = [m for m in range(len(clients)) if active[m]]
-    tic = perf_counter()
+    tic = clock.start()
     for client, x in zip(clients, x_blocks):
         client.observe(t, x)
     pushed = [clients[m].on_event(t) for m in active_ids]
-    clock.client += perf_counter() - tic
+    clock.add_client(tic)
     for msg in pushed:
         embeddings[msg.client] = transport.up(msg)
     for m in range(len(clients)):
@@ -63,23 +81,23 @@ def play_round(
 def _ask(query, client, transport, clock: ComputeClock):
     """Step 2 for one passive client: the query goes down, its embedding comes back up."""
     query = transport.down(query)
-    tic = perf_counter()
+    tic = clock.start()
     msg = client.on_query(query)
-    clock.client += perf_counter() - tic
+    clock.add_client(tic)
     return transport.up(msg)
 
 
 def _learn(server, inputs: tuple, clients, transport, clock: ComputeClock):
     """Step 3: the server learns from ``inputs`` (its ``on_embeddings`` arguments) and each gradient
     goes down to its client, which learns."""
-    tic = perf_counter()
+    tic = clock.start()
     result = server.on_embeddings(*inputs)
-    clock.server += perf_counter() - tic
+    clock.add_server(tic)
     for grad in result.gradients:
         grad = transport.down(grad)
-        tic = perf_counter()
+        tic = clock.start()
         clients[grad.client].on_gradient(grad)
-        clock.client += perf_counter() - tic
+        clock.add_client(tic)
     return result
 
 
@@ -94,11 +112,11 @@ def play_stack_round(t: int, x_blocks: list[np.ndarray], y: int, split: list[tup
     2. the server queries it in the runs where it is passive, and it answers;
     3. the server predicts and learns in every run and sends the activated runs' gradients.
     """
-    tic = perf_counter()
+    tic = clock.start()
     for client, x in zip(clients, x_blocks):
         client.observe(t, x)
     pushed = [client.on_event(t, on) for client, (on, _) in zip(clients, split) if on.size]
-    clock.client += perf_counter() - tic
+    clock.add_client(tic)
     embeddings: list[list] = [[] for _ in clients]
     for msg in pushed:
         embeddings[msg.client].append(transport.up(msg))

@@ -29,7 +29,8 @@ METRIC_COLUMNS = [
     "bytes_total",
     "client_compute_seconds",
     "wall_seconds",
-]  # online VFL's metrics.csv
+    "client_cpu_seconds",
+]  # online VFL's metrics.csv (client_compute_seconds: wall-clock; client_cpu_seconds: thread CPU time)
 LOCK = ".lock"
 
 
