@@ -81,8 +81,12 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             batch = _ArrayUnpickler(fh, encoding="bytes").load()
     except FileNotFoundError:
         raise DataError(f"{path}: file not found. {CIFAR_HINT}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise DataError(f"{path}: not a CIFAR-10 python pickle batch ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - foreign or damaged bytes make the (restricted: it builds
+        # only containers and arrays) unpickler raise anything: a forged frame length a MemoryError,
+        # a bad opcode KeyError or UnpicklingError, a short read EOFError or struct.error
+        raise DataError(f"{path}: not a CIFAR-10 python pickle batch ({type(exc).__name__}: {exc})") from None
     if not isinstance(batch, dict):
         raise DataError(
             f"{path}: expected a pickled dict with keys 'data' and 'labels', found {type(batch).__name__}"
