@@ -90,7 +90,7 @@ def online_summary(run) -> dict:
         "bytes": run.transport.ledger.summary(),
         "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
         "server_compute_seconds": run.clock.server,  # wall-clock; the CPU time is server_cpu_seconds
-        "server_cpu_seconds": run.clock.server_cpu,
+        "server_cpu_seconds": run.clock.cpu()[1],
         "wall_seconds": run.wall_seconds,
         "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
         "fedstream_version": fedstream.__version__,
@@ -247,7 +247,7 @@ class OnlineVFL:
             "accumulated_error": self.metrics.accumulated_error,
             "bytes_total": self.transport.ledger.total,
             "client_compute_seconds": self.clock.client,
-            "client_cpu_seconds": self.clock.client_cpu,
+            "client_cpu_seconds": self.clock.cpu()[0],
             "wall_seconds": wall,
         }
         self.interval_rows.append(row)
@@ -258,7 +258,7 @@ class OnlineVFL:
     def summary(self) -> dict:
         return (
             online_summary(self)
-            | {"client_compute_seconds": self.clock.client, "client_cpu_seconds": self.clock.client_cpu}
+            | {"client_compute_seconds": self.clock.client, "client_cpu_seconds": self.clock.cpu()[0]}
             | self._selection_summary()
         )
 
@@ -290,7 +290,7 @@ class OnlineVFL:
         """Write the full state (models, optimiser windows, metrics, bytes, round) atomically
         (the callers run :meth:`check_finite` first)."""
         state = collect(self._parts()) | {"active_counts": self.active_counts}
-        clock = [self.clock.client, self.clock.server, self.clock.client_cpu, self.clock.server_cpu]
+        clock = [self.clock.client, self.clock.server, *self.clock.samples]
         meta = {
             "round": self.t, "config": self.config, "clock": clock,
             "wall_seconds": self.wall_seconds + wall, "interval_rows": self.interval_rows,
@@ -327,7 +327,8 @@ class OnlineVFL:
             raise CheckpointError(path, f"checkpoint refused: the model of {', '.join(bad)} holds NaN or "
                                   "inf (the run had diverged); start again with a smaller optimizer.lr")
         self.t = int(meta["round"])
-        clock = list(meta["clock"]) + [0.0, 0.0]  # checkpoints of before the CPU clocks hold two
-        self.clock.client, self.clock.server, self.clock.client_cpu, self.clock.server_cpu = clock[:4]
+        clock = list(meta["clock"])  # [client, server] before the CPU clock, then its samples
+        self.clock.client, self.clock.server = clock[:2]
+        self.clock.samples = (clock[2:] + [0.0] * 4)[:4]
         self.wall_seconds = float(meta["wall_seconds"])
         self.interval_rows = list(meta["interval_rows"])

@@ -94,7 +94,7 @@ class RunStack:
         self.server = ServerStack([r.server for r in runs])
         self.transport = StackTransport([r.transport.ledger for r in runs])
         self.clock = ComputeClock()
-        self._base = [(r.clock.client, r.clock.server, r.clock.client_cpu, r.clock.server_cpu)
+        self._base = [(r.clock.client, r.clock.server, list(r.clock.samples))
                       for r in runs]  # each run's clocks before stacking
 
     def run(self, end: int, hooks: list[Hooks] | None = None) -> None:
@@ -184,11 +184,10 @@ class RunStack:
         """Bytes and compute clocks into each run (each run's share of the stack's clocks)."""
         self.transport.write_back()
         K = len(self.runs)
-        for r, (client, server, client_cpu, server_cpu) in zip(self.runs, self._base):
+        for r, (client, server, samples) in zip(self.runs, self._base):
             r.clock.client = client + self.clock.client / K
             r.clock.server = server + self.clock.server / K
-            r.clock.client_cpu = client_cpu + self.clock.client_cpu / K
-            r.clock.server_cpu = server_cpu + self.clock.server_cpu / K
+            r.clock.samples = [a + b / K for a, b in zip(samples, self.clock.samples)]
 
     def write_back(self) -> None:
         """Every run's models, optimiser state, windows, bytes and clocks, from the stack."""
