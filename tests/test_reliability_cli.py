@@ -76,6 +76,19 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, data_root):
                  "--out", str(out), "--resume"]) == 0  # the lock was released and the checkpoint resumes
 
 
+def test_sigterm_stops_a_sweep_and_its_workers(tmp_path, data_root):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedstream", "sweep", "ovfl-imnist", "--grid", "optimizer.lr=0.01,0.02",
+         "--set", "rounds=100000000", "--set", f"data.root={data_root}", "--out", str(tmp_path),
+         "--workers", "2", "--quiet"], env=_env(data_root), stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: len(list(tmp_path.glob("*/metrics.csv"))) == 2, 90)
+    children = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130 and "interrupted: rerun the same command" in err, err
+    assert _wait_for(lambda: not [c for c in children if _alive(c)], 10)
+
+
 def test_kill_9_of_experiment_run_leaves_no_process_behind(tmp_path, data_root):
     from tests.test_experiments import TINY
 

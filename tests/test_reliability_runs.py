@@ -234,3 +234,28 @@ def test_online_summary_and_metrics_report_cpu_beside_wall_time(tmp_path, data_r
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "client_cpu_seconds" in header and "client_compute_seconds" in header
     assert RunFolder(out).read_summary()["rounds"] == 400
+
+
+class _Touch:
+    """Unpickling this would create ``path`` (what a malicious checkpoint could do instead)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_torch_checkpoints_are_loaded_with_weights_only(tmp_path):
+    import torch
+
+    from fedstream.runs.checkpoint import CheckpointError
+    from fedstream.runs.torch_checkpoint import load_torch, save_torch
+
+    marker = tmp_path / "ran"
+    save_torch(tmp_path / "inner.pt", {"w": torch.ones(2), "x": _Touch(marker)})  # hashed, code inside
+    torch.save({"fedstream": "checkpoint", "x": _Touch(marker)}, tmp_path / "outer.pt")
+    for name in ("inner.pt", "outer.pt"):
+        with pytest.raises(CheckpointError, match=f"{name}: cannot read the checkpoint"):
+            load_torch(tmp_path / name)
+    assert not marker.exists()
