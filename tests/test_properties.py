@@ -253,3 +253,26 @@ def test_known_bad_checkpoints(blob):
     for loader, name in ((load_checkpoint, "checkpoint.npz"), (load_torch, "checkpoint.pt")):
         with pytest.raises(FedstreamError, match=name):
             loader(in_file(blob, name))
+
+
+def test_found_by_the_properties():
+    """Inputs the properties found (each raised another exception before its fix)."""
+    import struct
+
+    from fedstream.transport.tensors import HEADER, KIND_MODEL_UPDATE, NAME_LEN
+
+    # a forged shape whose int64 product wraps to 0: the length check passed, reshape raised ValueError
+    forged = (HEADER.pack(KIND_MODEL_UPDATE, 1, 0, 1, 1) + NAME_LEN.pack(1) + b"w" + bytes([4])
+              + struct.pack("<4I", *[2**16] * 4))
+    with pytest.raises(FedstreamError, match="shapes say"):
+        decode_update(forged)
+    # a pickle frame claiming 17 TB: MemoryError; a non-UTF-8 bytes key: UnicodeDecodeError
+    for blob in (b"\x80\x04\x95\xab\x18\x00\x00\x00\x01\x00\x00}\x94.", pickle.dumps({b"\x80": 1})):
+        with pytest.raises(FedstreamError, match="data_batch_1"):
+            read_batch(in_file(blob, "data_batch_1"))
+    # a zip entry of an unknown version: NotImplementedError
+    data = bytearray(_npz_checkpoint())
+    central = data.index(b"PK\x01\x02")  # the first entry of the central directory
+    data[central + 6:central + 8] = (64).to_bytes(2, "little")  # its "version needed to extract"
+    with pytest.raises(FedstreamError, match="checkpoint.npz"):
+        load_checkpoint(in_file(bytes(data), "checkpoint.npz"))

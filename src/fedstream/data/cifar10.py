@@ -69,7 +69,7 @@ def _key(batch: dict, key: str, path: Path):
     for k in (key.encode(), key):
         if k in batch:
             return batch[k]
-    found = ", ".join(sorted(k.decode() if isinstance(k, bytes) else str(k) for k in batch))
+    found = ", ".join(sorted(k.decode(errors="replace") if isinstance(k, bytes) else str(k) for k in batch))
     raise DataError(f"{path}: missing key '{key}' in the CIFAR-10 batch dict (found keys: {found or 'none'})")
 
 
