@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 import tempfile
 from pathlib import Path
@@ -276,3 +277,21 @@ def test_found_by_the_properties():
     data[central + 6:central + 8] = (64).to_bytes(2, "little")  # its "version needed to extract"
     with pytest.raises(FedstreamError, match="checkpoint.npz"):
         load_checkpoint(in_file(bytes(data), "checkpoint.npz"))
+
+
+def test_a_forged_numpy_state_in_a_cifar_pickle_does_not_crash_the_process(tmp_path):
+    """numpy's dtype.__setstate__ trusted its state: (3, '|', (None, None), -1, -1, 0) was a
+    segmentation fault. Run in a child process, so that a crash fails this test, not the session."""
+    import subprocess
+    import sys
+
+    data = pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [1, 9]}, protocol=4)
+    forged = data.replace(b"\x8c\x01|\x94NNN", b"\x8c\x01|\x94NN\x86", 1)
+    assert forged != data
+    path = in_file(forged, "data_batch_1")
+    code = ("import sys\nfrom fedstream.data.cifar10 import read_batch\nfrom fedstream.errors import "
+            "FedstreamError\ntry:\n    read_batch(sys.argv[1])\nexcept FedstreamError:\n    pass\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": src})
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -56,8 +56,9 @@ def one_after_another(simulate: Callable) -> Callable[[list[RunSpec], Report, bo
         for spec in specs:
             try:
                 summaries[spec.name] = simulate(spec.config, spec.out, None, True)
-            except DivergedError as exc:  # one run blowing up must not stop the others (its
-                summaries[spec.name] = diverged_summary(spec.config, exc)  # summary is written)
+            except DivergedError as exc:  # one run blowing up must not stop the others
+                summaries[spec.name] = diverged_summary(spec.config, exc)
+                RunFolder(spec.out).write_summary(summaries[spec.name])
             report(spec.name, 1)
         return summaries
 
