@@ -259,3 +259,56 @@ def test_torch_checkpoints_are_loaded_with_weights_only(tmp_path):
         with pytest.raises(CheckpointError, match=f"{name}: cannot read the checkpoint"):
             load_torch(tmp_path / name)
     assert not marker.exists()
+
+
+def test_batch_checkpoints_holding_nan_refuse_to_resume(tmp_path, data_root, capsys):
+    import math
+
+    from fedstream.runs.torch_checkpoint import load_torch, save_torch
+
+    out = tmp_path / "vfl"
+    sets = [f"--set=data.root={data_root}", *VFL_SETS]
+    assert run("vfl-mnist", *sets, "--out", str(out)) == 0
+    payload = load_torch(out / "checkpoint.pt")
+    name = next(iter(payload["server"]))
+    payload["server"][name].fill_(math.nan)
+    save_torch(out / "checkpoint.pt", payload)  # a valid hash: only the NaN is wrong
+    (out / "summary.json").unlink()
+    capsys.readouterr()
+    assert run("vfl-mnist", *sets, "--set=train.epochs=2", "--out", str(out), "--resume") == 2
+    one_line_error(capsys, "checkpoint.pt", "server holds NaN")
+
+    import torch
+
+    from fedstream.chfl.checkpoint import FORMAT, SIMULATOR, read_checkpoint
+    from fedstream.runs.checkpoint import CheckpointError
+
+    path = tmp_path / "chfl.pt"
+    save_torch(path, {"format": FORMAT, "kind": SIMULATOR, "identity": {}, "rows": [],
+                      "state": {"clients": [{"w": torch.tensor([1.0, math.nan])}]}})
+    with pytest.raises(CheckpointError, match="chfl.pt: checkpoint refused: its state holds NaN"):
+        read_checkpoint(path)
+
+
+def test_a_batch_vfl_model_gone_nan_stops_at_the_epoch_checkpoint(tmp_path, data_root, capsys, monkeypatch):
+    """A NaN model can send finite messages; the epoch's checkpoint checks the parameters."""
+    import math
+
+    import fedstream.vfl.trainer as trainer
+
+    play = trainer.play_epochs
+
+    def poisoned(settings, data, cohort, server, *args, after_epoch=None, **kwargs):
+        def poison_then_save(epoch, step, rows):
+            for p in server.model.parameters():
+                p.data.fill_(math.nan)
+            after_epoch(epoch, step, rows)
+        return play(settings, data, cohort, server, *args, after_epoch=poison_then_save, **kwargs)
+
+    monkeypatch.setattr(trainer, "play_epochs", poisoned)
+    out = tmp_path / "run"
+    assert run("vfl-mnist", f"--set=data.root={data_root}", *VFL_SETS, "--out", str(out)) == 2
+    one_line_error(capsys, "training diverged in epoch 1: the model of server holds NaN")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["diverged"] is True and summary["diverged_at"] == 0
+    assert not (out / "checkpoint.pt").exists()
