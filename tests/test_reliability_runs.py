@@ -155,6 +155,26 @@ def test_a_damaged_or_foreign_checkpoint_exits_2_naming_it(task, damage, tmp_pat
     one_line_error(capsys, str(path))
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_a_second_run_into_the_same_out_is_refused_naming_the_holder(task, tmp_path, data_root, capsys):
+    import subprocess
+    import sys
+
+    preset, sets, _ = TASKS[task]
+    out = tmp_path / "run"
+    code = ("import sys, time; from fedstream.runs.folder import RunFolder\n"
+            "RunFolder(sys.argv[1]).lock(); print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True,
+                              env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert run(preset, f"--set=data.root={data_root}", *sets, "--out", str(out)) == 2
+        one_line_error(capsys, f"{out} is in use by another run (process {holder.pid})")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # -- output errors -----------------------------------------------------------------------------
 @pytest.mark.parametrize("task", TASKS)
 def test_out_being_a_file_is_one_line(task, tmp_path, data_root, capsys):
