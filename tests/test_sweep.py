@@ -124,9 +124,9 @@ def test_workers_exit_when_the_sweep_process_is_killed(tmp_path):
 
     script = textwrap.dedent(f"""
         import multiprocessing as mp, os, sys, time
-        from fedstream.experiments.sweep import _exit_with_parent
+        from fedstream.runs.workers import exit_with_parent
         def child(path):
-            _exit_with_parent(poll_seconds=0.1)
+            exit_with_parent(poll_seconds=0.1)
             open(path, "w").write(str(os.getpid()))
             time.sleep(60)
         if __name__ == "__main__":

@@ -139,7 +139,21 @@ def read_checkpoint(path: str | os.PathLike[str], *, kind: str | None = SIMULATO
             path, f"a CHFL checkpoint {writer}; {reader} cannot resume it. Choose another "
             "--out, or delete it to start again"
         )
+    if _nonfinite(saved["state"]):
+        raise CheckpointError(path, "checkpoint refused: its state holds NaN or inf (the run had diverged); "
+                              "delete it and start again with smaller learning rates")
     return saved
+
+
+def _nonfinite(obj: Any, depth: int = 0) -> bool:
+    """Whether a float tensor in ``obj`` (nested dicts and lists) holds NaN or inf."""
+    if isinstance(obj, torch.Tensor):
+        return obj.is_floating_point() and not bool(torch.isfinite(obj).all())
+    if depth < 8 and isinstance(obj, Mapping):
+        return any(_nonfinite(v, depth + 1) for v in obj.values())
+    if depth < 8 and isinstance(obj, (list, tuple)):
+        return any(_nonfinite(v, depth + 1) for v in obj)
+    return False
 
 
 def check_identity(path: Path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:

@@ -27,6 +27,7 @@ from fedstream.chfl.settings import METHODS, SHARED_BASELINES, CHFLSettings, che
 from fedstream.chfl.trainer import run_chfl
 from fedstream.data.chfl_datasets import load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
+from fedstream.runs.workers import exit_with_parent
 
 COLUMNS = {  # (method, result variant) -> column title
     ("common", "common"): "Common", ("local", "local"): "Local", ("chfl", "mu=0"): "CHFL mu=0",
@@ -82,7 +83,8 @@ def run_table(settings: CHFLSettings, data_root: str | os.PathLike[str] | None, 
     jobs = _jobs(settings, root, datasets, methods, splits, runs)
     t0 = time.perf_counter()
     results = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=exit_with_parent) as pool:
         for i, r in enumerate(pool.map(_job, jobs), start=1):
             results.append(r)
             if progress is not None:

@@ -11,7 +11,8 @@
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit]
 
-Errors that are the user's to fix (config, data files, checkpoints) print one line and exit 2.
+Errors that are the user's to fix (config, data files, checkpoints, output folders, a diverged
+run) print one line and exit 2; Ctrl-C and SIGTERM print how to continue and exit 130.
 One module per command group: ``run`` (run, presets), ``sweep``, ``experiment``, ``report``,
 ``bench``, ``deploy``; ``common`` holds the console and progress bars.
 """
@@ -26,7 +27,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 from rich.markup import escape  # noqa: E402
 
@@ -53,8 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (kill, a batch scheduler) ends a run as Ctrl-C does: the same message and exit code;
+    # the last checkpoint stays and --resume (run) or rerunning (sweep, experiment) continues
+    catch_term = args.command in INTERRUPTED and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if catch_term else None
     try:
         return COMMANDS[args.command](args)
     except FedstreamError as exc:
@@ -63,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print(INTERRUPTED.get(args.command, "interrupted"))
         return 130
+    finally:
+        if catch_term:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import (
@@ -38,6 +40,13 @@ def reporter(bar: Progress, task) -> Callable[[str, int], None]:
         bar.update(task, completed=sum(done.values()), rps=sum(done.values()) / elapsed)
 
     return on_report
+
+
+def out_dir(text: str) -> Path:
+    """``--out``: a folder path; an empty one is refused (it would write into the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder, got an empty path")
+    return Path(text)
 
 
 def check_workers(workers: int | None) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 from rich.table import Table
 
-from fedstream.cli.common import STACK_HELP, add_sets, check_workers, progress_bar, reporter
+from fedstream.cli.common import STACK_HELP, add_sets, check_workers, out_dir, progress_bar, reporter
 from fedstream.experiments.definition import list_experiments, load_experiment
 from fedstream.experiments.runner import run_experiment, total_rounds
 
@@ -20,7 +18,7 @@ def add_parsers(sub) -> None:
     run.add_argument("name", help="experiment name (see `fedstream experiment list`) or a .toml file")
     run.add_argument("--scale", choices=["small", "paper"], default="small",
                      help="small: a smoke test in minutes; paper: the paper's size")
-    run.add_argument("--out", type=Path, required=True,
+    run.add_argument("--out", type=out_dir, required=True,
                      help="experiment folder (rerun the command to resume)")
     add_sets(run)
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from fedstream.cli.common import console
 from fedstream.experiments.report import write_report
 
 
@@ -15,7 +17,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    path = write_report(args.folder)
+    path = write_report(args.folder, warn=lambda message: console.print(
+        f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True))
     Console().print(f"report written to {path}")
     return 0
 

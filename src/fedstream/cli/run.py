@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from fedstream.cli.common import add_sets, console, progress_bar, table
+from fedstream.cli.common import add_sets, console, out_dir, progress_bar, table
 from fedstream.config import list_presets, load_config
 from fedstream.errors import FedstreamError
 from fedstream.runs.folder import RunFolder
@@ -21,7 +21,8 @@ def add_parsers(sub) -> None:
     run = sub.add_parser("run", help="run one configuration (a preset name or a TOML/YAML file)")
     run.add_argument("config", help="preset name (see `fedstream presets`) or path to a .toml/.yaml file")
     add_sets(run, "override a config key, e.g. --set optimizer.name=dlr (repeatable)")
-    run.add_argument("--out", type=Path, help="folder for summary.json, metrics.csv, config and checkpoints")
+    run.add_argument("--out", type=out_dir,
+                     help="folder for summary.json, metrics.csv, config and checkpoints")
     run.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
@@ -46,9 +47,9 @@ def check_out(task: Task, out: Path | None, resume: bool) -> None:
     if not resume:
         for name in task.refuse_fresh:
             if (out / name).exists():
-                raise FedstreamError(
-                    f"{out / name} exists: add --resume to continue it, or choose another --out"
-                )
+                hint = ("the run there has finished (or diverged): choose another --out"
+                        if name == "summary.json" else "add --resume to continue it, or choose another --out")
+                raise FedstreamError(f"{out / name} exists: {hint}")
 
 
 def cmd_run(args) -> int:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 from rich.table import Table
 
-from fedstream.cli.common import STACK_HELP, add_sets, check_workers, progress_bar, reporter
+from fedstream.cli.common import STACK_HELP, add_sets, check_workers, out_dir, progress_bar, reporter
 from fedstream.experiments.columns import LABELS, column_value
 from fedstream.experiments.sweep import expand_grid, sweep, write_index
 from fedstream.tasks import get_task
@@ -19,7 +17,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a grid axis, e.g. --grid optimizer.name=ogd,slr,dlr (repeatable: cartesian product)")
     add_sets(p, "override a key for every run (repeatable)")
-    p.add_argument("--out", type=Path, required=True, help="folder; one sub-folder per run, plus sweep.json")
+    p.add_argument("--out", type=out_dir, required=True,
+                   help="folder; one sub-folder per run, plus sweep.json")
     p.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     p.add_argument("--stack", action="store_true", help=STACK_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")

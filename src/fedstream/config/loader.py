@@ -36,6 +36,29 @@ def list_presets() -> dict[str, str]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping (TOML refuses it too; YAML
+    would silently keep the last value)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: construct_mapping says so
+            break
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (given twice in one table)", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def _read(source: str) -> tuple[dict, str]:
     """Parse a preset name or a config file path into nested dicts."""
     path = Path(source)
@@ -53,7 +76,7 @@ def _read(source: str) -> tuple[dict, str]:
         raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
     try:
         if path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
         else:
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:

@@ -32,7 +32,9 @@ COMMON: dict[str, Field] = {
         "(with compression), chfl = continual horizontal FL",
         choices=TASKS,
     ),
-    "seed": Field(int, 0, "seed of models, data order, splits and activation draws", min=0),
+    # torch.manual_seed takes at most 2**64 - 1 and the generators are seeded with seed + offsets:
+    # 2**63 - 1 (also TOML's largest integer) leaves room; numpy's SeedSequence takes any of them
+    "seed": Field(int, 0, "seed of models, data order, splits and activation draws", min=0, max=2**63 - 1),
     "data.name": Field(
         str,
         DATASETS[0],

@@ -17,6 +17,7 @@ from typing import IO
 from fedstream.errors import DataError
 
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 # What gzip/zlib raise on a corrupt or truncated stream.
 GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
@@ -60,11 +61,18 @@ def read_all(path: Path) -> bytes:
 
 
 def open_text(path: Path) -> IO[str]:
-    """A text stream over the (decompressed) content; read errors surface as GZIP_ERRORS."""
+    """A text stream over the (decompressed) content, a leading UTF-8 byte-order mark skipped
+    (an editor's "UTF-8 with BOM": without this, the first line of a file without a header would
+    not parse as numbers and be taken for a header); read errors surface as GZIP_ERRORS."""
     path = Path(path)
-    if is_gzip(path):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="ascii", errors="replace")
-    return open(path, encoding="ascii", errors="replace")
+    raw = gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    try:
+        if raw.read(len(BOM)) != BOM:
+            raw.seek(0)
+    except BaseException:
+        raw.close()
+        raise
+    return io.TextIOWrapper(raw, encoding="ascii", errors="replace")
 
 
 def read_first_line(path: Path) -> str:

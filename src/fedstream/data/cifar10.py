@@ -11,17 +11,18 @@ pickled dict (written by Python 2, so its keys are ``bytes``) with
 Files are looked up in ``<root>/cifar-10-batches-py/``, ``<root>/cifar10/cifar-10-batches-py/``,
 ``<root>/cifar10/`` and ``<root>/``. Every check names the file and the key: a missing file,
 a pickle that is not a dict, a missing key, a wrong shape or dtype, labels out of range. Only
-the classes a CIFAR batch needs (numpy arrays and dtypes) may be unpickled, so a foreign pickle
-cannot run code.
+the classes a CIFAR batch needs (numpy arrays and dtypes) may be unpickled, and the arrays are
+built from checked arguments (:mod:`fedstream.data._safe_pickle`), so a foreign or damaged pickle
+can neither run code nor crash the process.
 """
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
 
+from fedstream.data._safe_pickle import safe_load
 from fedstream.data.paths import find_file
 from fedstream.data.sources import cached_load
 from fedstream.errors import DataError
@@ -38,38 +39,12 @@ N_CLASSES = 10
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean and std of the training set
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
-_ALLOWED = {  # (module, name) an honest CIFAR pickle refers to: numpy's array reconstruction (any
-    # numpy version and pickle protocol) and, for bytes written by Python 3 with protocol 2, _codecs.encode
-    *(
-        (f"numpy.{core}.{mod}", name)
-        for core in ("core", "_core")
-        for mod, name in (
-            ("multiarray", "_reconstruct"),
-            ("multiarray", "scalar"),
-            ("numeric", "_frombuffer"),
-        )
-    ),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
-}
-
-
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles plain containers and numpy arrays, nothing else."""
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR-10 batch")
-        return super().find_class(module, name)
-
-
 def _key(batch: dict, key: str, path: Path):
     """``batch[key]`` under a bytes or str key; DataError naming the file and the key if absent."""
     for k in (key.encode(), key):
         if k in batch:
             return batch[k]
-    found = ", ".join(sorted(k.decode() if isinstance(k, bytes) else str(k) for k in batch))
+    found = ", ".join(sorted(k.decode(errors="replace") if isinstance(k, bytes) else str(k) for k in batch))
     raise DataError(f"{path}: missing key '{key}' in the CIFAR-10 batch dict (found keys: {found or 'none'})")
 
 
@@ -78,11 +53,15 @@ def read_batch(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     try:
         with open(path, "rb") as fh:
-            batch = _ArrayUnpickler(fh, encoding="bytes").load()
+            batch = safe_load(fh)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found. {CIFAR_HINT}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise DataError(f"{path}: not a CIFAR-10 python pickle batch ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - foreign or damaged bytes make the (restricted: it builds
+        # only containers and arrays) unpickler raise anything: a forged frame length a MemoryError,
+        # a bad opcode KeyError or UnpicklingError, a short read EOFError or struct.error
+        raise DataError(f"{path}: not a CIFAR-10 python pickle batch ({type(exc).__name__}: {exc})") from None
     if not isinstance(batch, dict):
         raise DataError(
             f"{path}: expected a pickled dict with keys 'data' and 'labels', found {type(batch).__name__}"

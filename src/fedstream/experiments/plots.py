@@ -169,7 +169,7 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     paper = _paper_points(exp)
     colours = plt.get_cmap("tab10").colors
-    xs = [paper[name][0] for name in paper] if fig_def.axes == ("total_mb", "accumulated_error") else []
+    xs = []  # the x values drawn
     for i, run in enumerate(r for r in runs if r.done and r.summary.get("diverged_at") is None):
         colour, name = colours[i % len(colours)], label(run.grid)
         x_key, y_key = fig_def.axes
@@ -182,10 +182,11 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
         ax.scatter([x], [y], s=36, color=colour, label=name)
         if name in paper and fig_def.axes == ("total_mb", "accumulated_error"):
             ax.scatter([paper[name][0]], [paper[name][1]], s=44, marker="x", color=colour)
+            xs.append(paper[name][0])
     ax.scatter([], [], marker="o", color="black", label="ours")
     if paper:
         ax.scatter([], [], marker="x", color="black", label="paper")
-    log_x = bool(xs) and min(xs) > 0  # a log axis needs positive data: none while every run is unfinished
+    log_x = bool(xs) and min(xs) > 0  # a log axis needs positive data: none while no run is drawn
     if log_x:
         _log_x_axis(ax)
     scaled = f", ours ×{scale_factor:g} to the paper's rounds" if scale_factor else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,34 @@ class Run:
 
 
 def _read_curve(path: Path) -> list[dict]:
+    """metrics.csv as numbers; ValueError naming the file for a row that is not numeric."""
     if not path.exists():
         return []
     with open(path, newline="") as fh:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(fh)]
+        try:
+            return [{k: float(v) for k, v in row.items() if v not in ("", None)}
+                    for row in csv.DictReader(fh)]
+        except (ValueError, TypeError) as exc:  # TypeError: a row with more cells than the header
+            raise ValueError(f"{path}: a row is not numeric ({exc})") from None
 
 
-def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
-    """The experiment index, its definition and every run, from an experiment folder."""
+def _read_summary(path: Path) -> dict | None:
+    """summary.json, or None before the run has finished; ValueError if it is not a JSON object."""
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: not a JSON object (got {type(summary).__name__})")
+    return summary
+
+
+def load_runs(folder: Path, warn: Callable[[str], None] = lambda message: None
+              ) -> tuple[dict, Experiment, list[Run]]:
+    """The experiment index, its definition and every run, from an experiment folder. A run whose
+    summary.json or metrics.csv cannot be read is skipped, with a ``warn`` naming it."""
     index_path = folder / "experiment.json"
     if not index_path.exists():
         raise ConfigError(
@@ -66,14 +87,13 @@ def load_runs(folder: Path) -> tuple[dict, Experiment, list[Run]]:
     runs = []
     for entry in index["runs"]:
         run_dir = folder / entry["folder"]
-        summary_path = run_dir / "summary.json"
         try:
-            summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{summary_path}: not valid JSON ({exc})") from None
-        runs.append(
-            Run(entry["name"], entry["grid"], entry["config"], summary, _read_curve(run_dir / "metrics.csv"))
-        )
+            summary = _read_summary(run_dir / "summary.json")
+            curve = _read_curve(run_dir / "metrics.csv")
+        except (ValueError, OSError) as exc:
+            warn(f"run {entry['name']!r} skipped: {exc}")
+            continue
+        runs.append(Run(entry["name"], entry["grid"], entry["config"], summary, curve))
     return index, exp, runs
 
 
@@ -180,10 +200,17 @@ def tuning_table(index: dict) -> list[str]:
     return lines + [""]
 
 
-def write_report(folder: Path) -> Path:
-    """Render ``folder/report.md`` and ``folder/figures/*.png``; return the report's path."""
+def write_report(folder: Path, warn: Callable[[str], None] = lambda message: None) -> Path:
+    """Render ``folder/report.md`` and ``folder/figures/*.png``; return the report's path. Runs that
+    cannot be read are left out, each with a ``warn`` naming it (and a line in the report)."""
     folder = Path(folder)
-    index, exp, runs = load_runs(folder)
+    skipped: list[str] = []
+
+    def skip(message: str) -> None:
+        skipped.append(message)
+        warn(message)
+
+    index, exp, runs = load_runs(folder, skip)
     paper_rounds = exp.scales.get("paper", {}).get("rounds")
     done = [r for r in runs if r.done]
     our_rounds = done[0].summary.get("rounds") if done else None
@@ -199,7 +226,7 @@ def write_report(folder: Path) -> Path:
         lines += ["## Ours next to the paper's", ""]
         for table in exp.paper:
             lines += paper_table(table, runs, factor)
-    lines += ["## Every run", ""] + runs_table(runs) + tuning_table(index)
+    lines += ["## Every run", ""] + runs_table(runs) + [f"- {m}" for m in skipped] + tuning_table(index)
     figures = draw(exp, runs, folder / "figures", factor)
     if figures:
         lines += ["## Figures", ""]

@@ -48,9 +48,14 @@ def _spec(exp: Experiment, overrides: dict, name: str, folder: Path) -> RunSpec:
     return RunSpec(name, check_config(load_config(exp.base, overrides)), folder)
 
 
+def diverged(summary: dict) -> bool:
+    """Whether a run's summary says it diverged (``diverged: true``; older ones: ``diverged_at``)."""
+    return bool(summary.get("diverged")) or summary.get("diverged_at") is not None
+
+
 def _summary_value(summary: dict, metric: str) -> float:
     """The tuning metric of a run; a diverged run is the worst candidate."""
-    if summary.get("diverged_at") is not None:
+    if diverged(summary):
         return float("inf")
     value = summary.get(metric)
     if not isinstance(value, (int, float)):
@@ -81,9 +86,11 @@ def tune(exp: Experiment, scale: str, overrides: dict, out: Path, execute: Calla
     summaries = execute(specs)
     results: dict[str, dict] = {}
     for (combo, value), summary in zip(index, summaries):
-        results.setdefault(combo, {"key": t.key, "metric": t.metric, "rounds": rounds, "values": {}})[
-            "values"
-        ][str(value)] = _summary_value(summary, t.metric)
+        row = results.setdefault(combo, {"key": t.key, "metric": t.metric, "rounds": rounds, "values": {},
+                                         "diverged": []})
+        row["values"][str(value)] = _summary_value(summary, t.metric)
+        if diverged(summary):  # the candidate is recorded as diverged (and never chosen)
+            row["diverged"].append(value)
     for combo, (name, row) in zip(combos, results.items()):
         scores = [row["values"][str(v)] for v in t.values]
         row["chosen"] = t.values[scores.index(min(scores))]

@@ -14,11 +14,11 @@ import json
 import multiprocessing as mp
 import os
 import re
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from queue import Empty
 
 from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
@@ -28,6 +28,7 @@ from fedstream.experiments.columns import column_value
 from fedstream.runs.files import atomic_write
 from fedstream.runs.folder import RunFolder
 from fedstream.runs.task import Report, RunSpec
+from fedstream.runs.workers import exit_with_parent
 from fedstream.tasks import get_task
 
 __all__ = ["RunSpec", "expand_grid", "run_group", "sweep", "work_units", "write_index"]
@@ -137,24 +138,19 @@ _QUEUE = None
 def _init_worker(queue) -> None:
     global _QUEUE
     _QUEUE = queue
-    _exit_with_parent()
-
-
-def _exit_with_parent(poll_seconds: float = 2.0) -> None:
-    """End this worker when the process that started it dies (killed, not just interrupted):
-    orphaned workers would otherwise keep running and writing to the run folders."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+    exit_with_parent()
 
 
 def _worker(specs: list[RunSpec], stack: bool = False) -> list[dict]:
     return run_group(specs, lambda name, t: _QUEUE.put((name, t)), stack=stack)
+
+
+def _drain(queue, on_report: Report) -> None:
+    while True:
+        try:
+            on_report(*queue.get_nowait())
+        except Empty:
+            return
 
 
 def sweep(specs: list[RunSpec], *, workers: int | None = None,
@@ -168,15 +164,22 @@ def sweep(specs: list[RunSpec], *, workers: int | None = None,
     if workers == 1:
         return run_group(specs, on_report, stack=stack)
     ctx = mp.get_context("spawn")
-    queue = ctx.Manager().Queue()
+    # a plain queue handed to each worker as it starts: a Manager's queue would live in a server
+    # process of its own, which outlived the parent when that was killed
+    queue = ctx.Queue()
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
         groups = work_units(specs, workers, stack=stack)  # taken one at a time by whichever worker is free
         futures = [pool.submit(_worker, group, stack) for group in groups]
-        while not all(f.done() for f in futures) or not queue.empty():
-            while not queue.empty():
-                on_report(*queue.get())
-            time.sleep(0.2)
+        try:
+            while not all(f.done() for f in futures) or not queue.empty():
+                _drain(queue, on_report)
+                time.sleep(0.2)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): stop the workers, do not wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in mp.active_children():
+                child.terminate()
+            raise
         for group, f in zip(groups, futures):
             results |= {spec.name: summary for spec, summary in zip(group, f.result())}
     return [results[s.name] for s in specs]

@@ -25,7 +25,7 @@ from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
-from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
+from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
 from fedstream.transport import CompressionSpec, make_transport
 
@@ -89,7 +89,8 @@ def online_summary(run) -> dict:
         "interval_errors": list(run.metrics.intervals),
         "bytes": run.transport.ledger.summary(),
         "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
-        "server_compute_seconds": run.clock.server,
+        "server_compute_seconds": run.clock.server,  # wall-clock; the CPU time is server_cpu_seconds
+        "server_cpu_seconds": run.clock.cpu()[1],
         "wall_seconds": run.wall_seconds,
         "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
         "fedstream_version": fedstream.__version__,
@@ -147,7 +148,8 @@ class OnlineVFL:
         return self.summary()
 
     def finish(self, hooks: Hooks) -> None:
-        """Write the final checkpoint, if checkpointing."""
+        """Check the parameters a last time; write the final checkpoint, if checkpointing."""
+        self.check_finite()
         if hooks.checkpoint_path is not None:
             self.save(hooks.checkpoint_path)
 
@@ -184,25 +186,35 @@ class OnlineVFL:
                 self.active_counts += mask[counted:j + 1].sum(axis=0)
                 counted = j + 1
             if self.t % self.metrics.interval == 0:
+                self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
                 self._record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
             if h.on_progress is not None and self.t % h.progress_every == 0:
                 h.on_progress(self)
             if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
+                self.check_finite()
                 self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.wall_seconds += time.perf_counter() - tic
 
     def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
         """The error to raise when a party produced a NaN/inf message in round t."""
-        parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
-        bad = [
-            name
-            for name, model in parties.items()
-            if not all(np.isfinite(p).all() for p in model.parameters())
-        ]
+        bad = self.nonfinite_parties()
         where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
         return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
                              f"{self.config['optimizer.lr']}; try a smaller one)", t)
+
+    def nonfinite_parties(self) -> list[str]:
+        """The parties ("server", "client m") whose parameters hold NaN or inf."""
+        parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
+        return [name for name, model in parties.items()
+                if not all(np.isfinite(p).all() for p in model.parameters())]
+
+    def check_finite(self) -> None:
+        """DivergedError if a party's parameters hold NaN or inf (run at evaluation intervals and
+        checkpoints: a server whose output layer is NaN sends exactly-zero gradients, so the
+        message checks alone do not see it). One ``isfinite`` pass over the parameters."""
+        if self.nonfinite_parties():
+            raise self._diverged(self.t, NonFiniteError("a model holds NaN or inf"))
 
     def chunk_blocks(self, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Each client's contiguous feature block of a chunk and the blocks' row means (n, M), the
@@ -223,6 +235,7 @@ class OnlineVFL:
             "accumulated_error": self.metrics.accumulated_error,
             "bytes_total": self.transport.ledger.total,
             "client_compute_seconds": self.clock.client,
+            "client_cpu_seconds": self.clock.cpu()[0],
             "wall_seconds": wall,
         }
         self.interval_rows.append(row)
@@ -232,7 +245,9 @@ class OnlineVFL:
     # -- results -----------------------------------------------------------------------------
     def summary(self) -> dict:
         return (
-            online_summary(self) | {"client_compute_seconds": self.clock.client} | self._selection_summary()
+            online_summary(self)
+            | {"client_compute_seconds": self.clock.client, "client_cpu_seconds": self.clock.cpu()[0]}
+            | self._selection_summary()
         )
 
     def _selection_summary(self) -> dict:
@@ -260,10 +275,12 @@ class OnlineVFL:
         return parts
 
     def save(self, path: Path, *, wall: float = 0.0) -> None:
-        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically."""
+        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically
+        (the callers run :meth:`check_finite` first)."""
         state = collect(self._parts()) | {"active_counts": self.active_counts}
+        clock = [self.clock.client, self.clock.server, *self.clock.samples]
         meta = {
-            "round": self.t, "config": self.config, "clock": [self.clock.client, self.clock.server],
+            "round": self.t, "config": self.config, "clock": clock,
             "wall_seconds": self.wall_seconds + wall, "interval_rows": self.interval_rows,
             "fedstream_version": fedstream.__version__,
         }
@@ -293,7 +310,13 @@ class OnlineVFL:
             raise ConfigError(
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
             ) from None
+        bad = self.nonfinite_parties()
+        if bad:
+            raise CheckpointError(path, f"checkpoint refused: the model of {', '.join(bad)} holds NaN or "
+                                  "inf (the run had diverged); start again with a smaller optimizer.lr")
         self.t = int(meta["round"])
-        self.clock.client, self.clock.server = meta["clock"]
+        clock = list(meta["clock"])  # [client, server] before the CPU clock, then its samples
+        self.clock.client, self.clock.server = clock[:2]
+        self.clock.samples = (clock[2:] + [0.0] * 4)[:4]
         self.wall_seconds = float(meta["wall_seconds"])
         self.interval_rows = list(meta["interval_rows"])

@@ -94,7 +94,8 @@ class RunStack:
         self.server = ServerStack([r.server for r in runs])
         self.transport = StackTransport([r.transport.ledger for r in runs])
         self.clock = ComputeClock()
-        self._base = [(r.clock.client, r.clock.server) for r in runs]  # each run's clocks before stacking
+        self._base = [(r.clock.client, r.clock.server, list(r.clock.samples))
+                      for r in runs]  # each run's clocks before stacking
 
     def run(self, end: int, hooks: list[Hooks] | None = None) -> None:
         """Play every run up to round ``end`` from the first run's stream, then write back."""
@@ -183,9 +184,10 @@ class RunStack:
         """Bytes and compute clocks into each run (each run's share of the stack's clocks)."""
         self.transport.write_back()
         K = len(self.runs)
-        for r, (client, server) in zip(self.runs, self._base):
+        for r, (client, server, samples) in zip(self.runs, self._base):
             r.clock.client = client + self.clock.client / K
             r.clock.server = server + self.clock.server / K
+            r.clock.samples = [a + b / K for a, b in zip(samples, self.clock.samples)]
 
     def write_back(self) -> None:
         """Every run's models, optimiser state, windows, bytes and clocks, from the stack."""

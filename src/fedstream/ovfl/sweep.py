@@ -13,7 +13,7 @@ import time
 from fedstream.errors import DivergedError
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 from fedstream.ovfl.stack import MAX_STACK, RunStack, StackDiverged, stack_key
-from fedstream.runs.folder import RunFolder
+from fedstream.runs.folder import RunFolder, diverged_fields
 from fedstream.runs.task import Report, RunSpec
 
 
@@ -98,6 +98,16 @@ class _Unit:
                     )
                 alive = [m for k, m in enumerate(self.members) if k not in exc.runs]
                 return _units(alive, True)
+            # NaN parameters with finite messages (a NaN output layer): checked once per chunk
+            self.stack.write_back()
+            bad = [k for k, m in enumerate(self.members) if m.run.nonfinite_parties()]
+            if bad:
+                for k in bad:
+                    try:
+                        self.members[k].run.check_finite()
+                    except DivergedError as exc:
+                        _close_diverged(self.members[k], exc, summaries, report)
+                return _units([m for k, m in enumerate(self.members) if k not in bad], True)
         if self.t >= end:
             if self.stack is not None:
                 self.stack.write_back()
@@ -118,7 +128,11 @@ def _units(members: list[_Member], stack: bool) -> list[_Unit]:
 
 def _close(m: _Member, summaries: dict, report: Report) -> None:
     """Final checkpoint and summary of a finished run."""
-    m.run.finish(m.hooks)
+    try:
+        m.run.finish(m.hooks)
+    except DivergedError as exc:
+        _close_diverged(m, exc, summaries, report)
+        return
     summaries[m.spec.name] = summary = m.run.summary()
     m.dir.write_summary(summary)
     report(m.spec.name, m.run.t)
@@ -126,7 +140,7 @@ def _close(m: _Member, summaries: dict, report: Report) -> None:
 
 def _close_diverged(m: _Member, exc: DivergedError, summaries: dict, report: Report) -> None:
     """A run whose model went NaN/inf: its summary says where, and it counts as finished."""
-    summary = m.run.summary() | {"diverged_at": exc.round, "error": str(exc)}
+    summary = m.run.summary() | diverged_fields(exc)
     summaries[m.spec.name] = summary
     m.dir.write_summary(summary)
     m.end = m.run.t  # done

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import fedstream.ovfl.config as ovfl_config
+from fedstream.errors import DivergedError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.stack import config_stack_key
 from fedstream.ovfl.sweep import run_online
-from fedstream.runs.folder import RunFolder
+from fedstream.runs.folder import RunFolder, diverged_fields
 from fedstream.runs.task import Progress, Task
 
 CHECKPOINT = "checkpoint.npz"
@@ -31,12 +32,17 @@ def simulate(config: dict, out: Path | None = None, progress: Progress | None = 
 
     if progress is not None:
         on_progress(run)
-    summary = run.run(
-        on_progress=on_progress if progress is not None else None,
-        on_interval=folder.append_row if folder else None,
-        checkpoint_path=folder.checkpoint if folder else None,
-        checkpoint_every=config["checkpoint.every"],
-    )
+    try:
+        summary = run.run(
+            on_progress=on_progress if progress is not None else None,
+            on_interval=folder.append_row if folder else None,
+            checkpoint_path=folder.checkpoint if folder else None,
+            checkpoint_every=config["checkpoint.every"],
+        )
+    except DivergedError as exc:  # the summary says so, then the command fails with the message
+        if folder is not None:
+            folder.write_summary(run.summary() | diverged_fields(exc))
+        raise
     if folder is not None:
         summary["output"] = str(folder.write_summary(summary))
     return summary
@@ -98,7 +104,7 @@ TASK = Task(
     simulate=simulate,
     run_many=run_online,
     checkpoint_name=CHECKPOINT,
-    refuse_fresh=(CHECKPOINT,),
+    refuse_fresh=("summary.json", CHECKPOINT),
     resume_needs_checkpoint=False,  # the engine's loader says "no checkpoint to resume from"
     title=title,
     summary_rows=summary_rows,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedstream.errors import DivergedError, NonFiniteError
-from fedstream.runs.folder import RunFolder
+from fedstream.runs.folder import RunFolder, diverged_fields
 from fedstream.runs.task import Report, RunSpec, Task
 
 CHECKPOINT = "checkpoint.pt"
@@ -26,16 +26,26 @@ def run_batch(config: dict, out: Path | None, train: Train, progress=None, resum
     if folder is not None:
         folder.write_config(config)
     try:
-        result = train(config, out, progress, resume and out is not None)
-    except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
-        raise DivergedError(f"training diverged: {exc} (optimizer.lr = {config.get('optimizer.lr')}; "
-                            "try a smaller one)", 0) from exc
+        try:
+            result = train(config, out, progress, resume and out is not None)
+        except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+            raise DivergedError(f"training diverged: {exc} (optimizer.lr = {config.get('optimizer.lr')}; "
+                                "try a smaller one)", 0) from exc
+    except DivergedError as exc:  # the summary says so, then the run fails with the message
+        if folder is not None:
+            folder.write_summary(diverged_summary(config, exc))
+        raise
     summary = result | {"task": config["task"], "config": dict(config)}
     if folder is not None:  # the trainer wrote metrics.csv as it went
         folder.write_summary(summary, default=str)
         if discard_checkpoint:
             folder.checkpoint.unlink(missing_ok=True)  # finished: the summary marks it
     return summary
+
+
+def diverged_summary(config: dict, exc: DivergedError) -> dict:
+    """The summary.json of a batch run that diverged."""
+    return {"task": config["task"], "config": dict(config)} | diverged_fields(exc)
 
 
 def one_after_another(simulate: Callable) -> Callable[[list[RunSpec], Report, bool], dict[str, dict]]:
@@ -48,8 +58,7 @@ def one_after_another(simulate: Callable) -> Callable[[list[RunSpec], Report, bo
             try:
                 summaries[spec.name] = simulate(spec.config, spec.out, None, True)
             except DivergedError as exc:  # one run blowing up must not stop the others
-                summaries[spec.name] = {"task": spec.config["task"], "config": spec.config,
-                                        "diverged_at": exc.round, "error": str(exc)}
+                summaries[spec.name] = diverged_summary(spec.config, exc)
                 RunFolder(spec.out).write_summary(summaries[spec.name])
             report(spec.name, 1)
         return summaries

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +73,11 @@ def load_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict]:
             meta_bytes = bytes(data[META_KEY])
             stored = bytes(data[HASH_KEY]).decode() if HASH_KEY in data.files else None
             meta = json.loads(meta_bytes.decode())
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise CheckpointError(path, f"checkpoint is damaged or not a fedstream checkpoint ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - np.load (pickles refused) of foreign or damaged bytes
+        # raises anything from zipfile and numpy: BadZipFile, NotImplementedError (an unknown zip
+        # version or method), zlib.error, EOFError, ValueError, KeyError, UnicodeDecodeError...
+        raise CheckpointError(path, f"checkpoint is damaged or not a fedstream checkpoint "
+                                    f"({type(exc).__name__}: {exc})") from None
     if stored is None:
         raise CheckpointError(path, f"checkpoint refused: {NO_HASH}")
     if _array_digest(state, meta_bytes) != stored:

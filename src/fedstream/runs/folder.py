@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, DivergedError
 from fedstream.fields import nest
-from fedstream.runs.files import atomic_open, atomic_write
+from fedstream.runs.files import atomic_open, atomic_write, output_error, remove_stale_temporaries
 
 METRIC_COLUMNS = [
     "round",
@@ -29,8 +29,16 @@ METRIC_COLUMNS = [
     "bytes_total",
     "client_compute_seconds",
     "wall_seconds",
-]  # online VFL's metrics.csv
+    "client_cpu_seconds",
+]  # online VFL's metrics.csv (client_compute_seconds: wall-clock; client_cpu_seconds: thread CPU time)
 LOCK = ".lock"
+
+
+def diverged_fields(exc: DivergedError) -> dict:
+    """What the summary.json of a diverged run adds (every task): ``diverged: true``, the round
+    where it was detected (``diverged_at``: a round for online VFL, 0 for the batch tasks) and the
+    message (``error``)."""
+    return {"diverged": True, "diverged_at": exc.round, "error": str(exc)}
 
 
 class RunFolder:
@@ -56,10 +64,7 @@ class RunFolder:
     def write_config(self, config: dict) -> None:
         """``config.yaml``: the resolved flat config, nested."""
         self.create()
-        try:
-            atomic_write(self.path / "config.yaml", yaml.safe_dump(nest(config), sort_keys=False))
-        except OSError as exc:
-            raise ConfigError(f"{self.path}: cannot write the run's folder ({exc.strerror or exc})") from None
+        atomic_write(self.path / "config.yaml", yaml.safe_dump(nest(config), sort_keys=False))
 
     def prepare(self, config: dict, rows: Iterable[dict]) -> None:
         """Create the folder, write the resolved config and the metric rows known so far."""
@@ -76,8 +81,11 @@ class RunFolder:
 
     def append_row(self, row: dict) -> None:
         """One metrics row, appended and flushed at once."""
-        with open(self.metrics, "a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
+        try:
+            with open(self.metrics, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self.columns).writerow(row)
+        except OSError as exc:
+            raise output_error(self.metrics, exc) from None
 
     def write_summary(self, summary: dict, default: Callable[[Any], Any] | None = None) -> Path:
         """``summary.json``, atomically (``default``: as for :func:`json.dumps`); return its path."""
@@ -101,7 +109,10 @@ class RunFolder:
         if self._lock is not None:
             return
         self.create()
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise output_error(self.path / LOCK, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -109,9 +120,14 @@ class RunFolder:
             os.close(fd)
             raise ConfigError(f"{self.path} is in use by another run (process {holder}); wait for it to "
                               "end or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError as exc:
+            os.close(fd)
+            raise output_error(self.path / LOCK, exc) from None
         self._lock = fd
+        remove_stale_temporaries(self.path)  # left by a process killed mid-write
 
     def unlock(self) -> None:
         if self._lock is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,10 @@ def save_torch(path: Path, payload: dict[str, Any]) -> Path:
     body = buffer.getvalue()
     wrapped = {"fedstream": MARK, "sha256": hashlib.sha256(body).hexdigest(),
                "body": torch.frombuffer(bytearray(body), dtype=torch.uint8)}
+    buffer = io.BytesIO()
+    torch.save(wrapped, buffer)  # serialised in memory: a failed write is a plain OSError
     with atomic_open(path, "wb") as fh:
-        torch.save(wrapped, fh)
+        fh.write(buffer.getbuffer())
     return path
 
 
@@ -40,8 +41,9 @@ def load_torch(path: Path) -> Any:
         wrapped = torch.load(path, weights_only=True)
     except FileNotFoundError:
         raise
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
-        raise CheckpointError(path, f"cannot read the checkpoint ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - the restricted unpickler raises anything (IndexError,
+        # KeyError, UnpicklingError, RuntimeError...) on foreign bytes, and runs no code doing so
+        raise CheckpointError(path, f"cannot read the checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(wrapped, dict) or wrapped.get("fedstream") != MARK:
         if isinstance(wrapped, dict) and "format" in wrapped:
             raise CheckpointError(path, f"checkpoint refused: {NO_HASH}")
@@ -54,5 +56,5 @@ def load_torch(path: Path) -> Any:
         raise CheckpointError(path, "checkpoint is damaged: its content does not match its sha256")
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
-    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as exc:
-        raise CheckpointError(path, f"cannot read the checkpoint ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise CheckpointError(path, f"cannot read the checkpoint ({type(exc).__name__}: {exc})") from None

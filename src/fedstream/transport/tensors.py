@@ -14,6 +14,7 @@ decoded, so the receiver sees exactly what a network peer would.
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
@@ -101,7 +102,7 @@ def decode_update(data: bytes) -> ModelUpdate:
     what = f"ModelUpdate for round {rnd}, client {client}"
     r = _Reader(data, HEADER.size, what)
     desc = _descriptors(r, n_tensors)
-    sizes = [int(np.prod(s, dtype=np.int64)) for _, s in desc]
+    sizes = [math.prod(s) for _, s in desc]  # exact: an int64 product of forged u32 dims can wrap
     expected = r.pos + 4 * sum(sizes)
     if len(data) != expected:
         raise ProtocolError(f"{what}: shapes say {sum(sizes)} float32 values ({expected} bytes in "

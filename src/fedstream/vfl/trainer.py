@@ -40,7 +40,8 @@ import torch
 
 import fedstream.vfl.checkpoint as checkpoint
 from fedstream.data import resolve_data_root
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, DivergedError
+from fedstream.runs.checkpoint import CheckpointError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
@@ -94,6 +95,13 @@ def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | Non
                     None if out is None else Path(out), resume)
 
 
+def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[str]:
+    """The parties ("server", "client m") whose parameters hold NaN or inf."""
+    parties = {"server": server.model} | {f"client {m}": c.model for m, c in enumerate(clients)}
+    return [name for name, model in parties.items()
+            if not all(bool(torch.isfinite(p).all()) for p in model.parameters())]
+
+
 def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool) -> dict:
     tic = time.perf_counter()
     data = load_vertical(settings, root)
@@ -112,6 +120,10 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
         state = checkpoint.load(
             out / checkpoint.NAME, config=config, clients=clients, server=server, transport=transport
         )
+        if bad := nonfinite_parties(clients, server):
+            raise CheckpointError(out / checkpoint.NAME, f"checkpoint refused: the model of {', '.join(bad)} "
+                                  "holds NaN or inf (the run had diverged); start again with a smaller "
+                                  "optimizer.lr")
         rows, step, done = state.rows, state.step, state.epoch
         tic -= state.seconds
         for epoch in range(1, done + 1):  # selection plans depend on data and seed only: replay them
@@ -120,6 +132,10 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [], rows)
 
     def save(epoch: int, step: int, rows: list[dict]) -> None:
+        if bad := nonfinite_parties(clients, server):  # a NaN model may send finite messages
+            raise DivergedError(f"training diverged in epoch {epoch}: the model of {', '.join(bad)} holds "
+                                f"NaN or inf (optimizer.lr = {config.get('optimizer.lr')}; try a smaller "
+                                "one)", 0)
         if out is not None:
             checkpoint.save(out, config=config, clients=clients, server=server, transport=transport,
                             state=checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic))
