@@ -173,7 +173,7 @@ class OnlineVFL:
                                     None if queried is None else queried[j])
             except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
                 self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
-                raise self._diverged(t, exc) from exc
+                raise self.diverged(t, exc) from exc
             self.metrics.update(int(y[j]), result.prediction)
             if h.on_round is not None:
                 h.on_round(t, int(y[j]), result.prediction)
@@ -187,7 +187,7 @@ class OnlineVFL:
                 counted = j + 1
             if self.t % self.metrics.interval == 0:
                 self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
-                self._record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
+                self.record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
             if h.on_progress is not None and self.t % h.progress_every == 0:
                 h.on_progress(self)
             if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
@@ -196,7 +196,7 @@ class OnlineVFL:
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.wall_seconds += time.perf_counter() - tic
 
-    def _diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
+    def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
         """The error to raise when a party produced a NaN/inf message in round t."""
         bad = self.nonfinite_parties()
         where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
@@ -214,7 +214,7 @@ class OnlineVFL:
         checkpoints: a server whose output layer is NaN sends exactly-zero gradients, so the
         message checks alone do not see it). One ``isfinite`` pass over the parameters."""
         if self.nonfinite_parties():
-            raise self._diverged(self.t, NonFiniteError("a model holds NaN or inf"))
+            raise self.diverged(self.t, NonFiniteError("a model holds NaN or inf"))
 
     def chunk_blocks(self, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Each client's contiguous feature block of a chunk and the blocks' row means (n, M), the
@@ -228,7 +228,7 @@ class OnlineVFL:
         blocks, means = self.chunk_blocks(X)
         return blocks, self.activation.mask(chunk, means)
 
-    def _record_interval(self, wall: float, on_interval) -> None:
+    def record_interval(self, wall: float, on_interval) -> None:
         row = {
             "round": self.t,
             "interval_error": self.metrics.intervals[-1],

@@ -154,7 +154,7 @@ class RunStack:
             r.t = t1
             if t1 % r.metrics.interval == 0:
                 self._sync_bookkeeping()
-                r._record_interval(self._wall(r, tic), h.on_interval)
+                r.record_interval(self._wall(r, tic), h.on_interval)
             if h.on_progress is not None and t1 % h.progress_every == 0:
                 h.on_progress(r)
             if h.checkpoint_path is not None and h.checkpoint_every and t1 % h.checkpoint_every == 0:
@@ -200,4 +200,4 @@ class RunStack:
         """The :class:`~fedstream.errors.DivergedError` of run k at round t. Alone, a run stops at the
         message that carries NaN/inf; a stack finishes the round for every run, so the message may
         name the server's model too, and the diverged run's bytes include the rest of that round."""
-        return self.runs[k]._diverged(t, NonFiniteError(f"round {t}: NaN or inf in a message"))
+        return self.runs[k].diverged(t, NonFiniteError(f"round {t}: NaN or inf in a message"))
