@@ -18,7 +18,7 @@ LABELS = {
     "prequential_acc": "prequential accuracy",
     "bytes_per_client_mb": "MB per client",
     "accumulated_error": "acc. error",
-    "client_compute_seconds": "client compute (s)",
+    "client_compute_seconds": "client compute, wall (s)",
     "server_compute_seconds": "server compute (s)",
     "wall_seconds": "wall (s)",
     "total_mb": "total MB",

@@ -64,8 +64,10 @@ def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
             f"{b['total'] / 2**20:,.2f}  (up {b['up'] / 2**20:,.2f}, down {b['down'] / 2**20:,.2f})",
         ),
         ("activation rate per client", " ".join(f"{r:.3f}" for r in s["activation_rate"])),
-        ("client compute (s)", f"{s['client_compute_seconds']:.2f}"),
-        ("server compute (s)", f"{s['server_compute_seconds']:.2f}"),
+        ("client compute, wall / CPU (s)",
+         f"{s['client_compute_seconds']:.2f} / {s.get('client_cpu_seconds', float('nan')):.2f}"),
+        ("server compute, wall / CPU (s)",
+         f"{s['server_compute_seconds']:.2f} / {s.get('server_cpu_seconds', float('nan')):.2f}"),
         ("wall time (s)", f"{s['wall_seconds']:.1f}"),
         ("rounds / s", f"{s['rounds_per_second']:,.0f}"),
     ]
