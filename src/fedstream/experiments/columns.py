@@ -19,7 +19,7 @@ LABELS = {
     "bytes_per_client_mb": "MB per client",
     "accumulated_error": "acc. error",
     "client_compute_seconds": "client compute, wall (s)",
-    "server_compute_seconds": "server compute (s)",
+    "server_compute_seconds": "server compute, wall (s)",
     "wall_seconds": "wall (s)",
     "total_mb": "total MB",
     "up_mb": "up MB",
