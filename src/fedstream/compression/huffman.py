@@ -68,9 +68,8 @@ def _huffman_lengths(weights: np.ndarray) -> np.ndarray:
         heapq.heappush(heap, (wa + wb, node))
         node += 1
     depth = np.zeros(2 * m - 1, dtype=np.int64)
-    for i in range(
-        2 * m - 3, -1, -1
-    ):  # parents have larger ids: fill top-down (per alphabet, not per symbol)
+    # parents have larger ids: fill top-down (per alphabet, not per symbol)
+    for i in range(2 * m - 3, -1, -1):
         depth[i] = depth[parent[i]] + 1
     return depth[:m]
 

@@ -76,9 +76,8 @@ def encode_block(symbols: np.ndarray, alphabet: int, mode: int | None = None) ->
         counts = np.bincount(pairs, minlength=alphabet * alphabet)
         tail = encode_varint(int(s[-1])) if s.size % 2 else b""
         floor = 1 + len(tail) + _table_floor(alphabet * alphabet, int(np.count_nonzero(counts)))
-        if (
-            mode == PAIRS or floor + math.ceil(_entropy_bits(counts) / 8) < single_size
-        ):  # else pairs cannot win
+        # else pairs cannot win
+        if mode == PAIRS or floor + math.ceil(_entropy_bits(counts) / 8) < single_size:
             code = HuffmanCode.from_counts(counts)
             table = code.to_bytes()
             if mode == PAIRS or 1 + len(table) + len(tail) + (code.coded_bits(counts) + 7) // 8 < single_size:

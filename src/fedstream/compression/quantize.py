@@ -123,9 +123,8 @@ class ThreeSigmaQuantizer:
             raise ProtocolError(f"state must be a QuantizerState, got {type(state).__name__}")
         g = as_float32(grad, "3-sigma quantiser")
         current = gradient_stats(g)
-        mu, sigma = map(
-            np.float32, current if state.mu is None else (state.mu, state.sigma)
-        )  # first round: current
+        # first round: current
+        mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))
         sym = self.symbols(g, mu, sigma)
         block = encode_block(sym, self.levels + 2)
         state.mu, state.sigma = current

@@ -111,10 +111,8 @@ class LocalDeployment:
 
     def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None,
                  port: int | None = None, credentials: Path | None = None):
-        self.n_clients, self.workdir = (
-            n_clients,
-            Path(workdir).resolve(),
-        )  # the processes run in other folders
+        # the processes run in other folders
+        self.n_clients, self.workdir = n_clients, Path(workdir).resolve()
         self.node_config = node_config
         self.credentials = Path(credentials).resolve() if credentials is not None else None
         self.port = port or free_port()

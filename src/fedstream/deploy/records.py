@@ -49,9 +49,7 @@ class Envelope:
     kind: str
     round: int
     parts: list[bytes] = field(default_factory=list)  # encoded fedstream messages
-    info: dict = field(
-        default_factory=dict
-    )  # str -> int | float | str | bool | bytes, or a list of one of them
+    info: dict = field(default_factory=dict)  # str -> int | float | str | bool | bytes, or a list of them
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 

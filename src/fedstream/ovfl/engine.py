@@ -117,9 +117,8 @@ class OnlineVFL:
         server_model = build_server_model(name, M * e, source.n_classes, rng)
         server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
         self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
-        self.transport = make_transport(
-            M, CompressionSpec.from_config(config)
-        )  # plain float32 unless compressed
+        # plain float32 unless compressed
+        self.transport = make_transport(M, CompressionSpec.from_config(config))
         self.activation = activation_from_config(config)
         if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
             self.server.stand_in = self.activation

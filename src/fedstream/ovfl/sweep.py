@@ -55,9 +55,8 @@ def run_online(specs: list[RunSpec], report: Report, stack: bool = False) -> dic
             players = [u for u in units if u.t // CHUNK == chunk]
             tic = time.perf_counter()
             X, y, _ = stream.batch(chunk * CHUNK, CHUNK)
-            share = (time.perf_counter() - tic) / sum(
-                len(u.members) for u in players
-            )  # the shared chunk's cost, split
+            # the shared chunk's cost, split
+            share = (time.perf_counter() - tic) / sum(len(u.members) for u in players)
             for u in players:
                 for m in u.members:
                     m.run.wall_seconds += share

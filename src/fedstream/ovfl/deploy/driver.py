@@ -217,12 +217,8 @@ class NetworkVFL:
                 if on_round is not None:
                     on_round(t, y, result.prediction)
                 self.t = t + 1
-                if (
-                    self.activation is not None and self.t % CHUNK == 0
-                ):  # a complete chunk, as in the simulator
-                    self.activation.observe(
-                        [], self._labels[1]
-                    )  # topl scores its buffer (no features needed)
+                if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
+                    self.activation.observe([], self._labels[1])  # topl scores its buffer (no features)
             if keep:
                 self.save(checkpoint, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic

@@ -76,13 +76,11 @@ class ClientHost:
         self.client = build_client(config, index, rows.n_features)  # validates the index
         self.activation = build_activation(config)  # None: the server decides (topl)
         spec = CompressionSpec.from_config(config)
-        self.end = ClientEndpoint(
-            index, spec
-        )  # its end of the link: encodes embeddings, decodes (and observes) gradients
+        # its end of the link: encodes embeddings, decodes (and observes) gradients
+        self.end = ClientEndpoint(index, spec)
         down = down_codec(spec)
-        self._probe = (
-            None if down is None else down[1]
-        )  # stateless: checks a gradient before the link sees it
+        # stateless: checks a gradient before the link sees it
+        self._probe = (None if down is None else down[1])
         self._setting = f"compression.down = {spec.down!r}"
         self.round = -1  # last round observed
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
@@ -102,9 +100,8 @@ class ClientHost:
         """Answer one request from the server."""
         where = f"client {self.index}"
         if env.kind == SETUP:
-            self.rows.rows(
-                env.round, 1
-            )  # read (and cache) the block of the first rounds now, not in round time
+            # read (and cache) the block of the first rounds now, not in round time
+            self.rows.rows(env.round, 1)
             reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
                                block_start=self.rows.block.start, block_stop=self.rows.block.stop)
             return Envelope(SETUP, env.round, info=reply.info())

@@ -49,9 +49,8 @@ def check_deployable(config: dict) -> None:
             f"activation ({', '.join(CLIENT_SIDE_ACTIVATIONS)}) or the server decides it for every "
             f"client ({', '.join(SERVER_SIDE_ACTIVATIONS)}); expected one of these"
         )
-    CompressionSpec.from_config(
-        config
-    )  # compression runs over the network too; refuse a bad spec before setup
+    # compression runs over the network too; refuse a bad spec before setup
+    CompressionSpec.from_config(config)
 
 
 def window(config: dict) -> int:

@@ -76,9 +76,8 @@ class ServerEnds:
         self.spec = spec
         self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
         up = up_codec(replace(spec, cache=False))
-        self.probe = (
-            None if up is None else up[1]
-        )  # stateless: validates an embedding before ``ends`` sees it
+        # stateless: validates an embedding before ``ends`` sees it
+        self.probe = (None if up is None else up[1])
         self.setting = f"compression.up = {spec.up!r}"
 
     def __getitem__(self, m: int) -> ServerEndpoint:
@@ -116,9 +115,8 @@ class LinkTransport(Session):
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
-        self.sizes: list[tuple[str, int, int]] | None = (
-            [] if record_sizes else None
-        )  # (direction, client, bytes)
+        # (direction, client, bytes)
+        self.sizes: list[tuple[str, int, int]] | None = ([] if record_sizes else None)
         self.round = -1
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
@@ -324,9 +322,8 @@ class LinkTransport(Session):
                 raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
                                     f"{self._last_gradient[m]}")
             self._last_gradient[m] = msg.round
-            data = self.ends[m].send(
-                msg
-            )  # after the checks: a compressing end's state moves on once per gradient
+            # after the checks: a compressing end's state moves on once per gradient
+            data = self.ends[m].send(msg)
             self._outbox.setdefault(m, []).append((msg.round, data))
         else:
             raise ProtocolError(f"the server cannot send a {type(msg).__name__}")

@@ -77,13 +77,10 @@ class NetworkBatchVFL:
             check_size(s.selection, len(labels.train_y))
         self.cohort = RemoteCohort(link, config, s)
         self.part = None
-        if (
-            s.selection.active
-        ):  # server-side selection: placeholder blocks (fixed and random read only how many)
+        if s.selection.active:  # server-side selection: placeholder blocks (fixed, random read only how many)
             blocks = [np.zeros((len(labels.train_y), 1), np.uint8)] * s.clients
-            vfps = (
-                self.cohort.distances if s.selection.method == "vfps" else None
-            )  # VF-PS: the nodes' distances
+            # VF-PS: the nodes' distances
+            vfps = (self.cohort.distances if s.selection.method == "vfps" else None)
             self.part = Participation(s.selection, blocks, labels.train_y, seed=self.seed, distances=vfps)
         self.rows: list[dict] = []  # the epochs done (a resumed run: those of the checkpoint)
         self.step = self.done = 0  # steps and epochs done
