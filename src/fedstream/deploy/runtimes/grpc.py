@@ -47,7 +47,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 log = logging.getLogger("fedstream.deploy")
 SERVICE, METHOD = "fedstream.deploy.Node", "Session"
 PATH = f"/{SERVICE}/{METHOD}"
-CLIENT_CN = "fedstream client "  # a client certificate's common name: "fedstream client M"
 HELLO_TIMEOUT = 30.0  # seconds a new stream has to say hello
 
 
@@ -79,8 +78,8 @@ def certificate_index(context) -> int | None:
     if len(names) != 1:
         return None
     name = names[0].decode(errors="replace")
-    digits = name[len(CLIENT_CN):]
-    return int(digits) if name.startswith(CLIENT_CN) and digits.isdigit() else None
+    digits = name[len(wire.CLIENT_CN):]
+    return int(digits) if name.startswith(wire.CLIENT_CN) and digits.isdigit() else None
 
 
 class _Peer:

@@ -50,6 +50,7 @@ MAX_PARTS = 1 << 20
 DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8"), 3: np.dtype("<i4"), 4: np.dtype("<i8"), 5: np.dtype("u1"),
           6: np.dtype("?")}
 _CODES = {d: c for c, d in DTYPES.items()}
+CLIENT_CN = "fedstream client "  # a client certificate's common name: "fedstream client M"
 BASE_LIMIT = 1 << 20  # bytes: the setup request's config, info and headers of any message
 VFL_LIMIT = 64 * 2**20  # batch VFL: VF-PS distances and evaluation embeddings (the Flower limit too)
 
