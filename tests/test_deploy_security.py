@@ -129,5 +129,5 @@ def test_the_cli_writes_credentials(tmp_path, capsys):
     from fedstream.cli import main
 
     assert main(["deploy", "credentials", str(tmp_path / "c"), "--nodes", "2", "--host", "10.0.0.7"]) == 0
-    assert "wrote 8 files" in capsys.readouterr().out
+    assert "wrote 12 files" in capsys.readouterr().out
     assert (tmp_path / "c" / "node-1.pub").exists()
