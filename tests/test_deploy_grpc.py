@@ -45,3 +45,23 @@ def test_online_vfl_over_grpc_equals_the_simulator(tmp_path, activation):
         assert got.get(key) == summary.get(key), key
     assert got["exchanges"] == 200 + 2 and got["faults"] == []
     assert runtime.extra()["grpc"]["frames"] == config["vfl.clients"] * (200 + 2)
+
+
+def test_batch_vfl_over_grpc_equals_the_simulator(data_root, tmp_path):
+    """The compression paper's split learning over gRPC: the simulator's epochs, bytes and models
+    (torch's tolerance, as over the in-process link); the server reads the labels only."""
+    from fedstream.vfl.deploy.data import load_labels
+    from fedstream.vfl.deploy.driver import NetworkBatchVFL
+    from tests.helpers.models import assert_same_models
+    from tests.helpers.vfl_deploy import ATOL, assert_same_run, deployed_models, simulate_vfl, vfl_tiny_config
+
+    config = vfl_tiny_config(data_root)
+    want, want_models = simulate_vfl(config)
+    server_config = dict(config, **{"data.root": str(tmp_path / "the-server-has-no-images")})
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkBatchVFL(server_config, GrpcRuntime(link).connect(3),
+                              labels=load_labels(config, str(data_root)))
+        got = net.run(models=True)
+    assert all(n.error is None for n in nodes) and got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
