@@ -11,6 +11,11 @@ from fedstream.deploy.runtimes.grpc import GrpcLink
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
 from fedstream.deploy.runtimes.grpc_wire import message_limit
 
+# Parties in one process share torch's global RNG (a batch VFL party builds its model under
+# torch.random.fork_rng and manual_seed): the node threads take turns at handling a request. Real
+# nodes are processes of their own.
+PARTY_LOCK = threading.Lock()
+
 
 class NodeThread:
     """Client ``index``'s :class:`GrpcNode` in a thread; ``error`` holds what ended it badly."""
@@ -20,6 +25,13 @@ class NodeThread:
         self.node = GrpcNode(index, f"127.0.0.1:{port}", limit=message_limit(config, audit=True),
                              tls_dir=tls_dir, data_root=config["data.root"], cache_dir=Path(tmp) / "nodes",
                              retry_for=retry_for, **kwargs)
+        handle = self.node.node.handle
+
+        def one_at_a_time(env):
+            with PARTY_LOCK:
+                return handle(env)
+
+        self.node.node.handle = one_at_a_time
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name=f"node-{index}")
         self.thread.start()

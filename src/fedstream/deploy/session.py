@@ -32,6 +32,7 @@ import logging
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Protocol
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
@@ -178,14 +179,22 @@ class LiveNode:
     """Client ``index``'s node as a long-lived process (the gRPC runtime): :func:`handle_on_node`'s
     rules with the party kept in memory between requests instead of rebuilt from its state. A setup
     request builds the party (from its checkpoint with ``rejoin`` / ``resume``); every request
-    after it goes to that party. With ``store`` the node writes its latest state there after every
-    request and its state of a boundary when a request says ``keep``, as :func:`handle_on_node`
-    does. Raises ProtocolError on a malformed request."""
+    after it goes to that party. Raises ProtocolError on a malformed request.
 
-    def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None):
-        self.index, self.store, self._data = index, store, data
+    With ``store`` the node writes its state of a boundary when a request says ``keep`` (as
+    :func:`handle_on_node` does), and its latest state after a setup, a finish, a ``keep`` request
+    and any request at least ``save_every`` seconds after the previous write (0: after every
+    request, as :func:`handle_on_node`). Writing an archive costs milliseconds, more than an event:
+    a node that crashes loses at most ``save_every`` seconds of progress and rejoins from its latest
+    write, further back than the server's round, so the server drops the gradients it held for it
+    (as for any node that comes back further back)."""
+
+    def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None,
+                 save_every: float = 0.0):
+        self.index, self.store, self._data, self.save_every = index, store, data, save_every
         self.host = None
         self.run: str | None = None
+        self._saved_at = -float("inf")
 
     def handle(self, env: Envelope) -> Envelope:
         if env.kind == SETUP:
@@ -199,8 +208,11 @@ class LiveNode:
                 raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
             boundary = kept_boundary(env)  # checked before the request changes anything
             reply = self.host.handle(env)
-        if self.store is not None:
+        now = time.monotonic()
+        due = env.kind != ROUND or boundary is not None or now - self._saved_at >= self.save_every
+        if self.store is not None and due:
             NodeStore(self.store, self.run, self.index).save(self.host.state_dict(), boundary)
+            self._saved_at = now
         return reply
 
 

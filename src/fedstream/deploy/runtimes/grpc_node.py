@@ -3,9 +3,10 @@
 :func:`run_node` connects to the server (:mod:`fedstream.deploy.runtimes.grpc`), says hello (its
 client index; with mutual TLS its certificate ``client-M.pem`` says it too, and only that counts)
 and answers every request on the open stream with a :class:`~fedstream.deploy.session.LiveNode`:
-the party of the run's task, kept in memory, its state written to the cache folder after every
-request (so that a node started again rejoins from it). No process start, no polling, no sleep on
-the request path: the node blocks on the stream's next frame.
+the party of the run's task, kept in memory, its state written to the cache folder every
+``save_every`` seconds at most, at every boundary the server checkpoints, at setup and at finish
+(a node started again rejoins from it). No process start, no polling, no sleep on the request
+path: the node blocks on the stream's next frame.
 
 A dropped connection (the server restarting, the network) is retried with backoff (0.1 s doubling
 to 5 s) for ``retry_for`` seconds since the last contact, not treated as fatal; a refusal (another
@@ -53,13 +54,13 @@ class GrpcNode:
 
     def __init__(self, index: int, target: str, *, limit: int, tls_dir: Path | None = None,
                  data_root: str | None = None, cache_dir: Path | None = None, retry_for: float = 300.0,
-                 server_name: str | None = None):
+                 server_name: str | None = None, save_every: float = 1.0):
         self.index, self.target, self.limit, self.retry_for = index, target, limit, retry_for
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.server_name = server_name
         store = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.node = LiveNode(index, store=store, data=lambda adapter, config, m: adapter.node_data(
-            config, m, data_root=data_root, cache_dir=store))
+        self.node = LiveNode(index, store=store, save_every=save_every, data=lambda adapter, config, m:
+                             adapter.node_data(config, m, data_root=data_root, cache_dir=store))
         self.requests = 0  # requests answered
         self.last_contact = time.monotonic()  # when the server last sent a frame
 
