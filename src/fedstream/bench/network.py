@@ -1,4 +1,6 @@
-"""``fedstream bench network``: online VFL on a real Flower deployment on loopback, by event batch size.
+"""``fedstream bench network``: online VFL deployed on loopback, by event batch size: on Flower
+(:func:`bench_network`) or on the gRPC runtime (:func:`bench_network_grpc`, against a bare gRPC
+echo round to the same client processes, the floor).
 
 One SuperLink and one SuperNode per client run as subprocesses on 127.0.0.1 (the deployment of
 ``fedstream deploy local``); the SuperNodes reach the SuperLink through a byte-counting TCP relay
@@ -18,8 +20,10 @@ with ``flwr run`` for ``requests`` batches (B x requests events), and reported:
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import time
 from pathlib import Path
 
@@ -169,4 +173,145 @@ def format_network_bench(d: dict) -> str:
     lines.append("seconds per reply: " + "; ".join(
         f"B={r['batch']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["time_per_reply_seconds"].items())
         for r in d["rows"]))
+    return "\n".join(lines)
+
+
+# -- the gRPC runtime ------------------------------------------------------------------------------
+class _TimedLink:
+    """A link that times its exchanges (the round trips, client work included)."""
+
+    def __init__(self, link):
+        self.link, self.n_clients, self.seconds = link, link.n_clients, 0.0
+
+    def available(self) -> set[int]:
+        return self.link.available()
+
+    def rejoined(self) -> set[int]:
+        return self.link.rejoined()
+
+    def exchange(self, requests):
+        tic = time.perf_counter()
+        replies = self.link.exchange(requests)
+        self.seconds += time.perf_counter() - tic
+        return replies
+
+
+def _play(cfg: dict, link, relay, *, profile: Path | None = None) -> dict:
+    """One online VFL run over ``link``; its figures (socket bytes from ``relay``)."""
+    timed = _TimedLink(link)
+    frames0 = link.bytes_down + link.bytes_up
+    relay.reset()
+    net = NetworkVFL(cfg, timed, stream=server_stream(cfg))
+    if profile is not None:
+        prof = cProfile.Profile()
+        prof.runcall(net.run)
+        with open(profile, "w") as f:
+            pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
+    else:
+        net.run()
+    net.finish()
+    tcp, s = relay.reset(), net.summary()
+    events, requests, payload = s["rounds"], s["exchanges"] - 2, s["bytes"]["total"]
+    wall = s["wall_seconds"]
+    return {"batch": cfg["network.batch"], "events": events, "requests_per_node": requests,
+            "events_per_second": events / wall, "requests_per_second": requests / wall,
+            "ms_per_round_trip": 1e3 * timed.seconds / (requests + 2),
+            "server_ms_per_request": 1e3 * (wall - timed.seconds) / max(requests, 1),
+            "accumulated_error": s["accumulated_error"], "payload_bytes_per_event": payload / events,
+            "frame_bytes_per_event": (link.bytes_down + link.bytes_up - frames0) / events,
+            "tcp_bytes_per_event": sum(tcp) / events,
+            "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan"),
+            "faults": len(s["faults"])}
+
+
+def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
+                       echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
+                       workdir: Path, profile: bool = True, log=print) -> dict:
+    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
+    client behind a byte-counting :class:`TcpRelay` (plaintext). First the floor, a bare echo round
+    to the same processes (one frame of one event's payload to every node and back), then online
+    VFL for each B, at least ``events`` events and ``min_requests`` requests each (after a warm-up
+    run that is not reported: numba loads its kernels in each node). With ``profile`` the server's
+    side of the B = 1 run is profiled into ``workdir/profile-b1.txt``."""
+    # gRPC is an optional dependency (the deploy extra)
+    from fedstream.deploy.runtimes.grpc import GrpcLink
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+    from fedstream.deploy.runtimes.grpc_wire import message_limit
+    from fedstream.ovfl.engine import OnlineVFL
+
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = load_config(config, list(sets or []))
+    root = resolve_data_root(base["data.root"])
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
+    base["data.root"] = str(root.resolve())
+    M = base["vfl.clients"]
+    load_before = os.getloadavg()
+    tic = time.perf_counter()
+    engine = OnlineVFL(dict(base, rounds=20000)).run()
+    engine_eps = engine["rounds"] / engine["wall_seconds"]
+    log(f"in-process engine: {engine_eps:.0f} events/s ({time.perf_counter() - tic:.1f} s)")
+    link = GrpcLink("127.0.0.1:0", M, limit=message_limit(dict(base, **{"network.batch": max(batches)})),
+                    timeout=120).start()
+    nodes = GrpcLocalDeployment(config, [*(sets or []), f"data.root={base['data.root']}"], M,
+                                workdir / "deployment")
+    rows = []
+    try:
+        with TcpRelay(("127.0.0.1", link.port)) as relay, nodes:
+            nodes.start(relay.address)
+            link.wait_for(M, 300)
+            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, relay)  # warm-up
+            one = dict(base, **{"network.batch": 1, "rounds": 64})
+            payload = b"\0" * round(_play(one, link, relay)["payload_bytes_per_event"] / M)
+            for _ in range(100):
+                link.echo(payload)
+            relay.reset()
+            tic = time.perf_counter()
+            for _ in range(echo_rounds):
+                link.echo(payload)
+            wall = time.perf_counter() - tic
+            tcp = relay.reset()
+            floor = {"rounds": echo_rounds, "rounds_per_second": echo_rounds / wall,
+                     "ms_per_round_trip": 1e3 * wall / echo_rounds, "payload_bytes_per_node": len(payload),
+                     "tcp_bytes_per_round": sum(tcp) / echo_rounds}
+            log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms")
+            for batch in batches:
+                n = batch * max(min_requests, -(-events // batch))
+                cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                check_deployable(cfg)
+                row = _play(cfg, link, relay, profile=workdir / "profile-b1.txt" if profile and batch == 1
+                            else None)
+                row["ratio_to_floor"] = row["requests_per_second"] / floor["rounds_per_second"]
+                row["ratio_to_engine"] = row["events_per_second"] / engine_eps
+                rows.append(row)
+                log(f"B = {batch}: {row['events_per_second']:.0f} events/s, "
+                    f"{row['ms_per_round_trip']:.2f} ms per round trip, "
+                    f"{row['tcp_bytes_per_event']:.0f} socket B/event for "
+                    f"{row['payload_bytes_per_event']:.0f} payload")
+    finally:
+        link.close()
+    return {"bench": "network", "runtime": "grpc", "config": config, "sets": list(sets or []), "clients": M,
+            "cpus": os.cpu_count(), "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()), "engine_events_per_second": engine_eps,
+            "floor": floor, "rows": rows}
+
+
+def format_network_grpc(d: dict) -> str:
+    """The table of :func:`bench_network_grpc`'s dict."""
+    f = d["floor"]
+    lines = [f"gRPC on loopback, {d['clients']} client processes, {d['config']} ({d['cpus']} CPUs, load "
+             f"{d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after); in-process "
+             f"engine {d['engine_events_per_second']:.0f} events/s",
+             f"echo floor: {f['rounds_per_second']:.0f} rounds/s, {f['ms_per_round_trip']:.2f} ms per round "
+             f"trip, {f['tcp_bytes_per_round']:.0f} socket B per round "
+             f"({f['payload_bytes_per_node']} B each way per node)",
+             f"{'B':>5} {'events':>7} {'events/s':>9} {'ms/RTT':>7} {'server ms':>9} {'payload B/ev':>12} "
+             f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'x floor':>7} {'x engine':>8}"]
+    for r in d["rows"]:
+        lines.append(f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
+                     f"{r['ms_per_round_trip']:>7.2f} {r['server_ms_per_request']:>9.2f} "
+                     f"{r['payload_bytes_per_event']:>12.0f} {r['frame_bytes_per_event']:>10.0f} "
+                     f"{r['tcp_bytes_per_event']:>11.0f} {r['overhead_tcp_over_payload']:>14.2f} "
+                     f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
     return "\n".join(lines)
