@@ -286,24 +286,27 @@ class GrpcLink:
     async def _exchange(self, ftype: int, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
         out: dict[int, Envelope | Failure] = {}
         sent: dict[int, tuple[_Peer, int, asyncio.Future]] = {}
+        frames: dict[int, bytes] = {}
         for m, env in requests.items():
             peer = self._peers.get(m)
             if peer is None or not peer.alive or peer.inflight is not None:
                 out[m] = Failure("the node is not connected, or still busy with a request that timed out")
                 continue
             self._seq = (self._seq + 1) % 2**32
-            data = wire.encode(ftype, self._seq, env, limit=self.limit)  # past the limit: the run stops
-            fut = self._loop.create_future()
-            peer.waiting[self._seq] = fut
-            try:
-                await peer.context.write(data)
-            except Exception as exc:  # noqa: BLE001 - the stream broke: that node's fault
-                peer.waiting.pop(self._seq, None)
-                out[m] = Failure(f"could not send to the node: {exc}"[:500])
-                continue
-            self.frames += 1
-            self.bytes_down += len(data)
-            sent[m] = (peer, self._seq, fut)
+            frames[m] = wire.encode(ftype, self._seq, env, limit=self.limit)  # past the limit: the run stops
+            sent[m] = (peer, self._seq, self._loop.create_future())
+            peer.waiting[self._seq] = sent[m][2]
+        # every request is written at once (the writes overlap), then the replies are awaited together
+        written = await asyncio.gather(*(sent[m][0].context.write(frames[m]) for m in sent),
+                                       return_exceptions=True)
+        for m, result in zip(list(sent), written):
+            if isinstance(result, BaseException):  # the stream broke: that node's fault
+                peer, seq, _ = sent.pop(m)
+                peer.waiting.pop(seq, None)
+                out[m] = Failure(f"could not send to the node: {result}"[:500])
+            else:
+                self.frames += 1
+                self.bytes_down += len(frames[m])
         if sent:
             await asyncio.wait([f for _, _, f in sent.values()], timeout=self.timeout)
         for m, (peer, seq, fut) in sent.items():
