@@ -30,12 +30,14 @@ from pathlib import Path
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.runtimes.relay import TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.engine import OnlineVFL
 
 BATCHES = (1, 16, 256)
 
@@ -236,8 +238,6 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     # gRPC is an optional dependency (the deploy extra)
     from fedstream.deploy.runtimes.grpc import GrpcLink
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
-    from fedstream.deploy.runtimes.grpc_wire import message_limit
-    from fedstream.ovfl.engine import OnlineVFL
 
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
