@@ -198,11 +198,12 @@ class _TimedLink:
         return replies
 
 
-def _play(cfg: dict, link, relay, *, profile: Path | None = None) -> dict:
-    """One online VFL run over ``link``; its figures (socket bytes from ``relay``)."""
+def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None) -> dict:
+    """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given)."""
     timed = _TimedLink(link)
     frames0 = link.bytes_down + link.bytes_up
-    relay.reset()
+    if relay is not None:
+        relay.reset()
     net = NetworkVFL(cfg, timed, stream=server_stream(cfg))
     if profile is not None:
         prof = cProfile.Profile()
@@ -212,87 +213,115 @@ def _play(cfg: dict, link, relay, *, profile: Path | None = None) -> dict:
     else:
         net.run()
     net.finish()
-    tcp, s = relay.reset(), net.summary()
+    s = net.summary()
     events, requests, payload = s["rounds"], s["exchanges"] - 2, s["bytes"]["total"]
     wall = s["wall_seconds"]
-    return {"batch": cfg["network.batch"], "events": events, "requests_per_node": requests,
-            "events_per_second": events / wall, "requests_per_second": requests / wall,
-            "ms_per_round_trip": 1e3 * timed.seconds / (requests + 2),
-            "server_ms_per_request": 1e3 * (wall - timed.seconds) / max(requests, 1),
-            "accumulated_error": s["accumulated_error"], "payload_bytes_per_event": payload / events,
-            "frame_bytes_per_event": (link.bytes_down + link.bytes_up - frames0) / events,
-            "tcp_bytes_per_event": sum(tcp) / events,
-            "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan"),
-            "faults": len(s["faults"])}
+    row = {"batch": cfg["network.batch"], "events": events, "requests_per_node": requests,
+           "events_per_second": events / wall, "requests_per_second": requests / wall,
+           "ms_per_round_trip": 1e3 * timed.seconds / (requests + 2),
+           "server_ms_per_request": 1e3 * (wall - timed.seconds) / max(requests, 1),
+           "accumulated_error": s["accumulated_error"], "payload_bytes_per_event": payload / events,
+           "frame_bytes_per_event": (link.bytes_down + link.bytes_up - frames0) / events,
+           "faults": len(s["faults"])}
+    if relay is not None:
+        tcp = relay.reset()
+        row |= {"tcp_bytes_per_event": sum(tcp) / events,
+                "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan")}
+    return row
+
+
+def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batches, events: int,
+               min_requests: int, echo_rounds: int, relay: bool, profile: Path | None,
+               log) -> tuple[dict, list]:
+    """Client processes (behind a :class:`TcpRelay` in this process with ``relay``), the echo floor,
+    then online VFL for each B; with ``profile`` an extra B = 1 run profiled there."""
+    # gRPC is an optional dependency (the deploy extra)
+    from fedstream.deploy.runtimes.grpc import GrpcLink
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+
+    M = base["vfl.clients"]
+    link = GrpcLink("127.0.0.1:0", M, limit=message_limit(dict(base, **{"network.batch": max(batches)})),
+                    timeout=120).start()
+    counter = TcpRelay(("127.0.0.1", link.port)) if relay else None
+    nodes = GrpcLocalDeployment(config, [*sets, f"data.root={base['data.root']}"], M,
+                                workdir / ("deployment-relay" if relay else "deployment"))
+    rows = []
+    try:
+        with nodes:
+            nodes.start(counter.address if relay else f"127.0.0.1:{link.port}")
+            link.wait_for(M, 300)
+            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, None)  # warm-up
+            one = dict(base, **{"network.batch": 1, "rounds": 64})
+            payload = b"\0" * round(_play(one, link, None)["payload_bytes_per_event"] / M)
+            for _ in range(100):
+                link.echo(payload)
+            if counter is not None:
+                counter.reset()
+            tic = time.perf_counter()
+            for _ in range(echo_rounds):
+                link.echo(payload)
+            wall = time.perf_counter() - tic
+            floor = {"rounds": echo_rounds, "rounds_per_second": echo_rounds / wall,
+                     "ms_per_round_trip": 1e3 * wall / echo_rounds, "payload_bytes_per_node": len(payload)}
+            if counter is not None:
+                floor["tcp_bytes_per_round"] = sum(counter.reset()) / echo_rounds
+            for batch in batches:
+                n = batch * max(min_requests, -(-events // batch))
+                cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                check_deployable(cfg)
+                rows.append(_play(cfg, link, counter))
+            if profile is not None:
+                _play(dict(base, **{"network.batch": 1, "rounds": 1024}), link, None, profile=profile)
+    finally:
+        link.close()
+        if counter is not None:
+            counter.close()
+    return floor, rows
 
 
 def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
                        echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
                        workdir: Path, profile: bool = True, log=print) -> dict:
     """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
-    client behind a byte-counting :class:`TcpRelay` (plaintext). First the floor, a bare echo round
-    to the same processes (one frame of one event's payload to every node and back), then online
-    VFL for each B, at least ``events`` events and ``min_requests`` requests each (after a warm-up
-    run that is not reported: numba loads its kernels in each node). With ``profile`` the server's
-    side of the B = 1 run is profiled into ``workdir/profile-b1.txt``."""
-    # gRPC is an optional dependency (the deploy extra)
-    from fedstream.deploy.runtimes.grpc import GrpcLink
-    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
-
+    client. First the floor, a bare echo round to the same processes (one frame of one event's
+    payload to every node and back), then online VFL for each B, at least ``events`` events and
+    ``min_requests`` requests each (after a warm-up run that is not reported: numba loads its
+    kernels in each node). Timings come from a pass with the clients connected directly; the socket
+    bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
+    :class:`TcpRelay` (plaintext), whose Python threads would slow the first. With ``profile`` the
+    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    base = load_config(config, list(sets or []))
+    sets = list(sets or [])
+    base = load_config(config, sets)
     root = resolve_data_root(base["data.root"])
     if not root.is_dir():
         raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
     base["data.root"] = str(root.resolve())
-    M = base["vfl.clients"]
     load_before = os.getloadavg()
     tic = time.perf_counter()
     engine = OnlineVFL(dict(base, rounds=20000)).run()
     engine_eps = engine["rounds"] / engine["wall_seconds"]
     log(f"in-process engine: {engine_eps:.0f} events/s ({time.perf_counter() - tic:.1f} s)")
-    link = GrpcLink("127.0.0.1:0", M, limit=message_limit(dict(base, **{"network.batch": max(batches)})),
-                    timeout=120).start()
-    nodes = GrpcLocalDeployment(config, [*(sets or []), f"data.root={base['data.root']}"], M,
-                                workdir / "deployment")
-    rows = []
-    try:
-        with TcpRelay(("127.0.0.1", link.port)) as relay, nodes:
-            nodes.start(relay.address)
-            link.wait_for(M, 300)
-            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, relay)  # warm-up
-            one = dict(base, **{"network.batch": 1, "rounds": 64})
-            payload = b"\0" * round(_play(one, link, relay)["payload_bytes_per_event"] / M)
-            for _ in range(100):
-                link.echo(payload)
-            relay.reset()
-            tic = time.perf_counter()
-            for _ in range(echo_rounds):
-                link.echo(payload)
-            wall = time.perf_counter() - tic
-            tcp = relay.reset()
-            floor = {"rounds": echo_rounds, "rounds_per_second": echo_rounds / wall,
-                     "ms_per_round_trip": 1e3 * wall / echo_rounds, "payload_bytes_per_node": len(payload),
-                     "tcp_bytes_per_round": sum(tcp) / echo_rounds}
-            log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms")
-            for batch in batches:
-                n = batch * max(min_requests, -(-events // batch))
-                cfg = dict(base, **{"network.batch": batch, "rounds": n})
-                check_deployable(cfg)
-                row = _play(cfg, link, relay, profile=workdir / "profile-b1.txt" if profile and batch == 1
-                            else None)
-                row["ratio_to_floor"] = row["requests_per_second"] / floor["rounds_per_second"]
-                row["ratio_to_engine"] = row["events_per_second"] / engine_eps
-                rows.append(row)
-                log(f"B = {batch}: {row['events_per_second']:.0f} events/s, "
-                    f"{row['ms_per_round_trip']:.2f} ms per round trip, "
-                    f"{row['tcp_bytes_per_event']:.0f} socket B/event for "
-                    f"{row['payload_bytes_per_event']:.0f} payload")
-    finally:
-        link.close()
-    return {"bench": "network", "runtime": "grpc", "config": config, "sets": list(sets or []), "clients": M,
-            "cpus": os.cpu_count(), "load_average_before": list(load_before),
+    kw = dict(batches=batches, echo_rounds=echo_rounds, log=log)
+    floor, rows = _grpc_pass(base, config, sets, workdir, events=events, min_requests=min_requests,
+                             relay=False, profile=workdir / "profile-b1.txt" if profile else None, **kw)
+    log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms")
+    counted_floor, counted = _grpc_pass(base, config, sets, workdir, events=max(1, events // 4),
+                                        min_requests=max(1, min_requests // 8), relay=True, profile=None,
+                                        **kw)
+    floor["tcp_bytes_per_round"] = counted_floor["tcp_bytes_per_round"]
+    for row, c in zip(rows, counted):
+        row |= {"tcp_bytes_per_event": c["tcp_bytes_per_event"],
+                "overhead_tcp_over_payload": c["overhead_tcp_over_payload"],
+                "ratio_to_floor": row["requests_per_second"] / floor["rounds_per_second"],
+                "ratio_to_engine": row["events_per_second"] / engine_eps}
+        log(f"B = {row['batch']}: {row['events_per_second']:.0f} events/s, "
+            f"{row['ms_per_round_trip']:.2f} ms per round trip, "
+            f"{row['tcp_bytes_per_event']:.0f} socket B/event for "
+            f"{row['payload_bytes_per_event']:.0f} payload")
+    return {"bench": "network", "runtime": "grpc", "config": config, "sets": sets,
+            "clients": base["vfl.clients"], "cpus": os.cpu_count(), "load_average_before": list(load_before),
             "load_average_after": list(os.getloadavg()), "engine_events_per_second": engine_eps,
             "floor": floor, "rows": rows}
 
