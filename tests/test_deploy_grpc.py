@@ -1,4 +1,4 @@
-"""Online VFL and batch VFL on the gRPC runtime give the simulator's results (issue 19, B = 1).
+"""Online VFL, batch VFL and CHFL on the gRPC runtime give the simulator's results (issue 19, B = 1).
 
 The server's :class:`~fedstream.deploy.runtimes.grpc.GrpcLink` on 127.0.0.1 (an ephemeral port) and
 one client node per thread, each a real gRPC client on its own stream with its party in memory:
@@ -65,3 +65,17 @@ def test_batch_vfl_over_grpc_equals_the_simulator(data_root, tmp_path):
     assert all(n.error is None for n in nodes) and got["faults"] == []
     assert_same_run(got, want)
     assert_same_models(deployed_models(net), want_models, atol=ATOL)
+
+
+def test_chfl_batch_federation_over_grpc_equals_the_simulator(covertype_root, tmp_path):
+    """CHFL's FedAvg rounds run on the gRPC runtime too (Flower stays its default runtime)."""
+    from fedstream.chfl.deploy.driver import NetworkCHFL
+    from tests.helpers.chfl_deploy import assert_same_result, chfl_tiny_config, server_config, simulate_chfl
+
+    config = chfl_tiny_config(covertype_root)
+    want, _ = simulate_chfl(config)
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkCHFL(server_config(config, tmp_path), GrpcRuntime(link).connect(config["chfl.clients"]))
+        got = net.run()
+    assert all(n.error is None for n in nodes) and got["faults"] == []
+    assert_same_result(got, want)

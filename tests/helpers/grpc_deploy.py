@@ -7,6 +7,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from fedstream.deploy.adapters import adapter_for
 from fedstream.deploy.runtimes.grpc import GrpcLink
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
 from fedstream.deploy.runtimes.grpc_wire import message_limit
@@ -48,7 +49,7 @@ def grpc_nodes(config: dict, tmp: Path, *, tls_dir: Path | None = None, timeout:
                clients: list[int] | None = None):
     """A started :class:`GrpcLink` for ``config``'s clients and a :class:`NodeThread` for each of
     ``clients`` (default all); closed (bye to every node) at the end."""
-    M = config["vfl.clients"]
+    M = adapter_for(config["task"]).n_nodes(config)
     link = GrpcLink("127.0.0.1:0", M, limit=message_limit(config, audit=True), tls_dir=tls_dir,
                     timeout=timeout).start()
     nodes = [NodeThread(m, link.port, config, tmp, tls_dir=tls_dir) for m in (range(M) if clients is None
