@@ -4,7 +4,6 @@ scalars, arrays' dtypes and sizes. A message past the config's limit fails with 
 
 from __future__ import annotations
 
-import json
 import struct
 
 import numpy as np
@@ -35,48 +34,61 @@ def _frame() -> bytes:
     return wire.encode(wire.REQUEST, 1, Envelope("setup", 0, [b"ab"], {"a": 1}), limit=LIMIT)
 
 
-def _spoil(frame: bytes, offset: int, fmt: str, value) -> bytes:
-    b = bytearray(frame)
-    struct.pack_into(fmt, b, offset, value)
-    return bytes(b)
+def _set(frame: bytes, offset: int, value: int) -> bytes:
+    return frame[:offset] + bytes([value]) + frame[offset + 1:]
 
 
+# the request above: b"FS", version, type|kind, then varints seq 1, round 0, 1 part, info 5 bytes,
+# arrays 0, the part's length 2 (offsets 4..9), then info (offsets 10..14: key 0, name length 1,
+# "a", tag 3, zigzag 2) and the part
 @pytest.mark.parametrize("spoil, match", [
-    (lambda f: f[:20], "shorter than"),
-    (lambda f: b"XYZ" + f[3:], "magic"),
-    (lambda f: _spoil(f, 3, "<B", 2), "version"),
-    (lambda f: _spoil(f, 4, "<B", 99), "type"),
-    (lambda f: _spoil(f, 5, "<B", 9), "kind"),
-    (lambda f: _spoil(f, 5, "<B", 0), "kind"),
-    (lambda f: _spoil(f, 6, "<H", 1), "reserved"),
-    (lambda f: _spoil(f, 12, "<q", -1), "round"),
-    (lambda f: _spoil(f, 20, "<I", 2**31), "parts"),
-    (lambda f: _spoil(f, 32, "<I", 3), "add up"),
+    (lambda f: f[:3], "magic"),
+    (lambda f: b"XY" + f[2:], "magic"),
+    (lambda f: _set(f, 2, 2), "version"),
+    (lambda f: _set(f, 3, 0x92), "type"),
+    (lambda f: _set(f, 3, 0x29), "kind"),
+    (lambda f: _set(f, 3, 0x20), "kind"),
+    (lambda f: _set(f, 3, 0x51), "kind"),
+    (lambda f: f[:6] + b"\xff\xff\xff\xff\x0f" + f[7:], "parts"),
+    (lambda f: _set(f, 9, 3), "add up"),
     (lambda f: f + b"x", "add up"),
-    (lambda f: _spoil(f, 28, "<I", 1), "add up"),
+    (lambda f: _set(f, 8, 1), "add up"),
+    (lambda f: f[:5] + b"\xff" * 10 + f[6:], "64 bits"),
+    (lambda f: f[:6], "ends in the middle"),
+    (lambda f: _set(f, 10, 200), "key code"),
+    (lambda f: _set(f, 13, 9), "value tag"),
+    (lambda f: _set(f, 12, 0xC3), "UTF-8"),
 ])
 def test_a_malformed_frame_is_refused_before_decoding(spoil, match):
+    assert wire.decode(_frame(), limit=LIMIT).env.info == {"a": 1}
     with pytest.raises(ProtocolError, match=match):
         wire.decode(spoil(_frame()), limit=LIMIT)
 
 
+def _info_frame(info: bytes) -> bytes:
+    return b"FS\x01\x32" + bytes([1, 0, 0, len(info), 0]) + info
+
+
 @pytest.mark.parametrize("info, match", [
-    (b"[1, 2]", "JSON object"), (b"{not json", "not JSON"), (b'{"a": {"b": 1}}', "scalar"),
-    (b"\xff\xfe", "not JSON"),
+    (b"\x01\x03\x02\x01\x03\x04", "twice"),        # events twice
+    (b"\x02\x07\x01\x07\x00", "inside a list"),     # a list in a list
+    (b"\x02\x06\x05\x01", "past the end"),          # 5 integers announced, 1 there
+    (b"\x00\x05ab", "past the end"),                # a name longer than the frame
+    (b"\x01\x04\x00\x00", "past the end"),          # a double cut short
 ])
-def test_info_must_be_a_json_object_of_scalars(info, match):
-    frame = wire.HEAD.pack(wire.MAGIC, wire.VERSION, wire.REPLY, 2, 0, 1, 0, 0, len(info), 0) + info
+def test_info_entries_are_checked(info, match):
     with pytest.raises(ProtocolError, match=match):
-        wire.decode(frame, limit=LIMIT)
+        wire.decode(_info_frame(info), limit=LIMIT)
 
 
 def test_arrays_are_checked():
     env = Envelope("finish", 0, [], {}, {"w": np.zeros(4, np.float32)})
     frame = wire.encode(wire.REPLY, 1, env, limit=LIMIT)
     with pytest.raises(ProtocolError, match="dtype code"):  # the dtype code byte
-        wire.decode(_spoil(frame, len(frame) - 16 - 8 - 2, "<B", 77), limit=LIMIT)
+        wire.decode(frame[:len(frame) - 16 - 8 - 2] + b"\x4d" + frame[len(frame) - 16 - 8 - 1:], limit=LIMIT)
     with pytest.raises(ProtocolError, match="past the frame"):  # a forged dimension
-        wire.decode(_spoil(frame, len(frame) - 16 - 8, "<Q", 2**40), limit=LIMIT)
+        forged = struct.pack("<Q", 2**40)
+        wire.decode(frame[:len(frame) - 16 - 8] + forged + frame[len(frame) - 16:], limit=LIMIT)
     with pytest.raises(ProtocolError, match="cannot travel"):
         wire.encode(wire.REPLY, 1, Envelope("finish", 0, [], {}, {"o": np.array([object()])}), limit=LIMIT)
 
@@ -93,8 +105,15 @@ def test_the_limit_follows_the_configs_shapes_and_is_explained():
         wire.decode(wire.encode(wire.REQUEST, 1, env, limit=LIMIT), limit=4096)
 
 
-def test_info_that_json_cannot_carry_is_refused_at_the_sender():
-    with pytest.raises(ProtocolError, match="cannot travel"):
-        wire.encode(wire.REQUEST, 1, Envelope("round", 0, [], {"b": b"bytes"}), limit=LIMIT)
-    assert json.loads(wire.encode(wire.HELLO, 0, Envelope("", 0, [], {"client": 3}), limit=LIMIT)[32:]) == \
-        {"client": 3}
+def test_info_a_frame_cannot_carry_is_refused_at_the_sender():
+    for info in ({"b": b"bytes"}, {"d": {"x": 1}}, {"l": [[1]]}):
+        with pytest.raises(ProtocolError, match="cannot travel"):
+            wire.encode(wire.REQUEST, 1, Envelope("round", 0, [], info), limit=LIMIT)
+
+
+def test_a_batch_request_costs_a_few_bytes_beyond_its_parts():
+    """B = 1 of online VFL: a gradient and a query down, an embedding up."""
+    request = Envelope("round", 1234, [b"g" * 300, b"q" * 20], {"events": 1, "grad_rounds": [1233]})
+    reply = Envelope("round", 1234, [b"e" * 300], {"active": [1]})
+    assert len(wire.encode(wire.REQUEST, 99, request, limit=LIMIT)) - 320 <= 22
+    assert len(wire.encode(wire.REPLY, 99, reply, limit=LIMIT)) - 300 <= 16

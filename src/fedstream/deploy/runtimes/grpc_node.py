@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from pathlib import Path
 
@@ -121,8 +120,7 @@ class GrpcNode:
         try:
             frame = wire.decode(data, limit=self.limit)
         except ProtocolError as exc:
-            seq = struct.unpack_from("<I", data, 8)[0] if len(data) >= 12 else 0
-            return wire.error(seq, f"client {self.index}: {exc}", limit=self.limit)
+            return wire.error(wire.sequence(data), f"client {self.index}: {exc}", limit=self.limit)
         if frame.type == wire.BYE:
             return None
         if frame.type == wire.ECHO:
