@@ -89,6 +89,7 @@ class _Peer:
         self.index, self.context, self.task = index, context, task
         self.waiting: dict[int, asyncio.Future] = {}  # sequence number -> its reply
         self.inflight: int | None = None  # a timed-out request whose reply is still due
+        self.seq = 0  # sequence number of the last request on this stream
         self.alive = True
 
     def fail(self, reason: str) -> None:
@@ -115,7 +116,6 @@ class GrpcLink:
         self._peers: dict[int, _Peer] = {}
         self._ever: set[int] = set()  # clients that connected at least once
         self._rejoined: set[int] = set()
-        self._seq = 0
         self._server = None
         self.refused: list[str] = []  # why each refused stream was refused (for tests and logs)
 
@@ -292,10 +292,10 @@ class GrpcLink:
             if peer is None or not peer.alive or peer.inflight is not None:
                 out[m] = Failure("the node is not connected, or still busy with a request that timed out")
                 continue
-            self._seq = (self._seq + 1) % 2**32
-            frames[m] = wire.encode(ftype, self._seq, env, limit=self.limit)  # past the limit: the run stops
-            sent[m] = (peer, self._seq, self._loop.create_future())
-            peer.waiting[self._seq] = sent[m][2]
+            peer.seq += 1
+            frames[m] = wire.encode(ftype, peer.seq, env, limit=self.limit)  # past the limit: the run stops
+            sent[m] = (peer, peer.seq, self._loop.create_future())
+            peer.waiting[peer.seq] = sent[m][2]
         # every request is written at once (the writes overlap), then the replies are awaited together
         written = await asyncio.gather(*(sent[m][0].context.write(frames[m]) for m in sent),
                                        return_exceptions=True)

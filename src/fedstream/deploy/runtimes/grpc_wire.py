@@ -4,10 +4,11 @@ Every message on the runtime's one bidirectional stream is one frame (version 1)
 unsigned LEB128 varints unless said otherwise:
 
 * 2 bytes magic ``b"FS"``, 1 byte version (1), 1 byte type (high 4 bits: 1 hello, 2 request,
-  3 reply, 4 error, 5 bye, 6 echo) and kind (low 4 bits: 0 none, 1 setup, 2 round, 3 finish; request
-  and reply only);
-* varints: the sequence number (a reply or error carries its request's), the round, n (the number
-  of parts), the bytes of ``info``, the bytes of ``arrays``; then each part's length;
+  3 reply, 4 error, 5 bye, 6 echo), whether ``arrays`` follow (bit 3) and kind (bits 0-2: 0 none,
+  1 setup, 2 round, 3 finish; request and reply only);
+* varints: the sequence number (per stream; a reply or error carries its request's), the round, n
+  (the number of parts), the bytes of ``info``, the bytes of ``arrays`` (only with bit 3); then
+  each part's length;
 * ``info``, the parts in order, ``arrays``.
 
 The parts are fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them (the
@@ -157,8 +158,9 @@ def encode(ftype: int, seq: int, env: Envelope | None = None, *, limit: int) -> 
     arrays = _arrays_bytes(env.arrays)
     parts = env.parts
     head = bytearray(MAGIC)
-    head += bytes((VERSION, ftype << 4 | kind))
-    for n in (seq, int(env.round), len(parts), len(info), sum(map(len, arrays)), *map(len, parts)):
+    head += bytes((VERSION, ftype << 4 | (8 if arrays else 0) | kind))
+    sizes = (sum(map(len, arrays)),) if arrays else ()
+    for n in (seq, int(env.round), len(parts), len(info), *sizes, *map(len, parts)):
         _varint(n, head)
     frame = b"".join([head, info, *parts, *arrays])
     if len(frame) > limit:
@@ -294,13 +296,14 @@ def decode(frame: bytes, *, limit: int) -> Frame:
     if len(frame) < 4 or frame[:2] != MAGIC or frame[2] != VERSION:
         raise _fail(f"magic {bytes(frame[:2])!r} version {frame[2] if len(frame) > 2 else None}, expected "
                     f"{MAGIC!r} version {VERSION}")
-    ftype, kind = frame[3] >> 4, frame[3] & 0xF
+    ftype, has_arrays, kind = frame[3] >> 4, frame[3] & 8, frame[3] & 7
     if ftype not in TYPES:
         raise _fail(f"type {ftype}")
     if (kind != 0) != (ftype in (REQUEST, REPLY)) or kind > len(KINDS):
         raise _fail(f"kind {kind} in a {TYPES[ftype]} frame")
     r = _Reader(frame, 4)
-    seq, rnd, n, n_info, n_arrays = (r.varint() for _ in range(5))
+    seq, rnd, n, n_info = (r.varint() for _ in range(4))
+    n_arrays = r.varint() if has_arrays else 0
     if n > MAX_PARTS or n > len(frame) - r.pos:
         raise _fail(f"{n} parts")
     lengths = [r.varint() for _ in range(n)]
@@ -314,5 +317,5 @@ def decode(frame: bytes, *, limit: int) -> Frame:
     for length in lengths:
         parts.append(frame[pos:pos + length])
         pos += length
-    arrays = _decode_arrays(memoryview(frame)[pos:])
+    arrays = _decode_arrays(memoryview(frame)[pos:]) if has_arrays else {}
     return Frame(ftype, seq, Envelope(KINDS[kind - 1] if kind else "", rnd, parts, info, arrays))
