@@ -296,19 +296,30 @@ class GrpcLink:
             frames[m] = wire.encode(ftype, peer.seq, env, limit=self.limit)  # past the limit: the run stops
             sent[m] = (peer, peer.seq, self._loop.create_future())
             peer.waiting[peer.seq] = sent[m][2]
-        # every request is written at once (the writes overlap), then the replies are awaited together
-        written = await asyncio.gather(*(sent[m][0].context.write(frames[m]) for m in sent),
-                                       return_exceptions=True)
-        for m, result in zip(list(sent), written):
-            if isinstance(result, BaseException):  # the stream broke: that node's fault
+        # every request is written at once (the writes overlap); a node that does not take its
+        # request within the time-out (it stopped reading: its flow-control window is full) is cut off
+        deadline = self._loop.time() + self.timeout
+        writes = {m: asyncio.ensure_future(sent[m][0].context.write(frames[m])) for m in sent}
+        if writes:
+            await asyncio.wait(writes.values(), timeout=self.timeout)
+        for m, task in writes.items():
+            failed = None
+            if not task.done():
+                task.cancel()
+                sent[m][0].task.cancel()  # its stream ends; started again, the node rejoins
+                failed = f"the node did not take the request within {self.timeout} s"
+            elif task.exception() is not None:  # the stream broke: that node's fault
+                failed = f"could not send to the node: {task.exception()}"
+            if failed:
                 peer, seq, _ = sent.pop(m)
                 peer.waiting.pop(seq, None)
-                out[m] = Failure(f"could not send to the node: {result}"[:500])
+                out[m] = Failure(failed[:500])
             else:
                 self.frames += 1
                 self.bytes_down += len(frames[m])
         if sent:
-            await asyncio.wait([f for _, _, f in sent.values()], timeout=self.timeout)
+            left = max(0.0, deadline - self._loop.time())
+            await asyncio.wait([f for _, _, f in sent.values()], timeout=left)
         for m, (peer, seq, fut) in sent.items():
             if fut.done():
                 out[m] = fut.result()

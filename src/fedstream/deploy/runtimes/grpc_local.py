@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc import GrpcLink, GrpcRuntime
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
@@ -55,8 +56,13 @@ def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path |
 def serve_client(config: dict, index: int, connect: str, *, tls_dir: Path | None = None,
                  data_root: str | None = None, cache_dir: Path | None = None, retry_for: float = 300.0,
                  server_name: str | None = None) -> GrpcNode:
-    """Run client party ``index`` of ``config`` against the server at ``connect`` until the run ends."""
+    """Run client party ``index`` of ``config`` against the server at ``connect`` until the run ends.
+    Its data comes from ``data_root``, by default this machine's data folder for ``config``
+    (``data.root``, ``$FEDSTREAM_DATA``, ...), not the server's."""
     check_deployable(config)
+    if data_root is None:
+        root = resolve_data_root(config["data.root"])
+        data_root = str(root.resolve()) if root.is_dir() else None
     node = GrpcNode(index, connect, limit=message_limit(config, audit=True), tls_dir=tls_dir,
                     data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name)
     print(f"fedstream: client {index} connecting to {connect}", flush=True)
