@@ -1,6 +1,7 @@
 """The gRPC runtime over real processes (issue 19; marked slow): ``fedstream deploy local`` equals the
 simulator bit for bit at B = 1 (plaintext and mutual TLS); a client node killed mid-run is padded
-and recorded, and started again it rejoins from its checkpoint; a server killed mid-run and
+and recorded, and started again it rejoins from its checkpoint; a hung one (SIGSTOP) is timed out
+and a new process takes its place; a server killed mid-run and
 started again with ``--resume`` continues bit for bit while the client processes reconnect."""
 
 from __future__ import annotations
@@ -91,6 +92,43 @@ def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
     assert [r["client"] for r in s["rejoins"]] == [1] and s["rejoins"][0]["node_round"] >= 0
     assert len(s["clients"]) == 2
+
+
+def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_path):
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+
+    # long enough for the new process to start and join before the end (about 700 events/s here)
+    values = overrides(write_learnable_mnist(tmp_path), 20000) | {"checkpoint.every": 500}
+    config = load_config(None, values)
+    out = tmp_path / "out"
+    nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment", retry_for=60)
+    hung = []
+
+    def start_and_harm(link):
+        nodes.start(f"127.0.0.1:{link.port}")
+        import threading
+
+        def harm():
+            _wait_for(out / "checkpoint.npz")
+            hung.append(nodes.nodes[1])
+            nodes.kill_node(1, signal.SIGSTOP)  # it hangs: its stream stays open, nothing answers
+            time.sleep(3)  # past the reply time-out
+            nodes.start_node(1)  # a new process of client 1 takes the hung one's place
+
+        threading.Thread(target=harm, daemon=True).start()
+
+    try:
+        with nodes:
+            serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=1.5)
+    finally:
+        for proc in hung:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["rounds"] == 20000 and {f["client"] for f in s["faults"]} == {1}
+    assert any("no reply within 1.5 s" in f["reason"] for f in s["faults"])
+    assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
+    assert [r["client"] for r in s["rejoins"]] == [1]
 
 
 def test_a_killed_server_resumes_bit_for_bit_with_the_same_client_processes(tmp_path):
