@@ -24,7 +24,8 @@ from tests.helpers.flower import needs_flower
 def test_credentials_are_a_ca_a_server_certificate_for_the_hosts_and_node_keys(tmp_path):
     paths = write_credentials(tmp_path, 3, ["superlink.example.org", "10.1.2.3"])
     assert sorted(paths) == sorted(["ca.crt", "ca.key", "server.pem", "server.key"]
-                                   + [f"node-{m}.{ext}" for m in range(3) for ext in ("key", "pub")])
+                                   + [f"node-{m}.{ext}" for m in range(3) for ext in ("key", "pub")]
+                                   + [f"client-{m}.{ext}" for m in range(3) for ext in ("key", "pem")])
     ca = x509.load_pem_x509_certificate(paths["ca.crt"].read_bytes())
     server = x509.load_pem_x509_certificate(paths["server.pem"].read_bytes())
     server.verify_directly_issued_by(ca)
@@ -128,5 +129,5 @@ def test_the_cli_writes_credentials(tmp_path, capsys):
     from fedstream.cli import main
 
     assert main(["deploy", "credentials", str(tmp_path / "c"), "--nodes", "2", "--host", "10.0.0.7"]) == 0
-    assert "wrote 8 files" in capsys.readouterr().out
+    assert "wrote 12 files" in capsys.readouterr().out
     assert (tmp_path / "c" / "node-1.pub").exists()

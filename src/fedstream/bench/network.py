@@ -1,4 +1,6 @@
-"""``fedstream bench network``: online VFL on a real Flower deployment on loopback, by event batch size.
+"""``fedstream bench network``: online VFL deployed on loopback, by event batch size: on Flower
+(:func:`bench_network`) or on the gRPC runtime (:func:`bench_network_grpc`, against a bare gRPC
+echo round to the same client processes, the floor).
 
 One SuperLink and one SuperNode per client run as subprocesses on 127.0.0.1 (the deployment of
 ``fedstream deploy local``); the SuperNodes reach the SuperLink through a byte-counting TCP relay
@@ -18,20 +20,24 @@ with ``flwr run`` for ``requests`` batches (B x requests events), and reported:
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import time
 from pathlib import Path
 
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.runtimes.relay import TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.engine import OnlineVFL
 
 BATCHES = (1, 16, 256)
 
@@ -169,4 +175,172 @@ def format_network_bench(d: dict) -> str:
     lines.append("seconds per reply: " + "; ".join(
         f"B={r['batch']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["time_per_reply_seconds"].items())
         for r in d["rows"]))
+    return "\n".join(lines)
+
+
+# -- the gRPC runtime ------------------------------------------------------------------------------
+class _TimedLink:
+    """A link that times its exchanges (the round trips, client work included)."""
+
+    def __init__(self, link):
+        self.link, self.n_clients, self.seconds = link, link.n_clients, 0.0
+
+    def available(self) -> set[int]:
+        return self.link.available()
+
+    def rejoined(self) -> set[int]:
+        return self.link.rejoined()
+
+    def exchange(self, requests):
+        tic = time.perf_counter()
+        replies = self.link.exchange(requests)
+        self.seconds += time.perf_counter() - tic
+        return replies
+
+
+def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None) -> dict:
+    """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given)."""
+    timed = _TimedLink(link)
+    frames0 = link.bytes_down + link.bytes_up
+    if relay is not None:
+        relay.reset()
+    net = NetworkVFL(cfg, timed, stream=server_stream(cfg))
+    if profile is not None:
+        prof = cProfile.Profile()
+        prof.runcall(net.run)
+        with open(profile, "w") as f:
+            pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(40)
+    else:
+        net.run()
+    net.finish()
+    s = net.summary()
+    events, requests, payload = s["rounds"], s["exchanges"] - 2, s["bytes"]["total"]
+    wall = s["wall_seconds"]
+    row = {"batch": cfg["network.batch"], "events": events, "requests_per_node": requests,
+           "events_per_second": events / wall, "requests_per_second": requests / wall,
+           "ms_per_round_trip": 1e3 * timed.seconds / (requests + 2),
+           "server_ms_per_request": 1e3 * (wall - timed.seconds) / max(requests, 1),
+           "accumulated_error": s["accumulated_error"], "payload_bytes_per_event": payload / events,
+           "frame_bytes_per_event": (link.bytes_down + link.bytes_up - frames0) / events,
+           "faults": len(s["faults"])}
+    if relay is not None:
+        tcp = relay.reset()
+        row |= {"tcp_bytes_per_event": sum(tcp) / events,
+                "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan")}
+    return row
+
+
+def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batches, events: int,
+               min_requests: int, echo_rounds: int, relay: bool, profile: Path | None,
+               log) -> tuple[dict, list]:
+    """Client processes (behind a :class:`TcpRelay` in this process with ``relay``), the echo floor,
+    then online VFL for each B; with ``profile`` an extra B = 1 run profiled there."""
+    # gRPC is an optional dependency (the deploy extra)
+    from fedstream.deploy.runtimes.grpc import GrpcLink
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+
+    M = base["vfl.clients"]
+    link = GrpcLink("127.0.0.1:0", M, limit=message_limit(dict(base, **{"network.batch": max(batches)})),
+                    timeout=120).start()
+    counter = TcpRelay(("127.0.0.1", link.port)) if relay else None
+    nodes = GrpcLocalDeployment(config, [*sets, f"data.root={base['data.root']}"], M,
+                                workdir / ("deployment-relay" if relay else "deployment"))
+    rows = []
+    try:
+        with nodes:
+            nodes.start(counter.address if relay else f"127.0.0.1:{link.port}")
+            link.wait_for(M, 300)
+            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, None)  # warm-up
+            one = dict(base, **{"network.batch": 1, "rounds": 64})
+            payload = b"\0" * round(_play(one, link, None)["payload_bytes_per_event"] / M)
+            for _ in range(100):
+                link.echo(payload)
+            if counter is not None:
+                counter.reset()
+            tic = time.perf_counter()
+            for _ in range(echo_rounds):
+                link.echo(payload)
+            wall = time.perf_counter() - tic
+            floor = {"rounds": echo_rounds, "rounds_per_second": echo_rounds / wall,
+                     "ms_per_round_trip": 1e3 * wall / echo_rounds, "payload_bytes_per_node": len(payload)}
+            if counter is not None:
+                floor["tcp_bytes_per_round"] = sum(counter.reset()) / echo_rounds
+            for batch in batches:
+                n = batch * max(min_requests, -(-events // batch))
+                cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                check_deployable(cfg)
+                rows.append(_play(cfg, link, counter))
+            if profile is not None:
+                _play(dict(base, **{"network.batch": 1, "rounds": 1024}), link, None, profile=profile)
+    finally:
+        link.close()
+        if counter is not None:
+            counter.close()
+    return floor, rows
+
+
+def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
+                       echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
+                       workdir: Path, profile: bool = True, log=print) -> dict:
+    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
+    client. First the floor, a bare echo round to the same processes (one frame of one event's
+    payload to every node and back), then online VFL for each B, at least ``events`` events and
+    ``min_requests`` requests each (after a warm-up run that is not reported: numba loads its
+    kernels in each node). Timings come from a pass with the clients connected directly; the socket
+    bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
+    :class:`TcpRelay` (plaintext), whose Python threads would slow the first. With ``profile`` the
+    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sets = list(sets or [])
+    base = load_config(config, sets)
+    root = resolve_data_root(base["data.root"])
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
+    base["data.root"] = str(root.resolve())
+    load_before = os.getloadavg()
+    tic = time.perf_counter()
+    engine = OnlineVFL(dict(base, rounds=20000)).run()
+    engine_eps = engine["rounds"] / engine["wall_seconds"]
+    log(f"in-process engine: {engine_eps:.0f} events/s ({time.perf_counter() - tic:.1f} s)")
+    kw = dict(batches=batches, echo_rounds=echo_rounds, log=log)
+    floor, rows = _grpc_pass(base, config, sets, workdir, events=events, min_requests=min_requests,
+                             relay=False, profile=workdir / "profile-b1.txt" if profile else None, **kw)
+    log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms")
+    counted_floor, counted = _grpc_pass(base, config, sets, workdir, events=max(1, events // 4),
+                                        min_requests=max(1, min_requests // 8), relay=True, profile=None,
+                                        **kw)
+    floor["tcp_bytes_per_round"] = counted_floor["tcp_bytes_per_round"]
+    for row, c in zip(rows, counted):
+        row |= {"tcp_bytes_per_event": c["tcp_bytes_per_event"],
+                "overhead_tcp_over_payload": c["overhead_tcp_over_payload"],
+                "ratio_to_floor": row["requests_per_second"] / floor["rounds_per_second"],
+                "ratio_to_engine": row["events_per_second"] / engine_eps}
+        log(f"B = {row['batch']}: {row['events_per_second']:.0f} events/s, "
+            f"{row['ms_per_round_trip']:.2f} ms per round trip, "
+            f"{row['tcp_bytes_per_event']:.0f} socket B/event for "
+            f"{row['payload_bytes_per_event']:.0f} payload")
+    return {"bench": "network", "runtime": "grpc", "config": config, "sets": sets,
+            "clients": base["vfl.clients"], "cpus": os.cpu_count(), "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()), "engine_events_per_second": engine_eps,
+            "floor": floor, "rows": rows}
+
+
+def format_network_grpc(d: dict) -> str:
+    """The table of :func:`bench_network_grpc`'s dict."""
+    f = d["floor"]
+    lines = [f"gRPC on loopback, {d['clients']} client processes, {d['config']} ({d['cpus']} CPUs, load "
+             f"{d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after); in-process "
+             f"engine {d['engine_events_per_second']:.0f} events/s",
+             f"echo floor: {f['rounds_per_second']:.0f} rounds/s, {f['ms_per_round_trip']:.2f} ms per round "
+             f"trip, {f['tcp_bytes_per_round']:.0f} socket B per round "
+             f"({f['payload_bytes_per_node']} B each way per node)",
+             f"{'B':>5} {'events':>7} {'events/s':>9} {'ms/RTT':>7} {'server ms':>9} {'payload B/ev':>12} "
+             f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'x floor':>7} {'x engine':>8}"]
+    for r in d["rows"]:
+        lines.append(f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
+                     f"{r['ms_per_round_trip']:>7.2f} {r['server_ms_per_request']:>9.2f} "
+                     f"{r['payload_bytes_per_event']:>12.0f} {r['frame_bytes_per_event']:>10.0f} "
+                     f"{r['tcp_bytes_per_event']:>11.0f} {r['overhead_tcp_over_payload']:>14.2f} "
+                     f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
     return "\n".join(lines)

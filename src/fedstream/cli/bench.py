@@ -8,7 +8,12 @@ from pathlib import Path
 from rich.console import Console
 
 from fedstream.bench.huffman import bench_huffman, format_huffman_bench
-from fedstream.bench.network import bench_network, format_network_bench
+from fedstream.bench.network import (
+    bench_network,
+    bench_network_grpc,
+    format_network_bench,
+    format_network_grpc,
+)
 from fedstream.bench.selection import bench_selection, format_selection_bench
 from fedstream.errors import FedstreamError
 from fedstream.runs.task import entry_point
@@ -27,7 +32,7 @@ def add_parsers(sub) -> None:
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
                             "huffman: our Huffman coder vs the pure-Python dahuffman package; "
                             "selection: VF-PS scoring vs the per-sample reference; "
-                            "network: online VFL on a local Flower deployment for B = 1, 16, 256")
+                            "network: online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument(
@@ -41,6 +46,9 @@ def add_parsers(sub) -> None:
         "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
     )
     net = bench.add_argument_group("network")
+    net.add_argument("--runtime", choices=["grpc", "flower"], default="grpc", help="the deployment runtime")
+    net.add_argument("--events", type=int, default=4096,
+                     help="gRPC: at least this many events for each batch size (and 64 requests)")
     net.add_argument(
         "--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)"
     )
@@ -92,9 +100,15 @@ def cmd_bench(args) -> int:
             raise FedstreamError(
                 f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
             ) from None
-        results = bench_network(batches=batches, requests=args.requests, config=args.config, sets=args.sets,
-                                workdir=args.workdir, log=lambda line: Console().print(line, highlight=False))
-        Console().print(format_network_bench(results), highlight=False)
+        log = lambda line: Console().print(line, highlight=False)  # noqa: E731
+        if args.runtime == "grpc":
+            results = bench_network_grpc(batches=batches, events=args.events, config=args.config,
+                                         sets=args.sets, workdir=args.workdir, log=log)
+            Console().print(format_network_grpc(results), highlight=False)
+        else:
+            results = bench_network(batches=batches, requests=args.requests, config=args.config,
+                                    sets=args.sets, workdir=args.workdir, log=log)
+            Console().print(format_network_bench(results), highlight=False)
         write_json(results, args.json or Path("bench-network.json"))
         return 0
     if args.what == "huffman":

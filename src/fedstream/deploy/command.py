@@ -1,15 +1,19 @@
-"""``fedstream deploy``: run the parties of online VFL, batch VFL or CHFL (batch) as a Flower app.
+"""``fedstream deploy``: run the parties of online VFL, batch VFL or CHFL in separate processes.
 
+    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
+                           [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--timeout S] [--audit] [--secure]
     fedstream deploy credentials DIR --nodes M [--host NAME ...]
 
-``app`` writes the folder to give ``flwr run`` (any SuperLink, any machines); ``local`` starts a
-SuperLink and one SuperNode per client on this machine's loopback, runs, prints the summary and
-stops every process it started (``--secure``: with TLS and SuperNode authentication, from test
-credentials written to ``DIR/credentials``); ``credentials`` writes a test CA, the SuperLink's
-certificate and one key pair per SuperNode (:mod:`fedstream.deploy.credentials`). Flower is
-imported only when a subcommand runs, so the rest of the CLI works without it.
+``local`` runs a whole deployment on this machine's loopback and stops every process it started:
+on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
+the server party in this process and one long-lived ``fedstream serve client`` process per client;
+on Flower (``--runtime flower``, the default for CHFL) a SuperLink, one SuperNode per client and
+``flwr run``. ``--secure``: mutual TLS (gRPC) or TLS and SuperNode authentication (Flower), from
+test credentials written to ``DIR/credentials``. ``app`` writes the folder to give ``flwr run``
+(any SuperLink, any machines); ``credentials`` writes a test CA, the server's certificate, one
+client certificate (gRPC) and one key pair (Flower SuperNode) per party
+(:mod:`fedstream.deploy.credentials`). Flower and gRPC are imported only when a subcommand runs.
 """
 
 from __future__ import annotations
@@ -27,14 +31,18 @@ from fedstream.errors import ConfigError
 
 def add_deploy_parser(sub) -> argparse.ArgumentParser:
     """The ``deploy`` subcommand and its two actions, on the CLI's subparsers ``sub``."""
-    deploy = sub.add_parser("deploy", help="run the parties in separate processes or machines on Flower")
+    deploy = sub.add_parser("deploy", help="run the parties in separate processes (gRPC or Flower)")
     actions = deploy.add_subparsers(dest="action", required=True)
     app = actions.add_parser("app", help="write a Flower app folder for `flwr run`")
     app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
-    local = actions.add_parser("local", help="SuperLink + one SuperNode per client on 127.0.0.1, then run")
-    local.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")
+    local = actions.add_parser("local", help="the server and one process per client on 127.0.0.1, then run")
+    local.add_argument("--runtime", choices=["grpc", "flower"], default=None,
+                       help="gRPC (default for ovfl and vfl) or Flower (default for chfl)")
+    local.add_argument("--timeout", type=float, default=3600, help="seconds before a Flower run is stopped")
+    local.add_argument("--reply-timeout", type=float, default=120.0,
+                       help="gRPC: seconds before a node that has not answered is down for that request")
     local.add_argument(
-        "--secure", action="store_true", help="TLS and SuperNode authentication (test credentials)"
+        "--secure", action="store_true", help="mutual TLS (gRPC); TLS and SuperNode authentication (Flower)"
     )
     creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
     creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
@@ -67,8 +75,8 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     return deploy
 
 
-def _settings(args, out: Path | None) -> tuple[dict, dict]:
-    if any(" " in s for s in args.sets):
+def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dict]:
+    if flower and any(" " in s for s in args.sets):
         raise ConfigError(
             f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
         )
@@ -102,6 +110,9 @@ def cmd_deploy(args) -> int:
               f"(--node-config \"client-index=0\" .. \"client-index={M - 1}\") running:\n"
               f"  flwr run {folder} <connection> --stream")
         return 0
+    config = load_config(args.config, args.sets)
+    if (args.runtime or ("flower" if config["task"] == "chfl" else "grpc")) == "grpc":
+        return _local_grpc(args)
     settings, config = _settings(args, args.out)
     adapter = adapter_for(config["task"])
     app = write_app(args.out / "app", settings)
@@ -119,4 +130,32 @@ def cmd_deploy(args) -> int:
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
     print(f"{adapter.report(s)}; summary in {summary}")
+    return 0
+
+
+def _local_grpc(args) -> int:
+    """``deploy local`` on the gRPC runtime: the server party here, one client process per client."""
+    # gRPC (and cryptography for --secure) are optional dependencies: imported when a deployment runs
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+
+    settings, config = _settings(args, args.out, flower=False)
+    root = [s for s in settings["set"].split() if s.startswith("data.root=")]  # pinned for the processes
+    sets = [s for s in args.sets if not s.startswith("data.root=")] + root
+    config = load_config(settings["config"], sets)
+    adapter = adapter_for(config["task"])
+    M = adapter.n_nodes(config)
+    tls = None
+    if args.secure:
+        from fedstream.deploy.credentials import write_credentials
+
+        tls = args.out / "credentials"
+        write_credentials(tls, M)
+    with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
+        serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
+                     resume=args.resume, reply_timeout=args.reply_timeout,
+                     on_listen=lambda link: nodes.start(f"127.0.0.1:{link.port}"))
+    summary = args.out / "summary.json"
+    if not summary.exists():
+        raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
+    print(f"{adapter.report(json.loads(summary.read_text()))}; summary in {summary}")
     return 0

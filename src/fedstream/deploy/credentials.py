@@ -1,4 +1,4 @@
-"""Test credentials for a secure Flower deployment: a CA, the SuperLink's TLS certificate, node keys.
+"""Test credentials for a secure deployment: a CA, the server's TLS certificate, one identity per party.
 
 ``fedstream deploy credentials DIR --nodes M [--host NAME ...]`` writes, with the ``cryptography``
 package (a Flower dependency):
@@ -9,7 +9,12 @@ package (a Flower dependency):
 * ``server.pem`` / ``server.key``: the SuperLink's certificate, signed by the CA, for
   ``localhost``, ``127.0.0.1`` and every ``--host`` (the names or IP addresses the SuperNodes use
   to reach the SuperLink).
-* ``node-M.key`` / ``node-M.pub`` for M = 0..nodes-1: each SuperNode's P-384 key pair in OpenSSH
+* ``client-M.pem`` / ``client-M.key`` for M = 0..nodes-1: client party M's certificate for the
+  gRPC runtime's mutual TLS (:mod:`fedstream.deploy.runtimes.grpc`), signed by the CA, common name
+  ``fedstream client M`` (and the URI ``fedstream:client:M`` as its subject alternative name),
+  for client authentication only. The server takes a node's client index from this certificate.
+  ``server.pem`` is the gRPC server's certificate too.
+* ``node-M.key`` / ``node-M.pub`` for M = 0..nodes-1 (Flower): each SuperNode's P-384 key pair in OpenSSH
   format. ``node-M.key`` stays on node M's machine (``flower-supernode
   --auth-supernode-private-key``); ``node-M.pub`` is registered with the SuperLink (``flwr
   supernode register``), which then admits only registered nodes (``--enable-supernode-auth``).
@@ -30,6 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedstream.deploy.runtimes.grpc_wire import CLIENT_CN
 from fedstream.errors import ConfigError
 
 
@@ -111,6 +117,20 @@ def write_credentials(
     _write(paths["server.pem"], server.public_bytes(serialization.Encoding.PEM))
     _write(paths["server.key"], _pem_key(server_key), private=True)
     for m in range(nodes):
+        key = ec.generate_private_key(ec.SECP384R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CLIENT_CN}{m}")]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(end)
+                .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
+                    f"fedstream:client:{m}")]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA384()))
+        paths[f"client-{m}.pem"] = folder / f"client-{m}.pem"
+        paths[f"client-{m}.key"] = folder / f"client-{m}.key"
+        _write(paths[f"client-{m}.pem"], cert.public_bytes(serialization.Encoding.PEM))
+        _write(paths[f"client-{m}.key"], _pem_key(key), private=True)
         key = ec.generate_private_key(ec.SECP384R1())
         paths[f"node-{m}.key"] = folder / f"node-{m}.key"
         paths[f"node-{m}.pub"] = folder / f"node-{m}.pub"

@@ -88,6 +88,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def beside_interpreter(path: str) -> str:
+    """``PATH`` with this interpreter's folder first: a SuperNode starts ``flower-superexec`` and
+    ``flwr-clientapp`` by name, which must be this environment's also when it is not activated."""
+    folder = str(Path(sys.executable).parent)
+    return os.pathsep.join([folder] + [p for p in path.split(os.pathsep) if p and p != folder])
+
+
 def _bin(name: str) -> str:
     """A console script of this Python's environment (Flower's commands)."""
     path = Path(sys.executable).parent / name
@@ -127,6 +134,7 @@ class LocalDeployment:
             | os.environ
             | QUIET_FLOWER
             | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+            | {"PATH": beside_interpreter(os.environ.get("PATH", ""))}
             | (env or {})
             | dict([self.marker.split("=")])
         )

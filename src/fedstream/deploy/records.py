@@ -54,6 +54,7 @@ class Envelope:
 
 
 R = TypeVar("R", bound="Record")
+_HINTS: dict[type, dict] = {}  # each Record class's field types (typing.get_type_hints is slow)
 _NAMES = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
 _PLURALS = {int: "integers", bool: "booleans", str: "strings", float: "numbers"}
 
@@ -97,7 +98,7 @@ class Record:
     def read(cls: type[R], info: Mapping, where: str, **context) -> R:
         """The record ``info`` holds, checked; ProtocolError saying ``where`` what is wrong.
         ``context``: what :meth:`check` needs to know of the receiver (sizes, limits)."""
-        hints = typing.get_type_hints(cls)
+        hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))  # once per class
         values = {}
         for f in fields(cls):
             value = info.get(f.name)

@@ -31,6 +31,7 @@ import json
 import logging
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import FINISH, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.files import atomic_open
 
@@ -126,6 +127,21 @@ def kept_boundary(env: Envelope) -> int | None:
     return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
+def _setup(env: Envelope, index: int, store: Path | None) -> tuple[NodeMemory, dict, Adapter, dict | None]:
+    """A setup request's run (config, token), its task's adapter and the state the node starts from:
+    with ``rejoin`` its latest state of this run, with ``resume`` its state kept at that boundary."""
+    setup = Setup.read(env.info, f"client {index}")
+    config = json.loads(setup.config)
+    adapter = check_deployable(config)
+    state = None
+    if setup.rejoin is True and store is not None:
+        kept = NodeStore(store, setup.run, index)
+        state = kept.load(resume=setup.resume)
+        if setup.resume is not None:
+            kept.forget_after(setup.resume)
+    return NodeMemory(setup.config, setup.run, {}), config, adapter, state
+
+
 def handle_on_node(
     env: Envelope,
     index: int,
@@ -143,16 +159,7 @@ def handle_on_node(
     ``memory`` as it was.
     """
     if env.kind == SETUP:
-        setup = Setup.read(env.info, f"client {index}")
-        config = json.loads(setup.config)
-        adapter = check_deployable(config)
-        state = None
-        if setup.rejoin is True and store is not None:
-            kept = NodeStore(store, setup.run, index)
-            state = kept.load(resume=setup.resume)
-            if setup.resume is not None:
-                kept.forget_after(setup.resume)
-        memory = NodeMemory(setup.config, setup.run, {})
+        memory, config, adapter, state = _setup(env, index, store)
     else:
         if memory is None:
             raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
@@ -165,6 +172,47 @@ def handle_on_node(
     if store is not None:
         NodeStore(store, kept.run, index).save(kept.state, boundary)
     return reply, kept
+
+
+class LiveNode:
+    """Client ``index``'s node as a long-lived process (the gRPC runtime): :func:`handle_on_node`'s
+    rules with the party kept in memory between requests instead of rebuilt from its state. A setup
+    request builds the party (from its checkpoint with ``rejoin`` / ``resume``); every request
+    after it goes to that party. Raises ProtocolError on a malformed request.
+
+    With ``store`` the node writes its state of a boundary when a request says ``keep`` (as
+    :func:`handle_on_node` does), and its latest state after a setup, a finish, a ``keep`` request
+    and any request at least ``save_every`` seconds after the previous write (0: after every
+    request, as :func:`handle_on_node`). Writing an archive costs milliseconds, more than an event:
+    a node that crashes loses at most ``save_every`` seconds of progress and rejoins from its latest
+    write, further back than the server's round, so the server drops the gradients it held for it
+    (as for any node that comes back further back)."""
+
+    def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None,
+                 save_every: float = 0.0):
+        self.index, self.store, self._data, self.save_every = index, store, data, save_every
+        self.host = None
+        self.run: str | None = None
+        self._saved_at = -float("inf")
+
+    def handle(self, env: Envelope) -> Envelope:
+        if env.kind == SETUP:
+            memory, config, adapter, state = _setup(env, self.index, self.store)
+            boundary = kept_boundary(env)
+            host = adapter.host(config, self.index, data=self._data(adapter, config, self.index), state=state)
+            reply = host.handle(env)
+            self.host, self.run = host, memory.run
+        else:
+            if self.host is None:
+                raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
+            boundary = kept_boundary(env)  # checked before the request changes anything
+            reply = self.host.handle(env)
+        now = time.monotonic()
+        due = env.kind != ROUND or boundary is not None or now - self._saved_at >= self.save_every
+        if self.store is not None and due:
+            NodeStore(self.store, self.run, self.index).save(self.host.state_dict(), boundary)
+            self._saved_at = now
+        return reply
 
 
 # -- the server's side ---------------------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The gRPC runtime's two commands and a whole deployment on this machine's loopback.
+
+* :func:`serve_server` (``fedstream serve server CONFIG --listen HOST:PORT --out DIR``): the
+  server party. It listens, waits for one node per client, hands the run to its task's adapter
+  (the same ``serve`` as on Flower: ``summary.json`` and the checkpoint in ``out``, ``resume``)
+  and says bye to the nodes at the end.
+* :func:`serve_client` (``fedstream serve client CONFIG --index M --connect HOST:PORT``): client
+  party M, a long-lived :class:`~fedstream.deploy.runtimes.grpc_node.GrpcNode`. It reads only its
+  own block of the data (from the config the server sends at setup; its data root and cache
+  folder are its own).
+* :class:`GrpcLocalDeployment`: the client nodes as subprocesses (``python -m fedstream serve
+  client ...`` with this interpreter) on 127.0.0.1, for ``fedstream deploy local --runtime grpc``
+  and ``fedstream bench network``; the server party runs in the calling process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from fedstream.data import resolve_data_root
+from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.runtimes.grpc import GrpcLink, GrpcRuntime
+from fedstream.deploy.runtimes.grpc_node import GrpcNode
+from fedstream.deploy.runtimes.grpc_wire import message_limit
+
+
+def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path | None = None,
+                 audit: bool = False, resume: bool = False, data_root: str | None = None,
+                 reply_timeout: float = 120.0, node_timeout: float = 120.0,
+                 on_listen: Callable[[GrpcLink], None] | None = None) -> GrpcRuntime:
+    """Run the server party of ``config`` on ``listen``; ``on_listen(link)`` is called once the server
+    listens (its port in ``link.port``). Returns the runtime (its link's counts)."""
+    adapter = check_deployable(config)
+    link = GrpcLink(listen, adapter.n_nodes(config), limit=message_limit(config, audit=audit),
+                    tls_dir=tls_dir, timeout=reply_timeout).start()
+    host, security = listen.rsplit(":", 1)[0], "mutual TLS" if tls_dir else "plaintext"
+    print(f"fedstream: serving {config['task']} on {host}:{link.port} ({security}), waiting for "
+          f"{link.n_clients} client nodes", flush=True)
+    runtime = GrpcRuntime(link, node_timeout=node_timeout)
+    try:
+        if on_listen is not None:
+            on_listen(link)
+        settings = {"out": str(out) if out else "", "audit": audit, "data-root": data_root or "",
+                    "resume": resume}
+        adapter.serve(config, settings, runtime)
+    finally:
+        link.close()
+    return runtime
+
+
+def serve_client(config: dict, index: int, connect: str, *, tls_dir: Path | None = None,
+                 data_root: str | None = None, cache_dir: Path | None = None, retry_for: float = 300.0,
+                 server_name: str | None = None) -> GrpcNode:
+    """Run client party ``index`` of ``config`` against the server at ``connect`` until the run ends.
+    Its data comes from ``data_root``, by default this machine's data folder for ``config``
+    (``data.root``, ``$FEDSTREAM_DATA``, ...), not the server's."""
+    check_deployable(config)
+    if data_root is None:
+        root = resolve_data_root(config["data.root"])
+        data_root = str(root.resolve()) if root.is_dir() else None
+    node = GrpcNode(index, connect, limit=message_limit(config, audit=True), tls_dir=tls_dir,
+                    data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name)
+    print(f"fedstream: client {index} connecting to {connect}", flush=True)
+    node.run()
+    print(f"fedstream: client {index} done, {node.requests} requests answered", flush=True)
+    return node
+
+
+class GrpcLocalDeployment:
+    """One client node per client as subprocesses on 127.0.0.1 (a context manager: every process it
+    started is stopped at the end). ``config`` and ``sets`` are what ``fedstream serve client``
+    gets (a preset name or a file, and ``KEY=VALUE`` overrides); node m logs to
+    ``workdir/client{m}.log`` and keeps its cache and checkpoints in ``workdir/cache``."""
+
+    def __init__(self, config: str, sets: list[str], n_clients: int, workdir: Path, *,
+                 tls_dir: Path | None = None, retry_for: float = 60.0):
+        self.config, self.sets, self.n_clients = config, list(sets), n_clients
+        self.workdir = Path(workdir).resolve()
+        self.tls_dir = Path(tls_dir).resolve() if tls_dir is not None else None
+        self.retry_for = retry_for
+        self.target: str | None = None
+        self.nodes: dict[int, subprocess.Popen] = {}
+        self.env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+    def start(self, target: str) -> None:
+        """Start every client's node, each connecting to ``target`` (``HOST:PORT``)."""
+        self.target = target
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for m in range(self.n_clients):
+            self.start_node(m)
+
+    def start_node(self, m: int) -> subprocess.Popen:
+        """Start (or restart) client m's node; its log ``client{m}.log`` is appended to."""
+        args = [sys.executable, "-m", "fedstream", "serve", "client", self.config, "--index", str(m),
+                "--connect", self.target, "--cache-dir", str(self.workdir / "cache"),
+                "--retry-for", str(self.retry_for)]
+        args += [item for s in self.sets for item in ("--set", s)]
+        if self.tls_dir is not None:
+            args += ["--tls-dir", str(self.tls_dir)]
+        with open(self.workdir / f"client{m}.log", "ab") as log:
+            self.nodes[m] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                             start_new_session=True)
+        return self.nodes[m]
+
+    def kill_node(self, m: int, sig: int = signal.SIGKILL) -> None:
+        """Send client m's node ``sig`` (default SIGKILL: a crash); with SIGKILL wait for it."""
+        proc = self.nodes[m]
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        if sig == signal.SIGKILL:
+            proc.wait()
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye), then
+        SIGKILL what is left."""
+        for proc in self.nodes.values():
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+            grace = 0.5
+
+    def __enter__(self) -> GrpcLocalDeployment:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,158 @@
+"""The gRPC runtime over real processes (issue 19; marked slow): ``fedstream deploy local`` equals the
+simulator bit for bit at B = 1 (plaintext and mutual TLS); a client node killed mid-run is padded
+and recorded, and started again it rejoins from its checkpoint; a hung one (SIGSTOP) is timed out
+and a new process takes its place; a server killed mid-run and
+started again with ``--resume`` continues bit for bit while the client processes reconnect."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedstream.config import load_config
+from tests.helpers.data import write_learnable_mnist
+from tests.helpers.ovfl_deploy import assert_same_as_simulator, load_models, overrides, simulate
+
+pytest.importorskip("grpc")
+pytestmark = pytest.mark.slow
+
+
+def _sets(values: dict) -> list[str]:
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def _base(tmp: Path) -> str:
+    """An empty config file: the defaults, as ``load_config(None, ...)`` in the simulator's run."""
+    (tmp / "base.toml").write_text("")
+    return str(tmp / "base.toml")
+
+
+def _cli(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    return subprocess.run([sys.executable, "-m", "fedstream", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False, **kw)
+
+
+def _wait_for(path: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_deploy_local_over_grpc_equals_the_simulator(tmp_path, secure):
+    values = overrides(write_learnable_mnist(tmp_path), 300)
+    engine, sizes, summary = simulate(load_config(None, values))
+    sets = [item for s in _sets(values) for item in ("--set", s)]
+    done = _cli("deploy", "local", _base(tmp_path), *sets, "--out", str(tmp_path / "out"), "--audit",
+                *(["--secure"] if secure else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert got["runtime"] == "grpc" and got["grpc"]["tls"] is secure and got["faults"] == []
+    for key in ("bytes", "accumulated_error", "interval_errors", "activation_rate"):
+        assert got[key] == summary[key], key
+    assert json.loads((tmp_path / "out" / "message_sizes.json").read_text()) == [list(s) for s in sizes]
+    assert_same_as_simulator(engine, load_models(tmp_path / "out" / "models.npz"))
+
+
+def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+
+    values = overrides(write_learnable_mnist(tmp_path), 3000) | {"checkpoint.every": 500}
+    config = load_config(None, values)
+    out = tmp_path / "out"
+    nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment",
+                                retry_for=60)
+
+    def start_and_harm(link):
+        nodes.start(f"127.0.0.1:{link.port}")
+        import threading
+
+        def harm():
+            _wait_for(out / "checkpoint.npz")
+            nodes.kill_node(1)  # SIGKILL: its stream closes
+            time.sleep(0.5)
+            nodes.start_node(1)
+
+        threading.Thread(target=harm, daemon=True).start()
+
+    with nodes:
+        serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=30)
+    s = json.loads((out / "summary.json").read_text())
+    # killed between two requests its stream just closes (no request failed): it is left out, padded
+    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} <= {1}
+    assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
+    assert [r["client"] for r in s["rejoins"]] == [1] and s["rejoins"][0]["node_round"] >= 0
+    assert len(s["clients"]) == 2
+
+
+def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_path):
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+
+    # long enough for the new process to start and join before the end (about 700 events/s here)
+    values = overrides(write_learnable_mnist(tmp_path), 20000) | {"checkpoint.every": 500}
+    config = load_config(None, values)
+    out = tmp_path / "out"
+    nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment", retry_for=60)
+    hung = []
+
+    def start_and_harm(link):
+        nodes.start(f"127.0.0.1:{link.port}")
+        import threading
+
+        def harm():
+            _wait_for(out / "checkpoint.npz")
+            hung.append(nodes.nodes[1])
+            nodes.kill_node(1, signal.SIGSTOP)  # it hangs: its stream stays open, nothing answers
+            time.sleep(3)  # past the reply time-out
+            nodes.start_node(1)  # a new process of client 1 takes the hung one's place
+
+        threading.Thread(target=harm, daemon=True).start()
+
+    try:
+        with nodes:
+            serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=1.5)
+    finally:
+        for proc in hung:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["rounds"] == 20000 and {f["client"] for f in s["faults"]} == {1}
+    assert any("no reply within 1.5 s" in f["reason"] for f in s["faults"])
+    assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
+    assert [r["client"] for r in s["rejoins"]] == [1]
+
+
+def test_a_killed_server_resumes_bit_for_bit_with_the_same_client_processes(tmp_path):
+    from fedstream.deploy.local import free_port
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+
+    values = overrides(write_learnable_mnist(tmp_path), 3000) | {"checkpoint.every": 1000}
+    engine, _, summary = simulate(load_config(None, values))
+    port, out = free_port(), tmp_path / "out"
+    sets = [item for s in _sets(values) for item in ("--set", s)]
+    base = _base(tmp_path)
+    server = ["serve", "server", base, *sets, "--listen", f"127.0.0.1:{port}", "--out", str(out), "--audit"]
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    with GrpcLocalDeployment(base, _sets(values), 2, tmp_path / "deployment", retry_for=120) as nodes:
+        first = subprocess.Popen([sys.executable, "-m", "fedstream", *server], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        nodes.start(f"127.0.0.1:{port}")
+        _wait_for(out / "checkpoint.npz")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert not (out / "summary.json").exists()
+        done = _cli(*server, "--resume")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "resuming at round 1000" in done.stdout
+    got = json.loads((out / "summary.json").read_text())
+    assert got["accumulated_error"] == summary["accumulated_error"] and got["bytes"] == summary["bytes"]
+    assert_same_as_simulator(engine, load_models(out / "models.npz"))
