@@ -29,6 +29,7 @@ class Adapter(Protocol):
     """What a task brings to a deployment (see the module doc)."""
 
     task: str
+    runtime: str  # the runtime `fedstream deploy local` uses unless --runtime says otherwise
 
     def check(self, config: dict) -> None: ...
 

@@ -111,7 +111,7 @@ def cmd_deploy(args) -> int:
               f"  flwr run {folder} <connection> --stream")
         return 0
     config = load_config(args.config, args.sets)
-    if (args.runtime or ("flower" if config["task"] == "chfl" else "grpc")) == "grpc":
+    if (args.runtime or adapter_for(config["task"]).runtime) == "grpc":
         return _local_grpc(args)
     settings, config = _settings(args, args.out)
     adapter = adapter_for(config["task"])

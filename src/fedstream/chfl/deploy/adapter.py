@@ -23,6 +23,7 @@ from fedstream.errors import ConfigError
 
 class CHFLAdapter:
     task = "chfl"
+    runtime = "flower"  # FedAvg rounds of seconds to minutes: Flower's Message API suits them
 
     def check(self, config: dict) -> None:
         if config["chfl.mode"] != "batch":

@@ -21,6 +21,7 @@ from fedstream.ovfl.deploy.rows import BlockRows
 
 class OnlineVFLAdapter:
     task = "ovfl"
+    runtime = "grpc"  # one message per event: long-lived parties on gRPC
 
     def check(self, config: dict) -> None:
         check_deployable(config)

@@ -26,6 +26,7 @@ from fedstream.vfl.deploy.host import BatchVFLHost
 
 class BatchVFLAdapter:
     task = "vfl"
+    runtime = "grpc"  # one message per training step: long-lived parties on gRPC
 
     def check(self, config: dict) -> None:
         """Nothing to refuse: every batch VFL setting runs over the network."""
