@@ -116,3 +116,16 @@ def test_same_accumulated_error_as_fedstream_run(tmp_path, settings):
         assert accuracy.get() == pytest.approx(1 - summary["accumulated_error"], abs=1e-12)
     assert model.bytes == summary["bytes"]
     assert model.activation_rate == summary["activation_rate"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"lr": 0}, "lr = 0: expected a number > 0"),
+    ({"optimizer": "adam"}, "optimizer = 'adam': expected one of ogd, slr, dlr"),
+    ({"p": 1.5}, "p = 1.5"),
+    ({"activation": "fixed", "k": 3}, "activation.k = 3 exceeds vfl.clients = 2"),
+    ({"compression": {"up": "gzip"}}, "compression.up"),
+    ({"compression": {"upp": "topk"}}, "compression keys \\['upp'\\]"),
+])
+def test_bad_settings_name_the_keyword(settings, message):
+    with pytest.raises(ValueError, match=message):
+        OnlineVFL(partition=PARTITION, **settings)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 from river import base
 
-from fedstream.config import load_config
-from fedstream.errors import DivergedError, NonFiniteError
+import fedstream.ovfl.config as ovfl_config
+from fedstream.errors import ConfigError, DivergedError, NonFiniteError
+from fedstream.fields import Field
 from fedstream.metrics import Prequential
 from fedstream.models import build_client_model, build_server_model
 from fedstream.optim import make_optimizer
@@ -38,6 +39,9 @@ MODELS = {"shallow": "imnist", "deep": "higgs"}
 """``model``: the paper's image models (one-layer bottoms, a 256-unit top; the default: they learn
 from a few hundred samples) or its HIGGS/SUSY models (4-layer bottoms, a 5-layer top; they need
 thousands); the value is the dataset whose models the builders make."""
+
+COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24}
+"""``compression``'s keys (``compression.*`` without the prefix) and their defaults, the config's."""
 
 
 def build_parties(config: dict, sizes: list[int], n_classes: int) -> tuple[list[Client], Server]:
@@ -108,7 +112,7 @@ class OnlineVFL(base.Classifier):
             raise ValueError(f"model = {model!r}: expected one of {', '.join(MODELS)}")
         if activation == "topl":
             raise ValueError("activation = 'topl' learns from whole chunks of a stream: use `fedstream run`")
-        self.config = load_config(overrides=self._overrides())
+        self.config = _config(self._settings(), self.compression or {})
         self.classes_: list = list(classes) if classes is not None else []
         if classes is not None and (len(set(self.classes_)) != len(self.classes_) or len(self.classes_) < 2):
             raise ValueError(f"classes = {classes!r}: expected at least two distinct labels")
@@ -122,16 +126,15 @@ class OnlineVFL(base.Classifier):
         self.active_counts = np.zeros(len(sizes), dtype=np.int64)
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, its activation draw)
 
-    def _overrides(self) -> dict:
-        settings = {
-            "task": "ovfl", "data.name": MODELS[self.model], "vfl.clients": len(self._features),
+    def _settings(self) -> dict:
+        return {
+            "data.name": MODELS[self.model], "vfl.clients": len(self._features),
             "optimizer.name": self.optimizer, "optimizer.lr": self.lr, "optimizer.server_lr": self.server_lr,
             "optimizer.window": self.window, "optimizer.alpha": self.alpha,
             "activation.name": self.activation, "activation.p": self.p,
             "activation.threshold": self.threshold, "activation.k": self.k,
             "model.embedding": self.embedding, "seed": self.seed,
         }
-        return settings | {f"compression.{k}": v for k, v in (self.compression or {}).items()}
 
     @classmethod
     def _unit_test_params(cls):
@@ -224,6 +227,49 @@ class OnlineVFL(base.Classifier):
     def _logits(self, x: dict) -> np.ndarray:
         blocks = [b[None, :] for b in self._blocks(x)]
         return predict_logits(self.server, self.clients, blocks, self.inference, self.rounds)
+
+
+def _config(settings: dict, compression: dict) -> dict:
+    """An ``ovfl`` config from keyword settings: the task's defaults, each given value checked
+    against its field (ValueError naming the keyword). Built here rather than by
+    :func:`fedstream.config.load_config`, which gathers every task's keys and so imports this package."""
+    config = {"task": "ovfl"} | {
+        k: f.default for k, f in ovfl_config.FIELDS.items() if isinstance(f, Field)}
+    for key, value in settings.items():
+        field = ovfl_config.FIELDS.get(key)
+        if isinstance(field, Field) and not _fits(value, field):
+            word = key.split(".")[0 if key.endswith(".name") else -1]  # the keyword of OnlineVFL
+            raise ValueError(f"{word} = {value!r}: expected {field.describe()}")
+        config[key] = value
+    if isinstance(settings["optimizer.lr"], bool) or not (
+            isinstance(settings["optimizer.lr"], (int, float)) and settings["optimizer.lr"] > 0):
+        raise ValueError(f"lr = {settings['optimizer.lr']!r}: expected a number > 0")
+    if isinstance(settings["model.embedding"], bool) or not (
+            isinstance(settings["model.embedding"], int) and 1 <= settings["model.embedding"] <= 65535):
+        raise ValueError(f"embedding = {settings['model.embedding']!r}: expected an integer in 1..65535")
+    unknown = set(compression) - set(COMPRESSION)
+    if unknown:
+        raise ValueError(f"compression keys {sorted(unknown)}: expected some of {', '.join(COMPRESSION)}")
+    config |= {f"compression.{k}": v for k, v in (COMPRESSION | compression).items()}
+    try:
+        CompressionSpec.from_config(config)
+        return ovfl_config.check(config)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _fits(value, field: Field) -> bool:
+    """Whether ``value`` has the field's type and lies in its range or choices."""
+    if value is None:
+        return field.optional or field.default is None
+    if isinstance(value, bool) != (field.type is bool) or not isinstance(
+            value, (int, float) if field.type is float else field.type):
+        return False
+    if field.choices is not None:
+        return value in field.choices
+    low = field.min is None or (value > field.min if field.exclusive_min else value >= field.min)
+    high = field.max is None or (value < field.max if field.exclusive_max else value <= field.max)
+    return low and high
 
 
 def _check_partition(partition: dict) -> list[list[str]]:
