@@ -129,3 +129,10 @@ def test_same_accumulated_error_as_fedstream_run(tmp_path, settings):
 def test_bad_settings_name_the_keyword(settings, message):
     with pytest.raises(ValueError, match=message):
         OnlineVFL(partition=PARTITION, **settings)
+
+
+def test_river_estimator_checks():
+    """River's own contract checks for classifiers (pickling, clone, purity of predict_one,
+    emerging and disappearing features, binary probabilities), on its Phishing stream."""
+    for params in OnlineVFL._unit_test_params():
+        river.checks.check_estimator(OnlineVFL(**params))

@@ -76,6 +76,9 @@ class OnlineVFL(base.Classifier):
     random, event, fixed), ``p``, ``threshold``, ``k``, ``embedding``, ``seed``, ``model`` (see
     :data:`MODELS`) and
     ``compression``, a dict of ``compression.*`` keys without the prefix (``{"up": "topk"}``).
+    ``missing``: a feature of the partition absent from ``x`` is an error (``"error"``, the
+    default) or 0.0 (``"zero"``: after a StandardScaler, the feature's mean; River's linear models
+    do the same).
     ``topl`` activation learns from whole chunks of the stream and is left to ``fedstream run``.
 
     >>> from river import compose, evaluate, metrics, preprocessing
@@ -102,11 +105,14 @@ class OnlineVFL(base.Classifier):
     def __init__(self, partition: dict, *, classes: list | None = None, optimizer: str = "dlr",
                  lr: float = 0.01, server_lr: float | None = None, window: int = 10, alpha: float = 0.95,
                  activation: str = "full", p: float = 0.5, threshold: float = 0.2, k: int = 2,
-                 embedding: int = 64, model: str = "shallow", compression: dict | None = None, seed: int = 0):
+                 embedding: int = 64, model: str = "shallow", compression: dict | None = None, seed: int = 0,
+                 missing: str = "error"):
         self.partition, self.classes, self.optimizer, self.lr = partition, classes, optimizer, lr
         self.server_lr, self.window, self.alpha, self.activation = server_lr, window, alpha, activation
         self.p, self.threshold, self.k, self.embedding = p, threshold, k, embedding
-        self.model, self.compression, self.seed = model, compression, seed
+        self.model, self.compression, self.seed, self.missing = model, compression, seed, missing
+        if missing not in ("error", "zero"):
+            raise ValueError(f"missing = {missing!r}: expected 'error' or 'zero'")
         self._features = _check_partition(partition)
         if model not in MODELS:
             raise ValueError(f"model = {model!r}: expected one of {', '.join(MODELS)}")
@@ -132,13 +138,18 @@ class OnlineVFL(base.Classifier):
             "optimizer.name": self.optimizer, "optimizer.lr": self.lr, "optimizer.server_lr": self.server_lr,
             "optimizer.window": self.window, "optimizer.alpha": self.alpha,
             "activation.name": self.activation, "activation.p": self.p,
-            "activation.threshold": self.threshold, "activation.k": self.k,
+            "activation.threshold": self.threshold,
+            "activation.k": self.k if self.activation == "fixed" else min(self.k, len(self._features)),
             "model.embedding": self.embedding, "seed": self.seed,
         }
 
     @classmethod
     def _unit_test_params(cls):
-        yield {"partition": {0: ["x"]}, "classes": [False, True]}
+        """River's estimator checks (``river.checks``) stream the Phishing data set through it."""
+        yield {"partition": {"site": ["empty_server_form_handler", "popup_window", "https",
+                                      "request_from_other_domain", "anchor_from_other_domain"],
+                             "domain": ["is_popular", "long_url", "age_of_domain", "ip_in_url"]},
+               "classes": [False, True], "missing": "zero"}
 
     # -- River's interface -------------------------------------------------------------------
     def learn_one(self, x: dict, y) -> None:
@@ -198,6 +209,8 @@ class OnlineVFL(base.Classifier):
 
     # -- helpers -----------------------------------------------------------------------------
     def _blocks(self, x: dict) -> list[np.ndarray]:
+        if self.missing == "zero":
+            return [np.array([x.get(f, 0.0) for f in names], dtype=np.float32) for names in self._features]
         try:
             return [np.array([x[f] for f in names], dtype=np.float32) for names in self._features]
         except KeyError as exc:
