@@ -134,5 +134,7 @@ def test_bad_settings_name_the_keyword(settings, message):
 def test_river_estimator_checks():
     """River's own contract checks for classifiers (pickling, clone, purity of predict_one,
     emerging and disappearing features, binary probabilities), on its Phishing stream."""
+    from river import checks
+
     for params in OnlineVFL._unit_test_params():
-        river.checks.check_estimator(OnlineVFL(**params))
+        checks.check_estimator(OnlineVFL(**params))
