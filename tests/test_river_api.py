@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 river = pytest.importorskip("river")
+from river import checks as river_checks  # noqa: E402
 
 import fedstream.ovfl.inference  # noqa: E402
 import fedstream.ovfl.river  # noqa: E402
@@ -134,7 +135,5 @@ def test_bad_settings_name_the_keyword(settings, message):
 def test_river_estimator_checks():
     """River's own contract checks for classifiers (pickling, clone, purity of predict_one,
     emerging and disappearing features, binary probabilities), on its Phishing stream."""
-    from river import checks
-
     for params in OnlineVFL._unit_test_params():
-        checks.check_estimator(OnlineVFL(**params))
+        river_checks.check_estimator(OnlineVFL(**params))
