@@ -15,6 +15,7 @@ import fedstream.ovfl.river  # noqa: E402
 from fedstream.cli import main  # noqa: E402
 from fedstream.config import load_config  # noqa: E402
 from fedstream.data import resolve_data_root  # noqa: E402
+from fedstream.errors import FedstreamError  # noqa: E402
 from fedstream.ovfl import OnlineVFL  # noqa: E402
 from fedstream.ovfl.engine import feature_blocks, make_stream  # noqa: E402
 
@@ -90,7 +91,7 @@ def test_same_accumulated_error_as_fedstream_run(tmp_path, settings):
     sample's own float32 embedding, so only the learning rounds' error is compared."""
     try:
         resolve_data_root(None)
-    except Exception as exc:  # no data folder here
+    except FedstreamError as exc:  # no data folder here
         pytest.skip(f"HIGGS subset not available: {exc}")
     sets = {"rounds": 600, "vfl.clients": 3, "model.embedding": 16, "eval.interval": 200,
             "checkpoint.every": 0} | settings

@@ -1,0 +1,23 @@
+"""Predictions of a finished run (``fedstream predict RUN_DIR --data FILE --out preds.csv``).
+
+:func:`predict_run` reads the run's folder, loads its final model and predicts the rows of a data
+file through the parties that trained it (:mod:`fedstream.predict.ovfl`: each client embeds its own
+feature block, the server predicts); :func:`write_predictions` writes them as CSV.
+"""
+
+from fedstream.errors import ConfigError
+from fedstream.predict.files import Predictions, read_features, run_task, write_predictions
+from fedstream.predict.ovfl import predict_ovfl
+
+__all__ = ["Predictions", "predict_run", "read_features", "write_predictions"]
+
+PREDICTORS = {"ovfl": predict_ovfl}
+
+
+def predict_run(run_dir, data) -> Predictions:
+    """The predictions of the finished run in ``run_dir`` for the rows of NPZ file ``data``."""
+    task = run_task(run_dir)
+    if task not in PREDICTORS:
+        raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task!r} yet (a finished "
+                          "batch VFL or CHFL run keeps no final model: its checkpoint is removed at the end)")
+    return PREDICTORS[task](run_dir, read_features(data))
