@@ -1,6 +1,7 @@
 """``fedstream predict``: a finished online VFL run predicts raw rows through its own parties."""
 
 import csv
+import json
 import re
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from fedstream.cli import main
 from fedstream.data import resolve_data_root
+from fedstream.data.images import load_image_split
 from fedstream.data.paths import find_file
 from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import FedstreamError
@@ -83,3 +85,24 @@ def test_bad_data_is_one_line_and_exit_2(higgs_run, tmp_path, capsys, content, m
 def test_not_a_finished_run(tmp_path, capsys):
     assert main(["predict", str(tmp_path), "--data", "x.npz", "--out", str(tmp_path / "p.csv")]) == 2
     assert "is not a finished run" in " ".join("".join(capsys.readouterr()).split())
+
+
+def test_batch_vfl_run_predicts_its_test_rows_as_it_scored_them(tmp_path):
+    """A finished vfl-mnist run keeps checkpoint.pt; its parties predict the raw test images, with
+    the accuracy the run reported for the same rows (the evaluation's own path)."""
+    try:
+        X, y = load_image_split(resolve_data_root(None), "mnist", "test")
+    except FedstreamError as exc:
+        pytest.skip(f"MNIST not available: {exc}")
+    run = tmp_path / "run"
+    assert main(["run", "vfl-mnist", "--quiet", "--out", str(run), "--set", "train.epochs=2", "--set",
+                 "data.train_rows=3000", "--set", "data.test_rows=400", "--set", "optimizer.lr=0.05"]) == 0
+    np.savez(tmp_path / "rows.npz", X=X[:400])
+    assert main(["predict", str(run), "--data", str(tmp_path / "rows.npz"), "--out",
+                 str(tmp_path / "preds.csv"), "--quiet"]) == 0
+    with open(tmp_path / "preds.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["id", "prediction", *(f"p_{c}" for c in range(10))]
+    accuracy = np.mean(np.array([int(r[1]) for r in rows[1:]]) == y[:400])
+    summary = json.loads((run / "summary.json").read_text())
+    assert accuracy == summary["final_accuracy"] and accuracy > 0.5

@@ -2,16 +2,19 @@
 
 :func:`predict_run` reads the run's folder, loads its final model and predicts the rows of a data
 file through the parties that trained it (:mod:`fedstream.predict.ovfl`: each client embeds its own
-feature block, the server predicts); :func:`write_predictions` writes them as CSV.
+feature block, the server predicts; :mod:`fedstream.predict.vfl`: the same with image strips);
+:func:`write_predictions` writes them as CSV.
 """
 
 from fedstream.errors import ConfigError
 from fedstream.predict.files import Predictions, read_features, run_task, write_predictions
 from fedstream.predict.ovfl import predict_ovfl
+from fedstream.runs.task import entry_point
 
 __all__ = ["Predictions", "predict_run", "read_features", "write_predictions"]
 
-PREDICTORS = {"ovfl": predict_ovfl}
+PREDICTORS = {"ovfl": predict_ovfl, "vfl": entry_point("fedstream.predict.vfl:predict_vfl")}
+"""Each task's predictor (batch VFL's imports PyTorch on its first call, as its trainer does)."""
 
 
 def predict_run(run_dir, data) -> Predictions:
@@ -19,5 +22,5 @@ def predict_run(run_dir, data) -> Predictions:
     task = run_task(run_dir)
     if task not in PREDICTORS:
         raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task!r} yet (a finished "
-                          "batch VFL or CHFL run keeps no final model: its checkpoint is removed at the end)")
+                          "CHFL run keeps no final model: its checkpoint is removed at the end)")
     return PREDICTORS[task](run_dir, read_features(data))

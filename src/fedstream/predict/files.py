@@ -47,8 +47,9 @@ def run_task(run_dir: Path) -> str:
 
 
 def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, X) from an NPZ file: ``X`` (n, features), the dataset's raw features (standardised by
-    the run as its own stream is), and optionally ``id`` (n,) (default: the row numbers)."""
+    """(ids, X) from an NPZ file: ``X`` (n, ...), the dataset's raw features (standardised by the
+    run as its own data is: tabular rows (n, features); images (n, C, H, W) or flattened, 0-255),
+    and optionally ``id`` (n,) (default: the row numbers)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -60,8 +61,8 @@ def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise
     except Exception as exc:  # noqa: BLE001 - np.load of a foreign or damaged file raises many kinds
         raise DataError(f"{path}: not a readable NPZ file ({type(exc).__name__}: {exc})") from None
-    if X.ndim != 2 or not np.issubdtype(X.dtype, np.number):
-        raise DataError(f"{path}: X must be a 2-D numeric array, found {X.dtype} {X.shape}")
+    if X.ndim < 2 or not np.issubdtype(X.dtype, np.number):
+        raise DataError(f"{path}: X must be a numeric array of rows (n, ...), found {X.dtype} {X.shape}")
     if ids.shape != (len(X),):
         raise DataError(f"{path}: id has shape {ids.shape}, expected ({len(X)},) (one per row of X)")
     if not np.isfinite(X).all():

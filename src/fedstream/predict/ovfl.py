@@ -54,6 +54,7 @@ def standardise(source, X: np.ndarray) -> np.ndarray:
 def predict_ovfl(run_dir: Path, rows: tuple[np.ndarray, np.ndarray]) -> Predictions:
     """Class probabilities for ``rows`` = (ids, raw X) from the final parties of ``run_dir``."""
     ids, X = rows
+    X = X.reshape(len(X), -1)  # images may come as (n, 28, 28)
     run = load_final(run_dir)
     n_features = run.stream.source.n_features
     if X.shape[1] != n_features:
