@@ -1,12 +1,15 @@
-"""``fedstream predict``: a finished online VFL run predicts raw rows through its own parties."""
+"""``fedstream predict``: a finished online or batch VFL run predicts raw rows through its own parties."""
 
 import csv
+import doctest
 import json
 import re
 
 import numpy as np
 import pytest
 
+import fedstream.ovfl.inference
+import fedstream.predict.files
 from fedstream.cli import main
 from fedstream.data import resolve_data_root
 from fedstream.data.images import load_image_split
@@ -15,6 +18,12 @@ from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import FedstreamError
 from fedstream.predict import predict_run
 from fedstream.predict.ovfl import load_final, standardise
+
+
+@pytest.mark.parametrize("module", [fedstream.ovfl.inference, fedstream.predict.files])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
 
 
 @pytest.fixture(scope="module")

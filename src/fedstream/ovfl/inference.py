@@ -9,6 +9,24 @@ A prediction needs every party, as learning does, but nothing is learnt and no s
 
 :func:`predict_proba` plays these two steps over a transport (its ledger counts the bytes), so a
 prediction sees exactly the float32 embeddings a server sees while learning.
+
+>>> import numpy as np
+>>> from fedstream.models import MLP
+>>> from fedstream.optim import make_optimizer
+>>> from fedstream.transport import InProcessTransport
+>>> rng = np.random.default_rng(0)
+>>> def party(sizes):
+...     model = MLP(sizes, relu_last=False, rng=rng)
+...     return model, make_optimizer("ogd", model, lr=0.1, window=1, alpha=0.9)
+>>> clients = [Client(m, *party([3, 4])) for m in range(2)]  # 3 features each, embeddings of 4
+>>> server = Server(*party([8, 2]), n_clients=2, embedding=4)
+>>> link = InProcessTransport(2)
+>>> blocks = [rng.normal(size=(5, 3)), rng.normal(size=(5, 3))]  # 5 rows: each client's columns
+>>> proba = predict_proba(server, clients, blocks, link)
+>>> proba.shape, bool(np.allclose(proba.sum(axis=1), 1.0))
+((5, 2), True)
+>>> link.ledger.summary()["down"], link.ledger.messages  # embeddings up, nothing down
+(0, [1, 1])
 """
 
 from __future__ import annotations

@@ -16,7 +16,12 @@ from fedstream.runs.files import atomic_open
 @dataclass
 class Predictions:
     """``ids`` (n,), ``classes`` (C labels, the server's output order), ``proba`` (n, C), and for
-    each party what it computed (``parties``: name -> text)."""
+    each party what it computed (``parties``: name -> text).
+
+    >>> p = Predictions(np.array([7, 8]), ["no", "yes"], np.array([[0.9, 0.1], [0.2, 0.8]]), {})
+    >>> p.labels
+    ['no', 'yes']
+    """
 
     ids: np.ndarray
     classes: list
