@@ -1,4 +1,5 @@
-"""``fedstream predict RUN_DIR --data FILE --out preds.csv``: predictions of a finished run."""
+"""``fedstream predict RUN_DIR --data FILE --out preds.csv``: predictions of a finished run
+(``ovfl`` and ``vfl``; :mod:`fedstream.predict`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ def add_parsers(sub) -> None:
     predict = sub.add_parser("predict", help="predict rows with the final model of a finished run")
     predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
     predict.add_argument("--data", type=Path, required=True,
-                         help="NPZ file: X (rows, features), the dataset's raw features, and optionally "
-                              "id (rows,)")
+                         help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
+                              "0-255, (n, H, W) or flattened), and optionally id (n,)")
     predict.add_argument("--out", type=out_dir, required=True,
                          help="CSV to write: id, prediction, p_<class> for each class")
     predict.add_argument("--quiet", action="store_true", help="no table")
