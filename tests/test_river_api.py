@@ -63,6 +63,8 @@ def test_classes_in_order_of_appearance_and_errors():
         model.learn_one(x, "maybe")
     with pytest.raises(ValueError, match="'f5' of client 'shop' is missing"):
         model.learn_one({k: v for k, v in x.items() if k != "f5"}, "no")
+    with pytest.raises(ValueError, match="feature 'f2' = nan: expected a finite number"):
+        model.learn_one(x | {"f2": float("nan")}, "no")
     with pytest.raises(ValueError, match="given to clients 'a' and 'b'"):
         OnlineVFL(partition={"a": ["f0"], "b": ["f0"]})
     with pytest.raises(ValueError, match="topl"):

@@ -74,12 +74,12 @@ class OnlineVFL(base.Classifier):
     The other settings are the ``ovfl`` config keys: ``optimizer`` (``optimizer.name``: ogd, slr,
     dlr), ``lr``, ``server_lr``, ``window``, ``alpha``, ``activation`` (``activation.name``: full,
     random, event, fixed), ``p``, ``threshold``, ``k``, ``embedding``, ``seed``, ``model`` (see
-    :data:`MODELS`) and
-    ``compression``, a dict of ``compression.*`` keys without the prefix (``{"up": "topk"}``).
-    ``missing``: a feature of the partition absent from ``x`` is an error (``"error"``, the
-    default) or 0.0 (``"zero"``: after a StandardScaler, the feature's mean; River's linear models
-    do the same).
-    ``topl`` activation learns from whole chunks of the stream and is left to ``fedstream run``.
+    :data:`MODELS`) and ``compression``, a dict of ``compression.*`` keys without the prefix
+    (``{"up": "topk"}``); bad values raise ValueError naming the keyword. ``topl`` activation
+    learns from whole chunks of the stream and is left to ``fedstream run``. ``missing``: a feature
+    of the partition absent from ``x`` is an error (``"error"``, the default) or 0.0 (``"zero"``:
+    after a StandardScaler, the feature's mean; River's linear models do the same). A NaN or
+    infinite feature is an error.
 
     >>> from river import compose, evaluate, metrics, preprocessing
     >>> from fedstream.ovfl import OnlineVFL
@@ -209,14 +209,19 @@ class OnlineVFL(base.Classifier):
 
     # -- helpers -----------------------------------------------------------------------------
     def _blocks(self, x: dict) -> list[np.ndarray]:
-        if self.missing == "zero":
-            return [np.array([x.get(f, 0.0) for f in names], dtype=np.float32) for names in self._features]
+        """Each client's features of ``x``, float32 as the engine's stream gives them."""
+        get = (lambda f: x.get(f, 0.0)) if self.missing == "zero" else x.__getitem__
         try:
-            return [np.array([x[f] for f in names], dtype=np.float32) for names in self._features]
+            blocks = [np.array([get(f) for f in names], dtype=np.float32) for names in self._features]
         except KeyError as exc:
             client = next(c for c, names in self.partition.items() if exc.args[0] in names)
             raise ValueError(f"feature {exc.args[0]!r} of client {client!r} is missing from x "
                              f"(x has {sorted(map(str, x))})") from None
+        for names, block in zip(self._features, blocks):
+            if not np.isfinite(block).all():
+                bad = names[int(np.argmin(np.isfinite(block)))]
+                raise ValueError(f"feature {bad!r} = {x.get(bad)!r}: expected a finite number")
+        return blocks
 
     def _label(self, y) -> int:
         if y in self.classes_:
