@@ -47,6 +47,15 @@ def run_summary(run_dir: Path) -> dict:
     return summary
 
 
+def class_names(summary: dict, n_classes: int) -> list:
+    """The run's class labels, in the server's output order: ``summary["classes"]`` where a run
+    lists them (a table with its own labels), else 0..n_classes-1."""
+    classes = summary.get("classes")
+    if isinstance(classes, list) and len(classes) == n_classes:
+        return list(classes)
+    return list(range(n_classes))
+
+
 def run_task(run_dir: Path) -> str:
     return run_summary(run_dir)["config"]["task"]
 

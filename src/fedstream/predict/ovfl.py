@@ -23,7 +23,7 @@ from fedstream.errors import DataError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.inference import predict_proba
 from fedstream.ovfl.task import CHECKPOINT
-from fedstream.predict.files import Predictions, run_summary
+from fedstream.predict.files import Predictions, class_names, run_summary
 from fedstream.runs.checkpoint import load_checkpoint
 from fedstream.transport import InProcessTransport
 
@@ -69,4 +69,4 @@ def predict_ovfl(run_dir: Path, rows: tuple[np.ndarray, np.ndarray]) -> Predicti
     parties = {f"client {m}": f"columns {b.start}-{b.stop - 1}: standardised, embedded, "
                f"{transport.ledger.up[m]:,} B up" for m, b in enumerate(run.blocks)}
     parties["server"] = "stacked the embeddings, top model, softmax (labels never used)"
-    return Predictions(ids, list(range(proba.shape[1])), proba, parties)
+    return Predictions(ids, class_names(run_summary(run_dir), proba.shape[1]), proba, parties)

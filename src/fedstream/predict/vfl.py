@@ -15,7 +15,7 @@ import torch
 
 from fedstream.data import resolve_data_root
 from fedstream.errors import DataError
-from fedstream.predict.files import Predictions, run_summary
+from fedstream.predict.files import Predictions, class_names, run_summary
 from fedstream.runs.batch import CHECKPOINT
 from fedstream.transport import make_transport
 from fedstream.vfl import checkpoint
@@ -52,4 +52,4 @@ def predict_vfl(run_dir: Path, rows: tuple[np.ndarray, np.ndarray]) -> Predictio
     parties = {f"client {m}": f"strip {s.start}-{s.stop - 1}: standardised, embedded, {up[m]['up']:,} B up"
                for m, s in enumerate(data.strips)}
     parties["server"] = "top model on the embeddings, softmax (labels never used)"
-    return Predictions(ids, list(range(proba.shape[1])), proba, parties)
+    return Predictions(ids, class_names(run_summary(run_dir), proba.shape[1]), proba, parties)
