@@ -8,6 +8,7 @@
     fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--stack]
                              [--backend local|ray]
     fedstream report DIR
+    fedstream predict RUN_DIR --data FILE.npz --out preds.csv
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
     fedstream serve server [CONFIG] --listen HOST:PORT --out DIR [--tls-dir DIR]
@@ -16,7 +17,7 @@
 Errors that are the user's to fix (config, data files, checkpoints, output folders, a diverged
 run) print one line and exit 2; Ctrl-C and SIGTERM print how to continue and exit 130.
 One module per command group: ``run`` (run, presets), ``sweep``, ``experiment``, ``report``,
-``bench``, ``deploy``, ``serve``; ``common`` holds the console and progress bars.
+``predict``, ``bench``, ``deploy``, ``serve``; ``common`` holds the console and progress bars.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ import threading  # noqa: E402
 from rich.markup import escape  # noqa: E402
 
 from fedstream import __version__  # noqa: E402
-from fedstream.cli import bench, deploy, experiment, report, run, serve, sweep  # noqa: E402
+from fedstream.cli import bench, deploy, experiment, predict, report, run, serve, sweep  # noqa: E402
 from fedstream.cli.common import console  # noqa: E402
 from fedstream.errors import FedstreamError  # noqa: E402
 
-GROUPS = (run, sweep, bench, experiment, report, deploy, serve)  # in the order of `fedstream --help`
+GROUPS = (run, sweep, bench, experiment, report, predict, deploy, serve)  # in the order of `fedstream --help`
 COMMANDS = {name: cmd for group in GROUPS for name, cmd in group.COMMANDS.items()}
 INTERRUPTED = {
     "run": "interrupted: a run with --out continues from its last checkpoint with --resume",

@@ -123,4 +123,5 @@ TASK = Task(
     check=ovfl_config.check,
     stack_key=config_stack_key,
     deploy="fedstream.ovfl.deploy.adapter",
+    predict="fedstream.predict.ovfl:predict_ovfl",
 )

@@ -66,6 +66,8 @@ class Task:
       :class:`fedstream.deploy.adapters.Adapter`); imported when a deployment starts, so that a task
       whose parties need PyTorch costs nothing to a process that does not deploy it. None: the task
       does not deploy.
+      ``predict``: ``"module:function"`` that predicts rows with a finished run's final model
+      (``fedstream predict``; :mod:`fedstream.predict`), imported when used. None: not yet.
     """
 
     name: str
@@ -89,6 +91,7 @@ class Task:
     datasets: tuple[str, ...]
     check: Callable[[dict], dict]
     deploy: str | None = None
+    predict: str | None = None
 
 
 def entry_point(ref: str) -> Callable[..., Any]:

@@ -48,4 +48,5 @@ TASK = batch_task(
     datasets=vfl_config.DATASETS,
     check=vfl_config.check,
     deploy="fedstream.vfl.deploy.adapter",
+    predict="fedstream.predict.vfl:predict_vfl",
 )

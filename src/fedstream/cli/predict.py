@@ -1,0 +1,34 @@
+"""``fedstream predict RUN_DIR --data FILE --out preds.csv``: predictions of a finished run
+(``ovfl`` and ``vfl``; :mod:`fedstream.predict`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from fedstream.cli.common import out_dir, table
+from fedstream.predict import predict_run, write_predictions
+
+
+def add_parsers(sub) -> None:
+    predict = sub.add_parser("predict", help="predict rows with the final model of a finished run")
+    predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
+    predict.add_argument("--data", type=Path, required=True,
+                         help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
+                              "0-255, (n, H, W) or flattened), and optionally id (n,)")
+    predict.add_argument("--out", type=out_dir, required=True,
+                         help="CSV to write: id, prediction, p_<class> for each class")
+    predict.add_argument("--quiet", action="store_true", help="no table")
+
+
+def cmd_predict(args) -> int:
+    predictions = predict_run(args.run, args.data)
+    path = write_predictions(predictions, args.out)
+    if not args.quiet:
+        rows = [("rows", f"{len(predictions.ids):,}"), *predictions.parties.items(), ("written", str(path))]
+        Console().print(table(f"fedstream predict: {args.run}", rows))
+    return 0
+
+
+COMMANDS = {"predict": cmd_predict}

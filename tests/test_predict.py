@@ -1,0 +1,117 @@
+"""``fedstream predict``: a finished online or batch VFL run predicts raw rows through its own parties."""
+
+import csv
+import doctest
+import json
+import re
+
+import numpy as np
+import pytest
+
+import fedstream.ovfl.inference
+import fedstream.predict.files
+from fedstream.cli import main
+from fedstream.data import resolve_data_root
+from fedstream.data.images import load_image_split
+from fedstream.data.paths import find_file
+from fedstream.data.tabular import read_uci_csv
+from fedstream.errors import FedstreamError
+from fedstream.predict import predict_run
+from fedstream.predict.ovfl import load_final, standardise
+
+
+@pytest.mark.parametrize("module", [fedstream.ovfl.inference, fedstream.predict.files])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.fixture(scope="module")
+def higgs_run(tmp_path_factory):
+    """A finished 1,500-round DLR-Random run on the HIGGS subset, and the raw HIGGS rows."""
+    try:
+        root = resolve_data_root(None)
+        path = find_file(root, ["higgs_subset/higgs_first10k_h2o_3sigdigits.csv.gz"], dataset="higgs",
+                         hint="FEDSTREAM_DATA")
+    except FedstreamError as exc:  # no data folder here
+        pytest.skip(f"HIGGS subset not available: {exc}")
+    out = tmp_path_factory.mktemp("predict") / "run"
+    argv = ["run", "ovfl-higgs", "--quiet", "--out", str(out)]
+    for s in ("rounds=1500", "eval.interval=500", "checkpoint.every=0", "activation.name=random",
+              "vfl.clients=3", "model.embedding=16"):
+        argv += ["--set", s]
+    assert main(argv) == 0
+    X, y = read_uci_csv(path, n_features=28, name="HIGGS")
+    return out, X, y
+
+
+def test_cli_writes_ids_predictions_and_probabilities(higgs_run, tmp_path):
+    run, X, y = higgs_run
+    ids = np.arange(100, 400)
+    np.savez(tmp_path / "rows.npz", X=X[ids], id=ids)
+    assert main(["predict", str(run), "--data", str(tmp_path / "rows.npz"), "--out",
+                 str(tmp_path / "preds.csv"), "--quiet"]) == 0
+    with open(tmp_path / "preds.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["id", "prediction", "p_0", "p_1"]
+    assert [int(r[0]) for r in rows[1:]] == ids.tolist()
+    proba = np.array([[float(p) for p in r[2:]] for r in rows[1:]])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-5)
+    assert [int(r[1]) for r in rows[1:]] == proba.argmax(axis=1).tolist()
+    assert np.mean(proba.argmax(axis=1) != y[ids]) < 0.45  # learnt something
+
+
+def test_the_parties_predict_as_they_do_in_a_round(higgs_run, tmp_path):
+    """The run's standardisation of raw rows is its stream's, and the prediction of the next stream
+    row equals the one the engine makes in that round, before it learns."""
+    run_dir, X, _ = higgs_run
+    run = load_final(run_dir)
+    Xs, _, idx = run.stream.batch(run.t, 8)
+    np.testing.assert_array_equal(standardise(run.stream.source, X[idx % len(X)]), Xs)
+    np.savez(tmp_path / "next.npz", X=X[idx % len(X)])
+    predicted = predict_run(run_dir, tmp_path / "next.npz")
+    seen = []
+    run.run(rounds=run.t + 1, on_round=lambda t, y, p: seen.append(p))
+    assert seen == [int(predicted.proba[0].argmax())]
+    assert set(predicted.parties) == {"client 0", "client 1", "client 2", "server"}
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"Z": np.zeros((2, 28))}, "expected an array 'X'"),
+    ({"X": np.zeros((2, 5))}, "X has 5 features; the run's data \\(higgs\\) has 28"),
+    ({"X": np.full((2, 28), np.nan)}, "NaN or inf \\(row 0\\)"),
+])
+def test_bad_data_is_one_line_and_exit_2(higgs_run, tmp_path, capsys, content, message):
+    run, _, _ = higgs_run
+    np.savez(tmp_path / "bad.npz", **content)
+    bad = str(tmp_path / "bad.npz")
+    assert main(["predict", str(run), "--data", bad, "--out", str(tmp_path / "p.csv")]) == 2
+    out = "".join(capsys.readouterr())
+    assert "error:" in out
+    assert re.search(message, " ".join(out.split()))
+
+
+def test_not_a_finished_run(tmp_path, capsys):
+    assert main(["predict", str(tmp_path), "--data", "x.npz", "--out", str(tmp_path / "p.csv")]) == 2
+    assert "is not a finished run" in " ".join("".join(capsys.readouterr()).split())
+
+
+def test_batch_vfl_run_predicts_its_test_rows_as_it_scored_them(tmp_path):
+    """A finished vfl-mnist run keeps checkpoint.pt; its parties predict the raw test images, with
+    the accuracy the run reported for the same rows (the evaluation's own path)."""
+    try:
+        X, y = load_image_split(resolve_data_root(None), "mnist", "test")
+    except FedstreamError as exc:
+        pytest.skip(f"MNIST not available: {exc}")
+    run = tmp_path / "run"
+    assert main(["run", "vfl-mnist", "--quiet", "--out", str(run), "--set", "train.epochs=2", "--set",
+                 "data.train_rows=3000", "--set", "data.test_rows=400", "--set", "optimizer.lr=0.05"]) == 0
+    np.savez(tmp_path / "rows.npz", X=X[:400])
+    assert main(["predict", str(run), "--data", str(tmp_path / "rows.npz"), "--out",
+                 str(tmp_path / "preds.csv"), "--quiet"]) == 0
+    with open(tmp_path / "preds.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["id", "prediction", *(f"p_{c}" for c in range(10))]
+    accuracy = np.mean(np.array([int(r[1]) for r in rows[1:]]) == y[:400])
+    summary = json.loads((run / "summary.json").read_text())
+    assert accuracy == summary["final_accuracy"] and accuracy > 0.5
