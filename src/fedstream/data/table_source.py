@@ -200,9 +200,9 @@ class TableSource:
     def __init__(self, spec: TableSpec):
         paths = [p.strip() for p in spec.path.split(";") if p.strip()]
         server = read_table(Path(paths[0]))
-        sid = server.index(spec.id) if spec.id else None
+        sid = _columns(server, [spec.id], "data.id")[0] if spec.id else None
         if spec.label:
-            lid = server.index(spec.label)
+            lid = _columns(server, [spec.label], "data.label")[0]
         else:
             lid = next((j for j in range(len(server.names)) if j != sid), None)
             if lid is None:
@@ -227,7 +227,7 @@ class TableSource:
                                   f"{spec.n_clients}")
             for p in paths[1:]:
                 table = read_table(Path(p))
-                cid = table.index(spec.id)
+                cid = _columns(table, [spec.id], "data.id")[0]
                 cols = [j for j in range(len(table.names)) if j != cid]
                 if not cols:
                     raise DataError(f"{table.path}: expected the client's feature columns beside the id, "
