@@ -195,7 +195,7 @@ def table_defaults(config: dict[str, Any], given: dict) -> dict[str, Any]:
     the stream resolves to its rows x ``stream.passes``. Other data: the table keys must not be set."""
     if config.get("data.name") != "table":
         for key in TABLE_KEYS:
-            if key in given and given[key][0] is not None:
+            if key in given and given[key][0] != SCHEMA[key].default:  # a written config has them all
                 raise ConfigError(f"{given[key][1]}: {key} is read only with data.name = \"table\"")
         return config
     if "vfl.clients" not in given:
