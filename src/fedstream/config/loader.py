@@ -185,7 +185,8 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
     return check_config(table_defaults(config, given))
 
 
-TABLE_KEYS = ("data.path", "data.label", "data.id", "data.categorical", "vfl.partition", "stream.passes")
+TABLE_KEYS = ("data.path", "data.label", "data.id", "data.categorical", "vfl.partition", "stream.passes",
+              "data.test_fraction", "data.test_path")
 """The keys read only with ``data.name = "table"``."""
 
 

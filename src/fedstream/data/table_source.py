@@ -81,8 +81,11 @@ def _strings(col: np.ndarray) -> np.ndarray:
     return col.astype(str) if col.dtype.kind != "U" else col
 
 
-def encode_labels(table: Table, j: int) -> tuple[np.ndarray, list]:
-    """Class indices int64 and the sorted classes of label column ``j`` (at least two)."""
+def encode_labels(
+    table: Table, j: int, known: np.ndarray | None = None
+) -> tuple[np.ndarray, list, np.ndarray]:
+    """Class indices int64, the sorted classes of label column ``j`` (at least two) and their keys;
+    with ``known`` (the keys of another file's classes) the labels must be among them."""
     col = table.columns[j]
     if col.dtype.kind in "iub":
         keys = col
@@ -98,6 +101,14 @@ def encode_labels(table: Table, j: int) -> tuple[np.ndarray, list]:
                 keys = text
         except ValueError:
             keys = text
+    if known is not None:
+        lookup = {k.item(): i for i, k in enumerate(known)}
+        y = np.array([lookup.get(k.item(), -1) for k in keys], dtype=np.int64)
+        if (y < 0).any():
+            r = int(np.flatnonzero(y < 0)[0])
+            raise DataError(f"{_where(table, r)}, column {table.names[j]!r} (data.label): label "
+                            f"{str(col[r])!r} is not a class of the training rows")
+        return y, [], known
     classes, y = np.unique(keys, return_inverse=True)
     if len(classes) < 2:
         raise DataError(f"{table.path}: column {table.names[j]!r} (data.label): expected at least two "
@@ -109,7 +120,7 @@ def encode_labels(table: Table, j: int) -> tuple[np.ndarray, list]:
         names = [_as_number(first[i]) for i in range(len(classes))]
     else:
         names = [c.item() if hasattr(c, "item") else c for c in classes]
-    return y.astype(np.int64), names
+    return y.astype(np.int64), names, classes
 
 
 def _as_number(text: str):
@@ -197,7 +208,10 @@ class TableSource:
 
     name = "table"
 
-    def __init__(self, spec: TableSpec):
+    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0):
+        """``fit``: take the classes, categories and statistics of that source (a test file);
+        ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
+        test split: :attr:`n_holdout` rows, at least one)."""
         paths = [p.strip() for p in spec.path.split(";") if p.strip()]
         server = read_table(Path(paths[0]))
         sid = _columns(server, [spec.id], "data.id")[0] if spec.id else None
@@ -210,7 +224,10 @@ class TableSource:
         if lid == sid:
             raise ConfigError(f"data.label and data.id name the same column {server.names[lid]!r}")
         reserved = {lid: "the label (data.label)"} | ({} if sid is None else {sid: "the id (data.id)"})
-        self.base_labels, self.classes = encode_labels(server, lid)
+        self.base_labels, self.classes, self.class_keys = encode_labels(
+            server, lid, None if fit is None else fit.class_keys)
+        if fit is not None:
+            self.classes = fit.classes
         self.n_base = server.n_rows
         parts: list[tuple[Table, list[int], np.ndarray | None]] = []  # (file, columns, rows in server order)
         if len(paths) == 1:
@@ -239,14 +256,19 @@ class TableSource:
             if ref not in known:
                 raise DataError(f"data.categorical: column {ref!r} is not a feature column of "
                                 f"{', '.join(dict.fromkeys(str(t.path) for t, _, _ in parts))}")
-        head = min(spec.stats_rows, self.n_base)
+        self.n_holdout = max(1, round(self.n_base * holdout)) if holdout else 0
+        if self.n_holdout >= self.n_base:
+            raise DataError(f"{paths[0]}: {self.n_base} rows: too few to hold out {self.n_holdout} test rows "
+                            f"(data.test_fraction = {holdout}) and train on the others")
+        head = min(spec.stats_rows, self.n_base - self.n_holdout)
+        self.categories: dict[str, np.ndarray] = {} if fit is None else fit.categories
         blocks, columns, names, onehot = [], [], [], []
         for table, cols, rows in parts:
             start = sum(c.shape[1] for c in columns)
             for j in cols:
                 if table.names[j] in categorical:
                     col = _strings(table.columns[j] if rows is None else table.columns[j][rows])
-                    cats = np.unique(col[:head])
+                    cats = self.categories.setdefault(table.names[j], np.unique(col[:head]))
                     columns.append((col[:, None] == cats[None, :]).astype(np.float64))
                     onehot += [True] * len(cats)
                 else:
@@ -254,11 +276,18 @@ class TableSource:
                     onehot.append(False)
             blocks.append(slice(start, sum(c.shape[1] for c in columns)))
             names.append([table.names[j] for j in cols])
+        if fit is not None and names != fit.client_columns:
+            raise DataError(f"{paths[0]}: the clients' columns {names} differ from those of the training "
+                            f"rows {fit.client_columns}")
         X = np.concatenate(columns, axis=1)
-        mean, std = X[:head].mean(axis=0), X[:head].std(axis=0)
-        is_hot = np.array(onehot)
-        mean[is_hot], std[is_hot | (std == 0)] = 0.0, 1.0
-        self._X = ((X.astype(np.float32) - mean.astype(np.float32)) / std.astype(np.float32))
+        if fit is None:
+            mean, std = X[:head].mean(axis=0), X[:head].std(axis=0)
+            is_hot = np.array(onehot)
+            mean[is_hot], std[is_hot | (std == 0)] = 0.0, 1.0
+            self.mean, self.std = mean.astype(np.float32), std.astype(np.float32)
+        else:
+            self.mean, self.std = fit.mean, fit.std
+        self._X = (X.astype(np.float32) - self.mean) / self.std
         self._X.flags.writeable = False
         self.n_features = int(X.shape[1])
         self.n_classes = len(self.classes)
