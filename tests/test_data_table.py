@@ -193,3 +193,25 @@ def test_ids_that_do_not_match_between_files(tmp_path, capsys, which, needles):
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     for needle in needles:
         assert needle in err, err
+
+
+def test_vfl_test_file_uses_the_training_encoding(tmp_path):
+    from fedstream.vfl.settings import BatchVFLSettings
+    from fedstream.vfl.table_data import load_vertical_table
+
+    body = [r[:5] + [["red", "blue"][i % 2]] + r[6:] for i, r in enumerate(rows())]
+    train = write_csv(tmp_path / "train.csv", body=body[:30])
+    test = write_csv(tmp_path / "test.csv", body=body[30:])
+    keys = {"data.name": "table", "data.path": str(train), "data.label": "label", "data.id": "id",
+            "data.categorical": "d", "vfl.partition": "a,b,c;d,e,f", "data.test_fraction": 0.2,
+            "data.test_path": str(test), "vfl.clients": 2}
+    data = load_vertical_table(BatchVFLSettings.from_config(keys))
+    assert data.train_x.shape == (30, 7) and data.test_x.shape == (10, 7)
+    np.testing.assert_allclose(data.train_x[:, :3].mean(axis=0), 0, atol=1e-5)  # the training rows' stats
+    split = load_vertical_table(BatchVFLSettings.from_config(keys | {"data.test_path": None,
+                                                                     "data.path": str(write_csv(
+                                                                         tmp_path / "all.csv", body=body))}))
+    assert (len(split.train_y), len(split.test_y)) == (32, 8)
+    bad = write_csv(tmp_path / "bad.csv", body=[r[:1] + ["yak"] + r[2:] for r in body[30:]])
+    with pytest.raises(DataError, match=r"bad.csv: row 1 \(line 2\), column 'label'.*'yak' is not a class"):
+        load_vertical_table(BatchVFLSettings.from_config(keys | {"data.test_path": str(bad)}))
