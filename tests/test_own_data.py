@@ -21,8 +21,8 @@ def readme_commands(heading: str = "### Your own data") -> list[list[str]]:
 
 def test_readme_own_data_section_runs(tmp_path, monkeypatch):
     commands = readme_commands()
-    assert [c[:2] for c in commands] == [["python", "examples/make_customers.py"], ["fedstream", "run"],
-                                         ["fedstream", "run"], ["fedstream", "run"]]
+    first = [["python", "examples/make_customers.py"]]
+    assert [c[:2] for c in commands] == first + [["fedstream", "run"]] * 4
     monkeypatch.chdir(ROOT)
     shipped = (ROOT / "examples" / "customers.csv").read_bytes()
     subprocess.run([sys.executable, *commands[0][1:]], check=True, capture_output=True)
@@ -31,11 +31,15 @@ def test_readme_own_data_section_runs(tmp_path, monkeypatch):
         args = command[1:]
         out = args.index("--out") + 1
         args[out] = str(tmp_path / f"run{n}")
-        online = "ovfl" in args[1]
-        short = ["rounds=240", "eval.interval=80"] if online else ["train.epochs=2"]
+        online, horizontal = "ovfl" in args[1], "chfl" in args[1]
+        short = (["rounds=240", "eval.interval=80"] if online else
+                 ["chfl.rounds=1", "chfl.local_epochs=1"] if horizontal else ["train.epochs=2"])
         assert main([*args, *(x for s in short for x in ("--set", s)), "--quiet"]) == 0
         summary = json.loads((tmp_path / f"run{n}" / "summary.json").read_text())
         assert summary["classes"] == ["bronze", "gold", "silver"]
+        if horizontal:
+            assert summary["test_acc"] > 0.4 and len(summary["columns"]) == 13  # channel: two one-hot
+            continue
         assert len(summary["client_columns"]) == summary["config"]["vfl.clients"]
         if online:
             assert summary["rounds"] == 240 and summary["accumulated_error"] < 0.8

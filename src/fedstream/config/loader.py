@@ -199,7 +199,7 @@ def table_defaults(config: dict[str, Any], given: dict) -> dict[str, Any]:
             if key in given and given[key][0] != SCHEMA[key].default:  # a written config has them all
                 raise ConfigError(f"{given[key][1]}: {key} is read only with data.name = \"table\"")
         return config
-    if "vfl.clients" not in given:
+    if "vfl.clients" not in given and "vfl.clients" in config:
         path, partition = config.get("data.path") or "", config.get("vfl.partition")
         n = len(partition.split(";")) if partition else len([p for p in path.split(";") if p.strip()]) - 1
         if n >= 1 and (partition or ";" in path):
