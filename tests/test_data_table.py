@@ -215,3 +215,24 @@ def test_vfl_test_file_uses_the_training_encoding(tmp_path):
     bad = write_csv(tmp_path / "bad.csv", body=[r[:1] + ["yak"] + r[2:] for r in body[30:]])
     with pytest.raises(DataError, match=r"bad.csv: row 1 \(line 2\), column 'label'.*'yak' is not a class"):
         load_vertical_table(BatchVFLSettings.from_config(keys | {"data.test_path": str(bad)}))
+
+
+def test_chfl_one_file_per_client(tmp_path):
+    body = rows(60)
+    files = []
+    for k, cols in enumerate(("a,b,c", "a,b,d,e", "a,b,f")):
+        idx = [2 + "abcdef".index(c) for c in cols.split(",")]
+        files.append(write_csv(tmp_path / f"c{k}.csv", f"id,label,{cols}",
+                               [r[:2] + [r[i] for i in idx] for r in body[20 * k:20 * (k + 1)]]))
+    config = tmp_path / "chfl.toml"
+    config.write_text('task = "chfl"\n')
+    sets = [f"data.path={';'.join(map(str, files))}", "data.name=table", "data.id=id", "data.label=label",
+            "chfl.hidden=8", "chfl.rounds=1", "chfl.local_epochs=1", "chfl.lrs=0.003", "chfl.mus=0"]
+    out = tmp_path / "run"
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["run", str(config), *args, "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["columns"] == ["a", "b", "c", "d", "e", "f"]
+    assert summary["classes"] == ["cat", "dog", "emu"]
+    assert summary["features"] == {"common": [0, 1], "unique": [[2], [3, 4], [5]]}
+    assert summary["settings"]["clients"] == 3 and len(summary["test_acc_per_client"]) == 3

@@ -94,9 +94,6 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["data.name"] == "table" and cfg["chfl.mode"] == "stream":
         raise ConfigError('data.name = "table" runs with chfl.mode = "batch" only (the stream form is not '
                           "wired to tables yet)")
-    if cfg["data.name"] == "table" and ";" in (cfg["data.path"] or ""):
-        raise ConfigError('task = "chfl" reads one table file (data.path without ";"): the rows are dealt '
-                          "to the clients and chfl.common_ratio of the columns is common to all")
     if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
         raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
                           "draws random common features (chfl.split_index picks which)")

@@ -204,6 +204,8 @@ def table_defaults(config: dict[str, Any], given: dict) -> dict[str, Any]:
         n = len(partition.split(";")) if partition else len([p for p in path.split(";") if p.strip()]) - 1
         if n >= 1 and (partition or ";" in path):
             config["vfl.clients"] = n
+    if "chfl.clients" not in given and "chfl.clients" in config and ";" in (config.get("data.path") or ""):
+        config["chfl.clients"] = len([p for p in config["data.path"].split(";") if p.strip()])
     if "rounds" not in given and "rounds" in config:
         config["rounds"] = None
     return config

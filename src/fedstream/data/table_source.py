@@ -81,26 +81,30 @@ def _strings(col: np.ndarray) -> np.ndarray:
     return col.astype(str) if col.dtype.kind != "U" else col
 
 
+def label_keys(table: Table, j: int) -> np.ndarray:
+    """The labels of column ``j`` as sortable keys: numbers (also when written as text) or text."""
+    col = table.columns[j]
+    if col.dtype.kind in "iub":
+        return col
+    text = _strings(col)
+    empty = np.flatnonzero(text == "")
+    if empty.size:
+        raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
+                        "expected a label, found an empty cell")
+    try:
+        keys = text.astype(np.float64)
+    except ValueError:
+        return text
+    return keys if np.isfinite(keys).all() else text
+
+
 def encode_labels(
     table: Table, j: int, known: np.ndarray | None = None
 ) -> tuple[np.ndarray, list, np.ndarray]:
     """Class indices int64, the sorted classes of label column ``j`` (at least two) and their keys;
     with ``known`` (the keys of another file's classes) the labels must be among them."""
     col = table.columns[j]
-    if col.dtype.kind in "iub":
-        keys = col
-    else:
-        text = _strings(col)
-        empty = np.flatnonzero(text == "")
-        if empty.size:
-            raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
-                            "expected a label, found an empty cell")
-        try:
-            keys = text.astype(np.float64)
-            if not np.isfinite(keys).all():
-                keys = text
-        except ValueError:
-            keys = text
+    keys = label_keys(table, j)
     if known is not None:
         lookup = {k.item(): i for i, k in enumerate(known)}
         y = np.array([lookup.get(k.item(), -1) for k in keys], dtype=np.int64)
