@@ -236,3 +236,15 @@ def test_chfl_one_file_per_client(tmp_path):
     assert summary["classes"] == ["cat", "dog", "emu"]
     assert summary["features"] == {"common": [0, 1], "unique": [[2], [3, 4], [5]]}
     assert summary["settings"]["clients"] == 3 and len(summary["test_acc_per_client"]) == 3
+
+
+def test_what_is_not_wired_yet_is_refused_by_name(tmp_path):
+    from fedstream.ovfl.deploy.parties import check_deployable
+
+    path = str(write_csv(tmp_path / "t.csv"))
+    with pytest.raises(ConfigError, match='chfl.mode = "batch" only'):
+        load_config(None, {"task": "chfl", "data.name": "table", "data.path": path, "chfl.mode": "stream"})
+    with pytest.raises(ConfigError, match="does not run over fedstream deploy"):
+        check_deployable(load_config(None, {"data.name": "table", "data.path": path}))
+    with pytest.raises(ConfigError, match="only data.name = \"table\""):
+        load_config(None, {"rounds": None})
