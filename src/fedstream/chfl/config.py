@@ -6,12 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from fedstream.errors import ConfigError
-from fedstream.fields import Field
+from fedstream.fields import Field, Shared
 
 NAME = "chfl"
-DATASETS = ("covertype", "covertype-uci", "sensorless", "jannis", "helena", "aloi")  # the first: default
+DATASETS = ("covertype", "covertype-uci", "sensorless", "jannis", "helena", "aloi", "table")  # first: default
 
-FIELDS: dict[str, Field] = {
+FIELDS: dict[str, Field | Shared] = {
+    "data.path": Shared(),
+    "data.label": Shared(),
+    "data.id": Shared(),
+    "data.categorical": Shared(),
     "chfl.method": Field(
         str,
         "chfl",
@@ -87,6 +91,9 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     _check_number_list(cfg, "chfl.lrs", float, 0.0, None)
     _check_number_list(cfg, "chfl.mus", float, -1e-12, 1.0)
     _check_number_list(cfg, "chfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
+    if cfg["data.name"] == "table" and cfg["chfl.mode"] == "stream":
+        raise ConfigError('data.name = "table" runs with chfl.mode = "batch" only (the stream form is not '
+                          "wired to tables yet)")
     if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
         raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
                           "draws random common features (chfl.split_index picks which)")

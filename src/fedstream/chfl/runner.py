@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fedstream.chfl.settings import CHFLSettings, named_by_config
 from fedstream.chfl.stream import StreamSettings, run_stream
+from fedstream.chfl.table_data import run_table
 from fedstream.chfl.trainer import run_chfl
 from fedstream.fields import number_list
 
@@ -58,5 +59,8 @@ def train(config: dict, out: Path | None, progress, resume: bool) -> dict:
         if config["chfl.mode"] == "stream":
             return run_stream(stream_settings(config), config["data.root"], method=config["chfl.method"],
                               seed=config["seed"], run_dir=out, resume=resume)
+        if config["data.name"] == "table":
+            return run_table(chfl_settings(config), config, method=config["chfl.method"], seed=config["seed"],
+                             progress=progress, run_dir=out, resume=resume)
         return run_chfl(chfl_settings(config), config["data.root"], method=config["chfl.method"],
                         seed=config["seed"], progress=progress, run_dir=out, resume=resume)

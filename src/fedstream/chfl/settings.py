@@ -115,7 +115,8 @@ class CHFLSettings:
     max_rows: int | None = None  # use a random subset of the rows (quick runs)
 
     def __post_init__(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
+        if self.dataset != "table":  # table: the user's file, fedstream.chfl.table_data
+            check_choice("dataset", self.dataset, DATASETS)
         check_int("clients", self.clients, 1)
         check_num("common_ratio", self.common_ratio, 0.0, 1.0, open_lo=True, open_hi=True)
         check_choice("split", self.split, SPLIT_KINDS)

@@ -182,7 +182,33 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
         field = SCHEMA[key]
         value, where = given.get(key, (field.default_for(task), "defaults"))
         config[key] = check_value(key, value, field, where, task)
-    return check_config(config)
+    return check_config(table_defaults(config, given))
+
+
+TABLE_KEYS = ("data.path", "data.label", "data.id", "data.categorical", "vfl.partition", "stream.passes",
+              "data.test_fraction", "data.test_path")
+"""The keys read only with ``data.name = "table"``."""
+
+
+def table_defaults(config: dict[str, Any], given: dict) -> dict[str, Any]:
+    """``data.name = "table"``: the defaults that follow from the other keys. ``vfl.clients``: the
+    clients of ``vfl.partition`` or the client files of ``data.path``; ``rounds`` (ovfl): none, which
+    the stream resolves to its rows x ``stream.passes``. Other data: the table keys must not be set."""
+    if config.get("data.name") != "table":
+        for key in TABLE_KEYS:
+            if key in given and given[key][0] != SCHEMA[key].default:  # a written config has them all
+                raise ConfigError(f"{given[key][1]}: {key} is read only with data.name = \"table\"")
+        return config
+    if "vfl.clients" not in given and "vfl.clients" in config:
+        path, partition = config.get("data.path") or "", config.get("vfl.partition")
+        n = len(partition.split(";")) if partition else len([p for p in path.split(";") if p.strip()]) - 1
+        if n >= 1 and (partition or ";" in path):
+            config["vfl.clients"] = n
+    if "chfl.clients" not in given and "chfl.clients" in config and ";" in (config.get("data.path") or ""):
+        config["chfl.clients"] = len([p for p in config["data.path"].split(";") if p.strip()])
+    if "rounds" not in given and "rounds" in config:
+        config["rounds"] = None
+    return config
 
 
 def check_config(cfg: dict[str, Any]) -> dict[str, Any]:

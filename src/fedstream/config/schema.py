@@ -49,6 +49,29 @@ COMMON: dict[str, Field] = {
 """The keys every task reads."""
 
 SHARED: dict[str, Field] = {
+    "data.path": Field(
+        str,
+        None,
+        'data.name = "table": the table file (CSV, CSV.gz, NPZ, Parquet), or one file per party '
+        "separated by ';' (the server's first: id and label; then each client's: id and its columns)",
+        optional=True,
+    ),
+    "data.label": Field(
+        str, None, "table: the label column, by name or 0-based index (none: the first column "
+        "that is not data.id)", optional=True
+    ),
+    "data.id": Field(
+        str, None, "table: the row-id column (needed with several files: it aligns their rows)",
+        optional=True,
+    ),
+    "data.categorical": Field(
+        str, None, "table: columns one-hot encoded with the categories of the statistics rows "
+        "(comma-separated names)", optional=True
+    ),
+    "vfl.partition": Field(
+        str, None, "table: each client's columns, clients separated by ';', columns by ',' (names, "
+        "0-based file indices or ranges such as 0-13); none: equal contiguous blocks", optional=True
+    ),
     "vfl.clients": Field(
         int, 4, "number of clients M (equal contiguous feature blocks)", min=1
     ),

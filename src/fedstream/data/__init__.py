@@ -21,6 +21,8 @@ from fedstream.data.sources import (
     load_source,
 )
 from fedstream.data.stream import DRIFTS, Stream
+from fedstream.data.table import Table, read_table
+from fedstream.data.table_source import TableSource, TableSpec, load_table_source
 from fedstream.data.tabular import read_higgs_npz, read_uci_csv
 
 __all__ = [
@@ -30,15 +32,20 @@ __all__ = [
     "InfiniteMNIST",
     "Source",
     "Stream",
+    "Table",
+    "TableSource",
+    "TableSpec",
     "TabularSource",
     "clear_cache",
     "find_file",
     "load_mnist_like",
     "load_source",
+    "load_table_source",
     "measure_throughput",
     "read_higgs_npz",
     "read_idx_images",
     "read_idx_labels",
+    "read_table",
     "read_uci_csv",
     "resolve_data_root",
 ]

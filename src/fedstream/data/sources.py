@@ -26,13 +26,14 @@ from numba import njit
 from fedstream.data.idx import read_idx_images, read_idx_labels
 from fedstream.data.imnist import InfiniteMNIST, check_indices
 from fedstream.data.paths import find_file
+from fedstream.data.table_source import TableSource, TableSpec
 from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import DataError
 
 MNIST_MEAN = 0.1307
 MNIST_STD = 0.3081
 
-SOURCE_NAMES = ("imnist", "mnist", "fashion-mnist", "higgs", "susy")
+SOURCE_NAMES = ("imnist", "mnist", "fashion-mnist", "higgs", "susy", "table")
 
 
 @runtime_checkable
@@ -217,7 +218,7 @@ def load_mnist_like(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
 
 def load_source(
     name: str, root: str | os.PathLike[str], *, seed: int, stats_rows: int = 10000,
-    max_rows: int | None = None,
+    max_rows: int | None = None, table: TableSpec | None = None,
 ) -> Source:
     """The source called ``name`` (one of SOURCE_NAMES) from files under ``root``.
 
@@ -229,9 +230,15 @@ def load_source(
       for reproducing results.
     * ``susy``: first of ``SUSY.csv.gz``, ``SUSY.csv``, ``susy/SUSY.csv.gz``.
 
+    * ``table``: the user's own file(s) as ``table`` says (:mod:`fedstream.data.table_source`).
+
     ``max_rows`` limits the rows read from the tabular CSVs (the full HIGGS has 11M rows).
     """
     root = Path(root)
+    if name == "table":
+        if table is None:
+            raise ValueError('load_source("table", ...) needs table=TableSpec(...)')
+        return TableSource(table)
     if name in ("imnist", "mnist"):
         images, labels = load_mnist_like(root, "mnist")
         return ImageSource(images, labels, name=name, deform=(name == "imnist"), seed=seed)

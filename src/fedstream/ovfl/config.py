@@ -13,12 +13,23 @@ from fedstream.errors import ConfigError
 from fedstream.fields import Field, Shared
 
 NAME = "ovfl"
-DATASETS = ("imnist", "mnist", "fashion-mnist", "higgs", "susy")  # the first is the default
+DATASETS = ("imnist", "mnist", "fashion-mnist", "higgs", "susy", "table")  # the first is the default
 
 FIELDS: dict[str, Field | Shared] = {
-    "rounds": Field(int, 20000, "number of rounds (one sample per round)", min=1),
+    "rounds": Field(
+        int, 20000, "number of rounds (one sample per round; table: default rows x stream.passes)", min=1,
+        optional=True,
+    ),
     "data.stats_rows": Field(
         int, 10000, "rows used for the standardisation statistics (tabular data)", min=1
+    ),
+    "data.path": Shared(),
+    "data.label": Shared(),
+    "data.id": Shared(),
+    "data.categorical": Shared(),
+    "vfl.partition": Shared(),
+    "stream.passes": Field(
+        int, 1, "table: passes over the rows (the stream is the rows in file order, repeated)", min=1
     ),
     "stream.drift": Field(
         str, "none", "non-stationarity of the stream", choices=("none", "class-prior")
@@ -111,6 +122,12 @@ FIELDS: dict[str, Field | Shared] = {
 
 def check(cfg: dict[str, Any]) -> dict[str, Any]:
     """The keys of an ``ovfl`` config against each other (the per-key checks are in the fields)."""
+    if cfg["rounds"] is None and cfg["data.name"] != "table":
+        raise ConfigError("rounds = none: only data.name = \"table\" has a default number of rounds "
+                          "(its rows x stream.passes)")
+    if cfg["data.name"] == "table" and not cfg["data.path"]:
+        raise ConfigError('data.name = "table" needs data.path (the table file, or one file per party '
+                          "separated by ';')")
     if cfg["activation.k"] > cfg["vfl.clients"]:
         raise ConfigError(f"activation.k = {cfg['activation.k']} exceeds vfl.clients = {cfg['vfl.clients']}")
     if cfg["activation.name"] == "topl" and cfg["activation.l"] > cfg["vfl.clients"]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import fedstream
-from fedstream.data import Stream, load_source, resolve_data_root
+from fedstream.data import Stream, TableSource, TableSpec, load_source, resolve_data_root
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
 from fedstream.models import build_client_model, build_server_model
@@ -63,17 +63,31 @@ def server_lr(config: dict) -> float:
     return config["optimizer.lr"] if lr is None else lr
 
 
-STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every")
+STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every",
+               "data.path", "data.label", "data.id", "data.categorical", "vfl.partition")
 """The config keys that decide the stream: runs equal in these read the very same rows."""
 
 
 def make_stream(config: dict) -> Stream:
-    """The stream a config asks for, read from the resolved data root."""
+    """The stream a config asks for, read from the resolved data root (``table``: from data.path)."""
     root = resolve_data_root(config["data.root"])
-    source = load_source(config["data.name"], root, seed=config["seed"], stats_rows=config["data.stats_rows"])
+    table = TableSpec.from_config(config) if config["data.name"] == "table" else None
+    source = load_source(config["data.name"], root, seed=config["seed"], stats_rows=config["data.stats_rows"],
+                         table=table)
     return Stream(
         source, drift=config["stream.drift"], drift_every=config["stream.drift_every"], seed=config["seed"]
     )
+
+
+def table_rounds(config: dict, source: TableSource) -> int:
+    """The rounds of a run over a table: ``rounds`` (none: rows x passes), at most rows x passes."""
+    most = source.n_base * config["stream.passes"]
+    rounds = most if config["rounds"] is None else config["rounds"]
+    if rounds > most:
+        raise ConfigError(f"rounds = {rounds} exceeds the {source.n_base} rows of data.path x "
+                          f"stream.passes = {config['stream.passes']} ({most}); "
+                          "lower rounds or raise stream.passes")
+    return rounds
 
 
 def online_summary(run) -> dict:
@@ -105,7 +119,11 @@ class OnlineVFL:
         self.stream = stream if stream is not None else make_stream(config)
         source = self.stream.source
         name, M, e = config["data.name"], config["vfl.clients"], config["model.embedding"]
-        self.blocks = feature_blocks(source.n_features, M)
+        if isinstance(source, TableSource):  # each client's columns, as data.path / vfl.partition say
+            config["rounds"] = table_rounds(config, source)
+            self.blocks = source.blocks
+        else:
+            self.blocks = feature_blocks(source.n_features, M)
         window = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
         opt = dict(window=config["optimizer.window"], alpha=config["optimizer.alpha"])
         rng = np.random.default_rng([config["seed"], 0])
@@ -247,7 +265,15 @@ class OnlineVFL:
             online_summary(self)
             | {"client_compute_seconds": self.clock.client, "client_cpu_seconds": self.clock.cpu()[0]}
             | self._selection_summary()
+            | self._table_summary()
         )
+
+    def _table_summary(self) -> dict:
+        """table: the label value of each class and each client's columns."""
+        source = self.stream.source
+        if not isinstance(source, TableSource):
+            return {}
+        return {"classes": list(source.classes), "client_columns": source.client_columns}
 
     def _selection_summary(self) -> dict:
         """topl: the time the server spent scoring clients and how often it did (no message: it scores the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import fedstream.ovfl.config as ovfl_config
-from fedstream.errors import DivergedError
+from fedstream.errors import ConfigError, DivergedError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.stack import config_stack_key
 from fedstream.ovfl.sweep import run_online
@@ -94,10 +94,18 @@ def finished(summary: dict, config: dict) -> bool:
     return summary.get("rounds") == config["rounds"] or summary.get("diverged_at") is not None
 
 
+def planned_rounds(c: dict) -> int:
+    """``rounds``, which a sweep must know before it runs (a table's default is known only once read)."""
+    if c["rounds"] is None:
+        raise ConfigError('rounds: a sweep over data.name = "table" needs rounds set (--set rounds=N); '
+                          "its default, rows x stream.passes, is known only once the table is read")
+    return c["rounds"]
+
+
 def cost(c: dict) -> float:
     """SLR embeds l samples per round; the unit is one online round."""
     per_round = 1.0 + (0.35 * c["optimizer.window"] if c["optimizer.name"] == "slr" else 0.0)
-    return per_round * c["rounds"]
+    return per_round * planned_rounds(c)
 
 
 TASK = Task(
@@ -116,7 +124,7 @@ TASK = Task(
     length=length,
     finished=finished,
     cost=cost,
-    units=lambda c: c["rounds"],
+    units=lambda c: planned_rounds(c),
     tuning=lambda c, rounds: {"rounds": rounds, "checkpoint.every": 0},  # a shorter run per candidate
     fields=ovfl_config.FIELDS,
     datasets=ovfl_config.DATASETS,

@@ -14,7 +14,7 @@ from fedstream.fields import Field, Shared
 from fedstream.vfl.selection import SelectionSpec
 
 NAME = "vfl"
-DATASETS = ("mnist", "fashion-mnist", "cifar10")  # the first is the default
+DATASETS = ("mnist", "fashion-mnist", "cifar10", "table")  # the first is the default
 
 FIELDS: dict[str, Field | Shared] = {
     "vfl.clients": Shared(),
@@ -46,6 +46,18 @@ FIELDS: dict[str, Field | Shared] = {
     ),
     "data.test_rows": Field(
         int, None, "use only the first rows of the test set", min=1, optional=True
+    ),
+    "data.path": Shared(),
+    "data.label": Shared(),
+    "data.id": Shared(),
+    "data.categorical": Shared(),
+    "vfl.partition": Shared(),
+    "data.test_fraction": Field(
+        float, 0.2, "table: the last rows of data.path held out as the test set (unless data.test_path)",
+        min=0.0, max=1.0, exclusive_min=True, exclusive_max=True,
+    ),
+    "data.test_path": Field(
+        str, None, "table: the test set in its own file(s), with the columns of data.path", optional=True
     ),
     "compression.up": Shared(),
     "compression.cache": Shared(),

@@ -20,6 +20,7 @@ import torch
 from fedstream.data.images import load_image_split, standardise
 from fedstream.errors import ConfigError
 from fedstream.vfl.settings import BatchVFLSettings
+from fedstream.vfl.table_data import load_vertical_table
 
 
 def strips(height: int, clients: int) -> list[slice]:
@@ -66,6 +67,8 @@ class VerticalImages:
 
 def load_vertical(settings: BatchVFLSettings, root: str | Path) -> VerticalImages:
     """The dataset of ``settings`` under ``root``, cut to its first train/test rows when asked."""
+    if settings.dataset == "table":  # the user's own file: data.path, not root
+        return load_vertical_table(settings)
     train_x, train_y = load_image_split(root, settings.dataset, "train")
     test_x, test_y = load_image_split(root, settings.dataset, "test")
     train_x, train_y = train_x[:settings.train_rows], train_y[:settings.train_rows]

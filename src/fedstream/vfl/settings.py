@@ -14,10 +14,13 @@ from fedstream.errors import ConfigError
 from fedstream.transport import CompressionSpec
 from fedstream.vfl.selection import SelectionSpec
 
-DATASETS = ("mnist", "fashion-mnist", "cifar10")
+DATASETS = ("mnist", "fashion-mnist", "cifar10", "table")
 SPLITS = ("rows", "columns")
-PAPER_LR = {"mnist": 0.01, "fashion-mnist": 0.01, "cifar10": 0.001}
-PAPER_EMBEDDING = {"mnist": 128, "fashion-mnist": 128, "cifar10": 16}
+PAPER_LR = {"mnist": 0.01, "fashion-mnist": 0.01, "cifar10": 0.001, "table": 0.01}
+PAPER_EMBEDDING = {"mnist": 128, "fashion-mnist": 128, "cifar10": 16, "table": 16}
+TABLE_KEYS = ("data.path", "data.label", "data.id", "data.categorical", "vfl.partition", "data.test_fraction",
+              "data.test_path")
+"""The keys of ``data.name = "table"`` (:mod:`fedstream.vfl.table_data`), kept as given in ``table``."""
 MAX_U16 = 65535  # rows and columns travel as u16 in the message header
 
 CONFIG_KEYS = {
@@ -67,6 +70,7 @@ class BatchVFLSettings:
     split: str = "rows"
     compression: CompressionSpec = field(default_factory=CompressionSpec)
     selection: SelectionSpec = field(default_factory=SelectionSpec)
+    table: tuple[tuple[str, object], ...] = ()  # data.name = "table": (key, value) of TABLE_KEYS
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -95,6 +99,9 @@ class BatchVFLSettings:
         if not isinstance(self.selection, SelectionSpec):
             raise ConfigError(f"selection: expected a SelectionSpec, got {type(self.selection).__name__}")
         self.selection.check_clients(self.clients)
+        if self.dataset == "table" and not dict(self.table).get("data.path"):
+            raise ConfigError('data.name = "table" needs data.path (the table file, or one file per party '
+                              "separated by ';')")
 
     def resolved(self) -> BatchVFLSettings:
         """These settings with ``lr`` and ``embedding`` set (the paper's values where None)."""
@@ -105,8 +112,9 @@ class BatchVFLSettings:
     def from_config(cls, config: Mapping) -> BatchVFLSettings:
         """Settings from a flat config (dotted keys); absent or None keys take the defaults."""
         values = {f: config[k] for f, k in CONFIG_KEYS.items() if config.get(k) is not None}
+        table = tuple((k, config.get(k)) for k in TABLE_KEYS) if config.get("data.name") == "table" else ()
         return cls(**values, compression=CompressionSpec.from_config(config),
-                   selection=SelectionSpec.from_config(config))
+                   selection=SelectionSpec.from_config(config), table=table)
 
     def to_config(self) -> dict:
         """The flat config (dotted keys) of these settings, ``compression.*`` and ``selection.*`` included."""
@@ -116,6 +124,7 @@ class BatchVFLSettings:
             out
             | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec)}
             | self.selection.to_config()
+            | dict(self.table)
         )
 
 

@@ -59,6 +59,7 @@ from fedstream.vfl.protocol import (
 from fedstream.vfl.results import MetricsWriter, make_summary
 from fedstream.vfl.selection import EpochPlan, Participation
 from fedstream.vfl.settings import BatchVFLSettings
+from fedstream.vfl.table_data import VerticalTable
 
 PROGRESS_EVERY = 50  # steps between "step" progress events
 
@@ -144,6 +145,8 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     rows = play_epochs(settings, data, cohort, server, seed, progress, part=part, writer=writer, tic=tic,
                        rows=rows, step=step, done=done, after_epoch=save)
     summary = run_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic, part)
+    if isinstance(data, VerticalTable):
+        summary |= data.summary_fields()
     writer.summary(summary)
     return summary
 

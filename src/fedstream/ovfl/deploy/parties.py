@@ -43,6 +43,9 @@ SERVER_SIDE_ACTIVATIONS = ("topl",)
 
 def check_deployable(config: dict) -> None:
     """Reject what the network backend does not carry yet for online VFL, naming the key."""
+    if config["data.name"] == "table":
+        raise ConfigError('data.name = "table" does not run over fedstream deploy yet; run it with '
+                          "fedstream run (the simulator)")
     if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS + SERVER_SIDE_ACTIVATIONS:
         raise ConfigError(
             f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "

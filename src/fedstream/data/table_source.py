@@ -1,0 +1,310 @@
+"""A user's table as a :class:`~fedstream.data.sources.Source`: ``data.name = "table"``.
+
+One file (``data.path = "customers.csv"``) holds the label, an optional id and the features;
+``vfl.partition`` gives each client its columns (clients separated by ``;``, columns by ``,``, by
+name or by 0-based file index or index range such as ``0-13``); without it the feature columns
+(every column but the label and the id, in file order) are cut in ``vfl.clients`` equal contiguous
+blocks. Several files (``data.path = "server.csv;bank.csv;shop.csv"``): the first, the server's,
+holds the id and the label; each further file is one client's and holds the id and that client's
+own columns. Rows are aligned by ``data.id`` (the parties are assumed to share the key: private
+set intersection is out of scope); the server file's row order is the stream's order.
+
+Numeric columns are standardised by the mean and std of the first ``stats_rows`` rows, as HIGGS
+is; ``data.categorical`` columns are one-hot encoded with the categories seen in those rows (a
+later unseen category is all zeros). Labels may be any values: the classes are the distinct
+labels, sorted (numerically when every label is a number), and class i is the i-th of them.
+
+Every problem with the files is a DataError naming the file, the row and the column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedstream.data.imnist import check_indices
+from fedstream.data.table import Table, read_table
+from fedstream.errors import ConfigError, DataError
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """The config keys that say how to read a table (see module doc)."""
+
+    path: str
+    label: str | None = None
+    id: str | None = None
+    categorical: str | None = None
+    partition: str | None = None
+    n_clients: int = 4
+    stats_rows: int = 10000
+
+    @classmethod
+    def from_config(cls, config: dict) -> TableSpec:
+        if not config.get("data.path"):
+            raise ConfigError('data.name = "table" needs data.path (the table file, or one file per '
+                              "party separated by ';')")
+        return cls(config["data.path"], config["data.label"], config["data.id"], config["data.categorical"],
+                   config["vfl.partition"], config["vfl.clients"], config["data.stats_rows"])
+
+
+def _where(table: Table, row: int) -> str:
+    """Row ``row`` (0-based) as the messages name it: 1-based, with the line of a CSV."""
+    line = f" (line {row + 2})" if table.path.name.lower().endswith((".csv", ".csv.gz")) else ""
+    return f"{table.path}: row {row + 1}{line}"
+
+
+def numeric_column(table: Table, j: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Column ``j`` as float64; DataError at the first cell that is not a finite number."""
+    col = table.columns[j] if rows is None else table.columns[j][rows]
+    order = np.arange(len(col)) if rows is None else rows
+    try:
+        values = col.astype(np.float64)
+    except (ValueError, TypeError):
+        values = None
+    if values is None or not np.isfinite(values).all():
+        for i, cell in enumerate(col):
+            try:
+                ok = np.isfinite(float(cell))
+            except (ValueError, TypeError):
+                ok = False
+            if not ok:
+                raise DataError(f"{_where(table, int(order[i]))}, column {table.names[j]!r}: expected a "
+                                f"finite number, found {str(cell)!r} (list a text column in "
+                                "data.categorical)")
+    return values
+
+
+def _strings(col: np.ndarray) -> np.ndarray:
+    return col.astype(str) if col.dtype.kind != "U" else col
+
+
+def label_keys(table: Table, j: int) -> np.ndarray:
+    """The labels of column ``j`` as sortable keys: numbers (also when written as text) or text."""
+    col = table.columns[j]
+    if col.dtype.kind in "iub":
+        return col
+    text = _strings(col)
+    empty = np.flatnonzero(text == "")
+    if empty.size:
+        raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
+                        "expected a label, found an empty cell")
+    try:
+        keys = text.astype(np.float64)
+    except ValueError:
+        return text
+    return keys if np.isfinite(keys).all() else text
+
+
+def encode_labels(
+    table: Table, j: int, known: np.ndarray | None = None
+) -> tuple[np.ndarray, list, np.ndarray]:
+    """Class indices int64, the sorted classes of label column ``j`` (at least two) and their keys;
+    with ``known`` (the keys of another file's classes) the labels must be among them."""
+    col = table.columns[j]
+    keys = label_keys(table, j)
+    if known is not None:
+        lookup = {k.item(): i for i, k in enumerate(known)}
+        y = np.array([lookup.get(k.item(), -1) for k in keys], dtype=np.int64)
+        if (y < 0).any():
+            r = int(np.flatnonzero(y < 0)[0])
+            raise DataError(f"{_where(table, r)}, column {table.names[j]!r} (data.label): label "
+                            f"{str(col[r])!r} is not a class of the training rows")
+        return y, [], known
+    classes, y = np.unique(keys, return_inverse=True)
+    if len(classes) < 2:
+        raise DataError(f"{table.path}: column {table.names[j]!r} (data.label): expected at least two "
+                        f"classes, found only {classes[0].item()!r} in all {table.n_rows} rows")
+    if keys is not col and keys.dtype.kind == "f":  # numbers written as text: list them as written
+        first = {}
+        for k, s in zip(y, _strings(col)):
+            first.setdefault(int(k), str(s))
+        names = [_as_number(first[i]) for i in range(len(classes))]
+    else:
+        names = [c.item() if hasattr(c, "item") else c for c in classes]
+    return y.astype(np.int64), names, classes
+
+
+def _as_number(text: str):
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def _refs(text: str | None) -> list[str]:
+    return [s.strip() for s in (text or "").split(",") if s.strip()]
+
+
+def _columns(table: Table, refs: list[str], key: str) -> list[int]:
+    """Positions of columns given by name, index or index range ``a-b``; DataError naming ``key``."""
+    out = []
+    for ref in refs:
+        lo, dash, hi = ref.partition("-")
+        try:
+            if dash and lo.strip().isdigit() and hi.strip().isdigit() and ref not in table.names:
+                a, b = int(lo), int(hi)
+                if a > b:
+                    raise DataError(f"{table.path}: range {ref!r}: expected a <= b")
+                out += [table.index(str(i)) for i in range(a, b + 1)]
+            else:
+                out.append(table.index(ref))
+        except DataError as exc:
+            raise DataError(f"{key}: {exc}") from None
+    return out
+
+
+def _partition(table: Table, spec: TableSpec, reserved: dict[int, str]) -> list[list[int]]:
+    """Each client's column positions in ``table`` (one file holding every party's columns)."""
+    if spec.partition:
+        groups = [_columns(table, _refs(g), "vfl.partition") for g in spec.partition.split(";")]
+        owner: dict[int, int] = {}
+        for m, group in enumerate(groups):
+            if not group:
+                raise ConfigError(f"vfl.partition = {spec.partition!r}: client {m} has no column")
+            for j in group:
+                if j in reserved:
+                    raise DataError(f"vfl.partition: column {table.names[j]!r} of {table.path} is "
+                                    f"{reserved[j]}; a client cannot hold it")
+                if j in owner:
+                    raise DataError(f"vfl.partition: column {table.names[j]!r} of {table.path} is "
+                                    f"given to two clients ({owner[j]} and {m})")
+                owner[j] = m
+        if len(groups) != spec.n_clients:
+            raise ConfigError(f"vfl.partition names {len(groups)} clients but vfl.clients = {spec.n_clients}")
+        return groups
+    features = [j for j in range(len(table.names)) if j not in reserved]
+    if not 1 <= spec.n_clients <= len(features):
+        raise ConfigError(f"vfl.clients = {spec.n_clients}: must be between 1 and the {len(features)} "
+                          f"feature columns of {table.path}")
+    return [[int(j) for j in part] for part in np.array_split(features, spec.n_clients)]
+
+
+def _aligned_rows(server: Table, sid: int, client: Table, cid: int) -> np.ndarray:
+    """For each server row, the client row with the same id; DataError at the first mismatch."""
+    ids = [_strings(t.columns[j]) for t, j in ((server, sid), (client, cid))]
+    for t, j, values in ((server, sid, ids[0]), (client, cid, ids[1])):
+        uniq, first, counts = np.unique(values, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            k = int(np.flatnonzero(counts > 1)[0])
+            rows = np.flatnonzero(values == uniq[k])
+            raise DataError(f"{_where(t, int(rows[1]))}, column {t.names[j]!r} (data.id): id {uniq[k]!r} "
+                            f"repeats row {int(rows[0]) + 1}; ids must be unique")
+    position = {v: i for i, v in enumerate(ids[1])}
+    rows = np.array([position.get(v, -1) for v in ids[0]], dtype=np.int64)
+    if (rows < 0).any():
+        r = int(np.flatnonzero(rows < 0)[0])
+        raise DataError(f"{_where(server, r)}, column {server.names[sid]!r} (data.id): id {ids[0][r]!r} "
+                        f"has no row in {client.path} (the files must hold the same ids)")
+    if len(ids[1]) != len(ids[0]):
+        extra = int(np.setdiff1d(np.arange(len(ids[1])), rows)[0])
+        raise DataError(f"{_where(client, extra)}, column {client.names[cid]!r} (data.id): id "
+                        f"{ids[1][extra]!r} has no row in {server.path} (the files must hold the same ids)")
+    return rows
+
+
+class TableSource:
+    """The rows of a user's table(s), standardised, with each client's feature block (module doc).
+
+    ``blocks[m]`` is client m's slice of the feature columns; ``client_columns[m]`` the names of
+    its file columns; ``classes[c]`` the label value of class c.
+    """
+
+    name = "table"
+
+    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0):
+        """``fit``: take the classes, categories and statistics of that source (a test file);
+        ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
+        test split: :attr:`n_holdout` rows, at least one)."""
+        paths = [p.strip() for p in spec.path.split(";") if p.strip()]
+        server = read_table(Path(paths[0]))
+        sid = _columns(server, [spec.id], "data.id")[0] if spec.id else None
+        if spec.label:
+            lid = _columns(server, [spec.label], "data.label")[0]
+        else:
+            lid = next((j for j in range(len(server.names)) if j != sid), None)
+            if lid is None:
+                raise DataError(f"{server.path}: expected a label column beside the id, found none")
+        if lid == sid:
+            raise ConfigError(f"data.label and data.id name the same column {server.names[lid]!r}")
+        reserved = {lid: "the label (data.label)"} | ({} if sid is None else {sid: "the id (data.id)"})
+        self.base_labels, self.classes, self.class_keys = encode_labels(
+            server, lid, None if fit is None else fit.class_keys)
+        if fit is not None:
+            self.classes = fit.classes
+        self.n_base = server.n_rows
+        parts: list[tuple[Table, list[int], np.ndarray | None]] = []  # (file, columns, rows in server order)
+        if len(paths) == 1:
+            parts = [(server, g, None) for g in _partition(server, spec, reserved)]
+        else:
+            if sid is None:
+                raise ConfigError("several files in data.path need data.id, the column that aligns "
+                                  "their rows")
+            if spec.partition:
+                raise ConfigError("vfl.partition applies to one file; with one file per party each client's "
+                                  "columns are those of its file")
+            if len(paths) - 1 != spec.n_clients:
+                raise ConfigError(f"data.path names {len(paths) - 1} client files but vfl.clients = "
+                                  f"{spec.n_clients}")
+            for p in paths[1:]:
+                table = read_table(Path(p))
+                cid = _columns(table, [spec.id], "data.id")[0]
+                cols = [j for j in range(len(table.names)) if j != cid]
+                if not cols:
+                    raise DataError(f"{table.path}: expected the client's feature columns beside the id, "
+                                    "found none")
+                parts.append((table, cols, _aligned_rows(server, sid, table, cid)))
+        categorical = set(_refs(spec.categorical))
+        known = {table.names[j] for table, cols, _ in parts for j in cols}
+        for ref in categorical:
+            if ref not in known:
+                raise DataError(f"data.categorical: column {ref!r} is not a feature column of "
+                                f"{', '.join(dict.fromkeys(str(t.path) for t, _, _ in parts))}")
+        self.n_holdout = max(1, round(self.n_base * holdout)) if holdout else 0
+        if self.n_holdout >= self.n_base:
+            raise DataError(f"{paths[0]}: {self.n_base} rows: too few to hold out {self.n_holdout} test rows "
+                            f"(data.test_fraction = {holdout}) and train on the others")
+        head = min(spec.stats_rows, self.n_base - self.n_holdout)
+        self.categories: dict[str, np.ndarray] = {} if fit is None else fit.categories
+        blocks, columns, names, onehot = [], [], [], []
+        for table, cols, rows in parts:
+            start = sum(c.shape[1] for c in columns)
+            for j in cols:
+                if table.names[j] in categorical:
+                    col = _strings(table.columns[j] if rows is None else table.columns[j][rows])
+                    cats = self.categories.setdefault(table.names[j], np.unique(col[:head]))
+                    columns.append((col[:, None] == cats[None, :]).astype(np.float64))
+                    onehot += [True] * len(cats)
+                else:
+                    columns.append(numeric_column(table, j, rows)[:, None])
+                    onehot.append(False)
+            blocks.append(slice(start, sum(c.shape[1] for c in columns)))
+            names.append([table.names[j] for j in cols])
+        if fit is not None and names != fit.client_columns:
+            raise DataError(f"{paths[0]}: the clients' columns {names} differ from those of the training "
+                            f"rows {fit.client_columns}")
+        X = np.concatenate(columns, axis=1)
+        if fit is None:
+            mean, std = X[:head].mean(axis=0), X[:head].std(axis=0)
+            is_hot = np.array(onehot)
+            mean[is_hot], std[is_hot | (std == 0)] = 0.0, 1.0
+            self.mean, self.std = mean.astype(np.float32), std.astype(np.float32)
+        else:
+            self.mean, self.std = fit.mean, fit.std
+        self._X = (X.astype(np.float32) - self.mean) / self.std
+        self._X.flags.writeable = False
+        self.n_features = int(X.shape[1])
+        self.n_classes = len(self.classes)
+        self.blocks = blocks
+        self.client_columns = names
+
+    def features(self, indices: np.ndarray) -> np.ndarray:
+        return self._X[check_indices(indices) % self.n_base]
+
+    def labels(self, indices: np.ndarray) -> np.ndarray:
+        return self.base_labels[check_indices(indices) % self.n_base]
+
+
+def load_table_source(config: dict) -> TableSource:
+    """The source of a config with ``data.name = "table"``."""
+    return TableSource(TableSpec.from_config(config))
