@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedstream.ovfl.engine import OnlineVFL, feature_blocks
+from fedstream.ovfl.parties import server_lr
 from fedstream.ovfl.reference import ReferenceOnlineVFL
 from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
@@ -189,8 +190,6 @@ def test_resume_refuses_a_checkpoint_beyond_rounds(tmp_path):
 
 
 def test_server_lr_defaults_to_lr_and_can_differ():
-    from fedstream.ovfl.engine import server_lr
-
     assert server_lr(small_config()) == 0.05
     assert server_lr(small_config(**{"optimizer.server_lr": 0.2})) == 0.2
 

@@ -19,12 +19,9 @@ import fedstream
 from fedstream.data import Stream, TableSource, TableSpec, load_source, resolve_data_root
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
-from fedstream.models import build_client_model, build_server_model
-from fedstream.optim import make_optimizer
 from fedstream.ovfl.activation import activation_from_config
-from fedstream.ovfl.client import Client
+from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
-from fedstream.ovfl.server import Server
 from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
 from fedstream.transport import CompressionSpec, make_transport
@@ -55,12 +52,6 @@ def feature_blocks(n_features: int, n_clients: int) -> list[slice]:
         raise ConfigError(f"vfl.clients = {n_clients}: must be between 1 and the {n_features} features")
     parts = np.array_split(np.arange(n_features), n_clients)
     return [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
-
-
-def server_lr(config: dict) -> float:
-    """The server's learning rate: ``optimizer.server_lr`` if set, else ``optimizer.lr``."""
-    lr = config["optimizer.server_lr"]
-    return config["optimizer.lr"] if lr is None else lr
 
 
 STREAM_KEYS = ("data.name", "data.root", "data.stats_rows", "seed", "stream.drift", "stream.drift_every",
@@ -118,23 +109,14 @@ class OnlineVFL:
         self.config = config
         self.stream = stream if stream is not None else make_stream(config)
         source = self.stream.source
-        name, M, e = config["data.name"], config["vfl.clients"], config["model.embedding"]
+        M = config["vfl.clients"]
         if isinstance(source, TableSource):  # each client's columns, as data.path / vfl.partition say
             config["rounds"] = table_rounds(config, source)
             self.blocks = source.blocks
         else:
             self.blocks = feature_blocks(source.n_features, M)
-        window = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
-        opt = dict(window=config["optimizer.window"], alpha=config["optimizer.alpha"])
-        rng = np.random.default_rng([config["seed"], 0])
-        self.clients = []
-        for m, block in enumerate(self.blocks):
-            model = build_client_model(name, block.stop - block.start, e, rng)
-            optimizer = make_optimizer(config["optimizer.name"], model, lr=config["optimizer.lr"], **opt)
-            self.clients.append(Client(m, model, optimizer, window=window))
-        server_model = build_server_model(name, M * e, source.n_classes, rng)
-        server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
-        self.server = Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
+        sizes = [block.stop - block.start for block in self.blocks]
+        self.clients, self.server = build_parties(config, sizes, source.n_classes)
         # plain float32 unless compressed
         self.transport = make_transport(M, CompressionSpec.from_config(config))
         self.activation = activation_from_config(config)

@@ -17,7 +17,8 @@ from collections import deque
 import numpy as np
 import torch
 
-from fedstream.ovfl.engine import CHUNK, OnlineVFL, server_lr
+from fedstream.ovfl.engine import CHUNK, OnlineVFL
+from fedstream.ovfl.parties import server_lr
 from fedstream.selection.padding import make_padding
 
 

@@ -25,14 +25,11 @@ import fedstream.ovfl.config as ovfl_config
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.fields import Field
 from fedstream.metrics import Prequential
-from fedstream.models import build_client_model, build_server_model
-from fedstream.optim import make_optimizer
 from fedstream.ovfl.activation import activation_from_config
-from fedstream.ovfl.client import Client
-from fedstream.ovfl.engine import CHUNK, server_lr
+from fedstream.ovfl.engine import CHUNK
 from fedstream.ovfl.inference import predict_logits, softmax
+from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
-from fedstream.ovfl.server import Server
 from fedstream.transport import CompressionSpec, InProcessTransport, make_transport
 
 MODELS = {"shallow": "imnist", "deep": "higgs"}
@@ -42,23 +39,6 @@ thousands); the value is the dataset whose models the builders make."""
 
 COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24}
 """``compression``'s keys (``compression.*`` without the prefix) and their defaults, the config's."""
-
-
-def build_parties(config: dict, sizes: list[int], n_classes: int) -> tuple[list[Client], Server]:
-    """The clients (feature block widths ``sizes``) and the server of an ``ovfl`` config, built in the
-    engine's order from the engine's generator (``[seed, 0]``): equal widths give equal models."""
-    name, M, e = config["data.name"], len(sizes), config["model.embedding"]
-    window = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
-    opt = dict(window=config["optimizer.window"], alpha=config["optimizer.alpha"])
-    rng = np.random.default_rng([config["seed"], 0])
-    clients = []
-    for m, width in enumerate(sizes):
-        model = build_client_model(name, width, e, rng)
-        optimizer = make_optimizer(config["optimizer.name"], model, lr=config["optimizer.lr"], **opt)
-        clients.append(Client(m, model, optimizer, window=window))
-    server_model = build_server_model(name, M * e, n_classes, rng)
-    server_opt = make_optimizer(config["optimizer.name"], server_model, lr=server_lr(config), **opt)
-    return clients, Server(server_model, server_opt, n_clients=M, embedding=e, window=window)
 
 
 class OnlineVFL(base.Classifier):

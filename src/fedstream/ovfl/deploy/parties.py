@@ -26,11 +26,10 @@ from fedstream.data.idx import read_idx_labels
 from fedstream.data.paths import find_file
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.errors import ConfigError
-from fedstream.models import build_client_model, build_server_model
-from fedstream.optim import make_optimizer
 from fedstream.ovfl.activation import Activation, activation_from_config
 from fedstream.ovfl.client import Client
-from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream, server_lr
+from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream
+from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.server import Server
 from fedstream.transport import CompressionSpec
 
@@ -56,39 +55,19 @@ def check_deployable(config: dict) -> None:
     CompressionSpec.from_config(config)
 
 
-def window(config: dict) -> int:
-    """Rows per message: the SLR window l, else 1."""
-    return config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
-
-
-def _optimizer(config: dict, model, lr: float):
-    return make_optimizer(config["optimizer.name"], model, lr=lr, window=config["optimizer.window"],
-                          alpha=config["optimizer.alpha"])
-
-
 def build_client(config: dict, index: int, n_features: int) -> Client:
     """Client ``index`` with the initial weights the simulator gives it."""
     blocks = feature_blocks(n_features, config["vfl.clients"])
     if not 0 <= index < len(blocks):
         raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = {len(blocks) - 1}")
-    rng = np.random.default_rng([config["seed"], 0])
-    for block in blocks[:index + 1]:  # the draws of the clients before this one, then its own
-        model = build_client_model(
-            config["data.name"], block.stop - block.start, config["model.embedding"], rng
-        )
-    return Client(index, model, _optimizer(config, model, config["optimizer.lr"]), window=window(config))
+    clients, _ = build_parties(config, [block.stop - block.start for block in blocks[: index + 1]])
+    return clients[index]  # the draws of the clients before this one, then its own
 
 
 def build_server(config: dict, n_features: int, n_classes: int) -> Server:
     """The server with the initial weights the simulator gives it."""
-    M, e = config["vfl.clients"], config["model.embedding"]
-    rng = np.random.default_rng([config["seed"], 0])
-    for block in feature_blocks(n_features, M):  # advance the generator past every client's draw
-        build_client_model(config["data.name"], block.stop - block.start, e, rng)
-    model = build_server_model(config["data.name"], M * e, n_classes, rng)
-    return Server(
-        model, _optimizer(config, model, server_lr(config)), n_clients=M, embedding=e, window=window(config)
-    )
+    blocks = feature_blocks(n_features, config["vfl.clients"])  # every client's draw comes first
+    return build_parties(config, [block.stop - block.start for block in blocks], n_classes)[1]
 
 
 def server_decides(config: dict) -> bool:
