@@ -106,12 +106,23 @@ def _zigzag(n: int, out: bytearray) -> None:
     _varint(n * 2 if n >= 0 else -n * 2 - 1, out)
 
 
+def _zigzags(values, out: bytearray) -> None:
+    """Zigzag varints of ``values``, appended to ``out`` (:func:`_zigzag` inlined: a batch VFL request
+    carries a hundred row numbers, encoded once per node and step)."""
+    append = out.append
+    for v in values:
+        n = v * 2 if v >= 0 else -v * 2 - 1
+        while n > 0x7F:
+            append((n & 0x7F) | 0x80)
+            n >>= 7
+        append(n)
+
+
 def _ints(value: list[int], base: int, out: bytearray) -> None:
     """An int list as tag 6 (plain) or, when shorter, tag 8 (differences from ``base``, the round)."""
     plain = bytearray((6,))
     _varint(len(value), plain)
-    for v in value:
-        _zigzag(v, plain)
+    _zigzags(value, plain)
     if len(value) <= DELTA_ITEMS:
         delta = bytearray((8,))
         _varint(len(value), delta)
@@ -240,6 +251,26 @@ class _Reader:
         n = self.varint()
         return n >> 1 if not n & 1 else -(n >> 1) - 1
 
+    def zigzags(self, count: int) -> list[int]:
+        """``count`` zigzag varints (:meth:`zigzag` inlined, same checks: a batch VFL request's rows)."""
+        data, pos, end, out = self.data, self.pos, self.end, []
+        for _ in range(count):
+            n = shift = 0
+            while True:
+                if pos >= end:
+                    raise _fail("it ends in the middle of a field")
+                b = data[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise _fail("a varint longer than 64 bits")
+            out.append(n >> 1 if not n & 1 else -(n >> 1) - 1)
+        self.pos = pos
+        return out
+
     def take(self, n: int) -> bytes:
         if n > self.end - self.pos:
             raise _fail(f"a field of {n} bytes past the end")
@@ -273,7 +304,9 @@ def _read_value(r: _Reader, base: int, inner: bool = False):
                 base += r.zigzag()
                 items.append(base)
             return items
-        return [r.zigzag() if tag == 6 else _read_value(r, base, inner=True) for _ in range(count)]
+        if tag == 6:
+            return r.zigzags(count)
+        return [_read_value(r, base, inner=True) for _ in range(count)]
     raise _fail(f"value tag {tag}" + (" inside a list" if inner and tag in (6, 7, 8) else ""))
 
 
