@@ -14,7 +14,7 @@ unsigned LEB128 varints unless said otherwise:
 * ``info``, the parts in order, ``arrays``.
 
 Version 1 (the first, 2 bytes magic ``b"FS"``, a version byte, the round and the info's length
-always written, lists of integers only as values) cost 1.31x the payload in socket bytes at B = 1
+always written, integer lists only as plain values) cost 1.31x the payload in socket bytes at B = 1
 of online VFL; version 2 saves 2-6 bytes per frame (18 bytes per event there, 1.30x). A frame of
 another version is refused.
 
