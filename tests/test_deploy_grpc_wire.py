@@ -38,27 +38,29 @@ def _set(frame: bytes, offset: int, value: int) -> bytes:
     return frame[:offset] + bytes([value]) + frame[offset + 1:]
 
 
-# the request above: b"FS", version, type|kind, then varints seq 1, round 0, 1 part, info 5 bytes,
-# the part's length 2 (offsets 4..8), then info (offsets 9..13: key 0, name length 1, "a", tag 3,
-# zigzag 2) and the part
+# the request above: mark and version 0xF2, info|type|kind 0xA1, then varints seq 1, round - seq
+# (zigzag -1 = 1), 1 part, info 5 bytes, the part's length 2 (offsets 2..6), then info (offsets
+# 7..11: key 0, name length 1, "a", tag 3, zigzag 2) and the part
 @pytest.mark.parametrize("spoil, match", [
-    (lambda f: f[:3], "magic"),
-    (lambda f: b"XY" + f[2:], "magic"),
-    (lambda f: _set(f, 2, 2), "version"),
-    (lambda f: _set(f, 3, 0x92), "type"),
-    (lambda f: _set(f, 3, 0x2F), "kind"),
-    (lambda f: _set(f, 3, 0x2A), "add up"),  # says arrays follow
-    (lambda f: _set(f, 3, 0x20), "kind"),
-    (lambda f: _set(f, 3, 0x51), "kind"),
-    (lambda f: f[:6] + b"\xff\xff\xff\xff\x0f" + f[7:], "parts"),
-    (lambda f: _set(f, 8, 3), "add up"),
+    (lambda f: f[:1], "mark and version"),
+    (lambda f: b"FS" + f[2:], "mark and version"),
+    (lambda f: _set(f, 0, 0xF1), "version 2"),
+    (lambda f: _set(f, 1, 0xF1), "type"),
+    (lambda f: _set(f, 1, 0xA7), "kind"),
+    (lambda f: _set(f, 1, 0xA9), "add up"),  # says arrays follow
+    (lambda f: _set(f, 1, 0x21), "add up"),  # says no info follows
+    (lambda f: _set(f, 1, 0xA0), "kind"),
+    (lambda f: _set(f, 1, 0xD1), "kind"),
+    (lambda f: _set(f, 3, 3), "round -1"),
+    (lambda f: f[:4] + b"\xff\xff\xff\xff\x0f" + f[5:], "parts"),
+    (lambda f: _set(f, 6, 3), "add up"),
     (lambda f: f + b"x", "add up"),
-    (lambda f: _set(f, 7, 1), "add up"),
-    (lambda f: f[:5] + b"\xff" * 10 + f[6:], "64 bits"),
-    (lambda f: f[:6], "ends in the middle"),
-    (lambda f: _set(f, 9, 200), "key code"),
-    (lambda f: _set(f, 12, 9), "value tag"),
-    (lambda f: _set(f, 11, 0xC3), "UTF-8"),
+    (lambda f: _set(f, 5, 1), "add up"),
+    (lambda f: f[:3] + b"\xff" * 10 + f[4:], "64 bits"),
+    (lambda f: f[:4], "ends in the middle"),
+    (lambda f: _set(f, 7, 200), "key code"),
+    (lambda f: _set(f, 10, 9), "value tag"),
+    (lambda f: _set(f, 9, 0xC3), "UTF-8"),
 ])
 def test_a_malformed_frame_is_refused_before_decoding(spoil, match):
     assert wire.decode(_frame(), limit=LIMIT).env.info == {"a": 1}
@@ -67,12 +69,14 @@ def test_a_malformed_frame_is_refused_before_decoding(spoil, match):
 
 
 def _info_frame(info: bytes) -> bytes:
-    return b"FS\x01\x32" + bytes([1, 0, 0, len(info)]) + info
+    return b"\xF2\xA1" + bytes([1, 1, 0, len(info)]) + info  # a setup request, sequence 1, round 0
 
 
 @pytest.mark.parametrize("info, match", [
     (b"\x01\x03\x02\x01\x03\x04", "twice"),        # events twice
     (b"\x02\x07\x01\x07\x00", "inside a list"),     # a list in a list
+    (b"\x02\x07\x01\x08\x00", "inside a list"),     # a list of differences in a list
+    (b"\x02\x08\x05\x01", "past the end"),          # 5 differences announced, 1 there
     (b"\x02\x06\x05\x01", "past the end"),          # 5 integers announced, 1 there
     (b"\x00\x05ab", "past the end"),                # a name longer than the frame
     (b"\x01\x04\x00\x00", "past the end"),          # a double cut short
@@ -113,8 +117,21 @@ def test_info_a_frame_cannot_carry_is_refused_at_the_sender():
 
 
 def test_a_batch_request_costs_a_few_bytes_beyond_its_parts():
-    """B = 1 of online VFL: a gradient and a query down, an embedding up."""
+    """B = 1 of online VFL: a gradient and a query down, an embedding up (the sequence number moves
+    with the round; the held gradient's round is the one before)."""
     request = Envelope("round", 1234, [b"g" * 300, b"q" * 20], {"events": 1, "grad_rounds": [1233]})
     reply = Envelope("round", 1234, [b"e" * 300], {"active": [1]})
-    assert len(wire.encode(wire.REQUEST, 99, request, limit=LIMIT)) - 320 <= 20
-    assert len(wire.encode(wire.REPLY, 99, reply, limit=LIMIT)) - 300 <= 15
+    assert len(wire.encode(wire.REQUEST, 1236, request, limit=LIMIT)) - 320 == 17  # version 1: 20
+    assert len(wire.encode(wire.REPLY, 1236, reply, limit=LIMIT)) - 300 == 13  # version 1: 15
+    assert len(wire.encode(wire.REPLY, 1236, Envelope("round", 1234, [b"e" * 300]), limit=LIMIT)) - 300 == 8
+
+
+def test_lists_of_integers_round_trip_in_either_form():
+    """Short int lists travel as differences when that is shorter (tag 8), others plain (tag 6)."""
+    for rnd, values in [(1234, [1233]), (5, [1, 0]), (0, [-3, 70000, 2]), (9, list(range(100))), (3, [])]:
+        env = Envelope("round", rnd, [], {"grad_rounds": values})
+        assert wire.decode(wire.encode(wire.REQUEST, 7, env, limit=LIMIT), limit=LIMIT).env.info == env.info
+    got = wire.decode(_info_frame(b"\x02\x08\x02\x03\x02"), limit=LIMIT).env.info
+    assert got == {"grad_rounds": [-2, -1]}
+    frame = wire.encode(wire.REQUEST, 1236, Envelope("round", 1234, [], {"grad_rounds": [1233]}), limit=LIMIT)
+    assert frame.endswith(b"\x02\x08\x01\x01")  # key, tag 8, one item, zigzag(-1)

@@ -69,6 +69,9 @@ def _fits(value: Any, kind: Any) -> bool:
         return value is None
     if origin is list:
         (item,) = typing.get_args(kind)
+        if item is int:  # _fits(v, int) inlined: a batch VFL request's rows are checked every step
+            return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in value)
         return isinstance(value, list) and all(_fits(v, item) for v in value)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)

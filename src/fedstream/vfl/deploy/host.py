@@ -37,7 +37,10 @@ the step whose embedding is due, of that embedding's shape.
 Flower runs each message in a fresh process, and autograd's graph does not survive one: the node
 saves its model and optimiser as they were *before* the due step's forward pass, and when the
 gradient arrives recomputes that forward pass (same weights, same rows, same float operations,
-batch-norm statistics updated once) before back-propagating. :meth:`state_dict` is one
+batch-norm statistics updated once) before back-propagating. A long-lived node (the gRPC runtime's
+:class:`~fedstream.deploy.session.LiveNode` keeps the host between requests) still holds the due
+step's graph and back-propagates through it, as the simulator does: it recomputes only after its
+state was reloaded (``recomputed`` counts the forward passes run again). :meth:`state_dict` is one
 ``torch.save`` archive (a uint8 array), read back with ``weights_only=True``.
 """
 
@@ -53,6 +56,7 @@ from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
 from fedstream.runs.threads import one_torch_thread
+from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.transport.messages import Gradient
 from fedstream.vfl.deploy.data import (
@@ -87,6 +91,14 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def warm_up(index: int) -> None:
+    """Decode one tiny gradient, as every training request after the first does: the process's
+    first decode loads numba's compiled finiteness check (about 0.2 s, up to a second with four
+    nodes starting at once on two cores), a one-off cost that belongs to the setup, not to the
+    first training step's round trip (the server waits on the slowest node)."""
+    decode(encode(Gradient(0, index, np.zeros((1, 1), np.float32))))
+
+
 class BatchVFLHost:
     """Client party ``index`` of a batch VFL run, holding only its own strip of the images (``rows``)."""
 
@@ -110,6 +122,7 @@ class BatchVFLHost:
         self.pending: tuple[int, np.ndarray] | None = None  # (step, rows) whose gradient is due
         self.before: dict | None = None  # model and optimiser before the due step's forward pass
         self.last_step = -1  # the last training step embedded
+        self.recomputed = 0  # forward passes run again (the graph was lost: a new process, a reload)
         self.up = self.down = self.eval_up = 0
         self.select_up = self.select_down = 0  # VF-PS: distance messages sent, query messages received
         if state:
@@ -124,6 +137,7 @@ class BatchVFLHost:
     def _handle(self, env: Envelope) -> Envelope:
         sizes = self.block.sizes()
         if env.kind == SETUP:  # also where the node stands: a rejoining or resuming node reloaded its state
+            warm_up(self.index)
             reply = SetupReply(client=self.index, **sizes, step=self.last_step,
                                pending=-1 if self.pending is None else self.pending[0])
             return Envelope(SETUP, env.round, info=reply.info())
@@ -185,6 +199,7 @@ class BatchVFLHost:
         else:
             if self.client.pending_step != step:
                 self.client.embed(step, self.block.inputs("train", rows))  # the same forward pass again
+                self.recomputed += 1
             data = env.parts[0]
             self.client.on_gradient(self.end.receive(data))  # the real end: topk-grad ranks by it
             self.down += len(data)
