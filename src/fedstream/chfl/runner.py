@@ -6,52 +6,42 @@ does not import PyTorch; a deployed CHFL node builds its settings with :func:`ch
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
-from fedstream.chfl.settings import CHFLSettings, named_by_config
+from fedstream.chfl.settings import CONFIG_KEYS, CHFLSettings, named_by_config
 from fedstream.chfl.stream import StreamSettings, run_stream
 from fedstream.chfl.table_data import run_table
 from fedstream.chfl.trainer import run_chfl
 from fedstream.fields import number_list
 
+# config strings that a settings field holds as a sequence
+_LISTS = {
+    "hidden": lambda v: number_list(v, int),
+    "lrs": number_list,
+    "mus": number_list,
+    "shared_baselines": lambda v: tuple(b.strip() for b in v.split(",") if b.strip()),
+}
+
+
+def _settings(cls: type, config: dict):
+    """``cls`` (a settings dataclass) from the config keys its fields stand for (:data:`CONFIG_KEYS`)."""
+    values = {}
+    for f in fields(cls):
+        if f.name in CONFIG_KEYS:
+            value = config[CONFIG_KEYS[f.name]]
+            values[f.name] = _LISTS[f.name](value) if f.name in _LISTS else value
+    return cls(**values)
+
 
 def chfl_settings(config: dict) -> CHFLSettings:
     """The CHFL settings of a ``task = "chfl"`` config (batch mode)."""
-    return CHFLSettings(
-        dataset=config["data.name"],
-        clients=config["chfl.clients"],
-        common_ratio=config["chfl.common_ratio"],
-        split=config["chfl.split"],
-        split_index=config["chfl.split_index"],
-        hidden=number_list(config["chfl.hidden"], int),
-        rounds=config["chfl.rounds"],
-        local_epochs=config["chfl.local_epochs"],
-        batch_size=config["chfl.batch_size"],
-        lrs=number_list(config["chfl.lrs"]),
-        mus=number_list(config["chfl.mus"]),
-        prox_mu=config["chfl.prox_mu"],
-        max_rows=config["chfl.max_rows"],
-        shared_baselines=tuple(b.strip() for b in config["chfl.baselines"].split(",") if b.strip()),
-    )
+    return _settings(CHFLSettings, config)
 
 
 def stream_settings(config: dict) -> StreamSettings:
     """The streaming-CHFL settings of a ``task = "chfl"``, ``chfl.mode = "stream"`` config."""
-    return StreamSettings(
-        dataset=config["data.name"],
-        clients=config["chfl.clients"],
-        common_ratio=config["chfl.common_ratio"],
-        split_index=config["chfl.split_index"],
-        hidden=number_list(config["chfl.hidden"], int),
-        batch=config["chfl.stream_batch"],
-        sync_every=config["chfl.stream_sync_every"],
-        lr=config["chfl.stream_lr"],
-        mu=config["chfl.stream_mu"],
-        prox_mu=config["chfl.prox_mu"],
-        late_join=config["chfl.stream_late_join"],
-        eval_every=config["chfl.stream_eval_every"],
-        max_rows=config["chfl.max_rows"],
-    )
+    return _settings(StreamSettings, config)
 
 
 def train(config: dict, out: Path | None, progress, resume: bool) -> dict:
