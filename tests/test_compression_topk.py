@@ -45,18 +45,20 @@ def test_topk_keeps_largest_magnitudes_per_row():
         np.testing.assert_array_equal(back[r, top], e[r, top])
 
 
-def test_gradient_ranked_topk_ranks_by_last_gradient():
+def test_gradient_ranked_topk_ranks_each_row_by_weight_times_magnitude():
     rng = np.random.default_rng(1)
     e = rng.standard_normal((2, 64)).astype(np.float32)
-    g = rng.standard_normal((1, 64)).astype(np.float32)  # one row, broadcast over the rows
+    g = rng.standard_normal((1, 64)).astype(np.float32)  # one row of weights, broadcast over the rows
     codec = GradientRankedTopK(0.125)
     sparse = codec.decode_sparse(codec.encode(e, g), e.shape)
-    want = np.sort(np.argsort(-np.abs(g[0]))[:8])
-    np.testing.assert_array_equal(sparse.indices, np.concatenate([want, 64 + want]))
+    want = [np.sort(np.argsort(-(np.abs(g[0]) * np.abs(e[r])), kind="stable")[:8]) for r in range(2)]
+    np.testing.assert_array_equal(sparse.indices, np.concatenate([want[0], 64 + want[1]]))
+    assert set(want[0]) != set(want[1])  # the rows keep different entries
     np.testing.assert_array_equal(sparse.values, e.reshape(-1)[sparse.indices])
     # before any gradient: plain magnitude top-k
     assert codec.encode(e) == TopK(0.125).encode(e)
-    # ties in |dL/dE| are broken by |E|
+    # equal weights rank by |E| alone; all-zero scores are tied and broken by |E|
+    np.testing.assert_array_equal(codec.select(e, np.ones((1, 64), np.float32)), TopK(0.125).select(e))
     tied = np.zeros((1, 64), np.float32)
     np.testing.assert_array_equal(codec.select(e[:1], tied), TopK(0.125).select(e[:1]))
     with pytest.raises(ProtocolError, match="shape"):
@@ -219,5 +221,6 @@ def test_gradient_ranked_topk_with_cache_end_to_end():
     grad = None
     for _ in range(4):
         view = cache.fill(codec.decode_sparse(codec.encode(e, grad), e.shape), [0])
-        grad = (view == 0).astype(np.float32)  # pretend the server's derivative is large where it lacks data
+        grad = (view == 0) * 1e3 + np.float32(1e-3)  # the server's derivative is large where it lacks data
+        grad = grad.astype(np.float32)
     np.testing.assert_array_equal(view, e)

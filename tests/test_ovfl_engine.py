@@ -206,11 +206,19 @@ def test_nan_model_is_reported_as_divergence_not_a_protocol_bug():
     assert exc.value.round == 10
 
 
-def test_compressed_online_run_sends_fewer_bytes_and_resumes_exactly(tmp_path):
+OPTIONS = {"compression.up": "topk-grad", "compression.cache": True, "compression.feedback": True,
+           "compression.value_dtype": "float16", "compression.outliers": "clip", "optimizer.name": "slr"}
+
+
+@pytest.mark.parametrize("extra", [{}, OPTIONS], ids=["topk", "options"])
+def test_compressed_online_run_sends_fewer_bytes_and_resumes_exactly(tmp_path, extra):
     """The compression codecs in the online engine: counted bytes drop, and the codec state
-    (previous sigma, last gradients) is checkpointed so a resumed run continues identically."""
+    (previous sigma, last gradients, caches, residuals) is checkpointed so a resumed run continues
+    identically (options: SLR re-sends each sample in its window, so the residuals are read)."""
     codecs = {"compression.up": "topk", "compression.down": "quant-huffman", "compression.ratio": 0.25}
-    plain = OnlineVFL(small_config(rounds=300), stream=synthetic_stream()).run()
+    codecs |= extra
+    plain = OnlineVFL(small_config(rounds=300, **{k: v for k, v in extra.items() if "optimizer" in k}),
+                      stream=synthetic_stream()).run()
     cfg = small_config(rounds=300, **codecs)
     whole = OnlineVFL(cfg, stream=synthetic_stream()).run()
     assert (

@@ -191,17 +191,35 @@ def test_state_dict_restores_every_link():
         np.testing.assert_array_equal(b.server_ends[m].receive(data).values, filled)
 
 
-def test_ranking_uses_the_mean_gradient_magnitude_of_each_dimension():
+def test_ranking_weighs_each_rows_entries_by_the_mean_gradient_magnitude_of_their_dimension():
     spec = CompressionSpec(up="topk-grad", ratio=0.25)
     tr = CompressedTransport(1, spec)
     g = np.zeros((3, 8), np.float32)
     g[:, [1, 6]] = 1.0  # columns 1 and 6 matter most on average
     g[0, 3] = -2.5  # the largest single entry, but a smaller mean |g| (2.5 / 3 < 1)
+    g[:, [0, 2, 4, 5, 7]] = 0.01
     tr.up(Embedding(0, 0, arrays(0, (3, 8))))
     tr.down(Gradient(0, 0, g))
+    w = np.abs(g).mean(axis=0)
     for rows in (3, 2):  # also for a smaller (last) batch
-        got = tr.up(Embedding(1, 0, arrays(rows, (rows, 8)))).values
-        assert all(set(np.flatnonzero(row)) == {1, 6} for row in got)
+        e = arrays(rows, (rows, 8))
+        got = tr.up(Embedding(1, 0, e)).values
+        for r in range(rows):
+            assert set(np.flatnonzero(got[r])) == set(np.argsort(-(w * np.abs(e[r])), kind="stable")[:2])
+
+
+def test_two_rows_of_one_batch_send_different_elements():
+    """The per-element ranking: each row ranks its own entries, so rows of one message may differ
+    (the column-mean ranking sent the same columns in every row)."""
+    tr = CompressedTransport(1, CompressionSpec(up="topk-grad", ratio=0.25))
+    tr.up(Embedding(0, 0, arrays(0, (2, 8))))
+    tr.down(Gradient(0, 0, np.ones((2, 8), np.float32)))  # equal weights: the rows' own |E| decides
+    e = np.zeros((2, 8), np.float32)
+    e[0, [0, 1]] = [3.0, -2.0]
+    e[1, [5, 6]] = [1.5, 4.0]
+    e += np.float32(0.01)
+    got = tr.up(Embedding(1, 0, e)).values
+    assert set(np.flatnonzero(got[0])) == {0, 1} and set(np.flatnonzero(got[1])) == {5, 6}
 
 
 @pytest.mark.parametrize(

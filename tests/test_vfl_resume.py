@@ -13,6 +13,8 @@ from tests.helpers.runs import untimed
 
 SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "batch_size": 50, "lr": 0.05}
 COMBINATION = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman")  # every kind of link state
+OPTIONS = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman", outliers="clip",
+                          value_dtype="float16", feedback=True, ratio=0.25)  # + per-sample residuals
 
 
 class Interrupt(Exception):
@@ -35,8 +37,9 @@ def metrics(folder):
         return untimed_rows(list(csv.DictReader(fh)))
 
 
-def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(data_root, tmp_path):
-    settings = BatchVFLSettings(epochs=3, compression=COMBINATION, **SMALL)
+@pytest.mark.parametrize("spec", [COMBINATION, OPTIONS], ids=["paper", "options"])
+def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(data_root, tmp_path, spec):
+    settings = BatchVFLSettings(epochs=3, compression=spec, **SMALL)
     whole = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "whole")
     with pytest.raises(Interrupt):  # dies in the middle of epoch 3: the checkpoint is epoch 2's
         run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", progress=interrupt_at(3, 10))

@@ -163,10 +163,15 @@ LINKS = [
     LinkCase("topk-cache", CompressionSpec(up="topk", ratio=0.25, cache=True), "up"),
     LinkCase("topk-grad", CompressionSpec(up="topk-grad", ratio=0.25), "up"),
     LinkCase("topk-grad-cache", CompressionSpec(up="topk-grad", ratio=0.25, cache=True), "up"),
+    LinkCase("topk-feedback", CompressionSpec(up="topk", ratio=0.25, feedback=True), "up"),
+    LinkCase("topk-grad-f16-feedback-cache",
+             CompressionSpec(up="topk-grad", ratio=0.25, value_dtype="float16", feedback=True, cache=True),
+             "up"),
     LinkCase("sign", CompressionSpec(down="sign"), "down"),
     LinkCase("sign-scaled", CompressionSpec(down="sign-scaled"), "down"),
     LinkCase("quant-huffman-24", CompressionSpec(down="quant-huffman", levels=24), "down"),
     LinkCase("quant-huffman-3", CompressionSpec(down="quant-huffman", levels=3), "down"),
+    LinkCase("quant-huffman-clip", CompressionSpec(down="quant-huffman", outliers="clip"), "down"),
 ]
 LINK_IDS = [c.name for c in LINKS]
 
@@ -197,7 +202,12 @@ def test_link_round_trip(case):
     v = _values(3, (1, 16))
     out = receiver.values(memoryview(sender.payload(v)), v.shape, round=0)
     if case.direction == "up":
-        top_k(v, out, TopK(case.spec.ratio))
+        wire = v.astype(np.float16).astype(np.float32) if case.spec.value_dtype == "float16" else v
+        top_k(wire, out, TopK(case.spec.ratio))
+    elif case.spec.outliers == "clip":  # first round: v's own stats; outliers land on the ends
+        mu, sigma = np.float32(v.mean(dtype=np.float64)), np.float32(v.std(dtype=np.float64))
+        lo, hi = float(mu) - 3 * float(sigma), float(mu) + 3 * float(sigma)
+        three_sigma(np.clip(v, lo, hi).astype(np.float32), out, case.spec.levels)
     elif case.spec.down == "quant-huffman":
         three_sigma(v, out, case.spec.levels)
     else:
@@ -222,7 +232,7 @@ def test_link_state_save_load_equals_continuing(case):
 @pytest.mark.parametrize("case", LINKS, ids=LINK_IDS)
 def test_link_receiver_rejects_garbled_payloads(case):
     sender, _ = case.make()
-    data = sender.payload(_values(4, (2, 16)))
+    data = sender.payload(_values(4, (2, 16)), round=5)
     _garbled_raise_protocol_error(
         data, lambda d: case.make()[1].values(memoryview(d), (2, 16), round=5), garbled=20
     )
@@ -336,16 +346,17 @@ def test_wire_codec_rejects_non_finite_values():
         wire_codec.decode(bytes(data))
 
 
-def test_gradient_ranked_top_k_keeps_the_entries_of_largest_last_gradient():
-    """With a ranking, the kept entries of each row are those of largest |last gradient| (ties by
-    |value|), whatever their own size; one ranking row applies to every row."""
+def test_gradient_ranked_top_k_keeps_the_entries_of_largest_weighted_magnitude():
+    """With a ranking row w, each row r keeps its k entries of largest w_j * |v_rj| (one weight row
+    applies to every row, each row ranks its own entries)."""
     codec, v = GradientRankedTopK(0.25), _values(14)
     grad = np.abs(_values(15, (1, SHAPE[1])))
     out = codec.decode(codec.encode(v, grad), SHAPE)
     k = codec.k(SHAPE[1])
     expected = np.zeros_like(v)
-    top = np.argsort(-grad[0], kind="stable")[:k]
-    expected[:, top] = v[:, top]
+    for r in range(v.shape[0]):
+        top = np.argsort(-(grad[0] * np.abs(v[r])), kind="stable")[:k]
+        expected[r, top] = v[r, top]
     assert np.array_equal(out, expected)
     with pytest.raises(ProtocolError):
         codec.encode(v, np.ones((2, 3), np.float32))  # a ranking that does not fit

@@ -8,6 +8,7 @@ Each codec maps an array to the bytes of a message payload and back (``decode(da
 malformed bytes raise :class:`fedstream.errors.ProtocolError`.
 """
 
+from fedstream.compression.cache import EmbeddingCache
 from fedstream.compression.huffman import HuffmanCode
 from fedstream.compression.quantize import (
     Float32Codec,
@@ -16,7 +17,6 @@ from fedstream.compression.quantize import (
     ThreeSigmaQuantizer,
 )
 from fedstream.compression.topk import (
-    EmbeddingCache,
     GradientRankedTopK,
     SparseEmbedding,
     TopK,

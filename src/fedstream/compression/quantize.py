@@ -26,6 +26,12 @@ Choices the paper leaves open, made here:
   (:class:`QuantizerState`, one per client on the server).
 * The sender quantises with the float32-rounded mu and sigma it transmits, so both sides compute
   the same end points bit for bit.
+* **Outliers** (``outliers``): ``"zero"`` is the paper's rule (symbol P + 1, decoded 0).
+  ``"clip"`` (an option beyond the paper, off by default) sends an entry below mu - 3 sigma as the
+  end point ``lo`` and one above mu + 3 sigma as ``hi`` (symbols 0 and P): a heavy-tailed
+  mini-batch gradient keeps its largest entries' sign and most of their size instead of losing
+  them. Only the encoder differs; the message format and the decoder are the same (a clipped
+  message simply never uses symbol P + 1).
 * sigma = 0 (a constant previous gradient) collapses the interval to the point mu: entries equal
   to mu get symbol 0 (value mu), all others are outliers (0).
 
@@ -82,20 +88,29 @@ def gradient_stats(grad: np.ndarray) -> tuple[float, float]:
     return float(mu), float(sigma)
 
 
-class ThreeSigmaQuantizer:
-    """The paper's downlink codec: 3-sigma clipping, P-level uniform quantisation, Huffman coding."""
+OUTLIERS = ("zero", "clip")
 
-    def __init__(self, levels: int = 24):
+
+class ThreeSigmaQuantizer:
+    """The paper's downlink codec: 3-sigma interval, P-level uniform quantisation, Huffman coding.
+
+    ``outliers``: ``"zero"`` (the paper) sends entries outside the interval as 0, ``"clip"`` as the
+    nearer end point."""
+
+    def __init__(self, levels: int = 24, outliers: str = "zero"):
         if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 1 <= levels <= 254:
             raise ProtocolError(
                 f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}"
             )
+        if outliers not in OUTLIERS:
+            raise ProtocolError(f"3-sigma quantiser: outliers = {outliers!r}, expected one of {OUTLIERS}")
         self.levels = int(levels)
+        self.outliers = outliers
         self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
 
     def symbols(self, grad: np.ndarray, mu: float, sigma: float) -> np.ndarray:
-        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``, P + 1 outside the
-        interval."""
+        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``; outside the interval
+        P + 1 (``outliers = "zero"``) or the nearer end, 0 or P (``"clip"``)."""
         g = grad.astype(np.float64, copy=False).ravel()
         lo, hi, step = self._grid(mu, sigma)
         inside = (g >= lo) & (g <= hi)
@@ -103,6 +118,8 @@ class ThreeSigmaQuantizer:
             k = np.clip(np.rint((g - lo) / step), 0, self.levels).astype(np.int64)
         else:
             k = np.zeros(g.size, dtype=np.int64)
+        if self.outliers == "clip":
+            return k  # rint of a point beyond the interval, clipped to 0..P: the nearer end point
         return np.where(inside, k, self.outlier)
 
     def values(self, mu: float, sigma: float) -> np.ndarray:

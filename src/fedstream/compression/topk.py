@@ -11,28 +11,34 @@ gradients, which are used to update model parameters, the embedding is fed direc
 server's model, and embedding entries of different absolute value may contribute equally to the
 top model. Therefore this section adopts an improved top-k algorithm that, according to the
 partial derivatives returned by the server, ..." ("因此本节采用改进的top-k算法, 根据服务器传回的
-偏导数 ..."). In our copy of the paper the sentence breaks off at that point (its formula was lost
-in text extraction; so was Algorithm 1's line 5), so the ranking quantity is an interpretation:
+偏导数 ..."), and Algorithm 1 first sorts "the embedding elements" (嵌入元素) by partial
+quicksort. The sentence breaks off in our copy (its formula was lost in text extraction), so the
+score is our choice; each row ranks **its own** elements by::
 
-    rank entry j by |dL/dE_j|, the magnitude of the partial derivative the server sent back for
-    that entry in the client's *most recent* gradient message (the previous round: the current
-    round's derivative does not exist before the embedding is uploaded); ties by |E_j|.
+    score_rj = w_j * |E_rj|,   w_j = mean over the rows of the last received gradient of |dL/dE_j|
 
-Entries are matched by position, the same convention as the cache of eqs. 2-3 (element j of
-client i). Before the first gradient arrives the ranking falls back to |E_j| (plain top-k).
+(ties by |E_rj|). w_j * |E_rj| is the first-order change of the loss when entry (r, j) is dropped
+(|dL/dE_rj * E_rj|), with the sample's own derivative, unknown before the embedding is sent,
+estimated by the last message's mean for dimension j. Rows thus keep different entries, and an
+entry of small |E| can outrank a larger one when its dimension matters more to the top model,
+which is the paper's argument. The choice and the measurements that led to it are in
+``docs/vfl-compression.md``. Before the first gradient the ranking is |E| (plain top-k).
 
 **Index encoding**, chosen per message (whichever is smaller), flagged in a 1-byte header::
 
     0 (bitmap): flag | packbits(mask) ceil(n/8) bytes             | nnz float32 values
     1 (delta):  flag | varint nnz | nnz varint gaps (idx - prev - 1) | nnz float32 values
 
-Indices are flat, row-major, increasing; values follow in that order. A bitmap costs n/8 bytes
-whatever the sparsity; deltas cost about one byte per kept entry while gaps stay below 128, so
+Indices are flat, row-major, increasing; values follow in that order. Bit 1 of the flag (``F16 =
+2``) says the values are float16 (``value_dtype = "float16"``: 2 bytes per sent entry, so twice k
+costs what k float32 entries cost); values beyond float16's range are clipped to +-65504. A bitmap
+costs n/8 bytes whatever the sparsity; deltas cost about one byte per kept entry while gaps stay below 128, so
 deltas win below roughly 1 kept entry in 8. Ties go to the bitmap.
 
 **Embedding cache** (server, eqs. 2-3): H_i^{t+1}_j = E^t_ij if sent, else H^t_ij, and the server
 feeds the top model E_ij if sent, else H_ij, i.e. every unsent entry takes the last value the
-client sent for it. The table is kept per sample (:class:`EmbeddingCache`): the equations are
+client sent for it. The table is kept per sample (:class:`fedstream.compression.cache.EmbeddingCache`):
+the equations are
 stated for one embedding vector, i.e. one sample, so an unsent entry of sample s takes the last
 value sent for entry j *of sample s* (in batch VFL: one epoch old). Eqs. 2-3 test "E_ij != 0" to
 find the sent entries; we use the transmitted index set instead, which is the same except that
@@ -58,6 +64,9 @@ from fedstream.compression.varint import (
 from fedstream.errors import ProtocolError
 
 BITMAP, DELTA = 0, 1
+F16 = 2  # flag bit: float16 values
+VALUE_DTYPES = {"float32": F32, "float16": np.dtype("<f2")}
+F16_MAX = float(np.finfo(np.float16).max)
 
 
 class SparseEmbedding(NamedTuple):
@@ -80,18 +89,30 @@ def index_sizes(n: int, indices: np.ndarray) -> tuple[int, int]:
     return (n + 7) // 8, len(encode_varint(indices.size)) + int(varint_sizes(gaps).sum())
 
 
-def pack_sparse(shape: tuple[int, ...], indices: np.ndarray, values: np.ndarray) -> bytes:
+def wire_values(values: np.ndarray, value_dtype: str = "float32") -> np.ndarray:
+    """``values`` as they travel: float32, or float16 (clipped to +-65504) for ``value_dtype = "float16"``."""
+    if value_dtype not in VALUE_DTYPES:
+        raise ProtocolError(f"value dtype {value_dtype!r}: expected one of {', '.join(VALUE_DTYPES)}")
+    v = np.asarray(values, dtype=F32)
+    if value_dtype == "float16":
+        v = np.clip(v, -F16_MAX, F16_MAX)
+    return np.ascontiguousarray(v, dtype=VALUE_DTYPES[value_dtype])
+
+
+def pack_sparse(shape: tuple[int, ...], indices: np.ndarray, values: np.ndarray,
+                value_dtype: str = "float32") -> bytes:
     """Serialise a sparse array with the smaller index encoding (see the module docstring)."""
     n = int(np.prod(shape, dtype=np.int64))
     idx = np.asarray(indices, dtype=np.int64)
-    vals = np.ascontiguousarray(values, dtype=F32)
+    vals = wire_values(values, value_dtype).tobytes()
+    f16 = F16 if value_dtype == "float16" else 0
     bitmap, delta = index_sizes(n, idx)
     if delta < bitmap:
         body = encode_varint(idx.size) + encode_varints(np.diff(idx, prepend=-1) - 1)
-        return bytes([DELTA]) + body + vals.tobytes()
+        return bytes([DELTA | f16]) + body + vals
     mask = np.zeros(n, dtype=bool)
     mask[idx] = True
-    return bytes([BITMAP]) + np.packbits(mask).tobytes() + vals.tobytes()
+    return bytes([BITMAP | f16]) + np.packbits(mask).tobytes() + vals
 
 
 def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
@@ -102,7 +123,7 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
         raise ProtocolError(
             "sparse embedding: empty message, expected at least the 1-byte index-encoding flag"
         )
-    flag = data[0]
+    flag, dtype = data[0] & ~F16, VALUE_DTYPES["float16" if data[0] & F16 else "float32"]
     if flag == BITMAP:
         nb = (n + 7) // 8
         if len(data) < 1 + nb:
@@ -131,15 +152,15 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
             )
     else:
         raise ProtocolError(
-            f"sparse embedding: unknown index encoding flag {flag}; "
-            f"expected {BITMAP} (bitmap) or {DELTA} (delta)"
+            f"sparse embedding: unknown index encoding flag {data[0]}; expected {BITMAP} (bitmap) or "
+            f"{DELTA} (delta), plus {F16} for float16 values"
         )
-    expected = offset + 4 * idx.size
+    expected = offset + dtype.itemsize * idx.size
     if len(data) != expected:
         raise ProtocolError(
             f"sparse embedding: {idx.size} entries need {expected} bytes, the message has {len(data)}"
         )
-    values = np.frombuffer(data, F32, idx.size, offset).copy()
+    values = np.frombuffer(data, dtype, idx.size, offset).astype(F32)
     if not np.isfinite(values).all():
         raise ProtocolError("sparse embedding: values hold NaN or inf")
     return SparseEmbedding(shape, idx, values)
@@ -155,10 +176,15 @@ def _rows(values: np.ndarray) -> np.ndarray:
 class TopK:
     """C-VFL's top-k (eq. 1): keep the ceil(ratio * width) entries of largest |E| in each row."""
 
-    def __init__(self, ratio: float):
+    def __init__(self, ratio: float, value_dtype: str = "float32"):
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating)) or not 0 < ratio <= 1:
             raise ProtocolError(f"top-k ratio must be a number in (0, 1], got {ratio!r}")
+        if value_dtype not in VALUE_DTYPES:
+            raise ProtocolError(
+                f"top-k value dtype {value_dtype!r}: expected one of {', '.join(VALUE_DTYPES)}"
+            )
         self.ratio = float(ratio)
+        self.value_dtype = value_dtype
 
     def k(self, width: int) -> int:
         """Entries kept per row: ceil(ratio * width), at least 1 (for a non-empty row)."""
@@ -185,9 +211,17 @@ class TopK:
         rows = _rows(v)
         return self._keep(rows, np.abs(rows), None).reshape(v.shape)
 
-    def _pack(self, v: np.ndarray, mask: np.ndarray) -> bytes:
+    def pack(self, v: np.ndarray, mask: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """The payload of the entries of ``v`` under ``mask``, and what the receiver decodes from it
+        (unsent entries 0; sent ones as they travel, float16-rounded with ``value_dtype = float16``)."""
         idx = np.flatnonzero(mask)
-        return pack_sparse(v.shape, idx, v.reshape(-1)[idx])
+        vals = wire_values(v.reshape(-1)[idx], self.value_dtype)
+        sent = np.zeros(v.shape, dtype=F32)
+        sent.reshape(-1)[idx] = vals
+        return pack_sparse(v.shape, idx, vals, self.value_dtype), sent
+
+    def _pack(self, v: np.ndarray, mask: np.ndarray) -> bytes:
+        return self.pack(v, mask)[0]
 
     def encode(self, values: np.ndarray) -> bytes:
         v = as_float32(values, "top-k")
@@ -203,163 +237,26 @@ class TopK:
 
 
 class GradientRankedTopK(TopK):
-    """The paper's improved top-k: keep the entries whose last received |dL/dE| is largest.
+    """The paper's improved top-k: each row keeps its k entries of largest ``w_j * |E_rj|``.
 
-    ``grad`` is the gradient the client last received (broadcastable to the embedding's shape,
-    e.g. the same shape or one row); ``None`` before the first one, which falls back to |E|.
+    ``ranking`` is the per-dimension weight w (broadcastable to the embedding's shape; the links pass
+    one row, the mean |dL/dE_j| of the last received gradient); ``None`` before the first gradient,
+    which falls back to |E| (plain top-k). Ties go to the larger |E|.
     """
 
-    def select(self, values: np.ndarray, grad: np.ndarray | None = None) -> np.ndarray:
+    def select(self, values: np.ndarray, ranking: np.ndarray | None = None) -> np.ndarray:
         v = as_float32(values, "gradient-ranked top-k")
         rows = _rows(v)
-        if grad is None:
+        if ranking is None:
             return self._keep(rows, np.abs(rows), None).reshape(v.shape)
-        g = as_float32(grad, "gradient-ranked top-k: last gradient")
+        w = as_float32(ranking, "gradient-ranked top-k: ranking")
         try:
-            g = np.broadcast_to(g, v.shape)
+            w = np.broadcast_to(np.abs(w), v.shape)
         except ValueError:
-            raise ProtocolError(f"gradient-ranked top-k: last gradient of shape {g.shape} does not match "
+            raise ProtocolError(f"gradient-ranked top-k: ranking of shape {w.shape} does not match "
                                 f"the embedding's shape {v.shape}") from None
-        return self._keep(rows, np.abs(_rows(g)), np.abs(rows)).reshape(v.shape)
+        return self._keep(rows, _rows(w) * np.abs(rows), np.abs(rows)).reshape(v.shape)
 
-    def encode(self, values: np.ndarray, grad: np.ndarray | None = None) -> bytes:
+    def encode(self, values: np.ndarray, ranking: np.ndarray | None = None) -> bytes:
         v = as_float32(values, "gradient-ranked top-k")
-        return self._pack(v, self.select(v, grad))
-
-
-class EmbeddingCache:
-    """The server's embedding cache table for one client (eqs. 2-3), kept **per sample**.
-
-    Eqs. 2-3 index the table by element j of client i's embedding, and the embedding is that of
-    one sample: the value that stands in for an unsent entry must be the last value the client
-    sent *for the same sample* (temporal locality, ref. [22]: the same vector changes little
-    between rounds). A table matched by row position in the message would, with shuffled
-    mini-batches, fill a sample's entries with another sample's values. So every row is looked up
-    and stored under its sample id:
-
-    * ``ring=False`` (datasets): ids are indices into a fixed set of samples (0..n-1); the table
-      grows to hold every id seen, one row per sample, and is never evicted;
-    * ``ring=True`` (streams): ids grow without bound but a sample is re-sent only while it sits
-      in a sliding window; the table is a ring of slots (``id % capacity``), each tagged with the
-      id it holds, at least twice the largest message's rows (a power of two, >= 64), so the
-      samples of the current window never evict each other.
-
-    A row whose sample has no entry yet (first time seen, or evicted) starts from zero (the paper
-    does not give H's initial value; zero makes such a row exactly plain top-k). Eq. 2 stores the
-    filled row, so entries never sent for a sample stay 0.
-    """
-
-    MIN_RING = 64
-
-    def __init__(self, ring: bool = False) -> None:
-        self.ring = bool(ring)
-        self._table = np.zeros((0, 0), dtype=F32)
-        self._tags = np.zeros(0, dtype=np.int64)  # sample id held by each slot, -1 = empty
-
-    @property
-    def width(self) -> int | None:
-        """Embedding width of the table (None before the first message)."""
-        return self._table.shape[1] if self._tags.size else None
-
-    def fill(self, sparse: SparseEmbedding, samples: np.ndarray) -> np.ndarray:
-        """Update the rows of ``samples`` with the sent entries (eq. 2); return the filled embedding (eq. 3).
-
-        ``samples[r]`` is the id of the sample in row r of ``sparse`` (distinct ids, >= 0).
-        """
-        if not isinstance(sparse, SparseEmbedding):
-            raise ProtocolError(f"embedding cache: expected a SparseEmbedding, got {type(sparse).__name__}")
-        if len(sparse.shape) == 0:
-            raise ProtocolError("embedding cache: embedding must have at least one dimension, got a scalar")
-        width = sparse.shape[-1]
-        rows = math.prod(sparse.shape[:-1])
-        ids = self._check_samples(samples, rows)
-        if self.width is not None and self.width != width:
-            raise ProtocolError(
-                f"embedding cache: embedding of width {width}, the table holds width {self.width}"
-            )
-        slots = self._slots(ids, width)
-        hit = self._tags[slots] == ids
-        out = np.zeros((rows, width), dtype=F32)
-        out[hit] = self._table[slots[hit]]
-        out.reshape(-1)[sparse.indices] = sparse.values
-        self._table[slots] = out
-        self._tags[slots] = ids
-        return out.reshape(sparse.shape)
-
-    def lookup(self, samples: np.ndarray) -> np.ndarray:
-        """The cached rows of ``samples`` (zero rows for samples not held); shape (len(samples), width)."""
-        ids = self._check_samples(samples, None)
-        if self.width is None:
-            raise ProtocolError("embedding cache: empty table (no embedding received yet)")
-        cap = self._tags.size
-        slots = ids % cap if self.ring else np.where(ids < cap, ids, 0)  # an id >= cap never matches a tag
-        hit = self._tags[slots] == ids
-        out = np.zeros((ids.size, self.width), dtype=F32)
-        out[hit] = self._table[slots[hit]]
-        return out
-
-    def _check_samples(self, samples, rows: int | None) -> np.ndarray:
-        ids = np.asarray(samples)
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise ProtocolError(
-                "embedding cache: sample ids must be a 1-D integer array, "
-                f"got {ids.dtype} of shape {ids.shape}"
-            )
-        if rows is not None and ids.size != rows:
-            raise ProtocolError(f"embedding cache: {ids.size} sample ids for an embedding of {rows} rows")
-        ids = ids.astype(np.int64)
-        if ids.size and ids.min() < 0:
-            raise ProtocolError(f"embedding cache: sample ids must be >= 0, got {ids.min()}")
-        if ids.size > 1 and np.unique(ids).size != ids.size:
-            raise ProtocolError("embedding cache: a sample id occurs twice in one message")
-        return ids
-
-    def _slots(self, ids: np.ndarray, width: int) -> np.ndarray:
-        """Slots of ``ids``, growing the table first if they do not fit."""
-        cap = self._tags.size
-        if self.ring:
-            need = max(self.MIN_RING, 1 << max(0, 2 * ids.size - 1).bit_length())
-            if need > cap:
-                self._resize(need, width)
-            return ids % self._tags.size
-        top = int(ids.max()) + 1 if ids.size else 0
-        if top > cap:
-            self._resize(max(top, cap + cap // 4), width)
-        return ids
-
-    def _resize(self, capacity: int, width: int) -> None:
-        held = np.flatnonzero(self._tags >= 0)
-        ids, rows = self._tags[held], self._table[held]
-        self._table = np.zeros((capacity, width), dtype=F32)
-        self._tags = np.full(capacity, -1, dtype=np.int64)
-        if ids.size:
-            slots = ids % capacity if self.ring else ids
-            self._table[slots], self._tags[slots] = rows, ids
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The held rows, their sample ids and the table's capacity (restores exactly, evictions included)."""
-        held = np.flatnonzero(self._tags >= 0)
-        return {"ids": self._tags[held].copy(), "rows": self._table[held].copy(),
-                "shape": np.array(self._table.shape, dtype=np.int64)}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restore :meth:`state_dict`; ProtocolError when its arrays do not fit together."""
-        try:
-            capacity, width = (int(v) for v in state["shape"])
-            ids = np.asarray(state["ids"], dtype=np.int64)
-            rows = np.asarray(state["rows"], dtype=F32).reshape(ids.size, width)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ProtocolError(
-                f"embedding cache state: expected ids, rows and shape that fit together ({exc})"
-            ) from None
-        self._table = np.zeros((capacity, width), dtype=F32)
-        self._tags = np.full(capacity, -1, dtype=np.int64)
-        if ids.size:
-            slots = ids % capacity if self.ring else ids
-            if slots.max() >= capacity or ids.min() < 0:
-                raise ProtocolError(f"embedding cache state: sample ids outside a table of {capacity} slots")
-            self._table[slots], self._tags[slots] = rows, ids
-
-    def reset(self) -> None:
-        """Forget every sample."""
-        self.__init__(self.ring)
+        return self._pack(v, self.select(v, ranking))

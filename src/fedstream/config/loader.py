@@ -20,6 +20,7 @@ import yaml
 from fedstream.config.schema import DATASETS_BY_TASK, KEYS_BY_TASK, SCHEMA, TASK_CONFIGS
 from fedstream.errors import ConfigError
 from fedstream.fields import Field, flatten
+from fedstream.transport.compressed import CompressionSpec
 
 PRESET_DIR = "presets"
 
@@ -218,7 +219,6 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     if data not in DATASETS_BY_TASK[task]:
         raise ConfigError(f"data.name = {data!r} is not a dataset of task = {task!r}; expected one of "
                           f"{', '.join(DATASETS_BY_TASK[task])}")
-    if cfg.get("compression.cache") and cfg["compression.up"] == "none":
-        raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
-                          "(the cache fills the entries top-k did not send)")
+    if any(k.startswith("compression.") for k in cfg):
+        CompressionSpec.from_config(cfg)  # the compression keys against each other
     return TASK_CONFIGS[task].check(cfg)

@@ -116,6 +116,21 @@ SHARED: dict[str, Field] = {
     "compression.levels": Field(
         int, 24, "quantisation intervals P (paper: 24)", min=1, max=254
     ),
+    "compression.outliers": Field(
+        str,
+        "zero",
+        "quant-huffman: entries outside mu +- 3 sigma sent as 0 (the paper) or clipped to the ends",
+        choices=("zero", "clip"),
+    ),
+    "compression.value_dtype": Field(
+        str,
+        "float32",
+        "type of the sent top-k values (float16: twice the ratio for the same bytes)",
+        choices=("float32", "float16"),
+    ),
+    "compression.feedback": Field(
+        bool, False, "error feedback: the client re-adds what it did not send for a sample next time"
+    ),
 }
 """Keys of several tasks (online and batch VFL), placed in each task's order by its ``Shared`` entries."""
 

@@ -117,6 +117,9 @@ FIELDS: dict[str, Field | Shared] = {
     "compression.ratio": Shared(),
     "compression.down": Shared(),
     "compression.levels": Shared(),
+    "compression.outliers": Shared(),
+    "compression.value_dtype": Shared(),
+    "compression.feedback": Shared(),
 }
 
 

@@ -37,7 +37,8 @@ MODELS = {"shallow": "imnist", "deep": "higgs"}
 from a few hundred samples) or its HIGGS/SUSY models (4-layer bottoms, a 5-layer top; they need
 thousands); the value is the dataset whose models the builders make."""
 
-COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24}
+COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24,
+               "outliers": "zero", "value_dtype": "float32", "feedback": False}
 """``compression``'s keys (``compression.*`` without the prefix) and their defaults, the config's."""
 
 

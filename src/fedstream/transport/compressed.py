@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -42,6 +42,8 @@ from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
 
 UP_CODECS = ("none", "topk", "topk-grad")
 DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")
+OUTLIERS = ("zero", "clip")
+VALUE_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,12 @@ class CompressionSpec:
     top-k only); ``ratio``: fraction of each embedding row sent; ``down``: ``none``, ``sign``
     (signSGD, +-1), ``sign-scaled`` (signSGD with the scale mean |g|) or ``quant-huffman``
     (3-sigma quantiser + Huffman); ``levels``: P.
+
+    Options beyond the paper, off by default: ``outliers``: the quantiser sends entries outside
+    [mu - 3 sigma, mu + 3 sigma] as 0 (``zero``, the paper) or as the nearer end point (``clip``);
+    ``value_dtype``: the sent top-k values as ``float32`` (the paper) or ``float16``; ``feedback``:
+    the client adds to each sample's embedding the residual of what it did not send for that
+    sample the last time (error feedback).
     """
 
     up: str = "none"
@@ -60,6 +68,9 @@ class CompressionSpec:
     ratio: float = 0.125
     levels: int = 24
     cache: bool = False
+    outliers: str = "zero"
+    value_dtype: str = "float32"
+    feedback: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("compression.up", self.up, UP_CODECS)
@@ -78,9 +89,20 @@ class CompressionSpec:
             )
         if not isinstance(self.cache, bool):
             raise ConfigError(f"compression.cache = {self.cache!r}: expected true or false")
-        if self.cache and self.up == "none":
-            raise ConfigError("compression.cache = true needs compression.up = topk or topk-grad "
-                              "(the cache fills the entries top-k did not send)")
+        _check_choice("compression.outliers", self.outliers, OUTLIERS)
+        _check_choice("compression.value_dtype", self.value_dtype, VALUE_DTYPES)
+        if not isinstance(self.feedback, bool):
+            raise ConfigError(f"compression.feedback = {self.feedback!r}: expected true or false")
+        if self.up == "none":
+            for key, value, what in (("cache", "true", "the cache fills the entries top-k did not send"),
+                                     ("feedback", "true", "it keeps the entries top-k did not send"),
+                                     ("value_dtype", "float16", "it is the type of the sent entries")):
+                if str(getattr(self, key)).lower() == value:
+                    raise ConfigError(f"compression.{key} = {value} needs compression.up = topk or "
+                                      f"topk-grad ({what})")
+        if self.outliers != "zero" and self.down != "quant-huffman":
+            raise ConfigError(f"compression.outliers = {self.outliers!r} needs compression.down = "
+                              "quant-huffman (it is the 3-sigma quantiser's rule)")
 
     @property
     def is_none(self) -> bool:
@@ -90,7 +112,7 @@ class CompressionSpec:
     @classmethod
     def from_config(cls, config: Mapping) -> CompressionSpec:
         """The spec of a flat config (``compression.up`` ...); absent keys take the defaults."""
-        keys = {f: f"compression.{f}" for f in ("up", "down", "ratio", "levels", "cache")}
+        keys = {f.name: f"compression.{f.name}" for f in fields(cls)}
         return cls(**{f: config[k] for f, k in keys.items() if config.get(k) is not None})
 
 
@@ -103,8 +125,8 @@ def up_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
     """(client-side sender, server-side receiver) of the uplink, or None for ``none``."""
     if spec.up == "none":
         return None
-    sender = TopKSender(spec.ratio) if spec.up == "topk" else RankedTopKSender(spec.ratio)
-    return sender, SparseReceiver(spec.cache)
+    kind = TopKSender if spec.up == "topk" else RankedTopKSender
+    return kind(spec.ratio, value_dtype=spec.value_dtype, feedback=spec.feedback), SparseReceiver(spec.cache)
 
 
 def down_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
@@ -114,7 +136,7 @@ def down_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
     if spec.down in ("sign", "sign-scaled"):
         scaled = spec.down == "sign-scaled"
         return SignSender(scaled), SignReceiver(scaled)
-    return QuantSender(spec.levels), QuantReceiver(spec.levels)
+    return QuantSender(spec.levels, spec.outliers), QuantReceiver(spec.levels)
 
 
 class _Endpoint:
@@ -128,11 +150,13 @@ class _Endpoint:
         self.sender = sender
         self.receiver = receiver
 
-    def send(self, msg: Message) -> bytes:
-        """Bytes of ``msg``: compressed when it is this end's message type and the direction compresses."""
+    def send(self, msg: Message, samples: np.ndarray | None = None) -> bytes:
+        """Bytes of ``msg``: compressed when it is this end's message type and the direction compresses.
+
+        ``samples``: the sample id of each row, when this end knows them (error feedback's key)."""
         if self.sender is None or type(msg) is not self.sends:
             return encode(msg)
-        return frame(msg, self.sender.wire, self.sender.payload(msg.values))
+        return frame(msg, self.sender.wire, self.sender.payload(msg.values, round=msg.round, samples=samples))
 
     def receive(self, data: bytes, samples: np.ndarray | None = None) -> Message:
         """The message that ``data`` decodes to; compressed payloads are decoded by this end's receiver.
@@ -226,10 +250,11 @@ class CompressedTransport:
 
         ``samples`` (optional): the id of the sample in each row of ``msg``, as the server knows it
         because it chose the batch (batch VFL: dataset indices). It does not travel and costs no
-        bytes; it keys the server's embedding cache. Without it, rows are the online engine's window
-        of the samples of rounds ``round - rows + 1 .. round``."""
+        bytes; it keys the server's embedding cache and the client's error-feedback residuals (the
+        client computed the rows, so it knows them too). Without it, rows are the online engine's
+        window of the samples of rounds ``round - rows + 1 .. round``."""
         m = self._client(msg)
-        data = self.client_ends[m].send(msg)
+        data = self.client_ends[m].send(msg, samples)
         self.ledger.add(m, "up", len(data))
         return self.server_ends[m].receive(data, samples)
 

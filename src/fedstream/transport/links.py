@@ -5,8 +5,11 @@ One *sender* and one *receiver* class per configured codec (``compression.up`` /
 bytes back into the (lossy) values the other party trains on. Both wrap the tested codecs of
 :mod:`fedstream.compression` and add only what the paper keeps between rounds (section 3):
 
-* :class:`RankedTopKSender` (client side) remembers the gradient its client last *received*,
-  which ranks the next embedding's entries (the "improved top-k" of section 3.1);
+* :class:`RankedTopKSender` (client side) remembers the mean |dL/dE_j| of the gradient its client
+  last *received*, which ranks the next embedding's entries (the "improved top-k" of section 3.1);
+* :class:`TopKSender` with ``feedback`` (client side, an option beyond the paper) keeps, per
+  sample, the residual of what it did not send, and adds it to that sample's embedding the next
+  time the sample is sent (error feedback);
 * :class:`SparseReceiver` (server side) holds the client's embedding cache table (eqs. 2-3),
   one row per sample;
 * :class:`QuantSender` (server side) holds the client's gradient distribution table: the previous
@@ -28,6 +31,7 @@ from fedstream.compression import (
     ThreeSigmaQuantizer,
     TopK,
 )
+from fedstream.compression.base import as_float32
 from fedstream.compression.topk import unpack_sparse
 from fedstream.errors import ProtocolError
 from fedstream.transport.wire import QUANT, SIGN, SIGN_PLAIN, SPARSE
@@ -40,7 +44,9 @@ class Sender:
 
     wire: int = 0
 
-    def payload(self, values: np.ndarray) -> bytes:
+    def payload(self, values: np.ndarray, *, round: int = 0, samples: np.ndarray | None = None) -> bytes:
+        """The payload of ``values``; ``round`` and ``samples`` (the sample id of each row, when the
+        sender knows them) matter only to senders that keep per-sample state."""
         raise NotImplementedError
 
     def observe_gradient(self, values: np.ndarray) -> None:
@@ -71,54 +77,117 @@ class Receiver:
         """Restore what :meth:`state_dict` saved (nothing for stateless receivers)."""
 
 
+def row_ids(round: int, rows: int, samples: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """The sample id of each row of a message and whether they are stream ids (a ring table).
+
+    ``samples`` when the party knows them (batch VFL: dataset ids, chosen by the server); else the
+    online engine's convention: a message of round t with R rows holds the samples of rounds
+    t-R+1 .. t (oldest first)."""
+    if samples is not None:
+        return np.asarray(samples), False
+    ids = round - rows + 1 + np.arange(rows, dtype=np.int64)
+    if rows and ids[0] < 0:
+        raise ProtocolError(f"a {rows}-row window for round {round} would start before round 0 "
+                            "(online rows are the samples of the last rounds)")
+    return ids, True
+
+
+def _table_state(prefix: str, table: EmbeddingCache | None) -> State:
+    if table is None:
+        return {}
+    state = {f"{prefix}.{k}": v for k, v in table.state_dict().items()}
+    return state | {f"{prefix}.ring": np.array(table.ring)}
+
+
+def _table_from_state(prefix: str, state: State) -> EmbeddingCache | None:
+    if f"{prefix}.ring" not in state:
+        return None
+    table = EmbeddingCache(ring=bool(state[f"{prefix}.ring"]))
+    table.load_state_dict({k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(f"{prefix}.")})
+    return table
+
+
 # --- uplink: embeddings ---------------------------------------------------------------------------
 class TopKSender(Sender):
-    """C-VFL top-k (eq. 1): the ceil(ratio * width) largest |E| of each row."""
+    """C-VFL top-k (eq. 1): the ceil(ratio * width) largest |E| of each row.
+
+    ``value_dtype``: the sent values as float32 (the paper) or float16. ``feedback`` (error
+    feedback, beyond the paper): the client keeps per sample the residual ``r_s = x_s - sent_s`` of
+    the row it last sent for sample s, where ``x_s = E_s + r_s(previous)``, and ranks and sends
+    ``x_s`` the next time s is sent, so entries left out (or rounded to float16) are sent later
+    instead of lost. Sample ids as :func:`row_ids`; a sample not yet seen has residual 0."""
 
     wire = SPARSE
 
-    def __init__(self, ratio: float):
-        self.codec = TopK(ratio)
+    def __init__(self, ratio: float, *, value_dtype: str = "float32", feedback: bool = False):
+        self.codec = self._codec(ratio, value_dtype)
+        self.feedback = feedback
+        self.residual: EmbeddingCache | None = None  # made at the first message: dataset ids or a ring
 
-    def payload(self, values: np.ndarray) -> bytes:
-        return self.codec.encode(values)
+    @staticmethod
+    def _codec(ratio: float, value_dtype: str) -> TopK:
+        return TopK(ratio, value_dtype)
+
+    def select(self, values: np.ndarray) -> np.ndarray:
+        return self.codec.select(values)
+
+    def payload(self, values: np.ndarray, *, round: int = 0, samples: np.ndarray | None = None) -> bytes:
+        v = as_float32(values, "top-k link")
+        if not self.feedback:
+            return self.codec.pack(v, self.select(v))[0]
+        ids, ring = row_ids(round, v.shape[0], samples)
+        if self.residual is None:
+            self.residual = EmbeddingCache(ring=ring)
+        elif self.residual.ring != ring:
+            raise ProtocolError("error feedback: messages with and without sample ids on one link")
+        if self.residual.width is not None:
+            v = v + self.residual.lookup(ids)
+        data, sent = self.codec.pack(v, self.select(v))
+        self.residual.store(ids, v - sent)
+        return data
+
+    def state_dict(self) -> State:
+        return _table_state("residual", self.residual)
+
+    def load_state_dict(self, state: State) -> None:
+        self.residual = _table_from_state("residual", state) if self.feedback else None
 
 
-class RankedTopKSender(Sender):
-    """The paper's improved top-k (section 3.1): rank entries by the last received |dL/dE|.
+class RankedTopKSender(TopKSender):
+    """The paper's improved top-k (section 3.1): each row ranks its own entries by w_j * |E_rj|.
 
-    The paper ranks element j of the client's embedding by the partial derivative the server sent
-    back for it. A message holds one row per sample (a mini-batch, an SLR window), and the rows of
-    the last gradient belong to *other* samples than the rows being sent, so we rank dimension j
-    by the mean of |dL/dE_j| over the rows of the last received gradient (for a one-row message,
-    the online engine's case, exactly |dL/dE_j|), the same for every row; ties go to larger |E|.
-    Matching rows by position instead (row r's ranking from another sample's row r) was measured
-    to be much worse: 75.3 % against 87.8 % MNIST test accuracy after 3 epochs (4 clients, 0.125).
+    w_j is the mean of |dL/dE_j| over the rows of the gradient the client last received (for a
+    one-row message, the online engine's case, exactly |dL/dE_j|); see
+    :class:`fedstream.compression.GradientRankedTopK` and ``docs/vfl-compression.md`` for the choice.
     """
 
-    wire = SPARSE
+    def __init__(self, ratio: float, *, value_dtype: str = "float32", feedback: bool = False):
+        super().__init__(ratio, value_dtype=value_dtype, feedback=feedback)
+        self.weights: np.ndarray | None = None
 
-    def __init__(self, ratio: float):
-        self.codec = GradientRankedTopK(ratio)
-        self.last_gradient: np.ndarray | None = None
+    @staticmethod
+    def _codec(ratio: float, value_dtype: str) -> TopK:
+        return GradientRankedTopK(ratio, value_dtype)
 
     def observe_gradient(self, values: np.ndarray) -> None:
-        self.last_gradient = np.array(values, dtype=np.float32)  # a copy: the message may be a view
+        g = np.asarray(values, dtype=np.float32)
+        self.weights = np.abs(g).mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
 
     def ranking(self) -> np.ndarray | None:
         """One row: mean |dL/dE_j| per embedding dimension j of the last gradient (None before one)."""
-        g = self.last_gradient
-        return None if g is None else np.abs(g).mean(axis=0, keepdims=True)
+        return self.weights
 
-    def payload(self, values: np.ndarray) -> bytes:
-        return self.codec.encode(values, self.ranking())
+    def select(self, values: np.ndarray) -> np.ndarray:
+        return self.codec.select(values, self.weights)
 
     def state_dict(self) -> State:
-        return {} if self.last_gradient is None else {"last_gradient": self.last_gradient.copy()}
+        state = super().state_dict()
+        return state if self.weights is None else state | {"weights": self.weights.copy()}
 
     def load_state_dict(self, state: State) -> None:
-        g = state.get("last_gradient")
-        self.last_gradient = None if g is None else np.array(g, dtype=np.float32)
+        super().load_state_dict(state)
+        w = state.get("weights")
+        self.weights = None if w is None else np.array(w, dtype=np.float32)
 
 
 class SparseReceiver(Receiver):
@@ -155,12 +224,7 @@ class SparseReceiver(Receiver):
         sparse = unpack_sparse(payload, shape)
         if not self.cache:
             return sparse.dense()
-        ring = samples is None
-        if ring:
-            samples = round - shape[0] + 1 + np.arange(shape[0], dtype=np.int64)
-            if shape[0] and samples[0] < 0:
-                raise ProtocolError(f"embedding cache: a {shape[0]}-row window for round {round} would start "
-                                    "before round 0 (online rows are the samples of the last rounds)")
+        samples, ring = row_ids(round, shape[0], samples)
         if self.table is None:
             self.table = EmbeddingCache(ring=ring)
         elif self.table.ring != ring:
@@ -171,19 +235,10 @@ class SparseReceiver(Receiver):
         return self.table.fill(sparse, samples)
 
     def state_dict(self) -> State:
-        if self.table is None:
-            return {}
-        return {f"cache.{k}": v for k, v in self.table.state_dict().items()} | {
-            "cache.ring": np.array(self.table.ring)
-        }
+        return _table_state("cache", self.table)
 
     def load_state_dict(self, state: State) -> None:
-        self.table = None
-        if self.cache and "cache.ring" in state:
-            self.table = EmbeddingCache(ring=bool(state["cache.ring"]))
-            self.table.load_state_dict(
-                {k[len("cache.") :]: v for k, v in state.items() if k.startswith("cache.")}
-            )
+        self.table = _table_from_state("cache", state) if self.cache else None
 
 
 # --- downlink: gradients --------------------------------------------------------------------------
@@ -194,7 +249,7 @@ class SignSender(Sender):
         self.codec = SignCodec(scaled)
         self.wire = SIGN if scaled else SIGN_PLAIN
 
-    def payload(self, values: np.ndarray) -> bytes:
+    def payload(self, values: np.ndarray, **_) -> bytes:
         return self.codec.encode(values)
 
 
@@ -208,15 +263,16 @@ class SignReceiver(Receiver):
 
 
 class QuantSender(Sender):
-    """The 3-sigma quantiser with Huffman coding (section 3.2), with this client's mu, sigma table."""
+    """The 3-sigma quantiser with Huffman coding (section 3.2), with this client's mu, sigma table;
+    ``outliers`` = "zero" (the paper) or "clip" (to the interval's ends)."""
 
     wire = QUANT
 
-    def __init__(self, levels: int):
-        self.codec = ThreeSigmaQuantizer(levels)
+    def __init__(self, levels: int, outliers: str = "zero"):
+        self.codec = ThreeSigmaQuantizer(levels, outliers)
         self.state = QuantizerState()
 
-    def payload(self, values: np.ndarray) -> bytes:
+    def payload(self, values: np.ndarray, **_) -> bytes:
         return self.codec.encode(values, self.state)
 
     def state_dict(self) -> State:

@@ -23,9 +23,18 @@ def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
     c = s["config"]
     rows = [("test accuracy (final / best)", f"{s['final_accuracy']:.4f} / {s['best_accuracy']:.4f}"),
             ("epochs", str(s["epochs"])),
-            ("compression", f"up {c['compression.up']}{' + cache' if c['compression.cache'] else ''}, "
-                            f"down {c['compression.down']}")]
+            ("compression", compression_line(c))]
     return f"fedstream {s['task']} on {c['data.name']}", rows + common_rows(s)
+
+
+def compression_line(c: dict) -> str:
+    """``up X + cache, down Y`` and the options that are not the paper's defaults."""
+    cache = " + cache" if c["compression.cache"] else ""
+    line = f"up {c['compression.up']}{cache}, down {c['compression.down']}"
+    extra = [f"{k} {c.get(f'compression.{k}')}" for k, off in
+             (("outliers", "zero"), ("value_dtype", "float32"), ("feedback", False))
+             if c.get(f"compression.{k}", off) != off]
+    return line + "".join(f", {e}" for e in extra)
 
 
 def length(s: dict | None, c: dict, curve: list[dict]) -> str:

@@ -229,7 +229,7 @@ class BatchVFLHost:
         # every check passed: from here on the request changes the node
         self._settle(env, grad)
         self.before = self._snapshot()
-        data = self.end.send(self.client.embed(step, self.block.inputs("train", rows)))
+        data = self.end.send(self.client.embed(step, self.block.inputs("train", rows)), samples=rows)
         self.up += len(data)
         self.pending, self.last_step = (step, rows), step
         return Envelope(ROUND, step, [data], {})
@@ -238,9 +238,11 @@ class BatchVFLHost:
         sizes, steps = request.sizes, request.steps
         grad = self._gradient(env)
         self._settle(env, grad)
-        parts = []
+        parts, n_train = [], self.block.sizes()["n_train"]
         for step, chunk in zip(steps, np.split(rows, np.cumsum(sizes)[:-1])):
-            data = self.end.send(self.client.infer(step, self.block.inputs("test", chunk)))
+            # sample ids as the simulator's (test rows after the training ones): error feedback's key
+            msg = self.client.infer(step, self.block.inputs("test", chunk))
+            data = self.end.send(msg, samples=n_train + chunk)
             self.eval_up += len(data)
             parts.append(data)
         return Envelope(ROUND, env.round, parts, {})
