@@ -23,6 +23,9 @@ def tiny_settings(**overrides) -> CHFLSettings:
 
 
 def grid_points(exp) -> list[dict]:
-    """Every point of an experiment definition's grid, in grid order, as {key: value}."""
+    """Every point of an experiment definition's grid, in grid order, as {key: value} (the union of
+    the products of its [[grid]] blocks, if it has blocks)."""
+    if exp.blocks:
+        return exp.points()
     keys = list(exp.grid)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]

@@ -38,10 +38,7 @@ def cmd_experiment(args) -> int:
             "experiment", "runs", "title", title="fedstream experiment run NAME --scale small|paper --out DIR"
         )
         for e in list_experiments():
-            n = 1
-            for values in e.grid.values():
-                n *= len(values)
-            table.add_row(e.name, str(n), e.title)
+            table.add_row(e.name, str(len(e.points())), e.title)
         Console().print(table)
         return 0
     check_workers(args.workers)

@@ -22,6 +22,10 @@ of runs, an optional learning-rate search, the paper's reported values and the f
     "optimizer.name" = ["ogd", "slr", "dlr"]
     "activation.name" = ["full", "random", "event"]
 
+    # or, instead of [grid], several [[grid]] blocks naming the same keys: the runs are the union
+    # of their cartesian products (in order, a repeated run once), for sets of runs that are not
+    # one product (e.g. 3 seeds for some rows only, or settings that exclude each other)
+
     [tune]                                 # optional: one short run per candidate value
     key = "optimizer.lr"
     values = [0.003, 0.01, 0.03]
@@ -53,6 +57,7 @@ Every key is checked here, with the file, the key and what was expected in the m
 from __future__ import annotations
 
 import difflib
+import itertools
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -158,6 +163,19 @@ class Experiment:
     figures: list[Figure]
     notes: str = ""
     path: Path | None = field(default=None, repr=False)
+    blocks: list[dict[str, list]] | None = None  # [[grid]] blocks (``grid`` then holds their values)
+
+    def points(self) -> list[dict]:
+        """Every run's grid values, in definition order: the product of [grid], or the union of the
+        products of the [[grid]] blocks (a point repeated in a later block runs once)."""
+        out: list[dict] = []
+        for block in self.blocks or [self.grid]:
+            keys = list(block)
+            for combo in itertools.product(*(block[k] for k in keys)):
+                point = dict(zip(keys, combo))
+                if point not in out:
+                    out.append(point)
+        return out
 
     def overrides(self, scale: str) -> dict:
         """The overrides shared by every run at ``scale``."""
@@ -196,6 +214,18 @@ def _string(where: str, raw: dict, key: str, default: str | None = None) -> str:
     if not isinstance(value, str) or not value:
         raise _fail(where, f"{key!r} must be a non-empty string, got {value!r}")
     return value
+
+
+def _blocks(where: str, raw) -> tuple[dict[str, list], list[dict[str, list]] | None]:
+    """``[grid]`` as (grid, None), or ``[[grid]]`` blocks as (each key's values over the blocks, blocks)."""
+    if not isinstance(raw, list):
+        return _grid(where, raw), None
+    blocks = [_grid(f"{where} [[grid]] block {i + 1}", b) for i, b in enumerate(raw)]
+    if not blocks or any(list(b) != list(blocks[0]) for b in blocks):
+        raise _fail(where, "[[grid]] blocks must name the same keys in the same order (runs are named by "
+                    f"their values); got {[list(b) for b in blocks]}")
+    merged = {k: list(dict.fromkeys(v for b in blocks for v in b[k])) for k in blocks[0]}
+    return merged, blocks
 
 
 def _grid(where: str, raw) -> dict[str, list]:
@@ -299,17 +329,22 @@ def parse_experiment(raw: dict, where: str) -> Experiment:
             f"[scale] must have sub-tables among {list(SCALES)}, "
             f"got {sorted(scales) if isinstance(scales, dict) else scales!r}",
         )
-    grid = _grid(where, raw.get("grid"))
+    grid, blocks = _blocks(where, raw.get("grid"))
     exp = Experiment(
         name=_string(where, raw, "name"), title=_string(where, raw, "title"),
         source=_string(where, raw, "source"), base=_string(where, raw, "base"),
         sets=_overrides(f"{where} [set]", raw.get("set", {})),
         scales={s: _overrides(f"{where} [scale.{s}]", v) for s, v in scales.items()},
         grid=grid, tune=_tune(where, raw.get("tune"), grid), paper=_paper(where, raw.get("paper"), grid),
-        figures=_figures(where, raw.get("figure"), grid), notes=raw.get("notes", ""),
+        figures=_figures(where, raw.get("figure"), grid), notes=raw.get("notes", ""), blocks=blocks,
     )
     for scale in exp.scales:  # every run's config must resolve: catch bad values now, not mid-run
-        for key, values in grid.items():
+        for point in exp.points() if blocks else ():  # blocks: every run (their values go together)
+            try:
+                load_config(exp.base, exp.overrides(scale) | point)
+            except ConfigError as exc:
+                raise _fail(f"{where} [scale.{scale}] with {point}", str(exc)) from None
+        for key, values in {} if blocks else grid.items():
             for v in values:
                 try:
                     load_config(exp.base, exp.overrides(scale) | {key: v})

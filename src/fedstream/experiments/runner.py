@@ -33,9 +33,8 @@ BACKENDS = ("local", "ray")
 
 
 def grid_points(exp: Experiment) -> list[dict]:
-    """Every combination of the grid values, in definition order."""
-    keys = list(exp.grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
+    """Every run's grid values, in definition order (:meth:`Experiment.points`)."""
+    return exp.points()
 
 
 def run_name(point: dict) -> str:
