@@ -175,3 +175,9 @@ def test_feedback_batch_state_restores_exactly_and_is_per_client():
 def test_option_validation(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         CompressionSpec(**kwargs)
+
+
+def test_a_link_state_of_the_old_column_ranking_is_refused():
+    tr = CompressedTransport(1, CompressionSpec(up="topk-grad"))
+    with pytest.raises(ProtocolError, match="column ranking"):
+        tr.load_state_dict({"client0.sender.last_gradient": np.ones((2, 8), np.float32)})

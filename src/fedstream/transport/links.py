@@ -185,6 +185,10 @@ class RankedTopKSender(TopKSender):
         return state if self.weights is None else state | {"weights": self.weights.copy()}
 
     def load_state_dict(self, state: State) -> None:
+        if "last_gradient" in state:
+            raise ProtocolError("link state holds the last gradient of the column ranking that topk-grad "
+                                "used before issue 23; a run cannot continue with the per-element ranking "
+                                "(start it again in a new folder)")
         super().load_state_dict(state)
         w = state.get("weights")
         self.weights = None if w is None else np.array(w, dtype=np.float32)

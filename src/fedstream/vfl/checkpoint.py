@@ -4,9 +4,10 @@ A checkpoint holds everything the next epoch depends on, so that a run resumed f
 with the same models, metrics and bytes as one that was never interrupted (timings aside):
 
 * the clients' and the server's model and optimiser state, the server's padding (selection);
-* the links' state (:meth:`CompressedTransport.state_dict`): the clients' last gradients (the
-  ranking of ``topk-grad``), the server's per-sample embedding caches (training and test rows),
-  the previous round's mu and sigma of every client's gradient;
+* the links' state (:meth:`CompressedTransport.state_dict`): the clients' ranking weights (mean
+  |dL/dE_j| of the last gradient, for ``topk-grad``) and error-feedback residuals, the server's
+  per-sample embedding caches (training and test rows), the previous round's mu and sigma of
+  every client's gradient;
 * the byte ledger, the torch RNG state (the epoch order is drawn from ``(seed, epoch)``, so numpy
   needs none), the epochs and steps done, the metrics rows so far and the seconds spent;
 * the run's config, so that a resume with other settings is refused (``train.epochs`` may grow).
