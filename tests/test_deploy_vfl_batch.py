@@ -100,6 +100,20 @@ def test_compressed_loopback_deployment_equals_the_simulator(data_root, tmp_path
     assert net.cohort.ends[0].receiver.table is not None  # the cache sits at the server's end
 
 
+def test_compression_options_deployed_equal_the_simulator(data_root, tmp_path):
+    """Error feedback keyed by sample (the node passes its rows' dataset ids, test rows after the
+    training ones, as the simulator), float16 values, clipped outliers: the same run on the wire."""
+    options = {"compression.up": "topk-grad", "compression.cache": True, "compression.feedback": True,
+               "compression.value_dtype": "float16", "compression.down": "quant-huffman",
+               "compression.outliers": "clip"}
+    config = vfl_tiny_config(data_root, **options, **{"train.epochs": 2})
+    want, want_models = simulate_vfl(config)
+    net, got, _ = deploy_vfl(config, data_root, tmp_path)
+    assert got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
+
+
 def test_topk_grad_ranking_lives_on_the_node(data_root, tmp_path):
     """topk-grad ranks by the last gradient the node received: state saved on the node between messages."""
     config = vfl_tiny_config(data_root, **{"compression.up": "topk-grad", "compression.down": "sign-scaled"})
