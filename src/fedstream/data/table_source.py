@@ -323,10 +323,14 @@ class TableSource:
     def features(self, indices: np.ndarray) -> np.ndarray:
         return self._X[check_indices(indices) % self.n_base]
 
-    def standardise(self, raw: Table) -> np.ndarray:
+    def standardise(self, raw) -> np.ndarray:
         """float32 (n, n_features): the rows of ``raw`` (a table holding every client's columns, by
         name; other columns are ignored) encoded as the training rows are: categorical columns
         one-hot over the training categories, then the training mean and std."""
+        if not isinstance(raw, Table):
+            raise DataError(f"expected rows of a table file (CSV, CSV.gz, NPZ or Parquet) with the columns "
+                            f"{', '.join(n for names in self.client_columns for n in names)} by name, found "
+                            f"{type(raw).__name__}")
         where = {n: i for i, n in enumerate(raw.names)}
         columns = []
         for name in (n for names in self.client_columns for n in names):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedstream.data.images import load_image_split, standardise
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, DataError
 from fedstream.vfl.settings import BatchVFLSettings
 from fedstream.vfl.table_data import load_vertical_table
 
@@ -54,6 +54,18 @@ class VerticalImages:
 
     def _cut(self, x: np.ndarray, s: slice) -> np.ndarray:
         return x[:, :, s] if self.axis == 2 else x[:, :, :, s]
+
+    def encode(self, raw) -> np.ndarray:
+        """New raw images (pixel values 0-255, (n, C, H, W) or flattened) as :meth:`client_inputs`
+        takes them: uint8 (n, C, H, W); DataError if they are not images of this data set's shape."""
+        shape = self.train_x.shape[1:]
+        X = np.asarray(raw) if isinstance(raw, np.ndarray) else None
+        if X is None or X.ndim < 2 or int(np.prod(X.shape[1:])) != int(np.prod(shape)):
+            raise DataError(f"expected raw images of {'x'.join(map(str, shape))} pixel values a row "
+                            f"({self.dataset}), found {type(raw).__name__} {getattr(X, 'shape', '')}")
+        if X.size and (X.min() < 0 or X.max() > 255):
+            raise DataError("expected raw pixel values in 0..255")
+        return np.asarray(X, dtype=np.uint8).reshape(len(X), *shape)
 
     def client_inputs(self, images: np.ndarray) -> list[torch.Tensor]:
         """Standardised float32 strips of a uint8 batch, one tensor (n, C, height, width) per client."""
