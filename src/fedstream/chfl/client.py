@@ -26,7 +26,7 @@ weights are replaced by the global ones); the heads' Adam state persists.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -59,6 +59,8 @@ class ClientData(NamedTuple):
     train: View
     val: View
     test: View
+    # new rows of the run's feature space (n, d) -> this client's (xc, xu), standardised as its own
+    encode: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: np.ndarray,
@@ -70,11 +72,14 @@ def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: n
     std = np.where(std > 0, std, 1.0)
     nc = len(common)
 
-    def view(rows: np.ndarray) -> View:
-        Z = torch.from_numpy(((X[np.ix_(rows, cols)] - mean) / std).astype(np.float32))
-        return View(Z[:, :nc].contiguous(), Z[:, nc:].contiguous(), torch.from_numpy(y[rows]))
+    def encode(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        Z = torch.from_numpy(((rows[:, cols] - mean) / std).astype(np.float32))
+        return Z[:, :nc].contiguous(), Z[:, nc:].contiguous()
 
-    return ClientData(view(train), view(val), view(test))
+    def view(rows: np.ndarray) -> View:
+        return View(*encode(X[rows]), torch.from_numpy(y[rows]))
+
+    return ClientData(view(train), view(val), view(test), encode)
 
 
 def _adam(params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
