@@ -244,7 +244,7 @@ def test_what_is_not_wired_yet_is_refused_by_name(tmp_path):
     path = str(write_csv(tmp_path / "t.csv"))
     with pytest.raises(ConfigError, match='chfl.mode = "batch" only'):
         load_config(None, {"task": "chfl", "data.name": "table", "data.path": path, "chfl.mode": "stream"})
-    with pytest.raises(ConfigError, match="does not run over fedstream deploy"):
+    with pytest.raises(ConfigError, match="deploys with one file per party"):
         check_deployable(load_config(None, {"data.name": "table", "data.path": path}))
     with pytest.raises(ConfigError, match="only data.name = \"table\""):
         load_config(None, {"rounds": None})
