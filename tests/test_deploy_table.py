@@ -122,3 +122,43 @@ def test_the_simulator_draws_each_partys_model_alone(tmp_path):
     clients, server = build_parties(config, [4, 5, 4], 3)
     alone, _ = build_parties(config, [9, 5], None)
     np.testing.assert_array_equal(clients[1].model.parameters()[0], alone[1].model.parameters()[0])
+
+
+def test_batch_vfl_with_one_file_per_party_over_grpc_is_the_simulators(tmp_path, monkeypatch):
+    """Batch VFL on the per-party files: each node reads only its own file, the server only its own;
+    the simulator's epochs, bytes and models (torch's tolerance, as for the images)."""
+    pytest.importorskip("grpc")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.vfl.deploy.driver import NetworkBatchVFL
+    from fedstream.vfl.deploy.table import load_table_labels
+    from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.models import assert_same_models
+    from tests.helpers.vfl_deploy import ATOL, assert_same_run, deployed_models, simulate_vfl
+
+    paths = split_customers(tmp_path, 200)
+    config = load_config(None, {
+        "task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)), "data.id": "id",
+        "data.label": "segment", "data.categorical": "channel", "data.test_fraction": 0.25,
+        "model.hidden": 16, "train.epochs": 2, "train.batch_size": 32, "optimizer.lr": 0.05, "seed": 2})
+    want, want_models = simulate_vfl(config)
+    opened: dict[str, set[str]] = {}
+    read = fedstream.data.table_party.read_table
+
+    def spy(path):
+        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
+        return read(path)
+
+    def nothing_else(path):
+        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
+
+    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
+    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkBatchVFL(config, GrpcRuntime(link).connect(3), labels=load_table_labels(config))
+        got = net.run(models=True)
+    assert all(n.error is None for n in nodes) and got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
+    files = [p.name for p in paths]
+    assert opened.pop(threading.current_thread().name) == {files[0]}
+    assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened

@@ -60,6 +60,16 @@ def _party_file(spec: TableSpec, index: int) -> tuple[Table, int]:
     return table, column_positions(table, [spec.id], "data.id")[0]
 
 
+def holdout_rows(n_rows: int, holdout: float) -> int:
+    """The test rows a ``holdout`` fraction leaves out of ``n_rows`` (the last ones; at least one),
+    as :class:`~fedstream.data.table_source.TableSource` counts them."""
+    n = max(1, round(n_rows * holdout)) if holdout else 0
+    if n >= n_rows:
+        raise DataError(f"{n_rows} rows: too few to hold out {n} test rows (data.test_fraction = {holdout}) "
+                        "and train on the others")
+    return n
+
+
 class ServerTable:
     """The server's file: ``base_labels`` (int64 class indices), ``classes``, ``ids`` (digest)."""
 
@@ -89,15 +99,17 @@ class ServerTable:
 
 class ClientTable:
     """Client ``index``'s file: ``X`` float32 (n, width), its columns encoded and standardised by
-    its own first ``spec.stats_rows`` rows; ``columns`` their names; ``ids`` the digest of its ids."""
+    its own first ``spec.stats_rows`` rows; ``columns`` their names; ``ids`` the digest of its ids.
+    ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a test split)."""
 
-    def __init__(self, spec: TableSpec, index: int):
+    def __init__(self, spec: TableSpec, index: int, *, holdout: float = 0.0):
         table, cid = _party_file(spec, index + 1)
         cols = [j for j in range(len(table.names)) if j != cid]
         if not cols:
             raise DataError(f"{table.path}: expected the client's feature columns beside the id, found none")
         categorical = set(column_refs(spec.categorical))
-        head = min(spec.stats_rows, table.n_rows)
+        self.n_holdout = holdout_rows(table.n_rows, holdout)
+        head = min(spec.stats_rows, table.n_rows - self.n_holdout)
         self.categories: dict[str, np.ndarray] = {}
         columns, onehot = encode_columns(table, cols, None, categorical, self.categories, head)
         X = np.concatenate(columns, axis=1)

@@ -103,6 +103,12 @@ class BatchVFLSettings:
             raise ConfigError('data.name = "table" needs data.path (the table file, or one file per party '
                               "separated by ';')")
 
+    @property
+    def own_draws(self) -> bool:
+        """A table with one file per party: each party draws its initial model from its own seed
+        (:func:`fedstream.vfl.models.build_models_alone`)."""
+        return ";" in str(dict(self.table).get("data.path") or "").strip(" ;")
+
     def resolved(self) -> BatchVFLSettings:
         """These settings with ``lr`` and ``embedding`` set (the paper's values where None)."""
         return replace(self, lr=float(PAPER_LR[self.dataset] if self.lr is None else self.lr),

@@ -47,7 +47,7 @@ from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.data import VerticalImages, load_vertical
-from fedstream.vfl.models import build_models
+from fedstream.vfl.models import build_models, build_models_alone
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.protocol import (
     Batch,
@@ -242,19 +242,20 @@ def build_parties(
     settings: BatchVFLSettings, data: VerticalImages, seed: int
 ) -> tuple[list[BatchClient], BatchServer]:
     """Clients and server with models initialised from ``seed`` (the global torch RNG is left as it was).
-    With participant selection the server gets the padding of ``selection.padding``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        client_models, server_model = build_models(
-            settings.dataset,
-            data.strip_shapes(),
-            embedding=settings.embedding,
-            hidden=settings.hidden,
-            resnet_width=settings.resnet_width,
-            n_classes=data.n_classes,
-            server_hidden=settings.server_hidden,
-        )
-    clients = [BatchClient(m, model, settings.lr) for m, model in enumerate(client_models)]
+    With participant selection the server gets the padding of ``selection.padding``. A table with
+    one file per party: each party's model from its own seed, and a client whose strip shape is
+    None (a deployed node's view of the others) is None."""
+    sizes = dict(embedding=settings.embedding, hidden=settings.hidden, resnet_width=settings.resnet_width,
+                 n_classes=data.n_classes, server_hidden=settings.server_hidden)
+    if settings.own_draws:
+        client_models, server_model = build_models_alone(settings.dataset, data.strip_shapes(), seed=seed,
+                                                         **sizes)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            client_models, server_model = build_models(settings.dataset, data.strip_shapes(), **sizes)
+    clients = [None if model is None else BatchClient(m, model, settings.lr)
+               for m, model in enumerate(client_models)]
     spec = settings.selection
     padding = None
     if spec.active:
