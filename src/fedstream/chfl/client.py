@@ -116,7 +116,13 @@ class Client:
 
     def __init__(self, k: int, data: ClientData, *, common: Column | None,
                  heads: dict[str, nn.Module], lr: float, batch_size: int, prox_mu: float = 0.0,
-                 seed: int = 0, report_common: bool = False):
+                 seed: int = 0, report_common: bool = False, device: torch.device | None = None):
+        # ``device``: where its models and rows live (fedstream.runs.device); updates leave as CPU arrays
+        self.device = torch.device("cpu") if device is None else device
+        if self.device.type != "cpu":
+            data = ClientData(*(View(*(t.to(self.device) for t in v)) for v in data[:3]), data.encode)
+            common = None if common is None else common.to(self.device)
+            heads = {n: h.to(self.device) for n, h in heads.items()}
         self.k, self.data, self.common, self.heads = k, data, common, heads
         # the common column's own prediction is a candidate for Common/FedProx, and on request
         # alongside the heads (the Common baseline shares CHFL's common column: same training)
@@ -236,6 +242,7 @@ class Client:
     @torch.no_grad()
     def predict(self, xc: torch.Tensor, xu: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Logits of the named candidates (heads, or ``common``: the common column alone)."""
+        xc, xu = xc.to(self.device), xu.to(self.device)
         if self.common is None:
             x = torch.cat([xc, xu], dim=1)
             return {n: self.heads[n](x) for n in names}

@@ -16,6 +16,7 @@ FIELDS: dict[str, Field | Shared] = {
     "data.label": Shared(),
     "data.id": Shared(),
     "data.categorical": Shared(),
+    "device": Shared(),
     "chfl.method": Field(
         str,
         "chfl",

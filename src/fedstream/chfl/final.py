@@ -72,21 +72,12 @@ def experiment_of(config: dict) -> tuple[Experiment, Encode]:
     return ex, raw_rows
 
 
-class FinalModel:
-    """The finished run in ``run_dir`` (its resolved ``config``): each client's chosen model."""
+class ChosenModels:
+    """Each client's chosen model of a trained ``cohort`` (its validation records) over experiment
+    ``ex``; ``encode(raw, k)``: new raw rows in the run's feature space (:data:`Encode`)."""
 
-    def __init__(self, run_dir: str | Path, config: dict):
-        path = Path(run_dir) / FINAL
-        if not path.exists():
-            raise ConfigError(f"{path} does not exist: a CHFL run keeps its final model there when it "
-                              "finishes (runs of an older fedstream, and deployed runs, do not)")
-        self.ex, self._encode = experiment_of(config)
-        saved = read_checkpoint(path)
-        ex = self.ex
-        check_identity(path, saved["identity"], identity(ex.settings, ex.method, ex.seed, ex.n_rows,
-                                                          ex.n_classes))
-        self.cohort = LocalCohort(ex)
-        self.cohort.load_checkpoint(saved["state"])
+    def __init__(self, ex: Experiment, cohort: LocalCohort, encode: Encode):
+        self.ex, self.cohort, self._encode = ex, cohort, encode
         self.variant, self.allowed = next(iter(variants_of(ex.method, ex.settings).items()))
 
     @property
@@ -95,9 +86,9 @@ class FinalModel:
 
     def choice(self, k: int):
         """Client ``k``'s choice (:class:`~fedstream.chfl.selection.Choice`) of the run's main variant."""
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < self.n_clients:
-            raise ConfigError(f"--client {k!r}: expected a client index 0..{self.n_clients - 1}")
-        return self.cohort.selector.choose(k, self.allowed)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < self.n_clients:
+            raise ConfigError(f"client {k!r}: expected a client index 0..{self.n_clients - 1}")
+        return self.cohort.selector.choose(int(k), self.allowed)
 
     def predict_proba(self, raw, k: int) -> np.ndarray:
         """float64 (n, classes): client ``k``'s chosen model on new raw rows (its own columns)."""
@@ -111,4 +102,22 @@ class FinalModel:
         if torch.isnan(xc).any() or torch.isnan(xu).any():
             raise DataError(f"the rows lack a column of client {k}, or hold NaN in one")
         logits = client.predict(xc, xu, [ch.candidate])[ch.candidate]
-        return torch.softmax(logits, dim=1).double().numpy()
+        return torch.softmax(logits, dim=1).double().cpu().numpy()
+
+
+class FinalModel(ChosenModels):
+    """The finished run in ``run_dir`` (its resolved ``config``): each client's chosen model, from
+    the run's ``model.pt``."""
+
+    def __init__(self, run_dir: str | Path, config: dict):
+        path = Path(run_dir) / FINAL
+        if not path.exists():
+            raise ConfigError(f"{path} does not exist: a CHFL run keeps its final model there when it "
+                              "finishes (runs of an older fedstream, and deployed runs, do not)")
+        ex, encode = experiment_of(config)
+        saved = read_checkpoint(path)
+        check_identity(path, saved["identity"], identity(ex.settings, ex.method, ex.seed, ex.n_rows,
+                                                          ex.n_classes))
+        cohort = LocalCohort(ex)
+        cohort.load_checkpoint(saved["state"])
+        super().__init__(ex, cohort, encode)

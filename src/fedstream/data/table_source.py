@@ -245,12 +245,14 @@ class TableSource:
 
     name = "table"
 
-    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0):
+    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0,
+                 table: Table | None = None):
         """``fit``: take the classes, categories and statistics of that source (a test file);
         ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
-        test split: :attr:`n_holdout` rows, at least one)."""
-        paths = table_paths(spec.path)
-        server = read_table(Path(paths[0]))
+        test split: :attr:`n_holdout` rows, at least one); ``table``: these columns, already in
+        memory (arrays given to an estimator's ``fit``), instead of the file ``spec.path``."""
+        paths = [str(table.path)] if table is not None else table_paths(spec.path)
+        server = table if table is not None else read_table(Path(paths[0]))
         sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
         if spec.label:
             lid = column_positions(server, [spec.label], "data.label")[0]

@@ -36,6 +36,7 @@ CONFIG_KEYS = {
     "train_rows": "data.train_rows",
     "test_rows": "data.test_rows",
     "split": "vfl.split",
+    "device": "device",
 }
 
 
@@ -68,6 +69,7 @@ class BatchVFLSettings:
     train_rows: int | None = None
     test_rows: int | None = None
     split: str = "rows"
+    device: str = "auto"  # auto | cpu | cuda (fedstream.runs.device)
     compression: CompressionSpec = field(default_factory=CompressionSpec)
     selection: SelectionSpec = field(default_factory=SelectionSpec)
     table: tuple[tuple[str, object], ...] = ()  # data.name = "table": (key, value) of TABLE_KEYS

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +46,8 @@ N_CLASSES = 10
 
 def batch_settings(config: dict) -> BatchVFLSettings:
     """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding
-    filled in)."""
-    return BatchVFLSettings.from_config(config).resolved()
+    filled in). Deployed parties compute on the CPU (``device`` applies to the simulator)."""
+    return replace(BatchVFLSettings.from_config(config).resolved(), device="cpu")
 
 
 @dataclass(frozen=True)
