@@ -77,6 +77,25 @@ class VerticalImages:
         return [self._cut(images, s).reshape(len(images), -1) for s in self.strips]
 
 
+def vertical_images(
+    dataset: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *,
+    clients: int, split: str = "rows", n_classes: int = 10,
+) -> VerticalImages:
+    """Images given as arrays (uint8 (n, C, H, W) and int labels), cut into ``clients`` strips as
+    :func:`load_vertical` cuts a data set's (``dataset`` names the standardisation and the models:
+    ``cifar10`` is 3x32x32 for the ResNet-18 clients); DataError for arrays of another shape."""
+    for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.dtype != np.uint8 or x.ndim != 4 or y.shape != (len(x),):
+            raise DataError(f"{name} images: expected uint8 (n, C, H, W) with n labels, found {x.dtype} "
+                            f"{x.shape} and labels {y.shape}")
+        if y.size and (y.min() < 0 or y.max() >= n_classes):
+            raise DataError(f"{name} labels: expected 0..{n_classes - 1}, found {y.min()}..{y.max()}")
+    axis = 3 if split == "columns" else 2
+    return VerticalImages(dataset, train_x, np.asarray(train_y, np.int64), test_x,
+                          np.asarray(test_y, np.int64), strips(train_x.shape[axis], clients), n_classes, axis)
+
+
 def load_vertical(settings: BatchVFLSettings, root: str | Path) -> VerticalImages:
     """The dataset of ``settings`` under ``root``, cut to its first train/test rows when asked."""
     if settings.dataset == "table":  # the user's own file: data.path, not root

@@ -107,7 +107,7 @@ class Trained(NamedTuple):
     transport: object
 
 
-def train_on(settings: BatchVFLSettings, data: VerticalTable, *, seed: int) -> Trained:
+def train_on(settings: BatchVFLSettings, data: VerticalImages | VerticalTable, *, seed: int) -> Trained:
     """:func:`run_batch_vfl`'s training on rows already in memory (``data``), in this process."""
     with one_torch_thread():
         return _run(settings.resolved(), Path("."), seed, None, None, False, data)
