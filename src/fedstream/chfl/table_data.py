@@ -11,6 +11,10 @@ and its own columns. The columns every file holds (by name) are the common ones,
 client's unique ones; each client's rows are split 60 / 20 / 20 % at random (seeded) into its own
 train, validation and test rows. Categorical columns take the categories of every file.
 Every client standardises its columns by its own training rows (:func:`make_client_data`).
+
+Stream mode (``chfl.mode = "stream"``, one file): :func:`run_stream_table` encodes the table with
+the categories and statistics of its first rows (the stream's ``stats_rows``), then the stream form
+deals the rows to the clients and plays them tick by tick (:mod:`fedstream.chfl.stream`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fedstream.chfl.plan import Experiment
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.settings import CHFLSettings, check_method
 from fedstream.chfl.splits import FRACTIONS, FeatureSplit
+from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, run_on_table, variants_of
 from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import TableSource, TableSpec, encode_labels, label_keys, numeric_column
@@ -50,6 +55,20 @@ def run_table(settings: CHFLSettings, config: dict, *, method: str, seed: int, p
     rows = np.arange(source.n_base)
     out = run_on_table(source.features(rows), source.labels(rows), settings, method=method, seed=seed,
                        progress=progress, n_classes=source.n_classes, run_dir=run_dir, resume=resume)
+    return out | {"data": {"name": "table", "path": config["data.path"], "status": "complete"},
+                  "classes": list(source.classes), "columns": feature_names(source)}
+
+
+def run_stream_table(settings: StreamSettings, config: dict, *, method: str, seed: int, run_dir,
+                     resume: bool) -> dict:
+    """Streaming CHFL (:func:`~fedstream.chfl.stream.run_stream_on_table`) on the table of ``config``
+    (one file); the result also names the file, the classes and the feature columns."""
+    spec = TableSpec(config["data.path"], config["data.label"], config["data.id"], config["data.categorical"],
+                     None, n_clients=1, stats_rows=settings.stats_rows)
+    source = TableSource(spec)
+    rows = np.arange(source.n_base)
+    out = run_stream_on_table(source.features(rows), source.labels(rows), settings, method=method, seed=seed,
+                              n_classes=source.n_classes, run_dir=run_dir, resume=resume)
     return out | {"data": {"name": "table", "path": config["data.path"], "status": "complete"},
                   "classes": list(source.classes), "columns": feature_names(source)}
 
