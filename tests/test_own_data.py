@@ -78,6 +78,7 @@ def test_readme_one_file_per_party_section_deploys_the_simulated_run(tmp_path, m
     for key in ("accumulated_error", "interval_errors", "bytes", "activation_rate"):
         assert deployed[key] == simulated[key], key
     assert vfl["faults"] == [] and vfl["epochs"] == 5 and vfl["final_accuracy"] > 0.45
+    assert deployed["classes"] == vfl["classes"] == simulated["classes"] == ["bronze", "gold", "silver"]
 
 
 def test_readme_predictions_section_runs_for_every_task(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from fedstream.errors import ConfigError, DataError
 
 def per_party(config: dict) -> bool:
     """Whether ``config`` reads a table with one file per party (``data.path`` with a ``;``)."""
-    return config["data.name"] == "table" and len(table_paths(config["data.path"] or "")) > 1
+    return config.get("data.name") == "table" and len(table_paths(config.get("data.path") or "")) > 1
 
 
 def id_digest(table: Table, j: int) -> str:

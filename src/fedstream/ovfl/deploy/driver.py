@@ -367,6 +367,7 @@ class NetworkVFL:
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
             | self._selection_summary()
+            | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
         )
 
     def _selection_summary(self) -> dict:

@@ -145,7 +145,7 @@ class NetworkBatchVFL:
                 "per_client": c.selection_bytes,
                 "total": sum(b["up"] + b["down"] for b in c.selection_bytes),
             },
-        }
+        } | ({} if self.labels.classes is None else {"classes": self.labels.classes})  # a table's labels
         writer.summary(self.summary)
         return self.summary
 
