@@ -105,3 +105,22 @@ def test_chfl_keeps_its_final_model_and_each_client_predicts_as_the_run_scored_i
         assert accuracy == pytest.approx(summary["test_acc_per_client"][k])
     assert main(["predict", str(run), "--data", str(data), "--out", str(tmp_path / "x.csv"), "--client",
                  "7"]) == 2
+
+
+def test_every_source_standardises_raw_rows_as_it_gives_its_own():
+    """Source.standardise is what predict applies for every task: on a source's own raw rows it must
+    give what features() gives (images, a tabular data set; the table: above)."""
+    from fedstream.data.sources import ImageSource, TabularSource
+
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (20, 28, 28), dtype=np.uint8)
+    source = ImageSource(images, np.arange(20) % 10, name="mnist", deform=False)
+    np.testing.assert_array_equal(source.standardise(images), source.features(np.arange(20)))
+    np.testing.assert_array_equal(source.standardise(images.reshape(20, -1)), source.features(np.arange(20)))
+    with pytest.raises(DataError, match="0..255"):
+        source.standardise(images.astype(np.int16) - 1)
+    X = rng.normal(size=(30, 5)).astype(np.float32)
+    tabular = TabularSource(X, np.arange(30) % 2, name="higgs", stats_rows=10)
+    np.testing.assert_array_equal(tabular.standardise(X), tabular.features(np.arange(30)))
+    with pytest.raises(DataError, match=r"expected raw rows, an array \(n, 5\)"):
+        tabular.standardise(X[:, :4])
