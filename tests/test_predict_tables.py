@@ -124,3 +124,29 @@ def test_every_source_standardises_raw_rows_as_it_gives_its_own():
     np.testing.assert_array_equal(tabular.standardise(X), tabular.features(np.arange(30)))
     with pytest.raises(DataError, match=r"expected raw rows, an array \(n, 5\)"):
         tabular.standardise(X[:, :4])
+
+
+def test_chfl_on_a_data_set_predicts_raw_rows_of_it(covertype_root, tmp_path):
+    """chfl-covertype (a 700-row subset): the raw rows of the run's test split, predicted by each
+    client's chosen model, give the accuracy the run reported for it."""
+    from fedstream.data.chfl_datasets import load_chfl_dataset
+
+    run = tmp_path / "run"
+    sets = ["chfl.max_rows=700", "chfl.hidden=8", "chfl.rounds=2", "chfl.local_epochs=1", "chfl.lrs=0.01",
+            f"data.root={covertype_root}"]
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["run", "chfl-covertype", "--quiet", "--out", str(run), *args]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    loaded = load_chfl_dataset("covertype", covertype_root)
+    n = len(loaded.table.y)
+    subset = np.sort(np.random.default_rng([0, 4]).choice(n, 700, replace=False))
+    test = subset[split_rows(700, summary["settings"]["clients"], seed=0).test]
+    np.savez(tmp_path / "rows.npz", X=loaded.table.X[test], id=test)
+    for k in (0, 2):
+        out = tmp_path / f"p{k}.csv"
+        assert main(["predict", str(run), "--data", str(tmp_path / "rows.npz"), "--out", str(out), "--client",
+                     str(k), "--quiet"]) == 0
+        head, ids, body = predictions(out)
+        assert ids == [str(i) for i in test] and len(head) == 2 + 7
+        accuracy = np.mean([int(p[1]) == t for p, t in zip(body, loaded.table.y[test])])
+        assert accuracy == pytest.approx(summary["test_acc_per_client"][k])
