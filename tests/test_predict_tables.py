@@ -150,3 +150,45 @@ def test_chfl_on_a_data_set_predicts_raw_rows_of_it(covertype_root, tmp_path):
         assert ids == [str(i) for i in test] and len(head) == 2 + 7
         accuracy = np.mean([int(p[1]) == t for p, t in zip(body, loaded.table.y[test])])
         assert accuracy == pytest.approx(summary["test_acc_per_client"][k])
+
+
+def test_chfl_with_one_file_per_client_predicts_each_clients_rows(tmp_path):
+    """Each client file's own test rows, predicted by that client from its own columns (by name),
+    give the accuracy the run reported for it."""
+    from fedstream.chfl.splits import FRACTIONS
+
+    header, rows = customer_rows()
+    own = {0: ["income", "balance", "visits"], 1: ["income", "balance", "channel", "minutes"],
+           2: ["income", "balance", "tenure"]}
+    files = []
+    for k, columns in own.items():
+        keep = [header.index(c) for c in ["id", "segment", *columns]]
+        files.append(write_rows(tmp_path / f"c{k}.csv", [header[j] for j in keep],
+                                [[r[j] for j in keep] for r in rows[200 * k:200 * (k + 1)]]))
+    config = tmp_path / "chfl.toml"
+    config.write_text('task = "chfl"\n')
+    sets = [f"data.path={';'.join(map(str, files))}", "data.name=table", "data.id=id", "data.label=segment",
+            "data.categorical=channel", "chfl.hidden=16", "chfl.rounds=2", "chfl.local_epochs=2",
+            "chfl.lrs=0.01", "chfl.mus=0"]
+    run = tmp_path / "run"
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["run", str(config), *args, "--out", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    for k, path in enumerate(files):
+        head, body = customer_like(path)
+        n_train, n_val = round(FRACTIONS[0] * len(body)), round(FRACTIONS[1] * len(body))
+        test = np.sort(np.random.default_rng([0, 3, k]).permutation(len(body))[n_train + n_val:])
+        data = write_rows(tmp_path / f"test{k}.csv", head, [body[i] for i in test])
+        out = tmp_path / f"p{k}.csv"
+        assert main(["predict", str(run), "--data", str(data), "--out", str(out), "--client", str(k),
+                     "--quiet"]) == 0
+        _, ids, got = predictions(out)
+        assert ids == [body[i][0] for i in test]
+        accuracy = np.mean([p[1] == body[i][1] for p, i in zip(got, test)])
+        assert accuracy == pytest.approx(summary["test_acc_per_client"][k])
+
+
+def customer_like(path: Path) -> tuple[list[str], list[list[str]]]:
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
