@@ -115,3 +115,15 @@ def test_chfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
     X_test = Frame({c: v[test] for c, v in X.data.items()})
     scores = [clf.score(X_test, y[test], client=k) for k in range(3)]
     np.testing.assert_allclose(scores, summary["test_acc_per_client"])
+
+
+def test_vfl_classifier_compresses_as_the_run_does():
+    """``compression`` is the run's compression.* keys: top-k embeddings send fewer bytes up."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(120, 4))
+    y = (X[:, 0] > 0).astype(int)
+    plain, topk = (VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, compression=c).fit(X, y)
+                   for c in (None, {"up": "topk", "ratio": 0.25}))
+    assert topk.bytes_["up"] < plain.bytes_["up"] and topk.bytes_["down"] == plain.bytes_["down"]
+    with pytest.raises(ValueError, match="compression.up"):
+        VFLClassifier(compression={"up": "zip"}).fit(X, y)
