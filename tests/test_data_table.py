@@ -242,9 +242,27 @@ def test_what_is_not_wired_yet_is_refused_by_name(tmp_path):
     from fedstream.ovfl.deploy.parties import check_deployable
 
     path = str(write_csv(tmp_path / "t.csv"))
-    with pytest.raises(ConfigError, match='chfl.mode = "batch" only'):
-        load_config(None, {"task": "chfl", "data.name": "table", "data.path": path, "chfl.mode": "stream"})
-    with pytest.raises(ConfigError, match="does not run over fedstream deploy"):
+    with pytest.raises(ConfigError, match='one file per client runs with chfl.mode = "batch"'):
+        load_config(None, {"task": "chfl", "data.name": "table", "data.path": f"{path};{path}",
+                           "chfl.mode": "stream"})
+    with pytest.raises(ConfigError, match="deploys with one file per party"):
         check_deployable(load_config(None, {"data.name": "table", "data.path": path}))
     with pytest.raises(ConfigError, match="only data.name = \"table\""):
         load_config(None, {"rounds": None})
+
+
+def test_chfl_stream_mode_on_a_table(tmp_path):
+    """chfl.mode = "stream" on one table: the rows dealt to the clients and played tick by tick."""
+    config = tmp_path / "chfl.toml"
+    config.write_text('task = "chfl"\n')
+    body = [r[:5] + [["red", "blue"][i % 2]] + r[6:] for i, r in enumerate(rows(120))]
+    sets = [f"data.path={write_csv(tmp_path / 't.csv', body=body)}", "data.name=table", "data.id=id",
+            "data.label=label", "data.categorical=d", "chfl.mode=stream", "chfl.clients=2", "chfl.hidden=8",
+            "chfl.stream_batch=4", "chfl.stream_sync_every=3", "chfl.stream_eval_every=5"]
+    out = tmp_path / "run"
+    args = [x for s in sets for x in ("--set", s)]
+    assert main(["run", str(config), *args, "--out", str(out), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ticks"] == 60 // 4 and 0 <= summary["prequential_acc"] <= 1
+    assert summary["classes"] == ["cat", "dog", "emu"] and summary["columns"][3:5] == ["d=blue", "d=red"]
+    assert summary["bytes"]["up"] > 0 and len(summary["curve"]) == 3

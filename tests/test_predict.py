@@ -17,7 +17,7 @@ from fedstream.data.paths import find_file
 from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import FedstreamError
 from fedstream.predict import predict_run
-from fedstream.predict.ovfl import load_final, standardise
+from fedstream.predict.ovfl import load_final
 
 
 @pytest.mark.parametrize("module", [fedstream.ovfl.inference, fedstream.predict.files])
@@ -67,7 +67,7 @@ def test_the_parties_predict_as_they_do_in_a_round(higgs_run, tmp_path):
     run_dir, X, _ = higgs_run
     run = load_final(run_dir)
     Xs, _, idx = run.stream.batch(run.t, 8)
-    np.testing.assert_array_equal(standardise(run.stream.source, X[idx % len(X)]), Xs)
+    np.testing.assert_array_equal(run.stream.source.standardise(X[idx % len(X)]), Xs)
     np.savez(tmp_path / "next.npz", X=X[idx % len(X)])
     predicted = predict_run(run_dir, tmp_path / "next.npz")
     seen = []
@@ -78,7 +78,7 @@ def test_the_parties_predict_as_they_do_in_a_round(higgs_run, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ({"Z": np.zeros((2, 28))}, "expected an array 'X'"),
-    ({"X": np.zeros((2, 5))}, "X has 5 features; the run's data \\(higgs\\) has 28"),
+    ({"X": np.zeros((2, 5))}, "expected raw rows, an array \\(n, 28\\) of higgs's columns"),
     ({"X": np.full((2, 28), np.nan)}, "NaN or inf \\(row 0\\)"),
 ])
 def test_bad_data_is_one_line_and_exit_2(higgs_run, tmp_path, capsys, content, message):

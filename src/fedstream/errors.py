@@ -34,3 +34,8 @@ class DivergedError(FedstreamError):
     def __init__(self, message: str, round: int):
         super().__init__(message)
         self.round = round
+
+
+class NotFittedError(FedstreamError, ValueError, AttributeError):
+    """An estimator's ``predict`` (``predict_proba``, ``score``) before ``fit`` (scikit-learn's
+    convention: a ValueError and an AttributeError)."""

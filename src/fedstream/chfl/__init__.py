@@ -1,6 +1,7 @@
 """CHFL: horizontal FL over clients with heterogeneous features (Mori et al.), and its baselines.
 
-Start here: ``run_chfl(CHFLSettings(dataset="covertype"), None, method="chfl")`` (``trainer``: one run).
+Start here: ``run_chfl(CHFLSettings(dataset="covertype"), None, method="chfl")`` (``trainer``: one run);
+from Python code on arrays, the scikit-learn-style ``CHFLClassifier`` (``estimator``).
 A run goes ``settings`` -> ``plan`` (feature/row splits, initial weights) -> ``rounds`` (the server's
 FedAvg loop) over ``cohort`` (the clients' side of a round) -> ``trainer`` (the result). Blocks:
 ``splits``, ``models`` (columns, lateral links), ``fedavg``, ``client``, ``selection``; ``deploy/``.
@@ -15,6 +16,7 @@ from importlib import import_module
 _EXPORTS = {
     "METHODS": "settings",
     "CHFLSettings": "settings",
+    "CHFLClassifier": "estimator",
     "StreamSettings": "stream",
     "run_stream": "stream",
     "run_chfl": "trainer",

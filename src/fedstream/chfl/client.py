@@ -26,7 +26,7 @@ weights are replaced by the global ones); the heads' Adam state persists.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -59,6 +59,8 @@ class ClientData(NamedTuple):
     train: View
     val: View
     test: View
+    # new rows of the run's feature space (n, d) -> this client's (xc, xu), standardised as its own
+    encode: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: np.ndarray,
@@ -70,11 +72,14 @@ def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: n
     std = np.where(std > 0, std, 1.0)
     nc = len(common)
 
-    def view(rows: np.ndarray) -> View:
-        Z = torch.from_numpy(((X[np.ix_(rows, cols)] - mean) / std).astype(np.float32))
-        return View(Z[:, :nc].contiguous(), Z[:, nc:].contiguous(), torch.from_numpy(y[rows]))
+    def encode(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        Z = torch.from_numpy(((rows[:, cols] - mean) / std).astype(np.float32))
+        return Z[:, :nc].contiguous(), Z[:, nc:].contiguous()
 
-    return ClientData(view(train), view(val), view(test))
+    def view(rows: np.ndarray) -> View:
+        return View(*encode(X[rows]), torch.from_numpy(y[rows]))
+
+    return ClientData(view(train), view(val), view(test), encode)
 
 
 def _adam(params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
@@ -111,7 +116,13 @@ class Client:
 
     def __init__(self, k: int, data: ClientData, *, common: Column | None,
                  heads: dict[str, nn.Module], lr: float, batch_size: int, prox_mu: float = 0.0,
-                 seed: int = 0, report_common: bool = False):
+                 seed: int = 0, report_common: bool = False, device: torch.device | None = None):
+        # ``device``: where its models and rows live (fedstream.runs.device); updates leave as CPU arrays
+        self.device = torch.device("cpu") if device is None else device
+        if self.device.type != "cpu":
+            data = ClientData(*(View(*(t.to(self.device) for t in v)) for v in data[:3]), data.encode)
+            common = None if common is None else common.to(self.device)
+            heads = {n: h.to(self.device) for n, h in heads.items()}
         self.k, self.data, self.common, self.heads = k, data, common, heads
         # the common column's own prediction is a candidate for Common/FedProx, and on request
         # alongside the heads (the Common baseline shares CHFL's common column: same training)
@@ -231,6 +242,7 @@ class Client:
     @torch.no_grad()
     def predict(self, xc: torch.Tensor, xu: torch.Tensor, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Logits of the named candidates (heads, or ``common``: the common column alone)."""
+        xc, xu = xc.to(self.device), xu.to(self.device)
         if self.common is None:
             x = torch.cat([xc, xu], dim=1)
             return {n: self.heads[n](x) for n in names}

@@ -16,6 +16,7 @@ FIELDS: dict[str, Field | Shared] = {
     "data.label": Shared(),
     "data.id": Shared(),
     "data.categorical": Shared(),
+    "device": Shared(),
     "chfl.method": Field(
         str,
         "chfl",
@@ -91,9 +92,9 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     _check_number_list(cfg, "chfl.lrs", float, 0.0, None)
     _check_number_list(cfg, "chfl.mus", float, -1e-12, 1.0)
     _check_number_list(cfg, "chfl.lrs", float, 0.0, 1.0)  # Adam rates: the trainer's bound, checked up front
-    if cfg["data.name"] == "table" and cfg["chfl.mode"] == "stream":
-        raise ConfigError('data.name = "table" runs with chfl.mode = "batch" only (the stream form is not '
-                          "wired to tables yet)")
+    if cfg["data.name"] == "table" and cfg["chfl.mode"] == "stream" and ";" in (cfg["data.path"] or ""):
+        raise ConfigError('chfl.mode = "stream" on a table reads one file (the rows are dealt to the '
+                          'clients); one file per client runs with chfl.mode = "batch"')
     if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
         raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
                           "draws random common features (chfl.split_index picks which)")

@@ -140,7 +140,7 @@ class CHFLNet(nn.Module):
 
 def state_arrays(module: nn.Module) -> dict[str, np.ndarray]:
     """The module's parameters as float32 numpy arrays (copies), keyed by parameter name."""
-    return {k: v.detach().numpy().astype(np.float32, copy=True) for k, v in module.state_dict().items()}
+    return {k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in module.state_dict().items()}
 
 
 def load_arrays(module: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:

@@ -24,6 +24,7 @@ from fedstream.chfl.splits import (
     feature_split,
     split_rows,
 )
+from fedstream.runs.device import resolve_device
 
 Progress = Callable[[dict], None]
 
@@ -123,6 +124,7 @@ def build_clients(plan: Plan, unique_sizes: Sequence[int], lr: float,
     (``unique_sizes``: every client's number of unique features) and keeps only its own.
     """
     s = plan.settings
+    device = resolve_device(s.device)
     g = torch.Generator().manual_seed(plan.seed)
     dc = plan.n_common
     shared = s.shared_baselines if plan.method == "chfl" else ()
@@ -138,5 +140,5 @@ def build_clients(plan: Plan, unique_sizes: Sequence[int], lr: float,
             clients[k] = Client(
                 k, data[k], common=common, heads=heads, lr=lr, batch_size=s.batch_size,
                 prox_mu=s.prox_mu if plan.method == "fedprox" else 0.0, seed=plan.seed,
-                report_common="common" in shared)
+                report_common="common" in shared, device=device)
     return clients

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fedstream.chfl.settings import CONFIG_KEYS, CHFLSettings, named_by_config
 from fedstream.chfl.stream import StreamSettings, run_stream
-from fedstream.chfl.table_data import run_table
+from fedstream.chfl.table_data import run_stream_table, run_table
 from fedstream.chfl.trainer import run_chfl
 from fedstream.fields import number_list
 
@@ -46,6 +46,9 @@ def stream_settings(config: dict) -> StreamSettings:
 
 def train(config: dict, out: Path | None, progress, resume: bool) -> dict:
     with named_by_config():  # errors name chfl.* keys, not settings fields
+        if config["chfl.mode"] == "stream" and config["data.name"] == "table":
+            return run_stream_table(stream_settings(config), config, method=config["chfl.method"],
+                                    seed=config["seed"], run_dir=out, resume=resume)
         if config["chfl.mode"] == "stream":
             return run_stream(stream_settings(config), config["data.root"], method=config["chfl.method"],
                               seed=config["seed"], run_dir=out, resume=resume)

@@ -46,6 +46,7 @@ CONFIG_KEYS: dict[str, str] = {
     "mu": "chfl.stream_mu",
     "late_join": "chfl.stream_late_join",
     "eval_every": "chfl.stream_eval_every",
+    "device": "device",
 }
 
 
@@ -113,6 +114,7 @@ class CHFLSettings:
     shared_baselines: tuple[str, ...] = ("common",)
     select_round: bool = True  # also choose the round by validation accuracy, per client
     max_rows: int | None = None  # use a random subset of the rows (quick runs)
+    device: str = "auto"  # where the clients compute: auto | cpu | cuda (fedstream.runs.device)
 
     def __post_init__(self) -> None:
         if self.dataset != "table":  # table: the user's file, fedstream.chfl.table_data
@@ -142,6 +144,7 @@ class CHFLSettings:
             raise config_error("select_round", "true or false", self.select_round)
         if self.max_rows is not None:
             check_int("max_rows", self.max_rows, 1)
+        check_choice("device", self.device, ("auto", "cpu", "cuda"))
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -69,7 +69,8 @@ class StreamSettings:
     max_rows: int | None = None
 
     def __post_init__(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
+        if self.dataset != "table":  # table: the user's file, fedstream.chfl.table_data.run_stream_table
+            check_choice("dataset", self.dataset, DATASETS)
         for name in ("clients", "batch", "sync_every", "eval_every", "stats_rows"):
             check_int(name, getattr(self, name), 1)
         check_int("split_index", self.split_index, 0)

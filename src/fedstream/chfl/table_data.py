@@ -11,6 +11,10 @@ and its own columns. The columns every file holds (by name) are the common ones,
 client's unique ones; each client's rows are split 60 / 20 / 20 % at random (seeded) into its own
 train, validation and test rows. Categorical columns take the categories of every file.
 Every client standardises its columns by its own training rows (:func:`make_client_data`).
+
+Stream mode (``chfl.mode = "stream"``, one file): :func:`run_stream_table` encodes the table with
+the categories and statistics of its first rows (the stream's ``stats_rows``), then the stream form
+deals the rows to the clients and plays them tick by tick (:mod:`fedstream.chfl.stream`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fedstream.chfl.plan import Experiment
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.settings import CHFLSettings, check_method
 from fedstream.chfl.splits import FRACTIONS, FeatureSplit
+from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, run_on_table, variants_of
 from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import TableSource, TableSpec, encode_labels, label_keys, numeric_column
@@ -54,6 +59,20 @@ def run_table(settings: CHFLSettings, config: dict, *, method: str, seed: int, p
                   "classes": list(source.classes), "columns": feature_names(source)}
 
 
+def run_stream_table(settings: StreamSettings, config: dict, *, method: str, seed: int, run_dir,
+                     resume: bool) -> dict:
+    """Streaming CHFL (:func:`~fedstream.chfl.stream.run_stream_on_table`) on the table of ``config``
+    (one file); the result also names the file, the classes and the feature columns."""
+    spec = TableSpec(config["data.path"], config["data.label"], config["data.id"], config["data.categorical"],
+                     None, n_clients=1, stats_rows=settings.stats_rows)
+    source = TableSource(spec)
+    rows = np.arange(source.n_base)
+    out = run_stream_on_table(source.features(rows), source.labels(rows), settings, method=method, seed=seed,
+                              n_classes=source.n_classes, run_dir=run_dir, resume=resume)
+    return out | {"data": {"name": "table", "path": config["data.path"], "status": "complete"},
+                  "classes": list(source.classes), "columns": feature_names(source)}
+
+
 def feature_names(source: TableSource) -> list[str]:
     """The name of each feature column (a categorical column: ``name=category`` per one-hot column)."""
     names = []
@@ -73,7 +92,8 @@ def _label_column(table: Table, config: dict) -> int:
 
 def client_tables(config: dict, n_clients: int):
     """Every client file's features over the union of columns (X, NaN where a file lacks a column),
-    labels, rows per file, the column names, the common and unique column indices and the classes."""
+    labels, rows per file, the column names, the common and unique column indices, the classes and
+    the categories of each categorical column."""
     paths = [p.strip() for p in config["data.path"].split(";") if p.strip()]
     if len(paths) != n_clients:
         raise ConfigError(f"data.path names {len(paths)} client files but chfl.clients = {n_clients}")
@@ -108,16 +128,15 @@ def client_tables(config: dict, n_clients: int):
     unique = tuple(np.array([i for i, n in enumerate(names) if n in h and i not in common], dtype=np.int64)
                    for h in held)
     classes = [k.item() for k in known]
-    return X, np.concatenate(ys), rows, names, FeatureSplit(common, unique), classes
+    return X, np.concatenate(ys), rows, names, FeatureSplit(common, unique), classes, cats
 
 
-def run_client_files(settings: CHFLSettings, config: dict, *, method: str, seed: int, progress, run_dir,
-                     resume: bool) -> dict:
-    """Batch CHFL with one file per client (module doc): each client trains, validates and is
-    tested on its own rows, through its own columns."""
+def client_files_experiment(settings: CHFLSettings, config: dict, *, method: str,
+                            seed: int) -> tuple[Experiment, list[str], list, dict[str, np.ndarray]]:
+    """The experiment of one file per client (module doc): each client's own rows, split 60 / 20 / 20 %,
+    through its own columns; with the column names, the classes and the categories."""
     check_method(method)
-    t0 = time.perf_counter()
-    X, y, rows, names, features, classes = client_tables(config, settings.clients)
+    X, y, rows, names, features, classes, cats = client_tables(config, settings.clients)
     if len(features.common) == 0:
         raise DataError("data.path: the client files share no column; CHFL needs columns every client holds")
     data = []
@@ -130,15 +149,35 @@ def run_client_files(settings: CHFLSettings, config: dict, *, method: str, seed:
         train, val, test = np.split(perm, [n_train, n_train + n_val])
         data.append(make_client_data(X, y, features.common, features.unique[k], np.sort(train), np.sort(val),
                                      np.sort(test)))
-    n_classes = len(classes)
+    return Experiment(settings, method, seed, features, data, len(classes), len(y)), names, classes, cats
+
+
+def encode_client_rows(raw: Table, names: list[str], cats: dict[str, np.ndarray]) -> np.ndarray:
+    """float64 (n, len(names)): a client's new rows (its file's columns by name) in the run's feature
+    space, categorical columns one-hot over the run's categories; NaN where the file has no column."""
+    X = np.full((raw.n_rows, len(names)), np.nan)
+    for j, name in enumerate(raw.names):
+        if name in cats:
+            at = names.index(f"{name}={cats[name][0]}")
+            X[:, at:at + len(cats[name])] = raw.columns[j].astype(str)[:, None] == cats[name][None, :]
+        elif name in names:
+            X[:, names.index(name)] = numeric_column(raw, j)
+    return X
+
+
+def run_client_files(settings: CHFLSettings, config: dict, *, method: str, seed: int, progress, run_dir,
+                     resume: bool) -> dict:
+    """Batch CHFL with one file per client (module doc): each client trains, validates and is
+    tested on its own rows, through its own columns."""
+    t0 = time.perf_counter()
     with one_torch_thread():
-        ex = Experiment(settings, method, seed, features, data, n_classes, len(y))
+        ex, names, classes, _ = client_files_experiment(settings, config, method=method, seed=seed)
         folder = None if run_dir is None else RunFolder(
-            run_dir, identity(settings, method, seed, ex.n_rows, n_classes), METRIC_COLUMNS, resume=resume)
+            run_dir, identity(settings, method, seed, ex.n_rows, ex.n_classes), METRIC_COLUMNS, resume=resume)
         run = BatchRun(ex.plan, LocalCohort(ex), folder, progress)
         run.run()
         variants = run.test_choices(variants_of(method, settings))
-    return result_of(run, variants, n_rows=len(y), features=features) | {
+    return result_of(run, variants, n_rows=ex.n_rows, features=ex.features) | {
         "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": run.elapsed > 0,
         "classes": classes, "columns": names,
         "data": {"name": "table", "path": config["data.path"], "status": "complete"}}

@@ -17,9 +17,10 @@ train = entry_point("fedstream.chfl.runner:train")  # PyTorch is imported on the
 def simulate(config: dict, out: Path | None = None, progress: Progress | None = None,
              resume: bool = False) -> dict:
     """Run ``config``; with ``out``: config.yaml, metrics.csv (rows as produced), checkpoint.pt
-    (every FedAvg round; deleted once summary.json is written); ``resume``: continue from it."""
+    (every FedAvg round; once summary.json is written, the last one becomes model.pt, the final
+    model that ``fedstream predict`` loads); ``resume``: continue from it."""
     return run_batch(config, out, train, progress, resume, checkpoint_name=CHECKPOINT,
-                     discard_checkpoint=True)
+                     discard_checkpoint=True, final_name="model.pt")
 
 
 def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
@@ -50,4 +51,5 @@ TASK = batch_task(
     datasets=chfl_config.DATASETS,
     check=chfl_config.check,
     deploy="fedstream.chfl.deploy.adapter",
+    predict="fedstream.predict.chfl:predict_chfl",
 )

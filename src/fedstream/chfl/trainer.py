@@ -79,6 +79,7 @@ __all__ = [
     "result_of",
     "run_chfl",
     "run_on_table",
+    "train_table",
     "score_choices",
     "train_and_upload",
     "validate_client",
@@ -120,16 +121,27 @@ def run_on_table(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method
     ``n_classes`` defaults to ``y.max() + 1``. ``run_dir``: keep metrics.csv and checkpoint.pt
     there and (``resume``) continue from a checkpoint found there (:mod:`fedstream.chfl.checkpoint`).
     """
+    return train_table(X, y, settings, method=method, seed=seed, progress=progress, n_classes=n_classes,
+                       run_dir=run_dir, resume=resume)[0]
+
+
+def train_table(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method: str = "chfl",
+                seed: int = 0, progress: Progress | None = None, n_classes: int | None = None,
+                run_dir: str | os.PathLike[str] | None = None,
+                resume: bool = True) -> tuple[dict, Experiment, LocalCohort]:
+    """:func:`run_on_table`'s result, with the experiment and the trained cohort (each client's
+    validation records: :class:`fedstream.chfl.final.ChosenModels` predicts with them)."""
     t0 = time.perf_counter()
     with one_torch_thread():  # runs are parallelised across processes
         ex = prepare(X, y, settings, method=method, seed=seed, n_classes=n_classes)
         folder = None if run_dir is None else RunFolder(
             run_dir, identity(settings, method, seed, ex.n_rows, ex.n_classes), METRIC_COLUMNS, resume=resume)
-        run = BatchRun(ex.plan, LocalCohort(ex), folder, progress)
+        cohort = LocalCohort(ex)
+        run = BatchRun(ex.plan, cohort, folder, progress)
         run.run()
         variants = run.test_choices(variants_of(method, settings))
     return result_of(run, variants, n_rows=ex.n_rows, features=ex.features) | {
-        "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": run.elapsed > 0}
+        "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": run.elapsed > 0}, ex, cohort
 
 
 def result_of(run: BatchRun, variants: dict[str, dict], *, n_rows: int, features: FeatureSplit) -> dict:

@@ -1,5 +1,5 @@
-"""``fedstream bench ovfl|huffman|selection|network``: speed benchmarks, as ratios against a plain
-reference in the same process."""
+"""``fedstream bench ovfl|huffman|selection|network|device``: speed benchmarks, as ratios against a
+plain reference in the same process (``device``: the torch parties on the CPU and the GPU)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,20 @@ from fedstream.runs.task import entry_point
 # every command
 bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
 write_json = entry_point("fedstream.bench.ovfl:write_json")
+bench_device = entry_point("fedstream.bench.device:bench_device")
+format_device_bench = entry_point("fedstream.bench.device:format_device_bench")
 
 
 def add_parsers(sub) -> None:
     bench = sub.add_parser(
         "bench", help="speed benchmarks, as ratios against a plain reference in the same process"
     )
-    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network"],
+    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network", "device"],
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
                             "huffman: our Huffman coder vs the pure-Python dahuffman package; "
                             "selection: VF-PS scoring vs the per-sample reference; "
-                            "network: online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256")
+                            "network: online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256; "
+                            "device: batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument(
@@ -59,6 +62,10 @@ def add_parsers(sub) -> None:
     )
     net.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
                      help="apps, logs and run outputs (default: runs/bench-network)")
+    dev = bench.add_argument_group("device")
+    dev.add_argument("--devices", default=None,
+                     help="comma-separated devices to time (default: cpu, and cuda when present)")
+    dev.add_argument("--tiny", action="store_true", help="every case shrunk to seconds (a smoke run)")
     sel = bench.add_argument_group("selection")
     sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
     sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
@@ -110,6 +117,12 @@ def cmd_bench(args) -> int:
                                     sets=args.sets, workdir=args.workdir, log=log)
             Console().print(format_network_bench(results), highlight=False)
         write_json(results, args.json or Path("bench-network.json"))
+        return 0
+    if args.what == "device":
+        devices = tuple(d.strip() for d in args.devices.split(",") if d.strip()) if args.devices else None
+        results = bench_device(args.data_root, devices=devices, tiny=args.tiny)
+        print(format_device_bench(results))
+        write_json(results, args.json or Path("bench-device.json"))
         return 0
     if args.what == "huffman":
         results = bench_huffman()

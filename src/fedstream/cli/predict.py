@@ -1,5 +1,5 @@
 """``fedstream predict RUN_DIR --data FILE --out preds.csv``: predictions of a finished run
-(``ovfl`` and ``vfl``; :mod:`fedstream.predict`)."""
+(``ovfl``, ``vfl`` and ``chfl``; :mod:`fedstream.predict`)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,19 @@ def add_parsers(sub) -> None:
     predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
     predict.add_argument("--data", type=Path, required=True,
                          help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
-                              "0-255, (n, H, W) or flattened), and optionally id (n,)")
+                              "0-255, (n, H, W) or flattened), and optionally id (n,); a run on "
+                              "data.name = table: a table file (CSV, CSV.gz, NPZ, Parquet) with its "
+                              "columns by name (and data.id)")
+    predict.add_argument("--client", type=int, default=None,
+                         help="chfl: the client whose validation-chosen model predicts the rows, on its "
+                              "own columns (default 0)")
     predict.add_argument("--out", type=out_dir, required=True,
                          help="CSV to write: id, prediction, p_<class> for each class")
     predict.add_argument("--quiet", action="store_true", help="no table")
 
 
 def cmd_predict(args) -> int:
-    predictions = predict_run(args.run, args.data)
+    predictions = predict_run(args.run, args.data, client=args.client)
     path = write_predictions(predictions, args.out)
     if not args.quiet:
         rows = [("rows", f"{len(predictions.ids):,}"), *predictions.parties.items(), ("written", str(path))]

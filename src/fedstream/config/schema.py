@@ -131,8 +131,13 @@ SHARED: dict[str, Field] = {
     "compression.feedback": Field(
         bool, False, "error feedback: the client re-adds what it did not send for a sample next time"
     ),
+    "device": Field(
+        str, "auto", "where the torch parties compute (vfl, chfl): auto (CUDA when present), cpu or cuda",
+        choices=("auto", "cpu", "cuda"),
+    ),
 }
-"""Keys of several tasks (online and batch VFL), placed in each task's order by its ``Shared`` entries."""
+"""Keys of several tasks (online and batch VFL, CHFL), placed in each task's order by its ``Shared``
+entries."""
 
 
 def _gather() -> tuple[dict[str, Field], dict[str, tuple[str, ...]]]:

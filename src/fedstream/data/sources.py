@@ -54,6 +54,13 @@ class Source(Protocol):
         """int64 (len(indices),)."""
         ...
 
+    def standardise(self, raw) -> np.ndarray:
+        """float32 (n, n_features): new raw rows encoded and standardised as :meth:`features` gives
+        the source's own (images: pixel values 0-255; tabular: the file's columns; a table: a
+        :class:`~fedstream.data.table.Table` with the clients' columns by name, categorical ones
+        one-hot). What a finished run's parties apply to the rows they predict."""
+        ...
+
 
 class ImageSource:
     """28x28 uint8 images as 784 standardised features; ``deform=True`` makes it i-MNIST."""
@@ -100,6 +107,22 @@ class ImageSource:
     def labels(self, indices: np.ndarray) -> np.ndarray:
         return self.base_labels[check_indices(indices) % self.n_base]
 
+    def standardise(self, raw) -> np.ndarray:
+        """float32 (n, n_features) of raw pixel values 0-255, (n, 28, 28) or flattened."""
+        return standardise_pixels(raw, self.n_features)
+
+
+def standardise_pixels(raw, n_features: int) -> np.ndarray:
+    """``(x / 255 - 0.1307) / 0.3081`` of raw pixels (n, ...) holding ``n_features`` values a row."""
+    X = np.asarray(raw)
+    if not isinstance(raw, np.ndarray) or X.ndim < 2 or int(np.prod(X.shape[1:])) != n_features:
+        raise DataError(f"expected raw images, an array (n, ...) of {n_features} pixel values a row, "
+                        f"found {type(raw).__name__} {getattr(X, 'shape', '')}")
+    if X.size and (X.min() < 0 or X.max() > 255):
+        raise DataError("expected raw pixel values in 0..255")
+    rows = X.reshape(len(X), n_features).astype(np.float64)
+    return ((rows / 255.0 - MNIST_MEAN) / MNIST_STD).astype(np.float32)
+
 
 @njit(cache=True)
 def _lookup_rows(lut, images, rows, out):  # pragma: no cover
@@ -139,6 +162,17 @@ class TabularSource:
 
     def features(self, indices: np.ndarray) -> np.ndarray:
         rows = self._X[check_indices(indices) % self.n_base]
+        rows -= self.mean
+        rows /= self.std
+        return rows
+
+    def standardise(self, raw) -> np.ndarray:
+        """float32 (n, n_features): ``(x - mean) / std`` of raw rows (n, n_features), the file's columns."""
+        X = np.asarray(raw) if isinstance(raw, np.ndarray) else None
+        if X is None or X.ndim != 2 or X.shape[1] != self.n_features:
+            raise DataError(f"expected raw rows, an array (n, {self.n_features}) of {self.name}'s columns in "
+                            f"file order, found {type(raw).__name__} {getattr(X, 'shape', '')}")
+        rows = np.array(X, dtype=np.float32)
         rows -= self.mean
         rows /= self.std
         return rows

@@ -124,3 +124,27 @@ def _read_parquet(path: Path) -> Table:
         raise DataError(f"{path}: not a readable Parquet file: {e}") from None
     columns = [np.asarray(data.column(i).to_numpy(zero_copy_only=False)) for i in range(data.num_columns)]
     return Table(path, [str(n) for n in data.column_names], columns)
+
+
+def as_table(X, *, name: str = "X") -> Table:
+    """Rows given in memory as a :class:`Table`: a 2-D array (columns named ``"0"``, ``"1"``, ...),
+    a pandas DataFrame (its column names) or a dict of 1-D columns. ValueError in scikit-learn's
+    words for anything else or a wrong shape."""
+    if isinstance(X, dict) or hasattr(X, "columns"):
+        names = [str(c) for c in (X.keys() if isinstance(X, dict) else X.columns)]
+        columns = [np.asarray(X[c].to_numpy() if hasattr(X[c], "to_numpy") else X[c])
+                   for c in (X.keys() if isinstance(X, dict) else X.columns)]
+        if any(c.ndim != 1 or len(c) != len(columns[0]) for c in columns):
+            raise ValueError(f"{name}: expected columns of one length each, found shapes "
+                             f"{[c.shape for c in columns]}")
+    else:
+        array = np.asarray(X)
+        if array.ndim != 2:
+            raise ValueError(f"Expected 2D array, got {array.ndim}D array instead: {name} must be "
+                             "(n_samples, n_features); reshape your data, e.g. X.reshape(-1, 1) for one "
+                             "feature")
+        names = [str(j) for j in range(array.shape[1])]
+        columns = [array[:, j] for j in range(array.shape[1])]
+    if not columns or len(columns[0]) == 0:
+        raise ValueError(f"{name}: expected at least one sample and one feature")
+    return Table(Path(f"<{name}>"), names, columns)

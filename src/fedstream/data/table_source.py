@@ -77,7 +77,7 @@ def numeric_column(table: Table, j: int, rows: np.ndarray | None = None) -> np.n
     return values
 
 
-def _strings(col: np.ndarray) -> np.ndarray:
+def as_strings(col: np.ndarray) -> np.ndarray:
     return col.astype(str) if col.dtype.kind != "U" else col
 
 
@@ -86,7 +86,7 @@ def label_keys(table: Table, j: int) -> np.ndarray:
     col = table.columns[j]
     if col.dtype.kind in "iub":
         return col
-    text = _strings(col)
+    text = as_strings(col)
     empty = np.flatnonzero(text == "")
     if empty.size:
         raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
@@ -119,7 +119,7 @@ def encode_labels(
                         f"classes, found only {classes[0].item()!r} in all {table.n_rows} rows")
     if keys is not col and keys.dtype.kind == "f":  # numbers written as text: list them as written
         first = {}
-        for k, s in zip(y, _strings(col)):
+        for k, s in zip(y, as_strings(col)):
             first.setdefault(int(k), str(s))
         names = [_as_number(first[i]) for i in range(len(classes))]
     else:
@@ -132,11 +132,11 @@ def _as_number(text: str):
     return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
 
 
-def _refs(text: str | None) -> list[str]:
+def column_refs(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
-def _columns(table: Table, refs: list[str], key: str) -> list[int]:
+def column_positions(table: Table, refs: list[str], key: str) -> list[int]:
     """Positions of columns given by name, index or index range ``a-b``; DataError naming ``key``."""
     out = []
     for ref in refs:
@@ -157,7 +157,7 @@ def _columns(table: Table, refs: list[str], key: str) -> list[int]:
 def _partition(table: Table, spec: TableSpec, reserved: dict[int, str]) -> list[list[int]]:
     """Each client's column positions in ``table`` (one file holding every party's columns)."""
     if spec.partition:
-        groups = [_columns(table, _refs(g), "vfl.partition") for g in spec.partition.split(";")]
+        groups = [column_positions(table, column_refs(g), "vfl.partition") for g in spec.partition.split(";")]
         owner: dict[int, int] = {}
         for m, group in enumerate(groups):
             if not group:
@@ -182,7 +182,7 @@ def _partition(table: Table, spec: TableSpec, reserved: dict[int, str]) -> list[
 
 def _aligned_rows(server: Table, sid: int, client: Table, cid: int) -> np.ndarray:
     """For each server row, the client row with the same id; DataError at the first mismatch."""
-    ids = [_strings(t.columns[j]) for t, j in ((server, sid), (client, cid))]
+    ids = [as_strings(t.columns[j]) for t, j in ((server, sid), (client, cid))]
     for t, j, values in ((server, sid, ids[0]), (client, cid, ids[1])):
         uniq, first, counts = np.unique(values, return_index=True, return_counts=True)
         if (counts > 1).any():
@@ -203,6 +203,39 @@ def _aligned_rows(server: Table, sid: int, client: Table, cid: int) -> np.ndarra
     return rows
 
 
+def encode_columns(
+    table: Table, cols: list[int], rows: np.ndarray | None, categorical: set[str],
+    categories: dict[str, np.ndarray], head: int,
+) -> tuple[list[np.ndarray], list[bool]]:
+    """Columns ``cols`` of ``table`` (in the order ``rows``, None: file order) as float64 (n, k)
+    arrays: a numeric column as it is, a ``categorical`` one one-hot over ``categories[name]`` (set
+    from its first ``head`` rows when missing); and for each output column whether it is one-hot."""
+    out, onehot = [], []
+    for j in cols:
+        if table.names[j] in categorical:
+            col = as_strings(table.columns[j] if rows is None else table.columns[j][rows])
+            cats = categories.setdefault(table.names[j], np.unique(col[:head]))
+            out.append((col[:, None] == cats[None, :]).astype(np.float64))
+            onehot += [True] * len(cats)
+        else:
+            out.append(numeric_column(table, j, rows)[:, None])
+            onehot.append(False)
+    return out, onehot
+
+
+def scale_of(X: np.ndarray, onehot: list[bool], head: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 mean and std of the first ``head`` rows of each column (one-hot: 0 and 1; std 0 -> 1)."""
+    mean, std = X[:head].mean(axis=0), X[:head].std(axis=0)
+    is_hot = np.array(onehot, dtype=bool)
+    mean[is_hot], std[is_hot | (std == 0)] = 0.0, 1.0
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def table_paths(path: str) -> list[str]:
+    """The files of ``data.path``: one, or one per party separated by ``;``."""
+    return [p.strip() for p in path.split(";") if p.strip()]
+
+
 class TableSource:
     """The rows of a user's table(s), standardised, with each client's feature block (module doc).
 
@@ -212,15 +245,17 @@ class TableSource:
 
     name = "table"
 
-    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0):
+    def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0,
+                 table: Table | None = None):
         """``fit``: take the classes, categories and statistics of that source (a test file);
         ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
-        test split: :attr:`n_holdout` rows, at least one)."""
-        paths = [p.strip() for p in spec.path.split(";") if p.strip()]
-        server = read_table(Path(paths[0]))
-        sid = _columns(server, [spec.id], "data.id")[0] if spec.id else None
+        test split: :attr:`n_holdout` rows, at least one); ``table``: these columns, already in
+        memory (arrays given to an estimator's ``fit``), instead of the file ``spec.path``."""
+        paths = [str(table.path)] if table is not None else table_paths(spec.path)
+        server = table if table is not None else read_table(Path(paths[0]))
+        sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
         if spec.label:
-            lid = _columns(server, [spec.label], "data.label")[0]
+            lid = column_positions(server, [spec.label], "data.label")[0]
         else:
             lid = next((j for j in range(len(server.names)) if j != sid), None)
             if lid is None:
@@ -248,13 +283,13 @@ class TableSource:
                                   f"{spec.n_clients}")
             for p in paths[1:]:
                 table = read_table(Path(p))
-                cid = _columns(table, [spec.id], "data.id")[0]
+                cid = column_positions(table, [spec.id], "data.id")[0]
                 cols = [j for j in range(len(table.names)) if j != cid]
                 if not cols:
                     raise DataError(f"{table.path}: expected the client's feature columns beside the id, "
                                     "found none")
                 parts.append((table, cols, _aligned_rows(server, sid, table, cid)))
-        categorical = set(_refs(spec.categorical))
+        categorical = set(column_refs(spec.categorical))
         known = {table.names[j] for table, cols, _ in parts for j in cols}
         for ref in categorical:
             if ref not in known:
@@ -265,32 +300,21 @@ class TableSource:
             raise DataError(f"{paths[0]}: {self.n_base} rows: too few to hold out {self.n_holdout} test rows "
                             f"(data.test_fraction = {holdout}) and train on the others")
         head = min(spec.stats_rows, self.n_base - self.n_holdout)
-        self.categories: dict[str, np.ndarray] = {} if fit is None else fit.categories
+        self.categories: dict[str, np.ndarray] = {} if fit is None else dict(fit.categories)
+        self.categorical = categorical
         blocks, columns, names, onehot = [], [], [], []
         for table, cols, rows in parts:
             start = sum(c.shape[1] for c in columns)
-            for j in cols:
-                if table.names[j] in categorical:
-                    col = _strings(table.columns[j] if rows is None else table.columns[j][rows])
-                    cats = self.categories.setdefault(table.names[j], np.unique(col[:head]))
-                    columns.append((col[:, None] == cats[None, :]).astype(np.float64))
-                    onehot += [True] * len(cats)
-                else:
-                    columns.append(numeric_column(table, j, rows)[:, None])
-                    onehot.append(False)
+            block, hot = encode_columns(table, cols, rows, categorical, self.categories, head)
+            columns += block
+            onehot += hot
             blocks.append(slice(start, sum(c.shape[1] for c in columns)))
             names.append([table.names[j] for j in cols])
         if fit is not None and names != fit.client_columns:
             raise DataError(f"{paths[0]}: the clients' columns {names} differ from those of the training "
                             f"rows {fit.client_columns}")
         X = np.concatenate(columns, axis=1)
-        if fit is None:
-            mean, std = X[:head].mean(axis=0), X[:head].std(axis=0)
-            is_hot = np.array(onehot)
-            mean[is_hot], std[is_hot | (std == 0)] = 0.0, 1.0
-            self.mean, self.std = mean.astype(np.float32), std.astype(np.float32)
-        else:
-            self.mean, self.std = fit.mean, fit.std
+        self.mean, self.std = scale_of(X, onehot, head) if fit is None else (fit.mean, fit.std)
         self._X = (X.astype(np.float32) - self.mean) / self.std
         self._X.flags.writeable = False
         self.n_features = int(X.shape[1])
@@ -300,6 +324,23 @@ class TableSource:
 
     def features(self, indices: np.ndarray) -> np.ndarray:
         return self._X[check_indices(indices) % self.n_base]
+
+    def standardise(self, raw) -> np.ndarray:
+        """float32 (n, n_features): the rows of ``raw`` (a table holding every client's columns, by
+        name; other columns are ignored) encoded as the training rows are: categorical columns
+        one-hot over the training categories, then the training mean and std."""
+        if not isinstance(raw, Table):
+            raise DataError(f"expected rows of a table file (CSV, CSV.gz, NPZ or Parquet) with the columns "
+                            f"{', '.join(n for names in self.client_columns for n in names)} by name, found "
+                            f"{type(raw).__name__}")
+        where = {n: i for i, n in enumerate(raw.names)}
+        columns = []
+        for name in (n for names in self.client_columns for n in names):
+            if name not in where:
+                raise DataError(f"{raw.path}: column {name!r}: no such column; the run's clients hold "
+                                f"{', '.join(n for names in self.client_columns for n in names)}")
+            columns += encode_columns(raw, [where[name]], None, self.categorical, self.categories, 0)[0]
+        return (np.concatenate(columns, axis=1).astype(np.float32) - self.mean) / self.std
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
         return self.base_labels[check_indices(indices) % self.n_base]

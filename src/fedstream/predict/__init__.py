@@ -2,22 +2,34 @@
 
 :func:`predict_run` reads the run's folder, loads its final model and predicts the rows of a data
 file through the parties that trained it (:mod:`fedstream.predict.ovfl`: each client embeds its own
-feature block, the server predicts; :mod:`fedstream.predict.vfl`: the same with image strips);
-:func:`write_predictions` writes them as CSV.
+feature block, the server predicts; :mod:`fedstream.predict.vfl`: the same with image strips or a
+table's columns; :mod:`fedstream.predict.chfl`: one client's validation-chosen model on its own
+columns); :func:`write_predictions` writes them as CSV. Each task encodes the rows as it encoded its
+own data (:meth:`fedstream.data.sources.Source.standardise`: statistics, one-hot categories).
 """
 
 from fedstream.errors import ConfigError
-from fedstream.predict.files import Predictions, read_features, run_task, write_predictions
+from fedstream.predict.files import (
+    Predictions,
+    Rows,
+    read_features,
+    read_rows,
+    run_summary,
+    write_predictions,
+)
 from fedstream.runs.task import entry_point
 from fedstream.tasks import get_task
 
-__all__ = ["Predictions", "predict_run", "read_features", "write_predictions"]
+__all__ = ["Predictions", "Rows", "predict_run", "read_features", "read_rows", "write_predictions"]
 
 
-def predict_run(run_dir, data) -> Predictions:
-    """The predictions of the finished run in ``run_dir`` for the rows of NPZ file ``data``."""
-    task = get_task(run_task(run_dir))
+def predict_run(run_dir, data, *, client: int | None = None) -> Predictions:
+    """The predictions of the finished run in ``run_dir`` for the rows of file ``data`` (an NPZ file
+    holding ``X``, or a table file with the run's columns by name); ``client``: the CHFL client whose
+    model predicts them."""
+    config = run_summary(run_dir)["config"]
+    task = get_task(config["task"])
     if task.predict is None:  # each task names its predictor (Task.predict), imported when used
-        raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task.name!r} yet (a "
-                          "finished CHFL run keeps no final model: its checkpoint is removed at the end)")
-    return entry_point(task.predict)(run_dir, read_features(data))
+        raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task.name!r}")
+    rows = read_rows(data, table=config.get("data.name") == "table", id_column=config.get("data.id"))
+    return entry_point(task.predict)(run_dir, rows, client=client)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedstream.data.table import read_table
 from fedstream.errors import DataError, FedstreamError
 from fedstream.runs.files import atomic_open
 
@@ -58,6 +59,30 @@ def class_names(summary: dict, n_classes: int) -> list:
 
 def run_task(run_dir: Path) -> str:
     return run_summary(run_dir)["config"]["task"]
+
+
+@dataclass
+class Rows:
+    """The rows to predict: ``ids`` (n,) and the raw rows, ``raw``: an array (n, ...) read from an
+    NPZ file's ``X``, or a :class:`~fedstream.data.table.Table` (a run on ``data.name = "table"``:
+    the file's columns by name). :meth:`fedstream.data.sources.Source.standardise` encodes them."""
+
+    ids: np.ndarray
+    raw: object
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def read_rows(path: Path, *, table: bool = False, id_column: str | None = None) -> Rows:
+    """The rows of ``path``: an NPZ file holding ``X`` and optionally ``id`` (:func:`read_features`);
+    with ``table`` (a run on ``data.name = "table"``) a table file (CSV, CSV.gz, NPZ of columns,
+    Parquet), its ids from column ``id_column`` when it has one (else the row numbers)."""
+    if not table:
+        return Rows(*read_features(path))
+    rows = read_table(path)
+    ids = rows.columns[rows.names.index(id_column)] if id_column in rows.names else np.arange(rows.n_rows)
+    return Rows(np.asarray(ids), rows)
 
 
 def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:

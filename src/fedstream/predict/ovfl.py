@@ -4,8 +4,8 @@ The run's final state is its ``checkpoint.npz`` (written at the last round), res
 engine's own parties (:class:`fedstream.ovfl.engine.OnlineVFL` and its ``load``). Then, as in a
 deployment, where a prediction needs every party:
 
-* client m standardises and embeds its own columns (its contiguous feature block of ``X``, with the
-  run's statistics) and sends the embeddings up;
+* client m embeds its own columns (its block of the rows, encoded and standardised with the run's
+  categories and statistics by the source's ``standardise``) and sends the embeddings up;
 * the server, which holds the top model, turns them into class probabilities.
 
 No label is needed, nothing is learnt and no gradient goes down
@@ -18,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fedstream.data.sources import MNIST_MEAN, MNIST_STD
-from fedstream.errors import DataError
+from fedstream.errors import ConfigError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.inference import predict_proba
 from fedstream.ovfl.task import CHECKPOINT
-from fedstream.predict.files import Predictions, class_names, run_summary
+from fedstream.predict.files import Predictions, Rows, class_names, run_summary
 from fedstream.runs.checkpoint import load_checkpoint
 from fedstream.transport import InProcessTransport
 
@@ -40,27 +39,14 @@ def load_final(run_dir: Path) -> OnlineVFL:
     return run
 
 
-def standardise(source, X: np.ndarray) -> np.ndarray:
-    """The run's standardisation of raw rows: a tabular source's statistics of its first
-    ``data.stats_rows`` rows, or the images' pixel constants (see :mod:`fedstream.data.sources`)."""
-    if hasattr(source, "mean"):  # tabular: (x - mean) / std in float32, as TabularSource.features
-        rows = np.array(X, dtype=np.float32)
-        rows -= source.mean
-        rows /= source.std
-        return rows
-    return ((np.asarray(X, np.float64) / 255.0 - MNIST_MEAN) / MNIST_STD).astype(np.float32)
-
-
-def predict_ovfl(run_dir: Path, rows: tuple[np.ndarray, np.ndarray]) -> Predictions:
-    """Class probabilities for ``rows`` = (ids, raw X) from the final parties of ``run_dir``."""
-    ids, X = rows
-    X = X.reshape(len(X), -1)  # images may come as (n, 28, 28)
+def predict_ovfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Predictions:
+    """Class probabilities for ``rows`` (ids, raw rows) from the final parties of ``run_dir``."""
+    if client is not None:
+        raise ConfigError("--client: an online VFL prediction needs every client (each embeds its own "
+                          "columns); leave it out")
     run = load_final(run_dir)
-    n_features = run.stream.source.n_features
-    if X.shape[1] != n_features:
-        raise DataError(f"X has {X.shape[1]} features; the run's data ({run.config['data.name']}) has "
-                        f"{n_features}")
-    X = standardise(run.stream.source, X)
+    ids = rows.ids
+    X = run.stream.source.standardise(rows.raw)  # the run's own encoding (one-hot) and statistics
     transport = InProcessTransport(len(run.clients))
     proba = np.concatenate([
         predict_proba(run.server, run.clients, [X[i:i + BATCH, b] for b in run.blocks], transport, run.t)

@@ -18,10 +18,12 @@ Train = Callable[[dict, Path | None, Callable | None, bool], dict]
 
 
 def run_batch(config: dict, out: Path | None, train: Train, progress=None, resume: bool = False, *,
-              checkpoint_name: str = "checkpoint.pt", discard_checkpoint: bool = False) -> dict:
+              checkpoint_name: str = "checkpoint.pt", discard_checkpoint: bool = False,
+              final_name: str | None = None) -> dict:
     """Run ``train(config, out, progress, resume)``; with ``out``, write config.yaml first and
     summary.json (the result, the task and the resolved ``config``) last. ``discard_checkpoint``:
-    delete the checkpoint once the summary marks the run finished. ``resume`` needs ``out``."""
+    once the summary marks the run finished, delete the checkpoint, or with ``final_name`` rename it
+    so (the final model: a finished run has no checkpoint to resume). ``resume`` needs ``out``."""
     folder = RunFolder(out, checkpoint_name=checkpoint_name) if out is not None else None
     if folder is not None:
         folder.write_config(config)
@@ -38,8 +40,10 @@ def run_batch(config: dict, out: Path | None, train: Train, progress=None, resum
     summary = result | {"task": config["task"], "config": dict(config)}
     if folder is not None:  # the trainer wrote metrics.csv as it went
         folder.write_summary(summary, default=str)
-        if discard_checkpoint:
-            folder.checkpoint.unlink(missing_ok=True)  # finished: the summary marks it
+        if discard_checkpoint and final_name and folder.checkpoint.exists():
+            folder.checkpoint.replace(folder.path / final_name)  # finished: the summary marks it
+        elif discard_checkpoint:
+            folder.checkpoint.unlink(missing_ok=True)
     return summary
 
 

@@ -1,6 +1,7 @@
 """Batch VFL (task ``vfl``): vertical FL over epochs with bidirectional compression (issue 7).
 
-Start here: ``run_batch_vfl(BatchVFLSettings(...), data_root, seed=0)`` in ``trainer`` (one run).
+Start here: ``run_batch_vfl(BatchVFLSettings(...), data_root, seed=0)`` in ``trainer`` (one run);
+from Python code on arrays, the scikit-learn-style ``VFLClassifier`` (``estimator``).
 M clients hold row strips of every image (``data``) and a bottom model each, the server the labels
 and a top model (``models``, ``parties``); ``protocol`` is one step through a compressing transport.
 ``settings`` holds the keys, ``selection`` (+ ``selection_spec``) who sends per epoch (VF-PS),
@@ -18,6 +19,7 @@ _EXPORTS = {
     "COLUMNS": "results",
     "CONFIG_KEYS": "settings",
     "BatchVFLSettings": "settings",
+    "VFLClassifier": "estimator",
     "run_batch_vfl": "trainer",
 }
 

@@ -22,6 +22,7 @@ FIELDS: dict[str, Field | Shared] = {
     "optimizer.lr": Shared(default=None),
     "train.epochs": Field(int, 10, "passes over the training set", min=1),
     "train.batch_size": Field(int, 100, "samples per mini-batch (paper: 100)", min=1, max=65535),
+    "device": Shared(),
     "model.hidden": Field(
         int, 256, "hidden width of the MNIST-like client MLPs (and of the server's)", min=1
     ),

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedstream.data.images import load_image_split, standardise
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, DataError
 from fedstream.vfl.settings import BatchVFLSettings
 from fedstream.vfl.table_data import load_vertical_table
 
@@ -55,6 +55,18 @@ class VerticalImages:
     def _cut(self, x: np.ndarray, s: slice) -> np.ndarray:
         return x[:, :, s] if self.axis == 2 else x[:, :, :, s]
 
+    def encode(self, raw) -> np.ndarray:
+        """New raw images (pixel values 0-255, (n, C, H, W) or flattened) as :meth:`client_inputs`
+        takes them: uint8 (n, C, H, W); DataError if they are not images of this data set's shape."""
+        shape = self.train_x.shape[1:]
+        X = np.asarray(raw) if isinstance(raw, np.ndarray) else None
+        if X is None or X.ndim < 2 or int(np.prod(X.shape[1:])) != int(np.prod(shape)):
+            raise DataError(f"expected raw images of {'x'.join(map(str, shape))} pixel values a row "
+                            f"({self.dataset}), found {type(raw).__name__} {getattr(X, 'shape', '')}")
+        if X.size and (X.min() < 0 or X.max() > 255):
+            raise DataError("expected raw pixel values in 0..255")
+        return np.asarray(X, dtype=np.uint8).reshape(len(X), *shape)
+
     def client_inputs(self, images: np.ndarray) -> list[torch.Tensor]:
         """Standardised float32 strips of a uint8 batch, one tensor (n, C, height, width) per client."""
         x = standardise(images, self.dataset)
@@ -63,6 +75,25 @@ class VerticalImages:
     def client_features(self, images: np.ndarray) -> list[np.ndarray]:
         """Each client's raw (uint8) features of ``images``, flattened to (n, d_m): what selection scores."""
         return [self._cut(images, s).reshape(len(images), -1) for s in self.strips]
+
+
+def vertical_images(
+    dataset: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *,
+    clients: int, split: str = "rows", n_classes: int = 10,
+) -> VerticalImages:
+    """Images given as arrays (uint8 (n, C, H, W) and int labels), cut into ``clients`` strips as
+    :func:`load_vertical` cuts a data set's (``dataset`` names the standardisation and the models:
+    ``cifar10`` is 3x32x32 for the ResNet-18 clients); DataError for arrays of another shape."""
+    for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.dtype != np.uint8 or x.ndim != 4 or y.shape != (len(x),):
+            raise DataError(f"{name} images: expected uint8 (n, C, H, W) with n labels, found {x.dtype} "
+                            f"{x.shape} and labels {y.shape}")
+        if y.size and (y.min() < 0 or y.max() >= n_classes):
+            raise DataError(f"{name} labels: expected 0..{n_classes - 1}, found {y.min()}..{y.max()}")
+    axis = 3 if split == "columns" else 2
+    return VerticalImages(dataset, train_x, np.asarray(train_y, np.int64), test_x,
+                          np.asarray(test_y, np.int64), strips(train_x.shape[axis], clients), n_classes, axis)
 
 
 def load_vertical(settings: BatchVFLSettings, root: str | Path) -> VerticalImages:

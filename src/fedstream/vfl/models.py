@@ -9,10 +9,16 @@
   torchvision is not used: :func:`resnet18` is the CIFAR variant (3x3 stem, no max-pool; four
   stages of two basic blocks, strides 1, 2, 2, 2, widths w, 2w, 4w, 8w; global average pooling;
   a linear head to the embedding). ``width`` w = 64 is ResNet-18; smaller w only for tests.
+
+The models are drawn in order from one seeded generator (client 0's, client 1's, ..., the server's),
+except with a table of one file per party, where no party knows the others' widths: there each
+party draws its own model from its own seed (:func:`build_models_alone`).
 """
 
 from __future__ import annotations
 
+import numpy as np
+import torch
 from torch import nn
 
 
@@ -76,3 +82,35 @@ def build_models(
         return clients, nn.Linear(m * embedding, n_classes)
     clients = [client_mlp(c * h * w, hidden, embedding) for c, h, w in strip_shapes]
     return clients, server_mlp(m * embedding, hidden if server_hidden is None else server_hidden, n_classes)
+
+
+def party_seed(seed: int, party: int) -> int:
+    """The torch seed of a party drawing its model alone (party 0: the server, 1 + m: client m)."""
+    return int(np.random.SeedSequence([seed, party]).generate_state(1)[0])
+
+
+def build_models_alone(
+    dataset: str,
+    strip_shapes: list[tuple[int, int, int] | None],
+    *,
+    seed: int,
+    embedding: int,
+    hidden: int,
+    resnet_width: int,
+    n_classes: int,
+    server_hidden: int | None = None,
+) -> tuple[list[nn.Module | None], nn.Module]:
+    """:func:`build_models`, each party drawing from its own seed (:func:`party_seed`); a client whose
+    shape is None (another node's, unknown here) is not built. Restores the global torch RNG."""
+    clients: list[nn.Module | None] = []
+    with torch.random.fork_rng(devices=[]):
+        for m, shape in enumerate(strip_shapes):
+            torch.manual_seed(party_seed(seed, 1 + m))
+            clients.append(None if shape is None else build_models(
+                dataset, [shape], embedding=embedding, hidden=hidden, resnet_width=resnet_width,
+                n_classes=n_classes, server_hidden=server_hidden)[0][0])
+        torch.manual_seed(party_seed(seed, 0))
+        m = len(strip_shapes)
+        server = (nn.Linear(m * embedding, n_classes) if dataset == "cifar10" else
+                  server_mlp(m * embedding, hidden if server_hidden is None else server_hidden, n_classes))
+    return clients, server

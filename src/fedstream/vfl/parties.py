@@ -10,6 +10,9 @@ gradient of every embedding and its own update, all at the same (pre-update) par
 With participant selection only the selected clients send; the server stands in for the others
 with its padding (:mod:`fedstream.selection.padding`: zero, running mean, latest, EMA of what each
 client sent in training) and returns gradients to the senders only.
+
+``device`` (:mod:`fedstream.runs.device`): where a party's model and batches live; the messages it
+sends are CPU arrays, what it receives goes to its device.
 """
 
 from __future__ import annotations
@@ -31,18 +34,19 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
 class BatchClient:
     """Client ``index``: a bottom model over its strip of the features, trained by plain SGD."""
 
-    def __init__(self, index: int, model: nn.Module, lr: float):
+    def __init__(self, index: int, model: nn.Module, lr: float, device: torch.device | None = None):
         self.index = index
-        self.model = model
+        self.device = torch.device("cpu") if device is None else device
+        self.model = model.to(self.device)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         self._pending: tuple[int, torch.Tensor] | None = None  # (round, embedding with its graph)
 
     def embed(self, step: int, x: torch.Tensor) -> Embedding:
         """Training forward pass: the embedding to send; the graph is kept for :meth:`on_gradient`."""
         self.model.train()
-        out = self.model(x)
+        out = self.model(x.to(self.device))
         self._pending = (step, out)
-        return Embedding(step, self.index, out.detach().numpy())
+        return Embedding(step, self.index, out.detach().cpu().numpy())
 
     @property
     def pending_step(self) -> int | None:
@@ -57,7 +61,7 @@ class BatchClient:
         """Evaluation forward pass (no graph, batch-norm in inference mode)."""
         self.model.eval()
         with torch.no_grad():
-            return Embedding(step, self.index, self.model(x).numpy())
+            return Embedding(step, self.index, self.model(x.to(self.device)).cpu().numpy())
 
     def on_gradient(self, grad: Gradient) -> None:
         """Back-propagate the received dL/dE through the kept graph and take one SGD step."""
@@ -74,7 +78,7 @@ class BatchClient:
                 f"of shape {tuple(out.shape)}"
             )
         self.optimizer.zero_grad(set_to_none=True)
-        out.backward(_tensor(grad.values))
+        out.backward(_tensor(grad.values).to(self.device))
         self.optimizer.step()
         self._pending = None
 
@@ -87,9 +91,11 @@ class BatchServer:
     """
 
     def __init__(
-        self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None
+        self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None,
+        device: torch.device | None = None,
     ):
-        self.model = model
+        self.device = torch.device("cpu") if device is None else device
+        self.model = model.to(self.device)
         self.n_clients = n_clients
         self.embedding = embedding
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -122,7 +128,8 @@ class BatchServer:
     def _inputs(self, values: list[np.ndarray | None], rows: int) -> list[torch.Tensor]:
         """Leaf tensors of the received values, padding where a client did not send."""
         return [
-            _tensor(self.padding.fill(m, rows)) if v is None else _tensor(v) for m, v in enumerate(values)
+            (_tensor(self.padding.fill(m, rows)) if v is None else _tensor(v)).to(self.device)
+            for m, v in enumerate(values)
         ]
 
     def train_step(
@@ -136,6 +143,7 @@ class BatchServer:
             inputs[m].requires_grad_()
         self.model.train()
         logits = self.model(torch.cat(inputs, dim=1))
+        labels = labels.to(self.device)
         loss = nn.functional.cross_entropy(logits, labels)
         self.last_correct = int((logits.detach().argmax(dim=1) == labels).sum())
         self.optimizer.zero_grad(set_to_none=True)
@@ -144,14 +152,15 @@ class BatchServer:
         if self.padding is not None:  # what the server saw this step stands in for the client later
             for m in sent:
                 self.padding.update(m, values[m])
-        return float(loss.detach()), [Gradient(step, m, inputs[m].grad.numpy()) for m in sent]
+        return float(loss.detach()), [Gradient(step, m, inputs[m].grad.cpu().numpy()) for m in sent]
 
     def logits(self, step: int, embeddings: list[Embedding | None], rows: int) -> torch.Tensor:
-        """Class scores (rows, classes) from the received embeddings (padding, but no padding update)."""
+        """Class scores (rows, classes), on the CPU, from the received embeddings (padding, but no
+        padding update)."""
         inputs = self._inputs(self._received(step, embeddings, rows), rows)
         self.model.eval()
         with torch.no_grad():
-            return self.model(torch.cat(inputs, dim=1))
+            return self.model(torch.cat(inputs, dim=1)).cpu()
 
     def predict(self, step: int, embeddings: list[Embedding | None], rows: int) -> np.ndarray:
         """Predicted classes (rows,) from the received embeddings."""

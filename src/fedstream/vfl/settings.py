@@ -36,6 +36,7 @@ CONFIG_KEYS = {
     "train_rows": "data.train_rows",
     "test_rows": "data.test_rows",
     "split": "vfl.split",
+    "device": "device",
 }
 
 
@@ -68,6 +69,7 @@ class BatchVFLSettings:
     train_rows: int | None = None
     test_rows: int | None = None
     split: str = "rows"
+    device: str = "auto"  # auto | cpu | cuda (fedstream.runs.device)
     compression: CompressionSpec = field(default_factory=CompressionSpec)
     selection: SelectionSpec = field(default_factory=SelectionSpec)
     table: tuple[tuple[str, object], ...] = ()  # data.name = "table": (key, value) of TABLE_KEYS
@@ -102,6 +104,12 @@ class BatchVFLSettings:
         if self.dataset == "table" and not dict(self.table).get("data.path"):
             raise ConfigError('data.name = "table" needs data.path (the table file, or one file per party '
                               "separated by ';')")
+
+    @property
+    def own_draws(self) -> bool:
+        """A table with one file per party: each party draws its initial model from its own seed
+        (:func:`fedstream.vfl.models.build_models_alone`)."""
+        return ";" in str(dict(self.table).get("data.path") or "").strip(" ;")
 
     def resolved(self) -> BatchVFLSettings:
         """These settings with ``lr`` and ``embedding`` set (the paper's values where None)."""

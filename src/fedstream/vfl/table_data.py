@@ -33,6 +33,13 @@ class VerticalTable:
     n_classes: int
     classes: list
     client_columns: list[list[str]]
+    source: TableSource | None = None  # the training rows' source: their categories and statistics
+
+    def encode(self, raw) -> np.ndarray:
+        """New raw rows (a :class:`~fedstream.data.table.Table` with the clients' columns by name) as
+        :meth:`client_inputs` takes them: encoded and standardised as the training rows
+        (:meth:`~fedstream.data.table_source.TableSource.standardise`)."""
+        return self.source.standardise(raw)
 
     def strip_shapes(self) -> list[tuple[int, int, int]]:
         """(1, 1, width) of each client's input: the MLP flattens it to its width."""
@@ -69,4 +76,4 @@ def load_vertical_table(settings) -> VerticalTable:
     train_rows, test_rows = train_rows[:settings.train_rows], test_rows[:settings.test_rows]
     return VerticalTable("table", train.features(train_rows), train.labels(train_rows),
                          test_src.features(test_rows), test_src.labels(test_rows), train.blocks,
-                         train.n_classes, train.classes, train.client_columns)
+                         train.n_classes, train.classes, train.client_columns, train)

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -42,12 +43,13 @@ import fedstream.vfl.checkpoint as checkpoint
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError, DivergedError
 from fedstream.runs.checkpoint import CheckpointError
+from fedstream.runs.device import resolve_device
 from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.data import VerticalImages, load_vertical
-from fedstream.vfl.models import build_models
+from fedstream.vfl.models import build_models, build_models_alone
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.protocol import (
     Batch,
@@ -93,7 +95,22 @@ def run_batch_vfl(settings: BatchVFLSettings, data_root: str | os.PathLike | Non
         raise ConfigError("resume = True needs out (the folder holding checkpoint.pt)")
     with one_torch_thread():
         return _run(settings.resolved(), resolve_data_root(data_root), seed, progress,
-                    None if out is None else Path(out), resume)
+                    None if out is None else Path(out), resume).summary
+
+
+class Trained(NamedTuple):
+    """A finished run's summary and its parties (what an estimator keeps to predict with)."""
+
+    summary: dict
+    clients: list[BatchClient]
+    server: BatchServer
+    transport: object
+
+
+def train_on(settings: BatchVFLSettings, data: VerticalImages | VerticalTable, *, seed: int) -> Trained:
+    """:func:`run_batch_vfl`'s training on rows already in memory (``data``), in this process."""
+    with one_torch_thread():
+        return _run(settings.resolved(), Path("."), seed, None, None, False, data)
 
 
 def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[str]:
@@ -103,9 +120,10 @@ def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[s
             if not all(bool(torch.isfinite(p).all()) for p in model.parameters())]
 
 
-def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool) -> dict:
+def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool,
+         data: VerticalImages | VerticalTable | None = None) -> Trained:
     tic = time.perf_counter()
-    data = load_vertical(settings, root)
+    data = load_vertical(settings, root) if data is None else data
     clients, server = build_parties(settings, data, seed)
     transport = make_transport(settings.clients, settings.compression)
     spec = settings.selection
@@ -148,7 +166,7 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     if isinstance(data, VerticalTable):
         summary |= data.summary_fields()
     writer.summary(summary)
-    return summary
+    return Trained(summary, clients, server, transport)
 
 
 def data_inputs(data: VerticalImages) -> Callable[[Batch], list[torch.Tensor]]:
@@ -242,26 +260,28 @@ def build_parties(
     settings: BatchVFLSettings, data: VerticalImages, seed: int
 ) -> tuple[list[BatchClient], BatchServer]:
     """Clients and server with models initialised from ``seed`` (the global torch RNG is left as it was).
-    With participant selection the server gets the padding of ``selection.padding``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        client_models, server_model = build_models(
-            settings.dataset,
-            data.strip_shapes(),
-            embedding=settings.embedding,
-            hidden=settings.hidden,
-            resnet_width=settings.resnet_width,
-            n_classes=data.n_classes,
-            server_hidden=settings.server_hidden,
-        )
-    clients = [BatchClient(m, model, settings.lr) for m, model in enumerate(client_models)]
+    With participant selection the server gets the padding of ``selection.padding``. A table with
+    one file per party: each party's model from its own seed, and a client whose strip shape is
+    None (a deployed node's view of the others) is None."""
+    sizes = dict(embedding=settings.embedding, hidden=settings.hidden, resnet_width=settings.resnet_width,
+                 n_classes=data.n_classes, server_hidden=settings.server_hidden)
+    if settings.own_draws:
+        client_models, server_model = build_models_alone(settings.dataset, data.strip_shapes(), seed=seed,
+                                                         **sizes)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            client_models, server_model = build_models(settings.dataset, data.strip_shapes(), **sizes)
+    device = resolve_device(settings.device)
+    clients = [None if model is None else BatchClient(m, model, settings.lr, device)
+               for m, model in enumerate(client_models)]
     spec = settings.selection
     padding = None
     if spec.active:
         kwargs = {"alpha": spec.ema_alpha} if spec.padding == "ema" else {}
         padding = make_padding(spec.padding, settings.clients, settings.embedding, **kwargs)
     return clients, BatchServer(
-        server_model, settings.clients, settings.embedding, settings.lr, padding=padding
+        server_model, settings.clients, settings.embedding, settings.lr, padding=padding, device=device
     )
 
 

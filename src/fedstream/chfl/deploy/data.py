@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +68,10 @@ class NodePart:
 
 
 def chfl_config_settings(config: dict) -> CHFLSettings:
-    """The run's CHFL settings; a bad value is reported by its config key (``chfl.*``)."""
+    """The run's CHFL settings; a bad value is reported by its config key (``chfl.*``). Deployed
+    parties compute on the CPU (``device`` applies to the simulator)."""
     with named_by_config():
-        return chfl_settings(config)
+        return replace(chfl_settings(config), device="cpu")
 
 
 SPLIT_FIELDS = ("dataset", "clients", "common_ratio", "split", "split_index", "max_rows")

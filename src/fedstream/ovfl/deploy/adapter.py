@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fedstream.data.table_party import per_party
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
 from fedstream.ovfl.deploy.parties import check_deployable, server_stream
-from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 
 
 class OnlineVFLAdapter:
@@ -31,10 +32,14 @@ class OnlineVFLAdapter:
 
     def node_data(
         self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None
-    ) -> BlockRows:
+    ) -> BlockRows | PartyRows:
+        if per_party(config):  # its own table file, and no other
+            return PartyRows(config, index)
         return BlockRows(config, index, data_root=data_root, cache_dir=cache_dir)
 
-    def host(self, config: dict, index: int, *, data: BlockRows, state: dict | None = None) -> ClientHost:
+    def host(
+        self, config: dict, index: int, *, data: BlockRows | PartyRows, state: dict | None = None
+    ) -> ClientHost:
         return ClientHost(config, index, rows=data, state=state)
 
     def serve(self, config: dict, settings: dict, runtime) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data import Stream
+from fedstream.data.table_party import per_party
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
@@ -48,7 +49,7 @@ from fedstream.ovfl.deploy.parties import (
 )
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
-from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary
+from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary, table_rounds
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
@@ -101,7 +102,11 @@ class NetworkVFL:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
         self.config, self.stream = config, stream
         source = stream.source
-        self.blocks = feature_blocks(source.n_features, M)
+        # one table file per party: the server knows neither the clients' widths nor their columns
+        self.blocks = None if per_party(config) else feature_blocks(source.n_features, M)
+        if per_party(config):
+            config["rounds"] = table_rounds(config, source)  # as the simulator: rows x passes at most
+        self.ids = getattr(source, "ids", None)  # ServerTable: the digest of the server file's ids
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
         self.server.stand_in = self.node_padding
@@ -142,6 +147,11 @@ class NetworkVFL:
         rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
         return query._replace(rows=rows)
 
+    def _node_round(self, got: SetupReply) -> int:
+        if got.round >= self.t:
+            raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
+        return got.round
+
     def setup(
         self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
     ) -> set[int]:
@@ -152,15 +162,22 @@ class NetworkVFL:
         tr = self.transport
 
         def accept(m: int, reply) -> int:
-            got, block = SetupReply.read(reply.info, "setup reply"), self.blocks[m]
+            got = SetupReply.read(reply.info, "setup reply")
+            if self.blocks is None:
+                if got.client != m or got.ids != self.ids:
+                    raise ProtocolError(
+                        f"the node reports client {got.client} with ids {got.ids}, expected client {m} "
+                        f"with the server file's ids in its order ({self.ids}): in a deployment every "
+                        "party's file lists the same ids in the same order"
+                    )
+                return self._node_round(got)
+            block = self.blocks[m]
             if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
                 raise ProtocolError(
                     f"the node reports client {got.client} with features {got.block_start}:{got.block_stop}, "
                     f"expected client {m} with features {block.start}:{block.stop}"
                 )
-            if got.round >= self.t:
-                raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
-            return got.round
+            return self._node_round(got)
 
         info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
         rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
@@ -350,6 +367,7 @@ class NetworkVFL:
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
             | self._selection_summary()
+            | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
         )
 
     def _selection_summary(self) -> dict:

@@ -50,7 +50,7 @@ from fedstream.ovfl.deploy.parties import (
     server_decides,
 )
 from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest, SetupReply
-from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.transport.messages import Gradient, Message, Query
 
@@ -68,7 +68,8 @@ class ClientHost:
     """Client party ``index`` of a run, fed its own feature block by ``rows``."""
 
     def __init__(
-        self, config: dict, index: int, *, rows: BlockRows, state: dict[str, np.ndarray] | None = None
+        self, config: dict, index: int, *, rows: BlockRows | PartyRows,
+        state: dict[str, np.ndarray] | None = None,
     ):
         self.config, self.index, self.rows = config, index, rows
         if rows.index != index:
@@ -103,7 +104,8 @@ class ClientHost:
             # read (and cache) the block of the first rounds now, not in round time
             self.rows.rows(env.round, 1)
             reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
-                               block_start=self.rows.block.start, block_stop=self.rows.block.stop)
+                               block_start=self.rows.block.start, block_stop=self.rows.block.stop,
+                               ids=self.rows.ids)
             return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
             return self._on_batch(env, RoundRequest.read(env.info, where))

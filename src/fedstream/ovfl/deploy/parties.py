@@ -11,8 +11,10 @@ its node by :class:`fedstream.ovfl.deploy.rows.BlockRows`) and the server only t
 (:func:`server_stream`: for the image data sets it reads the label file and the image file's
 16-byte header, never a pixel; a tabular CSV holds labels and features in one file, so there the
 server parses the file and keeps only the labels). The sources compute whole rows (an image is
-decoded whole), so a client's "only its block" is what it keeps and uses; a party whose own files
-hold only its columns would plug in at ``client_rows``.
+decoded whole), so a client's "only its block" is what it keeps and uses. A table with one file per
+party (``data.path = "server.csv;bank.csv;..."``) is where a party's own file holds only its own
+columns: there each process opens its own file and no other (:mod:`fedstream.data.table_party`),
+and each party draws its initial weights alone (:func:`fedstream.ovfl.parties.own_draws`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ from fedstream.data import Stream, resolve_data_root
 from fedstream.data.idx import read_idx_labels
 from fedstream.data.paths import find_file
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
+from fedstream.data.table_party import ServerTable, per_party
+from fedstream.data.table_source import TableSpec
 from fedstream.errors import ConfigError
 from fedstream.ovfl.activation import Activation, activation_from_config
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream
+from fedstream.ovfl.parties import build_client as build_own_client
 from fedstream.ovfl.parties import build_parties
+from fedstream.ovfl.parties import build_server as build_own_server
 from fedstream.ovfl.server import Server
 from fedstream.transport import CompressionSpec
 
@@ -42,9 +48,14 @@ SERVER_SIDE_ACTIVATIONS = ("topl",)
 
 def check_deployable(config: dict) -> None:
     """Reject what the network backend does not carry yet for online VFL, naming the key."""
-    if config["data.name"] == "table":
-        raise ConfigError('data.name = "table" does not run over fedstream deploy yet; run it with '
-                          "fedstream run (the simulator)")
+    if config["data.name"] == "table" and not per_party(config):
+        raise ConfigError('data.name = "table" deploys with one file per party (data.path = '
+                          '"server.csv;client0.csv;...", each process opens only its own); one file '
+                          "holding every party's columns runs with fedstream run (the simulator)")
+    if per_party(config) and config["stream.drift"] != "none":
+        raise ConfigError(f"stream.drift = {config['stream.drift']!r}: a deployed table's stream is its "
+                          "rows in file order (the client parties hold no label to draw from); "
+                          "expected 'none'")
     if config["activation.name"] not in CLIENT_SIDE_ACTIVATIONS + SERVER_SIDE_ACTIVATIONS:
         raise ConfigError(
             f"activation.name = {config['activation.name']!r}: over Flower a client decides its own "
@@ -56,7 +67,13 @@ def check_deployable(config: dict) -> None:
 
 
 def build_client(config: dict, index: int, n_features: int) -> Client:
-    """Client ``index`` with the initial weights the simulator gives it."""
+    """Client ``index`` with the initial weights the simulator gives it (``n_features``: the data
+    set's; with one file per party, the client's own width)."""
+    if per_party(config):
+        if not 0 <= index < config["vfl.clients"]:
+            raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = "
+                              f"{config['vfl.clients'] - 1}")
+        return build_own_client(config, index, n_features)
     blocks = feature_blocks(n_features, config["vfl.clients"])
     if not 0 <= index < len(blocks):
         raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = {len(blocks) - 1}")
@@ -66,6 +83,8 @@ def build_client(config: dict, index: int, n_features: int) -> Client:
 
 def build_server(config: dict, n_features: int, n_classes: int) -> Server:
     """The server with the initial weights the simulator gives it."""
+    if per_party(config):
+        return build_own_server(config, config["vfl.clients"], n_classes)
     blocks = feature_blocks(n_features, config["vfl.clients"])  # every client's draw comes first
     return build_parties(config, [block.stop - block.start for block in blocks], n_classes)[1]
 
@@ -155,6 +174,8 @@ def server_stream(config: dict, data_root: str | None = None) -> Stream:
     """The stream as the server party sees it: labels only for the image data sets (see the module doc)."""
     if data_root:
         config = dict(config, **{"data.root": data_root})
+    if per_party(config):  # its own file only: ids and labels
+        return Stream(ServerTable(TableSpec.from_config(config)), seed=config["seed"])
     if config["data.name"] not in IMAGE_DIRS:
         return party_stream(config)
     return Stream(

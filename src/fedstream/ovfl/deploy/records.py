@@ -2,7 +2,8 @@
 :mod:`fedstream.deploy.records`; these are the typed ``info`` that goes with them).
 
 * ``setup``: :class:`~fedstream.deploy.records.Setup`; the reply, :class:`SetupReply`, says which
-  client and feature block the node holds and the round it is at.
+  client and feature block the node holds and the round it is at (with one table file per party:
+  the digest of its file's ids, which must be the server file's, in the same order).
 * ``round`` (:class:`RoundRequest`): rounds ``round .. round + events - 1`` have arrived (a batch
   of ``network.batch`` events, B). Its parts are first the gradients of the node's activated
   events of the previous batch (rounds ``grad_rounds``, in order: they ride along instead of
@@ -72,6 +73,7 @@ class SetupReply(Record):
     n_features: int
     block_start: int
     block_stop: int
+    ids: str | None = None  # a table with one file per party: the digest of the node's ids, in file order
 
 
 @dataclass(kw_only=True)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedstream.data.table_party import ClientTable
+from fedstream.data.table_source import TableSpec
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
@@ -40,6 +42,8 @@ ROW_KEYS = (
 class BlockRows:
     """Client ``index``'s columns of the rounds of ``config``'s stream, cached per chunk in ``cache_dir``
     (``None``: no cache, the stream is built in this process)."""
+
+    ids: str | None = None  # only a party's own table file has them (PartyRows)
 
     def __init__(
         self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
@@ -113,3 +117,25 @@ class BlockRows:
     def _write(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)
+
+
+class PartyRows:
+    """Client ``index``'s rows of a table with one file per party, read from its own file and no other
+    (:class:`~fedstream.data.table_party.ClientTable`): ``n_features`` is its own width, ``block``
+    all of it, ``ids`` the digest of its ids (the server checks them against its own)."""
+
+    def __init__(self, config: dict, index: int):
+        M = config["vfl.clients"]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
+            raise ConfigError(
+                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
+            )
+        self.index = index
+        self.table = ClientTable(TableSpec.from_config(config), index)
+        self.n_features = self.table.width
+        self.block = slice(0, self.table.width)
+        self.ids = self.table.ids
+
+    def rows(self, t0: int, n: int) -> np.ndarray:
+        """float32 (n, width): this client's features of rounds t0..t0+n-1."""
+        return self.table.rows(t0, n)

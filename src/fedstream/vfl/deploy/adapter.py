@@ -19,9 +19,10 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 from fedstream.vfl.checkpoint import NAME
-from fedstream.vfl.deploy.data import ClientBlock, load_block, load_labels
+from fedstream.vfl.deploy.data import ClientBlock, batch_settings, load_block, load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
 from fedstream.vfl.deploy.host import BatchVFLHost
+from fedstream.vfl.deploy.table import TableBlock, load_table_block, load_table_labels
 
 
 class BatchVFLAdapter:
@@ -36,16 +37,23 @@ class BatchVFLAdapter:
 
     def node_data(
         self, config: dict, index: int, *, data_root: str | None, cache_dir: Path | None
-    ) -> ClientBlock:
+    ) -> ClientBlock | TableBlock:
+        if batch_settings(config).own_draws:  # a table with one file per party: its own file, no other
+            return load_table_block(config, index)
         return load_block(config, index, data_root=data_root, cache_dir=cache_dir)
 
-    def host(self, config: dict, index: int, *, data: ClientBlock, state: dict | None = None) -> BatchVFLHost:
+    def host(
+        self, config: dict, index: int, *, data: ClientBlock | TableBlock, state: dict | None = None
+    ) -> BatchVFLHost:
         return BatchVFLHost(config, index, rows=data, state=state)
 
     def serve(self, config: dict, settings: dict, runtime) -> None:
         if settings["resume"] and not settings["out"]:
             raise ConfigError("resume: needs out, the folder holding the server's checkpoint.pt")
-        labels = load_labels(config, settings["data-root"] or None)
+        if batch_settings(config).own_draws:  # a table with one file per party: its own file, no other
+            labels = load_table_labels(config)
+        else:
+            labels = load_labels(config, settings["data-root"] or None)
         link = runtime.connect(config["vfl.clients"])
 
         def progress(p: dict) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +46,8 @@ N_CLASSES = 10
 
 def batch_settings(config: dict) -> BatchVFLSettings:
     """The resolved batch VFL settings of a ``task = "vfl"`` config (the paper's lr and embedding
-    filled in)."""
-    return BatchVFLSettings.from_config(config).resolved()
+    filled in). Deployed parties compute on the CPU (``device`` applies to the simulator)."""
+    return replace(BatchVFLSettings.from_config(config).resolved(), device="cpu")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Layout:
     """How the images are cut: each client's strip and its input shape (C, h, w); no data needed."""
 
     strips: list[slice]
-    shapes: list[tuple[int, int, int]]
+    shapes: list[tuple[int, int, int] | None]  # None: a client whose shape this party does not know
     axis: int  # 2: strips of pixel rows, 3: of columns
     n_classes: int = N_CLASSES
 
@@ -154,6 +154,9 @@ class ServerLabels:
     dataset: str
     train_y: np.ndarray
     test_y: np.ndarray
+    n_classes: int = 10
+    ids: str | None = None  # a table with one file per party: the digest of the server file's ids
+    classes: list | None = None  # a table: the label value of each class
 
 
 LABEL_DIRS = {

@@ -49,10 +49,12 @@ from fedstream.vfl.deploy.data import (
 )
 from fedstream.vfl.deploy.proxy import RemoteCohort
 from fedstream.vfl.deploy.records import EVALUATION, boundary_of
+from fedstream.vfl.deploy.table import table_layout
 from fedstream.vfl.deploy.vfps import check_size
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
     MetricsWriter,
+    build_parties,
     play_epochs,
     run_summary,
     selection_columns,
@@ -70,7 +72,10 @@ class NetworkBatchVFL:
         self.config, self.labels, self.out, self.progress = config, labels, out, progress
         self.settings = s = batch_settings(config)
         self.seed = config["seed"]
-        self.server = build_party(s, self.seed)[1]  # the top model; the client models are the nodes'
+        if s.own_draws:  # a table with one file per party: the server draws its model alone
+            self.server = build_parties(s, table_layout(s.clients, labels.n_classes, {}), self.seed)[1]
+        else:
+            self.server = build_party(s, self.seed)[1]  # the top model; the client models are the nodes'
         if self.server.padding is None:  # stands in for a node that is down (never used without a fault)
             self.server.padding = make_padding("zero", s.clients, s.embedding)
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
@@ -103,9 +108,12 @@ class NetworkBatchVFL:
         )
         c.keeping = path is not None
         tic = time.perf_counter() - self.seconds
-        shapes = layout(s).shapes
-        expected = {m: {"shape": list(shapes[m]), "n_train": len(self.labels.train_y),
-                        "n_test": len(self.labels.test_y)} for m in range(s.clients)}
+        rows = {"n_train": len(self.labels.train_y), "n_test": len(self.labels.test_y)}
+        if s.own_draws:  # each node's own width; its file's ids must be the server's, in its order
+            expected = {m: rows | {"ids": self.labels.ids} for m in range(s.clients)}
+        else:
+            shapes = layout(s).shapes
+            expected = {m: {"shape": list(shapes[m])} | rows for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
         writer = MetricsWriter(
             self.out, selection_columns(s.clients) if self.part is not None else [], self.rows
@@ -137,7 +145,7 @@ class NetworkBatchVFL:
                 "per_client": c.selection_bytes,
                 "total": sum(b["up"] + b["down"] for b in c.selection_bytes),
             },
-        }
+        } | ({} if self.labels.classes is None else {"classes": self.labels.classes})  # a table's labels
         writer.summary(self.summary)
         return self.summary
 

@@ -73,10 +73,12 @@ from fedstream.vfl.deploy.records import (
     TrainRequest,
     read_request,
 )
+from fedstream.vfl.deploy.table import TableBlock, table_layout
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, local_distances
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.settings import MAX_U16
+from fedstream.vfl.trainer import build_parties
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
 
@@ -103,18 +105,23 @@ class BatchVFLHost:
     """Client party ``index`` of a batch VFL run, holding only its own strip of the images (``rows``)."""
 
     def __init__(
-        self, config: dict, index: int, *, rows: ClientBlock, state: dict[str, np.ndarray] | None = None
+        self, config: dict, index: int, *, rows: ClientBlock | TableBlock,
+        state: dict[str, np.ndarray] | None = None,
     ):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data block is client {rows.index}'s")
         self.config, self.index, self.block = config, index, rows
         self.settings = s = batch_settings(config)
-        want = list(layout(s).shapes[index])
-        if rows.sizes()["shape"] != want:
-            raise ProtocolError(
-                f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}"
-            )
-        self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
+        if s.own_draws:  # a table with one file per party: its own width, its own draw (n_classes unused)
+            own = table_layout(s.clients, 2, {index: tuple(rows.sizes()["shape"])})
+            self.client = build_parties(s, own, config["seed"])[0][index]
+        else:
+            want = list(layout(s).shapes[index])
+            if rows.sizes()["shape"] != want:
+                raise ProtocolError(
+                    f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}"
+                )
+            self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
         self.end = ClientEndpoint(index, s.compression)
         down = down_codec(s.compression)
         self.probe = None if down is None else down[1]  # stateless: checks a gradient before anything changes

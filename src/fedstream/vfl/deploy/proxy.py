@@ -177,8 +177,10 @@ class RemoteCohort(Session):
 
         def accept(m: int, reply: Envelope) -> tuple[dict, int, int]:
             r = SetupReply.read(reply.info, "setup reply", t=self.t)
-            got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test}
+            got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test,
+                   "ids": r.ids}
             want = {"client": m} | expected[m]
+            got = {k: got[k] for k in want}  # a table with one file per party: no shape, its ids' digest
             if got != want:
                 raise ProtocolError(
                     f"the node reports {got}, expected {want}: it does not hold this run's data set or "

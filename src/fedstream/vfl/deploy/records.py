@@ -125,6 +125,7 @@ class SetupReply(Record):
     n_test: int
     step: int
     pending: int
+    ids: str | None = None  # a table with one file per party: the digest of the node's ids, in file order
 
     def check(self, where: str, *, t: int = 0, **context) -> None:
         if not -1 <= self.step < t or self.pending not in (-1, self.step):

@@ -1,0 +1,83 @@
+"""Batch VFL deployed on a table with one file per party (``data.path = "server.csv;bank.csv;..."``).
+
+Each process opens its own file and no other (:mod:`fedstream.data.table_party`):
+
+* client m (:func:`load_table_block`): its columns, encoded and standardised by its own training
+  rows, cut into train and test rows as the simulator cuts the table (the last
+  ``data.test_fraction`` of the rows are the test rows); it reports their shape, counts and the
+  digest of its ids at setup;
+* the server (:func:`load_table_labels`): the labels, their classes and the digest of its ids.
+
+No party knows another's width, so each draws its own model from its own seed
+(:func:`fedstream.vfl.models.build_models_alone`; the simulator does the same on these files):
+:func:`table_layout` gives a party the shapes it knows, None for the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedstream.data.table_party import ClientTable, ServerTable, holdout_rows
+from fedstream.data.table_source import TableSpec
+from fedstream.errors import ConfigError
+from fedstream.vfl.deploy.data import Layout, ServerLabels, batch_settings
+from fedstream.vfl.table_data import ALL_ROWS
+
+
+def table_spec(config: dict) -> TableSpec:
+    settings = batch_settings(config)
+    keys = dict(settings.table)
+    if keys["data.test_path"]:
+        raise ConfigError("data.test_path: a deployed table with one file per party holds out its test rows "
+                          "by data.test_fraction; leave data.test_path out")
+    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"], None,
+                     settings.clients, ALL_ROWS)
+
+
+@dataclass
+class TableBlock:
+    """Client ``index``'s own columns of the train and test rows (float32, standardised), nothing else."""
+
+    index: int
+    train_x: np.ndarray
+    test_x: np.ndarray
+    ids: str
+
+    def inputs(self, split: str, rows: np.ndarray) -> torch.Tensor:
+        """float32 (len(rows), width): the input the simulator's client gets for these rows."""
+        x = self.train_x if split == "train" else self.test_x
+        return torch.from_numpy(np.ascontiguousarray(x[rows]))
+
+    def sizes(self) -> dict:
+        """What the node tells the server at setup: its input shape, row counts and ids' digest."""
+        return {"shape": [1, 1, int(self.train_x.shape[1])], "n_train": int(self.train_x.shape[0]),
+                "n_test": int(self.test_x.shape[0]), "ids": self.ids}
+
+
+def load_table_block(config: dict, index: int) -> TableBlock:
+    """Client ``index``'s block, read from its own file (``data.path``'s file ``index + 1``)."""
+    settings = batch_settings(config)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
+        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and vfl.clients - 1 = "
+                          f"{settings.clients - 1}")
+    own = ClientTable(table_spec(config), index, holdout=dict(settings.table)["data.test_fraction"])
+    cut = own.n_base - own.n_holdout
+    return TableBlock(index, own.X[:cut][:settings.train_rows], own.X[cut:][:settings.test_rows], own.ids)
+
+
+def load_table_labels(config: dict) -> ServerLabels:
+    """The server's labels, from its own file, cut as the simulator cuts them."""
+    settings = batch_settings(config)
+    server = ServerTable(table_spec(config))
+    cut = server.n_base - holdout_rows(server.n_base, dict(settings.table)["data.test_fraction"])
+    y = server.base_labels
+    return ServerLabels("table", y[:cut][:settings.train_rows], y[cut:][:settings.test_rows],
+                        n_classes=server.n_classes, ids=server.ids, classes=list(server.classes))
+
+
+def table_layout(n_clients: int, n_classes: int, own: dict[int, tuple[int, int, int]]) -> Layout:
+    """What a party knows of the inputs: its own shape (``own``), None for every other client."""
+    return Layout([], [own.get(m) for m in range(n_clients)], 2, n_classes)

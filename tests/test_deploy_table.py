@@ -1,0 +1,164 @@
+"""A table with one file per party, deployed (issue 21): each process opens only its own file, and the
+deployed run is the simulator's on the same files (gRPC in one process, B = 1)."""
+
+from __future__ import annotations
+
+import csv
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fedstream.data.table_party
+import fedstream.data.table_source
+from fedstream.config import load_config
+from fedstream.errors import ConfigError
+from fedstream.ovfl.deploy.parties import check_deployable
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTIES = {"server": ["segment"], "bank": ["income", "balance", "loans", "card_spend"],
+           "shop": ["visits", "basket", "returns", "channel"],
+           "telecom": ["minutes", "data_gb", "tenure", "late_payments"]}
+
+
+def split_customers(folder: Path, rows: int = 300, *, reverse: str | None = None) -> list[Path]:
+    """examples/customers.csv's first ``rows`` rows as one file per party (id + its columns);
+    ``reverse``: that party's file lists its rows in reverse order."""
+    with open(ROOT / "examples" / "customers.csv") as f:
+        table = list(csv.DictReader(f))[:rows]
+    paths = []
+    for party, columns in PARTIES.items():
+        path = folder / f"{party}.csv"
+        body = table[::-1] if party == reverse else table
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", *columns])
+            writer.writerows([r["id"], *(r[c] for c in columns)] for r in body)
+        paths.append(path)
+    return paths
+
+
+def table_config(paths: list[Path], **more) -> dict:
+    return load_config(None, {
+        "task": "ovfl", "data.name": "table", "data.path": ";".join(map(str, paths)), "data.id": "id",
+        "data.label": "segment", "data.categorical": "channel", "data.stats_rows": 200, "stream.passes": 2,
+        "model.embedding": 8, "activation.name": "random", "activation.p": 0.7, "eval.interval": 100,
+        "seed": 3} | more)
+
+
+def test_one_file_tables_and_drift_are_refused_by_name(tmp_path):
+    paths = split_customers(tmp_path, 40)
+    with pytest.raises(ConfigError, match="one file per party"):
+        check_deployable(load_config(None, {"data.name": "table", "data.path": str(ROOT / "examples" /
+                                                                                   "customers.csv")}))
+    with pytest.raises(ConfigError, match="stream.drift"):
+        check_deployable(table_config(paths, **{"stream.drift": "abrupt"}))
+
+
+def test_each_party_opens_only_its_own_file_and_the_run_is_the_simulators(tmp_path, monkeypatch):
+    pytest.importorskip("grpc")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+    from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.ovfl_deploy import assert_same_as_simulator, party_models, simulate
+
+    paths = split_customers(tmp_path)
+    config = table_config(paths)
+    engine, sizes, want = simulate(dict(config))
+    opened: dict[str, set[str]] = {}
+    read = fedstream.data.table_party.read_table
+
+    def spy(path):
+        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
+        return read(path)
+
+    def nothing_else(path):
+        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
+
+    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
+    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3),
+                         stream=server_stream(config), record_sizes=True)
+        net.run()
+        reports = net.finish(models=True)
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]
+    assert_same_as_simulator(engine, party_models(net, reports))
+    assert net.transport.sizes == sizes
+    got = net.summary()
+    assert got["rounds"] == 600 and got["faults"] == []
+    for key in ("bytes", "activation_rate", "accumulated_error", "interval_errors"):
+        assert got[key] == want[key], key
+    files = [p.name for p in paths]
+    assert opened.pop(threading.current_thread().name) == {files[0]}  # the server: ids and labels
+    assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened
+
+
+def test_a_client_file_in_another_order_is_refused_at_setup(tmp_path):
+    pytest.importorskip("grpc")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    config = table_config(split_customers(tmp_path, 60, reverse="shop"))
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(config))
+        net.run()
+        net.finish()
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]
+    refused = [f for f in net.transport.faults if f["client"] == 1 and f["request"] == "setup"]
+    assert refused and "same ids in the same order" in refused[0]["reason"]
+    assert net.summary()["missed_events"] == [0, 60 * 2, 0]  # the shop's rows are never used
+
+
+def test_the_simulator_draws_each_partys_model_alone(tmp_path):
+    """With one file per party the initial weights do not depend on the other parties' widths."""
+    from fedstream.ovfl.parties import build_parties
+
+    config = table_config(split_customers(tmp_path, 40))
+    clients, server = build_parties(config, [4, 5, 4], 3)
+    alone, _ = build_parties(config, [9, 5], None)
+    np.testing.assert_array_equal(clients[1].model.parameters()[0], alone[1].model.parameters()[0])
+
+
+def test_batch_vfl_with_one_file_per_party_over_grpc_is_the_simulators(tmp_path, monkeypatch):
+    """Batch VFL on the per-party files: each node reads only its own file, the server only its own;
+    the simulator's epochs, bytes and models (torch's tolerance, as for the images)."""
+    pytest.importorskip("grpc")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.vfl.deploy.driver import NetworkBatchVFL
+    from fedstream.vfl.deploy.table import load_table_labels
+    from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.models import assert_same_models
+    from tests.helpers.vfl_deploy import ATOL, assert_same_run, deployed_models, simulate_vfl
+
+    paths = split_customers(tmp_path, 200)
+    config = load_config(None, {
+        "task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)), "data.id": "id",
+        "data.label": "segment", "data.categorical": "channel", "data.test_fraction": 0.25,
+        "model.hidden": 16, "train.epochs": 2, "train.batch_size": 32, "optimizer.lr": 0.05, "seed": 2})
+    want, want_models = simulate_vfl(config)
+    opened: dict[str, set[str]] = {}
+    read = fedstream.data.table_party.read_table
+
+    def spy(path):
+        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
+        return read(path)
+
+    def nothing_else(path):
+        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
+
+    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
+    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        net = NetworkBatchVFL(config, GrpcRuntime(link).connect(3), labels=load_table_labels(config))
+        got = net.run(models=True)
+    assert all(n.error is None for n in nodes) and got["faults"] == []
+    assert_same_run(got, want)
+    assert_same_models(deployed_models(net), want_models, atol=ATOL)
+    files = [p.name for p in paths]
+    assert opened.pop(threading.current_thread().name) == {files[0]}
+    assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened

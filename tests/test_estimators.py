@@ -1,0 +1,129 @@
+"""``fedstream.vfl.VFLClassifier`` and ``fedstream.chfl.CHFLClassifier`` (issue 21): scikit-learn's
+conventions, and the same accuracy as ``fedstream run`` on the same data, settings and seed."""
+
+from __future__ import annotations
+
+import csv
+import doctest
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fedstream.chfl.estimator
+import fedstream.vfl.estimator
+from fedstream.chfl import CHFLClassifier
+from fedstream.chfl.splits import split_rows
+from fedstream.cli import main
+from fedstream.errors import NotFittedError
+from fedstream.vfl import VFLClassifier
+
+ROOT = Path(__file__).resolve().parents[1]
+CUSTOMERS = ROOT / "examples" / "customers.csv"
+BANK = ["income", "balance", "loans", "card_spend"]
+SHOP = ["visits", "basket", "returns", "channel"]
+TELECOM = ["minutes", "data_gb", "tenure", "late_payments"]
+
+
+class Frame:
+    """A stand-in for a pandas DataFrame (pandas is not installed here): ``columns`` and columns
+    with ``to_numpy``, which is all the estimators read of one."""
+
+    class Column:
+        def __init__(self, values):
+            self.values = values
+
+        def to_numpy(self):
+            return self.values
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        self.data = columns
+        self.columns = list(columns)
+
+    def __getitem__(self, name):
+        return Frame.Column(self.data[name])
+
+
+def customers(rows: slice = slice(None)) -> tuple[Frame, np.ndarray]:
+    with open(CUSTOMERS) as f:
+        table = list(csv.DictReader(f))[rows]
+    features = {c: np.array([r[c] for r in table]) for c in BANK + SHOP + TELECOM}
+    return Frame(features), np.array([r["segment"] for r in table])
+
+
+@pytest.mark.parametrize("module", [fedstream.vfl.estimator, fedstream.chfl.estimator])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("cls", [VFLClassifier, CHFLClassifier])
+def test_scikit_learn_conventions(cls):
+    clf = cls(seed=3, categorical=["c"])
+    assert clf.get_params()["seed"] == 3 and clf.get_params()["categorical"] == ["c"]  # stored as given
+    assert clf.set_params(seed=4) is clf and clf.seed == 4
+    with pytest.raises(ValueError, match="Invalid parameter 'nope'"):
+        clf.set_params(nope=1)
+    X = np.random.default_rng(0).normal(size=(60, 4))
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        clf.predict(X)
+    assert isinstance(NotFittedError("x"), (ValueError, AttributeError))
+    clf = cls(**({"hidden": 8, "epochs": 1} if cls is VFLClassifier else
+                 {"clients": 2, "hidden": (8,), "rounds": 1, "local_epochs": 1, "mus": (0.0,)}))
+    with pytest.raises(ValueError, match="Expected 2D array, got 1D array"):
+        clf.fit(X[:, 0], np.arange(60) % 2)
+    with pytest.raises(ValueError, match=r"y has shape \(59,\)"):
+        clf.fit(X, np.arange(59) % 2)
+    assert clf.fit(X, np.arange(60) % 2) is clf
+    assert clf.n_features_in_ == 4 and clf.classes_.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="X has 3 features, but .* is expecting 4"):
+        clf.predict(X[:, :3])
+    proba = clf.predict_proba(X[:5])
+    assert proba.shape == (5, 2) and np.allclose(proba.sum(axis=1), 1)
+    assert set(clf.predict(X).tolist()) <= {0, 1} and 0 <= clf.score(X, np.arange(60) % 2) <= 1
+
+
+def test_vfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
+    run = tmp_path / "run"
+    assert main(["run", str(ROOT / "examples" / "customers-vfl.toml"), "--quiet", "--out", str(run),
+                 "--set", f"data.path={CUSTOMERS}", "--set", "train.epochs=5"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    n_train = summary["train_rows"]
+    X, y = customers(slice(0, n_train))
+    clf = VFLClassifier(partition={"bank": BANK, "shop": SHOP, "telecom": TELECOM}, categorical="channel",
+                        hidden=32, epochs=5, batch_size=32, lr=0.05, seed=0).fit(X, y)
+    assert clf.client_columns_ == summary["client_columns"]
+    assert [r["train_loss"] for r in clf.history_] == [r["train_loss"] for r in summary["per_epoch"]]
+    assert clf.bytes_ == summary["bytes"]
+    X_test, y_test = customers(slice(n_train, None))
+    assert clf.score(X_test, y_test) == pytest.approx(summary["final_accuracy"])
+    assert clf.feature_names_in_.tolist() == BANK + SHOP + TELECOM
+
+
+def test_chfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
+    run = tmp_path / "run"
+    assert main(["run", str(ROOT / "examples" / "customers-chfl.toml"), "--quiet", "--out", str(run),
+                 "--set", f"data.path={CUSTOMERS}"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    X, y = customers()
+    clf = CHFLClassifier(clients=3, common_ratio=0.3, hidden=(64, 32), rounds=3, local_epochs=3, lrs=(0.003,),
+                         mus=(0.0, 0.5), categorical="channel", seed=0).fit(X, y)
+    assert clf.result_["test_acc"] == summary["test_acc"]
+    assert clf.result_["bytes"] == summary["bytes"]
+    test = split_rows(len(y), 3, seed=0).test
+    X_test = Frame({c: v[test] for c, v in X.data.items()})
+    scores = [clf.score(X_test, y[test], client=k) for k in range(3)]
+    np.testing.assert_allclose(scores, summary["test_acc_per_client"])
+
+
+def test_vfl_classifier_compresses_as_the_run_does():
+    """``compression`` is the run's compression.* keys: top-k embeddings send fewer bytes up."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(120, 4))
+    y = (X[:, 0] > 0).astype(int)
+    plain, topk = (VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, compression=c).fit(X, y)
+                   for c in (None, {"up": "topk", "ratio": 0.25}))
+    assert topk.bytes_["up"] < plain.bytes_["up"] and topk.bytes_["down"] == plain.bytes_["down"]
+    with pytest.raises(ValueError, match="compression.up"):
+        VFLClassifier(compression={"up": "zip"}).fit(X, y)
