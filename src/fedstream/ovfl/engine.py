@@ -213,8 +213,10 @@ class OnlineVFL:
 
     def _segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
         """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
-        checkpoint or progress report, or the chunk's ``stop``."""
+        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1)."""
         t = base + j
+        if h.on_round is not None:  # the callback sees the state after its round (it may change it)
+            return j + 1
         every = [self.metrics.interval] + [n for n in (h.checkpoint_every,) if n]
         if h.on_progress is not None:
             every.append(h.progress_every)
