@@ -154,3 +154,18 @@ def test_fused_compute_clock():
     assert 0 < s["client_compute_seconds"] and 0 < s["server_compute_seconds"]
     assert s["client_compute_seconds"] + s["server_compute_seconds"] <= s["wall_seconds"]
     assert s["client_cpu_seconds"] <= s["client_compute_seconds"] * 1.0001
+
+
+@pytest.mark.parametrize("optimizer", ["ogd", "dlr"])
+def test_kernel_only_floor_computes_the_same_models(optimizer):
+    """The bench's floor does the fused path's arithmetic: with every client activated it ends
+    with the very same parameters."""
+    cfg = small_config(**{"optimizer.name": optimizer, "activation.name": "full", "rounds": 120})
+    fused = OnlineVFL(dict(cfg), stream=synthetic_stream())
+    fused.run()
+    floor = OnlineVFL(dict(cfg), stream=synthetic_stream())
+    X, y, _ = floor.stream.batch(0, 120)
+    blocks, _ = floor.chunk_blocks(X)
+    floor.fused.floor(tuple(blocks), np.ascontiguousarray(y, np.int64), 0, 120)
+    for p, q in zip(_params(fused), _params(floor)):
+        np.testing.assert_array_equal(p, q)

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from fedstream.optim.dlr import DLR
-from fedstream.ovfl.fused_kernels import cycle_count, play_segment
+from fedstream.ovfl.fused_kernels import cycle_count, floor_segment, play_segment
 from fedstream.transport import InProcessTransport
 from fedstream.transport.codec import encoded_size
 from fedstream.transport.messages import Embedding, Gradient, Query
@@ -126,10 +126,10 @@ class FusedPath:
         pos = np.array([getattr(o, "pos", 0) for o in opts], np.int64)
         self.cycles[:] = 0
         wall, cpu, c0 = time.perf_counter(), time.thread_time(), cycle_count()
-        bad = play_segment(j0, j1, X, y, mask, self.first, self.W, self.B, self.relu, self.deferred, self.OUT,
-                           self.DEL, self.GIN, self.SW, self.AS, self.SB, self.U, self.V, self.ZD, self.ZX, pos,
-                           self.dlr, self.alpha, self.alpha_l, self.scale, self.INBUF, self.XR, counts,
-                           self.server.labels.buf, self.LROWS, self.H, self.LOSS, self.GL, self.GC,
+        bad = play_segment(j0, j1, X, y, mask, self.first, self.W, self.B, self.relu, self.deferred,
+                           self.OUT, self.DEL, self.GIN, self.SW, self.AS, self.SB, self.U, self.V, self.ZD,
+                           self.ZX, pos, self.dlr, self.alpha, self.alpha_l, self.scale, self.INBUF, self.XR,
+                           counts, self.server.labels.buf, self.LROWS, self.H, self.LOSS, self.GL, self.GC,
                            self.pred, self.cycles)
         c1, wall, cpu = cycle_count(), time.perf_counter() - wall, time.thread_time() - cpu
         for client, count in zip(self.clients, counts[:-1]):
@@ -144,6 +144,24 @@ class FusedPath:
         self.clock.add_segment(float(self.cycles[0]) * per_cycle, float(self.cycles[1]) * per_cycle,
                                cpu / wall if wall > 0 else 1.0)
         return self.pred[j0:done], int(bad)
+
+    def floor(self, X: tuple, y: np.ndarray, j0: int, j1: int) -> None:
+        """Rounds j0 .. j1-1 by :func:`floor_segment` (the bench's kernel-only floor; Full
+        activation, OGD or DLR). It leaves the rings, the ledger and the metrics behind: a run
+        advanced this way is only good for its models."""
+        if self.rows != 1:
+            raise ValueError("the kernel-only floor plays one-row messages (OGD, DLR), not SLR")
+        if self.pred.shape[0] < y.shape[0]:
+            self.pred = np.empty(y.shape[0], np.int64)
+        opts = [p.optimizer for p in (*self.clients, self.server)]
+        pos = np.array([getattr(o, "pos", 0) for o in opts], np.int64)
+        floor_segment(j0, j1, X, y, self.first, self.W, self.B, self.relu, self.deferred, self.OUT, self.DEL,
+                      self.GIN, self.SW, self.AS, self.SB, self.U, self.V, pos, self.dlr, self.alpha,
+                      self.alpha_l, self.scale, self.INBUF, self.H, np.zeros(1, np.int64), self.LOSS, self.GL,
+                      self.GC, self.pred)
+        if self.dlr:
+            for o, p in zip(opts, pos):
+                o.pos = int(p)
 
     def _count(self, mask: np.ndarray) -> None:
         """The ledger entries of the messages of ``mask``'s rounds (see the module docstring)."""

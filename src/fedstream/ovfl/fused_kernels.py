@@ -78,7 +78,8 @@ def _backward(lo, hi, g, W, relu, deferred, U, V, AS, OUT, DEL, GIN, need_input_
 
 
 @njit(cache=True)
-def _step(lo, hi, x, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l, scale):  # pragma: no cover
+def _step(lo, hi, x, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l,
+          scale):  # pragma: no cover (jit)
     """The optimiser's step on layers lo .. hi-1 (layer lo's input ``x``): DLR's ``_push`` or OGD."""
     inp = x
     for k in range(lo, hi):
@@ -191,3 +192,37 @@ def play_segment(j0, j1, X, y, mask, first, W, B, relu, deferred, OUT, DEL, GIN,
         clock[0] += (c1 - c0) + (c3 - c2)
         clock[1] += c2 - c1
     return -1
+
+
+@njit(cache=True)
+def floor_segment(j0, j1, X, y, first, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, pos, dlr, alpha,
+                  alpha_l, scale, INBUF, H, LABEL, LOSS, GL, GC, pred):  # pragma: no cover (jit)
+    """The kernel-only floor of ``fedstream bench ovfl``: the arithmetic of :func:`play_segment`
+    with every client activated and one row per message (OGD, DLR), and nothing else: no
+    activation mask, no window skips, no label or input ring beyond the current row, no NaN
+    check, no clock. ``LABEL`` is a (1,) int64 buffer. Its models equal the fused path's (tested)."""
+    M = len(X)
+    e = H.shape[1] // M
+    server_in, n = first[M], len(W)
+    for j in range(j0, j1):
+        for m in range(M):
+            INBUF[m][0] = X[m][j]
+            out = _forward(first[m], first[m + 1], INBUF[m], W, B, relu, deferred, U, V, AS, OUT)
+            H[:, m * e:(m + 1) * e] = out
+        LABEL[0] = y[j]
+        logits = _forward(server_in, n, H, W, B, relu, deferred, U, V, AS, OUT)
+        pred[j] = np.argmax(logits[0])
+        softmax_cross_entropy_into(logits, LABEL, LOSS, GL)
+        g_h = _backward(server_in, n, GL, W, relu, deferred, U, V, AS, OUT, DEL, GIN, True)
+        _step(server_in, n, H, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos[M], alpha, alpha_l,
+              scale[M])
+        if dlr:
+            pos[M] = (pos[M] + 1) % U[server_in].shape[0]
+        for m in range(M):
+            lo, hi = first[m], first[m + 1]
+            GC[m][:, :] = g_h[:, m * e:(m + 1) * e]
+            _backward(lo, hi, GC[m], W, relu, deferred, U, V, AS, OUT, DEL, GIN, False)
+            _step(lo, hi, INBUF[m], W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos[m], alpha, alpha_l,
+                  scale[m])
+            if dlr:
+                pos[m] = (pos[m] + 1) % U[lo].shape[0]
