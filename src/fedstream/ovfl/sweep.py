@@ -36,6 +36,27 @@ class _Member:
         return self.run.t >= self.end
 
 
+def warm(specs: list[RunSpec]) -> None:
+    """What every worker of a sweep would otherwise pay at its start, done once in the parent
+    before the workers fork from it (:func:`fedstream.experiments.sweep.sweep`): each distinct
+    stream's data (cached by :func:`fedstream.data.load_source`), and the compiled kernels of
+    each distinct kind of run, loaded from numba's cache by a few rounds of a throw-away run."""
+    streams: dict[tuple, object] = {}
+    kinds = set()
+    for spec in specs:
+        c = spec.config
+        key = tuple(c[k] for k in STREAM_KEYS)
+        if key not in streams:
+            streams[key] = make_stream(dict(c))
+        kind = key + (c["optimizer.name"], c["activation.name"], c["compression.up"], c["compression.down"],
+                      c["vfl.clients"], c["model.embedding"])
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        rounds = c["optimizer.window"] + 2 if c["optimizer.name"] == "slr" else 2  # SLR: past its warm-up
+        OnlineVFL(dict(c) | {"rounds": rounds}, stream=streams[key]).run()
+
+
 def run_online(specs: list[RunSpec], report: Report, stack: bool = False) -> dict[str, dict]:
     """Run the online VFL ``specs`` side by side in this process (each resumes from its folder's
     checkpoint); their summaries by name."""
