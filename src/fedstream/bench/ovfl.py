@@ -206,8 +206,8 @@ def path_table(fast_rounds: int, ref_rounds: int, data_root: str | None, log=pri
     """Rounds/s of fused, messages, reference and floor for each of :data:`CASES` (see the module
     docstring), with fused / reference and fused / floor."""
     rows = []
-    log(f"{'case':14s} {'fused':>9s} {'messages':>9s} {'reference':>9s} {'floor':>9s}   "
-        f"{'fused/ref':>9s} {'msgs/ref':>8s} {'floor/fused':>11s}  (rounds per wall / CPU second)")
+    log(f"{'rounds/s':15s}{'fused':>7s}{'msgs':>7s}{'ref':>7s}{'floor':>7s}{'f/ref':>7s}{'m/ref':>6s}"
+        f"{'floor/f':>8s}  clock load")
     for optimizer, window in CASES:
         block, ref_block = chunk_block(fast_rounds // REPEATS), max(ref_rounds // REPEATS, 1)
         rates = interleaved_rates(
@@ -217,20 +217,21 @@ def path_table(fast_rounds: int, ref_rounds: int, data_root: str | None, log=pri
              "floor": _Floor(optimizer, window, data_root)},
             {"fused": block, "messages": block, "reference": ref_block, "floor": block},
         )
-        rps = {k: v["rounds_per_second"] for k, v in rates.items()}
-        cps = {k: v["rounds_per_cpu_second"] for k, v in rates.items()}
         name = f"{optimizer.upper()}-Full" + (f" l={window}" if optimizer == "dlr" else "")
-        row = {"case": name, **rates, "fused_vs_reference": rps["fused"] / rps["reference"],
-               "messages_vs_reference": rps["messages"] / rps["reference"],
-               "fused_vs_floor": rps["floor"] / rps["fused"], "load_average": os.getloadavg()}
+        row = {"case": name, **rates, "load_average": os.getloadavg()}
+        for label, key in (("wall", "rounds_per_second"), ("CPU", "rounds_per_cpu_second")):
+            r = {k: v[key] for k, v in rates.items()}
+            row[f"fused_vs_reference_{label}"] = r["fused"] / r["reference"]
+            row[f"floor_vs_fused_{label}"] = r["floor"] / r["fused"]
+            log(f"{name:15s}{r['fused']:7.0f}{r['messages']:7.0f}{r['reference']:7.0f}{r['floor']:7.0f}"
+                f"{r['fused'] / r['reference']:6.1f}x{r['messages'] / r['reference']:5.1f}x"
+                f"{r['floor'] / r['fused']:7.2f}x  {label:4s} {os.getloadavg()[0]:.2f}")
         rows.append(row)
-        for label, r in (("wall", rps), ("CPU", cps)):
-            log(f"{name:14s} {r['fused']:9.0f} {r['messages']:9.0f} {r['reference']:9.1f} {r['floor']:9.0f} "
-                f"{r['fused'] / r['reference']:8.1f}x {r['messages'] / r['reference']:7.1f}x "
-                f"{r['floor'] / r['fused']:10.2f}x  ({label}; load {_load()})")
-    by = {r["case"]: r["fused"]["rounds_per_second"] for r in rows}
+    by = {r["case"]: r["fused"] for r in rows}
     if "DLR-Full l=150" in by and "OGD-Full" in by:
-        log(f"fused DLR l=150 / OGD: {by['DLR-Full l=150'] / by['OGD-Full']:.2f}")
+        dlr, ogd = by["DLR-Full l=150"], by["OGD-Full"]
+        log(f"fused DLR l=150 / OGD: {dlr['rounds_per_second'] / ogd['rounds_per_second']:.2f} (wall), "
+            f"{dlr['rounds_per_cpu_second'] / ogd['rounds_per_cpu_second']:.2f} (CPU)")
     return rows
 
 
