@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from fedstream.bench.plain_ovfl import PlainOnlineVFL
+from fedstream.bench.startup import worker_startup
 from fedstream.config import load_config
 from fedstream.experiments.sweep import expand_grid, sweep
 from fedstream.ovfl.engine import CHUNK, OnlineVFL
@@ -260,6 +261,14 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
             f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   "
             f"DLR/OGD {dlr / ogd:5.2f}"
         )
+    results["worker_startup"] = []
+    for method in ("spawn", "fork"):
+        row = worker_startup(method, workers or os.cpu_count() or 1, data_root)
+        results["worker_startup"].append(row)
+        log(f"sweep worker start-up, {method:5s}: {row['per_worker_seconds']:.2f} s a worker "
+            f"(process {row['worker_start_seconds']:.2f} s, data and kernels and 2 rounds "
+            f"{row['worker_first_rounds_seconds']:.2f} s), parent warm-up {row['parent_warm_seconds']:.2f} s "
+            f"once; load {os.getloadavg()[0]:.2f}")
     results["sweep"] = []
     for k in (1, 8, 32):
         for stack in (False, True) if k > 1 else (False,):
