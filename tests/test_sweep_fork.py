@@ -4,6 +4,7 @@ import sys
 
 from fedstream.experiments import sweep as sweep_module
 from fedstream.experiments.sweep import expand_grid, worker_context
+from fedstream.ovfl.sweep import warm
 
 
 def test_workers_fork_after_the_tasks_warm_up(tmp_path, monkeypatch):
@@ -22,8 +23,6 @@ def test_workers_fork_after_the_tasks_warm_up(tmp_path, monkeypatch):
 
 def test_online_warm_up_writes_nothing(tmp_path):
     """The parent's warm-up plays throw-away runs: no run folder appears."""
-    from fedstream.ovfl.sweep import warm
-
     specs = expand_grid("ovfl-imnist", ["rounds=50"], ["optimizer.name=slr,dlr"], tmp_path / "runs")
     warm(specs)
     assert not (tmp_path / "runs").exists()
