@@ -13,6 +13,10 @@ the server). Per layer: weight ``W``, bias ``B``, ``relu``; the forward and back
 buffers ``OUT``, ``DEL``, ``GIN`` (R rows, R the message rows: SLR's window, else 1); DLR's state
 ``SB``, ``U``, ``V`` and either ``SW`` (running sum) or ``AS`` (deferred shares, ``deferred[k]``);
 ``ZD``, ``ZX`` the zero factors of a passive round. Tuples of arrays, indexed at run time.
+
+numba's on-disk cache (``cache=True``) is keyed on this file only: after editing a kernel this
+module calls, touch this file too, or the fused path keeps the old machine code (the bit-exact
+tests of ``tests/test_ovfl_fused.py`` would then fail where the arithmetic changed).
 """
 
 from __future__ import annotations
