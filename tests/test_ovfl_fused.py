@@ -165,7 +165,6 @@ def test_kernel_only_floor_computes_the_same_models(optimizer):
     fused.run()
     floor = OnlineVFL(dict(cfg), stream=synthetic_stream())
     X, y, _ = floor.stream.batch(0, 120)
-    blocks, _ = floor.chunk_blocks(X)
-    floor.fused.floor(tuple(blocks), np.ascontiguousarray(y, np.int64), 0, 120)
+    floor.fused.floor(X, np.ascontiguousarray(y, np.int64), 0, 120)
     for p, q in zip(_params(fused), _params(floor)):
         np.testing.assert_array_equal(p, q)

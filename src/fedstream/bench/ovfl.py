@@ -78,13 +78,13 @@ class _Floor:
         run = OnlineVFL(_config(optimizer, window, 2**62, data_root))
         X, y, _ = run.stream.batch(0, CHUNK)
         self.path, self.j = run.fused, 0
-        self.blocks, self.y = tuple(run.chunk_blocks(X)[0]), y
+        self.X, self.y = X, y
         self.advance(WARMUP)
 
     def advance(self, rounds: int) -> None:
         while rounds > 0:
             n = min(rounds, CHUNK - self.j)
-            self.path.floor(self.blocks, self.y, self.j, self.j + n)
+            self.path.floor(self.X, self.y, self.j, self.j + n)
             self.j, rounds = (self.j + n) % CHUNK, rounds - n
 
 

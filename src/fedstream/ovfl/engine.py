@@ -174,7 +174,7 @@ class OnlineVFL:
         while j < stop:
             if fused is not None and fused.ready():
                 upto = self._segment_end(j, base, stop, h)
-                preds, bad = fused.play(tuple(blocks), y, mask, j, upto)
+                preds, bad = fused.play(X, y, mask, j, upto)
                 self.metrics.update_many(y[j:j + len(preds)], preds)
                 if h.on_round is not None:
                     for i, p in enumerate(preds.tolist()):
@@ -205,10 +205,10 @@ class OnlineVFL:
     def fused(self) -> FusedPath | None:
         """The fused path of this run, or None where it does not apply (checked on each chunk:
         tests and benches may swap the transport or the config's ``simulator.path``)."""
-        if not fused_applies(self.config, self.transport, self.server):
+        if not fused_applies(self.config, self.transport, self.server, self.blocks):
             return None
         if self._fused is None or self._fused.ledger is not self.transport.ledger:
-            self._fused = FusedPath(self.clients, self.server, self.clock, self.transport.ledger)
+            self._fused = FusedPath(self.clients, self.server, self.clock, self.transport.ledger, self.blocks)
         return self._fused
 
     def _segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from numba.typed import List
 
 from fedstream.optim.dlr import DLR
 from fedstream.ovfl.fused_kernels import cycle_count, floor_segment, play_segment
@@ -42,17 +43,31 @@ from fedstream.transport.messages import Embedding, Gradient, Query
 F32 = np.float32
 
 
-def fused_applies(config: dict, transport, server) -> bool:
-    """Whether a run with this config, transport and server can take the fused path."""
+def fused_applies(config: dict, transport, server, blocks: list[slice]) -> bool:
+    """Whether a run with this config, transport, server and feature blocks can take the fused path."""
     return (config.get("simulator.path", "auto") == "auto" and type(transport) is InProcessTransport
-            and server.stand_in is None)
+            and server.stand_in is None and all(b.step in (None, 1) for b in blocks))
+
+
+def _list(arrays) -> List:
+    """A numba typed list of the arrays themselves (no copy)."""
+    out = List()
+    for a in arrays:
+        out.append(a)
+    return out
+
+
+def _rows(X: np.ndarray) -> np.ndarray:
+    """A chunk's rows as the compiled loop reads them: C-ordered float32 (no copy if they are)."""
+    return np.ascontiguousarray(X, dtype=F32)
 
 
 class FusedPath:
     """The arrays of one run's parties, laid out for :func:`play_segment`, and its bookkeeping."""
 
-    def __init__(self, clients: list, server, clock, ledger):
+    def __init__(self, clients: list, server, clock, ledger, blocks: list[slice]):
         self.clients, self.server, self.clock, self.ledger = clients, server, clock, ledger
+        self.cols = np.array([[b.start, b.stop] for b in blocks], np.int64)  # client m's columns
         parties = [*clients, server]
         self.rows = server.window  # message rows R: SLR's window, else 1
         self.e = server.embedding
@@ -64,23 +79,23 @@ class FusedPath:
         opts = [party.optimizer for party in parties]
         self.dlr = isinstance(opts[-1], DLR)
         R = self.rows
-        self.W = tuple(layer.W for layer in layers)
-        self.B = tuple(layer.b for layer in layers)
+        self.W = _list(layer.W for layer in layers)
+        self.B = _list(layer.b for layer in layers)
         self.relu = np.array([layer.relu for layer in layers])
-        self.OUT = tuple(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
-        self.DEL = tuple(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
-        self.GIN = tuple(np.empty((R, layer.W.shape[1]), F32) for layer in layers)
-        self.ZD = tuple(np.zeros((1, layer.W.shape[0]), F32) for layer in layers)
-        self.ZX = tuple(np.zeros((1, layer.W.shape[1]), F32) for layer in layers)
+        self.OUT = _list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
+        self.DEL = _list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
+        self.GIN = _list(np.empty((R, layer.W.shape[1]), F32) for layer in layers)
+        self.ZD = _list(np.zeros((1, layer.W.shape[0]), F32) for layer in layers)
+        self.ZX = _list(np.zeros((1, layer.W.shape[1]), F32) for layer in layers)
         self._dlr_state(opts)
-        self.INBUF = tuple(c.inputs.buf for c in clients)
-        self.XR = tuple(np.empty_like(c.inputs.buf) for c in clients)
+        self.INBUF = _list(c.inputs.buf for c in clients)
+        self.XR = _list(np.empty_like(c.inputs.buf) for c in clients)
         self.LROWS = np.empty_like(server.labels.buf)
         n_in = server.model.n_in
         self.H = np.empty((R, n_in), F32)
         self.LOSS = np.empty(R, np.float64)
         self.GL = np.empty((R, server.model.n_out), F32)
-        self.GC = tuple(np.empty((R, self.e), F32) for _ in clients)
+        self.GC = _list(np.empty((R, self.e), F32) for _ in clients)
         self.pred = np.empty(0, np.int64)
         self.cycles = np.zeros(2, np.int64)
         self.sizes = (encoded_size(Embedding, R, self.e), encoded_size(Gradient, R, self.e),
@@ -92,8 +107,8 @@ class FusedPath:
         if not self.dlr:
             n = len(self.W)
             self.deferred = np.zeros(n, bool)
-            self.SW = self.U = self.V = (one2,) * n
-            self.AS = self.SB = (one1,) * n
+            self.SW = self.U = self.V = _list([one2] * n)
+            self.AS = self.SB = _list([one1] * n)
             self.alpha = self.alpha_l = 0.0
             self.scale = np.array([o.lr for o in opts])
             return
@@ -106,7 +121,7 @@ class FusedPath:
                 SB.append(o.S_b[k])
                 U.append(o.ring_delta[k])
                 V.append(o.ring_inp[k])
-        self.SW, self.AS, self.SB, self.U, self.V = tuple(SW), tuple(AS), tuple(SB), tuple(U), tuple(V)
+        self.SW, self.AS, self.SB, self.U, self.V = _list(SW), _list(AS), _list(SB), _list(U), _list(V)
         self.deferred = np.array(deferred)
         self.alpha, self.alpha_l = opts[-1].alpha, opts[-1].alpha_l
         self.scale = np.array([o.lr / o.norm for o in opts])
@@ -115,9 +130,11 @@ class FusedPath:
         """True once every ring holds R rows (SLR's first l-1 rounds take the message path)."""
         return self.server.labels.count + 1 >= self.rows
 
-    def play(self, X: tuple, y: np.ndarray, mask: np.ndarray, j0: int, j1: int) -> tuple[np.ndarray, int]:
-        """Rounds j0 .. j1-1 of a chunk: the predictions of the rounds played, and -1 or the index
-        of the round in which a NaN or inf appeared (the rounds before it were played)."""
+    def play(self, X: np.ndarray, y: np.ndarray, mask: np.ndarray, j0: int,
+             j1: int) -> tuple[np.ndarray, int]:
+        """Rounds j0 .. j1-1 of a chunk (its rows ``X``, labels ``y``, activation ``mask``): the
+        predictions of the rounds played, and -1 or the index of the round in which a NaN or inf
+        appeared (the rounds before it were played)."""
         if self.pred.shape[0] < mask.shape[0]:
             self.pred = np.empty(mask.shape[0], np.int64)
         parties = [*self.clients, self.server]
@@ -126,11 +143,11 @@ class FusedPath:
         pos = np.array([getattr(o, "pos", 0) for o in opts], np.int64)
         self.cycles[:] = 0
         wall, cpu, c0 = time.perf_counter(), time.thread_time(), cycle_count()
-        bad = play_segment(j0, j1, X, y, mask, self.first, self.W, self.B, self.relu, self.deferred,
-                           self.OUT, self.DEL, self.GIN, self.SW, self.AS, self.SB, self.U, self.V, self.ZD,
-                           self.ZX, pos, self.dlr, self.alpha, self.alpha_l, self.scale, self.INBUF, self.XR,
-                           counts, self.server.labels.buf, self.LROWS, self.H, self.LOSS, self.GL, self.GC,
-                           self.pred, self.cycles)
+        bad = play_segment(j0, j1, _rows(X), self.cols, y, mask, self.first, self.W, self.B, self.relu,
+                           self.deferred, self.OUT, self.DEL, self.GIN, self.SW, self.AS, self.SB, self.U,
+                           self.V, self.ZD, self.ZX, pos, self.dlr, self.alpha, self.alpha_l, self.scale,
+                           self.INBUF, self.XR, counts, self.server.labels.buf, self.LROWS, self.H,
+                           self.LOSS, self.GL, self.GC, self.pred, self.cycles)
         c1, wall, cpu = cycle_count(), time.perf_counter() - wall, time.thread_time() - cpu
         for client, count in zip(self.clients, counts[:-1]):
             client.inputs.count = int(count)
@@ -145,7 +162,7 @@ class FusedPath:
                                cpu / wall if wall > 0 else 1.0)
         return self.pred[j0:done], int(bad)
 
-    def floor(self, X: tuple, y: np.ndarray, j0: int, j1: int) -> None:
+    def floor(self, X: np.ndarray, y: np.ndarray, j0: int, j1: int) -> None:
         """Rounds j0 .. j1-1 by :func:`floor_segment` (the bench's kernel-only floor; Full
         activation, OGD or DLR). It leaves the rings, the ledger and the metrics behind: a run
         advanced this way is only good for its models."""
@@ -155,10 +172,10 @@ class FusedPath:
             self.pred = np.empty(y.shape[0], np.int64)
         opts = [p.optimizer for p in (*self.clients, self.server)]
         pos = np.array([getattr(o, "pos", 0) for o in opts], np.int64)
-        floor_segment(j0, j1, X, y, self.first, self.W, self.B, self.relu, self.deferred, self.OUT, self.DEL,
-                      self.GIN, self.SW, self.AS, self.SB, self.U, self.V, pos, self.dlr, self.alpha,
-                      self.alpha_l, self.scale, self.INBUF, self.H, np.zeros(1, np.int64), self.LOSS, self.GL,
-                      self.GC, self.pred)
+        floor_segment(j0, j1, _rows(X), self.cols, y, self.first, self.W, self.B, self.relu, self.deferred,
+                      self.OUT, self.DEL, self.GIN, self.SW, self.AS, self.SB, self.U, self.V, pos, self.dlr,
+                      self.alpha, self.alpha_l, self.scale, self.INBUF, self.H, np.zeros(1, np.int64),
+                      self.LOSS, self.GL, self.GC, self.pred)
         if self.dlr:
             for o, p in zip(opts, pos):
                 o.pos = int(p)

@@ -12,7 +12,8 @@ layers, client 1's, ..., the server's); ``first[p] .. first[p + 1] - 1`` are par
 the server). Per layer: weight ``W``, bias ``B``, ``relu``; the forward and backward work
 buffers ``OUT``, ``DEL``, ``GIN`` (R rows, R the message rows: SLR's window, else 1); DLR's state
 ``SB``, ``U``, ``V`` and either ``SW`` (running sum) or ``AS`` (deferred shares, ``deferred[k]``);
-``ZD``, ``ZX`` the zero factors of a passive round. Tuples of arrays, indexed at run time.
+``ZD``, ``ZX`` the zero factors of a passive round. Typed lists of arrays, so that one compiled
+loop serves every number of clients and layers.
 
 numba's on-disk cache (``cache=True``) is keyed on this file only: after editing a kernel this
 module calls, touch this file too, or the fused path keeps the old machine code (the bit-exact
@@ -119,10 +120,11 @@ def _ordered(buf, count, out):  # pragma: no cover (jit)
 
 
 @njit(cache=True)
-def play_segment(j0, j1, X, y, mask, first, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, ZD, ZX,
-                 pos, dlr, alpha, alpha_l, scale, INBUF, XR, counts, LBUF, LROWS, H, LOSS, GL, GC,
+def play_segment(j0, j1, X, cols, y, mask, first, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, ZD,
+                 ZX, pos, dlr, alpha, alpha_l, scale, INBUF, XR, counts, LBUF, LROWS, H, LOSS, GL, GC,
                  pred, clock):  # pragma: no cover (jit)
-    """Rounds j0 .. j1-1 of a chunk (client m's features ``X[m]``, labels ``y``, activation ``mask``).
+    """Rounds j0 .. j1-1 of a chunk (features ``X``, client m's the columns ``cols[m, 0] .. cols[m, 1]-1``;
+    labels ``y``; activation ``mask``).
 
     Writes each round's prediction into ``pred``; advances the input and label rings (``counts``:
     the clients' rows pushed then the server's labels) and DLR's ring positions ``pos`` (per
@@ -131,14 +133,14 @@ def play_segment(j0, j1, X, y, mask, first, W, B, relu, deferred, OUT, DEL, GIN,
     step. Returns -1, or the first round whose embedding or gradient holds NaN or inf (the
     message path's decoder refuses it there); the state is then partly in that round.
     """
-    M = len(X)
+    M = len(INBUF)
     R = LBUF.shape[0]
     e = H.shape[1] // M
     server_in = first[M]
     for j in range(j0, j1):
         c0 = cycles()
         for m in range(M):  # observe
-            INBUF[m][counts[m] % R] = X[m][j]
+            INBUF[m][counts[m] % R] = X[j, cols[m, 0]:cols[m, 1]]
             counts[m] += 1
         for m in range(M):  # activated clients embed, then passive ones answer the query and skip
             if mask[j, m]:
@@ -199,18 +201,18 @@ def play_segment(j0, j1, X, y, mask, first, W, B, relu, deferred, OUT, DEL, GIN,
 
 
 @njit(cache=True)
-def floor_segment(j0, j1, X, y, first, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, pos, dlr, alpha,
-                  alpha_l, scale, INBUF, H, LABEL, LOSS, GL, GC, pred):  # pragma: no cover (jit)
+def floor_segment(j0, j1, X, cols, y, first, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, pos, dlr,
+                  alpha, alpha_l, scale, INBUF, H, LABEL, LOSS, GL, GC, pred):  # pragma: no cover (jit)
     """The kernel-only floor of ``fedstream bench ovfl``: the arithmetic of :func:`play_segment`
     with every client activated and one row per message (OGD, DLR), and nothing else: no
     activation mask, no window skips, no label or input ring beyond the current row, no NaN
     check, no clock. ``LABEL`` is a (1,) int64 buffer. Its models equal the fused path's (tested)."""
-    M = len(X)
+    M = len(INBUF)
     e = H.shape[1] // M
     server_in, n = first[M], len(W)
     for j in range(j0, j1):
         for m in range(M):
-            INBUF[m][0] = X[m][j]
+            INBUF[m][0] = X[j, cols[m, 0]:cols[m, 1]]
             out = _forward(first[m], first[m + 1], INBUF[m], W, B, relu, deferred, U, V, AS, OUT)
             H[:, m * e:(m + 1) * e] = out
         LABEL[0] = y[j]
