@@ -17,7 +17,9 @@ the activation mask:
   are converted to seconds with the segment's own wall time, and its CPU time (``thread_time``)
   scales them to CPU seconds. ``client_compute_seconds`` is then the time in client arithmetic
   (observation, forward passes, window skips, backward passes and steps), as on the message path
-  without the transport; that path's clock also times each party method's Python call.
+  without the transport; that path's clock also times each party method's Python call. (The
+  message path picks the sections that read the CPU clock with its own random generator; the
+  fused path draws nothing from it. That generator decides timing samples only, no result.)
 
 It applies where the message path is a pure function of the arithmetic: an
 :class:`~fedstream.transport.InProcessTransport` (no compression), every passive client queried
