@@ -26,3 +26,9 @@ def test_online_warm_up_writes_nothing(tmp_path):
     specs = expand_grid("ovfl-imnist", ["rounds=50"], ["optimizer.name=slr,dlr"], tmp_path / "runs")
     warm(specs)
     assert not (tmp_path / "runs").exists()
+
+
+def test_online_warm_up_leaves_errors_to_the_workers(tmp_path):
+    """A run whose data is missing is skipped by the warm-up; its worker reports the error, as before."""
+    sets = ["rounds=50", f"data.root={tmp_path / 'nowhere'}"]
+    warm(expand_grid("ovfl-imnist", sets, [], tmp_path / "runs"))

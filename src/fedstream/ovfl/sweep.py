@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fedstream.errors import DivergedError
+from fedstream.errors import DivergedError, FedstreamError
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 from fedstream.ovfl.stack import MAX_STACK, RunStack, StackDiverged, stack_key
 from fedstream.runs.folder import RunFolder, diverged_fields
@@ -46,15 +46,18 @@ def warm(specs: list[RunSpec]) -> None:
     for spec in specs:
         c = spec.config
         key = tuple(c[k] for k in STREAM_KEYS)
-        if key not in streams:
-            streams[key] = make_stream(dict(c))
         kind = key + (c["optimizer.name"], c["activation.name"], c["compression.up"], c["compression.down"],
                       c["vfl.clients"], c["model.embedding"])
         if kind in kinds:
             continue
         kinds.add(kind)
         rounds = c["optimizer.window"] + 2 if c["optimizer.name"] == "slr" else 2  # SLR: past its warm-up
-        OnlineVFL(dict(c) | {"rounds": rounds}, stream=streams[key]).run()
+        try:
+            if key not in streams:
+                streams[key] = make_stream(dict(c))
+            OnlineVFL(dict(c) | {"rounds": rounds}, stream=streams[key]).run()
+        except FedstreamError:  # best effort: the run's own worker meets the error and reports it
+            continue
 
 
 def run_online(specs: list[RunSpec], report: Report, stack: bool = False) -> dict[str, dict]:
