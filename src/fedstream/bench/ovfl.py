@@ -1,9 +1,17 @@
-"""``fedstream bench ovfl``: the fast online VFL engine against the plain PyTorch reference.
+"""``fedstream bench ovfl``: the simulator's two paths against a plain PyTorch reference and a floor.
 
-Both run the same configuration (paper model, 4 clients, i-MNIST, Full activation) in this process,
-one after the other, so machine noise hits both alike; we report rounds/s and their ratio. The
-reference is :class:`fedstream.ovfl.reference.ReferenceOnlineVFL`: per-sample autograd with DLR's
-window kept as a list of l full gradients, summed every round.
+Each case (paper model, 4 clients, i-MNIST, Full activation: DLR with l = 10, 100, 150, and OGD)
+times four contenders in this process, in turn, so that machine noise hits them alike:
+
+* ``fused``: the simulator as it runs by default (:mod:`fedstream.ovfl.fused`, the compiled loop);
+* ``messages``: the simulator with ``simulator.path = "messages"`` (every message encoded, counted,
+  decoded: the reference path of the engine, and the one compressed links and deployments take);
+* ``reference``: :class:`fedstream.bench.plain_ovfl.PlainOnlineVFL`, per-sample PyTorch autograd
+  written from the paper as a competent user would (DLR's window a ring of l flat gradients);
+* ``floor``: the fused path's arithmetic with no protocol
+  (:func:`fedstream.ovfl.fused_kernels.floor_segment`), on one chunk of the stream played over and over.
+
+The table gives rounds/s, fused / reference and fused / floor.
 """
 
 from __future__ import annotations
@@ -14,87 +22,108 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from fedstream.bench.plain_ovfl import PlainOnlineVFL
+from fedstream.bench.startup import worker_startup
 from fedstream.config import load_config
 from fedstream.experiments.sweep import expand_grid, sweep
 from fedstream.ovfl.engine import CHUNK, OnlineVFL
-from fedstream.ovfl.reference import ReferenceOnlineVFL
 from fedstream.ovfl.stack import RunStack
-from fedstream.transport import InProcessTransport
-from fedstream.transport.messages import Embedding, Gradient
 
 WARMUP = 200  # rounds run first so JIT compilation and caches are not timed
+
+
+def chunk_block(rounds: int) -> int:
+    """A timed block of the simulator: whole stream chunks (a run generates each chunk once; a
+    block that stopped inside one would generate it again at the next call and count it twice)."""
+    return max(rounds // CHUNK, 1) * CHUNK
+
 REPEATS = 5  # timed blocks per contender, interleaved; the best block counts (timeit's rule)
 
 
-def _config(optimizer: str, window: int, rounds: int, data_root: str | None) -> dict:
+def _config(optimizer: str, window: int, rounds: int, data_root: str | None, path: str = "auto") -> dict:
     return load_config("ovfl-imnist", {
         "optimizer.name": optimizer, "optimizer.window": window, "activation.name": "full",
-        "rounds": rounds, "data.root": data_root,
+        "rounds": rounds, "data.root": data_root, "simulator.path": path,
     })
 
 
 class _Fast:
-    """The simulator, warmed up, advanced block by block."""
+    """The simulator (``path``: auto, the fused path; messages), warmed up, advanced block by block."""
 
-    def __init__(self, optimizer: str, window: int, data_root: str | None):
-        self.run = OnlineVFL(_config(optimizer, window, 2**62, data_root))
-        self.run.run(WARMUP)
+    def __init__(self, optimizer: str, window: int, data_root: str | None, path: str = "auto"):
+        self.run = OnlineVFL(_config(optimizer, window, 2**62, data_root, path))
+        self.run.run(CHUNK)  # the first chunk: compilation, caches, and blocks aligned to chunks
 
     def advance(self, rounds: int) -> None:
         self.run.run(self.run.t + rounds)
 
 
-class _Reference:
+class _Plain:
     """The plain PyTorch reference, warmed up (its window filled), advanced block by block."""
 
     def __init__(self, optimizer: str, window: int, data_root: str | None):
-        self.ref = ReferenceOnlineVFL(OnlineVFL(_config(optimizer, window, 2**62, data_root)))
-        self.ref.run(WARMUP)
+        self.ref = PlainOnlineVFL(OnlineVFL(_config(optimizer, window, 2**62, data_root)))
+        self.ref.advance(max(WARMUP, window))
 
     def advance(self, rounds: int) -> None:
-        self.ref.run(rounds)  # replays the stream from round 0: the same cost per round
+        self.ref.advance(rounds)
+
+
+class _Floor:
+    """The kernel-only floor: the fused arithmetic on one stream chunk, played over and over."""
+
+    def __init__(self, optimizer: str, window: int, data_root: str | None):
+        run = OnlineVFL(_config(optimizer, window, 2**62, data_root))
+        X, y, _ = run.stream.batch(0, CHUNK)
+        self.path, self.j = run.fused, 0
+        self.X, self.y = X, y
+        self.advance(WARMUP)
+
+    def advance(self, rounds: int) -> None:
+        while rounds > 0:
+            n = min(rounds, CHUNK - self.j)
+            self.path.floor(self.X, self.y, self.j, self.j + n)
+            self.j, rounds = (self.j + n) % CHUNK, rounds - n
 
 
 def interleaved_rates(contenders: dict[str, object], rounds: dict[str, int], repeats: int = REPEATS) -> dict:
     """Rounds/s of each contender: ``repeats`` timed blocks each, taken in turn so that machine
     noise hits all of them alike; a contender's rate is its best block (the least disturbed)."""
     best = {name: float("inf") for name in contenders}
+    cpu = dict(best)  # the thread's CPU time of each block: what a loaded machine disturbs least
     for _ in range(repeats):
         for name, c in contenders.items():
-            tic = time.perf_counter()
+            tic, tic_cpu = time.perf_counter(), time.thread_time()
             c.advance(rounds[name])
             best[name] = min(best[name], time.perf_counter() - tic)
+            cpu[name] = min(cpu[name], time.thread_time() - tic_cpu)
     return {
-        name: {"rounds": rounds[name], "seconds": best[name], "rounds_per_second": rounds[name] / best[name]}
+        name: {"rounds": rounds[name], "seconds": best[name], "rounds_per_second": rounds[name] / best[name],
+               "cpu_seconds": cpu[name], "rounds_per_cpu_second": rounds[name] / max(cpu[name], 1e-9)}
         for name in contenders
     }
 
 
 def breakdown(rounds: int, data_root: str | None) -> dict:
-    """Where a fast DLR-Full round spends its time: stream, transport, clients, server, the rest."""
+    """Where a fused DLR-Full (l = 10) round spends its time, in microseconds: the stream (rows
+    and activation masks), the client and the server arithmetic (the compiled loop's cycle
+    counter, :class:`fedstream.ovfl.protocol.ComputeClock`), the rest (ring and mask handling in
+    the loop, one Python segment call per interval, metrics, ledger)."""
     run = OnlineVFL(_config("dlr", 10, rounds, data_root))
     tic = time.perf_counter()
     for t0 in range(0, rounds, CHUNK):
         X, _, _ = run.stream.batch(t0, CHUNK)
         run.chunk_inputs(t0 // CHUNK, X)
     stream = time.perf_counter() - tic
-    transport, e = InProcessTransport(4), np.zeros((1, 64), np.float32)
-    tic = time.perf_counter()
-    for t in range(rounds):
-        for m in range(4):
-            transport.up(Embedding(t, m, e))
-            transport.down(Gradient(t, m, e))
-    carry = time.perf_counter() - tic
-    fast = _Fast("dlr", 10, data_root)
+    fast, rounds = _Fast("dlr", 10, data_root), chunk_block(rounds)
     client, server, tic = fast.run.clock.client, fast.run.clock.server, time.perf_counter()
     fast.advance(rounds)
-    per = {"stream": stream, "transport": carry, "clients": fast.run.clock.client - client,
+    per = {"stream": stream, "clients": fast.run.clock.client - client,
            "server": fast.run.clock.server - server}
-    per["protocol and bookkeeping"] = max(time.perf_counter() - tic - sum(per.values()), 0.0)
-    return {k: 1e6 * v / rounds for k, v in per.items()}  # microseconds per round
+    per["the rest"] = max(time.perf_counter() - tic - sum(per.values()), 0.0)
+    return {k: 1e6 * v / rounds for k, v in per.items()}
 
 
 def _cpu_seconds() -> float:
@@ -171,32 +200,58 @@ def project_paper_grid(rounds: int, data_root: str | None, workers: int) -> dict
             "projected_wall_minutes_stacked": stacked_core_seconds / workers / 60}
 
 
-CASES = [("dlr", 10), ("dlr", 100), ("ogd", 10)]
+CASES = [("dlr", 10), ("dlr", 100), ("dlr", 150), ("ogd", 1)]
+
+
+def path_table(fast_rounds: int, ref_rounds: int, data_root: str | None, log=print) -> list[dict]:
+    """Rounds/s of fused, messages, reference and floor for each of :data:`CASES` (see the module
+    docstring), with fused / reference and fused / floor."""
+    rows = []
+    log(f"{'rounds/s':15s}{'fused':>7s}{'msgs':>7s}{'ref':>7s}{'floor':>7s}{'f/ref':>7s}{'m/ref':>6s}"
+        f"{'t_f/t_fl':>8s}  clock load")  # t_f/t_fl: a fused round's time over a floor round's
+    for optimizer, window in CASES:
+        block, ref_block = chunk_block(fast_rounds // REPEATS), max(ref_rounds // REPEATS, 1)
+        rates = interleaved_rates(
+            {"fused": _Fast(optimizer, window, data_root),
+             "messages": _Fast(optimizer, window, data_root, "messages"),
+             "reference": _Plain(optimizer, window, data_root),
+             "floor": _Floor(optimizer, window, data_root)},
+            {"fused": block, "messages": block, "reference": ref_block, "floor": block},
+        )
+        name = f"{optimizer.upper()}-Full" + (f" l={window}" if optimizer == "dlr" else "")
+        row = {"case": name, **rates, "load_average": os.getloadavg()}
+        for label, key in (("wall", "rounds_per_second"), ("CPU", "rounds_per_cpu_second")):
+            r = {k: v[key] for k, v in rates.items()}
+            row[f"fused_vs_reference_{label}"] = r["fused"] / r["reference"]
+            row[f"fused_over_floor_time_{label}"] = r["floor"] / r["fused"]  # rounds/s inverted
+            log(f"{name:15s}{r['fused']:7.0f}{r['messages']:7.0f}{r['reference']:7.0f}{r['floor']:7.0f}"
+                f"{r['fused'] / r['reference']:6.1f}x{r['messages'] / r['reference']:5.1f}x"
+                f"{r['floor'] / r['fused']:7.2f}x  {label:4s} {os.getloadavg()[0]:.2f}")
+        rows.append(row)
+    by = {r["case"]: r["fused"] for r in rows}
+    if "DLR-Full l=150" in by and "OGD-Full" in by:
+        dlr, ogd = by["DLR-Full l=150"], by["OGD-Full"]
+        log(f"fused DLR l=150 / OGD: {dlr['rounds_per_second'] / ogd['rounds_per_second']:.2f} (wall), "
+            f"{dlr['rounds_per_cpu_second'] / ogd['rounds_per_cpu_second']:.2f} (CPU)")
+    return rows
+
+
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: str | None = None,
                windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 16384,
-               workers: int | None = None, log=print) -> dict:
-    """Run every case; return (and log) a JSON-ready dict of the figures."""
+               workers: int | None = None, quick: bool = False, log=print) -> dict:
+    """Run every case; return (and log) a JSON-ready dict of the figures (``quick``: the table of
+    :func:`path_table` and the time per round only)."""
     torch.set_num_threads(1)  # per-sample work: threads only add overhead, and the fast engine uses one
-    results: dict = {"cases": [], "dlr_vs_ogd": []}
-    for optimizer, window in CASES:
-        rates = interleaved_rates(
-            {
-                "reference": _Reference(optimizer, window, data_root),
-                "fast": _Fast(optimizer, window, data_root),
-            },
-            {"reference": max(ref_rounds // REPEATS, 1), "fast": max(fast_rounds // REPEATS, 1)},
-        )
-        ref, fast = rates["reference"], rates["fast"]
-        ratio = fast["rounds_per_second"] / ref["rounds_per_second"]
-        name = f"{optimizer.upper()}-Full" + (f" l={window}" if optimizer == "dlr" else "")
-        results["cases"].append({"case": name, "reference": ref, "fast": fast, "speedup": ratio})
-        log(
-            f"{name:16s} reference {ref['rounds_per_second']:8.1f} rounds/s   "
-            f"fast {fast['rounds_per_second']:8.1f} rounds/s   ratio {ratio:6.1f}x"
-        )
-    block = max(fast_rounds // REPEATS, 1)
+    results: dict = {"cases": path_table(fast_rounds, ref_rounds, data_root, log), "dlr_vs_ogd": []}
+    results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
+    log("time per fused DLR-Full l=10 round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
+    if quick:
+        return results
+    block = chunk_block(fast_rounds // REPEATS)
     for window in windows:
         rates = interleaved_rates({"dlr": _Fast("dlr", window, data_root), "ogd": _Fast("ogd", 1, data_root)},
                                   {"dlr": block, "ogd": block})
@@ -206,8 +261,14 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
             f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   "
             f"DLR/OGD {dlr / ogd:5.2f}"
         )
-    results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
-    log("time per fast DLR-Full round: " + ", ".join(f"{k} {v:.1f} us" for k, v in parts.items()))
+    results["worker_startup"] = []
+    for method in ("spawn", "fork"):
+        row = worker_startup(method, workers or os.cpu_count() or 1, data_root)
+        results["worker_startup"].append(row)
+        log(f"sweep worker start-up, {method:5s}: {row['per_worker_seconds']:.2f} s a worker "
+            f"(process {row['worker_start_seconds']:.2f} s, data and kernels and 2 rounds "
+            f"{row['worker_first_rounds_seconds']:.2f} s), parent warm-up {row['parent_warm_seconds']:.2f} s "
+            f"once; load {os.getloadavg()[0]:.2f}")
     results["sweep"] = []
     for k in (1, 8, 32):
         for stack in (False, True) if k > 1 else (False,):

@@ -44,6 +44,8 @@ def add_parsers(sub) -> None:
     bench.add_argument(
         "--workers", type=int, default=None, help="processes for the sweeps (default: one per core)"
     )
+    bench.add_argument("--quick", action="store_true",
+                       help="ovfl: only the table (fused, messages, reference, floor) and the time per round")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument(
         "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
@@ -133,7 +135,7 @@ def cmd_bench(args) -> int:
     if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
         raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")
     results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
-                         sweep_rounds=args.sweep_rounds, workers=args.workers,
+                         sweep_rounds=args.sweep_rounds, workers=args.workers, quick=args.quick,
                          log=lambda line: Console().print(line, highlight=False))
     path = args.json or Path("bench-ovfl.json")
     write_json(results, path)

@@ -14,6 +14,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
@@ -138,6 +139,10 @@ _QUEUE = None
 def _init_worker(queue) -> None:
     global _QUEUE
     _QUEUE = queue
+    # a forked worker gets new stdout/stderr objects: the parent's may have been locked by another
+    # thread (a progress bar's refresh) at the moment of the fork, and that lock would never be freed
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the process's own streams)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     exit_with_parent()
 
 
@@ -153,6 +158,23 @@ def _drain(queue, on_report: Report) -> None:
             return
 
 
+def worker_context(specs: list[RunSpec]):
+    """The workers' start method. Where ``fork`` is safe (Linux), the parent first warms up what
+    every worker needs (each task's ``warm``: data, compiled kernels) and the workers fork from
+    it, sharing those pages instead of each paying imports, data and kernel loading again (about
+    1.5 s a worker, measured in docs/online-vfl.md). Elsewhere: ``spawn``."""
+    if not sys.platform.startswith("linux"):
+        return mp.get_context("spawn")
+    by_task: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        by_task.setdefault(spec.config["task"], []).append(spec)
+    for name, group in by_task.items():
+        warm = get_task(name).warm
+        if warm is not None:
+            warm(group)
+    return mp.get_context("fork")
+
+
 def sweep(specs: list[RunSpec], *, workers: int | None = None,
           on_report: Report = lambda n, t: None, stack: bool = False) -> list[dict]:
     """Run every spec, on ``workers`` processes (default: every core); summaries in spec order.
@@ -163,7 +185,7 @@ def sweep(specs: list[RunSpec], *, workers: int | None = None,
     workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
     if workers == 1:
         return run_group(specs, on_report, stack=stack)
-    ctx = mp.get_context("spawn")
+    ctx = worker_context(specs)
     # a plain queue handed to each worker as it starts: a Manager's queue would live in a server
     # process of its own, which outlived the parent when that was killed
     queue = ctx.Queue()

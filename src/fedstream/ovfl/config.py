@@ -93,6 +93,13 @@ FIELDS: dict[str, Field | Shared] = {
         "topl: what the server uses for clients it does not query",
         choices=("zero", "mean", "latest", "ema"),
     ),
+    "simulator.path": Field(
+        str,
+        "auto",
+        "in-process simulator: auto (the fused compiled loop where it applies: no compression, "
+        "not topl) or messages (every message encoded, counted and decoded)",
+        choices=("auto", "messages"),
+    ),
     "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1),
     "checkpoint.every": Field(
         int, 10000, "rounds between checkpoints when --out is given (0: only at the end)", min=0

@@ -20,6 +20,7 @@ from fedstream.data import Stream, TableSource, TableSpec, load_source, resolve_
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.metrics import Prequential
 from fedstream.ovfl.activation import activation_from_config
+from fedstream.ovfl.fused import FusedPath, fused_applies
 from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -128,6 +129,7 @@ class OnlineVFL:
         self.wall_seconds = 0.0
         self.interval_rows: list[dict] = []
         self.t = 0  # next round to play
+        self._fused: FusedPath | None = None  # built on first use
 
     # -- running -----------------------------------------------------------------------------
     def run(self, rounds: int | None = None, **hooks) -> dict:
@@ -156,44 +158,91 @@ class OnlineVFL:
         """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
 
         The stream rows are passed in so that several runs over the same stream can share one
-        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's.
+        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's. Rounds
+        are played in segments that end where bookkeeping is due (:meth:`_segment_end`): by the
+        fused path where it applies (:mod:`fedstream.ovfl.fused`), else one round at a time by
+        the message path (:func:`fedstream.ovfl.protocol.play_round`).
         """
         tic = time.perf_counter()
         blocks, mask = self.chunk_inputs(chunk, X)
         queried = self.activation.queried(mask)  # None: every passive client is queried
-        h = hooks
-        first, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
+        fused = self.fused if queried is None else None
+        h, base = hooks, chunk * CHUNK
+        first, stop = self.t - base, min(CHUNK, end - base)
         counted = first  # rows of ``mask`` already added to active_counts
-        for j in range(first, stop):
-            t = chunk * CHUNK + j
-            try:
-                result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
-                                    self.clients, self.transport, self.clock,
-                                    None if queried is None else queried[j])
-            except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
-                self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
-                raise self.diverged(t, exc) from exc
-            self.metrics.update(int(y[j]), result.prediction)
-            if h.on_round is not None:
-                h.on_round(t, int(y[j]), result.prediction)
-            self.t = t + 1
-            if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
-                self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
-            if self.t % self.metrics.interval == 0 or (
-                h.checkpoint_every and self.t % h.checkpoint_every == 0
-            ):
-                self.active_counts += mask[counted:j + 1].sum(axis=0)
-                counted = j + 1
-            if self.t % self.metrics.interval == 0:
-                self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
-                self.record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
-            if h.on_progress is not None and self.t % h.progress_every == 0:
-                h.on_progress(self)
-            if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
-                self.check_finite()
-                self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+        j = first
+        while j < stop:
+            if fused is not None and fused.ready():
+                upto = self._segment_end(j, base, stop, h)
+                preds, bad = fused.play(X, y, mask, j, upto)
+                self.metrics.update_many(y[j:j + len(preds)], preds)
+                if h.on_round is not None:
+                    for i, p in enumerate(preds.tolist()):
+                        h.on_round(base + j + i, int(y[j + i]), p)
+                if bad >= 0:
+                    self.t = base + bad
+                    self.active_counts += mask[counted:bad].sum(axis=0)
+                    raise self.diverged(self.t, NonFiniteError("a message holds NaN or inf"))
+                j = upto - 1
+            else:
+                t = base + j
+                try:
+                    result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
+                                        self.clients, self.transport, self.clock,
+                                        None if queried is None else queried[j])
+                except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+                    self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
+                    raise self.diverged(t, exc) from exc
+                self.metrics.update(int(y[j]), result.prediction)
+                if h.on_round is not None:
+                    h.on_round(t, int(y[j]), result.prediction)
+            counted = self._after_round(j, base, (blocks, y, mask), counted, h, tic)
+            j += 1
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.wall_seconds += time.perf_counter() - tic
+
+    @property
+    def fused(self) -> FusedPath | None:
+        """The fused path of this run, or None where it does not apply (checked on each chunk:
+        tests and benches may swap the transport or the config's ``simulator.path``)."""
+        if not fused_applies(self.config, self.transport, self.server, self.blocks):
+            return None
+        if self._fused is None or self._fused.ledger is not self.transport.ledger:
+            self._fused = FusedPath(self.clients, self.server, self.clock, self.transport.ledger, self.blocks)
+        return self._fused
+
+    def _segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
+        """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
+        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1)."""
+        t = base + j
+        if h.on_round is not None:  # the callback sees the state after its round (it may change it)
+            return j + 1
+        every = [self.metrics.interval] + [n for n in (h.checkpoint_every,) if n]
+        if h.on_progress is not None:
+            every.append(h.progress_every)
+        upto = min((t // n + 1) * n for n in every) - base
+        return min(upto, stop)
+
+    def _after_round(self, j: int, base: int, chunk: tuple, counted: int, h: Hooks, tic: float) -> int:
+        """The bookkeeping after row j of a chunk (``chunk``: blocks, labels, mask) has been played:
+        the activation's view of a complete chunk, interval rows, progress, checkpoints. Returns
+        the rows of the mask now added to ``active_counts``."""
+        blocks, y, mask = chunk
+        self.t = base + j + 1
+        if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
+            self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
+        if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
+            self.active_counts += mask[counted:j + 1].sum(axis=0)
+            counted = j + 1
+        if self.t % self.metrics.interval == 0:
+            self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
+            self.record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
+        if h.on_progress is not None and self.t % h.progress_every == 0:
+            h.on_progress(self)
+        if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
+            self.check_finite()
+            self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+        return counted
 
     def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
         """The error to raise when a party produced a NaN/inf message in round t."""
@@ -299,7 +348,7 @@ class OnlineVFL:
         changed = [
             k
             for k, v in meta["config"].items()
-            if k not in ("rounds", "checkpoint.every") and self.config.get(k) != v
+            if k not in ("rounds", "checkpoint.every", "simulator.path") and self.config.get(k) != v
         ]
         if changed:
             details = ", ".join(

@@ -61,6 +61,16 @@ class ComputeClock:
             self.samples[2] += wall
             self.samples[3] += thread_time() - tic[1]
 
+    def add_segment(self, client: float, server: float, cpu_per_wall: float) -> None:
+        """Seconds measured by the fused path (:mod:`fedstream.ovfl.fused`) for a segment of rounds:
+        its client and server time, and the segment's CPU / wall ratio (all of it is sampled)."""
+        self.client += client
+        self.server += server
+        self.samples[0] += client
+        self.samples[1] += client * cpu_per_wall
+        self.samples[2] += server
+        self.samples[3] += server * cpu_per_wall
+
     def cpu(self) -> tuple[float, float]:
         """(client, server) CPU seconds, estimated as described above."""
         cw, cc, sw, sc = self.samples

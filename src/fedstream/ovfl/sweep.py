@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fedstream.errors import DivergedError
+from fedstream.errors import DivergedError, FedstreamError
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, Hooks, OnlineVFL, make_stream
 from fedstream.ovfl.stack import MAX_STACK, RunStack, StackDiverged, stack_key
 from fedstream.runs.folder import RunFolder, diverged_fields
@@ -34,6 +34,30 @@ class _Member:
     @property
     def done(self) -> bool:
         return self.run.t >= self.end
+
+
+def warm(specs: list[RunSpec]) -> None:
+    """What every worker of a sweep would otherwise pay at its start, done once in the parent
+    before the workers fork from it (:func:`fedstream.experiments.sweep.sweep`): each distinct
+    stream's data (cached by :func:`fedstream.data.load_source`), and the compiled kernels of
+    each distinct kind of run, loaded from numba's cache by a few rounds of a throw-away run."""
+    streams: dict[tuple, object] = {}
+    kinds = set()
+    for spec in specs:
+        c = spec.config
+        key = tuple(c[k] for k in STREAM_KEYS)
+        kind = key + (c["optimizer.name"], c["activation.name"], c["compression.up"], c["compression.down"],
+                      c["vfl.clients"], c["model.embedding"])
+        if kind in kinds:
+            continue
+        kinds.add(kind)
+        rounds = c["optimizer.window"] + 2 if c["optimizer.name"] == "slr" else 2  # SLR: past its warm-up
+        try:
+            if key not in streams:
+                streams[key] = make_stream(dict(c))
+            OnlineVFL(dict(c) | {"rounds": rounds}, stream=streams[key]).run()
+        except FedstreamError:  # best effort: the run's own worker meets the error and reports it
+            continue
 
 
 def run_online(specs: list[RunSpec], report: Report, stack: bool = False) -> dict[str, dict]:

@@ -8,7 +8,7 @@ import fedstream.ovfl.config as ovfl_config
 from fedstream.errors import ConfigError, DivergedError
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.stack import config_stack_key
-from fedstream.ovfl.sweep import run_online
+from fedstream.ovfl.sweep import run_online, warm
 from fedstream.runs.folder import RunFolder, diverged_fields
 from fedstream.runs.task import Progress, Task
 
@@ -113,6 +113,7 @@ TASK = Task(
     doc="event-driven online vertical FL",
     simulate=simulate,
     run_many=run_online,
+    warm=warm,
     checkpoint_name=CHECKPOINT,
     refuse_fresh=("summary.json", CHECKPOINT),
     resume_needs_checkpoint=False,  # the engine's loader says "no checkpoint to resume from"

@@ -56,6 +56,8 @@ class Task:
       ``units(config)``: progress units of a run (rounds, or 1 for a whole run);
       ``tuning(config, rounds)``: the overrides of a shorter tuning run ({} if none);
       ``stack_key(config)``: runs with equal non-None keys may share batched kernels (``--stack``).
+      ``warm(specs)``: load what the workers of a sweep of ``specs`` need (data, compiled kernels)
+      once in the parent, before they fork from it; None: nothing to share.
     Config:
       ``fields``: the task's config keys (key -> :class:`fedstream.fields.Field`, or
       :class:`fedstream.fields.Shared` for a key declared once for several tasks);
@@ -92,6 +94,7 @@ class Task:
     check: Callable[[dict], dict]
     deploy: str | None = None
     predict: str | None = None
+    warm: Callable[[list[RunSpec]], None] | None = None
 
 
 def entry_point(ref: str) -> Callable[..., Any]:

@@ -59,6 +59,14 @@ def encode(msg: Message) -> bytes:
         raise _out_of_range(msg, rows, cols) from None
 
 
+def encoded_size(kind: type, rows: int, cols: int) -> int:
+    """The length of :func:`encode`'s output for a message of type ``kind`` with ``rows`` x ``cols``
+    values (a query: its header alone): for paths that account for messages without building them."""
+    if kind not in KINDS:
+        raise ProtocolError(f"cannot encode {kind.__name__}; expected one of {list(KINDS)}")
+    return HEADER.size + (0 if kind is Query else F32.itemsize * rows * cols)
+
+
 def _out_of_range(msg: Message, rows: int, cols: int) -> ProtocolError:
     return ProtocolError(f"{type(msg).__name__} for round {msg.round}: client {msg.client}, {rows} rows "
                          f"and {cols} columns must each fit a u16 header field (0..65535)")

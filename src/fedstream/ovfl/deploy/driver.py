@@ -305,8 +305,8 @@ class NetworkVFL:
         """Continue from :meth:`save`'s checkpoint (same configuration, ``rounds`` may grow). The
         nodes are set up again with ``resume``: each goes back to its own state of that boundary."""
         state, meta = load_checkpoint(Path(path))
-        changed = [k for k, v in meta["config"].items() if k not in ("rounds", "checkpoint.every")
-                   and self.config.get(k) != v]
+        free = ("rounds", "checkpoint.every", "simulator.path")  # may change on resume
+        changed = [k for k, v in meta["config"].items() if k not in free and self.config.get(k) != v]
         if changed:
             raise ConfigError(f"{path}: cannot resume with a different configuration ({', '.join(changed)})")
         if meta["round"] > self.config["rounds"]:
