@@ -85,7 +85,7 @@ class StreamSettings:
             check_int("max_rows", self.max_rows, 1)
 
 
-def _stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndarray,
+def stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndarray,
                  unique: np.ndarray, stats_rows: int) -> View:
     cols = np.concatenate([common, unique])
     Z = X[np.ix_(rows, cols)]
@@ -160,22 +160,29 @@ def learn_tick(c: Client, t: int, join_tick: int, batch: int) -> float:
     return correct
 
 
-def prequential_point(correct: np.ndarray, join_tick: list[int], batch: int, a: int, b: int) -> dict:
-    """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
-    per = [None if b <= join_tick[k] else
-           float(correct[k, max(a, join_tick[k]):b].sum() / ((b - max(a, join_tick[k])) * batch))
-           for k in range(len(join_tick))]
+def prequential_point(correct: np.ndarray, join_tick: list[int], batch: int, a: int, b: int,
+                      seen: np.ndarray | None = None) -> dict:
+    """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean.
+    ``seen``: which (client, tick) were played (a deployed node that failed misses ticks)."""
+    per = []
+    for k in range(len(join_tick)):
+        lo = max(a, join_tick[k])
+        n = b - lo if seen is None else int(seen[k, lo:b].sum())
+        per.append(None if b <= join_tick[k] or n <= 0 else float(correct[k, lo:b].sum() / (n * batch)))
     live = [p for p in per if p is not None]
     return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
 
 
-def stream_summary(correct: np.ndarray, join_tick: list[int], s: StreamSettings) -> dict:
-    """The result's accuracy keys from the correct counts per client and tick."""
+def stream_summary(correct: np.ndarray, join_tick: list[int], s: StreamSettings,
+                   seen: np.ndarray | None = None) -> dict:
+    """The result's accuracy keys from the correct counts per client and tick (``seen``: as for
+    :func:`prequential_point`)."""
     n_ticks = correct.shape[1]
-    seen = [(n_ticks - join_tick[k]) * s.batch for k in range(s.clients)]
-    per = [float(correct[k].sum() / seen[k]) for k in range(s.clients)]
+    played = [(n_ticks - join_tick[k]) if seen is None else int(seen[k].sum()) for k in range(s.clients)]
+    per = [float(correct[k].sum() / (played[k] * s.batch)) if played[k] else float("nan")
+           for k in range(s.clients)]
     late = s.clients - 1
-    curve = [prequential_point(correct, join_tick, s.batch, a, min(a + s.eval_every, n_ticks))
+    curve = [prequential_point(correct, join_tick, s.batch, a, min(a + s.eval_every, n_ticks), seen)
              for a in range(0, n_ticks, s.eval_every)]
     return {"ticks": n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
             "curve": curve, "late_client": {"client": late, "join_tick": join_tick[late],
@@ -193,7 +200,7 @@ class _Stream:
         initial, drawn = draw_parties(layout, s, method, seed, n_classes, s.clients)
         self.server = FedAvgServer(state_arrays(initial)) if initial is not None else None
         self.clients: list[Client] = [
-            stream_client(k, _stream_view(X, y, layout.parts[k], fs.common, fs.unique[k], s.stats_rows),
+            stream_client(k, stream_view(X, y, layout.parts[k], fs.common, fs.unique[k], s.stats_rows),
                           drawn[k], s, method, seed)
             for k in range(s.clients)]
         self.transport = ModelTransport(s.clients)
