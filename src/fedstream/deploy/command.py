@@ -37,7 +37,8 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
     local = actions.add_parser("local", help="the server and one process per client on 127.0.0.1, then run")
     local.add_argument("--runtime", choices=["grpc", "flower"], default=None,
-                       help="gRPC (default for ovfl, vfl and chfl's stream mode) or Flower (chfl's batch mode)")
+                       help="gRPC (default for ovfl, vfl and chfl's stream mode) or Flower "
+                            "(chfl's batch mode)")
     local.add_argument("--timeout", type=float, default=3600, help="seconds before a Flower run is stopped")
     local.add_argument("--reply-timeout", type=float, default=120.0,
                        help="gRPC: seconds before a node that has not answered is down for that request")
