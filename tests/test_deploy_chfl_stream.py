@@ -162,3 +162,13 @@ def test_deploy_local_streaming_chfl_over_grpc_processes_equals_the_simulator(co
     with np.load(tmp_path / "out" / "models.npz") as saved:
         assert sorted(saved.files) == sorted(f"global.{k}" for k in column)
         assert all(np.array_equal(saved[f"global.{k}"], v) for k, v in column.items())
+
+
+def test_a_stream_server_refuses_resume_until_it_checkpoints(covertype_root, tmp_path):
+    from fedstream.chfl.deploy.adapter import ADAPTER
+    from fedstream.errors import ConfigError
+
+    settings = {"resume": True, "out": str(tmp_path), "audit": False}
+    with pytest.raises(ConfigError, match="no server checkpoint yet"):
+        ADAPTER.serve(stream_config(covertype_root), settings, runtime=None)
+    assert not (tmp_path / "summary.json").exists()
