@@ -172,3 +172,20 @@ def test_a_stream_server_refuses_resume_until_it_checkpoints(covertype_root, tmp
     with pytest.raises(ConfigError, match="no server checkpoint yet"):
         ADAPTER.serve(stream_config(covertype_root), settings, runtime=None)
     assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_flower_simulation_runtime_runs_the_stream_too(covertype_root, tmp_path):
+    """``--runtime flower`` is not the stream's default, but its apps run it: the ServerApp and
+    ClientApps on Flower's simulation runtime (node state through ``context.state``)."""
+    from tests.helpers.flower import simulated_summary
+
+    config = stream_config(covertype_root)
+    want, column = simulate(config)
+    got, out = simulated_summary("chfl-covertype", STREAM_TINY | {"data.root": str(covertype_root)}, 3,
+                                 timeout=300, tmp_path=tmp_path)
+    for key, value in want.items():
+        if key not in _TIMING:
+            assert got[key] == json.loads(json.dumps(value)), key
+    with np.load(out / "models.npz") as saved:
+        assert all(np.array_equal(saved[f"global.{k}"], v) for k, v in column.items())
