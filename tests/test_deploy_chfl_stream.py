@@ -26,7 +26,7 @@ from fedstream.deploy.adapters import default_runtime
 from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.session import Session
-from fedstream.errors import ProtocolError
+from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.threads import one_torch_thread
 
 STREAM_TINY = {"chfl.mode": "stream", "chfl.clients": 3, "chfl.max_rows": 600, "chfl.hidden": "16,8",
@@ -164,14 +164,43 @@ def test_deploy_local_streaming_chfl_over_grpc_processes_equals_the_simulator(co
         assert all(np.array_equal(saved[f"global.{k}"], v) for k, v in column.items())
 
 
-def test_a_stream_server_refuses_resume_until_it_checkpoints(covertype_root, tmp_path):
+def test_a_stream_server_refuses_resume_without_out(covertype_root, tmp_path):
     from fedstream.chfl.deploy.adapter import ADAPTER
     from fedstream.errors import ConfigError
 
-    settings = {"resume": True, "out": str(tmp_path), "audit": False}
-    with pytest.raises(ConfigError, match="no server checkpoint yet"):
-        ADAPTER.serve(stream_config(covertype_root), settings, runtime=None)
-    assert not (tmp_path / "summary.json").exists()
+    with pytest.raises(ConfigError, match="resume: needs out"):
+        ADAPTER.serve(stream_config(covertype_root), {"resume": True, "out": None, "audit": False},
+                      runtime=None)
+
+
+def test_a_server_that_dies_resumes_from_its_checkpoint_as_the_uninterrupted_run(covertype_root, tmp_path):
+    """The server checkpoints after every synchronisation (the nodes keep their state there); it
+    dies after the nodes answered ticks 15..19 (past the checkpoint at 15), a new server loads the
+    checkpoint and the same nodes go back to it: the simulator's run, bit for bit."""
+    from tests.helpers.links import ServerCrash, crashing_at
+
+    config = stream_config(covertype_root)
+    want, column = simulate(config)
+    cls = crashing_at(lambda env: env.kind == ROUND and env.round == 15)
+    link = cls(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3, persist=True,
+               store=tmp_path / "nodes")
+    checkpoint = tmp_path / "out" / "checkpoint.pt"
+    with pytest.raises(ServerCrash):
+        NetworkStream(link, config).run(checkpoint=checkpoint)
+    rows = (tmp_path / "out" / "metrics.csv").read_text().splitlines()
+    net = NetworkStream(link, config)
+    net.load(checkpoint)
+    assert net.saved["tick"] == 15
+    got = net.run()
+    assert got["resumed"] and got["rejoins"] == []
+    assert_same(got, want, net, column)
+    after = (tmp_path / "out" / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "tick,acc" and len(rows) == 2 and after[:2] == rows  # the row of tick 10 kept
+    assert len(after) == 1 + len(want["curve"])
+    assert [float(r.split(",")[1]) for r in after[1:]] == [p["acc"] for p in want["curve"]]
+    other = dict(config, **{"chfl.stream_lr": 0.02})
+    with pytest.raises(FedstreamError, match="stream_lr|lr"):
+        NetworkStream(link, other).load(checkpoint)
 
 
 @pytest.mark.slow

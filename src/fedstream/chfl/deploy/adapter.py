@@ -95,13 +95,19 @@ class CHFLAdapter:
                 np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})
 
     def _serve_stream(self, config: dict, settings: dict, runtime) -> None:
-        if settings["resume"]:
-            raise ConfigError("resume: a streaming CHFL deployment has no server checkpoint yet")
+        if settings["resume"] and not settings["out"]:
+            raise ConfigError("resume: needs out, the folder holding the streaming server's checkpoint.pt")
         link = runtime.connect(config["chfl.clients"])
         print(f"fedstream: streaming CHFL ({config['chfl.method']}) with {config['chfl.clients']} client "
               "nodes", flush=True)
         net = NetworkStream(link, config)
-        result = net.run()
+        checkpoint = Path(settings["out"]) / "checkpoint.pt" if settings["out"] else None
+        if settings["resume"] and checkpoint.exists():
+            net.load(checkpoint)
+            print(f"fedstream: resuming at tick {net.saved['tick']} from {checkpoint}", flush=True)
+        elif settings["resume"]:
+            print(f"fedstream: no checkpoint at {checkpoint}: starting afresh", flush=True)
+        result = net.run(checkpoint=checkpoint)
         print(f"fedstream: done, {result['ticks']} ticks, prequential accuracy "
               f"{result['prequential_acc']:.4f}, {result['bytes']['total']} payload bytes, "
               f"{len(result['faults'])} node fault(s), {runtime.note()}", flush=True)

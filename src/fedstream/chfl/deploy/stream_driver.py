@@ -29,14 +29,33 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
+import torch
 
+from fedstream.chfl.checkpoint import (
+    DEPLOYED,
+    CheckpointError,
+    RunFolder,
+    arrays_to_tensors,
+    check_identity,
+    ledger_state,
+    load_ledger,
+    read_checkpoint,
+    tensors_to_arrays,
+)
 from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamFinishReply, StreamSetupReply
 from fedstream.chfl.deploy.stream_node import stream_config_settings
 from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.models import state_arrays
-from fedstream.chfl.stream import draw_parties, stream_layout, stream_summary
+from fedstream.chfl.stream import (
+    METRIC_COLUMNS,
+    draw_parties,
+    prequential_point,
+    stream_layout,
+    stream_summary,
+)
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
@@ -61,6 +80,23 @@ class NetworkStream(Session):
         self.server: FedAvgServer | None = None
         self.nodes: dict[int, dict] = {}
         self.reports: list[dict] = []
+        self.saved: dict | None = None  # the checkpoint load() read
+        self.loaded: Path | None = None
+
+    def identity(self, n_rows: int | None, n_classes: int | None) -> dict:
+        """Which run a checkpoint is of (the simulator's stream identity; the kind tells them apart)."""
+        return {"task": "chfl-stream", "settings": asdict(self.settings), "method": self.method,
+                "seed": self.seed, "n_rows": n_rows, "n_classes": n_classes}
+
+    def load(self, path: Path) -> None:
+        """Resume from the checkpoint ``run(checkpoint=path)`` wrote (another run's or the simulator's
+        is refused); :meth:`run` then sets the nodes up with ``resume`` and goes on from there."""
+        path = Path(path)
+        saved = read_checkpoint(path, kind=DEPLOYED)
+        ident = saved["identity"]
+        check_identity(path, ident, self.identity(ident.get("n_rows"), ident.get("n_classes")))
+        self.saved, self.loaded = saved["state"], path
+        self.run_token = self.saved["network"]["run"]
 
     # -- setup -------------------------------------------------------------------------------------
     def _check_setup(self, m: int, reply: Envelope) -> dict:
@@ -69,9 +105,11 @@ class NetworkStream(Session):
             raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
         return got.info()
 
-    def _setup(self) -> tuple[list[int], int]:
+    def _setup(self, at: int) -> tuple[list[int], int]:
         s, K = self.settings, self.settings.clients
-        self.nodes = self.set_up(self.link.available(), 0, self.setup_request(), self._check_setup)
+        info = self.setup_request() if not at else self.setup_request(rejoin=True, resume=at)
+        self.nodes = self.set_up(self.link.available(), at, info, self._rejoin_check(at) if at else
+                                 self._check_setup)
         self.require_all(self.nodes, K, f"a streaming CHFL run needs all chfl.clients = {K}")
         first = self.nodes[0]
         for m, got in self.nodes.items():
@@ -99,16 +137,43 @@ class NetworkStream(Session):
         self.ledger.add(m, "down", len(data))
         return [data]
 
-    def run(self) -> dict:
+    def run(self, checkpoint: Path | None = None) -> dict:
+        """Set up, play every (remaining) segment, collect the nodes' byte counts; return the result.
+        ``checkpoint``: save the server's state there (default: where :meth:`load` read it)."""
         t0 = time.perf_counter()
         s, K = self.settings, self.settings.clients
-        join, n_ticks = self._setup()
+        start = int(self.saved["tick"]) if self.saved is not None else 0
+        join, n_ticks = self._setup(start)
         federated = self.server is not None
         correct, seen = np.zeros((K, n_ticks)), np.zeros((K, n_ticks), dtype=bool)
         learnt = [0] * K  # rows each node learnt since its last accepted upload (as the node counts)
         need: set[int] = set()  # nodes to send θ with their next request
+        path = Path(checkpoint) if checkpoint is not None else self.loaded
+        first = self.nodes[0]
+        folder = None if path is None else RunFolder(
+            path.parent, self.identity(first["n_rows"], first["n_classes"]), METRIC_COLUMNS,
+            resume=self.saved is not None, name=path.name, kind=DEPLOYED)
+        elapsed = 0.0
+        if folder is not None and folder.resume() is None and self.saved is not None:
+            raise CheckpointError(f"{path}: gone since it was loaded")
+        if self.saved is not None:
+            v = self.saved
+            if federated:
+                self.server.state = tensors_to_arrays(v["server"]["tensors"])
+                self.server.round = int(v["server"]["round"])
+            correct, seen = v["correct"].numpy().copy(), v["seen"].numpy().astype(bool)
+            learnt, need = [int(x) for x in v["learnt"]], {int(m) for m in v["need"]}
+            load_ledger(self.ledger, v["ledger"])
+            self.load_session_state(v["network"], before=True)
+            elapsed = float(v["elapsed"])
+            for m, got in sorted(self.nodes.items()):  # kept an older boundary (it was down at start)
+                if got["tick"] != start - 1:
+                    self.rejoins.append({"round": start, "client": m, "node_tick": got["tick"]})
+                    need.add(m)
         cuts = sorted(set(range(0, n_ticks, s.sync_every)) | set(join) | {n_ticks})
         for a, b in zip(cuts, cuts[1:]):
+            if a < start:
+                continue
             back = (self.link.rejoined() & self.link.available() & set(self.nodes))
             if back:
                 for m in self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a)):
@@ -117,7 +182,9 @@ class NetworkStream(Session):
             active = [k for k in range(K) if join[k] <= a]
             need |= {k for k in active if join[k] == a}
             upload = federated and b % s.sync_every == 0
-            info = SegmentRequest(until=b, upload=upload).info()
+            keep = folder is not None and upload and b < n_ticks  # a checkpoint after this sync
+            info = SegmentRequest(until=b, upload=upload, keep=keep or None,
+                                  boundary=b if keep else None).info()
             requests = {m: Envelope(ROUND, a, self._send_global(m) if federated and m in need else [],
                                     dict(info)) for m in self.reachable(active, a, ROUND)}
             need -= set(requests)
@@ -142,17 +209,46 @@ class NetworkStream(Session):
                                         f"{[f['reason'] for f in self.faults[-3:]]})")
                 self.server.aggregate(ups)
                 need |= set(active)
+            if folder is not None:
+                self._metrics(folder, correct, seen, join, a, b)
+            if keep:
+                folder.save(self._state(b, correct, seen, learnt, need) | {
+                    "elapsed": elapsed + time.perf_counter() - t0})
         self._finish(n_ticks, need if federated else set())
         missed = [int((n_ticks - join[k]) - seen[k].sum()) for k in range(K)]
         return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
                 **stream_summary(correct, join, s, seen if any(missed) else None),
-                "bytes": self.ledger.summary(), "wall_seconds": time.perf_counter() - t0, "resumed": False,
+                "bytes": self.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
+                "resumed": self.saved is not None,
                 "missed_ticks": missed, "faults": self.faults, "rejoins": self.rejoins,
                 "exchanges": self.exchanges, "clients": self.reports}
+
+    def _metrics(self, folder: RunFolder, correct, seen, join: list[int], a: int, b: int) -> None:
+        """The simulator's metrics rows (tick, acc) of the ticks [a, b) just played."""
+        every, n_ticks = self.settings.eval_every, correct.shape[1]
+        played = all(seen[k, join[k]:b].all() for k in range(len(join)))  # no tick missed so far
+        for end in range(a + 1, b + 1):
+            if end % every == 0 or end == n_ticks:
+                p = prequential_point(correct, join, self.settings.batch, ((end - 1) // every) * every, end,
+                                      None if played else seen)
+                folder.append({"tick": p["tick"], "acc": p["acc"]})
+
+    def _state(self, b: int, correct, seen, learnt: list[int], need: set[int]) -> dict:
+        """Everything after tick ``b - 1`` (a checkpoint): the nodes keep their own state of ``b``."""
+        server = None if self.server is None else {"round": self.server.round,
+                                                   "tensors": arrays_to_tensors(self.server.state)}
+        return {"tick": b, "server": server, "correct": torch.from_numpy(correct.copy()),
+                "seen": torch.from_numpy(seen.astype(np.uint8)), "learnt": list(learnt),
+                "need": sorted(need), "ledger": ledger_state(self.ledger), "network": self.session_state()}
 
     def _rejoin_check(self, a: int):
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
+            if not self.nodes:  # a resumed server's first setup: nothing to compare with yet
+                if got["tick"] >= a:
+                    raise ProtocolError(f"the node played up to tick {got['tick']}, the checkpoint is at "
+                                        f"tick {a}")
+                return got
             diff = {k: (got[k], self.nodes[m][k]) for k in (*_SHARED, "join_tick")
                     if got[k] != self.nodes[m][k]}
             if diff:
