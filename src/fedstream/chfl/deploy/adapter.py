@@ -24,6 +24,7 @@ from fedstream.chfl.deploy.driver import NetworkCHFL
 from fedstream.chfl.deploy.host import CHFLHost
 from fedstream.chfl.deploy.stream_driver import NetworkStream
 from fedstream.chfl.deploy.stream_node import StreamHost, StreamPart, load_stream_part
+from fedstream.data.chfl_datasets import SPECS
 from fedstream.errors import ConfigError
 
 
@@ -39,6 +40,9 @@ class CHFLAdapter:
     def check(self, config: dict) -> None:
         if config["chfl.mode"] not in ("batch", "stream"):
             raise ConfigError(f"chfl.mode = {config['chfl.mode']!r}: expected 'batch' or 'stream'")
+        if config["chfl.mode"] == "stream" and config["data.name"] not in SPECS:
+            raise ConfigError(f"data.name = {config['data.name']!r}: a streaming CHFL deployment reads one "
+                              f"of {sorted(SPECS)} on every node (its own table file does not deploy yet)")
 
     def n_nodes(self, config: dict) -> int:
         return config["chfl.clients"]
