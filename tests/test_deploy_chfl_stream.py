@@ -168,6 +168,10 @@ def test_a_stream_server_refuses_resume_without_out(covertype_root, tmp_path):
     from fedstream.chfl.deploy.adapter import ADAPTER
     from fedstream.errors import ConfigError
 
+    ADAPTER.check(stream_config(covertype_root))
+    with pytest.raises(ConfigError, match="data.name = 'table': a streaming CHFL deployment reads one of"):
+        ADAPTER.check(dict(stream_config(covertype_root), **{"data.name": "table"}))
+
     with pytest.raises(ConfigError, match="resume: needs out"):
         ADAPTER.serve(stream_config(covertype_root), {"resume": True, "out": None, "audit": False},
                       runtime=None)
