@@ -196,3 +196,18 @@ def test_flower_records_are_checked_before_use():
             from_record(to_record(Envelope("finish", 3, [], arrays={"p": np.zeros(4)})), "node 7")
     finally:
         gridlink.MAX_PAYLOAD = limit
+
+
+def test_a_record_s_prepared_type_checks_agree_with_the_plain_rule():
+    """Record.read checks each key with a checker built once per class (the fast path); it must
+    accept and refuse exactly what :func:`fedstream.deploy.records._fits` does."""
+    from fedstream.deploy.records import _checker, _fits
+
+    kinds = [int, float, bool, str, int | None, float | None, bool | None, str | None, list[int], list[float],
+             list[str], list[int] | None, int | str]
+    values = [0, -3, 2**40, 1.5, float("nan"), True, False, "x", "", [], [1, 2], [1, True], [1.0, 2], ["a"],
+              ["a", 1], (1, 2), {"a": 1}, b"x", [[1]]]
+    for kind in kinds:
+        ok = _checker(kind)
+        for v in values:
+            assert ok(v) == _fits(v, kind), (kind, v)

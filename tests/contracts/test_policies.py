@@ -134,3 +134,22 @@ def test_topl_state_of_another_shape_raises_a_fedstream_error():
     state = _topl("mean")().state_dict()
     with pytest.raises(FedstreamError):
         TopLActivation(M, l=2, embedding=E + 1, window=8).load_state_dict(state)
+
+
+def _plain_random(chunk: int, shape: tuple) -> np.ndarray:
+    return np.random.default_rng([1, 3, chunk]).random(shape) < 0.4
+
+
+def _plain_fixed(chunk: int, shape: tuple) -> np.ndarray:
+    return np.random.default_rng([1, 3, chunk]).random(shape).argsort(axis=1).argsort(axis=1) < 2
+
+
+@pytest.mark.parametrize("make, plain", [(lambda: RandomActivation(M, p=0.4, seed=1), _plain_random),
+                                         (lambda: FixedCount(M, k=2, seed=1), _plain_fixed)])
+def test_a_chunk_s_kept_draws_give_the_plain_draws_masks(make, plain):
+    """The fast path (a chunk's uniform draws kept while the same chunk is asked again, as a
+    deployed client asks once per event) gives the plain draws' mask for every chunk and shape."""
+    kept = make()
+    for chunk, rounds in [(0, ROUNDS), (0, ROUNDS), (1, ROUNDS), (0, ROUNDS), (0, ROUNDS + 1), (2, 5)]:
+        got = kept.mask(chunk, np.zeros((rounds, M), np.float32))
+        assert got.dtype == bool and np.array_equal(got, plain(chunk, (rounds, M)))

@@ -255,21 +255,35 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
             payload = b"\0" * round(_play(one, link, None)["payload_bytes_per_event"] / M)
             for _ in range(100):
                 link.echo(payload)
-            if counter is not None:
-                counter.reset()
-            tic = time.perf_counter()
-            for _ in range(echo_rounds):
-                link.echo(payload)
-            wall = time.perf_counter() - tic
-            floor = {"rounds": echo_rounds, "rounds_per_second": echo_rounds / wall,
-                     "ms_per_round_trip": 1e3 * wall / echo_rounds, "payload_bytes_per_node": len(payload)}
-            if counter is not None:
-                floor["tcp_bytes_per_round"] = sum(counter.reset()) / echo_rounds
-            for batch in batches:
+
+            def echo() -> dict:
+                if counter is not None:
+                    counter.reset()
+                tic = time.perf_counter()
+                for _ in range(echo_rounds):
+                    link.echo(payload)
+                wall = time.perf_counter() - tic
+                out = {"rounds_per_second": echo_rounds / wall, "ms_per_round_trip": 1e3 * wall / echo_rounds}
+                if counter is not None:
+                    out["tcp_bytes_per_round"] = sum(counter.reset()) / echo_rounds
+                return out
+
+            floors = [echo()]  # the floor before each B and after the last: each row's ratio is to
+            for batch in batches:  # the mean of the two measured around it (the load drifts)
                 n = batch * max(min_requests, -(-events // batch))
                 cfg = dict(base, **{"network.batch": batch, "rounds": n})
                 check_deployable(cfg)
                 rows.append(_play(cfg, link, counter))
+                if counter is None:  # the pass counting socket bytes needs the floor's bytes once
+                    floors.append(echo())
+                    rows[-1]["floor_rounds_per_second"] = (floors[-2]["rounds_per_second"]
+                                                           + floors[-1]["rounds_per_second"]) / 2
+            rates = [f["rounds_per_second"] for f in floors]
+            floor = {"rounds": echo_rounds, "rounds_per_second": sum(rates) / len(rates),
+                     "ms_per_round_trip": sum(f["ms_per_round_trip"] for f in floors) / len(floors),
+                     "measured_rounds_per_second": rates, "payload_bytes_per_node": len(payload)}
+            if counter is not None:
+                floor["tcp_bytes_per_round"] = floors[0]["tcp_bytes_per_round"]
             if profile is not None:
                 _play(dict(base, **{"network.batch": 1, "rounds": 1024}), link, None, profile=profile)
     finally:
@@ -283,8 +297,10 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
                        echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
                        workdir: Path, profile: bool = True, log=print) -> dict:
     """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
-    client. First the floor, a bare echo round to the same processes (one frame of one event's
-    payload to every node and back), then online VFL for each B, at least ``events`` events and
+    client. The floor is a bare echo round to the same processes on the same streams (one frame of
+    one event's payload to every node at once and back, as an event's requests and replies go),
+    measured before each B and after the last; each B's ratio is to the mean of the two floors
+    measured around it (other jobs' load drifts). Online VFL runs for each B, at least ``events`` events and
     ``min_requests`` requests each (after a warm-up run that is not reported: numba loads its
     kernels in each node). Timings come from a pass with the clients connected directly; the socket
     bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
@@ -306,7 +322,9 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     kw = dict(batches=batches, echo_rounds=echo_rounds, log=log)
     floor, rows = _grpc_pass(base, config, sets, workdir, events=events, min_requests=min_requests,
                              relay=False, profile=workdir / "profile-b1.txt" if profile else None, **kw)
-    log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms")
+    rates = ", ".join(f"{r:.0f}" for r in floor["measured_rounds_per_second"])
+    log(f"echo floor: {floor['rounds_per_second']:.0f} rounds/s, {floor['ms_per_round_trip']:.2f} ms "
+        f"(measured {rates}: before each B and after the last)")
     counted_floor, counted = _grpc_pass(base, config, sets, workdir, events=max(1, events // 4),
                                         min_requests=max(1, min_requests // 8), relay=True, profile=None,
                                         **kw)
@@ -314,7 +332,7 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     for row, c in zip(rows, counted):
         row |= {"tcp_bytes_per_event": c["tcp_bytes_per_event"],
                 "overhead_tcp_over_payload": c["overhead_tcp_over_payload"],
-                "ratio_to_floor": row["requests_per_second"] / floor["rounds_per_second"],
+                "ratio_to_floor": row["requests_per_second"] / row["floor_rounds_per_second"],
                 "ratio_to_engine": row["events_per_second"] / engine_eps}
         log(f"B = {row['batch']}: {row['events_per_second']:.0f} events/s, "
             f"{row['ms_per_round_trip']:.2f} ms per round trip, "
@@ -334,13 +352,16 @@ def format_network_grpc(d: dict) -> str:
              f"engine {d['engine_events_per_second']:.0f} events/s",
              f"echo floor: {f['rounds_per_second']:.0f} rounds/s, {f['ms_per_round_trip']:.2f} ms per round "
              f"trip, {f['tcp_bytes_per_round']:.0f} socket B per round "
-             f"({f['payload_bytes_per_node']} B each way per node)",
+             f"({f['payload_bytes_per_node']} B each way per node); measured before each B and after "
+             "the last: " + ", ".join(f"{r:.0f}" for r in f.get("measured_rounds_per_second", [])),
              f"{'B':>5} {'events':>7} {'events/s':>9} {'ms/RTT':>7} {'server ms':>9} {'payload B/ev':>12} "
-             f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'x floor':>7} {'x engine':>8}"]
+             f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'floor r/s':>9} {'x floor':>7} "
+             f"{'x engine':>8}"]
     for r in d["rows"]:
         lines.append(f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
                      f"{r['ms_per_round_trip']:>7.2f} {r['server_ms_per_request']:>9.2f} "
                      f"{r['payload_bytes_per_event']:>12.0f} {r['frame_bytes_per_event']:>10.0f} "
                      f"{r['tcp_bytes_per_event']:>11.0f} {r['overhead_tcp_over_payload']:>14.2f} "
+                     f"{r.get('floor_rounds_per_second', f['rounds_per_second']):>9.0f} "
                      f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
     return "\n".join(lines)

@@ -42,7 +42,7 @@ from fedstream.chfl.settings import (
     check_list,
     check_num,
 )
-from fedstream.chfl.splits import SettingError, random_split
+from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.runs.threads import one_torch_thread
@@ -86,7 +86,7 @@ class StreamSettings:
             check_int("max_rows", self.max_rows, 1)
 
 
-def _stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndarray,
+def stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndarray,
                  unique: np.ndarray, stats_rows: int) -> View:
     cols = np.concatenate([common, unique])
     Z = X[np.ix_(rows, cols)]
@@ -97,39 +97,113 @@ def _stream_view(X: np.ndarray, y: np.ndarray, rows: np.ndarray, common: np.ndar
     return View(Z[:, :nc].contiguous(), Z[:, nc:].contiguous(), torch.from_numpy(y[rows]))
 
 
+@dataclass(frozen=True)
+class StreamLayout:
+    """Who holds what in a streaming run: the feature split, each client's rows (its part of the
+    run's permutation, in arrival order), the ticks and each client's join tick. Sizes only: a
+    deployed node and the server compute it as the simulator does."""
+
+    features: FeatureSplit
+    parts: list[np.ndarray]
+    n_ticks: int
+    join_tick: list[int]
+
+
+def stream_layout(n_rows: int, n_features: int, s: StreamSettings, seed: int) -> StreamLayout:
+    fs = random_split(n_features, s.clients, ratio=s.common_ratio, seed=s.split_index)
+    parts = np.array_split(np.random.default_rng([seed, 5]).permutation(n_rows), s.clients)
+    n_ticks = min(len(p) for p in parts) // s.batch
+    join_tick = [0] * s.clients
+    if s.late_join > 0 and s.clients > 1:
+        join_tick[-1] = int(s.late_join * n_ticks)
+    return StreamLayout(fs, parts, n_ticks, join_tick)
+
+
+def stream_rows(X: np.ndarray, y: np.ndarray, s: StreamSettings, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The run's rows: all, or the ``max_rows`` subset drawn from ``seed``."""
+    if s.max_rows is not None and s.max_rows < len(y):
+        rows = np.sort(np.random.default_rng([seed, 4]).choice(len(y), s.max_rows, replace=False))
+        return X[rows], y[rows]
+    return X, y
+
+
+def draw_parties(layout: StreamLayout, s: StreamSettings, method: str, seed: int, n_classes: int,
+                 upto: int) -> tuple[Column | None, list[tuple[dict, Column | None]]]:
+    """The run's weight draws, in the simulator's order from one generator seeded with ``seed``: the
+    server's initial common column (federated methods), then each client's heads and common column,
+    for clients 0..``upto``-1 (a deployed node k replays the draws of the clients before it)."""
+    g = torch.Generator().manual_seed(seed)  # the run's own: the global torch RNG is not touched
+    fs, federated = layout.features, method != "local"
+    dc = len(fs.common)
+    initial = Column(dc, n_classes, s.hidden, generator=g) if federated else None
+    drawn = []
+    for k in range(upto):
+        heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
+        drawn.append((heads, Column(dc, n_classes, s.hidden, generator=g) if federated else None))
+    return initial, drawn
+
+
+def stream_client(k: int, view: View, drawn: tuple[dict, Column | None], s: StreamSettings, method: str,
+                  seed: int) -> Client:
+    heads, common = drawn
+    return Client(k, ClientData(view, view, view), heads=heads, lr=s.lr, batch_size=s.batch, common=common,
+                  prox_mu=s.prox_mu if method == "fedprox" else 0.0, seed=seed)
+
+
+def learn_tick(c: Client, t: int, join_tick: int, batch: int) -> float:
+    """Client ``c``'s tick ``t``: predict its next batch (the prequential test), then learn from it;
+    returns the number predicted correctly."""
+    i = (t - join_tick) * batch
+    xc, xu, y = (a[i:i + batch] for a in c.data.train)
+    out = c.predict(xc, xu, c.candidates()[:1])[c.candidates()[0]]
+    correct = float((out.argmax(1) == y).sum())
+    c.step(xc, xu, y)
+    return correct
+
+
+def prequential_point(correct: np.ndarray, join_tick: list[int], batch: int, a: int, b: int,
+                      seen: np.ndarray | None = None) -> dict:
+    """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean.
+    ``seen``: which (client, tick) were played (a deployed node that failed misses ticks)."""
+    per = []
+    for k in range(len(join_tick)):
+        lo = max(a, join_tick[k])
+        n = b - lo if seen is None else int(seen[k, lo:b].sum())
+        per.append(None if b <= join_tick[k] or n <= 0 else float(correct[k, lo:b].sum() / (n * batch)))
+    live = [p for p in per if p is not None]
+    return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
+
+
+def stream_summary(correct: np.ndarray, join_tick: list[int], s: StreamSettings,
+                   seen: np.ndarray | None = None) -> dict:
+    """The result's accuracy keys from the correct counts per client and tick (``seen``: as for
+    :func:`prequential_point`)."""
+    n_ticks = correct.shape[1]
+    played = [(n_ticks - join_tick[k]) if seen is None else int(seen[k].sum()) for k in range(s.clients)]
+    per = [float(correct[k].sum() / (played[k] * s.batch)) if played[k] else float("nan")
+           for k in range(s.clients)]
+    late = s.clients - 1
+    curve = [prequential_point(correct, join_tick, s.batch, a, min(a + s.eval_every, n_ticks), seen)
+             for a in range(0, n_ticks, s.eval_every)]
+    return {"ticks": n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
+            "curve": curve, "late_client": {"client": late, "join_tick": join_tick[late],
+                                            "curve": [p["per_client"][late] for p in curve]}}
+
+
 class _Stream:
     """The clients, the server and the bookkeeping of one streaming run."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, s: StreamSettings, method: str, seed: int,
                  n_classes: int):
         self.s, self.method = s, method
-        fs = random_split(X.shape[1], s.clients, ratio=s.common_ratio, seed=s.split_index)
-        parts = np.array_split(np.random.default_rng([seed, 5]).permutation(len(y)), s.clients)
-        self.n_ticks = min(len(p) for p in parts) // s.batch
-        late = s.late_join > 0 and s.clients > 1
-        self.join_tick = [0] * s.clients
-        if late:
-            self.join_tick[-1] = int(s.late_join * self.n_ticks)
-        g = torch.Generator().manual_seed(seed)  # the run's own: the global torch RNG is not touched
-        dc, federated = len(fs.common), method != "local"
-        initial = Column(dc, n_classes, s.hidden, generator=g) if federated else None
-        self.server = FedAvgServer(state_arrays(initial)) if federated else None
-        self.clients: list[Client] = []
-        for k in range(s.clients):
-            v = _stream_view(X, y, parts[k], fs.common, fs.unique[k], s.stats_rows)
-            heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
-            self.clients.append(
-                Client(
-                    k,
-                    ClientData(v, v, v),
-                    heads=heads,
-                    lr=s.lr,
-                    batch_size=s.batch,
-                    common=Column(dc, n_classes, s.hidden, generator=g) if federated else None,
-                    prox_mu=s.prox_mu if method == "fedprox" else 0.0,
-                    seed=seed,
-                )
-            )
+        layout = stream_layout(len(y), X.shape[1], s, seed)
+        fs, self.n_ticks, self.join_tick = layout.features, layout.n_ticks, list(layout.join_tick)
+        initial, drawn = draw_parties(layout, s, method, seed, n_classes, s.clients)
+        self.server = FedAvgServer(state_arrays(initial)) if initial is not None else None
+        self.clients: list[Client] = [
+            stream_client(k, stream_view(X, y, layout.parts[k], fs.common, fs.unique[k], s.stats_rows),
+                          drawn[k], s, method, seed)
+            for k in range(s.clients)]
         self.transport = ModelTransport(s.clients)
         self.correct = np.zeros((s.clients, self.n_ticks))
         self.since_sync = [0] * s.clients
@@ -160,29 +234,14 @@ class _Stream:
             if joining:
                 self._down(joining)
         for k in ks:
-            c = self.clients[k]
-            i = (t - self.join_tick[k]) * self.s.batch
-            xc, xu, y = (a[i:i + self.s.batch] for a in c.data.train)
-            out = c.predict(xc, xu, c.candidates()[:1])[c.candidates()[0]]
-            self.correct[k, t] = float((out.argmax(1) == y).sum())
-            c.step(xc, xu, y)
-            self.since_sync[k] += len(y)
+            self.correct[k, t] = learn_tick(self.clients[k], t, self.join_tick[k], self.s.batch)
+            self.since_sync[k] += self.s.batch
         if self.server is not None and (t + 1) % self.s.sync_every == 0:
             self._sync(ks)
 
     def point(self, a: int, b: int) -> dict:
         """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
-        per = [None if b <= self.join_tick[k] else
-               float(self.correct[k, max(a, self.join_tick[k]):b].sum()
-                     / ((b - max(a, self.join_tick[k])) * self.s.batch))
-               for k in range(self.s.clients)]
-        live = [p for p in per if p is not None]
-        return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
-
-    def curve(self) -> list[dict]:
-        """Prequential accuracy per interval of ``eval_every`` ticks, per client (None: inactive)."""
-        return [self.point(a, min(a + self.s.eval_every, self.n_ticks))
-                for a in range(0, self.n_ticks, self.s.eval_every)]
+        return prequential_point(self.correct, self.join_tick, self.s.batch, a, b)
 
     def state(self, t: int) -> dict:
         """Everything after tick ``t - 1`` (for a checkpoint): clients, server, scores, ledger."""
@@ -219,9 +278,7 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
     """
     check_choice("method", method, METHODS)
     t0 = time.perf_counter()
-    if settings.max_rows is not None and settings.max_rows < len(y):
-        rows = np.sort(np.random.default_rng([seed, 4]).choice(len(y), settings.max_rows, replace=False))
-        X, y = X[rows], y[rows]
+    X, y = stream_rows(X, y, settings, seed)
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     with one_torch_thread():
         st = _Stream(X, y, settings, method, seed, n_classes)
@@ -243,15 +300,9 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
                 folder.append({"tick": p["tick"], "acc": p["acc"]})
             if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
                 folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
-    seen = [(st.n_ticks - st.join_tick[k]) * settings.batch for k in range(settings.clients)]
-    per = [float(st.correct[k].sum() / seen[k]) for k in range(settings.clients)]
-    late = settings.clients - 1
-    curve = st.curve()
     return {
         "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
-        "ticks": st.n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
-        "curve": curve, "late_client": {"client": late, "join_tick": st.join_tick[late],
-                                        "curve": [p["per_client"][late] for p in curve]},
+        **stream_summary(st.correct, st.join_tick, settings),
         "bytes": st.transport.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
         "resumed": elapsed > 0,
     }

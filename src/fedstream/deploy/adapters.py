@@ -56,6 +56,14 @@ def adapter_for(task: str) -> Adapter:
     return importlib.import_module(module).ADAPTER
 
 
+def default_runtime(config: dict) -> str:
+    """The runtime ``fedstream deploy local`` uses for ``config`` unless ``--runtime`` says otherwise:
+    the adapter's ``runtime_for(config)`` where its modes fit different runtimes, else its ``runtime``."""
+    adapter = adapter_for(config["task"])
+    pick = getattr(adapter, "runtime_for", None)
+    return pick(config) if pick is not None else adapter.runtime
+
+
 def check_deployable(config: dict) -> Adapter:
     """Reject what the network backend does not carry yet, naming the key; return the task's adapter."""
     adapter = adapter_for(config["task"])

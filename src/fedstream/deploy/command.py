@@ -8,7 +8,7 @@
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
 on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
 the server party in this process and one long-lived ``fedstream serve client`` process per client;
-on Flower (``--runtime flower``, the default for CHFL) a SuperLink, one SuperNode per client and
+on Flower (``--runtime flower``, the default for CHFL's batch mode) a SuperLink, one SuperNode per client and
 ``flwr run``. ``--secure``: mutual TLS (gRPC) or TLS and SuperNode authentication (Flower), from
 test credentials written to ``DIR/credentials``. ``app`` writes the folder to give ``flwr run``
 (any SuperLink, any machines); ``credentials`` writes a test CA, the server's certificate, one
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
-from fedstream.deploy.adapters import adapter_for, check_deployable
+from fedstream.deploy.adapters import adapter_for, check_deployable, default_runtime
 from fedstream.deploy.local import LocalDeployment, write_app
 from fedstream.errors import ConfigError
 
@@ -37,7 +37,8 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     app.add_argument("dir", type=Path, help="folder to write (pyproject.toml and fedstream_app.py)")
     local = actions.add_parser("local", help="the server and one process per client on 127.0.0.1, then run")
     local.add_argument("--runtime", choices=["grpc", "flower"], default=None,
-                       help="gRPC (default for ovfl and vfl) or Flower (default for chfl)")
+                       help="gRPC (default for ovfl, vfl and chfl's stream mode) or Flower "
+                            "(chfl's batch mode)")
     local.add_argument("--timeout", type=float, default=3600, help="seconds before a Flower run is stopped")
     local.add_argument("--reply-timeout", type=float, default=120.0,
                        help="gRPC: seconds before a node that has not answered is down for that request")
@@ -111,7 +112,7 @@ def cmd_deploy(args) -> int:
               f"  flwr run {folder} <connection> --stream")
         return 0
     config = load_config(args.config, args.sets)
-    if (args.runtime or adapter_for(config["task"]).runtime) == "grpc":
+    if (args.runtime or default_runtime(config)) == "grpc":
         return _local_grpc(args)
     settings, config = _settings(args, args.out)
     adapter = adapter_for(config["task"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
@@ -54,7 +54,8 @@ class Envelope:
 
 
 R = TypeVar("R", bound="Record")
-_HINTS: dict[type, dict] = {}  # each Record class's field types (typing.get_type_hints is slow)
+# each Record class's fields: (name, type, required, checker), built once (typing's helpers are slow)
+_READERS: dict[type, list[tuple[str, Any, bool, Callable[[Any], bool]]]] = {}
 _NAMES = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
 _PLURALS = {int: "integers", bool: "booleans", str: "strings", float: "numbers"}
 
@@ -89,6 +90,35 @@ def _name(kind: Any) -> str:
     return _NAMES.get(kind, getattr(kind, "__name__", str(kind)))
 
 
+def _checker(kind: Any) -> Callable[[Any], bool]:
+    """A function telling whether a value that is not None fits ``kind``: :func:`_fits` with the
+    type's structure worked out once (a record is read for every request and reply)."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        subs = [_checker(k) for k in typing.get_args(kind) if k is not type(None)]  # None never reaches it
+        return subs[0] if len(subs) == 1 else (lambda v: any(ok(v) for ok in subs))
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        if item is int:
+            return lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                         for x in v)
+        ok = _checker(item)
+        return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+    if kind is float:
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    return lambda v: isinstance(v, kind)
+
+
+def _reader(cls: type) -> list[tuple[str, Any, bool, Callable[[Any], bool]]]:
+    hints = typing.get_type_hints(cls)
+    reader = [(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
+               _checker(hints[f.name])) for f in fields(cls)]
+    _READERS[cls] = reader
+    return reader
+
+
 @dataclass(kw_only=True)
 class Record:
     """A typed control record: a dataclass whose fields travel as ``Envelope.info`` keys.
@@ -101,19 +131,16 @@ class Record:
     def read(cls: type[R], info: Mapping, where: str, **context) -> R:
         """The record ``info`` holds, checked; ProtocolError saying ``where`` what is wrong.
         ``context``: what :meth:`check` needs to know of the receiver (sizes, limits)."""
-        hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))  # once per class
         values = {}
-        for f in fields(cls):
-            value = info.get(f.name)
-            if value is None and f.default is MISSING and f.default_factory is MISSING:
-                raise ProtocolError(f"{where}: info {f.name!r} is missing ({_name(hints[f.name])})")
+        for name, kind, required, ok in _READERS.get(cls) or _reader(cls):
+            value = info.get(name)
             if value is None:
+                if required:
+                    raise ProtocolError(f"{where}: info {name!r} is missing ({_name(kind)})")
                 continue
-            if not _fits(value, hints[f.name]):
-                raise ProtocolError(
-                    f"{where}: info {f.name!r} must be {_name(hints[f.name])}, received {value!r}"[:300]
-                )
-            values[f.name] = value
+            if not ok(value):
+                raise ProtocolError(f"{where}: info {name!r} must be {_name(kind)}, received {value!r}"[:300])
+            values[name] = value
         record = cls(**values)
         record.check(where, **context)
         return record
@@ -123,7 +150,12 @@ class Record:
 
     def info(self) -> dict:
         """The record as ``Envelope.info`` keys (None fields left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        out = {}
+        for name, *_ in _READERS.get(type(self)) or _reader(type(self)):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 @dataclass(kw_only=True)

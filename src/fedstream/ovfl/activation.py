@@ -50,7 +50,7 @@ class RandomActivation(Activation):
         self.p = p
 
     def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
-        return self._rng(chunk).random(block_means.shape) < self.p
+        return self._uniform(chunk, block_means.shape) < self.p
 
 
 class EventActivation(Activation):
@@ -78,7 +78,7 @@ class FixedCount(Activation):
         self.k = k
 
     def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
-        ranks = self._rng(chunk).random(block_means.shape).argsort(axis=1).argsort(axis=1)
+        ranks = self._uniform(chunk, block_means.shape).argsort(axis=1).argsort(axis=1)
         return ranks < self.k
 
 

@@ -99,3 +99,64 @@ class FinishReply(Record):
     up: int | None = None
     down: int | None = None
     messages: int | None = None
+
+
+# -- streaming CHFL (chfl.mode = "stream"): one request per segment of ticks ----------------------
+@dataclass(kw_only=True)
+class StreamSetupReply(Record):
+    """A streaming node's sizes (no data) and where it stands (``tick``: the last tick it played,
+    -1 for a fresh party)."""
+
+    client: int
+    tick: int
+    n_rows: int
+    n_features: int
+    n_common: int
+    n_classes: int
+    n_ticks: int
+    join_tick: int
+
+    def check(self, where: str, **context) -> None:
+        if self.tick < -1 or min(self.n_rows, self.n_features, self.n_common, self.n_classes,
+                                 self.n_ticks) < 1 or not 0 <= self.join_tick < self.n_ticks:
+            raise ProtocolError(f"{where}: sizes must be >= 1, 'tick' >= -1 and 'join_tick' in "
+                                f"0..n_ticks - 1, received {self.info()}"[:300])
+
+
+@dataclass(kw_only=True)
+class SegmentRequest(Keep):
+    """Ticks [round, ``until``) of the stream; ``upload``: send the common column after the last one
+    (a FedAvg synchronisation ends the segment)."""
+
+    until: int
+    upload: bool
+
+    def check(self, where: str, *, t: int = 0, n_ticks: int = 0, federated: bool = True, **context) -> None:
+        super().check(where)
+        if not 0 <= t < self.until <= n_ticks:
+            raise ProtocolError(f"{where}: ticks [{t}, {self.until}) are not within the stream's "
+                                f"0..{n_ticks}")
+        if self.upload and not federated:
+            raise ProtocolError(f"{where}: info 'upload' in a run without a common column (chfl.method = "
+                                "'local')")
+
+
+@dataclass(kw_only=True)
+class SegmentReply(Record):
+    """The node's correct predictions for each tick of the segment (its prequential test)."""
+
+    correct: list[int]
+
+    def check(self, where: str, *, ticks: int = 0, batch: int = 0, **context) -> None:
+        if len(self.correct) != ticks or any(not 0 <= c <= batch for c in self.correct):
+            raise ProtocolError(f"{where}: info 'correct' must be {ticks} counts in 0..{batch}, received "
+                                f"{self.correct!r}"[:300])
+
+
+@dataclass(kw_only=True)
+class StreamFinishReply(Record):
+    """The node's own byte counts at the end."""
+
+    up: int
+    down: int
+    messages: int

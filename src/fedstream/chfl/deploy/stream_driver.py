@@ -1,0 +1,304 @@
+"""The server party of a deployed streaming CHFL run (``chfl.mode = "stream"``).
+
+:class:`NetworkStream` plays the simulator's stream (:mod:`fedstream.chfl.stream`, ``_Stream.tick``)
+over the deployment session (:class:`~fedstream.deploy.session.Session`) with client nodes
+(:mod:`fedstream.chfl.deploy.stream_node`). It holds no data: the nodes report the data set's sizes
+and the server computes the run's layout from them (ticks, join ticks) and draws the initial global
+column first from the run's generator, as the simulator does.
+
+The stream is cut into *segments* at every synchronisation (each ``sync_every`` ticks), at every
+join tick and at the end. One request per active node and segment carries the global column θ
+when the node needs it (it joins now, a synchronisation happened since its last request, or it
+came back) and asks, at a synchronisation, for its common column: one round trip per FedAvg
+round. The ledger counts the encoded ModelUpdates as the simulator's ``ModelTransport``: θ down
+when sent (the broadcast after the last synchronisation goes with the finish request), θ_k up
+when accepted; FedAvg averages the accepted updates in client order. Without faults the result
+(prequential accuracy per client and tick, curve, late joiner, bytes) and the final global column
+are the simulator's.
+
+Every reply is checked (kind, the segment's first tick, one count in 0..batch per tick, the update
+decoded, from this client, for the server's round, with the tensors of the global column and the
+rows learnt since the node's previous upload). A node that fails a segment is recorded in
+``faults`` and its ticks in ``missed_ticks`` (the accuracy counts only the ticks played); it gets
+θ again with its next request, and a FedAvg round averages the others (a round without any valid
+update ends the run). A node that comes back is set up with ``rejoin`` (its latest state) and
+plays on from the next segment. Not yet: a server checkpoint and ``--resume`` for the stream.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedstream.chfl.checkpoint import (
+    DEPLOYED,
+    CheckpointError,
+    RunFolder,
+    arrays_to_tensors,
+    check_identity,
+    ledger_state,
+    load_ledger,
+    read_checkpoint,
+    tensors_to_arrays,
+)
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamFinishReply, StreamSetupReply
+from fedstream.chfl.deploy.stream_node import stream_config_settings
+from fedstream.chfl.fedavg import FedAvgServer
+from fedstream.chfl.models import state_arrays
+from fedstream.chfl.stream import (
+    METRIC_COLUMNS,
+    draw_parties,
+    prequential_point,
+    stream_layout,
+    stream_summary,
+)
+from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
+from fedstream.deploy.session import Session
+from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.transport.ledger import ByteLedger
+from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.updates import ModelUpdate
+
+_SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")
+
+
+class NetworkStream(Session):
+    """The server's side of one deployed streaming CHFL run; ``link`` reaches nodes 0..K-1."""
+
+    def __init__(self, link: Link, config: dict):
+        super().__init__(link, config)
+        self.settings = s = stream_config_settings(config)
+        self.method, self.seed = config["chfl.method"], config["seed"]
+        if link.n_clients != s.clients:
+            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, chfl.clients = {s.clients}")
+        self.ledger = ByteLedger(s.clients)
+        self.server: FedAvgServer | None = None
+        self.nodes: dict[int, dict] = {}
+        self.reports: list[dict] = []
+        self.saved: dict | None = None  # the checkpoint load() read
+        self.loaded: Path | None = None
+
+    def identity(self, n_rows: int | None, n_classes: int | None) -> dict:
+        """Which run a checkpoint is of (the simulator's stream identity; the kind tells them apart)."""
+        return {"task": "chfl-stream", "settings": asdict(self.settings), "method": self.method,
+                "seed": self.seed, "n_rows": n_rows, "n_classes": n_classes}
+
+    def load(self, path: Path) -> None:
+        """Resume from the checkpoint ``run(checkpoint=path)`` wrote (another run's or the simulator's
+        is refused); :meth:`run` then sets the nodes up with ``resume`` and goes on from there."""
+        path = Path(path)
+        saved = read_checkpoint(path, kind=DEPLOYED)
+        ident = saved["identity"]
+        check_identity(path, ident, self.identity(ident.get("n_rows"), ident.get("n_classes")))
+        self.saved, self.loaded = saved["state"], path
+        self.run_token = self.saved["network"]["run"]
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _check_setup(self, m: int, reply: Envelope) -> dict:
+        got = StreamSetupReply.read(reply.info, "setup reply")
+        if got.client != m:
+            raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
+        return got.info()
+
+    def _setup(self, at: int) -> tuple[list[int], int]:
+        s, K = self.settings, self.settings.clients
+        info = self.setup_request() if not at else self.setup_request(rejoin=True, resume=at)
+        self.nodes = self.set_up(self.link.available(), at, info, self._rejoin_check(at) if at else
+                                 self._check_setup)
+        self.require_all(self.nodes, K, f"a streaming CHFL run needs all chfl.clients = {K}")
+        first = self.nodes[0]
+        for m, got in self.nodes.items():
+            diff = {k: (got[k], first[k]) for k in _SHARED if got[k] != first[k]}
+            if diff:
+                raise ProtocolError(f"client {m} reports {diff} (its value, client 0's): the nodes do not "
+                                    "hold the same data set or settings")
+        if first["n_classes"] != SPECS[s.dataset].n_classes:
+            raise ProtocolError(f"the nodes report {first['n_classes']} classes, expected "
+                                f"{SPECS[s.dataset].n_classes} for data.name = {s.dataset!r}")
+        layout = stream_layout(first["n_rows"], first["n_features"], s, self.seed)
+        mine = {"n_common": len(layout.features.common), "n_ticks": layout.n_ticks}
+        joins = [self.nodes[m]["join_tick"] for m in range(K)]
+        if any(first[k] != v for k, v in mine.items()) or joins != layout.join_tick:
+            raise ProtocolError(f"the nodes report {[first[k] for k in mine]} common features and ticks "
+                                f"and join ticks {joins}; the settings give {list(mine.values())} and "
+                                f"{layout.join_tick}")
+        initial, _ = draw_parties(layout, s, self.method, self.seed, first["n_classes"], 0)
+        self.server = FedAvgServer(state_arrays(initial)) if initial is not None else None
+        return layout.join_tick, layout.n_ticks
+
+    # -- the stream ----------------------------------------------------------------------------------
+    def _send_global(self, m: int) -> list[bytes]:
+        data = encode_update(self.server.broadcast([m])[0])
+        self.ledger.add(m, "down", len(data))
+        return [data]
+
+    def run(self, checkpoint: Path | None = None) -> dict:
+        """Set up, play every (remaining) segment, collect the nodes' byte counts; return the result.
+        ``checkpoint``: save the server's state there (default: where :meth:`load` read it)."""
+        t0 = time.perf_counter()
+        s, K = self.settings, self.settings.clients
+        start = int(self.saved["tick"]) if self.saved is not None else 0
+        join, n_ticks = self._setup(start)
+        federated = self.server is not None
+        correct, seen = np.zeros((K, n_ticks)), np.zeros((K, n_ticks), dtype=bool)
+        learnt = [0] * K  # rows each node learnt since its last accepted upload (as the node counts)
+        need: set[int] = set()  # nodes to send θ with their next request
+        path = Path(checkpoint) if checkpoint is not None else self.loaded
+        first = self.nodes[0]
+        folder = None if path is None else RunFolder(
+            path.parent, self.identity(first["n_rows"], first["n_classes"]), METRIC_COLUMNS,
+            resume=self.saved is not None, name=path.name, kind=DEPLOYED)
+        elapsed = 0.0
+        if folder is not None and folder.resume() is None and self.saved is not None:
+            raise CheckpointError(f"{path}: gone since it was loaded")
+        if self.saved is not None:
+            v = self.saved
+            if federated:
+                self.server.state = tensors_to_arrays(v["server"]["tensors"])
+                self.server.round = int(v["server"]["round"])
+            correct, seen = v["correct"].numpy().copy(), v["seen"].numpy().astype(bool)
+            learnt, need = [int(x) for x in v["learnt"]], {int(m) for m in v["need"]}
+            load_ledger(self.ledger, v["ledger"])
+            self.load_session_state(v["network"], before=True)
+            elapsed = float(v["elapsed"])
+            for m, got in sorted(self.nodes.items()):  # kept an older boundary (it was down at start)
+                if got["tick"] != start - 1:
+                    self.rejoins.append({"round": start, "client": m, "node_tick": got["tick"]})
+                    need.add(m)
+        cuts = sorted(set(range(0, n_ticks, s.sync_every)) | set(join) | {n_ticks})
+        for a, b in zip(cuts, cuts[1:]):
+            if a < start:
+                continue
+            back = (self.link.rejoined() & self.link.available() & set(self.nodes))
+            if back:
+                for m in self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a)):
+                    self.rejoins.append({"round": a, "client": m})
+                    need.add(m)
+            active = [k for k in range(K) if join[k] <= a]
+            need |= {k for k in active if join[k] == a}
+            upload = federated and b % s.sync_every == 0
+            keep = folder is not None and upload and b < n_ticks  # a checkpoint after this sync
+            info = SegmentRequest(until=b, upload=upload, keep=keep or None,
+                                  boundary=b if keep else None).info()
+            requests = {m: Envelope(ROUND, a, self._send_global(m) if federated and m in need else [],
+                                    dict(info)) for m in self.reachable(active, a, ROUND)}
+            need -= set(requests)
+            ups: list[ModelUpdate] = []
+            for m, reply in sorted(self.exchange(requests).items()):
+                try:
+                    counts, update, size = self._check(m, self.reply(reply, ROUND, a), a, b, upload,
+                                                       learnt[m])
+                except FedstreamError as exc:
+                    self.fault(m, a, ROUND, str(exc))
+                    need.add(m)
+                    continue
+                correct[m, a:b], seen[m, a:b] = counts, True
+                learnt[m] += (b - a) * s.batch
+                if update is not None:
+                    self.ledger.add(m, "up", size)
+                    ups.append(update)
+                    learnt[m] = 0
+            if upload:
+                if not ups:
+                    raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update (faults: "
+                                        f"{[f['reason'] for f in self.faults[-3:]]})")
+                self.server.aggregate(ups)
+                need |= set(active)
+            if folder is not None:
+                self._metrics(folder, correct, seen, join, a, b)
+            if keep:
+                folder.save(self._state(b, correct, seen, learnt, need) | {
+                    "elapsed": elapsed + time.perf_counter() - t0})
+        self._finish(n_ticks, need if federated else set())
+        missed = [int((n_ticks - join[k]) - seen[k].sum()) for k in range(K)]
+        return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
+                **stream_summary(correct, join, s, seen if any(missed) else None),
+                "bytes": self.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
+                "resumed": self.saved is not None,
+                "missed_ticks": missed, "faults": self.faults, "rejoins": self.rejoins,
+                "exchanges": self.exchanges, "clients": self.reports}
+
+    def _metrics(self, folder: RunFolder, correct, seen, join: list[int], a: int, b: int) -> None:
+        """The simulator's metrics rows (tick, acc) of the ticks [a, b) just played."""
+        every, n_ticks = self.settings.eval_every, correct.shape[1]
+        played = all(seen[k, join[k]:b].all() for k in range(len(join)))  # no tick missed so far
+        for end in range(a + 1, b + 1):
+            if end % every == 0 or end == n_ticks:
+                p = prequential_point(correct, join, self.settings.batch, ((end - 1) // every) * every, end,
+                                      None if played else seen)
+                folder.append({"tick": p["tick"], "acc": p["acc"]})
+
+    def _state(self, b: int, correct, seen, learnt: list[int], need: set[int]) -> dict:
+        """Everything after tick ``b - 1`` (a checkpoint): the nodes keep their own state of ``b``."""
+        server = None if self.server is None else {"round": self.server.round,
+                                                   "tensors": arrays_to_tensors(self.server.state)}
+        return {"tick": b, "server": server, "correct": torch.from_numpy(correct.copy()),
+                "seen": torch.from_numpy(seen.astype(np.uint8)), "learnt": list(learnt),
+                "need": sorted(need), "ledger": ledger_state(self.ledger), "network": self.session_state()}
+
+    def _rejoin_check(self, a: int):
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            if not self.nodes:  # a resumed server's first setup: nothing to compare with yet
+                if got["tick"] >= a:
+                    raise ProtocolError(f"the node played up to tick {got['tick']}, the checkpoint is at "
+                                        f"tick {a}")
+                return got
+            diff = {k: (got[k], self.nodes[m][k]) for k in (*_SHARED, "join_tick")
+                    if got[k] != self.nodes[m][k]}
+            if diff:
+                raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data")
+            if got["tick"] >= a:
+                raise ProtocolError(f"the node played up to tick {got['tick']}, the run is at tick {a}")
+            return got
+        return accept
+
+    def _check(self, m: int, reply: Envelope, a: int, b: int, upload: bool,
+               learnt: int) -> tuple[list[int], ModelUpdate | None, int]:
+        """Validate client m's reply to ticks [a, b); return its counts, its update and the update's bytes."""
+        s = self.settings
+        counts = SegmentReply.read(reply.info, f"ticks from {a}, reply", ticks=b - a, batch=s.batch).correct
+        if len(reply.parts) != int(upload):
+            raise ProtocolError(f"expected {int(upload)} model message(s), received {len(reply.parts)}")
+        if not upload:
+            return counts, None, 0
+        msg = decode_update(reply.parts[0])  # header, length, finite values
+        if msg.client != m or msg.round != self.server.round:
+            raise ProtocolError(f"expected client {m}'s model for FedAvg round {self.server.round}, received "
+                                f"client {msg.client}'s for round {msg.round}")
+        rows = learnt + (b - a) * s.batch
+        if msg.n_samples != rows and not (self.troubled(m) and 0 < msg.n_samples % s.batch == 0):
+            raise ProtocolError(f"the model says {msg.n_samples} samples, the node learnt {rows} rows since "
+                                "its last update")
+        want = [(k, v.shape) for k, v in self.server.state.items()]
+        got = [(k, v.shape) for k, v in msg.tensors.items()]
+        if got != want:
+            raise ProtocolError(f"the model's tensors {got} do not match the global column {want}"[:500])
+        return counts, msg, len(reply.parts[0])
+
+    def _finish(self, n_ticks: int, need: set[int]) -> None:
+        """The last broadcast (after a synchronisation at the very end) and every node's byte counts."""
+        available = sorted(set(self.nodes) & self.link.available())
+        replies = self.exchange({m: Envelope(FINISH, n_ticks, self._send_global(m) if m in need else [], {})
+                                 for m in available})
+        self.reports = []
+        for m, reply in sorted(replies.items()):
+            try:
+                got = StreamFinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply")
+            except FedstreamError as exc:
+                self.fault(m, n_ticks, FINISH, str(exc))
+                continue
+            counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
+            theirs = [got.up, got.down, got.messages]
+            self.cross_check(m, n_ticks, theirs, counted, "(up, down, messages) = ")
+            self.reports.append({"client": m, "up": got.up, "down": got.down, "messages": got.messages,
+                                 "server_counted": counted})
+
+    def global_common(self) -> dict[str, np.ndarray]:
+        """The final global common column (empty for Local)."""
+        return dict(self.server.state) if self.server is not None else {}
