@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from fedstream.bench.dlr_forms import form_costs, format_form_costs, imnist_config
 from fedstream.bench.plain_ovfl import PlainOnlineVFL
 from fedstream.bench.startup import worker_startup
 from fedstream.config import load_config
@@ -242,9 +243,15 @@ def _load() -> str:
 
 def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: str | None = None,
                windows: tuple[int, ...] = (10, 50, 100, 150), sweep_rounds: int = 16384,
-               workers: int | None = None, quick: bool = False, log=print) -> dict:
+               workers: int | None = None, quick: bool = False, forms: bool = False, log=print) -> dict:
     """Run every case; return (and log) a JSON-ready dict of the figures (``quick``: the table of
-    :func:`path_table` and the time per round only)."""
+    :func:`path_table` and the time per round only; ``forms``: only the per-layer cost of DLR's
+    update forms against OGD's, :func:`fedstream.bench.dlr_forms.form_costs`)."""
+    if forms:
+        results = {"layer_forms": form_costs(imnist_config(data_root), windows=tuple(sorted({10, *windows})))}
+        for line in format_form_costs(results["layer_forms"]):
+            log(line)
+        return results
     torch.set_num_threads(1)  # per-sample work: threads only add overhead, and the fast engine uses one
     results: dict = {"cases": path_table(fast_rounds, ref_rounds, data_root, log), "dlr_vs_ogd": []}
     results["microseconds_per_round"] = parts = breakdown(fast_rounds, data_root)
@@ -261,6 +268,9 @@ def bench_ovfl(*, fast_rounds: int = 20000, ref_rounds: int = 1000, data_root: s
             f"fast DLR l={window:<4d} {dlr:8.1f} rounds/s   fast OGD {ogd:8.1f} rounds/s   "
             f"DLR/OGD {dlr / ogd:5.2f}"
         )
+    results["layer_forms"] = form_costs(imnist_config(data_root), windows=tuple(sorted({10, *windows})))
+    for line in format_form_costs(results["layer_forms"]):
+        log(line)
     results["worker_startup"] = []
     for method in ("spawn", "fork"):
         row = worker_startup(method, workers or os.cpu_count() or 1, data_root)

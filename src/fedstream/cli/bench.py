@@ -46,6 +46,9 @@ def add_parsers(sub) -> None:
     )
     bench.add_argument("--quick", action="store_true",
                        help="ovfl: only the table (fused, messages, reference, floor) and the time per round")
+    bench.add_argument("--forms", action="store_true",
+                       help="ovfl: only the per-layer cost of DLR's update forms (running sum, deferred) "
+                            "against OGD's step, with the floors of any exact form")
     bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
     bench.add_argument(
         "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
@@ -136,8 +139,9 @@ def cmd_bench(args) -> int:
         raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")
     results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
                          sweep_rounds=args.sweep_rounds, workers=args.workers, quick=args.quick,
+                         forms=args.forms,
                          log=lambda line: Console().print(line, highlight=False))
-    path = args.json or Path("bench-ovfl.json")
+    path = args.json or Path("bench-ovfl-forms.json" if args.forms else "bench-ovfl.json")
     write_json(results, path)
     Console().print(f"figures written to {path}")
     return 0

@@ -38,7 +38,11 @@ DEFER_COST = 4.0
 """A layer is deferred when ``DEFER_COST * l * (in + out) <= in * out``: the deferred terms cost
 about l (in + out) multiply-adds in each of the forward pass, the input gradient and the step,
 while the running sum saves nothing on the forward pass but doubles the step's memory traffic.
-Measured with ``fedstream bench ovfl`` (see docs/online-vfl.md)."""
+``fedstream bench ovfl --forms`` times both forms per layer beside this choice (docs/online-vfl.md,
+"DLR at long windows"): on the paper model the choice is the cheaper form at l = 10, 100 and 150;
+the measured crossovers are higher (clients' 196 -> 64 about l = 45, server's 256 -> 256 about
+l = 90, against 12 and 32 here). A value in (0.97, 4.8] keeps the l = 10 choice, and so the paper
+tables' results; any change alters the runs whose choice moves and refuses their checkpoints."""
 
 
 @njit(cache=True, fastmath=True)
