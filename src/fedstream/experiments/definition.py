@@ -64,7 +64,7 @@ from importlib import resources
 from pathlib import Path
 
 from fedstream.config import load_config
-from fedstream.config.schema import SCHEMA
+from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
 
 SCALES = ("small", "paper")
@@ -197,8 +197,9 @@ def _check_keys(where: str, table: dict, allowed: set[str]) -> None:
 
 
 def _config_key(where: str, key: str) -> str:
-    if key not in SCHEMA:
-        hint = difflib.get_close_matches(key, sorted(SCHEMA), n=1)
+    known = schema().fields
+    if key not in known:
+        hint = difflib.get_close_matches(key, sorted(known), n=1)
         raise _fail(where, f"{key!r} is not a config key" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     return key
 
