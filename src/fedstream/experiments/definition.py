@@ -66,6 +66,7 @@ from pathlib import Path
 from fedstream.config import load_config
 from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
+from fedstream.experiments.columns import CUMULATIVE_COLUMNS
 
 SCALES = ("small", "paper")
 TOP_KEYS = {"name", "title", "source", "base", "set", "scale", "grid", "tune", "paper", "figure", "notes"}
@@ -75,12 +76,7 @@ FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"}
 FIGURE_KINDS = ("curves", "scatter")
 SUMMARY_COLUMNS = (
     "accumulated_error",
-    "client_compute_seconds",
-    "server_compute_seconds",
-    "wall_seconds",
-    "total_mb",
-    "up_mb",
-    "down_mb",
+    *CUMULATIVE_COLUMNS,
     "rounds_per_second",
     "mean_activation_rate",
     # batch VFL (task = vfl) and CHFL (task = chfl) summaries
