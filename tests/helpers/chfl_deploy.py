@@ -1,5 +1,5 @@
 """CHFL deployment tests: tiny settings on covertype, the simulator, loopback deployments and the
-comparison of their results. Shared by test_deploy_chfl and test_deploy_chfl_faults."""
+comparison of their results. Shared by test_deploy_chfl, _chfl_faults and _chfl_resume."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ CHFL_TINY = {
     "chfl.baselines": "common,concat",
     "seed": 1,
 }
+# two federations of three rounds: checkpoints after rounds 0 and 1 and at each federation's end
+# (test_deploy_chfl_faults, test_deploy_chfl_resume)
+FAULTS = {"chfl.rounds": 3, "chfl.lrs": "0.01,0.003"}
 _TIMING = {"wall_seconds", "resumed"}  # result keys that differ between equal runs
 
 

@@ -1,5 +1,6 @@
 """Batch VFL deployment tests: tiny settings on MNIST, the simulator, loopback deployments and the
-comparison of their runs. Shared by test_deploy_vfl_batch, _vfl_batch_faults and _vfps."""
+comparison of their runs. Shared by test_deploy_vfl_batch, _vfl_batch_malformed, _vfl_batch_faults,
+_vfl_batch_resume and _vfps."""
 
 from __future__ import annotations
 

@@ -220,7 +220,7 @@ class HuffmanCode:
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, HuffmanCode) and self.single == other.single
-                and np.array_equal(self._lengths, other._lengths))
+                and np.array_equal(self.lengths, other.lengths))
 
     def __repr__(self) -> str:
         present = 1 if self.single is not None else int(np.count_nonzero(self._lengths))

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fedstream.config.schema import DATASETS_BY_TASK, KEYS_BY_TASK, SCHEMA, TASK_CONFIGS
+from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
 from fedstream.fields import Field, flatten
 from fedstream.transport.compressed import CompressionSpec
@@ -91,14 +91,15 @@ def renamed(key: str) -> str | None:
     """The current name of a key that an earlier release called ``key`` (``hfl.*``, ``online.*``)."""
     prefix, _, rest = key.partition(".")
     new = {"hfl": f"chfl.{rest}", "online": f"chfl.stream_{rest}"}.get(prefix)
-    return new if new in SCHEMA else None
+    return new if new in schema().fields else None
 
 
 def _unknown(key: str, where: str) -> ConfigError:
     if (new := renamed(key)) is not None:
         return ConfigError(f"{where}: config key {key!r} was renamed {new!r}")
-    close = difflib.get_close_matches(key, SCHEMA, n=3)
-    hint = f"; did you mean {' or '.join(close)}?" if close else f"; known keys: {', '.join(SCHEMA)}"
+    known = schema().fields
+    close = difflib.get_close_matches(key, known, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; known keys: {', '.join(known)}"
     return ConfigError(f"{where}: unknown config key {key!r}{hint}")
 
 
@@ -107,9 +108,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optimizer.lr=0.01")
     key, text = (s.strip() for s in item.split("=", 1))
-    if key not in SCHEMA:
+    if key not in schema().fields:
         raise _unknown(key, "--set")
-    field = SCHEMA[key]
+    field = schema().fields[key]
     nullable = field.optional or field.default is None or any(v is None for _, v in field.task_defaults)
     if nullable and text.lower() in ("", "none", "null"):
         return key, None  # whether this task allows it is checked with the task known
@@ -155,32 +156,33 @@ def load_config(source: str | None = None, overrides: list[str] | dict | None = 
     The result holds the keys of its task only (``task``: ovfl, vfl or chfl); a key given for
     another task is an error, not silently ignored.
     """
+    known = schema().fields
     given: dict[str, tuple[Any, str]] = {}  # key -> (value, where it came from)
     if source is not None:
         data, where = _read(source)
         for key, value in flatten(data).items():
-            if key not in SCHEMA:
+            if key not in known:
                 raise _unknown(key, where)
             given[key] = (value, where)
     if isinstance(overrides, dict):
         for key in overrides:
-            if key not in SCHEMA:
+            if key not in known:
                 raise _unknown(key, "overrides")
         items = list(overrides.items())
     else:
         items = [parse_override(s) for s in overrides or []]
     for key, value in items:
         given[key] = (value, "--set")
-    task_value, task_where = given.get("task", (SCHEMA["task"].default, "defaults"))
-    task = check_value("task", task_value, SCHEMA["task"], task_where)
+    task_value, task_where = given.get("task", (known["task"].default, "defaults"))
+    task = check_value("task", task_value, known["task"], task_where)
     for key, (_, where) in given.items():
-        tasks = SCHEMA[key].tasks
+        tasks = known[key].tasks
         if tasks is not None and task not in tasks:
             raise ConfigError(f"{where}: {key} is not a setting of task = {task!r} (it belongs to task "
                               f"{' / '.join(tasks)}); remove it or set task accordingly")
     config = {}
-    for key in KEYS_BY_TASK[task]:
-        field = SCHEMA[key]
+    for key in schema().keys_by_task[task]:
+        field = known[key]
         value, where = given.get(key, (field.default_for(task), "defaults"))
         config[key] = check_value(key, value, field, where, task)
     return check_config(table_defaults(config, given))
@@ -196,8 +198,9 @@ def table_defaults(config: dict[str, Any], given: dict) -> dict[str, Any]:
     clients of ``vfl.partition`` or the client files of ``data.path``; ``rounds`` (ovfl): none, which
     the stream resolves to its rows x ``stream.passes``. Other data: the table keys must not be set."""
     if config.get("data.name") != "table":
+        known = schema().fields
         for key in TABLE_KEYS:
-            if key in given and given[key][0] != SCHEMA[key].default:  # a written config has them all
+            if key in given and given[key][0] != known[key].default:  # a written config has them all
                 raise ConfigError(f"{given[key][1]}: {key} is read only with data.name = \"table\"")
         return config
     if "vfl.clients" not in given and "vfl.clients" in config:
@@ -216,9 +219,10 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """Checks that involve several keys (the per-key ones are in the fields): the dataset of the
     task, the keys shared by several tasks, then the task's own (``fedstream/<task>/config.py``)."""
     task, data = cfg["task"], cfg["data.name"]
-    if data not in DATASETS_BY_TASK[task]:
+    datasets = schema().datasets_by_task[task]
+    if data not in datasets:
         raise ConfigError(f"data.name = {data!r} is not a dataset of task = {task!r}; expected one of "
-                          f"{', '.join(DATASETS_BY_TASK[task])}")
+                          f"{', '.join(datasets)}")
     if any(k.startswith("compression.") for k in cfg):
         CompressionSpec.from_config(cfg)  # the compression keys against each other
-    return TASK_CONFIGS[task].check(cfg)
+    return schema().checks[task](cfg)

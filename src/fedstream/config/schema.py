@@ -4,49 +4,70 @@ Key names are a public contract (they appear in config files, ``--set`` and ``su
 Every key is validated before any work starts; see :func:`fedstream.config.load_config`.
 
 Each task package declares its own keys (``fedstream/<task>/config.py``: ``FIELDS``, ``DATASETS``,
-``check``); :data:`SCHEMA` gathers them with the keys every task reads (``task``, ``seed``,
+``check``) and hands them to its :class:`~fedstream.runs.task.Task` object (``fields``,
+``datasets``, ``check``) in the task registry, :data:`fedstream.tasks.TASKS`. :func:`schema`
+gathers them from there on first use, with the keys every task reads (``task``, ``seed``,
 ``data.*``) and those online and batch VFL share (``vfl.clients``, ``model.embedding``,
 ``optimizer.lr``, ``compression.*``), marking each key with the tasks that read it.
+
+config/ lies below the task packages: they import it (:data:`SHARED`, :func:`shared`), it imports
+none of them. The registry is named (:data:`REGISTRY`), as an entry point names a plugin, and read
+when a config is first loaded; ``SCHEMA``, ``KEYS_BY_TASK``, ``TASKS``, ``DATASETS_BY_TASK``,
+``DATASETS`` and ``COMMON`` are this module's attributes, computed then.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import import_module
+from typing import Any, Protocol
 
-from fedstream.chfl import config as chfl_config
 from fedstream.fields import Field, Shared
-from fedstream.ovfl import config as ovfl_config
-from fedstream.vfl import config as vfl_config
 
-TASK_CONFIGS: dict[str, ModuleType] = {m.NAME: m for m in (ovfl_config, vfl_config, chfl_config)}
-TASKS = tuple(TASK_CONFIGS)
-DATASETS_BY_TASK = {name: m.DATASETS for name, m in TASK_CONFIGS.items()}
-DATASETS = tuple(dict.fromkeys(d for names in DATASETS_BY_TASK.values() for d in names))
+REGISTRY = "fedstream.tasks"
+"""The module whose ``TASKS`` (name -> :class:`TaskKeys`, in the order of the tasks) supplies each
+task's keys."""
 
-COMMON: dict[str, Field] = {
-    "task": Field(
-        str,
-        TASKS[0],
-        "what to run: ovfl = event-driven online vertical FL, vfl = batch vertical FL "
-        "(with compression), chfl = continual horizontal FL",
-        choices=TASKS,
-    ),
-    # torch.manual_seed takes at most 2**64 - 1 and the generators are seeded with seed + offsets:
-    # 2**63 - 1 (also TOML's largest integer) leaves room; numpy's SeedSequence takes any of them
-    "seed": Field(int, 0, "seed of models, data order, splits and activation draws", min=0, max=2**63 - 1),
-    "data.name": Field(
-        str,
-        DATASETS[0],
-        "the dataset (which ones depends on the task)",
-        choices=DATASETS,
-        task_defaults=tuple((t, names[0]) for t, names in DATASETS_BY_TASK.items())[1:],
-    ),
-    "data.root": Field(
-        str, None, "data folder (else $FEDSTREAM_DATA, ./data, ../shared/data)", optional=True
-    ),
-}
-"""The keys every task reads."""
+
+class TaskKeys(Protocol):
+    """What the schema reads of a task (a :class:`fedstream.runs.task.Task` provides it)."""
+
+    name: str
+    fields: Mapping[str, Field | Shared]
+    datasets: tuple[str, ...]
+    check: Callable[[dict], dict]
+
+
+def _common(tasks: tuple[str, ...], datasets_by_task: dict[str, tuple[str, ...]]) -> dict[str, Field]:
+    """The keys every task reads (``task`` and ``data.name`` take their choices from the tasks)."""
+    datasets = tuple(dict.fromkeys(d for names in datasets_by_task.values() for d in names))
+    return {
+        "task": Field(
+            str,
+            tasks[0],
+            "what to run: ovfl = event-driven online vertical FL, vfl = batch vertical FL "
+            "(with compression), chfl = continual horizontal FL",
+            choices=tasks,
+        ),
+        # torch.manual_seed takes at most 2**64 - 1 and the generators are seeded with seed + offsets:
+        # 2**63 - 1 (also TOML's largest integer) leaves room; numpy's SeedSequence takes any of them
+        "seed": Field(
+            int, 0, "seed of models, data order, splits and activation draws", min=0, max=2**63 - 1
+        ),
+        "data.name": Field(
+            str,
+            datasets[0],
+            "the dataset (which ones depends on the task)",
+            choices=datasets,
+            task_defaults=tuple((t, names[0]) for t, names in datasets_by_task.items())[1:],
+        ),
+        "data.root": Field(
+            str, None, "data folder (else $FEDSTREAM_DATA, ./data, ../shared/data)", optional=True
+        ),
+    }
+
 
 SHARED: dict[str, Field] = {
     "data.path": Field(
@@ -140,28 +161,64 @@ SHARED: dict[str, Field] = {
 entries."""
 
 
-def _gather() -> tuple[dict[str, Field], dict[str, tuple[str, ...]]]:
-    """Every key with the tasks that read it and their defaults; each task's keys in its order."""
-    schema: dict[str, Field] = dict(COMMON)
+def shared(prefix: str) -> dict[str, Shared]:
+    """``Shared`` entries, in :data:`SHARED`'s order, for the shared keys starting with ``prefix``
+    (a task's ``FIELDS`` reading them all, e.g. ``**shared("compression.")``)."""
+    return {key: Shared() for key in SHARED if key.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Every key (``fields``; a field's ``tasks``: who reads it, None: every task), a task's keys in
+    the order of its resolved configs (``keys_by_task``), its ``data.name`` values
+    (``datasets_by_task``, the first is the default) and its multi-key checks (``checks``)."""
+
+    fields: dict[str, Field]
+    keys_by_task: dict[str, tuple[str, ...]]
+    datasets_by_task: dict[str, tuple[str, ...]]
+    checks: dict[str, Callable[[dict], dict]]
+
+
+@cache
+def schema() -> Schema:
+    """The schema gathered from the task registry (:data:`REGISTRY`), on the first call; each
+    task's keys in its order."""
+    tasks: Mapping[str, TaskKeys] = import_module(REGISTRY).TASKS
+    datasets_by_task = {name: tuple(task.datasets) for name, task in tasks.items()}
+    common = _common(tuple(tasks), datasets_by_task)
+    fields: dict[str, Field] = dict(common)
     order: dict[str, tuple[str, ...]] = {}
-    for name, module in TASK_CONFIGS.items():
-        for key, entry in module.FIELDS.items():
+    for name, task in tasks.items():
+        for key, entry in task.fields.items():
             if isinstance(entry, Shared):
                 field = SHARED[key]
                 default = field.default if entry.default is Shared.INHERIT else entry.default
             else:
                 field, default = entry, entry.default
-            known = schema.get(key)
+            known = fields.get(key)
             if known is None:
-                schema[key] = replace(field, tasks=(name,), default=default)
+                fields[key] = replace(field, tasks=(name,), default=default)
             else:
                 extra = () if default == known.default else ((name, default),)
-                schema[key] = replace(known, tasks=(*known.tasks, name),
+                fields[key] = replace(known, tasks=(*known.tasks, name),
                                       task_defaults=known.task_defaults + extra)
-        order[name] = (*COMMON, *module.FIELDS)
-    return schema, order
+        order[name] = (*common, *task.fields)
+    return Schema(fields, order, datasets_by_task, {name: task.check for name, task in tasks.items()})
 
 
-SCHEMA, KEYS_BY_TASK = _gather()
-"""``SCHEMA``: every key (``tasks``: who reads it, None: every task); ``KEYS_BY_TASK``: a task's
-keys in the order of its resolved configs."""
+_LAZY: dict[str, Callable[[Schema], Any]] = {
+    "SCHEMA": lambda s: s.fields,
+    "KEYS_BY_TASK": lambda s: s.keys_by_task,
+    "DATASETS_BY_TASK": lambda s: s.datasets_by_task,
+    "TASKS": lambda s: tuple(s.datasets_by_task),
+    "DATASETS": lambda s: s.fields["data.name"].choices,
+    "COMMON": lambda s: {k: f for k, f in s.fields.items() if f.tasks is None},
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``SCHEMA`` (every key), ``KEYS_BY_TASK``, ``TASKS`` (the task names), ``DATASETS_BY_TASK``,
+    ``DATASETS`` and ``COMMON`` (the keys every task reads): read from :func:`schema`."""
+    if name in _LAZY:
+        return _LAZY[name](schema())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -73,7 +73,7 @@ class Layout:
         return f"an integer class {self.label_min}{top}"
 
 
-def _unquote(s: str) -> str:
+def unquote(s: str) -> str:
     s = s.strip()
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
         return s[1:-1]
@@ -82,7 +82,7 @@ def _unquote(s: str) -> str:
 
 def _label_of(layout: Layout, s: str) -> int | None:
     """The 0-based class of field ``s``, or None when it is not a valid class."""
-    s = _unquote(s)
+    s = unquote(s)
     if layout.classes is not None:
         try:
             return layout.classes.index(s)
@@ -115,7 +115,7 @@ def _check_line(layout: Layout, lineno: int, line: str) -> str | None:
     if len(fields) != n:
         return f"line {lineno}: expected {n} columns but found {len(fields)}"
     for j in layout.features:
-        s = _unquote(fields[j])
+        s = unquote(fields[j])
         where = f"line {lineno}, column {j + 1} ({layout.columns[j]})"
         if s == "?" or s == "":
             return f"{where}: expected a number but the value is missing ({fields[j]!r})"

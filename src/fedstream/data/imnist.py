@@ -122,6 +122,13 @@ def check_indices(indices: np.ndarray) -> np.ndarray:
     return idx
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A view of ``a`` that cannot be written through."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 class InfiniteMNIST:
     """Endless deformed copies of ``images`` (uint8 (n, 28, 28)) with ``labels`` (n,), see module doc."""
 
@@ -144,6 +151,21 @@ class InfiniteMNIST:
         self._labels = labels.astype(np.int64)
         self._fields = make_field_bank(self.seed)
         self._blur = gaussian_kernel(TANGENT_SIGMA).astype(np.float32)
+
+    @property
+    def base_images(self) -> np.ndarray:
+        """The base images X (uint8 (n, 28, 28)), read-only."""
+        return _read_only(self._images)
+
+    @property
+    def field_bank(self) -> np.ndarray:
+        """The displacement fields F of this seed (:func:`make_field_bank`), read-only."""
+        return _read_only(self._fields)
+
+    @property
+    def blur(self) -> np.ndarray:
+        """The float32 Gaussian taps that smooth the tangents (sigma ``TANGENT_SIGMA``), read-only."""
+        return _read_only(self._blur)
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
         """int64 labels of the given indices (the label of base image i mod n)."""
@@ -309,10 +331,11 @@ def _deform_reference_chunk(gen: InfiniteMNIST, idx: np.ndarray, out: np.ndarray
     """Write the images of idx into out (zeroed uint8 (len(idx), 28, 28))."""
     a = idx % gen.n_base
     k1, k2, alpha = field_indices(idx)
-    x = gen._images[a].astype(np.float32)
-    tx, ty = _tangents_reference(x, gen._blur)
-    tx *= gen._fields[k1]
-    ty *= gen._fields[k2]
+    x = gen.base_images[a].astype(np.float32)
+    tx, ty = _tangents_reference(x, gen.blur)
+    fields = gen.field_bank
+    tx *= fields[k1]
+    ty *= fields[k2]
     tx -= ty
     tx *= alpha.astype(np.float32)[:, None, None]
     x += tx

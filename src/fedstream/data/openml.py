@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text, read_first_line
-from fedstream.data._numtext import Layout, Table, _unquote, check_table, read_table
+from fedstream.data._numtext import Layout, Table, check_table, read_table, unquote
 from fedstream.errors import DataError
 
 NUMERIC_TYPES = ("numeric", "real", "integer")
@@ -70,7 +70,7 @@ def _arff_header(path: Path) -> tuple[list[tuple[str, str, int]], int]:
 def _nominal(typ: str) -> tuple[str, ...] | None:
     t = typ.strip()
     if t.startswith("{") and t.endswith("}"):
-        return tuple(_unquote(v) for v in t[1:-1].split(","))
+        return tuple(unquote(v) for v in t[1:-1].split(","))
     return None
 
 
@@ -138,7 +138,7 @@ def read_openml_csv(path: str | os.PathLike[str], *, target: str = "class", labe
     """
     path = Path(path)
     first = read_first_line(path)
-    names = [_unquote(h) for h in first.split(",")]
+    names = [unquote(h) for h in first.split(",")]
     t = _find_target(path, "OpenML CSV", names, target)
     skip = {n.lower() for n in ignore}
     feats = tuple(i for i, n in enumerate(names) if i != t and n.lower() not in skip)

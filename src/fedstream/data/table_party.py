@@ -28,6 +28,7 @@ from fedstream.data.table_source import (
     column_refs,
     encode_columns,
     encode_labels,
+    label_position,
     scale_of,
     table_paths,
 )
@@ -77,12 +78,7 @@ class ServerTable:
 
     def __init__(self, spec: TableSpec):
         table, sid = _party_file(spec, 0)
-        if spec.label:
-            lid = column_positions(table, [spec.label], "data.label")[0]
-        else:
-            lid = next((j for j in range(len(table.names)) if j != sid), None)
-            if lid is None:
-                raise DataError(f"{table.path}: expected a label column beside the id, found none")
+        lid = label_position(table, spec.label, sid)
         self.base_labels, self.classes, self.class_keys = encode_labels(table, lid)
         self.n_base = table.n_rows
         self.n_classes = len(self.classes)

@@ -136,6 +136,17 @@ def column_refs(text: str | None) -> list[str]:
     return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
+def label_position(table: Table, label: str | None, sid: int | None) -> int:
+    """The label column's position: ``label`` (data.label) by name or index, else the first column
+    that is not the id (position ``sid``); DataError when there is none."""
+    if label:
+        return column_positions(table, [label], "data.label")[0]
+    lid = next((j for j in range(len(table.names)) if j != sid), None)
+    if lid is None:
+        raise DataError(f"{table.path}: expected a label column beside the id, found none")
+    return lid
+
+
 def column_positions(table: Table, refs: list[str], key: str) -> list[int]:
     """Positions of columns given by name, index or index range ``a-b``; DataError naming ``key``."""
     out = []
@@ -254,12 +265,7 @@ class TableSource:
         paths = [str(table.path)] if table is not None else table_paths(spec.path)
         server = table if table is not None else read_table(Path(paths[0]))
         sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
-        if spec.label:
-            lid = column_positions(server, [spec.label], "data.label")[0]
-        else:
-            lid = next((j for j in range(len(server.names)) if j != sid), None)
-            if lid is None:
-                raise DataError(f"{server.path}: expected a label column beside the id, found none")
+        lid = label_position(server, spec.label, sid)
         if lid == sid:
             raise ConfigError(f"data.label and data.id name the same column {server.names[lid]!r}")
         reserved = {lid: "the label (data.label)"} | ({} if sid is None else {sid: "the id (data.id)"})

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.errors import ConfigError, FedstreamError, ProtocolError
 from fedstream.transport.codec import decode
 from fedstream.transport.links import Receiver
 from fedstream.transport.messages import Message
@@ -191,6 +191,15 @@ class Setup(Record):
             raise ProtocolError(f"{where}: a setup request needs info 'config' (JSON) and 'run' (token)")
         if self.resume is not None and self.resume < 0:
             raise ProtocolError(f"{where}: setup 'resume' must be a round >= 0, received {self.resume!r}")
+
+
+def check_client_index(index: Any, clients: int, key: str) -> int:
+    """A node's ``client-index`` (its node config), an integer in 0..clients - 1 (``key``: the config
+    key that sets ``clients``, for the error); ConfigError otherwise."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < clients:
+        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and {key} - 1 = "
+                          f"{clients - 1}")
+    return index
 
 
 def peek(data: bytes, receiver: Receiver | None, compressed: type, setting: str,

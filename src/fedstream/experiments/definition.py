@@ -64,8 +64,9 @@ from importlib import resources
 from pathlib import Path
 
 from fedstream.config import load_config
-from fedstream.config.schema import SCHEMA
+from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
+from fedstream.experiments.columns import CUMULATIVE_COLUMNS
 
 SCALES = ("small", "paper")
 TOP_KEYS = {"name", "title", "source", "base", "set", "scale", "grid", "tune", "paper", "figure", "notes"}
@@ -75,12 +76,7 @@ FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"}
 FIGURE_KINDS = ("curves", "scatter")
 SUMMARY_COLUMNS = (
     "accumulated_error",
-    "client_compute_seconds",
-    "server_compute_seconds",
-    "wall_seconds",
-    "total_mb",
-    "up_mb",
-    "down_mb",
+    *CUMULATIVE_COLUMNS,
     "rounds_per_second",
     "mean_activation_rate",
     # batch VFL (task = vfl) and CHFL (task = chfl) summaries
@@ -197,8 +193,9 @@ def _check_keys(where: str, table: dict, allowed: set[str]) -> None:
 
 
 def _config_key(where: str, key: str) -> str:
-    if key not in SCHEMA:
-        hint = difflib.get_close_matches(key, sorted(SCHEMA), n=1)
+    known = schema().fields
+    if key not in known:
+        hint = difflib.get_close_matches(key, sorted(known), n=1)
         raise _fail(where, f"{key!r} is not a config key" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     return key
 

@@ -23,7 +23,7 @@ from queue import Empty
 
 from fedstream.config import check_config, load_config
 from fedstream.config.loader import parse_override
-from fedstream.config.schema import SCHEMA
+from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
 from fedstream.experiments.columns import column_value
 from fedstream.runs.files import atomic_write
@@ -102,11 +102,12 @@ def _complete(spec: RunSpec) -> dict | None:
 def same_config(old: dict, new: dict) -> bool:
     """True when ``new`` asks for the run ``old`` describes: equal values, where a key that ``old``
     lacks (added to fedstream since) counts as equal if ``new`` has it at its default."""
+    known = schema().fields
     for key, value in new.items():
         if key in old:
             if old[key] != value:
                 return False
-        elif key not in SCHEMA or value != SCHEMA[key].default_for(new["task"]):
+        elif key not in known or value != known[key].default_for(new["task"]):
             return False
     return set(old) <= set(new)
 

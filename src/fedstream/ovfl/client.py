@@ -27,7 +27,7 @@ from fedstream.errors import ProtocolError
 from fedstream.models import MLP
 from fedstream.optim import Optimizer
 from fedstream.ovfl.window import RowWindow
-from fedstream.runs.state import collect, restore
+from fedstream.runs.state import StateOfParts
 from fedstream.transport.messages import Embedding, Gradient, Query
 
 
@@ -40,7 +40,7 @@ class Ticket:
     acts: list[np.ndarray]
 
 
-class Client:
+class Client(StateOfParts):
     """One feature-holding party."""
 
     def __init__(self, index: int, model: MLP, optimizer: Optimizer, *, window: int = 1):
@@ -134,9 +134,3 @@ class Client:
 
     def _parts(self) -> dict[str, object]:
         return {"model": self.model, "optim": self.optimizer, "inputs": self.inputs}
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return collect(self._parts())
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        restore(self._parts(), state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedstream.config.schema import shared
 from fedstream.errors import ConfigError
 from fedstream.fields import Field, Shared
 
@@ -119,14 +120,7 @@ FIELDS: dict[str, Field | Shared] = {
         "(crashed, hung, disconnected, or sent an invalid reply)",
         choices=("zero", "mean", "latest", "ema"),
     ),
-    "compression.up": Shared(),
-    "compression.cache": Shared(),
-    "compression.ratio": Shared(),
-    "compression.down": Shared(),
-    "compression.levels": Shared(),
-    "compression.outliers": Shared(),
-    "compression.value_dtype": Shared(),
-    "compression.feedback": Shared(),
+    **shared("compression."),
 }
 
 

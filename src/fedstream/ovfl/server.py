@@ -25,7 +25,7 @@ from fedstream.models import MLP
 from fedstream.models.kernels import softmax_cross_entropy_into
 from fedstream.optim import Optimizer
 from fedstream.ovfl.window import RowWindow
-from fedstream.runs.state import collect, restore
+from fedstream.runs.state import StateOfParts
 from fedstream.transport.messages import Embedding, Gradient, Query
 
 
@@ -37,7 +37,7 @@ class RoundResult:
     gradients: list[Gradient]
 
 
-class Server:
+class Server(StateOfParts):
     """The label-holding party with the top model."""
 
     def __init__(self, model: MLP, optimizer: Optimizer, *, n_clients: int, embedding: int, window: int = 1):
@@ -121,9 +121,3 @@ class Server:
 
     def _parts(self) -> dict[str, object]:
         return {"model": self.model, "optim": self.optimizer, "labels": self.labels}
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return collect(self._parts())
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        restore(self._parts(), state)

@@ -18,3 +18,18 @@ def restore(parts: dict[str, object], state: dict[str, np.ndarray]) -> None:
     for name, part in parts.items():
         prefix = f"{name}."
         part.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
+class StateOfParts:
+    """``state_dict`` / ``load_state_dict`` of an object whose state is that of its named parts
+    (``_parts()``: name -> an object with ``state_dict`` and ``load_state_dict``), each under
+    ``"<name>."`` (:func:`collect`, :func:`restore`)."""
+
+    def _parts(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return collect(self._parts())
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        restore(self._parts(), state)

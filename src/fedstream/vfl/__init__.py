@@ -8,7 +8,7 @@ and a top model (``models``, ``parties``); ``protocol`` is one step through a co
 ``checkpoint`` the run folder, ``paper`` the paper's named comparisons; ``docs/vfl-compression.md``.
 """
 
-from importlib import import_module
+from fedstream.lazy import lazy_exports
 
 # The public names are loaded on first use (PEP 562): the modules behind them import PyTorch
 # (1.5-2 s), and the config loader, the command line and online VFL import this package for its
@@ -24,9 +24,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(import_module(f"fedstream.vfl.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'fedstream.vfl' has no attribute {name!r}")
+__getattr__ = lazy_exports("fedstream.vfl", _EXPORTS)

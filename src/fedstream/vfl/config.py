@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedstream.config.schema import shared
 from fedstream.fields import Field, Shared
 from fedstream.vfl.selection import SelectionSpec
 
@@ -60,14 +61,7 @@ FIELDS: dict[str, Field | Shared] = {
     "data.test_path": Field(
         str, None, "table: the test set in its own file(s), with the columns of data.path", optional=True
     ),
-    "compression.up": Shared(),
-    "compression.cache": Shared(),
-    "compression.ratio": Shared(),
-    "compression.down": Shared(),
-    "compression.levels": Shared(),
-    "compression.outliers": Shared(),
-    "compression.value_dtype": Shared(),
-    "compression.feedback": Shared(),
+    **shared("compression."),
     "selection.method": Field(
         str,
         "all",

@@ -90,13 +90,7 @@ class CHFLAdapter:
             f"{runtime.note()}",
             flush=True,
         )
-        if settings["out"]:
-            out = Path(settings["out"])
-            out.mkdir(parents=True, exist_ok=True)
-            summary = result | {"config": config} | runtime.extra()
-            (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            if settings["audit"]:
-                np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})
+        write_outputs(settings, config, result, runtime, net)
 
     def _serve_stream(self, config: dict, settings: dict, runtime) -> None:
         if settings["resume"] and not settings["out"]:
@@ -115,13 +109,7 @@ class CHFLAdapter:
         print(f"fedstream: done, {result['ticks']} ticks, prequential accuracy "
               f"{result['prequential_acc']:.4f}, {result['bytes']['total']} payload bytes, "
               f"{len(result['faults'])} node fault(s), {runtime.note()}", flush=True)
-        if settings["out"]:
-            out = Path(settings["out"])
-            out.mkdir(parents=True, exist_ok=True)
-            summary = result | {"config": config} | runtime.extra()
-            (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            if settings["audit"]:
-                np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})
+        write_outputs(settings, config, result, runtime, net)
 
     def report(self, s: dict) -> str:
         if s.get("task") == "chfl-stream":
@@ -134,3 +122,18 @@ class CHFLAdapter:
 
 
 ADAPTER = CHFLAdapter()
+
+
+def write_outputs(
+    settings: dict, config: dict, result: dict, runtime, net: NetworkCHFL | NetworkStream
+) -> None:
+    """With ``out``: ``summary.json`` (the result, the config and what the runtime adds); with
+    ``audit`` also the final global common column (``models.npz``). Batch and streaming alike."""
+    if not settings["out"]:
+        return
+    out = Path(settings["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    summary = result | {"config": config} | runtime.extra()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    if settings["audit"]:
+        np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})

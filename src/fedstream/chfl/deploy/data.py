@@ -31,7 +31,7 @@ from fedstream.chfl.splits import FeatureSplit
 from fedstream.chfl.trainer import prepare_client
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.errors import ConfigError
+from fedstream.deploy.records import check_client_index
 from fedstream.runs.files import atomic_open
 
 FORMAT = 1
@@ -82,9 +82,7 @@ def load_part(
 ) -> NodePart:
     """Client ``index``'s part of ``config``'s data set, from the cache if there (see the module doc)."""
     settings = chfl_config_settings(config)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and chfl.clients - 1 = "
-                          f"{settings.clients - 1}")
+    check_client_index(index, settings.clients, "chfl.clients")
     root = str(resolve_data_root(data_root or config["data.root"]))
     key = json.dumps([FORMAT, root, config["seed"], index] + [getattr(settings, f) for f in SPLIT_FIELDS])
     path = None

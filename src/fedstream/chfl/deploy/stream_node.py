@@ -51,7 +51,7 @@ from fedstream.chfl.stream import (
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.deploy.archive import pack_state, unpack_state
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, check_client_index
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
@@ -80,9 +80,7 @@ class StreamPart:
 def load_stream_part(config: dict, index: int, *, data_root: str | None = None) -> StreamPart:
     """Client ``index``'s part of ``config``'s data set (see the module doc)."""
     s = stream_config_settings(config)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < s.clients:
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and chfl.clients - 1 = "
-                          f"{s.clients - 1}")
+    check_client_index(index, s.clients, "chfl.clients")
     table = load_chfl_dataset(s.dataset, resolve_data_root(data_root or config["data.root"])).table
     X, y = stream_rows(table.X, table.y, s, config["seed"])
     layout = stream_layout(len(y), X.shape[1], s, config["seed"])

@@ -32,7 +32,8 @@ from fedstream.data.idx import read_idx_labels
 from fedstream.data.images import load_image_split, standardise
 from fedstream.data.paths import find_file, resolve_data_root
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
-from fedstream.errors import ConfigError, DataError
+from fedstream.deploy.records import check_client_index
+from fedstream.errors import DataError
 from fedstream.runs.files import atomic_open
 from fedstream.vfl.data import load_vertical, strips
 from fedstream.vfl.parties import BatchClient, BatchServer
@@ -106,9 +107,7 @@ def load_block(
 ) -> ClientBlock:
     """Client ``index``'s block of ``config``'s data set, from the cache if there (see the module doc)."""
     settings = batch_settings(config)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and vfl.clients - 1 = "
-                          f"{settings.clients - 1}")
+    check_client_index(index, settings.clients, "vfl.clients")
     root = str(resolve_data_root(data_root or config["data.root"]))
     key = json.dumps(
         [

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from fedstream.deploy.archive import pack_state, unpack_state
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.codec import decode, encode
@@ -71,6 +71,7 @@ from fedstream.vfl.deploy.records import (
     SetupReply,
     TestRequest,
     TrainRequest,
+    check_message,
     read_request,
 )
 from fedstream.vfl.deploy.table import TableBlock, table_layout
@@ -176,22 +177,10 @@ class BatchVFLHost:
         shape = (len(rows), self.settings.embedding)
         # compressed exactly as compression.down says; a frame's shape checked before its payload is read
         try:
-            grad = peek(env.parts[0], self.probe, Gradient, self.setting, shape)
-        except ProtocolError as exc:  # header, codec, shape, length, finite: already says what is wrong
+            return check_message(env.parts[0], self.probe, Gradient, self.setting, shape, client=self.index,
+                                 step=step, what="the gradient")
+        except ProtocolError as exc:
             raise ProtocolError(f"{where}: {exc}"[:500]) from None
-        except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
-            raise ProtocolError(f"{where}: undecodable gradient: {exc}"[:500]) from None
-        if grad.client != self.index:
-            raise ProtocolError(
-                f"{where}: a {type(grad).__name__} for client {grad.client} arrived on client "
-                f"{self.index}'s link"
-            )
-        values = getattr(grad, "values", None)
-        got = None if values is None else tuple(values.shape)
-        if type(grad) is not Gradient or grad.round != step or got != shape:
-            raise ProtocolError(f"{where}: expected the gradient of step {step} of shape {shape}, received a "
-                                f"{type(grad).__name__} of step {grad.round}, shape {got}")
-        return grad
 
     # -- what changes the node ---------------------------------------------------------------------
     def _settle(self, env: Envelope, grad: Gradient | None) -> None:

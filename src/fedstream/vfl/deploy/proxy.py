@@ -45,7 +45,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedstream.deploy.records import FINISH, ROUND, Envelope, Link, peek
+from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.compressed import ServerEndpoint, up_codec
@@ -59,6 +59,7 @@ from fedstream.vfl.deploy.records import (
     TestRequest,
     TrainRequest,
     boundary_of,
+    check_message,
 )
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, SELECT
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
@@ -291,23 +292,11 @@ class RemoteCohort(Session):
         :func:`~fedstream.deploy.records.peek` checks compressed-or-not and the codec against
         ``compression.up``, a compressed frame's shape against (rows, embedding) *before* decoding its
         payload (a forged 14-byte header claiming a huge shape must not make the server allocate),
-        the length and finite values; then the sender, type, step and shape are checked here."""
+        the length and finite values; then the sender, type, step and shape
+        (:func:`~fedstream.vfl.deploy.records.check_message`)."""
         shape = (rows, self.settings.embedding)
-        try:
-            msg = peek(data, self.probe, Embedding, self.setting, shape)
-        except ProtocolError:  # header, codec, shape, length, finite: already says what is wrong
-            raise
-        except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
-            raise ProtocolError(f"undecodable embedding: {exc}"[:500]) from None
-        if msg.client != m:
-            raise ProtocolError(
-                f"a {type(msg).__name__} for client {msg.client} arrived on client {m}'s link"
-            )
-        values = getattr(msg, "values", None)
-        got = None if values is None else tuple(values.shape)
-        if type(msg) is not Embedding or msg.round != t or got != shape:
-            raise ProtocolError(f"expected client {m}'s embedding of step {t} of shape {shape}, received a "
-                                f"{type(msg).__name__} of step {msg.round}, shape {got}")
+        check_message(data, self.probe, Embedding, self.setting, shape, client=m, step=t,
+                      what=f"client {m}'s embedding")
 
     def _accept(self, m: int, data: bytes, samples: np.ndarray | None, direction: str) -> Embedding:
         """Decode a checked embedding with the server's end of m's link (its cache) and count it."""

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedstream.deploy.records import Keep, Record
+from fedstream.deploy.records import Keep, Record, peek
 from fedstream.errors import ProtocolError
+from fedstream.transport.messages import Message
 from fedstream.vfl.deploy.vfps import SELECT
 from fedstream.vfl.settings import MAX_U16
 
@@ -145,3 +146,27 @@ class FinishReply(Record):
     select_up: int
     select_down: int
     digest: str
+
+
+def check_message(data: bytes, probe, kind: type, setting: str, shape: tuple[int, int], *, client: int,
+                  step: int, what: str) -> Message:
+    """One received part decoded (:func:`~fedstream.deploy.records.peek`: compression, codec, a
+    frame's shape before its payload, length, finite values) and checked: a ``kind`` for ``client``,
+    of ``step`` and ``shape`` (``what`` names it in the error: "client 1's embedding"). The server's
+    embeddings and the node's gradients alike; raises ProtocolError saying what is wrong."""
+    try:
+        msg = peek(data, probe, kind, setting, shape)
+    except ProtocolError:  # header, codec, shape, length, finite: already says what is wrong
+        raise
+    except Exception as exc:  # noqa: BLE001 - untrusted bytes: any decoding failure is the sender's
+        raise ProtocolError(f"undecodable {kind.__name__.lower()}: {exc}"[:500]) from None
+    if msg.client != client:
+        raise ProtocolError(
+            f"a {type(msg).__name__} for client {msg.client} arrived on client {client}'s link"
+        )
+    values = getattr(msg, "values", None)
+    got = None if values is None else tuple(values.shape)
+    if type(msg) is not kind or msg.round != step or got != shape:
+        raise ProtocolError(f"expected {what} of step {step} of shape {shape}, received a "
+                            f"{type(msg).__name__} of step {msg.round}, shape {got}")
+    return msg

@@ -22,6 +22,7 @@ import torch
 
 from fedstream.data.table_party import ClientTable, ServerTable, holdout_rows
 from fedstream.data.table_source import TableSpec
+from fedstream.deploy.records import check_client_index
 from fedstream.errors import ConfigError
 from fedstream.vfl.deploy.data import Layout, ServerLabels, batch_settings
 from fedstream.vfl.table_data import ALL_ROWS
@@ -60,9 +61,7 @@ class TableBlock:
 def load_table_block(config: dict, index: int) -> TableBlock:
     """Client ``index``'s block, read from its own file (``data.path``'s file ``index + 1``)."""
     settings = batch_settings(config)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < settings.clients:
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and vfl.clients - 1 = "
-                          f"{settings.clients - 1}")
+    check_client_index(index, settings.clients, "vfl.clients")
     own = ClientTable(table_spec(config), index, holdout=dict(settings.table)["data.test_fraction"])
     cut = own.n_base - own.n_holdout
     return TableBlock(index, own.X[:cut][:settings.train_rows], own.X[cut:][:settings.test_rows], own.ids)
