@@ -184,6 +184,7 @@ class _TimedLink:
 
     def __init__(self, link):
         self.link, self.n_clients, self.seconds = link, link.n_clients, 0.0
+        self.sends_ahead = getattr(link, "sends_ahead", False)
 
     def available(self) -> set[int]:
         return self.link.available()
@@ -191,9 +192,9 @@ class _TimedLink:
     def rejoined(self) -> set[int]:
         return self.link.rejoined()
 
-    def exchange(self, requests):
+    def exchange(self, requests, ahead=None):
         tic = time.perf_counter()
-        replies = self.link.exchange(requests)
+        replies = self.link.exchange(requests) if ahead is None else self.link.exchange(requests, ahead)
         self.seconds += time.perf_counter() - tic
         return replies
 
