@@ -76,6 +76,7 @@ class _Peer:
         self.then: dict[int, Callable] = {}  # sequence number -> what may go ahead when its reply arrives
         self.ahead: tuple[Envelope, int, asyncio.Future, asyncio.Task] | None = None  # a request sent ahead
         self.writing: asyncio.Task | None = None  # the last write on this stream
+        self.dropped: set[int] = set()  # requests sent ahead that the server did not use
 
     def fail(self, reason: str) -> None:
         for fut in self.waiting.values():
@@ -246,6 +247,9 @@ class GrpcLink:
             if frame.seq == peer.inflight:
                 log.info("client %d: the late reply to a timed-out request arrived (discarded)", peer.index)
                 peer.inflight = None
+            elif frame.seq in peer.dropped:
+                log.info("client %d: the reply to a request sent ahead and not used (discarded)", peer.index)
+                peer.dropped.discard(frame.seq)
             else:
                 log.warning("client %d: a reply to no request (sequence %d) discarded", peer.index, frame.seq)
             return
@@ -255,16 +259,20 @@ class GrpcLink:
         else:
             fut.set_result(frame.env)
             if follow is not None:
-                self._send_ahead(peer, follow(peer.index, frame.env))
+                self._send_ahead(peer, follow, frame.env)
 
-    def _send_ahead(self, peer: _Peer, env: Envelope | None) -> None:
-        """Write ``env``, the node's next request, now; the next exchange that sends it takes its reply."""
-        if env is None or not peer.alive:
-            return
+    def _send_ahead(self, peer: _Peer, ahead: Callable, reply: Envelope) -> None:
+        """Write the node's next request now when ``ahead(m, reply)`` gives one; the next exchange that
+        sends that request takes its reply."""
         try:
+            env = ahead(peer.index, reply)
+            if env is None or not peer.alive:
+                return
             frame = wire.encode(wire.REQUEST, peer.seq + 1, env, limit=self.limit)
-        except ProtocolError:
-            return  # past the limit: the exchange that sends it stops the run
+        except Exception as exc:  # noqa: BLE001 - nothing goes ahead; past the limit, the exchange stops the run
+            log.log(logging.DEBUG if isinstance(exc, ProtocolError) else logging.ERROR,
+                    "client %d: no request ahead: %r", peer.index, exc)
+            return
         peer.seq += 1
         fut = peer.waiting[peer.seq] = self._loop.create_future()
         peer.ahead = (env, peer.seq, fut, self._write(peer, frame))
@@ -321,6 +329,7 @@ class GrpcLink:
                 continue
             if early is not None:  # not what the server sends now (a new session): its reply is dropped
                 peer.waiting.pop(early[1], None)
+                peer.dropped.add(early[1])
             peer.seq += 1
             frame = wire.encode(ftype, peer.seq, env, limit=self.limit)  # past the limit: the run stops
             sent[m] = (peer, peer.seq, self._loop.create_future())
@@ -331,7 +340,7 @@ class GrpcLink:
                 if not fut.done():
                     peer.then[seq] = ahead
                 elif isinstance(fut.result(), Envelope):  # a reply to a request sent ahead came already
-                    self._send_ahead(peer, ahead(m, fut.result()))
+                    self._send_ahead(peer, ahead, fut.result())
         # a node that does not take its request within the time-out (it stopped reading: its
         # flow-control window is full) is cut off
         deadline = self._loop.time() + self.timeout
