@@ -229,22 +229,21 @@ class LinkTransport(Session):
 
     def _prepare(self, t1: int, n1: int, keep1: bool, active1: np.ndarray | None, targets: list[int],
                  *, zero: list[int], t0: int) -> Callable[[int, Envelope], Envelope | None]:
-        """Each target's request for the next batch (rounds t1..t1+n1-1) as it will be if the node gets
-        no gradient from this one; return what the link calls with each reply of this batch: the
-        node's next request when the reply says no event activated it, else None (the link's event
-        loop calls it: it reads only what is built here, and records what went ahead)."""
+        """The next batch's queries (rounds t1..t1+n1-1) for each target; return what the link calls with
+        each reply of this batch: the node's next request (as it is when the node gets no gradient
+        from this batch) when the reply says no event activated it, else None. The link's event loop
+        calls it: it reads only what is built here, and records what went ahead."""
         active1 = self._checked(active1, n1)
         queries = {m: self._encode_queries(t1, n1, m, active1) for m in targets}
         self._prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
-        nodes = {m: self._request(t1, n1, keep1, active1, m, [], queries[m]) for m in targets}
         sent = self._ahead
 
         def then(m: int, reply: Envelope) -> Envelope | None:
             # an activated node's next request waits for its gradient
-            if m not in nodes or (reply.kind, reply.round) != (ROUND, t0) or reply.info.get("active") != zero:
+            if reply.kind != ROUND or reply.round != t0 or m not in queries or reply.info.get("active") != zero:
                 return None
-            sent[m] = nodes[m]
-            return nodes[m]
+            sent[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
+            return sent[m]
 
         return then
 
