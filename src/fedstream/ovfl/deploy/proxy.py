@@ -239,8 +239,9 @@ class LinkTransport(Session):
         sent = self._ahead
 
         def then(m: int, reply: Envelope) -> Envelope | None:
-            # an activated node's next request waits for its gradient
-            if reply.kind != ROUND or reply.round != t0 or m not in queries or reply.info.get("active") != zero:
+            if reply.kind != ROUND or reply.round != t0 or m not in queries:
+                return None
+            if reply.info.get("active") != zero:  # an activated node's next request waits for its gradient
                 return None
             sent[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
             return sent[m]
