@@ -72,13 +72,33 @@ def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment",
                                 retry_for=60)
 
+    import threading
+
+    killed, gone, back = threading.Event(), threading.Event(), threading.Event()
+
     def start_and_harm(link):
         nodes.start(f"127.0.0.1:{link.port}")
-        import threading
+        exchange = link.exchange
+
+        def until_back(requests, ahead=None):
+            """Once client 1 is killed, hold the server after each exchange until its new process has
+            connected: the run must not end before it rejoins, however fast it goes."""
+            replies = exchange(requests, ahead)
+            deadline = time.monotonic() + 60
+            while killed.is_set() and not back.is_set() and time.monotonic() < deadline:
+                if 1 not in link.available():
+                    gone.set()  # the old stream closed
+                elif gone.is_set():
+                    back.set()
+                time.sleep(0.02)
+            return replies
+
+        link.exchange = until_back
 
         def harm():
             _wait_for(out / "checkpoint.npz")
             nodes.kill_node(1)  # SIGKILL: its stream closes
+            killed.set()
             time.sleep(0.5)
             nodes.start_node(1)
 
