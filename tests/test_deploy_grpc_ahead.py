@@ -4,8 +4,8 @@ next request as soon as its reply arrives (:meth:`LinkTransport.begin_batch`'s `
 computes while the server waits for the others. The fast path is checked against the plain one
 (``NetworkVFL(ahead=False)``) and the simulator: the same models bit for bit, every message's size,
 the same frames and frame bytes; with ``topl``, inside a chunk only; at B > 1 for batches that
-leave a node passive throughout; and a node that fails a request sent ahead (an error, a dropped
-stream) is a fault of that round, as any other."""
+leave a node passive throughout; and a node that fails a request sent ahead with an error is a
+fault of that round, one that drops its stream rejoins."""
 
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ def test_requests_ahead_at_b_2_give_the_plain_run(tmp_path):
 @pytest.mark.parametrize("how", ["error", "drop"])
 def test_a_node_that_fails_a_request_sent_ahead_is_a_fault_of_its_round(tmp_path, how):
     """Client 1 fails its first request from round 40 on that follows an event that left it passive:
-    a request the server wrote ahead. The fault is that round's; the run goes on (dropped: the node
-    reconnects and rejoins)."""
+    a request the server wrote ahead. An error reply is that round's fault; a dropped stream ends in
+    a rejoin (the node reconnects); the run goes on."""
     config = load_config(None, overrides(write_learnable_mnist(tmp_path), 80))
     failed = []
 
@@ -114,7 +114,12 @@ def test_a_node_that_fails_a_request_sent_ahead_is_a_fault_of_its_round(tmp_path
 
     net, _, frames = grpc_run(config, tmp_path, ahead=True, before=fail)
     s = net.summary()
-    assert s["rounds"] == 80 and failed and frames[3] > 0
-    assert [(f["round"], f["client"]) for f in s["faults"]] == [(failed[0], 1)]
-    assert s["missed_events"][0] == 0 and s["missed_events"][1] >= 1
-    assert [r["client"] for r in s["rejoins"]] == ([1] if how == "drop" else [])
+    assert s["rounds"] == 80 and failed and frames[3] > 0 and s["missed_events"][0] == 0
+    faults = [(f["round"], f["client"]) for f in s["faults"]]
+    if how == "error":
+        assert faults == [(failed[0], 1)] and s["missed_events"][1] >= 1 and s["rejoins"] == []
+    else:  # the stream dropped while the server still played the round before: by the time it sends
+        # the round's request the node may be gone (a fault, or left out between batches) or back
+        # already (the request goes to its new stream); either way it is set up again
+        assert set(faults) <= {(failed[0], 1)}
+        assert [r["client"] for r in s["rejoins"]] == [1]

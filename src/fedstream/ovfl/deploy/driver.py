@@ -7,7 +7,10 @@ and a :class:`LinkTransport`; the clients live on their own nodes behind a link.
 gradients of the node's previous batch and the queries of the B rounds; see
 :mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
 clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event.
+:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event. Each batch also tells
+the transport the next one's plan (:meth:`NetworkVFL._after`), so that on a link that sends
+requests ahead (gRPC) a node the batch leaves passive gets its next request at once
+(``ahead=False``: never).
 
 A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
 the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
