@@ -72,13 +72,33 @@ def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment",
                                 retry_for=60)
 
+    import threading
+
+    killed, gone, back = threading.Event(), threading.Event(), threading.Event()
+
     def start_and_harm(link):
         nodes.start(f"127.0.0.1:{link.port}")
-        import threading
+        exchange = link.exchange
+
+        def until_back(requests, ahead=None):
+            """Once client 1 is killed, hold the server after each exchange until its new process has
+            connected: the run must not end before it rejoins, however fast it goes."""
+            replies = exchange(requests, ahead)
+            deadline = time.monotonic() + 60
+            while killed.is_set() and not back.is_set() and time.monotonic() < deadline:
+                if 1 not in link.available():
+                    gone.set()  # the old stream closed
+                elif gone.is_set():
+                    back.set()
+                time.sleep(0.02)
+            return replies
+
+        link.exchange = until_back
 
         def harm():
             _wait_for(out / "checkpoint.npz")
             nodes.kill_node(1)  # SIGKILL: its stream closes
+            killed.set()
             time.sleep(0.5)
             nodes.start_node(1)
 
@@ -161,15 +181,19 @@ def test_a_killed_server_resumes_bit_for_bit_with_the_same_client_processes(tmp_
 def test_bench_network_grpc_measures_the_floor_around_every_batch_size(data_root, tmp_path):
     """`fedstream bench network --runtime grpc` in small: the echo floor is measured before each B and
     after the last, on the same client processes, and each B's ratio is to the mean of the two
-    floors around it."""
+    floors around it. B = 1 runs twice, with requests ahead and without (the plain path)."""
     from fedstream.bench.network import bench_network_grpc, format_network_grpc
 
     d = bench_network_grpc(batches=(1, 4), events=64, min_requests=4, echo_rounds=40, profile=False,
                            sets=[f"data.root={data_root}"], workdir=tmp_path / "bench", log=lambda s: None)
     rates = d["floor"]["measured_rounds_per_second"]
-    assert len(rates) == 3 and all(r > 0 for r in rates)
+    assert len(rates) == 4 and all(r > 0 for r in rates)
+    assert [(r["batch"], r["ahead"]) for r in d["rows"]] == [(1, True), (1, False), (4, True)]
+    assert d["rows"][0]["requests_ahead_per_event"] > 0 and d["rows"][1]["requests_ahead_per_event"] == 0
+    assert d["rows"][0]["payload_bytes_per_event"] == d["rows"][1]["payload_bytes_per_event"]
     for row, (before, after) in zip(d["rows"], zip(rates, rates[1:])):
         assert row["floor_rounds_per_second"] == (before + after) / 2
         assert row["ratio_to_floor"] == row["requests_per_second"] / row["floor_rounds_per_second"]
         assert row["faults"] == 0 and row["tcp_bytes_per_event"] > row["payload_bytes_per_event"]
     assert "before each B and after the last" in format_network_grpc(d)
+    assert "*: the plain path" in format_network_grpc(d)

@@ -184,6 +184,7 @@ class _TimedLink:
 
     def __init__(self, link):
         self.link, self.n_clients, self.seconds = link, link.n_clients, 0.0
+        self.sends_ahead = getattr(link, "sends_ahead", False)
 
     def available(self) -> set[int]:
         return self.link.available()
@@ -191,20 +192,22 @@ class _TimedLink:
     def rejoined(self) -> set[int]:
         return self.link.rejoined()
 
-    def exchange(self, requests):
+    def exchange(self, requests, ahead=None):
         tic = time.perf_counter()
-        replies = self.link.exchange(requests)
+        replies = self.link.exchange(requests) if ahead is None else self.link.exchange(requests, ahead)
         self.seconds += time.perf_counter() - tic
         return replies
 
 
-def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None) -> dict:
-    """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given)."""
+def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None,
+          ahead: bool = True) -> dict:
+    """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given).
+    ``ahead=False``: no request goes ahead (the plain path, for comparison)."""
     timed = _TimedLink(link)
-    frames0 = link.bytes_down + link.bytes_up
+    frames0, ahead0 = link.bytes_down + link.bytes_up, link.frames_ahead
     if relay is not None:
         relay.reset()
-    net = NetworkVFL(cfg, timed, stream=server_stream(cfg))
+    net = NetworkVFL(cfg, timed, stream=server_stream(cfg), ahead=ahead)
     if profile is not None:
         prof = cProfile.Profile()
         prof.runcall(net.run)
@@ -216,12 +219,13 @@ def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = Non
     s = net.summary()
     events, requests, payload = s["rounds"], s["exchanges"] - 2, s["bytes"]["total"]
     wall = s["wall_seconds"]
-    row = {"batch": cfg["network.batch"], "events": events, "requests_per_node": requests,
+    row = {"batch": cfg["network.batch"], "ahead": ahead, "events": events, "requests_per_node": requests,
            "events_per_second": events / wall, "requests_per_second": requests / wall,
            "ms_per_round_trip": 1e3 * timed.seconds / (requests + 2),
            "server_ms_per_request": 1e3 * (wall - timed.seconds) / max(requests, 1),
            "accumulated_error": s["accumulated_error"], "payload_bytes_per_event": payload / events,
            "frame_bytes_per_event": (link.bytes_down + link.bytes_up - frames0) / events,
+           "requests_ahead_per_event": (link.frames_ahead - ahead0) / events,
            "faults": len(s["faults"])}
     if relay is not None:
         tcp = relay.reset()
@@ -231,10 +235,11 @@ def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = Non
 
 
 def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batches, events: int,
-               min_requests: int, echo_rounds: int, relay: bool, profile: Path | None,
+               min_requests: int, echo_rounds: int, relay: bool, profile: Path | None, plain: bool,
                log) -> tuple[dict, list]:
     """Client processes (behind a :class:`TcpRelay` in this process with ``relay``), the echo floor,
-    then online VFL for each B; with ``profile`` an extra B = 1 run profiled there."""
+    then online VFL for each B (B = 1 also without requests ahead with ``plain``); with ``profile``
+    an extra B = 1 run profiled there."""
     # gRPC is an optional dependency (the deploy extra)
     from fedstream.deploy.runtimes.grpc import GrpcLink
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
@@ -269,11 +274,12 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
                 return out
 
             floors = [echo()]  # the floor before each B and after the last: each row's ratio is to
-            for batch in batches:  # the mean of the two measured around it (the load drifts)
+            runs = [(b, a) for b in batches for a in ((True, False) if b == 1 and plain else (True,))]
+            for batch, ahead in runs:  # the mean of the two measured around it (the load drifts)
                 n = batch * max(min_requests, -(-events // batch))
                 cfg = dict(base, **{"network.batch": batch, "rounds": n})
                 check_deployable(cfg)
-                rows.append(_play(cfg, link, counter))
+                rows.append(_play(cfg, link, counter, ahead=ahead))
                 if counter is None:  # the pass counting socket bytes needs the floor's bytes once
                     floors.append(echo())
                     rows[-1]["floor_rounds_per_second"] = (floors[-2]["rounds_per_second"]
@@ -295,7 +301,7 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
 
 def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
                        echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
-                       workdir: Path, profile: bool = True, log=print) -> dict:
+                       workdir: Path, profile: bool = True, plain: bool = True, log=print) -> dict:
     """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
     client. The floor is a bare echo round to the same processes on the same streams (one frame of
     one event's payload to every node at once and back, as an event's requests and replies go),
@@ -305,7 +311,9 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     kernels in each node). Timings come from a pass with the clients connected directly; the socket
     bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
     :class:`TcpRelay` (plaintext), whose Python threads would slow the first. With ``profile`` the
-    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``."""
+    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``. With ``plain``, B = 1
+    runs a second time without requests ahead (``ahead = False`` in its row: the plain path, each
+    with the floors around it), to show what they change in the same run."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     sets = list(sets or [])
@@ -319,7 +327,7 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     engine = OnlineVFL(dict(base, rounds=20000)).run()
     engine_eps = engine["rounds"] / engine["wall_seconds"]
     log(f"in-process engine: {engine_eps:.0f} events/s ({time.perf_counter() - tic:.1f} s)")
-    kw = dict(batches=batches, echo_rounds=echo_rounds, log=log)
+    kw = dict(batches=batches, echo_rounds=echo_rounds, plain=plain, log=log)
     floor, rows = _grpc_pass(base, config, sets, workdir, events=events, min_requests=min_requests,
                              relay=False, profile=workdir / "profile-b1.txt" if profile else None, **kw)
     rates = ", ".join(f"{r:.0f}" for r in floor["measured_rounds_per_second"])
@@ -334,7 +342,8 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
                 "overhead_tcp_over_payload": c["overhead_tcp_over_payload"],
                 "ratio_to_floor": row["requests_per_second"] / row["floor_rounds_per_second"],
                 "ratio_to_engine": row["events_per_second"] / engine_eps}
-        log(f"B = {row['batch']}: {row['events_per_second']:.0f} events/s, "
+        plain_row = "" if row["ahead"] else " (plain: no request ahead)"
+        log(f"B = {row['batch']}{plain_row}: {row['events_per_second']:.0f} events/s, "
             f"{row['ms_per_round_trip']:.2f} ms per round trip, "
             f"{row['tcp_bytes_per_event']:.0f} socket B/event for "
             f"{row['payload_bytes_per_event']:.0f} payload")
@@ -358,10 +367,13 @@ def format_network_grpc(d: dict) -> str:
              f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'floor r/s':>9} {'x floor':>7} "
              f"{'x engine':>8}"]
     for r in d["rows"]:
-        lines.append(f"{r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
+        mark = " " if r.get("ahead", True) else "*"
+        lines.append(f"{r['batch']:>4}{mark} {r['events']:>7} {r['events_per_second']:>9.0f} "
                      f"{r['ms_per_round_trip']:>7.2f} {r['server_ms_per_request']:>9.2f} "
                      f"{r['payload_bytes_per_event']:>12.0f} {r['frame_bytes_per_event']:>10.0f} "
                      f"{r['tcp_bytes_per_event']:>11.0f} {r['overhead_tcp_over_payload']:>14.2f} "
                      f"{r.get('floor_rounds_per_second', f['rounds_per_second']):>9.0f} "
                      f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
+    if not all(r.get("ahead", True) for r in d["rows"]):
+        lines.append("*: the plain path, no request sent ahead (the same B = 1 run otherwise)")
     return "\n".join(lines)

@@ -259,7 +259,9 @@ class Failure:
 
 
 class Link(Protocol):
-    """Moves envelopes to client nodes (by client index) and returns their replies."""
+    """Moves envelopes to client nodes (by client index) and returns their replies. A link whose
+    ``sends_ahead`` is true (the gRPC runtime's) also takes ``exchange(requests, ahead)``: see
+    :class:`fedstream.deploy.runtimes.grpc.GrpcLink`."""
 
     n_clients: int
 

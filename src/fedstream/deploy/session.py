@@ -322,12 +322,14 @@ class Session:
             raise ProtocolError(f"clients {missing} did not set up (see faults: "
                                 f"{[f['reason'] for f in self.faults][:3]}); {run}")
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        """Send every request at once; a node that did not answer gets a :class:`Failure`."""
+    def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
+                 ) -> dict[int, Envelope | Failure]:
+        """Send every request at once; a node that did not answer gets a :class:`Failure`. ``ahead``
+        goes to a link that sends requests ahead (``sends_ahead``, the gRPC runtime's ``exchange``)."""
         if not requests:
             return {}
         self.exchanges += 1
-        replies = self.link.exchange(requests)
+        replies = self.link.exchange(requests) if ahead is None else self.link.exchange(requests, ahead)
         return {m: replies.get(m, Failure("no reply")) for m in requests}
 
     def session_state(self) -> dict:

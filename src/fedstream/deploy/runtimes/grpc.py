@@ -16,6 +16,11 @@ checkpoints and resume are the session layer's and the task's (:mod:`fedstream.d
   and is sent nothing until its late reply arrives; a node whose stream closed is gone; a node of
   the same client that connects while the old one is gone or hangs takes its place and is
   reported by :meth:`GrpcLink.rejoined` (the server sets it up with ``rejoin``).
+* Requests ahead (``exchange(requests, ahead=...)``): when a node's reply arrives, ``ahead(m,
+  reply)`` may give the request the server will send that node in its next exchange (online VFL: a
+  client the event left passive owes no gradient, so its next request is known); it is written at
+  once, from the event loop, and the next exchange that sends that very request (the same object)
+  takes its reply instead of sending it again. A node's stream carries one write at a time, in order.
 * Mutual TLS (``tls_dir``, :mod:`fedstream.deploy.credentials`): the server presents
   ``server.pem`` and requires a client certificate signed by the deployment's ``ca.crt``; the
   client index is the one in the certificate's common name (``fedstream client M``), never the
@@ -33,10 +38,12 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fedstream.deploy.records import Envelope, Failure
 from fedstream.deploy.runtimes import grpc_wire as wire
+from fedstream.deploy.runtimes.grpc_tls import certificate_index, server_credentials
 from fedstream.errors import ConfigError, ProtocolError
 
 try:
@@ -57,31 +64,6 @@ def channel_options(limit: int) -> list[tuple[str, int]]:
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
 
 
-def read_tls_file(folder: Path, name: str) -> bytes:
-    path = Path(folder) / name
-    if not path.is_file():
-        raise ConfigError(f"--tls-dir {folder}: no {name} (write the files with "
-                          "`fedstream deploy credentials`)")
-    return path.read_bytes()
-
-
-def server_credentials(tls_dir: Path) -> grpc.ServerCredentials:
-    """TLS with client certificates required, signed by the deployment's CA."""
-    pair = (read_tls_file(tls_dir, "server.key"), read_tls_file(tls_dir, "server.pem"))
-    return grpc.ssl_server_credentials([pair], root_certificates=read_tls_file(tls_dir, "ca.crt"),
-                                       require_client_auth=True)
-
-
-def certificate_index(context) -> int | None:
-    """The client index of the peer's certificate (common name ``fedstream client M``), or None."""
-    names = context.auth_context().get("x509_common_name", [])
-    if len(names) != 1:
-        return None
-    name = names[0].decode(errors="replace")
-    digits = name[len(wire.CLIENT_CN):]
-    return int(digits) if name.startswith(wire.CLIENT_CN) and digits.isdigit() else None
-
-
 class _Peer:
     """One connected client node: its stream and the replies it owes."""
 
@@ -91,12 +73,17 @@ class _Peer:
         self.inflight: int | None = None  # a timed-out request whose reply is still due
         self.seq = 0  # sequence number of the last request on this stream
         self.alive = True
+        self.then: dict[int, Callable] = {}  # sequence number -> what may go ahead when its reply arrives
+        self.ahead: tuple[Envelope, int, asyncio.Future, asyncio.Task] | None = None  # a request sent ahead
+        self.writing: asyncio.Task | None = None  # the last write on this stream
+        self.dropped: set[int] = set()  # requests sent ahead that the server did not use
 
     def fail(self, reason: str) -> None:
         for fut in self.waiting.values():
             if not fut.done():
                 fut.set_result(Failure(reason))
         self.waiting.clear()
+        self.then.clear()
 
 
 class GrpcLink:
@@ -104,12 +91,15 @@ class GrpcLink:
     :class:`~fedstream.deploy.records.Link` to client nodes 0..``n_clients``-1 (see the module doc).
     :meth:`start` it, :meth:`wait_for` the nodes, :meth:`close` at the end."""
 
+    sends_ahead = True  # exchange takes ``ahead`` (see the module doc)
+
     def __init__(self, listen: str, n_clients: int, *, limit: int, tls_dir: Path | None = None,
                  timeout: float = 120.0):
         self.listen, self.n_clients, self.limit, self.timeout = listen, n_clients, limit, timeout
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.port: int | None = None
         self.frames = self.bytes_down = self.bytes_up = 0  # frames sent; bytes of frames each way
+        self.frames_ahead = 0  # requests written ahead (see the module doc), counted in frames too
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-server", daemon=True)
         self._cond = threading.Condition()
@@ -170,6 +160,8 @@ class GrpcLink:
     async def _close(self) -> None:
         bye = wire.encode(wire.BYE, 0, limit=self.limit)
         peers = [p for p in self._peers.values() if p.alive]
+        writing = [p.writing for p in peers if p.writing is not None]
+        await asyncio.wait(writing, timeout=2) if writing else None  # one write at a time on a stream
         for peer in peers:
             try:
                 await peer.context.write(bye)
@@ -255,13 +247,48 @@ class GrpcLink:
             if frame.seq == peer.inflight:
                 log.info("client %d: the late reply to a timed-out request arrived (discarded)", peer.index)
                 peer.inflight = None
+            elif frame.seq in peer.dropped:
+                log.info("client %d: the reply to a request sent ahead and not used (discarded)", peer.index)
+                peer.dropped.discard(frame.seq)
             else:
                 log.warning("client %d: a reply to no request (sequence %d) discarded", peer.index, frame.seq)
             return
+        follow = peer.then.pop(frame.seq, None)
         if frame.type == wire.ERROR:
             fut.set_result(Failure(f"the client failed: {frame.env.info.get('reason', '')}"[:500]))
         else:
             fut.set_result(frame.env)
+            if follow is not None:
+                self._send_ahead(peer, follow, frame.env)
+
+    def _send_ahead(self, peer: _Peer, ahead: Callable, reply: Envelope) -> None:
+        """Write the node's next request now when ``ahead(m, reply)`` gives one; the next exchange that
+        sends that request takes its reply."""
+        try:
+            env = ahead(peer.index, reply)
+            if env is None or not peer.alive:
+                return
+            frame = wire.encode(wire.REQUEST, peer.seq + 1, env, limit=self.limit)
+        except Exception as exc:  # noqa: BLE001 - nothing goes ahead; past the limit, the exchange stops the run
+            log.log(logging.DEBUG if isinstance(exc, ProtocolError) else logging.ERROR,
+                    "client %d: no request ahead: %r", peer.index, exc)
+            return
+        peer.seq += 1
+        fut = peer.waiting[peer.seq] = self._loop.create_future()
+        peer.ahead = (env, peer.seq, fut, self._write(peer, frame))
+        self.frames_ahead += 1
+
+    def _write(self, peer: _Peer, frame: bytes) -> asyncio.Task:
+        """Write ``frame`` on the node's stream after the write before it; count it once written."""
+        peer.writing = self._loop.create_task(self._put(peer.context, frame, peer.writing))
+        return peer.writing
+
+    async def _put(self, context, frame: bytes, before: asyncio.Task | None) -> None:
+        if before is not None and not before.done():
+            await asyncio.wait([before])
+        await context.write(frame)
+        self.frames += 1
+        self.bytes_down += len(frame)
 
     # -- the Link --------------------------------------------------------------------------------
     def available(self) -> set[int]:
@@ -275,31 +302,48 @@ class GrpcLink:
             back, self._rejoined = self._rejoined, set()
         return back
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
-        return self._call(self._exchange(wire.REQUEST, requests))
+    def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
+                 ) -> dict[int, Envelope | Failure]:
+        """Send every request at once (one sent ahead is not sent again); ``ahead(m, reply)``, called on
+        the event loop as each reply arrives, may give node m's next request to write at once."""
+        return self._call(self._exchange(wire.REQUEST, requests, ahead))
 
     def echo(self, payload: bytes) -> dict[int, Envelope | Failure]:
         """One bare round: ``payload`` to every connected node and back (the benchmark's floor)."""
         requests = {m: Envelope("", 0, [payload]) for m in self.available()}
         return self._call(self._exchange(wire.ECHO, requests))
 
-    async def _exchange(self, ftype: int, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+    async def _exchange(self, ftype: int, requests: dict[int, Envelope], ahead: Callable | None = None
+                        ) -> dict[int, Envelope | Failure]:
         out: dict[int, Envelope | Failure] = {}
         sent: dict[int, tuple[_Peer, int, asyncio.Future]] = {}
-        frames: dict[int, bytes] = {}
+        writes: dict[int, asyncio.Task] = {}
         for m, env in requests.items():
             peer = self._peers.get(m)
             if peer is None or not peer.alive or peer.inflight is not None:
                 out[m] = Failure("the node is not connected, or still busy with a request that timed out")
                 continue
+            early, peer.ahead = peer.ahead, None
+            if early is not None and early[0] is env:  # written already: wait for its reply
+                sent[m], writes[m] = (peer, early[1], early[2]), early[3]
+                continue
+            if early is not None:  # not what the server sends now (a new session): its reply is dropped
+                peer.waiting.pop(early[1], None)
+                peer.dropped.add(early[1])
             peer.seq += 1
-            frames[m] = wire.encode(ftype, peer.seq, env, limit=self.limit)  # past the limit: the run stops
+            frame = wire.encode(ftype, peer.seq, env, limit=self.limit)  # past the limit: the run stops
             sent[m] = (peer, peer.seq, self._loop.create_future())
             peer.waiting[peer.seq] = sent[m][2]
-        # every request is written at once (the writes overlap); a node that does not take its
-        # request within the time-out (it stopped reading: its flow-control window is full) is cut off
+            writes[m] = self._write(peer, frame)  # the writes overlap
+        if ahead is not None:
+            for m, (peer, seq, fut) in sent.items():
+                if not fut.done():
+                    peer.then[seq] = ahead
+                elif isinstance(fut.result(), Envelope):  # a reply to a request sent ahead came already
+                    self._send_ahead(peer, ahead, fut.result())
+        # a node that does not take its request within the time-out (it stopped reading: its
+        # flow-control window is full) is cut off
         deadline = self._loop.time() + self.timeout
-        writes = {m: asyncio.ensure_future(sent[m][0].context.write(frames[m])) for m in sent}
         if writes:
             await asyncio.wait(writes.values(), timeout=self.timeout)
         for m, task in writes.items():
@@ -308,15 +352,13 @@ class GrpcLink:
                 task.cancel()
                 sent[m][0].task.cancel()  # its stream ends; started again, the node rejoins
                 failed = f"the node did not take the request within {self.timeout} s"
-            elif task.exception() is not None:  # the stream broke: that node's fault
-                failed = f"could not send to the node: {task.exception()}"
+            elif task.cancelled() or task.exception() is not None:  # the stream broke: that node's fault
+                failed = f"could not send to the node: {None if task.cancelled() else task.exception()}"
             if failed:
                 peer, seq, _ = sent.pop(m)
                 peer.waiting.pop(seq, None)
+                peer.then.pop(seq, None)
                 out[m] = Failure(failed[:500])
-            else:
-                self.frames += 1
-                self.bytes_down += len(frames[m])
         if sent:
             left = max(0.0, deadline - self._loop.time())
             await asyncio.wait([f for _, _, f in sent.values()], timeout=left)
@@ -326,6 +368,7 @@ class GrpcLink:
             else:
                 fut.cancel()
                 peer.waiting.pop(seq, None)
+                peer.then.pop(seq, None)
                 peer.inflight = seq
                 out[m] = Failure(f"no reply within {self.timeout} s")
         return out
@@ -348,6 +391,7 @@ class GrpcRuntime:
     def extra(self) -> dict:
         ln = self.link
         return {"runtime": "grpc", "grpc": {"version": grpc.__version__, "frames": ln.frames,
+                                            "frames_ahead": ln.frames_ahead,
                                             "frame_bytes_down": ln.bytes_down, "frame_bytes_up": ln.bytes_up,
                                             "message_limit": ln.limit, "tls": ln.tls_dir is not None}}
 

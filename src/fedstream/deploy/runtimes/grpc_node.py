@@ -24,7 +24,8 @@ from pathlib import Path
 
 from fedstream.deploy.records import Envelope
 from fedstream.deploy.runtimes import grpc_wire as wire
-from fedstream.deploy.runtimes.grpc import PATH, channel_options, read_tls_file
+from fedstream.deploy.runtimes.grpc import PATH, channel_options
+from fedstream.deploy.runtimes.grpc_tls import client_credentials
 from fedstream.deploy.session import LiveNode, default_cache_dir
 from fedstream.errors import FedstreamError, ProtocolError
 
@@ -39,13 +40,6 @@ FATAL = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT, gr
 
 class NodeRefused(FedstreamError):
     """The server refused this node (its index or certificate)."""
-
-
-def client_credentials(tls_dir: Path, index: int) -> grpc.ChannelCredentials:
-    """The deployment's CA (to check the server) and client ``index``'s certificate and key."""
-    return grpc.ssl_channel_credentials(read_tls_file(tls_dir, "ca.crt"),
-                                        read_tls_file(tls_dir, f"client-{index}.key"),
-                                        read_tls_file(tls_dir, f"client-{index}.pem"))
 
 
 class GrpcNode:

@@ -7,7 +7,10 @@ and a :class:`LinkTransport`; the clients live on their own nodes behind a link.
 gradients of the node's previous batch and the queries of the B rounds; see
 :mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
 clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event.
+:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event. Each batch also tells
+the transport the next one's plan (:meth:`NetworkVFL._after`), so that on a link that sends
+requests ahead (gRPC) a node the batch leaves passive gets its next request at once
+(``ahead=False``: never).
 
 A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
 the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
@@ -17,7 +20,7 @@ batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the v
 simulator decides from the same estimate.
 
 Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
+client's link in its transport (:class:`~fedstream.ovfl.deploy.ends.ServerEnds`), each node the other
 end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
 compressed size are the simulator's.
 
@@ -95,7 +98,8 @@ class PolicyStandIn:
 class NetworkVFL:
     """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
 
-    def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False):
+    def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False,
+                 ahead: bool = True):
         check_deployable(config)
         M = config["vfl.clients"]
         if link.n_clients != M:
@@ -116,6 +120,7 @@ class NetworkVFL:
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
+        self.ahead = ahead  # send a node its next request ahead when the protocol allows (see run)
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
@@ -213,11 +218,9 @@ class NetworkVFL:
         while self.t < end:
             if back := self.transport.link.rejoined():
                 self.setup(back, rejoin=True)
-            n = self.batch_size(end)
-            keep = checkpoint is not None and (
-                self.t + n == end or (every and (self.t + n) // every > self.t // every)
-            )
-            self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n))
+            n, keep = self._plan(self.t, end, every, checkpoint)
+            self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
+                                       after=self._after(self.t + n, end, every, checkpoint))
             for _ in range(n):
                 t = self.t
                 y = self.label(t)
@@ -241,14 +244,31 @@ class NetworkVFL:
         self.wall_seconds += time.perf_counter() - tic
         return self.summary()
 
-    def batch_size(self, end: int) -> int:
-        """Events of the next batch: ``network.batch``, fewer at the end of the run and, with a
-        server-side policy, at the end of a chunk (the policy learns there: the next chunk's
-        activations can be decided only afterwards)."""
-        n = min(self.batch, end - self.t)
+    def batch_size(self, end: int, t: int | None = None) -> int:
+        """Events of the batch at round t (default: the next): ``network.batch``, fewer at the end of
+        the run and, with a server-side policy, at the end of a chunk (the policy learns there: the
+        next chunk's activations can be decided only afterwards)."""
+        t = self.t if t is None else t
+        n = min(self.batch, end - t)
         if self.activation is not None:
-            n = min(n, CHUNK - self.t % CHUNK)
+            n = min(n, CHUNK - t % CHUNK)
         return n
+
+    def _plan(self, t: int, end: int, every: int, checkpoint: Path | None) -> tuple[int, bool]:
+        """The batch at round t: its events and whether the server checkpoints after it (``keep``)."""
+        n = self.batch_size(end, t)
+        return n, checkpoint is not None and (t + n == end or bool(every and (t + n) // every > t // every))
+
+    def _after(self, t1: int, end: int, every: int, checkpoint: Path | None) -> tuple | None:
+        """The batch after this one, (events, keep, the server's activations), when it is known now:
+        within the run and, with a server-side policy, within the chunk (its next mask comes from what
+        the policy learns at the chunk's end). Its request may then go ahead to a node this batch
+        leaves passive (:meth:`~fedstream.ovfl.deploy.proxy.LinkTransport.begin_batch`): the same
+        request the node gets otherwise, so the run is the same, bit for bit."""
+        if not self.ahead or t1 >= end or (self.activation is not None and t1 % CHUNK == 0):
+            return None
+        n1, keep1 = self._plan(t1, end, every, checkpoint)
+        return n1, keep1, self.decide(t1, n1)
 
     def decide(self, t0: int, n: int) -> np.ndarray | None:
         """The server's activations (n, clients) bool of rounds t0..t0+n-1 (all in one chunk), or None

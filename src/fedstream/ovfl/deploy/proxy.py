@@ -20,6 +20,11 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
   its events are played as passive without a query, the server using its padding
   (``network.padding``) as the node's embedding, as for a client ``topl`` does not query. It gets
   no gradient for those events; it is asked again at the next batch.
+* Requests ahead (:meth:`LinkTransport.begin_batch`'s ``after``, on a link that sends ahead: gRPC): a
+  node whose reply says no event of the batch activated it owes no gradient, so its next request
+  (the next batch's queries) is known; the link writes it as that reply arrives, and the node
+  computes while the server waits for the others and plays the batch. The next batch sends that
+  very request: the node sees the same requests in the same order (B = 1: the simulator's run).
 * :meth:`LinkTransport.begin_round` gives ``play_round`` round t's activation and which clients
   the server can query.
 * ``transport.down(msg)`` encodes the message and counts its bytes. A Query must be the very
@@ -29,16 +34,8 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 * ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
   :class:`Wire`); ``transport.up`` counts its bytes.
 
-Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
-every client's link (:class:`ServerEnds`: one :class:`~fedstream.transport.compressed.ServerEndpoint`
-per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
-an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
-updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
-it, in the order the server produces them, exactly as the simulator's
-:class:`~fedstream.transport.compressed.CompressedTransport` does. The ledger counts the encoded
-(compressed) bytes. Nothing else needs matching between the two ends when a node is down or comes
-back: every compressed payload carries what its decoder needs (top-k's bitmap, the quantiser's mu
-and sigma); a cache row the server never received is zero (plain top-k for it).
+Compression (``compression.*``): the server's end of every client's link is in
+:mod:`fedstream.ovfl.deploy.ends`; ``up`` decodes and ``down`` encodes with it (see there).
 * ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
   its gradient arrives.
 """
@@ -46,7 +43,6 @@ and sigma); a cache row the server never received is zero (plain top-k for it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -54,9 +50,10 @@ import numpy as np
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.ovfl.deploy.ends import ServerEnds
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.transport.codec import decode, encode
-from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
+from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
@@ -67,30 +64,6 @@ class Wire(NamedTuple):
     client: int
     data: bytes
     msg: Embedding
-
-
-class ServerEnds:
-    """The server's end of every client's compressed link, with their state for the checkpoint."""
-
-    def __init__(self, n_clients: int, spec: CompressionSpec):
-        self.spec = spec
-        self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
-        up = up_codec(replace(spec, cache=False))
-        # stateless: validates an embedding before ``ends`` sees it
-        self.probe = (None if up is None else up[1])
-        self.setting = f"compression.up = {spec.up!r}"
-
-    def __getitem__(self, m: int) -> ServerEndpoint:
-        return self.ends[m]
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Each end's embedding cache and quantiser table, under ``"<client>."``."""
-        return {f"{end.client}.{k}": v for end in self.ends for k, v in end.state_dict().items()}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for end in self.ends:
-            prefix = f"{end.client}."
-            end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
 class LinkTransport(Session):
@@ -121,20 +94,18 @@ class LinkTransport(Session):
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
-        self._outbox: dict[
-            int, list[tuple[int, bytes]]
-        ] = {}  # (round, gradient) waiting for the node's next request
+        self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
         # live client -> (active flags, embeddings: None for an event the server's policy left it out of)
         self._batch: dict[int, tuple[list[int], list[Wire | None]]] = {}
-        self._decided: np.ndarray | None = (
-            None  # the server's activations (events, clients) of the batch, if it decides
-        )
+        self._decided: np.ndarray | None = None  # the server's activations (events, clients), if it decides
         self._queries: dict[int, list[bytes]] = {}  # the queries the current batch carried
         self._batch_start = 0
         self._pushed: dict[int, Wire] = {}  # this round's embeddings of activated clients
         self._answers: dict[int, Wire] = {}  # this round's embeddings of passive clients (not yet asked for)
         self._asked: set[int] = set()  # passive clients the server queried this round
         self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
+        self._ahead: dict[int, Envelope] = {}  # next requests the link may have sent ahead
+        self._prepared: tuple[tuple, dict[int, list[bytes]]] | None = None  # next batch, its queries
 
     # -- setup and finish --------------------------------------------------------------------
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
@@ -143,6 +114,8 @@ class LinkTransport(Session):
         self._check_round_done()
         targets = set(clients) & self.link.available()
         self.ready -= targets
+        for m in targets:  # a node set up again starts from a setup: nothing went ahead
+            self._ahead.pop(m, None)
         accepted = super().set_up(targets, t, info, accept, **kwargs)
         self.ready |= set(accepted)
         return accepted
@@ -168,6 +141,7 @@ class LinkTransport(Session):
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
         self._last_gradient.pop(m, None)
+        self._ahead.pop(m, None)
         return len(self._outbox.pop(m, []))
 
     # -- state at a batch boundary ------------------------------------------------------------
@@ -186,38 +160,39 @@ class LinkTransport(Session):
             _, m, r = key.split(".")
             self._outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
         self._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
+        self._ahead, self._prepared = {}, None
 
     # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
-        self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None
+        self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None,
+        after: tuple[int, bool, np.ndarray | None] | None = None,
     ) -> set[int]:
         """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
         replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
         so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
-        activations the server's policy decided (``topl``); the requests carry them and no query."""
+        activations the server's policy decided (``topl``); the requests carry them and no query.
+        ``after``: the next batch's (events, keep, active), when it is known now: a node this batch
+        leaves passive throughout is sent its next request ahead (see the module doc)."""
         self._check_round_done()
-        M = self.link.n_clients
-        if active is not None:
-            active = np.asarray(active, dtype=bool)
-            if active.shape != (n, M):
-                raise ProtocolError(
-                    f"the server's activations of a batch of {n} events have shape {active.shape}, "
-                    f"expected {(n, M)}"
-                )
+        active = self._checked(active, n)
         self._decided = active
         targets = sorted(self.ready & self.link.available())
-        if active is None:
-            self._queries = {m: [encode(self.query(t, m)) for t in range(t0, t0 + n)] for m in targets}
-        else:  # the server's policy queries nobody: a client it leaves out is padded
-            self._queries = {m: [] for m in targets}
-        requests = {}
+        plan = (t0, n, keep, None if active is None else active.tobytes())
+        prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] == plan else {}
+        self._queries = {m: prepared[m] if m in prepared else self._encode_queries(t0, n, m, active)
+                         for m in targets}
+        requests, early = {}, self._ahead
         for m in targets:
             held = self._outbox.pop(m, [])
-            decided = None if active is None else [int(a) for a in active[:, m]]
-            info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep,
-                                boundary=t0 + n if keep else None, active=decided).info()
-            requests[m] = Envelope(ROUND, t0, [g for _, g in held] + self._queries[m], info)
-        replies = self.exchange(requests)
+            if m in early and (held or not prepared):  # sent ahead: the very request, or a server bug
+                raise ProtocolError(f"client {m}: its request for round {t0} went ahead, but the server "
+                                    f"now holds {len(held)} gradient(s) for it or another plan")
+            requests[m] = early[m] if m in early else self._request(t0, n, keep, active, m, held,
+                                                                    self._queries[m])
+        self._ahead, self._prepared = {}, None
+        ahead = after is not None and getattr(self.link, "sends_ahead", False)
+        then = self._prepare(t0 + n, *after, targets, zero=[0] * n, t0=t0) if ahead else None
+        replies = self.exchange(requests, ahead=then)
         self._batch = {}
         for m, reply in replies.items():
             try:
@@ -229,6 +204,49 @@ class LinkTransport(Session):
         self._batch_start, self._batch_size = t0, n
         self.round = t0 - 1
         return set(self._batch)
+
+    def _checked(self, active: np.ndarray | None, n: int) -> np.ndarray | None:
+        if active is None:
+            return None
+        active = np.asarray(active, dtype=bool)
+        if active.shape != (n, self.link.n_clients):
+            raise ProtocolError(f"the server's activations of a batch of {n} events have shape "
+                                f"{active.shape}, expected {(n, self.link.n_clients)}")
+        return active
+
+    def _encode_queries(self, t0: int, n: int, m: int, active: np.ndarray | None) -> list[bytes]:
+        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides)."""
+        return [] if active is not None else [encode(self.query(t, m)) for t in range(t0, t0 + n)]
+
+    @staticmethod
+    def _request(t0: int, n: int, keep: bool, active: np.ndarray | None, m: int, held: list, queries: list
+                 ) -> Envelope:
+        """Client m's request for rounds t0..t0+n-1: the gradients ``held`` for it, then ``queries``."""
+        decided = None if active is None else [int(a) for a in active[:, m]]
+        info = RoundRequest(events=n, grad_rounds=[r for r, _ in held], keep=keep,
+                            boundary=t0 + n if keep else None, active=decided).info()
+        return Envelope(ROUND, t0, [g for _, g in held] + queries, info)
+
+    def _prepare(self, t1: int, n1: int, keep1: bool, active1: np.ndarray | None, targets: list[int],
+                 *, zero: list[int], t0: int) -> Callable[[int, Envelope], Envelope | None]:
+        """The next batch's queries (rounds t1..t1+n1-1) for each target; return what the link calls with
+        each reply of this batch: the node's next request (as it is when the node gets no gradient
+        from this batch) when the reply says no event activated it, else None. The link's event loop
+        calls it: it reads only what is built here, and records what went ahead."""
+        active1 = self._checked(active1, n1)
+        queries = {m: self._encode_queries(t1, n1, m, active1) for m in targets}
+        self._prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
+        sent = self._ahead
+
+        def then(m: int, reply: Envelope) -> Envelope | None:
+            if reply.kind != ROUND or reply.round != t0 or m not in queries:
+                return None
+            if reply.info.get("active") != zero:  # an activated node's next request waits for its gradient
+                return None
+            sent[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
+            return sent[m]
+
+        return then
 
     def _check_batch(self, m: int, reply: Envelope, t0: int, n: int) -> tuple[list[int], list[Wire | None]]:
         """Validate a node's reply to a batch request; raise ProtocolError naming what is wrong."""
@@ -284,15 +302,15 @@ class LinkTransport(Session):
 
     def _check_round_done(self) -> None:
         if self._pushed or set(self._answers) - self._asked:
-            raise ProtocolError(
-                f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not taken "
-                f"and passive clients {sorted(set(self._answers) - self._asked)} were not queried"
-            )
+            left = sorted(set(self._answers) - self._asked)
+            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not "
+                                f"taken and passive clients {left} were not queried")
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+    def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
+                 ) -> dict[int, Envelope | Failure]:
         """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``)."""
         self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
-        replies = super().exchange(requests)
+        replies = super().exchange(requests, ahead)
         self.wire_bytes += sum(
             len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts
         )
