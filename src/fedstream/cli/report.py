@@ -18,7 +18,8 @@ def add_parsers(sub) -> None:
 
 def cmd_report(args) -> int:
     path = write_report(args.folder, warn=lambda message: console.print(
-        f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True))
+        f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True),
+        inform=lambda message: Console().print(escape(message), highlight=False, soft_wrap=True))
     Console().print(f"report written to {path}")
     return 0
 

@@ -41,7 +41,8 @@ of runs, an optional learning-rate search, the paper's reported values and the f
     ]
 
     [[figure]]                             # what `fedstream report` draws
-    kind = "curves"                        # prequential error per eval interval; or "scatter"
+    kind = "curves"                        # prequential error per eval interval; or "scatter";
+                                           # or "frontier" / "gap" against a reference run (frontier.py)
     title = "Run-time error rate, stationary stream (Fig. 2)"
     panels = "activation.name"             # optional: one panel per value of this grid key
     lines = "optimizer.name"               # optional: one line per value (default: one per run)
@@ -67,13 +68,16 @@ from fedstream.config import load_config
 from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
 from fedstream.experiments.columns import CUMULATIVE_COLUMNS
+from fedstream.experiments.frontier import KEYS as COMPARE_KEYS
+from fedstream.experiments.frontier import KINDS as COMPARE_KINDS
+from fedstream.experiments.frontier import Comparison, parse_comparison
 
 SCALES = ("small", "paper")
 TOP_KEYS = {"name", "title", "source", "base", "set", "scale", "grid", "tune", "paper", "figure", "notes"}
 TUNE_KEYS = {"key", "values", "metric", "rounds", "per"}
 PAPER_KEYS = {"table", "columns", "rows", "caption"}
-FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"}
-FIGURE_KINDS = ("curves", "scatter")
+FIGURE_KEYS = {"kind", "title", "panels", "lines", "x", "y"} | COMPARE_KEYS
+FIGURE_KINDS = ("curves", "scatter", *COMPARE_KINDS)
 SUMMARY_COLUMNS = (
     "accumulated_error",
     *CUMULATIVE_COLUMNS,
@@ -127,7 +131,8 @@ class PaperTable:
 class Figure:
     """A figure of the report. Curves plot metrics.csv column ``y`` against ``x`` (online VFL:
     interval error per round; batch VFL: test_accuracy per epoch or per bytes_total); a scatter
-    plots summary column ``y`` against ``x`` (default: accumulated error against total MB)."""
+    plots summary column ``y`` against ``x`` (default: accumulated error against total MB); a frontier
+    or gap compares summary columns with a reference run (:mod:`fedstream.experiments.frontier`)."""
 
     kind: str
     title: str
@@ -135,11 +140,14 @@ class Figure:
     lines: str | None = None
     x: str | None = None
     y: str | None = None
+    compare: Comparison | None = None
 
     @property
     def axes(self) -> tuple[str, str]:
         if self.kind == "curves":
             return self.x or "round", self.y or "interval_error"
+        if self.compare is not None:
+            return self.x or "bytes_per_client_mb", self.y or "final_accuracy"
         return self.x or "total_mb", self.y or "accumulated_error"
 
 
@@ -307,12 +315,12 @@ def _figures(where: str, raw, grid: dict) -> list[Figure]:
             if entry.get(key) is not None and entry[key] not in grid:
                 raise _fail(w, f"{key!r} = {entry[key]!r} is not a grid key ({list(grid)})")
         for key in ("x", "y"):
-            if kind == "scatter" and entry.get(key) is not None:
+            if kind != "curves" and entry.get(key) is not None:
                 _column(w, entry[key])
             elif entry.get(key) is not None and not isinstance(entry[key], str):
                 raise _fail(w, f"{key!r} must name a metrics.csv column, got {entry[key]!r}")
         figures.append(Figure(kind, _string(w, entry, "title"), entry.get("panels"), entry.get("lines"),
-                              entry.get("x"), entry.get("y")))
+                              entry.get("x"), entry.get("y"), parse_comparison(w, entry, kind)))
     return figures
 
 

@@ -203,8 +203,52 @@ def scatter(plt, exp, fig_def, runs, path: Path, scale_factor: float | None = No
     plt.close(fig)
 
 
-def draw(exp, runs, folder: Path, scale_factor: float | None = None) -> list[tuple[str, Path]]:
-    """Every figure of the definition, as PNG files in ``folder``; returns (title, path) pairs."""
+def frontier(plt, fig_def, points: list, front: list, path: Path) -> None:
+    """Traffic saved (%) against accuracy gap (points): every setting a dot, the Pareto frontier a
+    line, the target a horizontal dashed line."""
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    ax.scatter([100 * p.traffic_saved for p in points], [p.gap for p in points], s=22, color="tab:blue",
+               label="setting (mean over its seeds)")
+    if front:
+        ax.plot([100 * p.traffic_saved for p in front], [p.gap for p in front], color="tab:red",
+                linewidth=1.2, marker="o", markersize=4, label="Pareto frontier")
+        for p in front:
+            ax.annotate(p.label, (100 * p.traffic_saved, p.gap), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.axhline(fig_def.compare.target, color="grey", linestyle="--", linewidth=1,
+               label=f"target: gap {fig_def.compare.target:+g} points")
+    ax.set_xlabel(f"traffic saved (%, 1 − {LABELS.get(fig_def.axes[0], fig_def.axes[0])} / reference's)")
+    ax.set_ylabel(f"gap in {LABELS.get(fig_def.axes[1], fig_def.axes[1])} (points)")
+    ax.set_title(fig_def.title, fontsize=11)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def gap_bars(plt, fig_def, points: list, path: Path) -> None:
+    """One horizontal bar per setting: its gap against the reference, mean with ± std over the seeds."""
+    fig, ax = plt.subplots(figsize=(7.2, 0.5 * len(points) + 1.6))
+    names = [f"{p.label} ({100 * p.traffic_saved:.0f} % saved)" for p in points]
+    ax.barh(names, [p.gap for p in points], xerr=[p.gap_std for p in points], color="tab:blue", capsize=3)
+    ax.axvline(0, color="black", linewidth=0.8)
+    if fig_def.compare.target is not None:
+        ax.axvline(fig_def.compare.target, color="grey", linestyle="--", linewidth=1)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"gap in {LABELS.get(fig_def.axes[1], fig_def.axes[1])} (points; mean ± std over seeds)")
+    ax.set_title(fig_def.title, fontsize=11)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw(exp, runs, folder: Path, scale_factor: float | None = None,
+         compared: dict | None = None) -> list[tuple[str, Path]]:
+    """Every figure of the definition, as PNG files in ``folder``; returns (title, path) pairs.
+    ``compared``: figure index -> (points, frontier) for the frontier and gap figures (one without
+    points is left out)."""
     if not exp.figures:
         return []
     plt = _pyplot()
@@ -212,7 +256,15 @@ def draw(exp, runs, folder: Path, scale_factor: float | None = None) -> list[tup
     out = []
     for i, fig_def in enumerate(exp.figures):
         path = folder / f"{i + 1}-{_slug(fig_def.title)}.png"
-        if fig_def.kind == "curves":
+        if fig_def.compare is not None:
+            points, front = (compared or {}).get(i, ([], []))
+            if not points:
+                continue
+            if fig_def.kind == "frontier":
+                frontier(plt, fig_def, points, front, path)
+            else:
+                gap_bars(plt, fig_def, points, path)
+        elif fig_def.kind == "curves":
             curves(plt, exp, fig_def, runs, path)
         else:
             scatter(plt, exp, fig_def, runs, path, scale_factor)

@@ -23,6 +23,15 @@ from fedstream.experiments.definition import (
     load_experiment,
     parse_experiment,
 )
+from fedstream.experiments.frontier import (
+    compare,
+    frontier_table,
+    gap_table,
+    pareto,
+    reference_folder,
+    set_flags,
+    write_preset,
+)
 from fedstream.experiments.plots import draw
 from fedstream.runs.files import atomic_write
 from fedstream.tasks import get_task
@@ -200,9 +209,49 @@ def tuning_table(index: dict) -> list[str]:
     return lines + [""]
 
 
-def write_report(folder: Path, warn: Callable[[str], None] = lambda message: None) -> Path:
+def comparisons(folder: Path, index: dict, exp: Experiment, runs: list[Run], warn: Callable[[str], None],
+                inform: Callable[[str], None]) -> tuple[list[str], dict]:
+    """The tables of the frontier and gap figures (markdown lines) and their points for the plots
+    (figure index -> (points, frontier)). A frontier's best configuration, when it reaches the
+    target, is also written as a preset file ``best-N.toml`` (N: the figure's number)."""
+    lines: list[str] = []
+    compared = {}
+    for i, fig in enumerate(exp.figures):
+        comp = fig.compare
+        if comp is None:
+            continue
+        x, y = fig.axes
+        references = runs
+        if comp.experiment:
+            try:
+                references = load_runs(reference_folder(folder, comp.experiment, index["scale"]), warn)[2]
+            except ConfigError as exc:
+                warn(str(exc))
+                lines += [f"### {fig.title}", "", f"Not drawn: {exc}", ""]
+                continue
+        points, notes = compare(comp, runs, references, x, y)
+        compared[i] = (points, pareto(points))
+        if fig.kind == "gap":
+            lines += gap_table(fig.title, comp, points, x, y)
+        else:
+            table, chosen, reached = frontier_table(fig.title, comp, points, x, y, exp.base, exp.sets)
+            lines += table
+            if chosen is not None:
+                flags = " ".join(set_flags(exp.sets, chosen))
+                inform(("best configuration" if reached else "closest to the target (not reached)")
+                       + f" of {fig.title!r}: fedstream run {exp.base} {flags}")
+            if reached:
+                preset = write_preset(folder / f"best-{i + 1}.toml", exp, fig.title, chosen, comp.target)
+                lines += [f"Written as a preset file: `{preset.name}` (`fedstream run {preset}`).", ""]
+        lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+    return (["## Against the reference", ""] + lines if lines else []), compared
+
+
+def write_report(folder: Path, warn: Callable[[str], None] = lambda message: None,
+                 inform: Callable[[str], None] = lambda message: None) -> Path:
     """Render ``folder/report.md`` and ``folder/figures/*.png``; return the report's path. Runs that
-    cannot be read are left out, each with a ``warn`` naming it (and a line in the report)."""
+    cannot be read are left out, each with a ``warn`` naming it (and a line in the report); the
+    best configuration of each frontier figure is passed to ``inform`` as a command line."""
     folder = Path(folder)
     skipped: list[str] = []
 
@@ -226,8 +275,10 @@ def write_report(folder: Path, warn: Callable[[str], None] = lambda message: Non
         lines += ["## Ours next to the paper's", ""]
         for table in exp.paper:
             lines += paper_table(table, runs, factor)
+    compared_lines, compared = comparisons(folder, index, exp, runs, warn, inform)
+    lines += compared_lines
     lines += ["## Every run", ""] + runs_table(runs) + [f"- {m}" for m in skipped] + tuning_table(index)
-    figures = draw(exp, runs, folder / "figures", factor)
+    figures = draw(exp, runs, folder / "figures", factor, compared)
     if figures:
         lines += ["## Figures", ""]
         lines += [f"![{title}](figures/{path.name})\n" for title, path in figures]
