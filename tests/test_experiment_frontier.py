@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from fedstream.cli import main
 from fedstream.config import load_config
 from fedstream.errors import ConfigError
 from fedstream.experiments.definition import load_experiment, parse_experiment
@@ -131,7 +132,7 @@ def _write(tmp_path, raw: dict):
     return load_experiment(path)
 
 
-def test_frontier_against_another_experiment_and_gap_in_one_end_to_end(vfl_root, tmp_path):
+def test_frontier_against_another_experiment_and_gap_in_one_end_to_end(vfl_root, tmp_path, capsys):
     sets = [f"data.root={vfl_root}"]
     ref = _write(tmp_path, _definition("tiny-ref", [], {"compression.up": ["none"]}))
     run_experiment(ref, scale="small", out=tmp_path / "ref", sets=sets, workers=1)
@@ -140,10 +141,11 @@ def test_frontier_against_another_experiment_and_gap_in_one_end_to_end(vfl_root,
     exp = _write(tmp_path, _definition("tiny-front", [frontier], {"compression.ratio": [0.125, 0.5]},
                                        set={"compression.up": "topk"}))
     run_experiment(exp, scale="small", out=tmp_path / "front", sets=sets, workers=1)
-    told: list[str] = []
-    report = write_report(tmp_path / "front", inform=told.append).read_text()
-    assert "| 0.125 |" in report and "| 0.5 |" in report and "**Best configuration**" in report
-    assert "--set compression.ratio=0.125" in told[0]  # 0.125 sends fewer bytes: the most saved
+    assert main(["report", str(tmp_path / "front")]) == 0
+    told = capsys.readouterr().out  # `fedstream report` prints the best configuration as a command
+    report = (tmp_path / "front" / "report.md").read_text()
+    assert "| ratio=0.125 |" in report and "| ratio=0.5 |" in report and "**Best configuration**" in report
+    assert "fedstream run vfl-mnist --set compression.up=topk --set compression.ratio=0.125" in told
     preset = tmp_path / "front" / "best-1.toml"
     assert load_config(str(preset)) == load_config("vfl-mnist", {"compression.up": "topk",
                                                                  "compression.ratio": 0.125})

@@ -210,6 +210,13 @@ def reference_folder(folder: Path, experiment: str, scale: str) -> Path:
     return found[0]
 
 
+def _setting(point: Point, named: bool) -> str:
+    """A point in a table: its row label, or its settings as key=value (the key's last part)."""
+    if not named:
+        return point.label
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.setting.items()) or point.label
+
+
 def _pct(value: float) -> str:
     return f"{100 * value:.1f} %"
 
@@ -247,14 +254,15 @@ def frontier_table(title: str, comp: Comparison, points: list[Point], x: str, y:
     lines = [f"### {title}", "", _preamble(comp, x, y) + " ★: on the Pareto frontier.", "",
              "| setting | traffic saved | gap (points) | seeds | frontier |", "|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: -p.traffic_saved):
-        lines.append(f"| {p.label} | {_pct(p.traffic_saved)} | {_gap(p)} | {', '.join(map(str, p.seeds))} | "
+        lines.append(f"| {_setting(p, not comp.rows)} | {_pct(p.traffic_saved)} | {_gap(p)} | "
+                     f"{', '.join(map(str, p.seeds))} | "
                      + ("★" if id(p) in on else "") + " |")
     chosen, reached = best(points, comp.target)
     lines.append("")
     if chosen is None:
         return lines + ["No finished run to compare yet.", ""], None, False
-    summary = (f"{chosen.label}: {_pct(chosen.traffic_saved)} saved, gap {_gap(chosen)} points "
-               f"(seeds {', '.join(map(str, chosen.seeds))})")
+    summary = (f"{_setting(chosen, not comp.rows)}: {_pct(chosen.traffic_saved)} saved, gap {_gap(chosen)} "
+               f"points (seeds {', '.join(map(str, chosen.seeds))})")
     if reached:
         lines.append(f"**Best configuration** (most traffic saved with a gap ≥ {comp.target:+g} points): "
                      f"{summary}.")
@@ -265,12 +273,14 @@ def frontier_table(title: str, comp: Comparison, points: list[Point], x: str, y:
     return lines, chosen, reached
 
 
-def preset_text(config: dict, header: list[str]) -> str:
-    """A preset file (TOML, nested tables) holding the keys of ``config`` that differ from the defaults."""
+def preset_text(config: dict, header: list[str], keep: set[str] = frozenset()) -> str:
+    """A preset file (TOML, nested tables) holding the keys of ``config`` that differ from the defaults,
+    and those of ``keep`` (the task and the dataset always)."""
     fields = schema().fields
     task = config["task"]
+    keep = set(keep) | {"task", "data.name"}
     flat = {k: v for k, v in config.items()
-            if k == "task" or (v is not None and v != fields[k].default_for(task))}
+            if v is not None and (k in keep or v != fields[k].default_for(task))}
     top = [k for k in flat if "." not in k]
     lines = [f"# {h}" for h in header] + [f"{k} = {_toml(flat[k])}" for k in top]
     sections: dict[str, list[str]] = {}
@@ -287,13 +297,13 @@ def write_preset(path: Path, exp, title: str, chosen: Point, target: float) -> P
     """Write the chosen setting as a preset file: the experiment's base preset, its [set] and the
     setting (not the scale's overrides: epochs and rows are the user's), keys at their default left out.
     ``fedstream run PATH`` runs it; copied into ``fedstream/config/presets/`` it becomes a named preset."""
-    config = load_config(exp.base, {k: v for k, v in (exp.sets | chosen.setting).items() if k != "seed"})
-    atomic_write(path, preset_text(config, [
+    values = {k: v for k, v in (exp.sets | chosen.setting).items() if k != "seed"}
+    atomic_write(path, preset_text(load_config(exp.base, values), [
         f"The best configuration of {exp.name} ({title}), written by `fedstream report`:",
         f"{chosen.label}: {100 * chosen.traffic_saved:.1f} % traffic saved, gap {chosen.gap:+.2f} points "
         f"(target {target:+g}), seeds {', '.join(map(str, chosen.seeds))}.",
         f"Preset {exp.base} + the experiment's [set] + the setting; its scale's overrides are not included.",
-        f"Run it: fedstream run {path.name} --set seed=N"]))
+        f"Run it: fedstream run {path.name} --set seed=N"], keep=set(values)))
     return path
 
 

@@ -242,7 +242,8 @@ def comparisons(folder: Path, index: dict, exp: Experiment, runs: list[Run], war
                        + f" of {fig.title!r}: fedstream run {exp.base} {flags}")
             if reached:
                 preset = write_preset(folder / f"best-{i + 1}.toml", exp, fig.title, chosen, comp.target)
-                lines += [f"Written as a preset file: `{preset.name}` (`fedstream run {preset}`).", ""]
+                lines += [f"Written as a preset file beside this report: `{preset.name}` (run it with "
+                          f"`fedstream run FOLDER/{preset.name} --set seed=N`).", ""]
         lines += [f"- {n}" for n in notes] + ([""] if notes else [])
     return (["## Against the reference", ""] + lines if lines else []), compared
 
