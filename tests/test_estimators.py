@@ -127,3 +127,20 @@ def test_vfl_classifier_compresses_as_the_run_does():
     assert topk.bytes_["up"] < plain.bytes_["up"] and topk.bytes_["down"] == plain.bytes_["down"]
     with pytest.raises(ValueError, match="compression.up"):
         VFLClassifier(compression={"up": "zip"}).fit(X, y)
+
+
+@pytest.mark.parametrize("compression", [{"up": "topk", "ratio": 0.25, "cache": True},
+                                         {"up": "topk", "ratio": 0.25, "feedback": True}])
+def test_vfl_classifier_predicts_through_a_cached_or_feedback_link(compression):
+    """Rows to predict are new samples to the links (an empty cache row, a zero residual), sent through
+    a copy of the fitted transport: the prediction is repeatable, and after one epoch it is the
+    evaluation's (which met those rows, ids n_train + j, for the first time too)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 4))
+    y = (X[:, 0] + X[:, 3] > 0).astype(int)
+    clf = VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, batch_size=32, lr=0.1,
+                        compression=compression).fit(X, y)
+    proba = clf.predict_proba(X)
+    assert proba.shape == (150, 2) and np.allclose(proba.sum(axis=1), 1)
+    np.testing.assert_array_equal(clf.predict_proba(X), proba)  # the fitted links are left as they were
+    assert clf.score(X, y) == clf.history_[-1]["test_accuracy"]
