@@ -54,6 +54,12 @@ def partition_text(partition, table: Table) -> tuple[str | None, int]:
     if not groups or any(isinstance(g, (str, bytes)) or not len(g) for g in groups):
         raise ValueError(f"partition = {partition!r}: expected each client's columns, e.g. [[0, 1], [2, 3]] "
                          "or {'bank': ['income'], 'shop': ['visits']}, or a number of equal blocks")
+    n = len(table.names)  # X's own columns, before the estimator adds its label column
+    for c in (str(c) for g in groups for c in g):
+        if c not in table.names and not (c.strip().isdigit() and int(c) < n):
+            found = f"X has only {n} columns (0..{n - 1})" if c.strip().isdigit() else \
+                f"X's columns are {', '.join(table.names)}"
+            raise ValueError(f"partition = {partition!r}: column {c!r} is not a column of X; {found}")
     return ";".join(",".join(str(c) for c in g) for g in groups), len(groups)
 
 
