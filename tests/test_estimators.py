@@ -127,3 +127,44 @@ def test_vfl_classifier_compresses_as_the_run_does():
     assert topk.bytes_["up"] < plain.bytes_["up"] and topk.bytes_["down"] == plain.bytes_["down"]
     with pytest.raises(ValueError, match="compression.up"):
         VFLClassifier(compression={"up": "zip"}).fit(X, y)
+
+
+@pytest.mark.parametrize("compression", [{"up": "topk", "ratio": 0.25, "cache": True},
+                                         {"up": "topk", "ratio": 0.25, "feedback": True}])
+def test_vfl_classifier_predicts_through_a_cached_or_feedback_link(compression):
+    """Rows to predict are new samples to the links (an empty cache row, a zero residual), sent through
+    a copy of the fitted transport: the prediction is repeatable, and after one epoch it is the
+    evaluation's (which met those rows, ids n_train + j, for the first time too)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 4))
+    y = (X[:, 0] + X[:, 3] > 0).astype(int)
+    clf = VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, batch_size=32, lr=0.1,
+                        compression=compression).fit(X, y)
+    proba = clf.predict_proba(X)
+    assert proba.shape == (150, 2) and np.allclose(proba.sum(axis=1), 1)
+    np.testing.assert_array_equal(clf.predict_proba(X), proba)  # the fitted links are left as they were
+    assert clf.score(X, y) == clf.history_[-1]["test_accuracy"]
+
+
+def test_chfl_classifier_takes_one_value_for_a_list_parameter():
+    """``hidden=16`` and ``lrs=0.01`` are lists of one; a value that is no list is a ValueError naming
+    the parameter, not a TypeError."""
+    X = np.random.default_rng(1).normal(size=(80, 4))
+    y = (X[:, 0] > 0).astype(int)
+    clf = CHFLClassifier(clients=2, hidden=16, rounds=1, local_epochs=1, lrs=0.01, mus=0.0).fit(X, y)
+    assert clf.hidden == 16 and clf.choices_  # stored as given, fitted with (16,), (0.01,), (0.0,)
+    for name in ("hidden", "lrs", "mus"):
+        with pytest.raises(ValueError, match=f"^{name}: expected a non-empty list"):
+            CHFLClassifier(clients=2, rounds=1, local_epochs=1, **{name: None}).fit(X, y)
+
+
+@pytest.mark.parametrize("partition, message", [
+    ({"a": [0, 9]}, r"column '9' is not a column of X; X has only 6 columns \(0\.\.5\)"),
+    ([[0, 6], [1]], r"column '6' is not a column of X; X has only 6 columns \(0\.\.5\)"),
+    ([["0"], ["income"]], r"column 'income' is not a column of X; X's columns are 0, 1, 2, 3, 4, 5"),
+])
+def test_vfl_partition_is_checked_against_the_columns_of_x(partition, message):
+    """Not against the estimator's table, which holds the label as one more column."""
+    X = np.random.default_rng(1).normal(size=(40, 6))
+    with pytest.raises(ValueError, match=message):
+        VFLClassifier(partition=partition, hidden=8, epochs=1).fit(X, np.arange(40) % 2)

@@ -67,6 +67,15 @@ def test_fused_equals_message_path_deep_models_drifting_stream(optimizer):
     _assert_equal_runs(*_pair(cfg, lambda: synthetic_stream(classes=2, d=10, drift="class-prior")))
 
 
+@pytest.mark.parametrize("optimizer, activation", [("slr", "random"), ("dlr", "event"), ("ogd", "fixed")])
+def test_fused_equals_message_path_across_a_chunk_boundary(optimizer, activation):
+    """4,429 rounds: the stream's second 4,096-round chunk (fresh rows, fresh activation draws), with
+    an evaluation interval (97) that does not divide the chunk, so one interval straddles the boundary."""
+    cfg = small_config(**{"optimizer.name": optimizer, "activation.name": activation, "optimizer.window": 5,
+                          "rounds": 4429, "eval.interval": 97} | ACTIVATIONS[activation])
+    _assert_equal_runs(*_pair(cfg))
+
+
 def test_fused_dlr_deferred_and_running_sum_layers():
     """l = 1 and a long window: every layer deferred, then none (DEFER_COST's two ways)."""
     for window in (1, 40):

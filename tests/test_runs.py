@@ -56,6 +56,17 @@ def test_torch_checkpoint_round_trip_and_a_damaged_one_is_refused(tmp_path):
         load_torch(path)
 
 
+def test_torch_checkpoint_of_a_gpu_run_loads_on_the_cpu(tmp_path, monkeypatch):
+    """Tensors saved from another device (here: every storage tagged "cuda:0", as a CUDA run's are)
+    load onto the CPU; the parties then move them to the run's device."""
+    path = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        save_torch(path, {"w": torch.arange(4.0)})
+    loaded = load_torch(path)
+    assert loaded["w"].device == torch.device("cpu") and loaded["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_a_second_process_cannot_take_the_lock_and_is_told_the_holders_pid(tmp_path):
     folder = RunFolder(tmp_path / "run")
     with folder:

@@ -24,13 +24,22 @@ from fedstream.estimators import ClassifierBase, as_value_error, label_column
 LABEL = "\x00label"  # the label's column in the estimator's table (no user column is called so)
 
 
+def _as_list(value):
+    """A list parameter as the settings take it: a scalar (``hidden=16``, ``lrs=0.01``) is a list of
+    one; a sequence as a tuple; anything else as given, for the settings to refuse naming the field."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return (value,)
+    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+
+
 class CHFLClassifier(ClassifierBase):
     """Continual horizontal FL (batch) as a scikit-learn classifier: ``clients`` clients each hold
     some rows, the common columns and their own; ``fit`` runs the federation, each client keeps the
     model its validation rows choose (``fedstream run`` with ``task = "chfl"``, the same trainer).
 
     Parameters (stored as given; see the ``chfl.*`` config keys): ``clients``, ``common_ratio``,
-    ``split``, ``hidden``, ``rounds``, ``local_epochs``, ``batch_size``, ``lrs``, ``mus``, ``method``,
+    ``split``, ``hidden``, ``rounds``, ``local_epochs``, ``batch_size``, ``lrs``, ``mus`` (``hidden``,
+    ``lrs``, ``mus``: a list, or one value for a list of one), ``method``,
     ``categorical`` (columns to one-hot), ``device`` (``auto`` | ``cpu`` | ``cuda``), ``seed``. After
     ``fit``: ``classes_``, ``n_features_in_``, ``result_`` (the run's summary figures: ``test_acc``,
     ``test_acc_per_client``, ``bytes``, the feature split), ``choices_`` (each client's chosen
@@ -81,8 +90,9 @@ class CHFLClassifier(ClassifierBase):
             source = TableSource(spec, table=Table(table.path, [*table.names, LABEL], [*table.columns, y]))
             settings = CHFLSettings(  # a bad value: a ConfigError naming the parameter
                 dataset="table", clients=self.clients, common_ratio=self.common_ratio, split=self.split,
-                hidden=tuple(self.hidden), rounds=self.rounds, local_epochs=self.local_epochs,
-                batch_size=self.batch_size, lrs=tuple(self.lrs), mus=tuple(self.mus), device=self.device)
+                hidden=_as_list(self.hidden), rounds=self.rounds, local_epochs=self.local_epochs,
+                batch_size=self.batch_size, lrs=_as_list(self.lrs), mus=_as_list(self.mus),
+                device=self.device)
             rows = np.arange(source.n_base)
             result, ex, cohort = train_table(source.features(rows), source.labels(rows), settings,
                                              method=self.method, seed=self.seed, n_classes=source.n_classes)

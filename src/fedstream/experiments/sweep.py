@@ -160,19 +160,19 @@ def _drain(queue, on_report: Report) -> None:
 
 
 def worker_context(specs: list[RunSpec]):
-    """The workers' start method. Where ``fork`` is safe (Linux), the parent first warms up what
-    every worker needs (each task's ``warm``: data, compiled kernels) and the workers fork from
-    it, sharing those pages instead of each paying imports, data and kernel loading again (about
-    1.5 s a worker, measured in docs/online-vfl.md). Elsewhere: ``spawn``."""
-    if not sys.platform.startswith("linux"):
-        return mp.get_context("spawn")
+    """The workers' start method. Where ``fork`` is safe (Linux) and some task of the sweep has a
+    ``warm`` (data, compiled kernels), the parent first warms up what every worker needs and the
+    workers fork from it, sharing those pages instead of each paying imports, data and kernel
+    loading again (about 1.5 s a worker, measured in docs/online-vfl.md). Otherwise (no task to
+    warm, or not Linux): ``spawn``, fresh workers rather than copies of a parent with nothing to share."""
     by_task: dict[str, list[RunSpec]] = {}
     for spec in specs:
         by_task.setdefault(spec.config["task"], []).append(spec)
-    for name, group in by_task.items():
-        warm = get_task(name).warm
-        if warm is not None:
-            warm(group)
+    warms = [(warm, group) for name, group in by_task.items() if (warm := get_task(name).warm) is not None]
+    if not sys.platform.startswith("linux") or not warms:
+        return mp.get_context("spawn")
+    for warm, group in warms:
+        warm(group)
     return mp.get_context("fork")
 
 

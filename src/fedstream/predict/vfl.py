@@ -4,7 +4,10 @@ A batch VFL run keeps its last epoch's ``checkpoint.pt``; it is restored into th
 parties (:func:`fedstream.vfl.trainer.build_parties`, :func:`fedstream.vfl.checkpoint.load`).
 Then each client standardises and embeds its own strip of each image (or its own columns of a
 table) and sends it up, and the server scores the embeddings
-(:func:`fedstream.vfl.estimator.parties_proba`, the evaluation's path).
+(:func:`fedstream.vfl.estimator.parties_proba`, the evaluation's path). The rows are new samples
+to the links (ids past the run's training and test rows): with ``compression.cache`` or
+``compression.feedback`` each starts from an empty cache row and a zero residual, as a test row did
+at the run's first evaluation (later evaluations fill its unsent entries from the previous one).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ def predict_vfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Pred
     checkpoint.load(Path(run_dir) / CHECKPOINT, config=settings.to_config() | {"seed": config["seed"]},
                     clients=clients, server=server, transport=transport)
     proba, ledger = parties_proba(settings, lambda b: data.client_inputs(images[b.rows]), len(images),
-                                  clients, server, transport)
+                                  clients, server, transport,
+                                  first_id=len(data.train_y) + len(data.test_y))
     proba = np.zeros((0, data.n_classes)) if proba is None else proba
     up = ledger["per_client"]
     what = "columns" if settings.dataset == "table" else "strip"

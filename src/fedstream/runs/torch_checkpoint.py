@@ -1,7 +1,9 @@
 """Torch checkpoints of batch VFL and CHFL, with the integrity check of :mod:`fedstream.runs.checkpoint`.
 
 The archive is ``{"fedstream": "checkpoint", "sha256": HEX, "body": uint8}``, ``body`` being the
-``torch.save`` bytes of the payload; both levels are read with ``weights_only=True``.
+``torch.save`` bytes of the payload; both levels are read with ``weights_only=True`` onto the CPU
+(``map_location="cpu"``: a CUDA run's checkpoint reads on a host without one; the parties'
+``load_state_dict`` moves the tensors to the run's device).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def load_torch(path: Path) -> Any:
     has no hash."""
     path = Path(path)
     try:
-        wrapped = torch.load(path, weights_only=True)
+        wrapped = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as exc:  # noqa: BLE001 - the restricted unpickler raises anything (IndexError,
@@ -55,6 +57,6 @@ def load_torch(path: Path) -> Any:
     if hashlib.sha256(data).hexdigest() != wrapped.get("sha256"):
         raise CheckpointError(path, "checkpoint is damaged: its content does not match its sha256")
     try:
-        return torch.load(io.BytesIO(data), weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - as above
         raise CheckpointError(path, f"cannot read the checkpoint ({type(exc).__name__}: {exc})") from None

@@ -10,6 +10,8 @@ sends them up, the server scores the embeddings (:func:`parties_proba`, as ``fed
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -26,12 +28,17 @@ from fedstream.vfl.trainer import batches, separate_ledger, train_on
 LABEL = "\x00label"  # the label's column in the estimator's table (no user column is called so)
 
 
-def parties_proba(settings: BatchVFLSettings, inputs, n: int, clients, server, transport
+def parties_proba(settings: BatchVFLSettings, inputs, n: int, clients, server, transport, *, first_id: int
                   ) -> tuple[np.ndarray, dict]:
     """float64 (n, classes): every client embeds its input of the rows (``inputs(batch)``: one tensor
-    per client), the server scores the embeddings, softmax; and the ledger of what went up."""
-    cohort = LocalCohort(clients, transport, inputs)
-    plan = [Batch(j, "test", idx) for j, idx in enumerate(batches(n, settings.batch_size))]
+    per client), the server scores the embeddings, softmax; and the ledger of what went up.
+
+    The rows are new samples to the links: row j is sample id ``first_id + j`` (pass an id past every
+    one the training held, n_train + n_test), so a cached or error-feedback link starts each row from
+    an empty cache row and a zero residual, and the embeddings go through a copy of ``transport`` so
+    its fitted state is left as it was (predicting twice gives the same answer)."""
+    cohort = LocalCohort(clients, copy.deepcopy(transport), inputs)
+    plan = [Batch(j, "test", idx, first_id + idx) for j, idx in enumerate(batches(n, settings.batch_size))]
     with separate_ledger(cohort) as ledger, torch.no_grad():
         logits = [s.detach() for s in play_scores(plan, cohort, server)]
     proba = torch.softmax(torch.cat(logits), dim=1).double().numpy() if logits else None
@@ -47,6 +54,12 @@ def partition_text(partition, table: Table) -> tuple[str | None, int]:
     if not groups or any(isinstance(g, (str, bytes)) or not len(g) for g in groups):
         raise ValueError(f"partition = {partition!r}: expected each client's columns, e.g. [[0, 1], [2, 3]] "
                          "or {'bank': ['income'], 'shop': ['visits']}, or a number of equal blocks")
+    n = len(table.names)  # X's own columns, before the estimator adds its label column
+    for c in (str(c) for g in groups for c in g):
+        if c not in table.names and not (c.strip().isdigit() and int(c) < n):
+            found = f"X has only {n} columns (0..{n - 1})" if c.strip().isdigit() else \
+                f"X's columns are {', '.join(table.names)}"
+            raise ValueError(f"partition = {partition!r}: column {c!r} is not a column of X; {found}")
     return ";".join(",".join(str(c) for c in g) for g in groups), len(groups)
 
 
@@ -133,5 +146,5 @@ class VFLClassifier(ClassifierBase):
         p = self._parties
         proba, self.inference_bytes_ = parties_proba(
             self._settings, lambda b: self._data.client_inputs(rows[b.rows]), len(rows), p.clients, p.server,
-            p.transport)
+            p.transport, first_id=len(self._data.train_y) + len(self._data.test_y))
         return np.zeros((0, len(self.classes_))) if proba is None else proba
