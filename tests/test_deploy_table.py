@@ -162,3 +162,42 @@ def test_batch_vfl_with_one_file_per_party_over_grpc_is_the_simulators(tmp_path,
     files = [p.name for p in paths]
     assert opened.pop(threading.current_thread().name) == {files[0]}
     assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened
+
+
+@pytest.mark.parametrize("more, match", [
+    ({"vfl.clients": 2}, "data.path names 3 client files but vfl.clients = 2"),
+    ({"vfl.partition": "income;visits;minutes"}, "vfl.partition applies to one file; with one file per"),
+    ({"data.label": "id"}, "data.label and data.id name the same column 'id'"),
+])
+def test_each_party_refuses_what_the_simulator_refuses_with_the_same_message(tmp_path, more, match):
+    """The checks of the table keys are one function: the simulator's TableSource, the server's and
+    each client's own file (online and batch VFL) refuse a config alike."""
+    from fedstream.data.table_party import ClientTable, ServerTable
+    from fedstream.data.table_source import TableSource, TableSpec
+    from fedstream.ovfl.deploy.rows import PartyRows
+    from fedstream.vfl.deploy.table import load_table_block, load_table_labels
+
+    paths = split_customers(tmp_path, 40)
+    online = table_config(paths, **more)
+    batch = load_config(None, {"task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)),
+                               "data.id": "id", "data.label": "segment"} | more)
+    spec = TableSpec.from_config(online)
+    loaders = [lambda: TableSource(spec), lambda: ServerTable(spec), lambda: ClientTable(spec, 0),
+               lambda: PartyRows(online, 1), lambda: load_table_labels(batch),
+               lambda: load_table_block(batch, 1)]
+    messages = set()
+    for load in loaders:
+        with pytest.raises(ConfigError, match=match) as refused:
+            load()
+        messages.add(str(refused.value))
+    assert len(messages) == 1, messages
+
+
+def test_the_server_refuses_a_label_given_by_the_ids_index(tmp_path):
+    from fedstream.data.table_party import ServerTable
+    from fedstream.data.table_source import TableSource, TableSpec
+
+    spec = TableSpec.from_config(table_config(split_customers(tmp_path, 40), **{"data.label": "0"}))
+    for load in (lambda: TableSource(spec), lambda: ServerTable(spec)):
+        with pytest.raises(ConfigError, match="data.label and data.id name the same column 'id'"):
+            load()

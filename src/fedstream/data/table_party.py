@@ -24,6 +24,7 @@ from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import (
     TableSpec,
     as_strings,
+    check_table_spec,
     column_positions,
     column_refs,
     encode_columns,
@@ -49,11 +50,9 @@ def id_digest(table: Table, j: int) -> str:
 
 
 def _party_file(spec: TableSpec, index: int) -> tuple[Table, int]:
-    paths = table_paths(spec.path)
+    paths = check_table_spec(spec)
     if len(paths) < 2:
         raise ConfigError(f"data.path = {spec.path!r}: expected one file per party separated by ';'")
-    if not spec.id:
-        raise ConfigError("several files in data.path need data.id, the column that aligns their rows")
     if not 0 <= index < len(paths):
         raise ConfigError(f"party {index}: data.path names {len(paths)} files (the server's, then one "
                           "per client)")

@@ -34,8 +34,8 @@ def table_spec(config: dict) -> TableSpec:
     if keys["data.test_path"]:
         raise ConfigError("data.test_path: a deployed table with one file per party holds out its test rows "
                           "by data.test_fraction; leave data.test_path out")
-    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"], None,
-                     settings.clients, ALL_ROWS)
+    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
+                     keys["vfl.partition"], settings.clients, ALL_ROWS)
 
 
 @dataclass
