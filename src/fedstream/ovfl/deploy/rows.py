@@ -23,7 +23,7 @@ import numpy as np
 
 from fedstream.data.table_party import ClientTable
 from fedstream.data.table_source import TableSpec
-from fedstream.errors import ConfigError
+from fedstream.deploy.records import check_client_index
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
 from fedstream.runs.files import atomic_open, atomic_write
@@ -49,10 +49,7 @@ class BlockRows:
         self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
     ):
         M = config["vfl.clients"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
-            raise ConfigError(
-                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
-            )
+        check_client_index(index, M, "vfl.clients", name="data.client_index")
         self.config = dict(config, **{"data.root": data_root}) if data_root else dict(config)
         self.index = index
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -125,11 +122,7 @@ class PartyRows:
     all of it, ``ids`` the digest of its ids (the server checks them against its own)."""
 
     def __init__(self, config: dict, index: int):
-        M = config["vfl.clients"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
-            raise ConfigError(
-                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
-            )
+        check_client_index(index, config["vfl.clients"], "vfl.clients", name="data.client_index")
         self.index = index
         self.table = ClientTable(TableSpec.from_config(config), index)
         self.n_features = self.table.width
