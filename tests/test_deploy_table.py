@@ -201,3 +201,36 @@ def test_the_server_refuses_a_label_given_by_the_ids_index(tmp_path):
     for load in (lambda: TableSource(spec), lambda: ServerTable(spec)):
         with pytest.raises(ConfigError, match="data.label and data.id name the same column 'id'"):
             load()
+
+
+def test_a_categorical_column_no_client_holds_is_refused_as_in_the_simulator(tmp_path):
+    """Each node reports the columns of data.categorical its own file holds; the server refuses the
+    run when some column is in no client file, with the simulator's message (online and batch VFL)."""
+    pytest.importorskip("grpc")
+    from fedstream.data.table_source import TableSource, TableSpec
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.errors import DataError
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+    from fedstream.vfl.deploy.driver import NetworkBatchVFL
+    from fedstream.vfl.deploy.table import load_table_labels
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    paths = split_customers(tmp_path, 60)
+    online = table_config(paths, **{"data.categorical": "channel,colour"})
+    with pytest.raises(DataError, match="data.categorical: column 'colour' is not a feature column") as want:
+        TableSource(TableSpec.from_config(online))
+    with grpc_nodes(online, tmp_path / "online") as (link, nodes):
+        net = NetworkVFL(online, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(online))
+        with pytest.raises(DataError) as got:
+            net.run()
+    assert str(got.value) == str(want.value)
+    batch = load_config(None, {"task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)),
+                               "data.id": "id", "data.label": "segment", "data.categorical": "channel,colour",
+                               "train.epochs": 1})
+    with grpc_nodes(batch, tmp_path / "batch") as (link, nodes):
+        net = NetworkBatchVFL(batch, GrpcRuntime(link).connect(3), labels=load_table_labels(batch))
+        with pytest.raises(DataError) as got:
+            net.run()
+    assert str(got.value) == str(want.value)
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]

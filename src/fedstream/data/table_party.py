@@ -24,6 +24,7 @@ from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import (
     TableSpec,
     as_strings,
+    check_categorical,
     check_table_spec,
     column_positions,
     column_refs,
@@ -58,6 +59,13 @@ def _party_file(spec: TableSpec, index: int) -> tuple[Table, int]:
                           "per client)")
     table = read_table(Path(paths[index]))
     return table, column_positions(table, [spec.id], "data.id")[0]
+
+
+def check_held_categorical(config: dict, held: list[list[str] | None]) -> None:
+    """The simulator's check of ``data.categorical`` (:func:`check_categorical`, same message) on a
+    deployment's server: ``held[m]``, the columns of it that client m's node reported its own."""
+    check_categorical(set(column_refs(config["data.categorical"])), {c for cols in held for c in cols or ()},
+                      [str(Path(p)) for p in table_paths(config["data.path"])[1:]])
 
 
 def holdout_rows(n_rows: int, holdout: float) -> int:
@@ -113,6 +121,7 @@ class ClientTable:
         self.X.flags.writeable = False
         self.n_base, self.width = table.n_rows, int(X.shape[1])
         self.columns = [table.names[j] for j in cols]
+        self.categorical = sorted(categorical & set(self.columns))  # its data.categorical columns
         self.ids = id_digest(table, cid)
         self.path = table.path
 

@@ -44,6 +44,7 @@ class BlockRows:
     (``None``: no cache, the stream is built in this process)."""
 
     ids: str | None = None  # only a party's own table file has them (PartyRows)
+    categorical: list[str] | None = None
 
     def __init__(
         self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
@@ -119,7 +120,8 @@ class BlockRows:
 class PartyRows:
     """Client ``index``'s rows of a table with one file per party, read from its own file and no other
     (:class:`~fedstream.data.table_party.ClientTable`): ``n_features`` is its own width, ``block``
-    all of it, ``ids`` the digest of its ids (the server checks them against its own)."""
+    all of it, ``ids`` the digest of its ids (the server checks them against its own), ``categorical``
+    the columns of ``data.categorical`` it holds."""
 
     def __init__(self, config: dict, index: int):
         check_client_index(index, config["vfl.clients"], "vfl.clients", name="data.client_index")
@@ -127,7 +129,7 @@ class PartyRows:
         self.table = ClientTable(TableSpec.from_config(config), index)
         self.n_features = self.table.width
         self.block = slice(0, self.table.width)
-        self.ids = self.table.ids
+        self.ids, self.categorical = self.table.ids, self.table.categorical
 
     def rows(self, t0: int, n: int) -> np.ndarray:
         """float32 (n, width): this client's features of rounds t0..t0+n-1."""
