@@ -116,6 +116,31 @@ def test_a_malformed_reply_is_a_fault_and_its_ticks_are_missed(covertype_root, t
     assert got["bytes"]["per_client"][1]["up"] < got["bytes"]["per_client"][0]["up"]  # its update dropped
 
 
+def test_after_a_fault_on_a_segment_without_upload_the_next_update_is_accepted(covertype_root):
+    """Client 1's reply to the segment [7, 12) (no upload) is spoilt: the node learnt its rows, the
+    server did not count them, so the node's next update (at tick 14) says 40 rows more than the
+    server expects. A node that had a fault may differ so (by whole batches): its update is accepted."""
+    config = stream_config(covertype_root, **{"chfl.stream_sync_every": 7})
+
+    class Spoilt(LoopbackLink):
+        def exchange(self, requests):
+            replies = super().exchange(requests)
+            r = replies.get(1)
+            if isinstance(r, Envelope) and r.kind == ROUND and r.round == 7:
+                assert r.parts == [] and r.info["correct"]  # no upload in this segment
+                replies[1] = Envelope(ROUND, 7, r.parts, {"correct": [9] * 5})  # > batch: impossible
+            return replies
+
+    net = NetworkStream(Spoilt(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3,
+                               persist=False), config)
+    got = net.run()
+    # 25 ticks, FedAvg every 7, the last client joins at tick 12: segments cut at 0, 7, 12, 14, 21
+    assert [(f["round"], f["client"]) for f in got["faults"]] == [(7, 1)], got["faults"]
+    assert got["missed_ticks"] == [0, 5, 0]
+    per = got["bytes"]["per_client"]
+    assert per[1]["up"] == per[0]["up"]  # every update of client 1 accepted (3 uploads, as client 0)
+
+
 def test_a_node_refuses_a_malformed_request_and_changes_nothing(covertype_root):
     config = stream_config(covertype_root)
     host = StreamHost(config, 2, rows=load_stream_part(config, 2))

@@ -162,3 +162,75 @@ def test_batch_vfl_with_one_file_per_party_over_grpc_is_the_simulators(tmp_path,
     files = [p.name for p in paths]
     assert opened.pop(threading.current_thread().name) == {files[0]}
     assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened
+
+
+@pytest.mark.parametrize("more, match", [
+    ({"vfl.clients": 2}, "data.path names 3 client files but vfl.clients = 2"),
+    ({"vfl.partition": "income;visits;minutes"}, "vfl.partition applies to one file; with one file per"),
+    ({"data.label": "id"}, "data.label and data.id name the same column 'id'"),
+])
+def test_each_party_refuses_what_the_simulator_refuses_with_the_same_message(tmp_path, more, match):
+    """The checks of the table keys are one function: the simulator's TableSource, the server's and
+    each client's own file (online and batch VFL) refuse a config alike."""
+    from fedstream.data.table_party import ClientTable, ServerTable
+    from fedstream.data.table_source import TableSource, TableSpec
+    from fedstream.ovfl.deploy.rows import PartyRows
+    from fedstream.vfl.deploy.table import load_table_block, load_table_labels
+
+    paths = split_customers(tmp_path, 40)
+    online = table_config(paths, **more)
+    batch = load_config(None, {"task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)),
+                               "data.id": "id", "data.label": "segment"} | more)
+    spec = TableSpec.from_config(online)
+    loaders = [lambda: TableSource(spec), lambda: ServerTable(spec), lambda: ClientTable(spec, 0),
+               lambda: PartyRows(online, 1), lambda: load_table_labels(batch),
+               lambda: load_table_block(batch, 1)]
+    messages = set()
+    for load in loaders:
+        with pytest.raises(ConfigError, match=match) as refused:
+            load()
+        messages.add(str(refused.value))
+    assert len(messages) == 1, messages
+
+
+def test_the_server_refuses_a_label_given_by_the_ids_index(tmp_path):
+    from fedstream.data.table_party import ServerTable
+    from fedstream.data.table_source import TableSource, TableSpec
+
+    spec = TableSpec.from_config(table_config(split_customers(tmp_path, 40), **{"data.label": "0"}))
+    for load in (lambda: TableSource(spec), lambda: ServerTable(spec)):
+        with pytest.raises(ConfigError, match="data.label and data.id name the same column 'id'"):
+            load()
+
+
+def test_a_categorical_column_no_client_holds_is_refused_as_in_the_simulator(tmp_path):
+    """Each node reports the columns of data.categorical its own file holds; the server refuses the
+    run when some column is in no client file, with the simulator's message (online and batch VFL)."""
+    pytest.importorskip("grpc")
+    from fedstream.data.table_source import TableSource, TableSpec
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.errors import DataError
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+    from fedstream.vfl.deploy.driver import NetworkBatchVFL
+    from fedstream.vfl.deploy.table import load_table_labels
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    paths = split_customers(tmp_path, 60)
+    online = table_config(paths, **{"data.categorical": "channel,colour"})
+    with pytest.raises(DataError, match="data.categorical: column 'colour' is not a feature column") as want:
+        TableSource(TableSpec.from_config(online))
+    with grpc_nodes(online, tmp_path / "online") as (link, nodes):
+        net = NetworkVFL(online, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(online))
+        with pytest.raises(DataError) as got:
+            net.run()
+    assert str(got.value) == str(want.value)
+    batch = load_config(None, {"task": "vfl", "data.name": "table", "data.path": ";".join(map(str, paths)),
+                               "data.id": "id", "data.label": "segment", "data.categorical": "channel,colour",
+                               "train.epochs": 1})
+    with grpc_nodes(batch, tmp_path / "batch") as (link, nodes):
+        net = NetworkBatchVFL(batch, GrpcRuntime(link).connect(3), labels=load_table_labels(batch))
+        with pytest.raises(DataError) as got:
+            net.run()
+    assert str(got.value) == str(want.value)
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]

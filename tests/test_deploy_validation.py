@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
-from fedstream.deploy.records import ROUND, Envelope
-from fedstream.errors import ProtocolError
+from fedstream.deploy.records import ROUND, Envelope, check_client_index
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost, model_digest
-from fedstream.ovfl.deploy.parties import server_stream
-from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.deploy.parties import build_client, server_stream
+from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 from fedstream.transport import encode
 from fedstream.transport.messages import Embedding, Gradient, Query
 from tests.helpers.links import spoiling
@@ -211,3 +211,18 @@ def test_a_record_s_prepared_type_checks_agree_with_the_plain_rule():
         ok = _checker(kind)
         for v in values:
             assert ok(v) == _fits(v, kind), (kind, v)
+
+
+@pytest.mark.parametrize("index", [3, -1, True, "1"])
+def test_each_online_client_party_checks_its_index_alike(index):
+    """The client index of a node's rows and of its party is checked by one function
+    (:func:`fedstream.deploy.records.check_client_index`): an integer in 0..vfl.clients - 1."""
+    config = load_config(None, {"task": "ovfl", "vfl.clients": 3})
+    for make, name in [(lambda: BlockRows(config, index), "data.client_index"),
+                       (lambda: PartyRows(config, index), "data.client_index"),
+                       (lambda: build_client(config, index, 12), "client index")]:
+        with pytest.raises(ConfigError, match="expected an integer between 0 and vfl.clients - 1 = 2") as got:
+            make()
+        with pytest.raises(ConfigError) as want:
+            check_client_index(index, 3, "vfl.clients", name=name)
+        assert str(got.value) == str(want.value)

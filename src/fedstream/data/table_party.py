@@ -24,6 +24,8 @@ from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import (
     TableSpec,
     as_strings,
+    check_categorical,
+    check_table_spec,
     column_positions,
     column_refs,
     encode_columns,
@@ -49,16 +51,21 @@ def id_digest(table: Table, j: int) -> str:
 
 
 def _party_file(spec: TableSpec, index: int) -> tuple[Table, int]:
-    paths = table_paths(spec.path)
+    paths = check_table_spec(spec)
     if len(paths) < 2:
         raise ConfigError(f"data.path = {spec.path!r}: expected one file per party separated by ';'")
-    if not spec.id:
-        raise ConfigError("several files in data.path need data.id, the column that aligns their rows")
     if not 0 <= index < len(paths):
         raise ConfigError(f"party {index}: data.path names {len(paths)} files (the server's, then one "
                           "per client)")
     table = read_table(Path(paths[index]))
     return table, column_positions(table, [spec.id], "data.id")[0]
+
+
+def check_held_categorical(config: dict, held: list[list[str] | None]) -> None:
+    """The simulator's check of ``data.categorical`` (:func:`check_categorical`, same message) on a
+    deployment's server: ``held[m]``, the columns of it that client m's node reported its own."""
+    check_categorical(set(column_refs(config["data.categorical"])), {c for cols in held for c in cols or ()},
+                      [str(Path(p)) for p in table_paths(config["data.path"])[1:]])
 
 
 def holdout_rows(n_rows: int, holdout: float) -> int:
@@ -114,6 +121,7 @@ class ClientTable:
         self.X.flags.writeable = False
         self.n_base, self.width = table.n_rows, int(X.shape[1])
         self.columns = [table.names[j] for j in cols]
+        self.categorical = sorted(categorical & set(self.columns))  # its data.categorical columns
         self.ids = id_digest(table, cid)
         self.path = table.path
 

@@ -138,9 +138,13 @@ def column_refs(text: str | None) -> list[str]:
 
 def label_position(table: Table, label: str | None, sid: int | None) -> int:
     """The label column's position: ``label`` (data.label) by name or index, else the first column
-    that is not the id (position ``sid``); DataError when there is none."""
+    that is not the id (position ``sid``); DataError when there is none, ConfigError when
+    ``label`` names the id."""
     if label:
-        return column_positions(table, [label], "data.label")[0]
+        lid = column_positions(table, [label], "data.label")[0]
+        if lid == sid:
+            raise ConfigError(f"data.label and data.id name the same column {table.names[lid]!r}")
+        return lid
     lid = next((j for j in range(len(table.names)) if j != sid), None)
     if lid is None:
         raise DataError(f"{table.path}: expected a label column beside the id, found none")
@@ -247,6 +251,35 @@ def table_paths(path: str) -> list[str]:
     return [p.strip() for p in path.split(";") if p.strip()]
 
 
+def check_table_spec(spec: TableSpec) -> list[str]:
+    """The checks of the table keys that need no file's contents, made alike by the simulator
+    (:class:`TableSource`) and by each party of a deployment (:mod:`fedstream.data.table_party`);
+    return the files of ``data.path``. With several files (the server's, then one per client):
+    ``data.id`` is set, ``vfl.partition`` is not, and there is one client file per client."""
+    paths = table_paths(spec.path)
+    if spec.label and spec.label == spec.id:
+        raise ConfigError(f"data.label and data.id name the same column {spec.id!r}")
+    if len(paths) > 1:
+        if not spec.id:
+            raise ConfigError("several files in data.path need data.id, the column that aligns their rows")
+        if spec.partition:
+            raise ConfigError("vfl.partition applies to one file; with one file per party each client's "
+                              "columns are those of its file")
+        if len(paths) - 1 != spec.n_clients:
+            raise ConfigError(f"data.path names {len(paths) - 1} client files but vfl.clients = "
+                              f"{spec.n_clients}")
+    return paths
+
+
+def check_categorical(refs: set[str], known: set[str], files: list[str]) -> None:
+    """Every ``data.categorical`` column (``refs``) must be a feature column (``known``, the
+    feature columns of ``files``); DataError naming the first that is not."""
+    unknown = sorted(refs - known)
+    if unknown:
+        raise DataError(f"data.categorical: column {unknown[0]!r} is not a feature column of "
+                        f"{', '.join(dict.fromkeys(files))}")
+
+
 class TableSource:
     """The rows of a user's table(s), standardised, with each client's feature block (module doc).
 
@@ -262,12 +295,10 @@ class TableSource:
         ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
         test split: :attr:`n_holdout` rows, at least one); ``table``: these columns, already in
         memory (arrays given to an estimator's ``fit``), instead of the file ``spec.path``."""
-        paths = [str(table.path)] if table is not None else table_paths(spec.path)
+        paths = [str(table.path)] if table is not None else check_table_spec(spec)
         server = table if table is not None else read_table(Path(paths[0]))
         sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
         lid = label_position(server, spec.label, sid)
-        if lid == sid:
-            raise ConfigError(f"data.label and data.id name the same column {server.names[lid]!r}")
         reserved = {lid: "the label (data.label)"} | ({} if sid is None else {sid: "the id (data.id)"})
         self.base_labels, self.classes, self.class_keys = encode_labels(
             server, lid, None if fit is None else fit.class_keys)
@@ -278,15 +309,6 @@ class TableSource:
         if len(paths) == 1:
             parts = [(server, g, None) for g in _partition(server, spec, reserved)]
         else:
-            if sid is None:
-                raise ConfigError("several files in data.path need data.id, the column that aligns "
-                                  "their rows")
-            if spec.partition:
-                raise ConfigError("vfl.partition applies to one file; with one file per party each client's "
-                                  "columns are those of its file")
-            if len(paths) - 1 != spec.n_clients:
-                raise ConfigError(f"data.path names {len(paths) - 1} client files but vfl.clients = "
-                                  f"{spec.n_clients}")
             for p in paths[1:]:
                 table = read_table(Path(p))
                 cid = column_positions(table, [spec.id], "data.id")[0]
@@ -296,11 +318,8 @@ class TableSource:
                                     "found none")
                 parts.append((table, cols, _aligned_rows(server, sid, table, cid)))
         categorical = set(column_refs(spec.categorical))
-        known = {table.names[j] for table, cols, _ in parts for j in cols}
-        for ref in categorical:
-            if ref not in known:
-                raise DataError(f"data.categorical: column {ref!r} is not a feature column of "
-                                f"{', '.join(dict.fromkeys(str(t.path) for t, _, _ in parts))}")
+        check_categorical(categorical, {table.names[j] for table, cols, _ in parts for j in cols},
+                          [str(t.path) for t, _, _ in parts])
         self.n_holdout = max(1, round(self.n_base * holdout)) if holdout else 0
         if self.n_holdout >= self.n_base:
             raise DataError(f"{paths[0]}: {self.n_base} rows: too few to hold out {self.n_holdout} test rows "

@@ -193,11 +193,11 @@ class Setup(Record):
             raise ProtocolError(f"{where}: setup 'resume' must be a round >= 0, received {self.resume!r}")
 
 
-def check_client_index(index: Any, clients: int, key: str) -> int:
+def check_client_index(index: Any, clients: int, key: str, *, name: str = "client-index") -> int:
     """A node's ``client-index`` (its node config), an integer in 0..clients - 1 (``key``: the config
-    key that sets ``clients``, for the error); ConfigError otherwise."""
+    key that sets ``clients``, ``name`` what gave the index, for the error); ConfigError otherwise."""
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < clients:
-        raise ConfigError(f"client-index = {index!r}: expected an integer between 0 and {key} - 1 = "
+        raise ConfigError(f"{name} = {index!r}: expected an integer between 0 and {key} - 1 = "
                           f"{clients - 1}")
     return index
 

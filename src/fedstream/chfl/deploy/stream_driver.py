@@ -18,11 +18,15 @@ are the simulator's.
 
 Every reply is checked (kind, the segment's first tick, one count in 0..batch per tick, the update
 decoded, from this client, for the server's round, with the tensors of the global column and the
-rows learnt since the node's previous upload). A node that fails a segment is recorded in
-``faults`` and its ticks in ``missed_ticks`` (the accuracy counts only the ticks played); it gets
-θ again with its next request, and a FedAvg round averages the others (a round without any valid
-update ends the run). A node that comes back is set up with ``rejoin`` (its latest state) and
-plays on from the next segment. Not yet: a server checkpoint and ``--resume`` for the stream.
+rows learnt since the node's previous upload, or any whole number of batches from a node that had a
+fault or came back: it may have learnt rows the server did not count). A node that fails a segment
+is recorded in ``faults`` and its ticks in ``missed_ticks`` (the accuracy counts only the ticks
+played); it gets θ again with its next request, and a FedAvg round averages the others (a round
+without any valid update ends the run). A node that comes back is set up with ``rejoin`` (its latest
+state) and plays on from the next segment. Given a checkpoint path (``run(checkpoint=...)``,
+``--out``), the server saves its state after every synchronisation before the end, and the nodes
+keep theirs of that tick; :meth:`NetworkStream.load` (``--resume``) goes on from it with the same
+nodes.
 """
 
 from __future__ import annotations
@@ -272,7 +276,10 @@ class NetworkStream(Session):
             raise ProtocolError(f"expected client {m}'s model for FedAvg round {self.server.round}, received "
                                 f"client {msg.client}'s for round {msg.round}")
         rows = learnt + (b - a) * s.batch
-        if msg.n_samples != rows and not (self.troubled(m) and 0 < msg.n_samples % s.batch == 0):
+        # a node that had a fault (or came back) may have learnt rows the server did not count (a
+        # segment whose reply was refused), or lost some: any positive number of whole batches is taken
+        whole = msg.n_samples > 0 and msg.n_samples % s.batch == 0
+        if msg.n_samples != rows and not (self.troubled(m) and whole):
             raise ProtocolError(f"the model says {msg.n_samples} samples, the node learnt {rows} rows since "
                                 "its last update")
         want = [(k, v.shape) for k, v in self.server.state.items()]

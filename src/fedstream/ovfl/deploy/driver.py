@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data import Stream
-from fedstream.data.table_party import per_party
+from fedstream.data.table_party import check_held_categorical, per_party
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
@@ -111,6 +111,7 @@ class NetworkVFL:
         if per_party(config):
             config["rounds"] = table_rounds(config, source)  # as the simulator: rows x passes at most
         self.ids = getattr(source, "ids", None)  # ServerTable: the digest of the server file's ids
+        self._held: dict[int, list[str] | None] = {}  # ... and each node's columns of data.categorical
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
         self.server.stand_in = self.node_padding
@@ -170,22 +171,23 @@ class NetworkVFL:
             got = SetupReply.read(reply.info, "setup reply")
             if self.blocks is None:
                 if got.client != m or got.ids != self.ids:
-                    raise ProtocolError(
-                        f"the node reports client {got.client} with ids {got.ids}, expected client {m} "
-                        f"with the server file's ids in its order ({self.ids}): in a deployment every "
-                        "party's file lists the same ids in the same order"
-                    )
+                    raise ProtocolError(f"the node reports client {got.client} with ids {got.ids}, "
+                                        f"expected client {m} with the server file's ids in its order "
+                                        f"({self.ids}): in a deployment every party's file lists the same "
+                                        "ids in the same order")
+                self._held[m] = got.categorical
                 return self._node_round(got)
             block = self.blocks[m]
             if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
-                raise ProtocolError(
-                    f"the node reports client {got.client} with features {got.block_start}:{got.block_stop}, "
-                    f"expected client {m} with features {block.start}:{block.stop}"
-                )
+                raise ProtocolError(f"the node reports client {got.client} with features {got.block_start}:"
+                                    f"{got.block_stop}, expected client {m} with features "
+                                    f"{block.start}:{block.stop}")
             return self._node_round(got)
 
         info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
         rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
+        if len(self._held) == len(self.clients):  # every client's file: data.categorical, as the simulator
+            check_held_categorical(self.config, list(self._held.values()))
         for m, node_round in rounds.items():
             if rejoin or (resume and node_round != self.t - 1):
                 # a node back at round t - 1 (its checkpoint is its state after its last reply) still
@@ -282,20 +284,15 @@ class NetworkVFL:
         if self._mask is None or self._mask[0] != chunk:
             mask = self.activation.mask(chunk, np.zeros((CHUNK, len(self.clients)), np.float32))
             if self.activation.queried(mask).any():
-                raise ProtocolError(
-                    f"activation.name = {self.config['activation.name']!r}: a server-side policy "
-                    "that queries passive clients is not supported over the network"
-                )
+                raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side "
+                                    "policy that queries passive clients is not supported over the network")
             self._mask = (chunk, mask)
         return self._mask[1][j:j + n]
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
-        parts: dict[str, object] = {
-            "server": self.server,
-            "ledger": self.transport.ledger,
-            "metrics": self.metrics,
-        }
+        parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger,
+                                    "metrics": self.metrics}
         if self.activation is not None:  # topl: its estimate, exploration buffer and padding
             parts["activation"] = self.activation
         if not self.transport.ends.spec.is_none:  # the server's ends of the links: caches, quantiser tables

@@ -105,7 +105,7 @@ class ClientHost:
             self.rows.rows(env.round, 1)
             reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
                                block_start=self.rows.block.start, block_stop=self.rows.block.stop,
-                               ids=self.rows.ids)
+                               ids=self.rows.ids, categorical=self.rows.categorical)
             return Envelope(SETUP, env.round, info=reply.info())
         if env.kind == ROUND:
             return self._on_batch(env, RoundRequest.read(env.info, where))

@@ -29,6 +29,7 @@ from fedstream.data.paths import find_file
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
 from fedstream.data.table_party import ServerTable, per_party
 from fedstream.data.table_source import TableSpec
+from fedstream.deploy.records import check_client_index
 from fedstream.errors import ConfigError
 from fedstream.ovfl.activation import Activation, activation_from_config
 from fedstream.ovfl.client import Client
@@ -69,14 +70,10 @@ def check_deployable(config: dict) -> None:
 def build_client(config: dict, index: int, n_features: int) -> Client:
     """Client ``index`` with the initial weights the simulator gives it (``n_features``: the data
     set's; with one file per party, the client's own width)."""
+    check_client_index(index, config["vfl.clients"], "vfl.clients", name="client index")
     if per_party(config):
-        if not 0 <= index < config["vfl.clients"]:
-            raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = "
-                              f"{config['vfl.clients'] - 1}")
         return build_own_client(config, index, n_features)
     blocks = feature_blocks(n_features, config["vfl.clients"])
-    if not 0 <= index < len(blocks):
-        raise ConfigError(f"client index {index}: must be between 0 and vfl.clients - 1 = {len(blocks) - 1}")
     clients, _ = build_parties(config, [block.stop - block.start for block in blocks[: index + 1]])
     return clients[index]  # the draws of the clients before this one, then its own
 

@@ -91,7 +91,7 @@ class LinkTransport(Session):
         # (direction, client, bytes)
         self.sizes: list[tuple[str, int, int]] | None = ([] if record_sizes else None)
         self.round = -1
-        self.wire_bytes = 0  # bytes of every part sent or received, used or not (queries of activated events)
+        self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
@@ -105,6 +105,7 @@ class LinkTransport(Session):
         self._asked: set[int] = set()  # passive clients the server queried this round
         self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
         self._ahead: dict[int, Envelope] = {}  # next requests the link may have sent ahead
+        self._counted: dict[int, Envelope] = {}  # requests sent ahead, counted in wire_bytes as they went
         self._prepared: tuple[tuple, dict[int, list[bytes]]] | None = None  # next batch, its queries
 
     # -- setup and finish --------------------------------------------------------------------
@@ -243,7 +244,8 @@ class LinkTransport(Session):
                 return None
             if reply.info.get("active") != zero:  # an activated node's next request waits for its gradient
                 return None
-            sent[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
+            sent[m] = self._counted[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
+            self.wire_bytes += sum(len(p) for p in sent[m].parts)  # it goes now, used or not
             return sent[m]
 
         return then
@@ -308,8 +310,12 @@ class LinkTransport(Session):
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
-        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``)."""
-        self.wire_bytes += sum(len(p) for env in requests.values() for p in env.parts)
+        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``):
+        the queries of activated events too, and a request sent ahead (counted as it went) that a new
+        setup dropped; not a reply the link discarded (to a request dropped), which never reaches here."""
+        counted, self._counted = self._counted, {}
+        self.wire_bytes += sum(len(p) for m, env in requests.items() if counted.get(m) is not env
+                               for p in env.parts)
         replies = super().exchange(requests, ahead)
         self.wire_bytes += sum(
             len(p) for r in replies.values() if not isinstance(r, Failure) for p in r.parts
@@ -325,15 +331,11 @@ class LinkTransport(Session):
             data = encode(msg)
             i = msg.round - self._batch_start
             if msg.round != self.round or m not in self._answers or m in self._asked:
-                raise ProtocolError(
-                    f"client {m}: query for round {msg.round}, which left it active, down, or "
-                    "was asked already"
-                )
+                raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, "
+                                    "or was asked already")
             if data != self._queries[m][i]:
-                raise ProtocolError(
-                    f"client {m}: the server's query for round {msg.round} differs from the one "
-                    "the batch carried"
-                )
+                raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the "
+                                    "one the batch carried")
             self._asked.add(m)
         elif isinstance(msg, Gradient):
             if msg.round <= self._last_gradient.get(m, -1):
@@ -352,9 +354,8 @@ class LinkTransport(Session):
         """Client -> server: the embedding validated with its batch; count its bytes. A compressed one
         is decoded now by the server's end of the client's link (its cache: see the module doc)."""
         if wire.msg.round != self.round:
-            raise ProtocolError(
-                f"client {wire.client}: embedding for round {wire.msg.round} in round {self.round}"
-            )
+            raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round "
+                                f"{self.round}")
         self._count(wire.client, "up", len(wire.data))
         if self.ends.probe is None:
             return wire.msg  # plain: what the check decoded is what the server's end would
@@ -386,9 +387,8 @@ class RemoteClient:
     def observe(self, t: int, x) -> None:
         """The node reads its own features; here only check that the round was announced."""
         if t != self.transport.round:
-            raise ProtocolError(
-                f"client {self.index}: round {t} was not announced (at {self.transport.round})"
-            )
+            raise ProtocolError(f"client {self.index}: round {t} was not announced (at "
+                                f"{self.transport.round})")
 
     def on_event(self, t: int) -> Wire:
         return self.transport.pushed(self.index, t)

@@ -3,7 +3,8 @@
 
 * ``setup``: :class:`~fedstream.deploy.records.Setup`; the reply, :class:`SetupReply`, says which
   client and feature block the node holds and the round it is at (with one table file per party:
-  the digest of its file's ids, which must be the server file's, in the same order).
+  the digest of its file's ids, which must be the server file's, in the same order, and the
+  columns of ``data.categorical`` its file holds: together the clients' files must hold them all).
 * ``round`` (:class:`RoundRequest`): rounds ``round .. round + events - 1`` have arrived (a batch
   of ``network.batch`` events, B). Its parts are first the gradients of the node's activated
   events of the previous batch (rounds ``grad_rounds``, in order: they ride along instead of
@@ -74,6 +75,7 @@ class SetupReply(Record):
     block_start: int
     block_stop: int
     ids: str | None = None  # a table with one file per party: the digest of the node's ids, in file order
+    categorical: list[str] | None = None  # ... and the columns of data.categorical its file holds
 
 
 @dataclass(kw_only=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedstream.data.table_party import ClientTable
 from fedstream.data.table_source import TableSpec
-from fedstream.errors import ConfigError
+from fedstream.deploy.records import check_client_index
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
 from fedstream.runs.files import atomic_open, atomic_write
@@ -44,15 +44,13 @@ class BlockRows:
     (``None``: no cache, the stream is built in this process)."""
 
     ids: str | None = None  # only a party's own table file has them (PartyRows)
+    categorical: list[str] | None = None
 
     def __init__(
         self, config: dict, index: int, *, data_root: str | None = None, cache_dir: Path | None = None
     ):
         M = config["vfl.clients"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
-            raise ConfigError(
-                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
-            )
+        check_client_index(index, M, "vfl.clients", name="data.client_index")
         self.config = dict(config, **{"data.root": data_root}) if data_root else dict(config)
         self.index = index
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -122,19 +120,16 @@ class BlockRows:
 class PartyRows:
     """Client ``index``'s rows of a table with one file per party, read from its own file and no other
     (:class:`~fedstream.data.table_party.ClientTable`): ``n_features`` is its own width, ``block``
-    all of it, ``ids`` the digest of its ids (the server checks them against its own)."""
+    all of it, ``ids`` the digest of its ids (the server checks them against its own), ``categorical``
+    the columns of ``data.categorical`` it holds."""
 
     def __init__(self, config: dict, index: int):
-        M = config["vfl.clients"]
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < M:
-            raise ConfigError(
-                f"data.client_index = {index!r}: expected an integer between 0 and vfl.clients - 1 = {M - 1}"
-            )
+        check_client_index(index, config["vfl.clients"], "vfl.clients", name="data.client_index")
         self.index = index
         self.table = ClientTable(TableSpec.from_config(config), index)
         self.n_features = self.table.width
         self.block = slice(0, self.table.width)
-        self.ids = self.table.ids
+        self.ids, self.categorical = self.table.ids, self.table.categorical
 
     def rows(self, t0: int, n: int) -> np.ndarray:
         """float32 (n, width): this client's features of rounds t0..t0+n-1."""

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedstream.data.table_party import check_held_categorical
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError
@@ -115,6 +116,8 @@ class NetworkBatchVFL:
             shapes = layout(s).shapes
             expected = {m: {"shape": list(shapes[m])} | rows for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
+        if s.own_draws:  # every node's columns of data.categorical: the simulator's check
+            check_held_categorical(dict(s.table), [c.nodes[m].get("categorical") for m in range(s.clients)])
         writer = MetricsWriter(
             self.out, selection_columns(s.clients) if self.part is not None else [], self.rows
         )

@@ -187,7 +187,7 @@ class RemoteCohort(Session):
                     f"the node reports {got}, expected {want}: it does not hold this run's data set or "
                     "settings"
                 )
-            return got, r.step, r.pending
+            return got | ({} if r.categorical is None else {"categorical": r.categorical}), r.step, r.pending
 
         self.ready -= set(targets)  # a node that fails its setup must be set up again
         for m, (got, step, pending) in self.set_up(targets, self.t, info, accept, parts=0).items():

@@ -127,6 +127,7 @@ class SetupReply(Record):
     step: int
     pending: int
     ids: str | None = None  # a table with one file per party: the digest of the node's ids, in file order
+    categorical: list[str] | None = None  # ... and the columns of data.categorical its file holds
 
     def check(self, where: str, *, t: int = 0, **context) -> None:
         if not -1 <= self.step < t or self.pending not in (-1, self.step):

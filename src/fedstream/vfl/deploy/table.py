@@ -34,8 +34,8 @@ def table_spec(config: dict) -> TableSpec:
     if keys["data.test_path"]:
         raise ConfigError("data.test_path: a deployed table with one file per party holds out its test rows "
                           "by data.test_fraction; leave data.test_path out")
-    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"], None,
-                     settings.clients, ALL_ROWS)
+    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
+                     keys["vfl.partition"], settings.clients, ALL_ROWS)
 
 
 @dataclass
@@ -46,6 +46,7 @@ class TableBlock:
     train_x: np.ndarray
     test_x: np.ndarray
     ids: str
+    categorical: list[str]  # the columns of data.categorical it holds
 
     def inputs(self, split: str, rows: np.ndarray) -> torch.Tensor:
         """float32 (len(rows), width): the input the simulator's client gets for these rows."""
@@ -53,9 +54,10 @@ class TableBlock:
         return torch.from_numpy(np.ascontiguousarray(x[rows]))
 
     def sizes(self) -> dict:
-        """What the node tells the server at setup: its input shape, row counts and ids' digest."""
+        """What the node tells the server at setup: its input shape, row counts, ids' digest and
+        categorical columns."""
         return {"shape": [1, 1, int(self.train_x.shape[1])], "n_train": int(self.train_x.shape[0]),
-                "n_test": int(self.test_x.shape[0]), "ids": self.ids}
+                "n_test": int(self.test_x.shape[0]), "ids": self.ids, "categorical": self.categorical}
 
 
 def load_table_block(config: dict, index: int) -> TableBlock:
@@ -64,7 +66,8 @@ def load_table_block(config: dict, index: int) -> TableBlock:
     check_client_index(index, settings.clients, "vfl.clients")
     own = ClientTable(table_spec(config), index, holdout=dict(settings.table)["data.test_fraction"])
     cut = own.n_base - own.n_holdout
-    return TableBlock(index, own.X[:cut][:settings.train_rows], own.X[cut:][:settings.test_rows], own.ids)
+    return TableBlock(index, own.X[:cut][:settings.train_rows], own.X[cut:][:settings.test_rows], own.ids,
+                      own.categorical)
 
 
 def load_table_labels(config: dict) -> ServerLabels:
