@@ -59,6 +59,19 @@ def test_a_reference_of_other_settings_or_an_unfinished_run_is_not_used():
     assert any("1 run(s) not finished" in n for n in notes)
 
 
+def test_a_run_written_before_a_key_existed_pairs_when_the_other_has_its_default():
+    old = _run("a0", 0.965, 20.0, seed=0, **{"compression.up": "topk"})
+    del old.config["device"]  # a run from before the `device` key; its reference has the default
+    other = _run("b0", 0.965, 20.0, seed=0, **{"compression.up": "topk", "device": "cpu"})
+    del other.config["device"]
+    refs = [_run("none-0", 0.97, 100.0, seed=0, device="cpu")]  # not the default: no pair
+    comp = Comparison(REFERENCE, target=-0.5)
+    points, notes = compare(comp, [old], _refs(), "bytes_per_client_mb", "final_accuracy")
+    assert [p.seeds for p in points] == [[0]] and notes == []
+    points, notes = compare(comp, [other], refs, "bytes_per_client_mb", "final_accuracy")
+    assert points == [] and any("b0: no finished reference run" in n for n in notes)
+
+
 def _points(*pairs):
     runs = [_run(f"r{i}", 0.97 + gap / 100, 100.0 * (1 - saved),
                  **{"compression.up": "topk", "compression.ratio": 0.1 * (i + 1)})

@@ -118,9 +118,15 @@ def _matches(config: dict, values: dict) -> bool:
 
 
 def _comparable(config: dict, reference: dict, sections: set[str]) -> bool:
-    """Whether ``reference`` differs from ``config`` only within ``sections`` (and data.root)."""
+    """Whether ``reference`` differs from ``config`` only within ``sections`` (and data.root). A key
+    one side lacks (a run written before the key existed) counts as its default for the task."""
+    fields, task = schema().fields, config.get("task")
+
+    def value(c: dict, k: str):
+        return c[k] if k in c else (fields[k].default_for(task) if k in fields else None)
+
     keys = (set(config) | set(reference)) - {"data.root"}
-    return all(config.get(k) == reference.get(k) for k in keys if k.split(".", 1)[0] not in sections)
+    return all(value(config, k) == value(reference, k) for k in keys if k.split(".", 1)[0] not in sections)
 
 
 def _ok(run) -> bool:
