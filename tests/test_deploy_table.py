@@ -47,6 +47,24 @@ def table_config(paths: list[Path], **more) -> dict:
         "seed": 3} | more)
 
 
+
+def spy_on_reads(monkeypatch) -> dict[str, set[str]]:
+    """The files each thread opens through a party's own reader, filled as they are read; a read
+    through the simulator's TableSource fails the test."""
+    opened: dict[str, set[str]] = {}
+    read = fedstream.data.table_party.read_table
+
+    def spy(path):
+        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
+        return read(path)
+
+    def nothing_else(path):
+        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
+
+    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
+    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    return opened
+
 def test_one_file_tables_and_drift_are_refused_by_name(tmp_path):
     paths = split_customers(tmp_path, 40)
     with pytest.raises(ConfigError, match="one file per party"):
@@ -67,18 +85,7 @@ def test_each_party_opens_only_its_own_file_and_the_run_is_the_simulators(tmp_pa
     paths = split_customers(tmp_path)
     config = table_config(paths)
     engine, sizes, want = simulate(dict(config))
-    opened: dict[str, set[str]] = {}
-    read = fedstream.data.table_party.read_table
-
-    def spy(path):
-        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
-        return read(path)
-
-    def nothing_else(path):
-        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
-
-    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
-    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    opened = spy_on_reads(monkeypatch)
     with grpc_nodes(config, tmp_path) as (link, nodes):
         net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3),
                          stream=server_stream(config), record_sizes=True)
@@ -141,18 +148,7 @@ def test_batch_vfl_with_one_file_per_party_over_grpc_is_the_simulators(tmp_path,
         "data.label": "segment", "data.categorical": "channel", "data.test_fraction": 0.25,
         "model.hidden": 16, "train.epochs": 2, "train.batch_size": 32, "optimizer.lr": 0.05, "seed": 2})
     want, want_models = simulate_vfl(config)
-    opened: dict[str, set[str]] = {}
-    read = fedstream.data.table_party.read_table
-
-    def spy(path):
-        opened.setdefault(threading.current_thread().name, set()).add(Path(path).name)
-        return read(path)
-
-    def nothing_else(path):
-        raise AssertionError(f"a deployed party read {path} through the simulator's TableSource")
-
-    monkeypatch.setattr(fedstream.data.table_party, "read_table", spy)
-    monkeypatch.setattr(fedstream.data.table_source, "read_table", nothing_else)
+    opened = spy_on_reads(monkeypatch)
     with grpc_nodes(config, tmp_path) as (link, nodes):
         net = NetworkBatchVFL(config, GrpcRuntime(link).connect(3), labels=load_table_labels(config))
         got = net.run(models=True)
