@@ -1,5 +1,5 @@
-"""The compression options beyond the paper (issue 23): outlier clipping in the 3-sigma quantiser,
-float16 top-k values and error feedback on the uplink; each checked against an independent
+"""The compression options beyond the paper (issue 23): outlier clipping and stochastic rounding in
+the 3-sigma quantiser, float16 top-k values and error feedback on the uplink; each checked against an independent
 computation, with exact byte counts and exact state restore."""
 
 import numpy as np
@@ -50,6 +50,51 @@ def test_clip_on_the_link_counts_the_encoded_bytes_and_restores_its_state():
     g = arrays(9, scale=1e-3)
     assert np.array_equal(twin.down(Gradient(3, 1, g)).values, tr.down(Gradient(3, 1, g)).values)
     assert twin.ledger.down == [0, tr.ledger.down[1] - sent]
+
+
+# --- rounding = stochastic ------------------------------------------------------------------------
+def test_stochastic_rounding_picks_one_of_the_two_end_points_around_each_entry():
+    g = np.array([-0.74, -0.1, 0.0, 0.26, 0.5, 9.0], np.float32)
+    q = ThreeSigmaQuantizer(6, "zero", "stochastic")  # interval [-1.5, 1.5], step 0.5, end points k/2 - 1.5
+    x = (g.astype(np.float64) + 1.5) / 0.5
+    assert q.symbols(g, 0.0, 0.5, u=np.zeros(6)).tolist() == [1, 2, 3, 3, 4, 7]  # floor
+    assert q.symbols(g, 0.0, 0.5, u=np.full(6, 1 - 1e-12)).tolist() == [2, 3, 3, 4, 4, 7]  # ceil
+    assert q.symbols(g, 0.0, 0.5).tolist() == np.where(np.arange(6) < 5, np.rint(x), 7).tolist()  # no u: nearest
+    with pytest.raises(ProtocolError, match="rounding"):
+        ThreeSigmaQuantizer(6, "zero", "up")
+    with pytest.raises(ProtocolError, match="needs an rng"):
+        q.encode(g, QuantizerState(0.0, 0.5))
+
+
+def test_stochastic_rounding_is_unbiased_where_nearest_rounding_drops_small_entries():
+    """An entry smaller than half a step: nearest rounding always sends mu (0), stochastic rounding
+    sends 0 or one step with the right odds, so its mean over many draws is the entry."""
+    g = np.full(200_000, 0.05, np.float32)  # step 0.5: a tenth of a step above the end point 0
+    nearest, stochastic = ThreeSigmaQuantizer(6), ThreeSigmaQuantizer(6, "zero", "stochastic")
+    state = QuantizerState(0.0, 0.5)
+    assert not nearest.decode(nearest.encode(g, QuantizerState(0.0, 0.5)), g.shape).any()
+    got = stochastic.decode(stochastic.encode(g, state, np.random.default_rng(0)), g.shape)
+    assert set(np.unique(got).tolist()) == {0.0, 0.5}
+    assert abs(got.mean() - 0.05) < 0.003  # 7 standard errors (sd of the mean 0.00042)
+
+
+def test_stochastic_rounding_on_the_link_counts_the_encoded_bytes_and_draws_the_same_after_restore():
+    """Draws keyed by (client, coded count): each client its own, a restored link the same ones."""
+    spec = CompressionSpec(down="quant-huffman", rounding="stochastic")
+    tr, sent = CompressedTransport(2, spec), 0
+    q, state = ThreeSigmaQuantizer(24, "zero", "stochastic"), QuantizerState()
+    for t in range(3):
+        g = arrays(t)
+        data = q.encode(g, state, np.random.default_rng([0x5EED0, 1, t]))
+        sent += FRAME_SIZE + len(data)
+        np.testing.assert_array_equal(tr.down(Gradient(t, 1, g)).values, q.decode(data, g.shape))
+    assert tr.ledger.down == [0, sent]
+    g = arrays(7)
+    assert not np.array_equal(tr.down(Gradient(3, 0, g)).values, tr.down(Gradient(3, 1, g)).values)
+    twin = CompressedTransport(2, spec)
+    twin.load_state_dict(tr.state_dict())
+    g = arrays(9)
+    assert np.array_equal(twin.down(Gradient(4, 1, g)).values, tr.down(Gradient(4, 1, g)).values)
 
 
 # --- float16 values -------------------------------------------------------------------------------
@@ -169,6 +214,8 @@ def test_feedback_batch_state_restores_exactly_and_is_per_client():
     ({"feedback": True}, "compression.feedback = true needs compression.up"),
     ({"value_dtype": "float16"}, "compression.value_dtype = float16 needs compression.up"),
     ({"up": "topk", "outliers": "clip"}, "compression.outliers = 'clip' needs compression.down = quant"),
+    ({"down": "sign", "rounding": "stochastic"}, "compression.rounding = 'stochastic' needs compression.down"),
+    ({"down": "quant-huffman", "rounding": "up"}, "compression.rounding"),
     ({"up": "topk", "value_dtype": "float64"}, "compression.value_dtype"),
     ({"up": "topk", "feedback": 1}, "compression.feedback"),
 ])

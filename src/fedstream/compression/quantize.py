@@ -32,6 +32,12 @@ Choices the paper leaves open, made here:
   mini-batch gradient keeps its largest entries' sign and most of their size instead of losing
   them. Only the encoder differs; the message format and the decoder are the same (a clipped
   message simply never uses symbol P + 1).
+* **Rounding** (``rounding``): ``"nearest"`` is the paper's (``rint``). ``"stochastic"`` (an
+  option beyond the paper, off by default) rounds up with probability equal to the fractional
+  part, ``k = floor((g - lo) / step + u)`` with u uniform in [0, 1): an entry inside the interval is
+  then sent unbiased, E[g~] = g, where nearest rounding sends every entry smaller than step / 2 =
+  sigma / 8 (at P = 24) as mu, i.e. drops most of a heavy-tailed gradient's small entries. The
+  sender draws u; the format and the decoder are the same.
 * sigma = 0 (a constant previous gradient) collapses the interval to the point mu: entries equal
   to mu get symbol 0 (value mu), all others are outliers (0).
 
@@ -89,33 +95,41 @@ def gradient_stats(grad: np.ndarray) -> tuple[float, float]:
 
 
 OUTLIERS = ("zero", "clip")
+ROUNDINGS = ("nearest", "stochastic")
 
 
 class ThreeSigmaQuantizer:
     """The paper's downlink codec: 3-sigma interval, P-level uniform quantisation, Huffman coding.
 
     ``outliers``: ``"zero"`` (the paper) sends entries outside the interval as 0, ``"clip"`` as the
-    nearer end point."""
+    nearer end point. ``rounding``: ``"nearest"`` (the paper) or ``"stochastic"`` (unbiased; the
+    uniform draws come from the ``rng`` given to :meth:`encode`)."""
 
-    def __init__(self, levels: int = 24, outliers: str = "zero"):
+    def __init__(self, levels: int = 24, outliers: str = "zero", rounding: str = "nearest"):
         if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 1 <= levels <= 254:
             raise ProtocolError(
                 f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}"
             )
         if outliers not in OUTLIERS:
             raise ProtocolError(f"3-sigma quantiser: outliers = {outliers!r}, expected one of {OUTLIERS}")
+        if rounding not in ROUNDINGS:
+            raise ProtocolError(f"3-sigma quantiser: rounding = {rounding!r}, expected one of {ROUNDINGS}")
         self.levels = int(levels)
         self.outliers = outliers
+        self.rounding = rounding
         self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
 
-    def symbols(self, grad: np.ndarray, mu: float, sigma: float) -> np.ndarray:
-        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step``; outside the interval
-        P + 1 (``outliers = "zero"``) or the nearer end, 0 or P (``"clip"``)."""
+    def symbols(self, grad: np.ndarray, mu: float, sigma: float, u: np.ndarray | None = None) -> np.ndarray:
+        """Quantise: symbol k in 0..P for the nearest end point ``lo + k step`` (or, given uniform
+        draws ``u`` of the gradient's size, ``floor((g - lo) / step + u)``: stochastic rounding);
+        outside the interval P + 1 (``outliers = "zero"``) or the nearer end, 0 or P (``"clip"``)."""
         g = grad.astype(np.float64, copy=False).ravel()
         lo, hi, step = self._grid(mu, sigma)
         inside = (g >= lo) & (g <= hi)
         if step > 0:
-            k = np.clip(np.rint((g - lo) / step), 0, self.levels).astype(np.int64)
+            x = (g - lo) / step
+            x = np.rint(x) if u is None else np.floor(x + u)
+            k = np.clip(x, 0, self.levels).astype(np.int64)
         else:
             k = np.zeros(g.size, dtype=np.int64)
         if self.outliers == "clip":
@@ -133,16 +147,22 @@ class ThreeSigmaQuantizer:
         mu, sigma = float(np.float32(mu)), float(np.float32(sigma))
         return mu - 3.0 * sigma, mu + 3.0 * sigma, 6.0 * sigma / self.levels
 
-    def encode(self, grad: np.ndarray, state: QuantizerState) -> bytes:
+    def encode(self, grad: np.ndarray, state: QuantizerState, rng: np.random.Generator | None = None) -> bytes:
         """Quantise and code ``grad`` with the previous round's stats in ``state``, then record this
-        round's."""
+        round's. ``rng``: the source of the uniform draws of ``rounding = "stochastic"`` (required
+        then, ignored otherwise)."""
         if not isinstance(state, QuantizerState):
             raise ProtocolError(f"state must be a QuantizerState, got {type(state).__name__}")
         g = as_float32(grad, "3-sigma quantiser")
         current = gradient_stats(g)
         # first round: current
         mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))
-        sym = self.symbols(g, mu, sigma)
+        u = None
+        if self.rounding == "stochastic":
+            if rng is None:
+                raise ProtocolError("3-sigma quantiser: rounding = 'stochastic' needs an rng to encode")
+            u = rng.random(g.size)
+        sym = self.symbols(g, mu, sigma, u)
         block = encode_block(sym, self.levels + 2)
         state.mu, state.sigma = current
         state.rounds += 1

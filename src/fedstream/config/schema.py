@@ -143,6 +143,12 @@ SHARED: dict[str, Field] = {
         "quant-huffman: entries outside mu +- 3 sigma sent as 0 (the paper) or clipped to the ends",
         choices=("zero", "clip"),
     ),
+    "compression.rounding": Field(
+        str,
+        "nearest",
+        "quant-huffman: round to the nearest level (the paper) or stochastically (unbiased)",
+        choices=("nearest", "stochastic"),
+    ),
     "compression.value_dtype": Field(
         str,
         "float32",

@@ -43,6 +43,7 @@ from fedstream.transport.wire import CODEC_NAMES, frame, is_compressed, unframe
 UP_CODECS = ("none", "topk", "topk-grad")
 DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")
 OUTLIERS = ("zero", "clip")
+ROUNDINGS = ("nearest", "stochastic")
 VALUE_DTYPES = ("float32", "float16")
 
 
@@ -60,7 +61,8 @@ class CompressionSpec:
     [mu - 3 sigma, mu + 3 sigma] as 0 (``zero``, the paper) or as the nearer end point (``clip``);
     ``value_dtype``: the sent top-k values as ``float32`` (the paper) or ``float16``; ``feedback``:
     the client adds to each sample's embedding the residual of what it did not send for that
-    sample the last time (error feedback).
+    sample the last time (error feedback); ``rounding``: the quantiser rounds to the nearest level
+    (``nearest``, the paper) or up with probability the fractional part (``stochastic``, unbiased).
     """
 
     up: str = "none"
@@ -71,6 +73,7 @@ class CompressionSpec:
     outliers: str = "zero"
     value_dtype: str = "float32"
     feedback: bool = False
+    rounding: str = "nearest"
 
     def __post_init__(self) -> None:
         _check_choice("compression.up", self.up, UP_CODECS)
@@ -100,9 +103,11 @@ class CompressionSpec:
                 if str(getattr(self, key)).lower() == value:
                     raise ConfigError(f"compression.{key} = {value} needs compression.up = topk or "
                                       f"topk-grad ({what})")
-        if self.outliers != "zero" and self.down != "quant-huffman":
-            raise ConfigError(f"compression.outliers = {self.outliers!r} needs compression.down = "
-                              "quant-huffman (it is the 3-sigma quantiser's rule)")
+        _check_choice("compression.rounding", self.rounding, ROUNDINGS)
+        for key, off in (("outliers", "zero"), ("rounding", "nearest")):
+            if getattr(self, key) != off and self.down != "quant-huffman":
+                raise ConfigError(f"compression.{key} = {getattr(self, key)!r} needs compression.down = "
+                                  "quant-huffman (it is the 3-sigma quantiser's rule)")
 
     @property
     def is_none(self) -> bool:
@@ -129,14 +134,16 @@ def up_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
     return kind(spec.ratio, value_dtype=spec.value_dtype, feedback=spec.feedback), SparseReceiver(spec.cache)
 
 
-def down_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
-    """(server-side sender, client-side receiver) of the downlink, or None for ``none``."""
+def down_codec(spec: CompressionSpec, client: int = 0) -> tuple[Sender, Receiver] | None:
+    """(server-side sender, client-side receiver) of the downlink, or None for ``none``.
+
+    ``client``: the link's client index (it keys the stochastic rounding's draws)."""
     if spec.down == "none":
         return None
     if spec.down in ("sign", "sign-scaled"):
         scaled = spec.down == "sign-scaled"
         return SignSender(scaled), SignReceiver(scaled)
-    return QuantSender(spec.levels, spec.outliers), QuantReceiver(spec.levels)
+    return QuantSender(spec.levels, spec.outliers, spec.rounding, client), QuantReceiver(spec.levels)
 
 
 class _Endpoint:
@@ -230,7 +237,7 @@ class ServerEndpoint(_Endpoint):
     sends, receives, side = Gradient, Embedding, "server"
 
     def __init__(self, client: int, spec: CompressionSpec):
-        up, down = up_codec(spec), down_codec(spec)
+        up, down = up_codec(spec), down_codec(spec, client)
         super().__init__(client, down and down[0], up and up[1])
 
 

@@ -266,18 +266,30 @@ class SignReceiver(Receiver):
         return self.codec.decode(payload, shape)
 
 
+_STOCHASTIC_ROUNDING = 0x5EED0  # a fixed first word of the rounding draws' key (no other stream uses it)
+
+
 class QuantSender(Sender):
     """The 3-sigma quantiser with Huffman coding (section 3.2), with this client's mu, sigma table;
-    ``outliers`` = "zero" (the paper) or "clip" (to the interval's ends)."""
+    ``outliers`` = "zero" (the paper) or "clip" (to the interval's ends); ``rounding`` = "nearest"
+    (the paper) or "stochastic".
+
+    Stochastic rounding draws its uniforms from a generator keyed by (``key``, the number of
+    gradients this sender has coded), ``key`` being the client's index: the draws depend on nothing
+    else, so a resumed run (the count is in the state) and every runtime draw the same."""
 
     wire = QUANT
 
-    def __init__(self, levels: int, outliers: str = "zero"):
-        self.codec = ThreeSigmaQuantizer(levels, outliers)
+    def __init__(self, levels: int, outliers: str = "zero", rounding: str = "nearest", key: int = 0):
+        self.codec = ThreeSigmaQuantizer(levels, outliers, rounding)
         self.state = QuantizerState()
+        self.key = int(key)
 
     def payload(self, values: np.ndarray, **_) -> bytes:
-        return self.codec.encode(values, self.state)
+        rng = None
+        if self.codec.rounding == "stochastic":
+            rng = np.random.default_rng([_STOCHASTIC_ROUNDING, self.key, self.state.rounds])
+        return self.codec.encode(values, self.state, rng)
 
     def state_dict(self) -> State:
         s = self.state

@@ -32,7 +32,8 @@ def compression_line(c: dict) -> str:
     cache = " + cache" if c["compression.cache"] else ""
     line = f"up {c['compression.up']}{cache}, down {c['compression.down']}"
     extra = [f"{k} {c.get(f'compression.{k}')}" for k, off in
-             (("outliers", "zero"), ("value_dtype", "float32"), ("feedback", False))
+             (("outliers", "zero"), ("rounding", "nearest"), ("value_dtype", "float32"),
+              ("feedback", False))
              if c.get(f"compression.{k}", off) != off]
     return line + "".join(f", {e}" for e in extra)
 
