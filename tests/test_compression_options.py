@@ -1,6 +1,6 @@
-"""The compression options beyond the paper (issue 23): outlier clipping and stochastic rounding in
-the 3-sigma quantiser, float16 top-k values and error feedback on the uplink; each checked against an independent
-computation, with exact byte counts and exact state restore."""
+"""The compression options beyond the paper (issue 23): outlier clipping and stochastic rounding
+in the 3-sigma quantiser, float16 top-k values and error feedback on the uplink; each checked
+against an independent computation, with exact byte counts and exact state restore."""
 
 import numpy as np
 import pytest
@@ -59,7 +59,8 @@ def test_stochastic_rounding_picks_one_of_the_two_end_points_around_each_entry()
     x = (g.astype(np.float64) + 1.5) / 0.5
     assert q.symbols(g, 0.0, 0.5, u=np.zeros(6)).tolist() == [1, 2, 3, 3, 4, 7]  # floor
     assert q.symbols(g, 0.0, 0.5, u=np.full(6, 1 - 1e-12)).tolist() == [2, 3, 3, 4, 4, 7]  # ceil
-    assert q.symbols(g, 0.0, 0.5).tolist() == np.where(np.arange(6) < 5, np.rint(x), 7).tolist()  # no u: nearest
+    nearest = np.where(np.arange(6) < 5, np.rint(x), 7)
+    assert q.symbols(g, 0.0, 0.5).tolist() == nearest.tolist()  # no u: the nearest end point
     with pytest.raises(ProtocolError, match="rounding"):
         ThreeSigmaQuantizer(6, "zero", "up")
     with pytest.raises(ProtocolError, match="needs an rng"):
@@ -214,7 +215,8 @@ def test_feedback_batch_state_restores_exactly_and_is_per_client():
     ({"feedback": True}, "compression.feedback = true needs compression.up"),
     ({"value_dtype": "float16"}, "compression.value_dtype = float16 needs compression.up"),
     ({"up": "topk", "outliers": "clip"}, "compression.outliers = 'clip' needs compression.down = quant"),
-    ({"down": "sign", "rounding": "stochastic"}, "compression.rounding = 'stochastic' needs compression.down"),
+    ({"down": "sign", "rounding": "stochastic"},
+     "compression.rounding = 'stochastic' needs compression.down"),
     ({"down": "quant-huffman", "rounding": "up"}, "compression.rounding"),
     ({"up": "topk", "value_dtype": "float64"}, "compression.value_dtype"),
     ({"up": "topk", "feedback": 1}, "compression.feedback"),

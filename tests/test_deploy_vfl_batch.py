@@ -89,7 +89,8 @@ def test_compressed_loopback_deployment_equals_the_simulator(data_root, tmp_path
 
 def test_compression_options_deployed_equal_the_simulator(data_root, tmp_path):
     """Error feedback keyed by sample (the node passes its rows' dataset ids, test rows after the
-    training ones, as the simulator), float16 values, clipped outliers, stochastic rounding (draws keyed by client and count): the same run on the wire."""
+    training ones, as the simulator), float16 values, clipped outliers, stochastic rounding (draws
+    keyed by client and count): the same run on the wire."""
     options = {"compression.up": "topk-grad", "compression.cache": True, "compression.feedback": True,
                "compression.value_dtype": "float16", "compression.down": "quant-huffman",
                "compression.outliers": "clip", "compression.rounding": "stochastic"}

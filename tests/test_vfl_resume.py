@@ -14,7 +14,8 @@ from tests.helpers.runs import untimed
 SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "batch_size": 50, "lr": 0.05}
 COMBINATION = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman")  # every kind of link state
 OPTIONS = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman", outliers="clip",
-                          value_dtype="float16", feedback=True, ratio=0.25, rounding="stochastic")  # + per-sample residuals
+                          value_dtype="float16", feedback=True, ratio=0.25,
+                          rounding="stochastic")  # + per-sample residuals
 
 
 class Interrupt(Exception):

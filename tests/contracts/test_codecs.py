@@ -173,7 +173,8 @@ LINKS = [
     LinkCase("quant-huffman-24", CompressionSpec(down="quant-huffman", levels=24), "down"),
     LinkCase("quant-huffman-3", CompressionSpec(down="quant-huffman", levels=3), "down"),
     LinkCase("quant-huffman-clip", CompressionSpec(down="quant-huffman", outliers="clip"), "down"),
-    LinkCase("quant-huffman-stochastic", CompressionSpec(down="quant-huffman", rounding="stochastic"), "down"),
+    LinkCase("quant-huffman-stochastic", CompressionSpec(down="quant-huffman", rounding="stochastic"),
+             "down"),
 ]
 LINK_IDS = [c.name for c in LINKS]
 

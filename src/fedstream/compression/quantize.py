@@ -147,7 +147,9 @@ class ThreeSigmaQuantizer:
         mu, sigma = float(np.float32(mu)), float(np.float32(sigma))
         return mu - 3.0 * sigma, mu + 3.0 * sigma, 6.0 * sigma / self.levels
 
-    def encode(self, grad: np.ndarray, state: QuantizerState, rng: np.random.Generator | None = None) -> bytes:
+    def encode(
+        self, grad: np.ndarray, state: QuantizerState, rng: np.random.Generator | None = None
+    ) -> bytes:
         """Quantise and code ``grad`` with the previous round's stats in ``state``, then record this
         round's. ``rng``: the source of the uniform draws of ``rounding = "stochastic"`` (required
         then, ignored otherwise)."""
