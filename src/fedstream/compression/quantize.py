@@ -38,6 +38,12 @@ Choices the paper leaves open, made here:
   then sent unbiased, E[g~] = g, where nearest rounding sends every entry smaller than step / 2 =
   sigma / 8 (at P = 24) as mu, i.e. drops most of a heavy-tailed gradient's small entries. The
   sender draws u; the format and the decoder are the same.
+* **Interval width** (``width``): the paper's interval is mu +- 3 sigma. ``width = w`` (an option
+  beyond the paper, default 3) quantises on mu +- w sigma instead: a heavy-tailed gradient keeps
+  more of its largest entries (with ``outliers = "clip"``, fewer are cut to the ends), at a
+  coarser step 2 w sigma / P unless P grows with it. The message carries s = w sigma / 3 in its
+  sigma field (the interval's half width over 3), so the format and the decoder are unchanged:
+  the decoder's mu +- 3 s is the sender's mu +- w sigma.
 * sigma = 0 (a constant previous gradient) collapses the interval to the point mu: entries equal
   to mu get symbol 0 (value mu), all others are outliers (0).
 
@@ -103,9 +109,12 @@ class ThreeSigmaQuantizer:
 
     ``outliers``: ``"zero"`` (the paper) sends entries outside the interval as 0, ``"clip"`` as the
     nearer end point. ``rounding``: ``"nearest"`` (the paper) or ``"stochastic"`` (unbiased; the
-    uniform draws come from the ``rng`` given to :meth:`encode`)."""
+    uniform draws come from the ``rng`` given to :meth:`encode`). ``width``: the interval's half width
+    in standard deviations (the paper: 3)."""
 
-    def __init__(self, levels: int = 24, outliers: str = "zero", rounding: str = "nearest"):
+    def __init__(
+        self, levels: int = 24, outliers: str = "zero", rounding: str = "nearest", width: float = 3.0
+    ):
         if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 1 <= levels <= 254:
             raise ProtocolError(
                 f"levels P must be an integer in 1..254 (P + 2 symbols fit a byte), got {levels!r}"
@@ -114,9 +123,12 @@ class ThreeSigmaQuantizer:
             raise ProtocolError(f"3-sigma quantiser: outliers = {outliers!r}, expected one of {OUTLIERS}")
         if rounding not in ROUNDINGS:
             raise ProtocolError(f"3-sigma quantiser: rounding = {rounding!r}, expected one of {ROUNDINGS}")
+        if isinstance(width, bool) or not isinstance(width, (int, float)) or not 0 < width <= 64:
+            raise ProtocolError(f"3-sigma quantiser: width = {width!r}, expected a number in (0, 64]")
         self.levels = int(levels)
         self.outliers = outliers
         self.rounding = rounding
+        self.width = float(width)
         self.outlier = self.levels + 1  # the symbol of "outside the interval, sent as 0"
 
     def symbols(self, grad: np.ndarray, mu: float, sigma: float, u: np.ndarray | None = None) -> np.ndarray:
@@ -159,6 +171,8 @@ class ThreeSigmaQuantizer:
         current = gradient_stats(g)
         # first round: current
         mu, sigma = map(np.float32, current if state.mu is None else (state.mu, state.sigma))
+        if self.width != 3.0:  # the sigma field carries the half width over 3 (see the module notes)
+            sigma = np.float32(float(sigma) * self.width / 3.0)
         u = None
         if self.rounding == "stochastic":
             if rng is None:

@@ -149,6 +149,9 @@ SHARED: dict[str, Field] = {
         "quant-huffman: round to the nearest level (the paper) or stochastically (unbiased)",
         choices=("nearest", "stochastic"),
     ),
+    "compression.width": Field(
+        float, 3.0, "quant-huffman: the interval is mu +- width sigma (the paper: 3)", min=0.01, max=64
+    ),
     "compression.value_dtype": Field(
         str,
         "float32",

@@ -38,7 +38,8 @@ from a few hundred samples) or its HIGGS/SUSY models (4-layer bottoms, a 5-layer
 thousands); the value is the dataset whose models the builders make."""
 
 COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24,
-               "outliers": "zero", "value_dtype": "float32", "feedback": False, "rounding": "nearest"}
+               "outliers": "zero", "value_dtype": "float32", "feedback": False, "rounding": "nearest",
+               "width": 3.0}
 """``compression``'s keys (``compression.*`` without the prefix) and their defaults, the config's."""
 
 

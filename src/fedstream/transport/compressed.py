@@ -62,7 +62,8 @@ class CompressionSpec:
     ``value_dtype``: the sent top-k values as ``float32`` (the paper) or ``float16``; ``feedback``:
     the client adds to each sample's embedding the residual of what it did not send for that
     sample the last time (error feedback); ``rounding``: the quantiser rounds to the nearest level
-    (``nearest``, the paper) or up with probability the fractional part (``stochastic``, unbiased).
+    (``nearest``, the paper) or up with probability the fractional part (``stochastic``, unbiased);
+    ``width``: the quantiser's interval is mu +- width sigma (the paper: 3).
     """
 
     up: str = "none"
@@ -74,6 +75,7 @@ class CompressionSpec:
     value_dtype: str = "float32"
     feedback: bool = False
     rounding: str = "nearest"
+    width: float = 3.0
 
     def __post_init__(self) -> None:
         _check_choice("compression.up", self.up, UP_CODECS)
@@ -104,7 +106,10 @@ class CompressionSpec:
                     raise ConfigError(f"compression.{key} = {value} needs compression.up = topk or "
                                       f"topk-grad ({what})")
         _check_choice("compression.rounding", self.rounding, ROUNDINGS)
-        for key, off in (("outliers", "zero"), ("rounding", "nearest")):
+        w = self.width
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 64:
+            raise ConfigError(f"compression.width = {self.width!r}: expected a number in (0, 64] (paper: 3)")
+        for key, off in (("outliers", "zero"), ("rounding", "nearest"), ("width", 3.0)):
             if getattr(self, key) != off and self.down != "quant-huffman":
                 raise ConfigError(f"compression.{key} = {getattr(self, key)!r} needs compression.down = "
                                   "quant-huffman (it is the 3-sigma quantiser's rule)")
@@ -143,7 +148,8 @@ def down_codec(spec: CompressionSpec, client: int = 0) -> tuple[Sender, Receiver
     if spec.down in ("sign", "sign-scaled"):
         scaled = spec.down == "sign-scaled"
         return SignSender(scaled), SignReceiver(scaled)
-    return QuantSender(spec.levels, spec.outliers, spec.rounding, client), QuantReceiver(spec.levels)
+    return (QuantSender(spec.levels, spec.outliers, spec.rounding, client, spec.width),
+            QuantReceiver(spec.levels))
 
 
 class _Endpoint:

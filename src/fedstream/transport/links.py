@@ -272,7 +272,7 @@ _STOCHASTIC_ROUNDING = 0x5EED0  # a fixed first word of the rounding draws' key 
 class QuantSender(Sender):
     """The 3-sigma quantiser with Huffman coding (section 3.2), with this client's mu, sigma table;
     ``outliers`` = "zero" (the paper) or "clip" (to the interval's ends); ``rounding`` = "nearest"
-    (the paper) or "stochastic".
+    (the paper) or "stochastic"; ``width``: the interval mu +- width sigma (the paper: 3).
 
     Stochastic rounding draws its uniforms from a generator keyed by (``key``, the number of
     gradients this sender has coded), ``key`` being the client's index: the draws depend on nothing
@@ -280,8 +280,9 @@ class QuantSender(Sender):
 
     wire = QUANT
 
-    def __init__(self, levels: int, outliers: str = "zero", rounding: str = "nearest", key: int = 0):
-        self.codec = ThreeSigmaQuantizer(levels, outliers, rounding)
+    def __init__(self, levels: int, outliers: str = "zero", rounding: str = "nearest", key: int = 0,
+                 width: float = 3.0):
+        self.codec = ThreeSigmaQuantizer(levels, outliers, rounding, width)
         self.state = QuantizerState()
         self.key = int(key)
 
