@@ -230,3 +230,32 @@ def test_a_link_state_of_the_old_column_ranking_is_refused():
     tr = CompressedTransport(1, CompressionSpec(up="topk-grad"))
     with pytest.raises(ProtocolError, match="column ranking"):
         tr.load_state_dict({"client0.sender.last_gradient": np.ones((2, 8), np.float32)})
+
+
+# --- width ----------------------------------------------------------------------------------------
+def test_width_quantises_on_mu_plus_minus_width_sigma_and_any_decoder_reads_it():
+    g = np.array([-10.0, -2.9, -0.5, 0.0, 1.1, 2.0, 7.0], np.float32)
+    wide = ThreeSigmaQuantizer(12, "zero", width=6.0)  # interval [-3, 3] for sigma 0.5, step 0.5
+    data = wide.encode(g, QuantizerState(0.0, 0.5))
+    want = [0.0, -3.0, -0.5, 0.0, 1.0, 2.0, 0.0]  # -2.9 -> -3.0 (inside 6 sigma, outside 3 sigma)
+    np.testing.assert_array_equal(ThreeSigmaQuantizer(12).decode(data, g.shape), np.float32(want))
+    narrow = ThreeSigmaQuantizer(6, "zero").encode(g, QuantizerState(0.0, 0.5))  # same step, 3 sigma
+    assert ThreeSigmaQuantizer(6).decode(narrow, g.shape)[1] == 0  # -2.9 is an outlier at 3 sigma
+    with pytest.raises(ProtocolError, match="width"):
+        ThreeSigmaQuantizer(6, width=0)
+
+
+def test_width_on_the_link_counts_the_encoded_bytes():
+    spec = CompressionSpec(down="quant-huffman", outliers="clip", levels=48, width=6.0)
+    tr, state, sent = CompressedTransport(1, spec), QuantizerState(), 0
+    q = ThreeSigmaQuantizer(48, "clip", width=6.0)
+    for t in range(3):
+        g = arrays(t)
+        data = q.encode(g, state)
+        sent += FRAME_SIZE + len(data)
+        np.testing.assert_array_equal(tr.down(Gradient(t, 0, g)).values, q.decode(data, g.shape))
+    assert tr.ledger.down == [sent]
+    with pytest.raises(ConfigError, match="compression.width = 6.0 needs compression.down"):
+        CompressionSpec(down="sign", width=6.0)
+    with pytest.raises(ConfigError, match="compression.width"):
+        CompressionSpec(down="quant-huffman", width=-1)
