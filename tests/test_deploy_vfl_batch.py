@@ -93,7 +93,8 @@ def test_compression_options_deployed_equal_the_simulator(data_root, tmp_path):
     keyed by client and count): the same run on the wire."""
     options = {"compression.up": "topk-grad", "compression.cache": True, "compression.feedback": True,
                "compression.value_dtype": "float16", "compression.down": "quant-huffman",
-               "compression.outliers": "clip", "compression.rounding": "stochastic"}
+               "compression.outliers": "clip", "compression.rounding": "stochastic",
+               "compression.width": 5.0}
     config = vfl_tiny_config(data_root, **options, **{"train.epochs": 2})
     want, want_models = simulate_vfl(config)
     net, got, _ = deploy_vfl(config, data_root, tmp_path)

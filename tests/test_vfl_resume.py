@@ -15,7 +15,7 @@ SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "b
 COMBINATION = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman")  # every kind of link state
 OPTIONS = CompressionSpec(up="topk-grad", cache=True, down="quant-huffman", outliers="clip",
                           value_dtype="float16", feedback=True, ratio=0.25,
-                          rounding="stochastic")  # + per-sample residuals
+                          rounding="stochastic", width=5.0)  # + per-sample residuals
 
 
 class Interrupt(Exception):

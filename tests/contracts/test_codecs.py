@@ -58,13 +58,13 @@ def sign(v, out, codec):
     assert np.array_equal(out, np.where(v >= 0, scale, -scale).astype(np.float32))
 
 
-def three_sigma(v, out, levels, stochastic=False):
-    """First round: entries within mu +- 3 sigma of v's own stats land on the nearest of the P + 1
-    grid points (error <= half a step; stochastic rounding: on one of the two around them, error
-    < one step), the others are 0."""
+def three_sigma(v, out, levels, stochastic=False, width=3.0):
+    """First round: entries within mu +- width sigma of v's own stats land on the nearest of the
+    P + 1 grid points (error <= half a step; stochastic rounding: on one of the two around them,
+    error < one step), the others are 0."""
     mu, sigma = np.float32(v.mean(dtype=np.float64)), np.float32(v.std(dtype=np.float64))
-    inside = np.abs(v.astype(np.float64) - mu) <= 3 * sigma
-    bound = (6.0 if stochastic else 3.0) * float(sigma) / levels
+    inside = np.abs(v.astype(np.float64) - mu) <= width * sigma * (1 - 1e-6)
+    bound = (2.0 if stochastic else 1.0) * width * float(sigma) / levels
     assert np.all(np.abs(out[inside] - v[inside]) <= bound * (1 + 1e-5))
     assert np.all(out[~inside] == 0)
 
@@ -173,6 +173,7 @@ LINKS = [
     LinkCase("quant-huffman-24", CompressionSpec(down="quant-huffman", levels=24), "down"),
     LinkCase("quant-huffman-3", CompressionSpec(down="quant-huffman", levels=3), "down"),
     LinkCase("quant-huffman-clip", CompressionSpec(down="quant-huffman", outliers="clip"), "down"),
+    LinkCase("quant-huffman-width-6", CompressionSpec(down="quant-huffman", levels=48, width=6.0), "down"),
     LinkCase("quant-huffman-stochastic", CompressionSpec(down="quant-huffman", rounding="stochastic"),
              "down"),
 ]
@@ -212,7 +213,7 @@ def test_link_round_trip(case):
         lo, hi = float(mu) - 3 * float(sigma), float(mu) + 3 * float(sigma)
         three_sigma(np.clip(v, lo, hi).astype(np.float32), out, case.spec.levels)
     elif case.spec.down == "quant-huffman":
-        three_sigma(v, out, case.spec.levels, stochastic=case.spec.rounding == "stochastic")
+        three_sigma(v, out, case.spec.levels, case.spec.rounding == "stochastic", case.spec.width)
     else:
         sign(v, out, SignCodec(case.spec.down == "sign-scaled"))
 
