@@ -232,6 +232,47 @@ def test_a_link_state_of_the_old_column_ranking_is_refused():
         tr.load_state_dict({"client0.sender.last_gradient": np.ones((2, 8), np.float32)})
 
 
+# --- int8 values ---------------------------------------------------------------------------------
+def test_int8_values_sit_on_a_per_row_scale_computed_independently():
+    v = arrays(4, (5, 32))
+    v[2] = 0.0  # a row whose sent entries are all 0: scale 0
+    data, sent = TopK(0.5, "int8").pack(v, TopK(0.5).select(v))
+    mask = TopK(0.5).select(v)
+    assert len(data) == 1 + 5 * 32 // 8 + 2 * 5 + int(mask.sum())  # flag, bitmap, scales, one byte each
+    for r in range(5):
+        peak = np.abs(v[r][mask[r]]).max()
+        s = np.float16(peak)
+        s = s if float(s) >= peak else np.nextafter(s, np.float16(np.inf))  # rounded up
+        want = [np.rint(127 * x / float(s)) * float(s) / 127 if s > 0 else 0.0 for x in v[r][mask[r]]]
+        np.testing.assert_allclose(sent[r][mask[r]], want, rtol=1e-6, atol=0)
+        assert np.abs(sent[r][mask[r]] - v[r][mask[r]]).max() <= peak / 254 * 1.001
+    np.testing.assert_array_equal(unpack_sparse(data, v.shape).dense(), sent)
+
+
+def test_int8_payloads_that_lie_are_refused():
+    v = arrays(5, (2, 16))
+    data = bytearray(TopK(0.25, "int8").encode(v))
+    with pytest.raises(ProtocolError, match="need"):
+        unpack_sparse(bytes(data[:-1]), v.shape)
+    bad = bytearray(data)
+    bad[-1] = 0x80  # code -128
+    with pytest.raises(ProtocolError, match="-127..127"):
+        unpack_sparse(bytes(bad), v.shape)
+    both = bytes([data[0] | F16]) + bytes(data[1:])
+    with pytest.raises(ProtocolError, match="both float16 and int8"):
+        unpack_sparse(both, v.shape)
+
+
+def test_int8_at_twice_the_float16_ratio_costs_two_bytes_a_row_more_on_the_link():
+    e = arrays(6, (8, 128))
+    sizes = {}
+    for dtype, ratio in (("float16", 0.25), ("int8", 0.5)):
+        tr = CompressedTransport(1, CompressionSpec(up="topk-grad", ratio=ratio, value_dtype=dtype))
+        tr.up(Embedding(0, 0, e))
+        sizes[dtype] = tr.ledger.up[0]
+    assert sizes["int8"] == sizes["float16"] + 2 * 8
+
+
 # --- width ----------------------------------------------------------------------------------------
 def test_width_quantises_on_mu_plus_minus_width_sigma_and_any_decoder_reads_it():
     g = np.array([-10.0, -2.9, -0.5, 0.0, 1.1, 2.0, 7.0], np.float32)

@@ -207,7 +207,7 @@ def test_nan_model_is_reported_as_divergence_not_a_protocol_bug():
 
 
 OPTIONS = {"compression.up": "topk-grad", "compression.cache": True, "compression.feedback": True,
-           "compression.value_dtype": "float16", "compression.outliers": "clip", "optimizer.name": "slr",
+           "compression.value_dtype": "int8", "compression.outliers": "clip", "optimizer.name": "slr",
            "compression.rounding": "stochastic", "compression.width": 5.0}
 
 

@@ -168,6 +168,8 @@ LINKS = [
     LinkCase("topk-grad-f16-feedback-cache",
              CompressionSpec(up="topk-grad", ratio=0.25, value_dtype="float16", feedback=True, cache=True),
              "up"),
+    LinkCase("topk-grad-int8-feedback-cache",
+             CompressionSpec(up="topk-grad", ratio=0.5, value_dtype="int8", feedback=True, cache=True), "up"),
     LinkCase("sign", CompressionSpec(down="sign"), "down"),
     LinkCase("sign-scaled", CompressionSpec(down="sign-scaled"), "down"),
     LinkCase("quant-huffman-24", CompressionSpec(down="quant-huffman", levels=24), "down"),
@@ -205,7 +207,12 @@ def test_link_round_trip(case):
     sender, receiver = case.make()
     v = _values(3, (1, 16))
     out = receiver.values(memoryview(sender.payload(v)), v.shape, round=0)
-    if case.direction == "up":
+    if case.direction == "up" and case.spec.value_dtype == "int8":  # the top-k entries, within s / 254
+        kept = out != 0
+        exact = np.where(kept, v, 0)
+        top_k(exact, exact, TopK(case.spec.ratio))
+        assert np.abs(out - exact).max() <= np.abs(exact).max() / 254 * 1.001
+    elif case.direction == "up":
         wire = v.astype(np.float16).astype(np.float32) if case.spec.value_dtype == "float16" else v
         top_k(wire, out, TopK(case.spec.ratio))
     elif case.spec.outliers == "clip":  # first round: v's own stats; outliers land on the ends

@@ -31,7 +31,11 @@ which is the paper's argument. The choice and the measurements that led to it ar
 
 Indices are flat, row-major, increasing; values follow in that order. Bit 1 of the flag (``F16 =
 2``) says the values are float16 (``value_dtype = "float16"``: 2 bytes per sent entry, so twice k
-costs what k float32 entries cost); values beyond float16's range are clipped to +-65504. A bitmap
+costs what k float32 entries cost); values beyond float16's range are clipped to +-65504. Bit 2
+(``I8 = 4``) says they are int8 with one float16 scale per row (``value_dtype = "int8"``): the
+section holds the rows' scales s_r = max |v| over the row's sent entries (float16, rounded up),
+then q = rint(127 v / s_r) per entry, decoded as q s_r / 127 (1 byte per entry + 2 per row, so
+four times k costs about what k float32 entries cost; the error is at most s_r / 254). A bitmap
 costs n/8 bytes whatever the sparsity; deltas cost about one byte per kept entry while gaps stay below 128, so
 deltas win below roughly 1 kept entry in 8. Ties go to the bitmap.
 
@@ -65,8 +69,11 @@ from fedstream.errors import ProtocolError
 
 BITMAP, DELTA = 0, 1
 F16 = 2  # flag bit: float16 values
-VALUE_DTYPES = {"float32": F32, "float16": np.dtype("<f2")}
+I8 = 4  # flag bit: int8 values with a float16 scale per row
+VALUE_DTYPES = {"float32": F32, "float16": np.dtype("<f2"), "int8": np.dtype("i1")}
+DTYPE_FLAGS = {"float32": 0, "float16": F16, "int8": I8}
 F16_MAX = float(np.finfo(np.float16).max)
+_F16 = np.dtype("<f2")
 
 
 class SparseEmbedding(NamedTuple):
@@ -89,30 +96,68 @@ def index_sizes(n: int, indices: np.ndarray) -> tuple[int, int]:
     return (n + 7) // 8, len(encode_varint(indices.size)) + int(varint_sizes(gaps).sum())
 
 
-def wire_values(values: np.ndarray, value_dtype: str = "float32") -> np.ndarray:
-    """``values`` as they travel: float32, or float16 (clipped to +-65504) for ``value_dtype = "float16"``."""
+def wire_values(values: np.ndarray, value_dtype: str = "float32", rows: np.ndarray | None = None,
+                n_rows: int = 1) -> np.ndarray:
+    """``values`` as the receiver decodes them: float32; float16-rounded (clipped to +-65504) for
+    ``value_dtype = "float16"``; int8 on a per-row scale for ``"int8"`` (``rows``: each value's row
+    among ``n_rows``; default one row). Always float32."""
+    return np.asarray(_encode_values(values, value_dtype, rows, n_rows)[1], dtype=F32)
+
+
+def _encode_values(values: np.ndarray, value_dtype: str, rows: np.ndarray | None,
+                   n_rows: int) -> tuple[bytes, np.ndarray]:
+    """(the value section's bytes, the values as decoded)."""
     if value_dtype not in VALUE_DTYPES:
         raise ProtocolError(f"value dtype {value_dtype!r}: expected one of {', '.join(VALUE_DTYPES)}")
     v = np.asarray(values, dtype=F32)
+    if value_dtype == "float32":
+        v = np.ascontiguousarray(v)
+        return v.tobytes(), v
     if value_dtype == "float16":
-        v = np.clip(v, -F16_MAX, F16_MAX)
-    return np.ascontiguousarray(v, dtype=VALUE_DTYPES[value_dtype])
+        w = np.clip(v, -F16_MAX, F16_MAX).astype(_F16)
+        return w.tobytes(), w.astype(F32)
+    rows = np.zeros(v.size, np.int64) if rows is None else np.asarray(rows, np.int64)
+    peak = np.zeros(n_rows, np.float64)
+    np.maximum.at(peak, rows, np.abs(v.astype(np.float64)))
+    scale = np.minimum(peak, F16_MAX).astype(_F16)
+    low = scale.astype(np.float64) < np.minimum(peak, F16_MAX)  # rounded down: take the next float16 up
+    scale[low] = np.nextafter(scale[low], _F16.type(np.inf))
+    s = scale.astype(np.float64)[rows]
+    q = np.where(s > 0, np.rint(127.0 * v / np.where(s > 0, s, 1.0)), 0).clip(-127, 127).astype(np.int8)
+    return scale.tobytes() + q.tobytes(), _dequantise(q, scale, rows)
+
+
+def _dequantise(q: np.ndarray, scale: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return (q.astype(np.float64) * scale.astype(np.float64)[rows] / 127.0).astype(F32)
+
+
+def _rows_of(indices: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """Each flat index's row (the last axis is the embedding) and the number of rows."""
+    width = shape[-1] if shape else 1
+    n_rows = math.prod(shape[:-1]) if shape else 1
+    return (indices // width if width else indices), n_rows
 
 
 def pack_sparse(shape: tuple[int, ...], indices: np.ndarray, values: np.ndarray,
                 value_dtype: str = "float32") -> bytes:
     """Serialise a sparse array with the smaller index encoding (see the module docstring)."""
+    return _pack_sparse(shape, indices, values, value_dtype)[0]
+
+
+def _pack_sparse(shape: tuple[int, ...], indices: np.ndarray, values: np.ndarray,
+                 value_dtype: str) -> tuple[bytes, np.ndarray]:
+    """(the payload, the values as the receiver decodes them)."""
     n = int(np.prod(shape, dtype=np.int64))
     idx = np.asarray(indices, dtype=np.int64)
-    vals = wire_values(values, value_dtype).tobytes()
-    f16 = F16 if value_dtype == "float16" else 0
+    vals, decoded = _encode_values(values, value_dtype, *_rows_of(idx, shape))
+    kind = DTYPE_FLAGS[value_dtype]
     bitmap, delta = index_sizes(n, idx)
     if delta < bitmap:
         body = encode_varint(idx.size) + encode_varints(np.diff(idx, prepend=-1) - 1)
-        return bytes([DELTA | f16]) + body + vals
+        return bytes([DELTA | kind]) + body + vals, decoded
     mask = np.zeros(n, dtype=bool)
     mask[idx] = True
-    return bytes([BITMAP | f16]) + np.packbits(mask).tobytes() + vals
+    return bytes([BITMAP | kind]) + np.packbits(mask).tobytes() + vals, decoded
 
 
 def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
@@ -123,7 +168,10 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
         raise ProtocolError(
             "sparse embedding: empty message, expected at least the 1-byte index-encoding flag"
         )
-    flag, dtype = data[0] & ~F16, VALUE_DTYPES["float16" if data[0] & F16 else "float32"]
+    flag, kind = data[0] & ~(F16 | I8), data[0] & (F16 | I8)
+    if kind == F16 | I8:
+        raise ProtocolError(f"sparse embedding: flag {data[0]} names both float16 and int8 values")
+    dtype = VALUE_DTYPES["float16" if kind == F16 else "int8" if kind == I8 else "float32"]
     if flag == BITMAP:
         nb = (n + 7) // 8
         if len(data) < 1 + nb:
@@ -153,14 +201,25 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
     else:
         raise ProtocolError(
             f"sparse embedding: unknown index encoding flag {data[0]}; expected {BITMAP} (bitmap) or "
-            f"{DELTA} (delta), plus {F16} for float16 values"
+            f"{DELTA} (delta), plus {F16} for float16 or {I8} for int8 values"
         )
-    expected = offset + dtype.itemsize * idx.size
+    rows, n_rows = _rows_of(idx, shape)
+    scales = 2 * n_rows if kind == I8 else 0
+    expected = offset + scales + dtype.itemsize * idx.size
     if len(data) != expected:
         raise ProtocolError(
             f"sparse embedding: {idx.size} entries need {expected} bytes, the message has {len(data)}"
         )
-    values = np.frombuffer(data, dtype, idx.size, offset).astype(F32)
+    if kind == I8:
+        scale = np.frombuffer(data, _F16, n_rows, offset)
+        q = np.frombuffer(data, dtype, idx.size, offset + scales)
+        if not (np.isfinite(scale).all() and (scale >= 0).all()) or (q == -128).any():
+            raise ProtocolError(
+                "sparse embedding: int8 values need finite scales >= 0 and codes in -127..127"
+            )
+        values = _dequantise(q, scale, rows)
+    else:
+        values = np.frombuffer(data, dtype, idx.size, offset).astype(F32)
     if not np.isfinite(values).all():
         raise ProtocolError("sparse embedding: values hold NaN or inf")
     return SparseEmbedding(shape, idx, values)
@@ -213,12 +272,12 @@ class TopK:
 
     def pack(self, v: np.ndarray, mask: np.ndarray) -> tuple[bytes, np.ndarray]:
         """The payload of the entries of ``v`` under ``mask``, and what the receiver decodes from it
-        (unsent entries 0; sent ones as they travel, float16-rounded with ``value_dtype = float16``)."""
+        (unsent entries 0; sent ones as they travel: float16-rounded or int8 on a per-row scale)."""
         idx = np.flatnonzero(mask)
-        vals = wire_values(v.reshape(-1)[idx], self.value_dtype)
+        payload, vals = _pack_sparse(v.shape, idx, v.reshape(-1)[idx], self.value_dtype)
         sent = np.zeros(v.shape, dtype=F32)
         sent.reshape(-1)[idx] = vals
-        return pack_sparse(v.shape, idx, vals, self.value_dtype), sent
+        return payload, sent
 
     def _pack(self, v: np.ndarray, mask: np.ndarray) -> bytes:
         return self.pack(v, mask)[0]

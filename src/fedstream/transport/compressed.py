@@ -44,7 +44,7 @@ UP_CODECS = ("none", "topk", "topk-grad")
 DOWN_CODECS = ("none", "sign", "sign-scaled", "quant-huffman")
 OUTLIERS = ("zero", "clip")
 ROUNDINGS = ("nearest", "stochastic")
-VALUE_DTYPES = ("float32", "float16")
+VALUE_DTYPES = ("float32", "float16", "int8")
 
 
 @dataclass(frozen=True)
