@@ -119,10 +119,24 @@ def test_the_definition_checks_the_comparison_keys():
 
 
 @pytest.mark.parametrize("name", ["vfl-compression-frontier-mnist", "vfl-compression-frontier-fmnist",
-                                  "vfl-compression-gap-mnist"])
+                                  "vfl-compression-gap-mnist", "vfl-compression-options-mnist",
+                                  "vfl-compression-best"])
 def test_shipped_definitions_have_their_comparison(name):
     kinds = {f.kind for f in load_experiment(name).figures}
     assert kinds & {"frontier", "gap"}
+
+
+def test_the_shipped_best_preset_is_the_configuration_the_best_experiment_measured():
+    """vfl-mnist-compressed = the last block of vfl-compression-best (its measured settings), at the
+    paper scale's 20 epochs; the options sweep ran the same setting."""
+    preset = load_config("vfl-mnist-compressed")
+    exp = load_experiment("vfl-compression-best")
+    point = exp.points()[-1] | {"seed": 0, "data.name": "mnist"}
+    measured = load_config(exp.base, exp.overrides("paper") | point)
+    assert preset == measured
+    options = load_experiment("vfl-compression-options-mnist")
+    setting = {k: v for k, v in exp.points()[-1].items() if k.startswith("compression.")}
+    assert any(setting.items() <= p.items() for p in options.points())
 
 
 @pytest.fixture(scope="module")
