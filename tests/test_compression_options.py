@@ -2,6 +2,8 @@
 in the 3-sigma quantiser, float16 top-k values and error feedback on the uplink; each checked
 against an independent computation, with exact byte counts and exact state restore."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -86,12 +88,16 @@ def test_stochastic_rounding_on_the_link_counts_the_encoded_bytes_and_draws_the_
     q, state = ThreeSigmaQuantizer(24, "zero", "stochastic"), QuantizerState()
     for t in range(3):
         g = arrays(t)
-        data = q.encode(g, state, np.random.default_rng([0x5EED0, 1, t]))
+        data = q.encode(g, state, np.random.default_rng([0x5EED0, 0, 1, t]))  # seed 0, client 1
         sent += FRAME_SIZE + len(data)
         np.testing.assert_array_equal(tr.down(Gradient(t, 1, g)).values, q.decode(data, g.shape))
     assert tr.ledger.down == [0, sent]
     g = arrays(7)
-    assert not np.array_equal(tr.down(Gradient(3, 0, g)).values, tr.down(Gradient(3, 1, g)).values)
+    fresh = {seed: CompressedTransport(2, replace(spec, seed=seed)) for seed in (0, 1)}
+    draws = {(seed, m): fresh[seed].down(Gradient(0, m, g)).values for seed in (0, 1) for m in (0, 1)}
+    assert not np.array_equal(draws[0, 0], draws[0, 1])  # same state, another client: other draws
+    assert not np.array_equal(draws[0, 0], draws[1, 0])  # another seed: other draws
+    assert np.array_equal(draws[0, 0], CompressedTransport(2, spec).down(Gradient(0, 0, g)).values)
     twin = CompressedTransport(2, spec)
     twin.load_state_dict(tr.state_dict())
     g = arrays(9)
@@ -214,6 +220,7 @@ def test_feedback_batch_state_restores_exactly_and_is_per_client():
 @pytest.mark.parametrize("kwargs,match", [
     ({"feedback": True}, "compression.feedback = true needs compression.up"),
     ({"value_dtype": "float16"}, "compression.value_dtype = float16 needs compression.up"),
+    ({"value_dtype": "int8"}, "compression.value_dtype = int8 needs compression.up"),
     ({"up": "topk", "outliers": "clip"}, "compression.outliers = 'clip' needs compression.down = quant"),
     ({"down": "sign", "rounding": "stochastic"},
      "compression.rounding = 'stochastic' needs compression.down"),

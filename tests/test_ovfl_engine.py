@@ -211,7 +211,8 @@ OPTIONS = {"compression.up": "topk-grad", "compression.cache": True, "compressio
            "compression.rounding": "stochastic", "compression.width": 5.0}
 
 
-@pytest.mark.parametrize("extra", [{}, OPTIONS], ids=["topk", "options"])
+@pytest.mark.parametrize("extra", [{}, OPTIONS, OPTIONS | {"compression.value_dtype": "float16"}],
+                         ids=["topk", "options", "options-float16"])
 def test_compressed_online_run_sends_fewer_bytes_and_resumes_exactly(tmp_path, extra):
     """The compression codecs in the online engine: counted bytes drop, and the codec state
     (previous sigma, last gradients, caches, residuals) is checkpointed so a resumed run continues

@@ -99,3 +99,15 @@ def test_cli_resume_for_task_vfl(data_root, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["epochs"] == 2 and [r["epoch"] for r in summary["per_epoch"]] == [1, 2]
     assert main(["run", "vfl-mnist", "--quiet", "--resume", "--out", str(tmp_path / "empty")]) == 2
+
+
+def test_a_checkpoint_written_before_a_key_existed_resumes_when_the_key_is_at_its_default(tmp_path):
+    """Keys added to fedstream since (compression.width, compression.rounding) held their defaults
+    in an older run; set to anything else, the change is refused and named."""
+    from fedstream.vfl.checkpoint import _check_config
+
+    new = BatchVFLSettings(epochs=2, **SMALL).to_config()
+    old = {k: v for k, v in new.items() if k not in ("compression.width", "compression.rounding")}
+    _check_config(tmp_path / "checkpoint.pt", old, new)  # no error
+    with pytest.raises(ConfigError, match=r"compression.width: 3.0 -> 6.0"):
+        _check_config(tmp_path / "checkpoint.pt", old, new | {"compression.width": 6.0})

@@ -58,8 +58,9 @@ class CompressionSpec:
     (3-sigma quantiser + Huffman); ``levels``: P.
 
     Options beyond the paper, off by default: ``outliers``: the quantiser sends entries outside
-    [mu - 3 sigma, mu + 3 sigma] as 0 (``zero``, the paper) or as the nearer end point (``clip``);
-    ``value_dtype``: the sent top-k values as ``float32`` (the paper) or ``float16``; ``feedback``:
+    [mu - width sigma, mu + width sigma] as 0 (``zero``, the paper) or as the nearer end point
+    (``clip``); ``value_dtype``: the sent top-k values as ``float32`` (the paper), ``float16`` or
+    ``int8`` (on a per-row scale); ``feedback``:
     the client adds to each sample's embedding the residual of what it did not send for that
     sample the last time (error feedback); ``rounding``: the quantiser rounds to the nearest level
     (``nearest``, the paper) or up with probability the fractional part (``stochastic``, unbiased);
@@ -76,6 +77,7 @@ class CompressionSpec:
     feedback: bool = False
     rounding: str = "nearest"
     width: float = 3.0
+    seed: int = 0  # the run's seed (``seed``), a part of the stochastic rounding's key
 
     def __post_init__(self) -> None:
         _check_choice("compression.up", self.up, UP_CODECS)
@@ -99,10 +101,11 @@ class CompressionSpec:
         if not isinstance(self.feedback, bool):
             raise ConfigError(f"compression.feedback = {self.feedback!r}: expected true or false")
         if self.up == "none":
-            for key, value, what in (("cache", "true", "the cache fills the entries top-k did not send"),
-                                     ("feedback", "true", "it keeps the entries top-k did not send"),
-                                     ("value_dtype", "float16", "it is the type of the sent entries")):
-                if str(getattr(self, key)).lower() == value:
+            for key, off, what in (("cache", "false", "the cache fills the entries top-k did not send"),
+                                   ("feedback", "false", "it keeps the entries top-k did not send"),
+                                   ("value_dtype", "float32", "it is the type of the sent entries")):
+                value = str(getattr(self, key)).lower()
+                if value != off:
                     raise ConfigError(f"compression.{key} = {value} needs compression.up = topk or "
                                       f"topk-grad ({what})")
         _check_choice("compression.rounding", self.rounding, ROUNDINGS)
@@ -122,7 +125,7 @@ class CompressionSpec:
     @classmethod
     def from_config(cls, config: Mapping) -> CompressionSpec:
         """The spec of a flat config (``compression.up`` ...); absent keys take the defaults."""
-        keys = {f.name: f"compression.{f.name}" for f in fields(cls)}
+        keys = {f.name: f"compression.{f.name}" for f in fields(cls) if f.name != "seed"} | {"seed": "seed"}
         return cls(**{f: config[k] for f, k in keys.items() if config.get(k) is not None})
 
 
@@ -142,13 +145,13 @@ def up_codec(spec: CompressionSpec) -> tuple[Sender, Receiver] | None:
 def down_codec(spec: CompressionSpec, client: int = 0) -> tuple[Sender, Receiver] | None:
     """(server-side sender, client-side receiver) of the downlink, or None for ``none``.
 
-    ``client``: the link's client index (it keys the stochastic rounding's draws)."""
+    ``client``: the link's client index (with ``spec.seed``, it keys the stochastic rounding's draws)."""
     if spec.down == "none":
         return None
     if spec.down in ("sign", "sign-scaled"):
         scaled = spec.down == "sign-scaled"
         return SignSender(scaled), SignReceiver(scaled)
-    return (QuantSender(spec.levels, spec.outliers, spec.rounding, client, spec.width),
+    return (QuantSender(spec.levels, spec.outliers, spec.rounding, (spec.seed, client), spec.width),
             QuantReceiver(spec.levels))
 
 

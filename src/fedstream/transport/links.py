@@ -111,10 +111,10 @@ def _table_from_state(prefix: str, state: State) -> EmbeddingCache | None:
 class TopKSender(Sender):
     """C-VFL top-k (eq. 1): the ceil(ratio * width) largest |E| of each row.
 
-    ``value_dtype``: the sent values as float32 (the paper) or float16. ``feedback`` (error
+    ``value_dtype``: the sent values as float32 (the paper), float16 or int8. ``feedback`` (error
     feedback, beyond the paper): the client keeps per sample the residual ``r_s = x_s - sent_s`` of
     the row it last sent for sample s, where ``x_s = E_s + r_s(previous)``, and ranks and sends
-    ``x_s`` the next time s is sent, so entries left out (or rounded to float16) are sent later
+    ``x_s`` the next time s is sent, so entries left out (or rounded to float16 or int8) are sent later
     instead of lost. Sample ids as :func:`row_ids`; a sample not yet seen has residual 0."""
 
     wire = SPARSE
@@ -275,21 +275,22 @@ class QuantSender(Sender):
     (the paper) or "stochastic"; ``width``: the interval mu +- width sigma (the paper: 3).
 
     Stochastic rounding draws its uniforms from a generator keyed by (``key``, the number of
-    gradients this sender has coded), ``key`` being the client's index: the draws depend on nothing
-    else, so a resumed run (the count is in the state) and every runtime draw the same."""
+    gradients this sender has coded), ``key`` being (the run's seed, the client's index): the draws
+    depend on nothing else, so a resumed run (the count is in the state) and every runtime draw the
+    same."""
 
     wire = QUANT
 
-    def __init__(self, levels: int, outliers: str = "zero", rounding: str = "nearest", key: int = 0,
-                 width: float = 3.0):
+    def __init__(self, levels: int, outliers: str = "zero", rounding: str = "nearest",
+                 key: tuple[int, int] = (0, 0), width: float = 3.0):
         self.codec = ThreeSigmaQuantizer(levels, outliers, rounding, width)
         self.state = QuantizerState()
-        self.key = int(key)
+        self.key = tuple(int(k) for k in key)
 
     def payload(self, values: np.ndarray, **_) -> bytes:
         rng = None
         if self.codec.rounding == "stochastic":
-            rng = np.random.default_rng([_STOCHASTIC_ROUNDING, self.key, self.state.rounds])
+            rng = np.random.default_rng([_STOCHASTIC_ROUNDING, *self.key, self.state.rounds])
         return self.codec.encode(values, self.state, rng)
 
     def state_dict(self) -> State:

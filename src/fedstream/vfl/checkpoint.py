@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
 from fedstream.runs.batch import CHECKPOINT
 from fedstream.runs.checkpoint import CheckpointError
@@ -140,9 +141,14 @@ def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
 
 
 def _check_config(path: Path, old: dict, new: dict) -> None:
-    changed = sorted(k for k in set(old) | set(new) if k not in GROWABLE and old.get(k) != new.get(k))
+    """Refuse a checkpoint written with other settings. A key the writing version did not have yet
+    (added to fedstream since) held its default then."""
+    fields = schema().fields
+    before = {k: old[k] if k in old else fields[k].default_for("vfl") if k in fields else None
+              for k in set(old) | set(new)}
+    changed = sorted(k for k in before if k not in GROWABLE and before[k] != new.get(k))
     if changed:
-        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
+        detail = ", ".join(f"{k}: {before[k]!r} -> {new.get(k)!r}" for k in changed[:5])
         raise ConfigError(
             f"{path} was written by a run with other settings ({detail}); "
             "resume with the same config (only train.epochs may change) or choose another --out"

@@ -130,7 +130,7 @@ class BatchVFLSettings:
         spec = self.compression
         return (
             out
-            | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec)}
+            | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec) if f.name != "seed"}
             | self.selection.to_config()
             | dict(self.table)
         )

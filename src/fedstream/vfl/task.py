@@ -32,8 +32,8 @@ def compression_line(c: dict) -> str:
     cache = " + cache" if c["compression.cache"] else ""
     line = f"up {c['compression.up']}{cache}, down {c['compression.down']}"
     extra = [f"{k} {c.get(f'compression.{k}')}" for k, off in
-             (("outliers", "zero"), ("rounding", "nearest"), ("width", 3.0), ("value_dtype", "float32"),
-              ("feedback", False))
+             (("ratio", 0.125), ("value_dtype", "float32"), ("feedback", False), ("levels", 24),
+              ("width", 3.0), ("outliers", "zero"), ("rounding", "nearest"))
              if c.get(f"compression.{k}", off) != off]
     return line + "".join(f", {e}" for e in extra)
 
