@@ -128,7 +128,8 @@ def test_shipped_definitions_have_their_comparison(name):
 
 def test_the_shipped_best_preset_is_the_configuration_the_best_experiment_measured():
     """vfl-mnist-compressed = the third block of vfl-compression-best (its measured settings), at the
-    paper scale's 20 epochs; the options sweep ran the same setting."""
+    paper scale's 20 epochs (the options sweep ran the same setting); vfl-fashion-mnist-compressed =
+    its fourth block on Fashion-MNIST."""
     preset = load_config("vfl-mnist-compressed")
     exp = load_experiment("vfl-compression-best")
     point = exp.points()[12] | {"seed": 0, "data.name": "mnist"}
@@ -137,6 +138,10 @@ def test_the_shipped_best_preset_is_the_configuration_the_best_experiment_measur
     options = load_experiment("vfl-compression-options-mnist")
     setting = {k: v for k, v in exp.points()[12].items() if k.startswith("compression.")}
     assert any(setting.items() <= p.items() for p in options.points())
+    fashion = load_config("vfl-fashion-mnist-compressed")  # the fourth block, on Fashion-MNIST
+    point = exp.points()[-1] | {"seed": 0}
+    assert point["data.name"] == "fashion-mnist"
+    assert fashion == load_config(exp.base, exp.overrides("paper") | point)
 
 
 @pytest.fixture(scope="module")
