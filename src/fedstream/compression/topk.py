@@ -73,7 +73,8 @@ I8 = 4  # flag bit: int8 values with a float16 scale per row
 VALUE_DTYPES = {"float32": F32, "float16": np.dtype("<f2"), "int8": np.dtype("i1")}
 DTYPE_FLAGS = {"float32": 0, "float16": F16, "int8": I8}
 F16_MAX = float(np.finfo(np.float16).max)
-_F16 = np.dtype("<f2")
+_DTYPE_OF_FLAG = {flag: name for name, flag in DTYPE_FLAGS.items()}
+_F16 = VALUE_DTYPES["float16"]
 
 
 class SparseEmbedding(NamedTuple):
@@ -96,14 +97,6 @@ def index_sizes(n: int, indices: np.ndarray) -> tuple[int, int]:
     return (n + 7) // 8, len(encode_varint(indices.size)) + int(varint_sizes(gaps).sum())
 
 
-def wire_values(values: np.ndarray, value_dtype: str = "float32", rows: np.ndarray | None = None,
-                n_rows: int = 1) -> np.ndarray:
-    """``values`` as the receiver decodes them: float32; float16-rounded (clipped to +-65504) for
-    ``value_dtype = "float16"``; int8 on a per-row scale for ``"int8"`` (``rows``: each value's row
-    among ``n_rows``; default one row). Always float32."""
-    return np.asarray(_encode_values(values, value_dtype, rows, n_rows)[1], dtype=F32)
-
-
 def _encode_values(values: np.ndarray, value_dtype: str, rows: np.ndarray | None,
                    n_rows: int) -> tuple[bytes, np.ndarray]:
     """(the value section's bytes, the values as decoded)."""
@@ -119,8 +112,9 @@ def _encode_values(values: np.ndarray, value_dtype: str, rows: np.ndarray | None
     rows = np.zeros(v.size, np.int64) if rows is None else np.asarray(rows, np.int64)
     peak = np.zeros(n_rows, np.float64)
     np.maximum.at(peak, rows, np.abs(v.astype(np.float64)))
-    scale = np.minimum(peak, F16_MAX).astype(_F16)
-    low = scale.astype(np.float64) < np.minimum(peak, F16_MAX)  # rounded down: take the next float16 up
+    peak = np.minimum(peak, F16_MAX)
+    scale = peak.astype(_F16)
+    low = scale.astype(np.float64) < peak  # rounded down: take the next float16 up
     scale[low] = np.nextafter(scale[low], _F16.type(np.inf))
     s = scale.astype(np.float64)[rows]
     q = np.where(s > 0, np.rint(127.0 * v / np.where(s > 0, s, 1.0)), 0).clip(-127, 127).astype(np.int8)
@@ -171,7 +165,7 @@ def unpack_sparse(data: bytes, shape: tuple[int, ...]) -> SparseEmbedding:
     flag, kind = data[0] & ~(F16 | I8), data[0] & (F16 | I8)
     if kind == F16 | I8:
         raise ProtocolError(f"sparse embedding: flag {data[0]} names both float16 and int8 values")
-    dtype = VALUE_DTYPES["float16" if kind == F16 else "int8" if kind == I8 else "float32"]
+    dtype = VALUE_DTYPES[_DTYPE_OF_FLAG[kind]]
     if flag == BITMAP:
         nb = (n + 7) // 8
         if len(data) < 1 + nb:

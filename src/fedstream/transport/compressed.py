@@ -125,8 +125,17 @@ class CompressionSpec:
     @classmethod
     def from_config(cls, config: Mapping) -> CompressionSpec:
         """The spec of a flat config (``compression.up`` ...); absent keys take the defaults."""
-        keys = {f.name: f"compression.{f.name}" for f in fields(cls) if f.name != "seed"} | {"seed": "seed"}
+        keys = {f.name: _config_key(f.name) for f in fields(cls)}
         return cls(**{f: config[k] for f, k in keys.items() if config.get(k) is not None})
+
+    def to_config(self) -> dict:
+        """The ``compression.*`` keys of this spec (the run's ``seed`` is the run's, not written)."""
+        return {_config_key(f.name): getattr(self, f.name) for f in fields(self) if f.name != "seed"}
+
+
+def _config_key(field: str) -> str:
+    """The config key of a spec field: ``compression.<field>``, and the run's ``seed``."""
+    return "seed" if field == "seed" else f"compression.{field}"
 
 
 def _check_choice(key: str, value, choices: tuple[str, ...]) -> None:

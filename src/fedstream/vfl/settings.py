@@ -127,13 +127,7 @@ class BatchVFLSettings:
     def to_config(self) -> dict:
         """The flat config (dotted keys) of these settings, ``compression.*`` and ``selection.*`` included."""
         out = {CONFIG_KEYS[f.name]: getattr(self, f.name) for f in fields(self) if f.name in CONFIG_KEYS}
-        spec = self.compression
-        return (
-            out
-            | {f"compression.{f.name}": getattr(spec, f.name) for f in fields(spec) if f.name != "seed"}
-            | self.selection.to_config()
-            | dict(self.table)
-        )
+        return out | self.compression.to_config() | self.selection.to_config() | dict(self.table)
 
 
 def _integer(name: str, value, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
