@@ -76,7 +76,32 @@ def test_the_parties_predict_as_they_do_in_a_round(higgs_run, tmp_path):
     assert set(predicted.parties) == {"client 0", "client 1", "client 2", "server"}
 
 
+def test_labelled_rows_are_scored_against_the_predictions_written(higgs_run, tmp_path, capsys):
+    """An NPZ file with ``y``: the error printed and returned is that of the CSV's predictions
+    against ``y``, whichever way the labels are written (int, float, text)."""
+    run, X, y = higgs_run
+    ids = np.arange(2000, 2600)
+    np.savez(tmp_path / "rows.npz", X=X[ids], id=ids, y=y[ids])
+    assert main(["predict", str(run), "--data", str(tmp_path / "rows.npz"), "--out",
+                 str(tmp_path / "preds.csv")]) == 0
+    with open(tmp_path / "preds.csv") as f:
+        predicted = np.array([int(r[1]) for r in list(csv.reader(f))[1:]])
+    wrong = int(np.count_nonzero(predicted != y[ids]))
+    assert 0 < wrong < 300
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"600: error {wrong / 600:.4f}, accuracy {1 - wrong / 600:.4f}" in printed
+    for labels in (y[ids].astype(np.float32), y[ids].astype(str)):
+        np.savez(tmp_path / "other.npz", X=X[ids], y=labels)
+        assert predict_run(run, tmp_path / "other.npz").score.errors == wrong
+    np.savez(tmp_path / "none.npz", X=X[ids])
+    assert predict_run(run, tmp_path / "none.npz").score is None
+
+
 @pytest.mark.parametrize("content, message", [
+    ({"X": np.zeros((3, 28)), "y": np.array([0, 1])}, "y has shape \\(2,\\), expected \\(3,\\)"),
+    ({"X": np.zeros((2, 28)), "y": np.array([0, 2])}, "row 1: label 2 is not a class of the run; "
+                                                     "expected one of \\[0, 1\\]"),
+    ({"X": np.zeros((2, 28)), "y": np.array([0.0, np.nan])}, "y holds NaN or inf \\(row 1\\)"),
     ({"Z": np.zeros((2, 28))}, "expected an array 'X'"),
     ({"X": np.zeros((2, 5))}, "expected raw rows, an array \\(n, 28\\) of higgs's columns"),
     ({"X": np.full((2, 28), np.nan)}, "NaN or inf \\(row 0\\)"),
@@ -115,6 +140,9 @@ def test_batch_vfl_run_predicts_its_test_rows_as_it_scored_them(tmp_path):
     accuracy = np.mean(np.array([int(r[1]) for r in rows[1:]]) == y[:400])
     summary = json.loads((run / "summary.json").read_text())
     assert accuracy == summary["final_accuracy"] and accuracy > 0.5
+    np.savez(tmp_path / "labelled.npz", X=X[:400], y=y[:400])  # with the labels: the run's own score
+    scored = predict_run(run, tmp_path / "labelled.npz").score
+    assert scored.rows == 400 and scored.accuracy == summary["final_accuracy"]
 
 
 @pytest.mark.parametrize("link", ["compression.cache=true", "compression.feedback=true"])

@@ -16,6 +16,7 @@ from fedstream.config import load_config
 from fedstream.data.table import read_table
 from fedstream.data.table_source import TableSource, TableSpec
 from fedstream.errors import DataError
+from fedstream.predict import predict_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CUSTOMERS = ROOT / "examples" / "customers.csv"
@@ -83,6 +84,12 @@ def test_vfl_on_a_table_predicts_its_test_rows_as_it_scored_them(tmp_path):
     assert ids == [r[0] for r in test]
     accuracy = np.mean([p[1] == r[header.index("segment")] for p, r in zip(body, test)])
     assert accuracy == pytest.approx(summary["final_accuracy"])
+    assert predict_run(run, data).score.accuracy == pytest.approx(summary["final_accuracy"])  # data.label
+    unknown = write_rows(tmp_path / "unknown.csv", header,
+                         [[("platinum" if n == "segment" else c) for n, c in zip(header, r)] for r in test])
+    message = "column 'segment' \\(data.label\\): row 0: label 'platinum' is not a class of the run"
+    with pytest.raises(DataError, match=message + "; expected one of \\['bronze', 'gold', 'silver'\\]"):
+        predict_run(run, unknown)
 
 
 def test_chfl_keeps_its_final_model_and_each_client_predicts_as_the_run_scored_it(tmp_path):

@@ -16,9 +16,10 @@ def add_parsers(sub) -> None:
     predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
     predict.add_argument("--data", type=Path, required=True,
                          help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
-                              "0-255, (n, H, W) or flattened), and optionally id (n,); a run on "
+                              "0-255, (n, H, W) or flattened), and optionally id (n,) and y (n,), the labels "
+                              "(then the error is printed); a run on "
                               "data.name = table: a table file (CSV, CSV.gz, NPZ, Parquet) with its "
-                              "columns by name (and data.id)")
+                              "columns by name (and data.id; data.label: the error is printed)")
     predict.add_argument("--client", type=int, default=None,
                          help="chfl: the client whose validation-chosen model predicts the rows, on its "
                               "own columns (default 0)")
@@ -32,6 +33,9 @@ def cmd_predict(args) -> int:
     path = write_predictions(predictions, args.out)
     if not args.quiet:
         rows = [("rows", f"{len(predictions.ids):,}"), *predictions.parties.items(), ("written", str(path))]
+        if predictions.score is not None:
+            s = predictions.score
+            rows.append(("labelled rows", f"{s.rows:,}: error {s.error:.4f}, accuracy {s.accuracy:.4f}"))
         Console().print(table(f"fedstream predict: {args.run}", rows))
     return 0
 

@@ -4,32 +4,41 @@
 file through the parties that trained it (:mod:`fedstream.predict.ovfl`: each client embeds its own
 feature block, the server predicts; :mod:`fedstream.predict.vfl`: the same with image strips or a
 table's columns; :mod:`fedstream.predict.chfl`: one client's validation-chosen model on its own
-columns); :func:`write_predictions` writes them as CSV. Each task encodes the rows as it encoded its
-own data (:meth:`fedstream.data.sources.Source.standardise`: statistics, one-hot categories).
+columns); :func:`write_predictions` writes them as CSV. Rows that carry their labels (an NPZ
+file's ``y``, a table's ``data.label`` column) are scored: ``Predictions.score``. Each task
+encodes the rows as it encoded its own data (:meth:`fedstream.data.sources.Source.standardise`:
+statistics, one-hot categories).
 """
 
 from fedstream.errors import ConfigError
 from fedstream.predict.files import (
     Predictions,
     Rows,
+    Score,
     read_features,
     read_rows,
     run_summary,
+    score_predictions,
     write_predictions,
 )
 from fedstream.runs.task import entry_point
 from fedstream.tasks import get_task
 
-__all__ = ["Predictions", "Rows", "predict_run", "read_features", "read_rows", "write_predictions"]
+__all__ = ["Predictions", "Rows", "Score", "predict_run", "read_features", "read_rows", "write_predictions"]
 
 
 def predict_run(run_dir, data, *, client: int | None = None) -> Predictions:
     """The predictions of the finished run in ``run_dir`` for the rows of file ``data`` (an NPZ file
     holding ``X``, or a table file with the run's columns by name); ``client``: the CHFL client whose
-    model predicts them."""
+    model predicts them. Where the file has the rows' labels (NPZ: ``y``; a table: the run's
+    ``data.label`` column), ``score`` holds the error of the predictions."""
     config = run_summary(run_dir)["config"]
     task = get_task(config["task"])
     if task.predict is None:  # each task names its predictor (Task.predict), imported when used
         raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task.name!r}")
-    rows = read_rows(data, table=config.get("data.name") == "table", id_column=config.get("data.id"))
-    return entry_point(task.predict)(run_dir, rows, client=client)
+    rows = read_rows(data, table=config.get("data.name") == "table", id_column=config.get("data.id"),
+                     label_column=config.get("data.label"))
+    predictions = entry_point(task.predict)(run_dir, rows, client=client)
+    if rows.labels is not None:
+        predictions.score = score_predictions(predictions, rows.labels, rows.labels_from)
+    return predictions

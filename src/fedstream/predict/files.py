@@ -28,10 +28,60 @@ class Predictions:
     classes: list
     proba: np.ndarray
     parties: dict[str, str]
+    score: Score | None = None  # set by predict_run when the rows carry their labels
 
     @property
     def labels(self) -> list:
         return [self.classes[i] for i in self.proba.argmax(axis=1)]
+
+
+@dataclass(frozen=True)
+class Score:
+    """How the predictions of labelled rows fared: ``rows`` labelled, ``errors`` of them wrong.
+
+    >>> Score(rows=4, errors=1).error, Score(rows=4, errors=1).accuracy
+    (0.25, 0.75)
+    """
+
+    rows: int
+    errors: int
+
+    @property
+    def error(self) -> float:
+        return self.errors / self.rows if self.rows else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return 1.0 - self.error
+
+
+def label_key(value) -> float | str:
+    """A label as a key to match: a number (also when written as text: ``"1"``, ``1``, ``1.0``
+    are one class), else its text.
+
+    >>> label_key("1"), label_key(1), label_key(np.float32(1.0)), label_key(" gold ")
+    (1.0, 1.0, 1.0, 'gold')
+    """
+    text = str(value.item() if hasattr(value, "item") else value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def score_predictions(predictions: Predictions, labels: np.ndarray, where: str) -> Score:
+    """The error of ``predictions`` against the true ``labels`` (raw values, one per row); a
+    DataError naming ``where`` (file and field) for a label that is not one of the run's classes."""
+    if len(labels) != len(predictions.ids):
+        raise DataError(f"{where}: {len(labels)} labels, expected {len(predictions.ids)} (one per row)")
+    index = {label_key(c): i for i, c in enumerate(predictions.classes)}
+    truth = np.array([index.get(label_key(v), -1) for v in labels], dtype=np.int64)
+    if (truth < 0).any():
+        r = int(np.flatnonzero(truth < 0)[0])
+        value = labels[r].item() if hasattr(labels[r], "item") else labels[r]
+        raise DataError(f"{where}: row {r}: label {value!r} is not a class of the run; expected one of "
+                        f"{predictions.classes}")
+    return Score(rows=len(truth), errors=int(np.count_nonzero(predictions.proba.argmax(axis=1) != truth)))
 
 
 def run_summary(run_dir: Path) -> dict:
@@ -69,26 +119,48 @@ class Rows:
 
     ids: np.ndarray
     raw: object
+    labels: np.ndarray | None = None  # the true labels, when the file has them
+    labels_from: str = ""  # where they were read: "FILE: y", "FILE: column 'segment'"
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
-def read_rows(path: Path, *, table: bool = False, id_column: str | None = None) -> Rows:
-    """The rows of ``path``: an NPZ file holding ``X`` and optionally ``id`` (:func:`read_features`);
-    with ``table`` (a run on ``data.name = "table"``) a table file (CSV, CSV.gz, NPZ of columns,
-    Parquet), its ids from column ``id_column`` when it has one (else the row numbers)."""
+def read_rows(path: Path, *, table: bool = False, id_column: str | None = None,
+              label_column: str | None = None) -> Rows:
+    """The rows of ``path``: an NPZ file holding ``X`` and optionally ``id`` and ``y`` (the labels)
+    (:func:`read_features`); with ``table`` (a run on ``data.name = "table"``) a table file (CSV,
+    CSV.gz, NPZ of columns, Parquet), its ids from column ``id_column`` when it has one (else the
+    row numbers), its labels from column ``label_column`` (the run's ``data.label``) when it has one."""
     if not table:
-        return Rows(*read_features(path))
+        ids, X = read_features(path)
+        labels = read_npz_labels(path, len(X))
+        return Rows(ids, X, labels, f"{path}: y" if labels is not None else "")
     rows = read_table(path)
     ids = rows.columns[rows.names.index(id_column)] if id_column in rows.names else np.arange(rows.n_rows)
+    if label_column in rows.names:
+        labels = rows.columns[rows.names.index(label_column)]
+        return Rows(np.asarray(ids), rows, labels, f"{path}: column {label_column!r} (data.label)")
     return Rows(np.asarray(ids), rows)
+
+
+def read_npz_labels(path: Path, n: int) -> np.ndarray | None:
+    """``y`` of an NPZ file of rows to predict, if it has one: (n,) labels, no NaN."""
+    with np.load(path, allow_pickle=False) as data:
+        if "y" not in data.files:
+            return None
+        y = np.asarray(data["y"])
+    if y.shape != (n,):
+        raise DataError(f"{path}: y has shape {y.shape}, expected ({n},) (one label per row of X)")
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise DataError(f"{path}: y holds NaN or inf (row {int(np.flatnonzero(~np.isfinite(y))[0])})")
+    return y
 
 
 def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(ids, X) from an NPZ file: ``X`` (n, ...), the dataset's raw features (standardised by the
     run as its own data is: tabular rows (n, features); images (n, C, H, W) or flattened, 0-255),
-    and optionally ``id`` (n,) (default: the row numbers)."""
+    and optionally ``id`` (n,) (default: the row numbers). Its labels: :func:`read_npz_labels`."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
