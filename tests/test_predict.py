@@ -102,6 +102,7 @@ def test_labelled_rows_are_scored_against_the_predictions_written(higgs_run, tmp
     ({"X": np.zeros((2, 28)), "y": np.array([0, 2])}, "row 1: label 2 is not a class of the run; "
                                                      "expected one of \\[0, 1\\]"),
     ({"X": np.zeros((2, 28)), "y": np.array([0.0, np.nan])}, "y holds NaN or inf \\(row 1\\)"),
+    ({"X": np.zeros((2, 28)), "y": np.array([0, None], dtype=object)}, "y cannot be read"),
     ({"Z": np.zeros((2, 28))}, "expected an array 'X'"),
     ({"X": np.zeros((2, 5))}, "expected raw rows, an array \\(n, 28\\) of higgs's columns"),
     ({"X": np.full((2, 28), np.nan)}, "NaN or inf \\(row 0\\)"),

@@ -24,7 +24,8 @@ from fedstream.predict.files import (
 from fedstream.runs.task import entry_point
 from fedstream.tasks import get_task
 
-__all__ = ["Predictions", "Rows", "Score", "predict_run", "read_features", "read_rows", "write_predictions"]
+__all__ = ["Predictions", "Rows", "Score", "predict_run", "read_features", "read_rows", "score_predictions",
+           "write_predictions"]
 
 
 def predict_run(run_dir, data, *, client: int | None = None) -> Predictions:

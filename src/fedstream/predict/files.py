@@ -149,7 +149,11 @@ def read_npz_labels(path: Path, n: int) -> np.ndarray | None:
     with np.load(path, allow_pickle=False) as data:
         if "y" not in data.files:
             return None
-        y = np.asarray(data["y"])
+        try:
+            y = np.asarray(data["y"])
+        except ValueError as exc:  # an object array (pickled): not read, as X is not
+            raise DataError(f"{path}: y cannot be read ({exc}); expected numbers or text, one per "
+                            "row") from None
     if y.shape != (n,):
         raise DataError(f"{path}: y has shape {y.shape}, expected ({n},) (one label per row of X)")
     if y.dtype.kind == "f" and not np.isfinite(y).all():
