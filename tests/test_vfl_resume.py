@@ -7,8 +7,10 @@ import pytest
 
 from fedstream.cli import main
 from fedstream.errors import ConfigError
+from fedstream.selection.methods import VFPSSelector
 from fedstream.transport import CompressionSpec
-from fedstream.vfl import BatchVFLSettings, run_batch_vfl
+from fedstream.vfl import BatchVFLSettings, checkpoint, run_batch_vfl
+from fedstream.vfl.selection import SelectionSpec
 from tests.helpers.runs import untimed
 
 SMALL = {"train_rows": 1000, "test_rows": 300, "hidden": 32, "embedding": 16, "batch_size": 50, "lr": 0.05}
@@ -111,3 +113,51 @@ def test_a_checkpoint_written_before_a_key_existed_resumes_when_the_key_is_at_it
     _check_config(tmp_path / "checkpoint.pt", old, new)  # no error
     with pytest.raises(ConfigError, match=r"compression.width: 3.0 -> 6.0"):
         _check_config(tmp_path / "checkpoint.pt", old, new | {"compression.width": 6.0})
+
+
+RELAXED = SelectionSpec(method="vfps", l=2, k=3, dynamic="relaxed", keep=0.5, arrival=0.3, lifespan_min=1,
+                        lifespan_max=3)
+
+
+def untimed_events(summary):
+    return [{k: v for k, v in e.items() if k != "seconds"} for e in summary["selection"]["events"]]
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["selection-stored", "checkpoint-without-selection"])
+def test_resume_restores_the_selection_instead_of_selecting_again(data_root, tmp_path, monkeypatch, stored):
+    """A relaxed VF-PS run re-selects as rows come and go. The checkpoint holds the selection's
+    state, so a resume computes only the selections of the epochs still to play; a checkpoint
+    written before that state was stored replays the plans of the epochs done. Both end as the
+    uninterrupted run."""
+    settings = BatchVFLSettings(epochs=5, selection=RELAXED, **SMALL)
+    whole = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "whole")
+    events = untimed_events(whole)
+    assert len(events) >= 3  # the start and re-selections on both sides of the interruption
+    with pytest.raises(Interrupt):
+        run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", progress=interrupt_at(4, 2))
+    path = tmp_path / "cut" / checkpoint.NAME
+    if not stored:  # as written before the selection's state was stored
+        payload = checkpoint.read(path, config=settings.to_config() | {"seed": 1})
+        del payload["selection"], payload["selection_arrays"]
+        checkpoint.write(path, payload)
+    computed = []
+    select = VFPSSelector.select
+    monkeypatch.setattr(VFPSSelector, "select",
+                        lambda self, *a, **k: computed.append(1) or select(self, *a, **k))
+    resumed = run_batch_vfl(settings, data_root, seed=1, out=tmp_path / "cut", resume=True)
+    rows = [[untimed(r, "selection_seconds") for r in run["per_epoch"]] for run in (resumed, whole)]
+    assert rows[0] == rows[1]
+    assert untimed_events(resumed) == events and resumed["bytes"] == whole["bytes"]
+    assert len(computed) == sum(e["epoch"] >= (4 if stored else 1) for e in events)
+
+
+def test_a_damaged_selection_state_is_refused_naming_the_file(data_root, tmp_path):
+    settings = BatchVFLSettings(epochs=2, selection=RELAXED, **SMALL)
+    with pytest.raises(Interrupt):
+        run_batch_vfl(settings, data_root, seed=1, out=tmp_path, progress=interrupt_at(2, 2))
+    path = tmp_path / checkpoint.NAME
+    payload = checkpoint.read(path, config=settings.to_config() | {"seed": 1})
+    payload["selection"] = json.dumps({"last_epoch": 1})  # the rest of the state is missing
+    checkpoint.write(path, payload)
+    with pytest.raises(ConfigError, match="checkpoint.pt: the selection state is damaged"):
+        run_batch_vfl(settings, data_root, seed=1, out=tmp_path, resume=True)

@@ -10,10 +10,13 @@ with the same models, metrics and bytes as one that was never interrupted (timin
   every client's gradient;
 * the byte ledger, the torch RNG state (the epoch order is drawn from ``(seed, epoch)``, so numpy
   needs none), the epochs and steps done, the metrics rows so far and the seconds spent;
+* participant selection's state (:meth:`fedstream.vfl.selection.Participation.state_dict`: the
+  clients selected, the record of (re)selections, the schedule's and selector's generators, the
+  pessimistic bounds), so that a resume does not compute again the VF-PS selections of the epochs
+  done (a relaxed 300-epoch run re-selects dozens of times, each a KNN pass over its rows). A
+  checkpoint written before this was stored has none: the trainer then replays the plans, which
+  depend only on the data and the seed (:func:`fedstream.vfl.trainer.run_batch_vfl`);
 * the run's config, so that a resume with other settings is refused (``train.epochs`` may grow).
-
-Participant selection is not stored: its plans depend only on the data and the seed, so a resume
-replays them for the epochs done (see :func:`fedstream.vfl.trainer.run_batch_vfl`).
 
 The file is ``checkpoint.pt`` (``torch.save`` of tensors, strings and numbers only; loaded with
 ``weights_only=True``), written atomically with the sha256 of its content, checked on load
@@ -49,6 +52,7 @@ class RunState:
     step: int
     rows: list[dict]
     seconds: float
+    selection_restored: bool = False  # False: the checkpoint has no selection state (replay the plans)
 
 
 def to_tensors(state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -59,9 +63,11 @@ def to_arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in state.items()}
 
 
-def save(folder: Path, *, config: dict, state: RunState, clients, server, transport) -> Path:
-    """Write ``folder/checkpoint.pt`` atomically; return its path."""
+def save(folder: Path, *, config: dict, state: RunState, clients, server, transport, part=None) -> Path:
+    """Write ``folder/checkpoint.pt`` atomically; return its path. ``part``: the run's
+    :class:`~fedstream.vfl.selection.Participation` (None without selection)."""
     padding = server.padding
+    selection, selection_arrays = part.state_dict() if part is not None else (None, {})
     payload = {
         "format": FORMAT,
         "config": json.dumps(config, sort_keys=True, default=str),
@@ -76,6 +82,7 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
         "padding": None if padding is None else to_tensors({"value": padding.value, "seen": padding.seen}),
         "links": to_tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
         "ledger": to_tensors(transport.ledger.state_dict()),
+        "selection": json.dumps(selection), "selection_arrays": to_tensors(selection_arrays),
         "torch_rng": torch.get_rng_state(),
     }
     return write(folder / NAME, payload)
@@ -115,9 +122,9 @@ def read(path: Path, *, config: dict, kind: str | None = None) -> dict:
     return payload
 
 
-def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
-    """Restore parties, links, ledger and RNG from ``path`` in place; the epochs, steps, rows and
-    seconds done.
+def load(path: Path, *, config: dict, clients, server, transport, part=None) -> RunState:
+    """Restore parties, links, ledger, RNG and participant selection (``part``, where the
+    checkpoint has its state) from ``path`` in place; the epochs, steps, rows and seconds done.
 
     ConfigError when the file is not a checkpoint of this format or was made with another config
     (a key other than ``train.epochs`` differs, or fewer epochs are asked than were done).
@@ -136,8 +143,23 @@ def load(path: Path, *, config: dict, clients, server, transport) -> RunState:
     transport.ledger.load_state_dict(to_arrays(payload["ledger"]))
     torch.set_rng_state(payload["torch_rng"])
     return RunState(
-        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])
+        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"]),
+        selection_restored=load_selection(path, payload, part),
     )
+
+
+def load_selection(path: Path, payload: dict, part) -> bool:
+    """Restore ``part`` from the payload's selection state; False where the checkpoint has none (it
+    was written before the state was stored) or the run selects no clients."""
+    state = json.loads(payload.get("selection", "null"))
+    if part is None or state is None:
+        return False
+    try:
+        part.load_state_dict(state, to_arrays(payload["selection_arrays"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: the selection state is damaged or does not fit this configuration "
+                          f"({type(exc).__name__}: {exc})") from None
+    return True
 
 
 def _check_config(path: Path, old: dict, new: dict) -> None:

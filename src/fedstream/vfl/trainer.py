@@ -136,17 +136,16 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
     rows: list[dict] = []
     step = done = 0
     if resume and (out / checkpoint.NAME).exists():
-        state = checkpoint.load(
-            out / checkpoint.NAME, config=config, clients=clients, server=server, transport=transport
-        )
+        state = checkpoint.load(out / checkpoint.NAME, config=config, clients=clients, server=server,
+                                transport=transport, part=part)
         if bad := nonfinite_parties(clients, server):
             raise CheckpointError(out / checkpoint.NAME, f"checkpoint refused: the model of {', '.join(bad)} "
                                   "holds NaN or inf (the run had diverged); start again with a smaller "
                                   "optimizer.lr")
         rows, step, done = state.rows, state.step, state.epoch
         tic -= state.seconds
-        for epoch in range(1, done + 1):  # selection plans depend on data and seed only: replay them
-            if part is not None:
+        if part is not None and not state.selection_restored:  # a checkpoint from before the state
+            for epoch in range(1, done + 1):  # was stored: the plans depend on data and seed only
                 part.plan(epoch)
     writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [], rows)
 
@@ -156,8 +155,9 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
                                 f"NaN or inf (optimizer.lr = {config.get('optimizer.lr')}; try a smaller "
                                 "one)", 0)
         if out is not None:
-            checkpoint.save(out, config=config, clients=clients, server=server, transport=transport,
-                            state=checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic))
+            record = checkpoint.RunState(epoch, step, rows, time.perf_counter() - tic)
+            checkpoint.save(out, config=config, state=record, clients=clients, server=server,
+                            transport=transport, part=part)
 
     cohort = LocalCohort(clients, transport, data_inputs(data))
     rows = play_epochs(settings, data, cohort, server, seed, progress, part=part, writer=writer, tic=tic,
