@@ -37,7 +37,7 @@ import numpy as np
 from numba.typed import List
 
 from fedstream.optim.dlr import DLR
-from fedstream.ovfl.fused_kernels import cycle_count, floor_segment, play_segment
+from fedstream.ovfl.fused_kernels import cycle_count, floor_segment, play_segment, typed_list
 from fedstream.transport import InProcessTransport
 from fedstream.transport.codec import encoded_size
 from fedstream.transport.messages import Embedding, Gradient, Query
@@ -52,7 +52,14 @@ def fused_applies(config: dict, transport, server, blocks: list[slice]) -> bool:
 
 
 def _list(arrays) -> List:
-    """A numba typed list of the arrays themselves (no copy)."""
+    """A numba typed list of the arrays themselves (no copy): built by the cached
+    :func:`typed_list` where the arrays share one numba type (dtype, dimensions, C order,
+    writeable), else filled from Python."""
+    arrays = tuple(arrays)
+    first = arrays[0] if arrays else None
+    if first is not None and all(a.dtype == first.dtype and a.ndim == first.ndim and a.flags.c_contiguous
+                                 and a.flags.writeable for a in arrays):
+        return typed_list(arrays)
     out = List()
     for a in arrays:
         out.append(a)

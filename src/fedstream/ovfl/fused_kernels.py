@@ -27,6 +27,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.typed import List
 
 from fedstream.models.kernels import (
     deferred_input_grad,
@@ -48,6 +49,17 @@ def cycles(typingctx):
                                             "llvm.readcyclecounter")
         return builder.call(fn, [])
     return types.int64(), codegen
+
+
+@njit(cache=True)
+def typed_list(arrays):  # pragma: no cover (jit)
+    """A typed list of the arrays of a homogeneous tuple, the arrays themselves (no copy). Built
+    here, compiled once per machine and cached, because a ``numba.typed.List`` filled from Python
+    compiles its methods again in every process (about 0.15 s per item type): a sweep's start-up."""
+    out = List()
+    for a in arrays:
+        out.append(a)
+    return out
 
 
 @njit(cache=True)
