@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
+import fedstream.ovfl.fused
+import fedstream.ovfl.fused_kernels
 from fedstream.errors import DivergedError
 from fedstream.ovfl.engine import OnlineVFL
-from fedstream.ovfl.fused import _list as fused_list
+from fedstream.ovfl.fused import array_list
 from fedstream.transport import encode
 from fedstream.transport.codec import encoded_size
 from fedstream.transport.messages import Embedding, Gradient, Query
@@ -180,15 +182,26 @@ def test_kernel_only_floor_computes_the_same_models(optimizer):
         np.testing.assert_array_equal(p, q)
 
 
-@pytest.mark.parametrize("arrays", [
-    [np.zeros((2, 3), np.float32), np.ones((4, 3), np.float32)],  # one numba type: the cached builder
-    [np.zeros((3, 2), np.float32).T, np.ones((2, 3), np.float32).T],  # not C-ordered: filled from Python
-])
-def test_the_fused_path_lists_the_parties_arrays_themselves(arrays):
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("arrays, compiled", [
+    ([np.zeros((2, 3), np.float32), np.ones((4, 3), np.float32)], True),  # one numba type: the cached builder
+    ([np.zeros((3, 2), np.float32).T, np.ones((2, 3), np.float32).T], False),  # not C-ordered: from Python
+    ([_readonly(np.zeros((2, 3), np.float32))], False),  # read-only: from Python
+], ids=["c-ordered", "transposed", "read-only"])
+def test_the_fused_path_lists_the_parties_arrays_themselves(arrays, compiled, monkeypatch):
     """The compiled loop updates the parties' weights in place through these lists: no copies."""
-    listed = fused_list(iter(arrays))
+    built = []
+    monkeypatch.setattr(fedstream.ovfl.fused, "typed_list",
+                        lambda t: built.append(len(t)) or fedstream.ovfl.fused_kernels.typed_list(t))
+    listed = array_list(iter(arrays))
+    assert built == ([len(arrays)] if compiled else [])
     assert len(listed) == len(arrays)
     for got, array in zip(listed, arrays):
         assert np.shares_memory(got, array) and got.shape == array.shape
-    listed[0][...] = 7.0
-    assert (arrays[0] == 7.0).all()
+    if arrays[0].flags.writeable:
+        listed[0][...] = 7.0
+        assert (arrays[0] == 7.0).all()

@@ -16,7 +16,7 @@ from fedstream.data.images import load_image_split
 from fedstream.data.paths import find_file
 from fedstream.data.tabular import read_uci_csv
 from fedstream.errors import FedstreamError
-from fedstream.predict import predict_run
+from fedstream.predict import predict_run, score_predictions
 from fedstream.predict.ovfl import load_final
 
 
@@ -95,6 +95,20 @@ def test_labelled_rows_are_scored_against_the_predictions_written(higgs_run, tmp
         assert predict_run(run, tmp_path / "other.npz").score.errors == wrong
     np.savez(tmp_path / "none.npz", X=X[ids])
     assert predict_run(run, tmp_path / "none.npz").score is None
+
+
+def test_labels_match_the_classes_as_one_column_of_numbers_or_of_text():
+    """Numbers match as numbers ("1", 1, 1.0, True are one class) only when every class and label
+    is a number; otherwise as text, so that text classes "01" and "1" stay apart."""
+    proba = np.eye(3)[[0, 1, 2, 1]]
+    numbers = fedstream.predict.files.Predictions(np.arange(4), [0, 1, 2], proba, {})
+    labels = np.array(["0", "1.0", "2", "1"])
+    assert score_predictions(numbers, labels, "f").errors == 0
+    assert score_predictions(numbers, np.array([False, True, True, True]), "f").errors == 1
+    text = fedstream.predict.files.Predictions(np.arange(4), ["01", "1", "a"], proba, {})
+    assert score_predictions(text, np.array(["01", "1", "a", "01"]), "f").errors == 1
+    with pytest.raises(FedstreamError, match="f: row 0: label 'nan' is not a class of the run"):
+        score_predictions(numbers, np.array(["nan", "1", "2", "1"]), "f")
 
 
 @pytest.mark.parametrize("content, message", [

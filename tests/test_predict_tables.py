@@ -92,6 +92,22 @@ def test_vfl_on_a_table_predicts_its_test_rows_as_it_scored_them(tmp_path):
         predict_run(run, unknown)
 
 
+@pytest.mark.parametrize("label", ["1", ""], ids=["by-index", "by-default"])
+def test_the_label_column_is_found_as_the_run_found_it(tmp_path, label):
+    """data.label as a 0-based index, or left out (the first column that is not the id): the file's
+    labels are still scored, and give the accuracy the run reported."""
+    run = tmp_path / "run"
+    assert main(["run", str(ROOT / "examples" / "customers-vfl.toml"), "--quiet", "--out", str(run),
+                 "--set", f"data.path={CUSTOMERS}", "--set", f"data.label={label}"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    header, rows = customer_rows()
+    data = write_rows(tmp_path / "test.csv", header, rows[-summary["test_rows"]:])
+    assert predict_run(run, data).score.accuracy == pytest.approx(summary["final_accuracy"])
+    unlabelled = write_rows(tmp_path / "new.csv", [n for n in header if n != "segment"],
+                            [[c for n, c in zip(header, r) if n != "segment"] for r in rows[:5]])
+    assert predict_run(run, unlabelled).score is None
+
+
 def test_chfl_keeps_its_final_model_and_each_client_predicts_as_the_run_scored_it(tmp_path):
     run = tmp_path / "run"
     config = ROOT / "examples" / "customers-chfl.toml"

@@ -157,7 +157,10 @@ def test_a_damaged_selection_state_is_refused_naming_the_file(data_root, tmp_pat
         run_batch_vfl(settings, data_root, seed=1, out=tmp_path, progress=interrupt_at(2, 2))
     path = tmp_path / checkpoint.NAME
     payload = checkpoint.read(path, config=settings.to_config() | {"seed": 1})
-    payload["selection"] = json.dumps({"last_epoch": 1})  # the rest of the state is missing
-    checkpoint.write(path, payload)
-    with pytest.raises(ConfigError, match="checkpoint.pt: the selection state is damaged"):
-        run_batch_vfl(settings, data_root, seed=1, out=tmp_path, resume=True)
+    for state, why in [({"last_epoch": 1}, "KeyError"),  # the rest of the state is missing
+                       ({"last_epoch": 2}, "saved at epoch 2, the checkpoint at epoch 1"),
+                       (["not", "a", "state"], "AttributeError")]:
+        payload["selection"] = json.dumps(state)
+        checkpoint.write(path, payload)
+        with pytest.raises(ConfigError, match=f"checkpoint.pt: the selection state is damaged.*{why}"):
+            run_batch_vfl(settings, data_root, seed=1, out=tmp_path, resume=True)

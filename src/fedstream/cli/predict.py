@@ -16,10 +16,11 @@ def add_parsers(sub) -> None:
     predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
     predict.add_argument("--data", type=Path, required=True,
                          help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
-                              "0-255, (n, H, W) or flattened), and optionally id (n,) and y (n,), the labels "
-                              "(then the error is printed); a run on "
+                              "0-255, (n, H, W) or flattened), and optionally id (n,) and y (n,), the "
+                              "labels as the run's classes (the p_<class> columns: 0..C-1; covertype, "
+                              "Sensorless: the file's label minus 1), then the error is printed; a run on "
                               "data.name = table: a table file (CSV, CSV.gz, NPZ, Parquet) with its "
-                              "columns by name (and data.id; data.label: the error is printed)")
+                              "columns by name (and data.id; with the label column the error is printed)")
     predict.add_argument("--client", type=int, default=None,
                          help="chfl: the client whose validation-chosen model predicts the rows, on its "
                               "own columns (default 0)")

@@ -51,7 +51,7 @@ def fused_applies(config: dict, transport, server, blocks: list[slice]) -> bool:
             and server.stand_in is None and all(b.step in (None, 1) for b in blocks))
 
 
-def _list(arrays) -> List:
+def array_list(arrays) -> List:
     """A numba typed list of the arrays themselves (no copy): built by the cached
     :func:`typed_list` where the arrays share one numba type (dtype, dimensions, C order,
     writeable), else filled from Python."""
@@ -88,23 +88,23 @@ class FusedPath:
         opts = [party.optimizer for party in parties]
         self.dlr = isinstance(opts[-1], DLR)
         R = self.rows
-        self.W = _list(layer.W for layer in layers)
-        self.B = _list(layer.b for layer in layers)
+        self.W = array_list(layer.W for layer in layers)
+        self.B = array_list(layer.b for layer in layers)
         self.relu = np.array([layer.relu for layer in layers])
-        self.OUT = _list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
-        self.DEL = _list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
-        self.GIN = _list(np.empty((R, layer.W.shape[1]), F32) for layer in layers)
-        self.ZD = _list(np.zeros((1, layer.W.shape[0]), F32) for layer in layers)
-        self.ZX = _list(np.zeros((1, layer.W.shape[1]), F32) for layer in layers)
+        self.OUT = array_list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
+        self.DEL = array_list(np.empty((R, layer.W.shape[0]), F32) for layer in layers)
+        self.GIN = array_list(np.empty((R, layer.W.shape[1]), F32) for layer in layers)
+        self.ZD = array_list(np.zeros((1, layer.W.shape[0]), F32) for layer in layers)
+        self.ZX = array_list(np.zeros((1, layer.W.shape[1]), F32) for layer in layers)
         self._dlr_state(opts)
-        self.INBUF = _list(c.inputs.buf for c in clients)
-        self.XR = _list(np.empty_like(c.inputs.buf) for c in clients)
+        self.INBUF = array_list(c.inputs.buf for c in clients)
+        self.XR = array_list(np.empty_like(c.inputs.buf) for c in clients)
         self.LROWS = np.empty_like(server.labels.buf)
         n_in = server.model.n_in
         self.H = np.empty((R, n_in), F32)
         self.LOSS = np.empty(R, np.float64)
         self.GL = np.empty((R, server.model.n_out), F32)
-        self.GC = _list(np.empty((R, self.e), F32) for _ in clients)
+        self.GC = array_list(np.empty((R, self.e), F32) for _ in clients)
         self.pred = np.empty(0, np.int64)
         self.cycles = np.zeros(2, np.int64)
         self.sizes = (encoded_size(Embedding, R, self.e), encoded_size(Gradient, R, self.e),
@@ -116,8 +116,8 @@ class FusedPath:
         if not self.dlr:
             n = len(self.W)
             self.deferred = np.zeros(n, bool)
-            self.SW = self.U = self.V = _list([one2] * n)
-            self.AS = self.SB = _list([one1] * n)
+            self.SW = self.U = self.V = array_list([one2] * n)
+            self.AS = self.SB = array_list([one1] * n)
             self.alpha = self.alpha_l = 0.0
             self.scale = np.array([o.lr for o in opts])
             return
@@ -130,7 +130,7 @@ class FusedPath:
                 SB.append(o.S_b[k])
                 U.append(o.ring_delta[k])
                 V.append(o.ring_inp[k])
-        self.SW, self.AS, self.SB, self.U, self.V = _list(SW), _list(AS), _list(SB), _list(U), _list(V)
+        self.SW, self.AS, self.SB, self.U, self.V = (array_list(a) for a in (SW, AS, SB, U, V))
         self.deferred = np.array(deferred)
         self.alpha, self.alpha_l = opts[-1].alpha, opts[-1].alpha_l
         self.scale = np.array([o.lr / o.norm for o in opts])

@@ -54,8 +54,9 @@ def cycles(typingctx):
 @njit(cache=True)
 def typed_list(arrays):  # pragma: no cover (jit)
     """A typed list of the arrays of a homogeneous tuple, the arrays themselves (no copy). Built
-    here, compiled once per machine and cached, because a ``numba.typed.List`` filled from Python
-    compiles its methods again in every process (about 0.15 s per item type): a sweep's start-up."""
+    here, compiled once per (array type, number of arrays) and cached on disk, because a
+    ``numba.typed.List`` filled from Python compiles its methods again in every process (about
+    0.15 s per item type): a sweep's start-up."""
     out = List()
     for a in arrays:
         out.append(a)

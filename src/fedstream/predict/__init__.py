@@ -19,6 +19,7 @@ from fedstream.predict.files import (
     read_rows,
     run_summary,
     score_predictions,
+    table_label_column,
     write_predictions,
 )
 from fedstream.runs.task import entry_point
@@ -31,14 +32,16 @@ __all__ = ["Predictions", "Rows", "Score", "predict_run", "read_features", "read
 def predict_run(run_dir, data, *, client: int | None = None) -> Predictions:
     """The predictions of the finished run in ``run_dir`` for the rows of file ``data`` (an NPZ file
     holding ``X``, or a table file with the run's columns by name); ``client``: the CHFL client whose
-    model predicts them. Where the file has the rows' labels (NPZ: ``y``; a table: the run's
-    ``data.label`` column), ``score`` holds the error of the predictions."""
+    model predicts them. Where the file has the rows' labels (NPZ: ``y``, the class indices 0..C-1
+    the run's data gives its labels; a table: the run's label column), ``score`` holds the error of
+    the predictions."""
     config = run_summary(run_dir)["config"]
     task = get_task(config["task"])
     if task.predict is None:  # each task names its predictor (Task.predict), imported when used
         raise ConfigError(f"{run_dir}: fedstream predict does not handle task = {task.name!r}")
-    rows = read_rows(data, table=config.get("data.name") == "table", id_column=config.get("data.id"),
-                     label_column=config.get("data.label"))
+    table = config.get("data.name") == "table"
+    rows = read_rows(data, table=table, id_column=config.get("data.id"),
+                     label_column=table_label_column(config) if table else None)
     predictions = entry_point(task.predict)(run_dir, rows, client=client)
     if rows.labels is not None:
         predictions.score = score_predictions(predictions, rows.labels, rows.labels_from)

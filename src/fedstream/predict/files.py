@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data.table import read_table
+from fedstream.data.table_source import column_positions, label_position, table_paths
 from fedstream.errors import DataError, FedstreamError
 from fedstream.runs.files import atomic_open
 
@@ -55,27 +56,48 @@ class Score:
         return 1.0 - self.error
 
 
-def label_key(value) -> float | str:
-    """A label as a key to match: a number (also when written as text: ``"1"``, ``1``, ``1.0``
-    are one class), else its text.
+def label_texts(values) -> list[str]:
+    """Labels as text, as a table file writes them (booleans as 0 and 1)."""
+    return [str(int(v) if isinstance(v, (bool, np.bool_)) else v.item() if hasattr(v, "item") else v).strip()
+            for v in values]
 
-    >>> label_key("1"), label_key(1), label_key(np.float32(1.0)), label_key(" gold ")
-    (1.0, 1.0, 1.0, 'gold')
-    """
-    text = str(value.item() if hasattr(value, "item") else value).strip()
+
+def label_numbers(texts: list[str]) -> list[float] | None:
+    """The labels as numbers where every one is a finite number, else None (then they match as text)."""
     try:
-        return float(text)
+        numbers = [float(t) for t in texts]
     except ValueError:
-        return text
+        return None
+    return numbers if np.isfinite(numbers).all() else None
+
+
+def matching_keys(classes, labels) -> tuple[list, list]:
+    """Keys of the run's classes and of the true labels to match, decided for the whole column as a
+    table's labels are: numbers when every class and label is one (``"1"``, ``1`` and ``1.0`` are
+    one class), else their text.
+
+    >>> matching_keys([0, 1], ["1", np.float32(0.0), True])
+    ([0.0, 1.0], [1.0, 0.0, 1.0])
+    >>> matching_keys(["01", "1", "a"], ["01", " a"])
+    (['01', '1', 'a'], ['01', 'a'])
+    """
+    class_texts, label_texts_ = label_texts(classes), label_texts(labels)
+    class_numbers, numbers = label_numbers(class_texts), label_numbers(label_texts_)
+    if class_numbers is not None and numbers is not None:
+        return class_numbers, numbers
+    return class_texts, label_texts_
 
 
 def score_predictions(predictions: Predictions, labels: np.ndarray, where: str) -> Score:
-    """The error of ``predictions`` against the true ``labels`` (raw values, one per row); a
-    DataError naming ``where`` (file and field) for a label that is not one of the run's classes."""
+    """The error of ``predictions`` against the true ``labels`` (raw values, one per row), matched
+    to the run's classes (``predictions.classes``: a table's label values, else the class indices
+    0..C-1 the run's data gives its labels); a DataError naming ``where`` (file and field) for a
+    label that is not one of them."""
     if len(labels) != len(predictions.ids):
         raise DataError(f"{where}: {len(labels)} labels, expected {len(predictions.ids)} (one per row)")
-    index = {label_key(c): i for i, c in enumerate(predictions.classes)}
-    truth = np.array([index.get(label_key(v), -1) for v in labels], dtype=np.int64)
+    classes, keys = matching_keys(predictions.classes, labels)
+    index = {key: i for i, key in enumerate(classes)}
+    truth = np.array([index.get(key, -1) for key in keys], dtype=np.int64)
     if (truth < 0).any():
         r = int(np.flatnonzero(truth < 0)[0])
         value = labels[r].item() if hasattr(labels[r], "item") else labels[r]
@@ -131,7 +153,8 @@ def read_rows(path: Path, *, table: bool = False, id_column: str | None = None,
     """The rows of ``path``: an NPZ file holding ``X`` and optionally ``id`` and ``y`` (the labels)
     (:func:`read_features`); with ``table`` (a run on ``data.name = "table"``) a table file (CSV,
     CSV.gz, NPZ of columns, Parquet), its ids from column ``id_column`` when it has one (else the
-    row numbers), its labels from column ``label_column`` (the run's ``data.label``) when it has one."""
+    row numbers), its labels from column ``label_column`` (the run's label column,
+    :func:`table_label_column`) when it has one."""
     if not table:
         ids, X = read_features(path)
         labels = read_npz_labels(path, len(X))
@@ -142,6 +165,14 @@ def read_rows(path: Path, *, table: bool = False, id_column: str | None = None,
         labels = rows.columns[rows.names.index(label_column)]
         return Rows(np.asarray(ids), rows, labels, f"{path}: column {label_column!r} (data.label)")
     return Rows(np.asarray(ids), rows)
+
+
+def table_label_column(config: dict) -> str:
+    """The name of a table run's label column: ``data.label`` by name or 0-based index, else the
+    first column that is not the id, as the run found it in its (first) training file."""
+    table = read_table(Path(table_paths(config["data.path"])[0]))
+    sid = column_positions(table, [config["data.id"]], "data.id")[0] if config.get("data.id") else None
+    return table.names[label_position(table, config.get("data.label"), sid)]
 
 
 def read_npz_labels(path: Path, n: int) -> np.ndarray | None:

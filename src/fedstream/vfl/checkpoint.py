@@ -151,12 +151,15 @@ def load(path: Path, *, config: dict, clients, server, transport, part=None) -> 
 def load_selection(path: Path, payload: dict, part) -> bool:
     """Restore ``part`` from the payload's selection state; False where the checkpoint has none (it
     was written before the state was stored) or the run selects no clients."""
-    state = json.loads(payload.get("selection", "null"))
-    if part is None or state is None:
-        return False
     try:
+        state = json.loads(payload.get("selection", "null"))
+        if part is None or state is None:
+            return False
+        if state.get("last_epoch") != payload["epoch"]:
+            raise ValueError(f"it was saved at epoch {state.get('last_epoch')!r}, the checkpoint at "
+                             f"epoch {payload['epoch']}")
         part.load_state_dict(state, to_arrays(payload["selection_arrays"]))
-    except (KeyError, ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path}: the selection state is damaged or does not fit this configuration "
                           f"({type(exc).__name__}: {exc})") from None
     return True
