@@ -126,6 +126,7 @@ def test_chfl_keeps_its_final_model_and_each_client_predicts_as_the_run_scored_i
         assert head[:2] == ["id", "prediction"] and ids == [r[0] for r in test]
         accuracy = np.mean([p[1] == r[header.index("segment")] for p, r in zip(body, test)])
         assert accuracy == pytest.approx(summary["test_acc_per_client"][k])
+        assert predict_run(run, data, client=k).score.accuracy == pytest.approx(accuracy)  # its labels
     assert main(["predict", str(run), "--data", str(data), "--out", str(tmp_path / "x.csv"), "--client",
                  "7"]) == 2
 
