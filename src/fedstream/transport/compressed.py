@@ -100,22 +100,28 @@ class CompressionSpec:
         _check_choice("compression.value_dtype", self.value_dtype, VALUE_DTYPES)
         if not isinstance(self.feedback, bool):
             raise ConfigError(f"compression.feedback = {self.feedback!r}: expected true or false")
+        changed = self.options()
         if self.up == "none":
-            for key, off, what in (("cache", "false", "the cache fills the entries top-k did not send"),
-                                   ("feedback", "false", "it keeps the entries top-k did not send"),
-                                   ("value_dtype", "float32", "it is the type of the sent entries")):
-                value = str(getattr(self, key)).lower()
-                if value != off:
-                    raise ConfigError(f"compression.{key} = {value} needs compression.up = topk or "
-                                      f"topk-grad ({what})")
+            for key, what in (("cache", "the cache fills the entries top-k did not send"),
+                              ("feedback", "it keeps the entries top-k did not send"),
+                              ("value_dtype", "it is the type of the sent entries")):
+                if key in changed:
+                    raise ConfigError(f"compression.{key} = {str(changed[key]).lower()} needs "
+                                      f"compression.up = topk or topk-grad ({what})")
         _check_choice("compression.rounding", self.rounding, ROUNDINGS)
         w = self.width
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 64:
             raise ConfigError(f"compression.width = {self.width!r}: expected a number in (0, 64] (paper: 3)")
-        for key, off in (("outliers", "zero"), ("rounding", "nearest"), ("width", 3.0)):
-            if getattr(self, key) != off and self.down != "quant-huffman":
-                raise ConfigError(f"compression.{key} = {getattr(self, key)!r} needs compression.down = "
+        for key in ("outliers", "rounding", "width"):
+            if key in changed and self.down != "quant-huffman":
+                raise ConfigError(f"compression.{key} = {changed[key]!r} needs compression.down = "
                                   "quant-huffman (it is the 3-sigma quantiser's rule)")
+
+    def options(self) -> dict:
+        """The settings that differ from their defaults (the paper's), besides the directions'
+        codecs ``up`` and ``down`` and the run's ``seed``: what a run's header names."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("up", "down", "seed") and getattr(self, f.name) != f.default}
 
     @property
     def is_none(self) -> bool:

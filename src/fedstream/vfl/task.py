@@ -8,6 +8,7 @@ from pathlib import Path
 import fedstream.vfl.config as vfl_config
 from fedstream.runs.batch import CHECKPOINT, batch_task, common_rows, run_batch
 from fedstream.runs.task import Progress, entry_point
+from fedstream.transport import CompressionSpec
 
 train = entry_point("fedstream.vfl.trainer:train_config")  # PyTorch is imported on the first run
 
@@ -29,13 +30,10 @@ def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
 
 def compression_line(c: dict) -> str:
     """``up X + cache, down Y`` and the options that are not the paper's defaults."""
-    cache = " + cache" if c["compression.cache"] else ""
-    line = f"up {c['compression.up']}{cache}, down {c['compression.down']}"
-    extra = [f"{k} {c.get(f'compression.{k}')}" for k, off in
-             (("ratio", 0.125), ("value_dtype", "float32"), ("feedback", False), ("levels", 24),
-              ("width", 3.0), ("outliers", "zero"), ("rounding", "nearest"))
-             if c.get(f"compression.{k}", off) != off]
-    return line + "".join(f", {e}" for e in extra)
+    spec = CompressionSpec.from_config(c)
+    options = spec.options()
+    cache = " + cache" if options.pop("cache", False) else ""
+    return f"up {spec.up}{cache}, down {spec.down}" + "".join(f", {k} {v}" for k, v in options.items())
 
 
 def length(s: dict | None, c: dict, curve: list[dict]) -> str:
