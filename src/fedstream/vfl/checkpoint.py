@@ -67,7 +67,6 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
     """Write ``folder/checkpoint.pt`` atomically; return its path. ``part``: the run's
     :class:`~fedstream.vfl.selection.Participation` (None without selection)."""
     padding = server.padding
-    selection, selection_arrays = part.state_dict() if part is not None else (None, {})
     payload = {
         "format": FORMAT,
         "config": json.dumps(config, sort_keys=True, default=str),
@@ -82,7 +81,7 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
         "padding": None if padding is None else to_tensors({"value": padding.value, "seen": padding.seen}),
         "links": to_tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
         "ledger": to_tensors(transport.ledger.state_dict()),
-        "selection": json.dumps(selection), "selection_arrays": to_tensors(selection_arrays),
+        **selection_payload(part),
         "torch_rng": torch.get_rng_state(),
     }
     return write(folder / NAME, payload)
@@ -148,11 +147,22 @@ def load(path: Path, *, config: dict, clients, server, transport, part=None) -> 
     )
 
 
-def load_selection(path: Path, payload: dict, part) -> bool:
-    """Restore ``part`` from the payload's selection state; False where the checkpoint has none (it
-    was written before the state was stored) or the run selects no clients."""
+def selection_payload(part) -> dict:
+    """The checkpoint entries of participant selection's state (``part``: a
+    :class:`~fedstream.vfl.selection.Participation`, or None without selection)."""
+    meta, arrays = part.state_dict() if part is not None else (None, {})
+    return {"selection": json.dumps(meta), "selection_arrays": to_tensors(arrays)}
+
+
+def load_selection(path: Path, payload: dict, part, *, stored: bool = False) -> bool:
+    """Restore ``part`` from the payload's selection state (:func:`selection_payload`); False where
+    the checkpoint has none (it was written before the state was stored) or the run selects no
+    clients. ``stored``: the checkpoint must hold a state exactly when the run selects (a deployed
+    run's always did). ConfigError naming ``path`` for a damaged or mismatched state."""
     try:
         state = json.loads(payload.get("selection", "null"))
+        if stored and (state is None) != (part is None):
+            raise ValueError("selection state does not match selection.method / selection.dynamic")
         if part is None or state is None:
             return False
         if state.get("last_epoch") != payload["epoch"]:

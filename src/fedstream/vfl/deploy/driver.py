@@ -163,7 +163,6 @@ class NetworkBatchVFL:
         ledger, held gradients, nodes' positions, faults, rejoins), the selection's state, the metrics
         rows so far, the run token and the torch RNG (``torch.save``, read with ``weights_only``)."""
         cohort, cohort_arrays = self.cohort.state_dict()
-        part, part_arrays = self.part.state_dict() if self.part is not None else (None, {})
         pad = self.server.padding
         payload = {
             "format": checkpoint.FORMAT, "kind": KIND,
@@ -172,7 +171,7 @@ class NetworkBatchVFL:
             "server": self.server.model.state_dict(), "server_optimizer": self.server.optimizer.state_dict(),
             "padding": to_tensors({"value": pad.value, "seen": pad.seen}),
             "cohort": json.dumps(cohort), "cohort_arrays": to_tensors(cohort_arrays),
-            "selection": json.dumps(part), "selection_arrays": to_tensors(part_arrays),
+            **checkpoint.selection_payload(self.part),
             "torch_rng": torch.get_rng_state(),
         }
         path = Path(path)
@@ -191,15 +190,11 @@ class NetworkBatchVFL:
             self.server.padding.value[...] = payload["padding"]["value"].numpy()
             self.server.padding.seen[...] = payload["padding"]["seen"].numpy()
             self.cohort.load_state_dict(json.loads(payload["cohort"]), to_arrays(payload["cohort_arrays"]))
-            part = json.loads(payload["selection"])
-            if (part is None) != (self.part is None):
-                raise ValueError("selection state does not match selection.method / selection.dynamic")
-            if self.part is not None:
-                self.part.load_state_dict(part, to_arrays(payload["selection_arrays"]))
         except (KeyError, ValueError, RuntimeError) as exc:
             raise ConfigError(
                 f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
             ) from None
+        checkpoint.load_selection(path, payload, self.part, stored=True)
         torch.set_rng_state(payload["torch_rng"])
         self.done, self.step = int(payload["epoch"]), int(payload["step"])
         self.rows, self.seconds = json.loads(payload["rows"]), float(payload["seconds"])
