@@ -82,15 +82,26 @@ def as_strings(col: np.ndarray) -> np.ndarray:
 
 
 def label_keys(table: Table, j: int) -> np.ndarray:
-    """The labels of column ``j`` as sortable keys: numbers (also when written as text) or text."""
+    """The labels of column ``j`` as sortable keys (:func:`column_keys`); no cell may be empty."""
     col = table.columns[j]
+    if col.dtype.kind not in "iub":
+        empty = np.flatnonzero(as_strings(col) == "")
+        if empty.size:
+            raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
+                            "expected a label, found an empty cell")
+    return column_keys(col)
+
+
+def column_keys(col: np.ndarray) -> np.ndarray:
+    """Labels as sortable keys, decided for the whole column: numbers (also when written as text,
+    when every one is a finite number) or text.
+
+    >>> column_keys(np.array(["1", "2.0"])), column_keys(np.array(["01", "a"]))
+    (array([1., 2.]), array(['01', 'a'], dtype='<U2'))
+    """
     if col.dtype.kind in "iub":
         return col
     text = as_strings(col)
-    empty = np.flatnonzero(text == "")
-    if empty.size:
-        raise DataError(f"{_where(table, int(empty[0]))}, column {table.names[j]!r} (data.label): "
-                        "expected a label, found an empty cell")
     try:
         keys = text.astype(np.float64)
     except ValueError:

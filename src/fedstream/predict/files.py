@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data.table import read_table
-from fedstream.data.table_source import column_positions, label_position, table_paths
+from fedstream.data.table_source import as_strings, column_keys, column_positions, label_position, table_paths
 from fedstream.errors import DataError, FedstreamError
 from fedstream.runs.files import atomic_open
 
@@ -56,36 +56,21 @@ class Score:
         return 1.0 - self.error
 
 
-def label_texts(values) -> list[str]:
-    """Labels as text, as a table file writes them (booleans as 0 and 1)."""
-    return [str(int(v) if isinstance(v, (bool, np.bool_)) else v.item() if hasattr(v, "item") else v).strip()
-            for v in values]
+def matching_keys(classes, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Keys of the run's classes and of the true labels to match, each decided for its whole column
+    as a table's labels are (:func:`~fedstream.data.table_source.column_keys`: ``"1"``, ``1`` and
+    ``1.0`` are one class); where one side is text and the other numbers, both as text.
 
-
-def label_numbers(texts: list[str]) -> list[float] | None:
-    """The labels as numbers where every one is a finite number, else None (then they match as text)."""
-    try:
-        numbers = [float(t) for t in texts]
-    except ValueError:
-        return None
-    return numbers if np.isfinite(numbers).all() else None
-
-
-def matching_keys(classes, labels) -> tuple[list, list]:
-    """Keys of the run's classes and of the true labels to match, decided for the whole column as a
-    table's labels are: numbers when every class and label is one (``"1"``, ``1`` and ``1.0`` are
-    one class), else their text.
-
-    >>> matching_keys([0, 1], ["1", np.float32(0.0), True])
-    ([0.0, 1.0], [1.0, 0.0, 1.0])
-    >>> matching_keys(["01", "1", "a"], ["01", " a"])
-    (['01', '1', 'a'], ['01', 'a'])
+    >>> [k.tolist() for k in matching_keys([0, 1], np.array(["1", "0.0"]))]
+    [[0, 1], [1.0, 0.0]]
+    >>> [k.tolist() for k in matching_keys(["01", "1", "a"], np.array(["01", "a"]))]
+    [['01', '1', 'a'], ['01', 'a']]
     """
-    class_texts, label_texts_ = label_texts(classes), label_texts(labels)
-    class_numbers, numbers = label_numbers(class_texts), label_numbers(label_texts_)
-    if class_numbers is not None and numbers is not None:
-        return class_numbers, numbers
-    return class_texts, label_texts_
+    classes, labels = np.asarray(classes), np.asarray(labels)
+    class_keys, keys = column_keys(classes), column_keys(labels)
+    if (class_keys.dtype.kind == "U") != (keys.dtype.kind == "U"):
+        return np.char.strip(as_strings(classes)), np.char.strip(as_strings(labels))
+    return class_keys, keys
 
 
 def score_predictions(predictions: Predictions, labels: np.ndarray, where: str) -> Score:
@@ -96,8 +81,8 @@ def score_predictions(predictions: Predictions, labels: np.ndarray, where: str) 
     if len(labels) != len(predictions.ids):
         raise DataError(f"{where}: {len(labels)} labels, expected {len(predictions.ids)} (one per row)")
     classes, keys = matching_keys(predictions.classes, labels)
-    index = {key: i for i, key in enumerate(classes)}
-    truth = np.array([index.get(key, -1) for key in keys], dtype=np.int64)
+    index = {key: i for i, key in enumerate(classes.tolist())}
+    truth = np.array([index.get(key, -1) for key in keys.tolist()], dtype=np.int64)
     if (truth < 0).any():
         r = int(np.flatnonzero(truth < 0)[0])
         value = labels[r].item() if hasattr(labels[r], "item") else labels[r]
