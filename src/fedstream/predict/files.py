@@ -141,8 +141,7 @@ def read_rows(path: Path, *, table: bool = False, id_column: str | None = None,
     row numbers), its labels from column ``label_column`` (the run's label column,
     :func:`table_label_column`) when it has one."""
     if not table:
-        ids, X = read_features(path)
-        labels = read_npz_labels(path, len(X))
+        ids, X, labels = read_features(path)
         return Rows(ids, X, labels, f"{path}: y" if labels is not None else "")
     rows = read_table(path)
     ids = rows.columns[rows.names.index(id_column)] if id_column in rows.names else np.arange(rows.n_rows)
@@ -160,27 +159,10 @@ def table_label_column(config: dict) -> str:
     return table.names[label_position(table, config.get("data.label"), sid)]
 
 
-def read_npz_labels(path: Path, n: int) -> np.ndarray | None:
-    """``y`` of an NPZ file of rows to predict, if it has one: (n,) labels, no NaN."""
-    with np.load(path, allow_pickle=False) as data:
-        if "y" not in data.files:
-            return None
-        try:
-            y = np.asarray(data["y"])
-        except ValueError as exc:  # an object array (pickled): not read, as X is not
-            raise DataError(f"{path}: y cannot be read ({exc}); expected numbers or text, one per "
-                            "row") from None
-    if y.shape != (n,):
-        raise DataError(f"{path}: y has shape {y.shape}, expected ({n},) (one label per row of X)")
-    if y.dtype.kind == "f" and not np.isfinite(y).all():
-        raise DataError(f"{path}: y holds NaN or inf (row {int(np.flatnonzero(~np.isfinite(y))[0])})")
-    return y
-
-
-def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, X) from an NPZ file: ``X`` (n, ...), the dataset's raw features (standardised by the
+def read_features(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(ids, X, y) from an NPZ file: ``X`` (n, ...), the dataset's raw features (standardised by the
     run as its own data is: tabular rows (n, features); images (n, C, H, W) or flattened, 0-255),
-    and optionally ``id`` (n,) (default: the row numbers). Its labels: :func:`read_npz_labels`."""
+    optionally ``id`` (n,) (default: the row numbers) and ``y`` (n,), the rows' labels (else None)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -188,6 +170,11 @@ def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 raise DataError(f"{path}: expected an array 'X' (rows, features); found {data.files}")
             X = np.asarray(data["X"])
             ids = np.asarray(data["id"]) if "id" in data.files else np.arange(len(X))
+            try:
+                y = np.asarray(data["y"]) if "y" in data.files else None
+            except ValueError as exc:  # an object array (pickled): not read, as X is not
+                raise DataError(f"{path}: y cannot be read ({exc}); expected numbers or text, one per "
+                                "row") from None
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - np.load of a foreign or damaged file raises many kinds
@@ -199,7 +186,11 @@ def read_features(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not np.isfinite(X).all():
         row = int(np.argwhere(~np.isfinite(X))[0][0])
         raise DataError(f"{path}: X holds NaN or inf (row {row})")
-    return ids, X
+    if y is not None and y.shape != (len(X),):
+        raise DataError(f"{path}: y has shape {y.shape}, expected ({len(X)},) (one label per row of X)")
+    if y is not None and y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise DataError(f"{path}: y holds NaN or inf (row {int(np.flatnonzero(~np.isfinite(y))[0])})")
+    return ids, X, y
 
 
 def write_predictions(predictions: Predictions, out: Path) -> Path:
