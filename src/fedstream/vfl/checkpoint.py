@@ -52,7 +52,6 @@ class RunState:
     step: int
     rows: list[dict]
     seconds: float
-    selection_restored: bool = False  # False: the checkpoint has no selection state (replay the plans)
 
 
 def to_tensors(state: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -141,9 +140,9 @@ def load(path: Path, *, config: dict, clients, server, transport, part=None) -> 
         transport.load_state_dict(to_arrays(payload["links"]))
     transport.ledger.load_state_dict(to_arrays(payload["ledger"]))
     torch.set_rng_state(payload["torch_rng"])
+    load_selection(path, payload, part)
     return RunState(
-        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"]),
-        selection_restored=load_selection(path, payload, part),
+        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])
     )
 
 

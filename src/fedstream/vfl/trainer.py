@@ -144,8 +144,8 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
                                   "optimizer.lr")
         rows, step, done = state.rows, state.step, state.epoch
         tic -= state.seconds
-        if part is not None and not state.selection_restored:  # a checkpoint from before the state
-            for epoch in range(1, done + 1):  # was stored: the plans depend on data and seed only
+        if part is not None:  # a checkpoint from before the selection's state was stored: replay the
+            for epoch in range(part.last_epoch + 1, done + 1):  # plans (they depend on data and seed only)
                 part.plan(epoch)
     writer = MetricsWriter(out, selection_columns(settings.clients) if part is not None else [], rows)
 
