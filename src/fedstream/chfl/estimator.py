@@ -19,7 +19,7 @@ from fedstream.chfl.trainer import train_table
 from fedstream.data.table import Table
 from fedstream.data.table_source import TableSource, TableSpec
 from fedstream.errors import FedstreamError
-from fedstream.estimators import ClassifierBase, as_value_error, label_column
+from fedstream.estimators import ClassifierBase, as_value_error
 
 LABEL = "\x00label"  # the label's column in the estimator's table (no user column is called so)
 
@@ -62,7 +62,7 @@ class CHFLClassifier(ClassifierBase):
     """
 
     def __init__(self, *, clients: int = 3, common_ratio: float = 0.3, split: str = "random",
-                 hidden=(64, 32), rounds: int = 3, local_epochs: int = 3, batch_size: int = 64,
+                 hidden=(64, 32), rounds: int = 10, local_epochs: int = 10, batch_size: int = 64,
                  lrs=(0.003,), mus=(0.0, 0.5), method: str = "chfl", categorical=None, device: str = "auto",
                  seed: int = 0):
         self.clients = clients
@@ -81,8 +81,7 @@ class CHFLClassifier(ClassifierBase):
 
     def fit(self, X, y) -> CHFLClassifier:
         """Deal the rows and columns of ``X`` (n, d) with labels ``y`` to the clients and federate."""
-        table = self._table(X, fitting=True)
-        y = label_column(y, table.n_rows)
+        table, y = self._table(X, y, fitting=True)
         try:
             categorical = self.categorical if self.categorical is None or isinstance(self.categorical, str) \
                 else ",".join(str(c) for c in self.categorical)
