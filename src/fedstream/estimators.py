@@ -18,13 +18,20 @@ finite values, labels of a classification), so the messages are scikit-learn's.
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import validate_data
+from sklearn.utils.validation import column_or_1d, validate_data
 
+import fedstream.errors
 from fedstream.data.table import Table, as_table
-from fedstream.errors import FedstreamError, NotFittedError
+from fedstream.errors import FedstreamError
+
+
+class NotFittedError(fedstream.errors.NotFittedError, SklearnNotFittedError):
+    """:class:`fedstream.errors.NotFittedError` that is also scikit-learn's (``check_is_fitted``'s)."""
 
 
 class ClassifierBase(ClassifierMixin, BaseEstimator):
@@ -46,7 +53,10 @@ class ClassifierBase(ClassifierMixin, BaseEstimator):
         positions "0", "1", ... for an array); with ``y``, (table, y) with y checked. ``fit``
         records ``n_features_in_`` (and ``feature_names_in_`` for named columns), afterwards X is
         checked against them."""
-        if isinstance(X, dict):  # columns by name: scikit-learn has no dict input; checked here
+        if fitting and y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: "
+                             "fit(X, y) needs a label per row")
+        if isinstance(X, dict) and not issparse(X):  # columns by name (not scikit-learn's): checked here
             X = self._dict_columns(X, fitting)
         elif hasattr(X, "columns"):  # a DataFrame: its own dtype per column (text for categoricals)
             validate_data(self, X, reset=fitting, skip_check_array=True)
@@ -55,14 +65,17 @@ class ClassifierBase(ClassifierMixin, BaseEstimator):
             dtype = None if getattr(self, "categorical", None) is not None else "numeric"
             X = validate_data(self, X, reset=fitting, dtype=dtype, ensure_all_finite=dtype is not None)
         table = as_table(X)
+        if fitting and table.n_rows < 2:
+            raise ValueError(f"X has {table.n_rows} sample (n_samples = {table.n_rows}): a classifier needs "
+                             "at least 2 rows")
         names = ([str(n) for n in self.feature_names_in_] if hasattr(self, "feature_names_in_")
                  else [str(j) for j in range(len(table.names))])
         table = Table(table.path, names, table.columns)
         if y is None:
             return table
         y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y.ravel()
+        if y.ndim == 2 and y.shape[1] == 1:  # a column vector: scikit-learn's DataConversionWarning
+            y = column_or_1d(y, warn=True)
         if y.shape != (table.n_rows,):
             raise ValueError(f"y has shape {y.shape}, expected ({table.n_rows},): one label per row of X")
         check_classification_targets(y)

@@ -32,6 +32,17 @@ def _as_list(value):
     return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
 
 
+class Standardise:
+    """New raw rows in the run's feature space, as ``source`` encodes its own (the same for every
+    client: :class:`~fedstream.chfl.final.ChosenModels`' ``encode``); picklable, unlike a lambda."""
+
+    def __init__(self, source: TableSource):
+        self.source = source
+
+    def __call__(self, raw, k: int) -> np.ndarray:
+        return self.source.standardise(raw)
+
+
 class CHFLClassifier(ClassifierBase):
     """Continual horizontal FL (batch) as a scikit-learn classifier: ``clients`` clients each hold
     some rows, the common columns and their own; ``fit`` runs the federation, each client keeps the
@@ -83,6 +94,9 @@ class CHFLClassifier(ClassifierBase):
         """Deal the rows and columns of ``X`` (n, d) with labels ``y`` to the clients and federate."""
         table, y = self._table(X, y, fitting=True)
         try:
+            if len(table.names) < 2:
+                raise ValueError(f"X has {len(table.names)} feature(s) (n_features = {len(table.names)}): "
+                                 "CHFL deals common and own columns to the clients, and needs at least 2")
             categorical = self.categorical if self.categorical is None or isinstance(self.categorical, str) \
                 else ",".join(str(c) for c in self.categorical)
             spec = TableSpec("<X>", LABEL, None, categorical, None, 1, ALL_ROWS)
@@ -97,7 +111,7 @@ class CHFLClassifier(ClassifierBase):
                                              method=self.method, seed=self.seed, n_classes=source.n_classes)
         except FedstreamError as exc:
             raise as_value_error(exc) from None
-        self._chosen = ChosenModels(ex, cohort, lambda raw, k: source.standardise(raw))
+        self._chosen = ChosenModels(ex, cohort, Standardise(source))
         self.classes_ = np.array(source.classes)
         self.result_ = result
         self.choices_ = [self._chosen.choice(k) for k in range(ex.settings.clients)]

@@ -85,7 +85,7 @@ class VFLClassifier(ClassifierBase):
     ``seed``. After ``fit``: ``classes_``, ``n_features_in_``, ``history_`` (a row per epoch: loss,
     bytes, accuracy on the validation rows, or on the training rows without early stopping),
     ``n_iter_`` (epochs played), ``best_validation_score_`` (with early stopping), ``bytes_``,
-    ``client_columns_``.
+    ``client_columns_``; :meth:`inference_bytes` counts what a prediction sends.
 
     >>> import numpy as np
     >>> from fedstream.vfl import VFLClassifier
@@ -129,6 +129,9 @@ class VFLClassifier(ClassifierBase):
         self._check_stopping()
         try:
             text, n_clients = partition_text(self.partition, table)
+            if len(table.names) < n_clients:
+                raise ValueError(f"X has {len(table.names)} feature(s) (n_features = {len(table.names)}), "
+                                 f"but partition = {self.partition!r} needs at least one per client")
             categorical = self.categorical if self.categorical is None or isinstance(self.categorical, str) \
                 else ",".join(str(c) for c in self.categorical)
             spec = TableSpec("<X>", LABEL, None, categorical, text, n_clients, ALL_ROWS)
@@ -189,16 +192,25 @@ class VFLClassifier(ClassifierBase):
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities (n, len(classes_)) of the rows of ``X``, computed by the parties."""
+        proba, _ = self._play(X)
+        return np.zeros((0, len(self.classes_))) if proba is None else proba
+
+    def inference_bytes(self, X) -> dict:
+        """The payload bytes of predicting the rows of ``X`` (each client's embeddings up; nothing
+        comes down), as the transport's ledger counts them: ``{"up", "down", "total", ...}``."""
+        return self._play(X)[1]
+
+    def _play(self, X) -> tuple[np.ndarray | None, dict]:
+        """The parties' prediction of the rows of ``X``: probabilities and the ledger's summary."""
         self._check_fitted()
         try:
             rows = self._data.source.standardise(self._table(X))
         except FedstreamError as exc:
             raise as_value_error(exc) from None
         p = self._parties
-        proba, self.inference_bytes_ = parties_proba(
-            self._settings, lambda b: self._data.client_inputs(rows[b.rows]), len(rows), p.clients, p.server,
-            p.transport, first_id=len(self._data.train_y) + len(self._data.test_y))
-        return np.zeros((0, len(self.classes_))) if proba is None else proba
+        return parties_proba(self._settings, lambda b: self._data.client_inputs(rows[b.rows]), len(rows),
+                             p.clients, p.server, p.transport,
+                             first_id=len(self._data.train_y) + len(self._data.test_y))
 
 
 def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
