@@ -148,3 +148,30 @@ def test_vfl_partition_is_checked_against_the_columns_of_x(partition, message):
     X = np.random.default_rng(1).normal(size=(40, 6))
     with pytest.raises(ValueError, match=message):
         VFLClassifier(partition=partition, hidden=8, epochs=1).fit(X, np.arange(40) % 2)
+
+
+def test_adam_from_the_command_line_resumes_exactly_and_is_the_estimators(tmp_path):
+    """``train.optimizer = "adam"`` (issue 32): every party steps with Adam; its state is in the
+    checkpoint, so a run resumed after epoch 1 ends as an uninterrupted one; and the estimator with
+    ``optimizer="adam"`` and the same settings gives the run's accuracy."""
+    sets = ["--set", f"data.path={CUSTOMERS}", "--set", "train.optimizer=adam", "--set", "optimizer.lr=0.01"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run = ["run", str(ROOT / "examples" / "customers-vfl.toml"), "--quiet"]
+    assert main([*run, "--out", str(whole), *sets, "--set", "train.epochs=3"]) == 0
+    assert main([*run, "--out", str(cut), *sets, "--set", "train.epochs=1"]) == 0
+    assert main([*run, "--out", str(cut), *sets, "--set", "train.epochs=3", "--resume"]) == 0
+    summary, resumed = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
+    assert [r["train_loss"] for r in resumed["per_epoch"]] == [r["train_loss"] for r in summary["per_epoch"]]
+    assert resumed["final_accuracy"] == summary["final_accuracy"]
+    sgd = tmp_path / "sgd"
+    assert main([*run, "--out", str(sgd), *sets[:2], "--set", "optimizer.lr=0.01",
+                 "--set", "train.epochs=3"]) == 0
+    assert json.loads((sgd / "summary.json").read_text())["per_epoch"][-1]["train_loss"] != \
+        summary["per_epoch"][-1]["train_loss"]
+    n_train = summary["train_rows"]
+    X, y = customers(slice(0, n_train))
+    clf = VFLClassifier(partition={"bank": BANK, "shop": SHOP, "telecom": TELECOM}, categorical="channel",
+                        hidden=32, epochs=3, batch_size=32, optimizer="adam", lr=0.01, seed=0).fit(X, y)
+    assert [r["train_loss"] for r in clf.history_] == [r["train_loss"] for r in summary["per_epoch"]]
+    X_test, y_test = customers(slice(n_train, None))
+    assert clf.score(X_test, y_test) == pytest.approx(summary["final_accuracy"])
