@@ -197,3 +197,20 @@ def test_a_partly_missing_client_reads_zeros_and_no_client_no_round():
     assert a.predict_proba_one(rows[0][0]) == b.predict_proba_one(rows[0][0])
     a.learn_one({"other": 1.0}, 1)
     assert a.rounds == 120 and a.bytes == b.bytes
+
+
+def test_against_rivers_own_classifiers_on_its_bundled_streams():
+    """docs/estimators.md's comparison (fedstream.bench.river) on River's Phishing and Bananas:
+    the same progressive validation for all three models; online VFL with two clients is within 1
+    point of the better of River's LogisticRegression and HoeffdingTreeClassifier on Phishing and
+    above both on Bananas, whose non-linear boundary the linear model cannot draw."""
+    from fedstream.bench import river as bench
+
+    rows = bench.run(streams=("Phishing", "Bananas"))
+    table = {(r["stream"], r["model"]): r["accuracy"] for r in rows}
+    assert {r["samples"] for r in rows if r["stream"] == "Phishing"} == {1250}
+    best = {s: max(table[s, "LogisticRegression"], table[s, "HoeffdingTreeClassifier"])
+            for s in ("Phishing", "Bananas")}
+    assert table["Phishing", "OnlineVFL"] > best["Phishing"] - 0.01
+    assert table["Bananas", "OnlineVFL"] > best["Bananas"] + 0.05
+    assert "| Bananas | 5,300 |" in bench.markdown(rows)
