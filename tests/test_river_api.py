@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 river = pytest.importorskip("river")
+for _submodule in ("river.evaluate", "river.metrics"):  # not imported by `import river` itself
+    pytest.importorskip(_submodule)
 from river import checks as river_checks  # noqa: E402
 
 import fedstream.ovfl.river  # noqa: E402
