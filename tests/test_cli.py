@@ -186,3 +186,27 @@ def test_bench_huffman_runs_with_its_own_options(tmp_path, capsys):
     assert figures["n"] == 20000 and figures["repeats"] == 1
     assert main(["bench", "huffman", "--symbols", "0"]) == 2
     assert "--symbols and --repeats must be >= 1" in capsys.readouterr().err
+
+
+def _documented_bench_commands() -> list[list[str]]:
+    """``fedstream bench ...`` as README.md, docs/ and scripts/ write it (shell variables as ``x``)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "scripts").glob("*.sh")]
+    found = set()
+    for path in files:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.findall(r"fedstream bench [a-z]+[^`|#)\n]*", text):
+            found.add(re.sub(r'"?\$(\{\w+\}|\w+|@)"?', "x", match).strip())
+    return sorted(found)
+
+
+@pytest.mark.parametrize("command", _documented_bench_commands())
+def test_documented_bench_invocations_parse(command):
+    from fedstream.cli import build_parser
+
+    args = command.split()[1:]
+    if args[-1] == "x":  # the script's "$@": extra options, not a value
+        args = args[:-1]
+    build_parser().parse_args(args)  # SystemExit(2) for an option the bench does not take
