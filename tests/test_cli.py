@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -136,3 +137,77 @@ def test_higgs_subset_from_shared_data(tmp_path, data_root):
         == 0
     )
     assert _summary(out)["rounds"] == 300
+
+
+BENCH_OPTIONS = {
+    "ovfl": {"--rounds", "--ref-rounds", "--sweep-rounds", "--workers", "--quick", "--forms", "--data-root",
+             "--json"},
+    "huffman": {"--symbols", "--repeats", "--seed", "--json"},
+    "selection": {"--samples", "--ref-samples", "--k", "--groups", "--seed", "--scale-clients",
+                  "--scale-samples", "--scale-queries", "--no-paillier", "--key-bits", "--workers",
+                  "--data-root", "--json"},
+    "network": {"--runtime", "--events", "--requests", "--batches", "--config", "--set", "--workdir",
+                "--json"},
+    "device": {"--devices", "--tiny", "--data-root", "--json"},
+    "estimators": {"--which", "--seed", "--json"},
+}
+
+
+@pytest.mark.parametrize("bench", sorted(BENCH_OPTIONS))
+def test_each_bench_help_lists_only_its_own_options(capsys, bench):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", bench, "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    listed = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - {"--help"}
+    assert listed == BENCH_OPTIONS[bench]
+
+
+@pytest.mark.parametrize("bench, option", [("ovfl", "--key-bits"), ("huffman", "--tiny"),
+                                           ("device", "--runtime"), ("network", "--quick"),
+                                           ("selection", "--devices")])
+def test_an_option_of_another_bench_exits_2(capsys, bench, option):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", bench, option, "1"])
+    assert stop.value.code == 2
+    assert f"unrecognized arguments: {option}" in capsys.readouterr().err
+
+
+def test_bench_needs_a_bench_name(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench"])
+    assert stop.value.code == 2
+    assert "ovfl" in capsys.readouterr().err
+
+
+def test_bench_huffman_runs_with_its_own_options(tmp_path, capsys):
+    out = tmp_path / "h.json"
+    assert main(["bench", "huffman", "--symbols", "20000", "--repeats", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["n"] == 20000 and figures["repeats"] == 1
+    assert main(["bench", "huffman", "--symbols", "0"]) == 2
+    assert "--symbols and --repeats must be >= 1" in capsys.readouterr().err
+
+
+def _documented_bench_commands() -> list[list[str]]:
+    """``fedstream bench ...`` as README.md, docs/ and scripts/ write it (shell variables as ``x``)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "scripts").glob("*.sh")]
+    found = set()
+    for path in files:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.findall(r"fedstream bench [a-z]+[^`|#)\n]*", text):
+            found.add(re.sub(r'"?\$(\{\w+\}|\w+|@)"?', "x", match).strip())
+    return sorted(found)
+
+
+@pytest.mark.parametrize("command", _documented_bench_commands())
+def test_documented_bench_invocations_parse(command):
+    from fedstream.cli import build_parser
+
+    args = command.split()[1:]
+    if args[-1] == "x":  # the script's "$@": extra options, not a value
+        args = args[:-1]
+    build_parser().parse_args(args)  # SystemExit(2) for an option the bench does not take

@@ -115,3 +115,40 @@ def test_unreadable_config_file(tmp_path):
     p.write_bytes(b"rounds = \xff\xfe\n")
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(str(p))
+
+
+def test_one_set_of_field_rules():
+    """Field.check (config keys, River keywords) and fits/checker (network records) share the type
+    rules: an int is never a bool, a float is any int or a finite float."""
+    import math
+
+    from fedstream.fields import Field, FieldValueError, fits
+
+    number = Field(float, 0.0, "x")
+    values = [0, 3, 1.5, -2.0, float("nan"), float("inf"), True, "1", None]
+    for v in values:
+        try:
+            number.check(v, "ovfl")
+            ok = True
+        except FieldValueError as exc:
+            ok = False
+            want = "missing" if v is None else "type" if isinstance(v, (bool, str)) else "range"
+            assert exc.reason == want
+            assert exc.expected == "a finite number"
+        assert ok == (v is not None and fits(v, float)), v
+        assert ok == (v is not None and not isinstance(v, (bool, str)) and math.isfinite(v))
+    assert isinstance(number.check(3), float)
+    with pytest.raises(FieldValueError) as got:
+        Field(int, 1, "x", min=1).check(None)
+    assert got.value.reason == "missing"
+    assert Field(int, None, "x").check(None) is None
+    with pytest.raises(FieldValueError) as got:
+        Field(float, 1.0, "x").check(10**400)
+    assert got.value.reason == "range"
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan"])
+def test_a_float_key_without_bounds_refuses_non_finite_values(text):
+    with pytest.raises(ConfigError, match=f"activation.threshold = {text} is out of range; expected a "
+                                          "finite number"):
+        load_config("ovfl-imnist", [f"activation.threshold={text}"])

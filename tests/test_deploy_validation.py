@@ -200,17 +200,17 @@ def test_flower_records_are_checked_before_use():
 
 def test_a_record_s_prepared_type_checks_agree_with_the_plain_rule():
     """Record.read checks each key with a checker built once per class (the fast path); it must
-    accept and refuse exactly what :func:`fedstream.deploy.records._fits` does."""
-    from fedstream.deploy.records import _checker, _fits
+    accept and refuse exactly what the plain rule :func:`fedstream.fields.fits` does."""
+    from fedstream.fields import checker, fits
 
     kinds = [int, float, bool, str, int | None, float | None, bool | None, str | None, list[int], list[float],
              list[str], list[int] | None, int | str]
     values = [0, -3, 2**40, 1.5, float("nan"), True, False, "x", "", [], [1, 2], [1, True], [1.0, 2], ["a"],
               ["a", 1], (1, 2), {"a": 1}, b"x", [[1]]]
     for kind in kinds:
-        ok = _checker(kind)
+        ok = checker(kind)
         for v in values:
-            assert ok(v) == _fits(v, kind), (kind, v)
+            assert ok(v) == fits(v, kind), (kind, v)
 
 
 @pytest.mark.parametrize("index", [3, -1, True, "1"])
@@ -226,3 +226,22 @@ def test_each_online_client_party_checks_its_index_alike(index):
         with pytest.raises(ConfigError) as want:
             check_client_index(index, 3, "vfl.clients", name=name)
         assert str(got.value) == str(want.value)
+
+
+def test_a_record_refuses_a_non_finite_number_as_the_config_does():
+    """A record's float field is read by the field rules the config loader uses (issue 29): NaN and
+    infinities are refused, naming the key; ints pass as numbers, bools do not."""
+    from dataclasses import dataclass
+
+    from fedstream.deploy.records import Record
+
+    @dataclass(kw_only=True)
+    class Score(Record):
+        val: float
+        vals: list[float] | None = None
+
+    assert Score.read({"val": 1}, "node 1").val == 1
+    for bad, key in [({"val": float("nan")}, "val"), ({"val": float("inf")}, "val"), ({"val": True}, "val"),
+                     ({"val": 0.5, "vals": [0.1, float("-inf")]}, "vals")]:
+        with pytest.raises(ProtocolError, match=f"node 1: info '{key}' must be a .*finite number"):
+            Score.read(bad, "node 1")

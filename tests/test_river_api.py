@@ -216,3 +216,69 @@ def test_against_rivers_own_classifiers_on_its_bundled_streams():
     assert table["Phishing", "OnlineVFL"] > best["Phishing"] - 0.01
     assert table["Bananas", "OnlineVFL"] > best["Bananas"] + 0.05
     assert "| Bananas | 5,300 |" in bench.markdown(rows)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"lr": INF}, "lr = inf: expected a number > 0.0"),
+    ({"lr": NAN}, "lr = nan"),
+    ({"server_lr": INF}, "server_lr = inf"),
+    ({"activation": "event", "threshold": NAN}, "threshold = nan: expected a finite number"),
+    ({"activation": "event", "threshold": -INF}, "threshold = -inf"),
+    ({"alpha": NAN}, "alpha = nan"),
+    ({"compression": {"up": "topk", "ratio": NAN}}, "compression.ratio = nan"),
+    ({"compression": {"down": "quant-huffman", "width": INF}}, "compression.width = inf"),
+    ({"seed": 1.5}, "seed = 1.5: expected an integer >= 0"),
+    ({"window": 2.0}, "window = 2.0: expected an integer"),
+    ({"embedding": True}, "embedding = True"),
+])
+def test_non_finite_and_mistyped_keywords_are_refused_by_name(settings, message):
+    """River keywords go through the config fields' rules (issue 29): NaN and infinities are refused
+    as the config loader refuses them (before, ``threshold = nan`` and ``server_lr = inf`` were taken
+    and ``lr = inf`` failed deep in the optimiser without naming the keyword)."""
+    with pytest.raises(ValueError, match=message):
+        OnlineVFL(partition=PARTITION, **settings)
+
+
+# (keyword of OnlineVFL, its config key, values to try)
+KEYWORDS = [
+    ("lr", "optimizer.lr", [0.01, 1, 0, -1.0, NAN, INF, True, "0.1"]),
+    ("server_lr", "optimizer.server_lr", [None, 0.5, 0.0, NAN, INF]),
+    ("alpha", "optimizer.alpha", [0.5, 0.0, 1.0, NAN]),
+    ("window", "optimizer.window", [1, 10, 0, 2.0, 70000]),
+    ("p", "activation.p", [0.0, 1.0, 1.5, NAN]),
+    ("threshold", "activation.threshold", [0.2, -3, NAN, INF, -INF, "x"]),
+    ("embedding", "model.embedding", [1, 64, 0, 65536, 8.0]),
+    ("seed", "seed", [0, 7, -1, 1.5, 2**63]),
+    ("optimizer", "optimizer.name", ["ogd", "dlr", "adam", 1]),
+]
+
+
+@pytest.mark.parametrize("keyword, key, values", KEYWORDS, ids=[k for k, *_ in KEYWORDS])
+def test_a_keyword_is_refused_exactly_when_the_config_loader_refuses_its_key(keyword, key, values):
+    """One set of field rules: a River keyword's value is accepted exactly when ``load_config``
+    accepts it for the config key it sets."""
+    for value in values:
+        try:
+            load_config(None, {"task": "ovfl", "vfl.clients": 2, key: value})
+            loader_ok = True
+        except FedstreamError:
+            loader_ok = False
+        try:
+            OnlineVFL(partition=PARTITION, **{keyword: value})
+            river_ok = True
+        except ValueError as exc:
+            river_ok = False
+            assert str(exc).startswith(f"{keyword} = "), exc
+        assert river_ok == loader_ok, (keyword, value)
+
+
+@pytest.mark.parametrize("key, value", [("ratio", NAN), ("ratio", INF), ("levels", 2.5), ("width", NAN),
+                                        ("cache", 1), ("up", "gzip"), ("feedback", "yes")])
+def test_a_compression_key_is_refused_exactly_when_the_config_loader_refuses_it(key, value):
+    with pytest.raises(FedstreamError):
+        load_config(None, {"task": "ovfl", f"compression.{key}": value})
+    with pytest.raises(ValueError, match=f"compression.{key} = "):
+        OnlineVFL(partition=PARTITION, compression={key: value})

@@ -3,7 +3,7 @@
     fedstream presets
     fedstream run CONFIG [--set KEY=VALUE ...] [--out DIR] [--resume] [--quiet]
     fedstream sweep CONFIG --grid KEY=V1,V2 [--grid ...] [--set ...] --out DIR [--workers N] [--stack]
-    fedstream bench ovfl|huffman [--rounds N] [--ref-rounds N] [--json PATH]
+    fedstream bench ovfl|huffman|selection|network|device [its own options] [--json PATH]
     fedstream experiment list
     fedstream experiment run NAME --scale small|paper --out DIR [--set ...] [--workers N] [--stack]
                              [--backend local|ray]

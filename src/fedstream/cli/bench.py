@@ -1,8 +1,13 @@
-"""``fedstream bench ovfl|huffman|selection|network|device``: speed benchmarks, as ratios against a
-plain reference in the same process (``device``: the torch parties on the CPU and the GPU)."""
+"""``fedstream bench ovfl|huffman|selection|network|device|estimators``: speed benchmarks, as ratios
+against a plain reference in the same process (``device``: the torch parties on the CPU and the GPU;
+``estimators``: the Python estimators' accuracy beside scikit-learn's and River's own).
+
+Each bench is a subcommand with only its own options (``fedstream bench network --help``); every
+one writes its figures to ``--json`` (default ``bench-NAME.json``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -15,6 +20,7 @@ from fedstream.bench.network import (
     format_network_grpc,
 )
 from fedstream.bench.selection import bench_selection, format_selection_bench
+from fedstream.cli.common import add_sets, check_workers
 from fedstream.errors import FedstreamError
 from fedstream.runs.task import entry_point
 
@@ -23,128 +29,218 @@ from fedstream.runs.task import entry_point
 bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
 write_json = entry_point("fedstream.bench.ovfl:write_json")
 bench_device = entry_point("fedstream.bench.device:bench_device")
+bench_sklearn = entry_point("fedstream.bench.estimators:run")
+format_sklearn = entry_point("fedstream.bench.estimators:markdown")
+bench_river = entry_point("fedstream.bench.river:run")
+format_river = entry_point("fedstream.bench.river:markdown")
 format_device_bench = entry_point("fedstream.bench.device:format_device_bench")
+
+
+def _print(text: str) -> None:
+    Console().print(text, highlight=False)
+
+
+def _json_option(parser, name: str) -> None:
+    parser.add_argument("--json", type=Path, default=None,
+                        help=f"where to write the figures (default: bench-{name}.json)")
+
+
+def _data_root_option(parser) -> None:
+    parser.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
+
+
+def _workers_option(parser, what: str) -> None:
+    parser.add_argument("--workers", type=int, default=None,
+                        help=f"processes for {what} (default: one per core)")
+
+
+# -- ovfl ---------------------------------------------------------------------------------------
+def _ovfl_options(p) -> None:
+    p.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
+    p.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the PyTorch reference")
+    p.add_argument("--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps")
+    _workers_option(p, "the sweeps")
+    p.add_argument("--quick", action="store_true",
+                   help="only the table (fused, messages, reference, floor) and the time per round")
+    p.add_argument("--forms", action="store_true",
+                   help="only the per-layer cost of DLR's update forms (running sum, deferred) against "
+                        "OGD's step, with the floors of any exact form")
+    _data_root_option(p)
+    p.add_argument("--json", type=Path, default=None,
+                   help="where to write the figures (default: bench-ovfl.json, with --forms "
+                        "bench-ovfl-forms.json)")
+
+
+def _ovfl(args) -> int:
+    if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1:
+        raise FedstreamError("--rounds, --ref-rounds and --sweep-rounds must be >= 1")
+    check_workers(args.workers)
+    results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
+                         sweep_rounds=args.sweep_rounds, workers=args.workers, quick=args.quick,
+                         forms=args.forms, log=_print)
+    path = args.json or Path("bench-ovfl-forms.json" if args.forms else "bench-ovfl.json")
+    write_json(results, path)
+    Console().print(f"figures written to {path}")
+    return 0
+
+
+# -- huffman ------------------------------------------------------------------------------------
+def _huffman_options(p) -> None:
+    p.add_argument("--symbols", type=int, default=1_000_000, help="quantiser symbols coded")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (the best is kept)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the symbols")
+    _json_option(p, "huffman")
+
+
+def _huffman(args) -> int:
+    if min(args.symbols, args.repeats) < 1:
+        raise FedstreamError("--symbols and --repeats must be >= 1")
+    results = bench_huffman(args.symbols, seed=args.seed, repeats=args.repeats)
+    _print(format_huffman_bench(results))
+    write_json(results, args.json or Path("bench-huffman.json"))
+    return 0
+
+
+# -- selection ----------------------------------------------------------------------------------
+def _selection_options(p) -> None:
+    p.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
+    p.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
+    p.add_argument("--k", type=int, default=10, help="neighbours K")
+    p.add_argument("--groups", type=int, default=10, help="random groups of the group testing")
+    p.add_argument("--seed", type=int, default=100, help="seed of the groups")
+    p.add_argument("--scale-clients", type=int, default=16, help="clients of the synthetic scale run")
+    p.add_argument("--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)")
+    p.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
+    p.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
+    p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
+    _workers_option(p, "the scoring")
+    _data_root_option(p)
+    _json_option(p, "selection")
+
+
+def _selection(args) -> int:
+    check_workers(args.workers)
+    results = bench_selection(
+        args.data_root,
+        samples=args.samples,
+        ref_samples=args.ref_samples,
+        k=args.k,
+        n_groups=args.groups,
+        seed=args.seed,
+        scale_clients=args.scale_clients,
+        scale_samples=args.scale_samples,
+        scale_queries=args.scale_queries,
+        paillier=not args.no_paillier,
+        key_bits=args.key_bits,
+        workers=args.workers,
+    )
+    _print(format_selection_bench(results))
+    write_json(results, args.json or Path("bench-selection.json"))
+    return 0
+
+
+# -- network ------------------------------------------------------------------------------------
+def _network_options(p) -> None:
+    p.add_argument("--runtime", choices=["grpc", "flower"], default="grpc", help="the deployment runtime")
+    p.add_argument("--events", type=int, default=4096,
+                   help="gRPC: at least this many events for each batch size (and 64 requests)")
+    p.add_argument("--requests", type=int, default=6,
+                   help="Flower: requests per node for each batch size (B x requests events)")
+    p.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
+    p.add_argument("--config", default="ovfl-imnist", help="preset or config file")
+    add_sets(p, help="override a config key (repeatable)")
+    p.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
+                   help="apps, logs and run outputs (default: runs/bench-network)")
+    _json_option(p, "network")
+
+
+def _network(args) -> int:
+    try:
+        batches = tuple(int(b) for b in args.batches.split(","))
+    except ValueError:
+        raise FedstreamError(
+            f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
+        ) from None
+    if args.runtime == "grpc":
+        results = bench_network_grpc(batches=batches, events=args.events, config=args.config,
+                                     sets=args.sets, workdir=args.workdir, log=_print)
+        _print(format_network_grpc(results))
+    else:
+        results = bench_network(batches=batches, requests=args.requests, config=args.config,
+                                sets=args.sets, workdir=args.workdir, log=_print)
+        _print(format_network_bench(results))
+    write_json(results, args.json or Path("bench-network.json"))
+    return 0
+
+
+# -- device -------------------------------------------------------------------------------------
+def _device_options(p) -> None:
+    p.add_argument("--devices", default=None,
+                   help="comma-separated devices to time (default: cpu, and cuda when present)")
+    p.add_argument("--tiny", action="store_true", help="every case shrunk to seconds (a smoke run)")
+    _data_root_option(p)
+    _json_option(p, "device")
+
+
+def _device(args) -> int:
+    devices = tuple(d.strip() for d in args.devices.split(",") if d.strip()) if args.devices else None
+    results = bench_device(args.data_root, devices=devices, tiny=args.tiny)
+    print(format_device_bench(results))
+    write_json(results, args.json or Path("bench-device.json"))
+    return 0
+
+
+# -- estimators ---------------------------------------------------------------------------------
+def _estimators_options(p) -> None:
+    p.add_argument("--which", choices=("sklearn", "river", "all"), default="all",
+                   help="sklearn: VFLClassifier() and CHFLClassifier() against MLPClassifier() on "
+                        "scikit-learn's small tables; river: OnlineVFL against River's classifiers on "
+                        "its bundled streams; all: both (default)")
+    p.add_argument("--seed", type=int, default=0, help="the models' seed (default 0)")
+    _json_option(p, "estimators")
+
+
+def _estimators(args) -> int:
+    results = {}
+    if args.which in ("sklearn", "all"):
+        results["sklearn"] = bench_sklearn(seed=args.seed)
+        print(format_sklearn(results["sklearn"]), end="\n\n", flush=True)
+    if args.which in ("river", "all"):
+        results["river"] = bench_river(seed=args.seed)
+        print(format_river(results["river"]), flush=True)
+    write_json(results, args.json or Path("bench-estimators.json"))
+    return 0
+
+
+BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
+    "ovfl": ("the fast online VFL engine against the PyTorch reference (and K-run sweeps)",
+             _ovfl_options, _ovfl),
+    "huffman": ("our Huffman coder against the pure-Python dahuffman package", _huffman_options, _huffman),
+    "selection": ("VF-PS scoring against the per-sample reference, a scale run and Paillier's cost",
+                  _selection_options, _selection),
+    "network": ("online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256",
+                _network_options, _network),
+    "device": ("batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU",
+               _device_options, _device),
+    "estimators": ("the estimators' accuracy and time beside scikit-learn's MLPClassifier and River's "
+                   "classifiers (docs/estimators.md)", _estimators_options, _estimators),
+}
+"""Each bench: its help line, the function adding its options, the function running it."""
 
 
 def add_parsers(sub) -> None:
     bench = sub.add_parser(
         "bench", help="speed benchmarks, as ratios against a plain reference in the same process"
     )
-    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network", "device"],
-                       help="ovfl: fast online VFL engine vs the PyTorch reference; "
-                            "huffman: our Huffman coder vs the pure-Python dahuffman package; "
-                            "selection: VF-PS scoring vs the per-sample reference; "
-                            "network: online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256; "
-                            "device: batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU")
-    bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
-    bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
-    bench.add_argument(
-        "--sweep-rounds", type=int, default=16384, help="rounds of each run in the K-run sweeps"
-    )
-    bench.add_argument(
-        "--workers", type=int, default=None, help="processes for the sweeps (default: one per core)"
-    )
-    bench.add_argument("--quick", action="store_true",
-                       help="ovfl: only the table (fused, messages, reference, floor) and the time per round")
-    bench.add_argument("--forms", action="store_true",
-                       help="ovfl: only the per-layer cost of DLR's update forms (running sum, deferred) "
-                            "against OGD's step, with the floors of any exact form")
-    bench.add_argument("--data-root", default=None, help="data folder (default: as for `run`)")
-    bench.add_argument(
-        "--json", type=Path, default=None, help="where to write the figures (default: bench-WHAT.json)"
-    )
-    net = bench.add_argument_group("network")
-    net.add_argument("--runtime", choices=["grpc", "flower"], default="grpc", help="the deployment runtime")
-    net.add_argument("--events", type=int, default=4096,
-                     help="gRPC: at least this many events for each batch size (and 64 requests)")
-    net.add_argument(
-        "--requests", type=int, default=6, help="requests per node for each batch size (B x requests events)"
-    )
-    net.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
-    net.add_argument("--config", default="ovfl-imnist", help="preset or config file")
-    net.add_argument(
-        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override"
-    )
-    net.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
-                     help="apps, logs and run outputs (default: runs/bench-network)")
-    dev = bench.add_argument_group("device")
-    dev.add_argument("--devices", default=None,
-                     help="comma-separated devices to time (default: cpu, and cuda when present)")
-    dev.add_argument("--tiny", action="store_true", help="every case shrunk to seconds (a smoke run)")
-    sel = bench.add_argument_group("selection")
-    sel.add_argument("--samples", type=int, default=60000, help="MNIST training samples scored")
-    sel.add_argument("--ref-samples", type=int, default=2000, help="subsample for the reference comparison")
-    sel.add_argument("--k", type=int, default=10, help="neighbours K")
-    sel.add_argument("--groups", type=int, default=10, help="random groups of the group testing")
-    sel.add_argument("--seed", type=int, default=100, help="seed of the groups")
-    sel.add_argument("--scale-clients", type=int, default=16, help="clients of the synthetic scale run")
-    sel.add_argument(
-        "--scale-samples", type=int, default=100000, help="samples of the scale run (0: skip it)"
-    )
-    sel.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
-    sel.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
-    sel.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
+    benches = bench.add_subparsers(dest="what", required=True)
+    for name, (help, add_options, run) in BENCHES.items():
+        p = benches.add_parser(name, help=help, description=help)
+        add_options(p)
+        p.set_defaults(bench=run)
 
 
 def cmd_bench(args) -> int:
-    if args.what == "selection":
-        results = bench_selection(
-            args.data_root,
-            samples=args.samples,
-            ref_samples=args.ref_samples,
-            k=args.k,
-            n_groups=args.groups,
-            seed=args.seed,
-            scale_clients=args.scale_clients,
-            scale_samples=args.scale_samples,
-            scale_queries=args.scale_queries,
-            paillier=not args.no_paillier,
-            key_bits=args.key_bits,
-            workers=args.workers,
-        )
-        Console().print(format_selection_bench(results), highlight=False)
-        write_json(results, args.json or Path("bench-selection.json"))
-        return 0
-    if args.what == "network":
-        try:
-            batches = tuple(int(b) for b in args.batches.split(","))
-        except ValueError:
-            raise FedstreamError(
-                f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
-            ) from None
-        log = lambda line: Console().print(line, highlight=False)  # noqa: E731
-        if args.runtime == "grpc":
-            results = bench_network_grpc(batches=batches, events=args.events, config=args.config,
-                                         sets=args.sets, workdir=args.workdir, log=log)
-            Console().print(format_network_grpc(results), highlight=False)
-        else:
-            results = bench_network(batches=batches, requests=args.requests, config=args.config,
-                                    sets=args.sets, workdir=args.workdir, log=log)
-            Console().print(format_network_bench(results), highlight=False)
-        write_json(results, args.json or Path("bench-network.json"))
-        return 0
-    if args.what == "device":
-        devices = tuple(d.strip() for d in args.devices.split(",") if d.strip()) if args.devices else None
-        results = bench_device(args.data_root, devices=devices, tiny=args.tiny)
-        print(format_device_bench(results))
-        write_json(results, args.json or Path("bench-device.json"))
-        return 0
-    if args.what == "huffman":
-        results = bench_huffman()
-        Console().print(format_huffman_bench(results), highlight=False)
-        write_json(results, args.json or Path("bench-huffman.json"))
-        return 0
-
-    if min(args.rounds, args.ref_rounds, args.sweep_rounds) < 1 or (args.workers or 1) < 1:
-        raise FedstreamError("--rounds, --ref-rounds, --sweep-rounds and --workers must be >= 1")
-    results = bench_ovfl(fast_rounds=args.rounds, ref_rounds=args.ref_rounds, data_root=args.data_root,
-                         sweep_rounds=args.sweep_rounds, workers=args.workers, quick=args.quick,
-                         forms=args.forms,
-                         log=lambda line: Console().print(line, highlight=False))
-    path = args.json or Path("bench-ovfl-forms.json" if args.forms else "bench-ovfl.json")
-    write_json(results, path)
-    Console().print(f"figures written to {path}")
-    return 0
+    return args.bench(args)
 
 
 COMMANDS = {"bench": cmd_bench}

@@ -9,7 +9,6 @@ value received and what is allowed, before any work starts.
 from __future__ import annotations
 
 import difflib
-import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -19,7 +18,7 @@ import yaml
 
 from fedstream.config.schema import schema
 from fedstream.errors import ConfigError
-from fedstream.fields import Field, flatten
+from fedstream.fields import Field, FieldValueError, flatten
 from fedstream.transport.compressed import CompressionSpec
 
 PRESET_DIR = "presets"
@@ -125,29 +124,18 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 
 def check_value(key: str, value: Any, field: Field, where: str, task: str | None = None) -> Any:
-    """Return ``value`` coerced to the field's type, or raise a ConfigError that says why not."""
-    if value is None:
-        if field.allows_none(task):
-            return None
-        raise ConfigError(f"{where}: {key} must be {field.describe()}, got nothing")
-    ok_type = {
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, (int, float)) and not isinstance(value, bool),
-        str: isinstance(value, str),
-        bool: isinstance(value, bool),
-    }[field.type]
-    if not ok_type:
-        raise ConfigError(f"{where}: {key} = {value!r} ({type(value).__name__}); expected {field.describe()}")
-    value = field.type(value)
-    bad = (
-        (field.choices is not None and value not in field.choices)
-        or (field.type is float and not math.isfinite(value))
-        or (field.min is not None and (value <= field.min if field.exclusive_min else value < field.min))
-        or (field.max is not None and (value >= field.max if field.exclusive_max else value > field.max))
-    )
-    if bad:
-        raise ConfigError(f"{where}: {key} = {value!r} is out of range; expected {field.describe()}")
-    return value
+    """Return ``value`` coerced to the field's type, or raise a ConfigError that says why not
+    (the field's rules: :meth:`fedstream.fields.Field.check`)."""
+    try:
+        return field.check(value, task)
+    except FieldValueError as exc:
+        if exc.reason == "missing":
+            raise ConfigError(f"{where}: {key} must be {exc.expected}, got nothing") from None
+        if exc.reason == "type":
+            raise ConfigError(
+                f"{where}: {key} = {value!r} ({type(value).__name__}); expected {exc.expected}") from None
+        raise ConfigError(
+            f"{where}: {key} = {exc.value!r} is out of range; expected {exc.expected}") from None
 
 
 def load_config(source: str | None = None, overrides: list[str] | dict | None = None) -> dict[str, Any]:

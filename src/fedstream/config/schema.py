@@ -40,7 +40,7 @@ class TaskKeys(Protocol):
     check: Callable[[dict], dict]
 
 
-def _common(tasks: tuple[str, ...], datasets_by_task: dict[str, tuple[str, ...]]) -> dict[str, Field]:
+def common_fields(tasks: tuple[str, ...], datasets_by_task: dict[str, tuple[str, ...]]) -> dict[str, Field]:
     """The keys every task reads (``task`` and ``data.name`` take their choices from the tasks)."""
     datasets = tuple(dict.fromkeys(d for names in datasets_by_task.values() for d in names))
     return {
@@ -195,7 +195,7 @@ def schema() -> Schema:
     task's keys in its order."""
     tasks: Mapping[str, TaskKeys] = import_module(REGISTRY).TASKS
     datasets_by_task = {name: tuple(task.datasets) for name, task in tasks.items()}
-    common = _common(tuple(tasks), datasets_by_task)
+    common = common_fields(tuple(tasks), datasets_by_task)
     fields: dict[str, Field] = dict(common)
     order: dict[str, tuple[str, ...]] = {}
     for name, task in tasks.items():

@@ -4,10 +4,11 @@ An :class:`Envelope` is one request (server -> client node) or its reply. Its ``
 fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them; these are the
 bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
 algorithm's traffic. ``info`` is written from and read into typed :class:`Record` dataclasses:
-a record's fields are its keys, their types are checked once when it is read, and the record's
-one validator (:meth:`Record.check`) says what else must hold. The records of a session (a
-:class:`Setup` request, the :class:`Keep` fields of any request) are here; each task's requests
-and replies live with its adapter (``fedstream.<task>.deploy.records``).
+a record's fields are its keys, their types are checked once when it is read (by the field rules
+of :mod:`fedstream.fields`, which the config and the River keywords use too: an int is never a
+bool, a float is finite), and the record's one validator (:meth:`Record.check`) says what else must
+hold. The records of a session (a :class:`Setup` request, the :class:`Keep` fields of any request)
+are here; each task's requests and replies live with its adapter (``fedstream.<task>.deploy.records``).
 
 A *link* (a runtime's; :mod:`fedstream.deploy.runtimes`) moves envelopes and nothing else:
 request kinds are ``setup`` (the run's config: the node builds its party), ``round`` (one step of
@@ -24,7 +25,6 @@ passed every check reaches its stateful end of the link.
 
 from __future__ import annotations
 
-import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from fedstream.errors import ConfigError, FedstreamError, ProtocolError
+from fedstream.fields import checker, type_name
 from fedstream.transport.codec import decode
 from fedstream.transport.links import Receiver
 from fedstream.transport.messages import Message
@@ -56,65 +57,12 @@ class Envelope:
 R = TypeVar("R", bound="Record")
 # each Record class's fields: (name, type, required, checker), built once (typing's helpers are slow)
 _READERS: dict[type, list[tuple[str, Any, bool, Callable[[Any], bool]]]] = {}
-_NAMES = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
-_PLURALS = {int: "integers", bool: "booleans", str: "strings", float: "numbers"}
-
-
-def _fits(value: Any, kind: Any) -> bool:
-    """Whether ``value`` (from JSON or a Flower ConfigRecord) is of type ``kind``: int, bool, str,
-    float (an int is a float too), ``list[...]`` of one of them, or ``X | None``; a bool is never an int."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, k) for k in typing.get_args(kind))
-    if kind is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        if item is int:  # _fits(v, int) inlined: a batch VFL request's rows are checked every step
-            return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                   for v in value)
-        return isinstance(value, list) and all(_fits(v, item) for v in value)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)
-
-
-def _name(kind: Any) -> str:
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_name(k) for k in typing.get_args(kind) if k is not type(None))
-    if origin is list:
-        return f"a list of {_PLURALS[typing.get_args(kind)[0]]}"
-    return _NAMES.get(kind, getattr(kind, "__name__", str(kind)))
-
-
-def _checker(kind: Any) -> Callable[[Any], bool]:
-    """A function telling whether a value that is not None fits ``kind``: :func:`_fits` with the
-    type's structure worked out once (a record is read for every request and reply)."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        subs = [_checker(k) for k in typing.get_args(kind) if k is not type(None)]  # None never reaches it
-        return subs[0] if len(subs) == 1 else (lambda v: any(ok(v) for ok in subs))
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        if item is int:
-            return lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                                         for x in v)
-        ok = _checker(item)
-        return lambda v: isinstance(v, list) and all(ok(x) for x in v)
-    if kind is float:
-        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    if kind is int:
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
-    return lambda v: isinstance(v, kind)
 
 
 def _reader(cls: type) -> list[tuple[str, Any, bool, Callable[[Any], bool]]]:
     hints = typing.get_type_hints(cls)
     reader = [(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
-               _checker(hints[f.name])) for f in fields(cls)]
+               checker(hints[f.name])) for f in fields(cls)]
     _READERS[cls] = reader
     return reader
 
@@ -136,10 +84,11 @@ class Record:
             value = info.get(name)
             if value is None:
                 if required:
-                    raise ProtocolError(f"{where}: info {name!r} is missing ({_name(kind)})")
+                    raise ProtocolError(f"{where}: info {name!r} is missing ({type_name(kind)})")
                 continue
             if not ok(value):
-                raise ProtocolError(f"{where}: info {name!r} must be {_name(kind)}, received {value!r}"[:300])
+                raise ProtocolError(
+                    f"{where}: info {name!r} must be {type_name(kind)}, received {value!r}"[:300])
             values[name] = value
         record = cls(**values)
         record.check(where, **context)

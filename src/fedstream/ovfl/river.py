@@ -18,12 +18,15 @@ Requires River (``pip install fedstream[river]``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from river import base
 
 import fedstream.ovfl.config as ovfl_config
+from fedstream.config.schema import SHARED, common_fields
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
-from fedstream.fields import Field
+from fedstream.fields import Field, FieldValueError, Shared
 from fedstream.metrics import Prequential
 from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.driver import NodePadding
@@ -266,26 +269,19 @@ class OnlineVFL(base.Classifier):
 
 def _config(settings: dict, compression: dict) -> dict:
     """An ``ovfl`` config from keyword settings: the task's defaults, each given value checked
-    against its field (ValueError naming the keyword). Built here rather than by
+    against its field's rules (:meth:`fedstream.fields.Field.check`, as the config loader checks a
+    config file; ValueError naming the keyword). Built here rather than by
     :func:`fedstream.config.load_config`, which gathers every task's keys and so imports this package."""
-    config = {"task": "ovfl"} | {
-        k: f.default for k, f in ovfl_config.FIELDS.items() if isinstance(f, Field)}
-    for key, value in settings.items():
-        field = ovfl_config.FIELDS.get(key)
-        if isinstance(field, Field) and not _fits(value, field):
-            word = key.split(".")[0 if key.endswith(".name") else -1]  # the keyword of OnlineVFL
-            raise ValueError(f"{word} = {value!r}: expected {field.describe()}")
-        config[key] = value
-    if isinstance(settings["optimizer.lr"], bool) or not (
-            isinstance(settings["optimizer.lr"], (int, float)) and settings["optimizer.lr"] > 0):
-        raise ValueError(f"lr = {settings['optimizer.lr']!r}: expected a number > 0")
-    if isinstance(settings["model.embedding"], bool) or not (
-            isinstance(settings["model.embedding"], int) and 1 <= settings["model.embedding"] <= 65535):
-        raise ValueError(f"embedding = {settings['model.embedding']!r}: expected an integer in 1..65535")
+    config = {"task": "ovfl"} | {k: _field(k).default_for("ovfl") for k in ovfl_config.FIELDS}
     unknown = set(compression) - set(COMPRESSION)
     if unknown:
         raise ValueError(f"compression keys {sorted(unknown)}: expected some of {', '.join(COMPRESSION)}")
-    config |= {f"compression.{k}": v for k, v in (COMPRESSION | compression).items()}
+    given = settings | {f"compression.{k}": v for k, v in (COMPRESSION | compression).items()}
+    for key, value in given.items():
+        try:
+            config[key] = _field(key).check(value, "ovfl")
+        except FieldValueError as exc:
+            raise ValueError(f"{_keyword(key)} = {value!r}: expected {exc.expected}") from None
     try:
         CompressionSpec.from_config(config)
         return ovfl_config.check(config)
@@ -293,18 +289,26 @@ def _config(settings: dict, compression: dict) -> dict:
         raise ValueError(str(exc)) from None
 
 
-def _fits(value, field: Field) -> bool:
-    """Whether ``value`` has the field's type and lies in its range or choices."""
-    if value is None:
-        return field.optional or field.default is None
-    if isinstance(value, bool) != (field.type is bool) or not isinstance(
-            value, (int, float) if field.type is float else field.type):
-        return False
-    if field.choices is not None:
-        return value in field.choices
-    low = field.min is None or (value > field.min if field.exclusive_min else value >= field.min)
-    high = field.max is None or (value < field.max if field.exclusive_max else value <= field.max)
-    return low and high
+def _field(key: str) -> Field:
+    """The rules of an ``ovfl`` config key (a shared key's and a common key's, such as ``seed``, are
+    declared in the config schema; a shared key's default may be the task's own)."""
+    if key not in ovfl_config.FIELDS:
+        return common_fields(("ovfl",), {"ovfl": ovfl_config.DATASETS})[key]
+    entry = ovfl_config.FIELDS[key]
+    if not isinstance(entry, Shared):
+        return entry
+    field = SHARED[key]
+    if entry.default is Shared.INHERIT:
+        return field
+    return replace(field, task_defaults=(("ovfl", entry.default),))
+
+
+def _keyword(key: str) -> str:
+    """The keyword of :class:`OnlineVFL` that sets a config key (``optimizer.lr``: ``lr``,
+    ``activation.name``: ``activation``; the ``compression`` dict's keys by their full name)."""
+    if key.startswith("compression."):
+        return key
+    return key.split(".")[0 if key.endswith(".name") else -1]
 
 
 def _check_partition(partition: dict) -> list[list[str]]:
