@@ -149,6 +149,7 @@ BENCH_OPTIONS = {
     "network": {"--runtime", "--events", "--requests", "--batches", "--config", "--set", "--workdir",
                 "--json"},
     "device": {"--devices", "--tiny", "--data-root", "--json"},
+    "estimators": {"--which", "--seed", "--json"},
 }
 
 

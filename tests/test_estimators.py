@@ -3,12 +3,12 @@ conventions, and the same accuracy as ``fedstream run`` on the same data, settin
 
 from __future__ import annotations
 
-import csv
 import doctest
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import fedstream.chfl.estimator
@@ -26,30 +26,10 @@ SHOP = ["visits", "basket", "returns", "channel"]
 TELECOM = ["minutes", "data_gb", "tenure", "late_payments"]
 
 
-class Frame:
-    """A stand-in for a pandas DataFrame (pandas is not installed here): ``columns`` and columns
-    with ``to_numpy``, which is all the estimators read of one."""
-
-    class Column:
-        def __init__(self, values):
-            self.values = values
-
-        def to_numpy(self):
-            return self.values
-
-    def __init__(self, columns: dict[str, np.ndarray]):
-        self.data = columns
-        self.columns = list(columns)
-
-    def __getitem__(self, name):
-        return Frame.Column(self.data[name])
-
-
-def customers(rows: slice = slice(None)) -> tuple[Frame, np.ndarray]:
-    with open(CUSTOMERS) as f:
-        table = list(csv.DictReader(f))[rows]
-    features = {c: np.array([r[c] for r in table]) for c in BANK + SHOP + TELECOM}
-    return Frame(features), np.array([r["segment"] for r in table])
+def customers(rows: slice = slice(None)) -> tuple[pd.DataFrame, np.ndarray]:
+    """The example table's columns as pandas reads them (numbers as numbers, ``channel`` as text)."""
+    table = pd.read_csv(CUSTOMERS).iloc[rows]
+    return table[BANK + SHOP + TELECOM], table["segment"].to_numpy()
 
 
 @pytest.mark.parametrize("module", [fedstream.vfl.estimator, fedstream.chfl.estimator])
@@ -92,7 +72,7 @@ def test_vfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
     n_train = summary["train_rows"]
     X, y = customers(slice(0, n_train))
     clf = VFLClassifier(partition={"bank": BANK, "shop": SHOP, "telecom": TELECOM}, categorical="channel",
-                        hidden=32, epochs=5, batch_size=32, lr=0.05, seed=0).fit(X, y)
+                        hidden=32, epochs=5, batch_size=32, optimizer="sgd", lr=0.05, seed=0).fit(X, y)
     assert clf.client_columns_ == summary["client_columns"]
     assert [r["train_loss"] for r in clf.history_] == [r["train_loss"] for r in summary["per_epoch"]]
     assert clf.bytes_ == summary["bytes"]
@@ -112,7 +92,7 @@ def test_chfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
     assert clf.result_["test_acc"] == summary["test_acc"]
     assert clf.result_["bytes"] == summary["bytes"]
     test = split_rows(len(y), 3, seed=0).test
-    X_test = Frame({c: v[test] for c, v in X.data.items()})
+    X_test = X.iloc[test]
     scores = [clf.score(X_test, y[test], client=k) for k in range(3)]
     np.testing.assert_allclose(scores, summary["test_acc_per_client"])
 
@@ -138,8 +118,8 @@ def test_vfl_classifier_predicts_through_a_cached_or_feedback_link(compression):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(150, 4))
     y = (X[:, 0] + X[:, 3] > 0).astype(int)
-    clf = VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, batch_size=32, lr=0.1,
-                        compression=compression).fit(X, y)
+    clf = VFLClassifier(partition=[[0, 1], [2, 3]], hidden=8, epochs=1, batch_size=32, optimizer="sgd",
+                        lr=0.1, compression=compression).fit(X, y)
     proba = clf.predict_proba(X)
     assert proba.shape == (150, 2) and np.allclose(proba.sum(axis=1), 1)
     np.testing.assert_array_equal(clf.predict_proba(X), proba)  # the fitted links are left as they were
@@ -168,3 +148,30 @@ def test_vfl_partition_is_checked_against_the_columns_of_x(partition, message):
     X = np.random.default_rng(1).normal(size=(40, 6))
     with pytest.raises(ValueError, match=message):
         VFLClassifier(partition=partition, hidden=8, epochs=1).fit(X, np.arange(40) % 2)
+
+
+def test_adam_from_the_command_line_resumes_exactly_and_is_the_estimators(tmp_path):
+    """``train.optimizer = "adam"`` (issue 32): every party steps with Adam; its state is in the
+    checkpoint, so a run resumed after epoch 1 ends as an uninterrupted one; and the estimator with
+    ``optimizer="adam"`` and the same settings gives the run's accuracy."""
+    sets = ["--set", f"data.path={CUSTOMERS}", "--set", "train.optimizer=adam", "--set", "optimizer.lr=0.01"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run = ["run", str(ROOT / "examples" / "customers-vfl.toml"), "--quiet"]
+    assert main([*run, "--out", str(whole), *sets, "--set", "train.epochs=3"]) == 0
+    assert main([*run, "--out", str(cut), *sets, "--set", "train.epochs=1"]) == 0
+    assert main([*run, "--out", str(cut), *sets, "--set", "train.epochs=3", "--resume"]) == 0
+    summary, resumed = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
+    assert [r["train_loss"] for r in resumed["per_epoch"]] == [r["train_loss"] for r in summary["per_epoch"]]
+    assert resumed["final_accuracy"] == summary["final_accuracy"]
+    sgd = tmp_path / "sgd"
+    assert main([*run, "--out", str(sgd), *sets[:2], "--set", "optimizer.lr=0.01",
+                 "--set", "train.epochs=3"]) == 0
+    assert json.loads((sgd / "summary.json").read_text())["per_epoch"][-1]["train_loss"] != \
+        summary["per_epoch"][-1]["train_loss"]
+    n_train = summary["train_rows"]
+    X, y = customers(slice(0, n_train))
+    clf = VFLClassifier(partition={"bank": BANK, "shop": SHOP, "telecom": TELECOM}, categorical="channel",
+                        hidden=32, epochs=3, batch_size=32, optimizer="adam", lr=0.01, seed=0).fit(X, y)
+    assert [r["train_loss"] for r in clf.history_] == [r["train_loss"] for r in summary["per_epoch"]]
+    X_test, y_test = customers(slice(n_train, None))
+    assert clf.score(X_test, y_test) == pytest.approx(summary["final_accuracy"])

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 river = pytest.importorskip("river")
+for _submodule in ("river.evaluate", "river.metrics"):  # not imported by `import river` itself
+    pytest.importorskip(_submodule)
 from river import checks as river_checks  # noqa: E402
 
 import fedstream.ovfl.river  # noqa: E402
@@ -61,14 +63,19 @@ def test_classes_in_order_of_appearance_and_errors():
     assert set(model.predict_proba_one(x)) == {"no", "yes"}
     with pytest.raises(ValueError, match="classes="):
         model.learn_one(x, "maybe")
+    strict = OnlineVFL(partition=PARTITION, missing="error")
     with pytest.raises(ValueError, match="'f5' of client 'shop' is missing"):
-        model.learn_one({k: v for k, v in x.items() if k != "f5"}, "no")
+        strict.learn_one({k: v for k, v in x.items() if k != "f5"}, "no")
     with pytest.raises(ValueError, match="feature 'f2' = nan: expected a finite number"):
         model.learn_one(x | {"f2": float("nan")}, "no")
     with pytest.raises(ValueError, match="given to clients 'a' and 'b'"):
         OnlineVFL(partition={"a": ["f0"], "b": ["f0"]})
     with pytest.raises(ValueError, match="topl"):
         OnlineVFL(partition=PARTITION, activation="topl")
+    with pytest.raises(ValueError, match="missing = 'skip': expected one of 'absent', 'zero', 'error'"):
+        OnlineVFL(partition=PARTITION, missing="skip")
+    with pytest.raises(ValueError, match="padding = 'median'"):
+        OnlineVFL(partition=PARTITION, padding="median")
 
 
 def test_clone_keeps_the_settings():
@@ -135,10 +142,80 @@ def test_bad_settings_name_the_keyword(settings, message):
 
 
 def test_river_estimator_checks():
-    """River's own contract checks for classifiers (pickling, clone, purity of predict_one,
-    emerging and disappearing features, binary probabilities), on its Phishing stream."""
+    """All of River's own contract checks for classifiers (pickling, clone, purity of predict_one,
+    emerging, disappearing and radically disappearing features, binary probabilities), on its
+    Phishing stream, with the default ``missing="absent"``."""
+    model = OnlineVFL(**next(OnlineVFL._unit_test_params()))
+    checks = list(river_checks.yield_checks(model))
+    names = {getattr(c, "func", c).__name__ for c in checks}
+    assert {"check_emerging_features", "check_disappearing_features",
+            "check_radically_disappearing_features"} <= names and len(checks) >= 42
     for params in OnlineVFL._unit_test_params():
+        assert "missing" not in params  # the defaults are what is checked
         river_checks.check_estimator(OnlineVFL(**params))
+
+
+def test_a_client_without_any_of_its_features_is_absent():
+    """A client none of whose features is in x did not observe the event: with ``full`` activation
+    it is activated exactly on the events it observed, is never queried, sends and receives nothing
+    on the others, and the server pads its embedding; a client with some features takes part with
+    the missing ones at 0.0."""
+    rows = _gauss_rows(300, seed=4)
+    shop = set(PARTITION["shop"])
+    stream = [({k: v for k, v in x.items() if k not in shop} if t % 3 == 0 else x, y)
+              for t, (x, y) in enumerate(rows)]
+    model = OnlineVFL(partition=PARTITION, classes=[0, 1], padding="mean", seed=2)
+    river.evaluate.progressive_val_score(stream, model, river.metrics.Accuracy())
+    observed = sum(t % 3 != 0 for t in range(300))
+    assert model.rounds == 300 and model.activation_rate == [1.0, observed / 300]
+    bank, shop_link = model.bytes["per_client"]
+    assert model.transport.ledger.messages == [600, 2 * observed]  # an embedding up, a gradient down
+    assert shop_link["up"] * 300 == bank["up"] * observed
+    # the server's stand-in for the shop is the running mean of what the shop sent
+    x = {k: v for k, v in rows[0][0].items() if k not in shop}
+    before = model.inference.ledger.messages.copy()
+    proba = model.predict_proba_one(x)
+    assert model.inference.ledger.messages == [before[0] + 1, before[1]]  # the shop sends nothing
+    pad = np.asarray(model.stand_in.fill(1, 1), dtype=np.float32)
+    assert np.abs(pad).sum() > 0
+    bank_emb = model.clients[0].model.forward(np.array([[x[f] for f in PARTITION["bank"]]], np.float32))[0]
+    h = np.concatenate([bank_emb, pad], axis=1).astype(np.float32)
+    logits = model.server.model.forward(h)[0][0].astype(np.float64)
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert [proba[0], proba[1]] == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+def test_a_partly_missing_client_reads_zeros_and_no_client_no_round():
+    """Missing features of a client that observed the event are 0.0: the same model as fed zeros.
+    An x that no client observed plays no round."""
+    rows = _gauss_rows(120, seed=5)
+    dropped = [({k: v for k, v in x.items() if k not in ("f1", "f5")}, y) for x, y in rows]
+    zeroed = [(x | {"f1": 0.0, "f5": 0.0}, y) for x, y in rows]
+    a, b = (OnlineVFL(partition=PARTITION, classes=[0, 1], seed=1) for _ in range(2))
+    for (xa, y), (xb, _) in zip(dropped, zeroed):
+        a.learn_one(xa, y)
+        b.learn_one(xb, y)
+    assert a.accumulated_error == b.accumulated_error and a.bytes == b.bytes
+    assert a.predict_proba_one(rows[0][0]) == b.predict_proba_one(rows[0][0])
+    a.learn_one({"other": 1.0}, 1)
+    assert a.rounds == 120 and a.bytes == b.bytes
+
+
+def test_against_rivers_own_classifiers_on_its_bundled_streams():
+    """docs/estimators.md's comparison (fedstream.bench.river) on River's Phishing and Bananas:
+    the same progressive validation for all three models; online VFL with two clients is within 1
+    point of the better of River's LogisticRegression and HoeffdingTreeClassifier on Phishing and
+    above both on Bananas, whose non-linear boundary the linear model cannot draw."""
+    from fedstream.bench import river as bench
+
+    rows = bench.run(streams=("Phishing", "Bananas"))
+    table = {(r["stream"], r["model"]): r["accuracy"] for r in rows}
+    assert {r["samples"] for r in rows if r["stream"] == "Phishing"} == {1250}
+    best = {s: max(table[s, "LogisticRegression"], table[s, "HoeffdingTreeClassifier"])
+            for s in ("Phishing", "Bananas")}
+    assert table["Phishing", "OnlineVFL"] > best["Phishing"] - 0.01
+    assert table["Bananas", "OnlineVFL"] > best["Bananas"] + 0.05
+    assert "| Bananas | 5,300 |" in bench.markdown(rows)
 
 
 NAN, INF = float("nan"), float("inf")

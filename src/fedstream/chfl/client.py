@@ -63,6 +63,19 @@ class ClientData(NamedTuple):
     encode: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
+class ColumnEncoder:
+    """Rows of the run's feature space as a client's (common, unique) float32 tensors, standardised by
+    its training rows' ``mean`` and ``std``; a class rather than a closure, so that a fitted model
+    pickles (scikit-learn's estimators are pickled by joblib and ``check_estimator``)."""
+
+    def __init__(self, cols: np.ndarray, mean: np.ndarray, std: np.ndarray, n_common: int):
+        self.cols, self.mean, self.std, self.n_common = cols, mean, std, n_common
+
+    def __call__(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        Z = torch.from_numpy(((rows[:, self.cols] - self.mean) / self.std).astype(np.float32))
+        return Z[:, :self.n_common].contiguous(), Z[:, self.n_common:].contiguous()
+
+
 def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: np.ndarray,
                      train: np.ndarray, val: np.ndarray, test: np.ndarray) -> ClientData:
     """Slice the client's columns and rows, standardised with its own train mean/std (std 0 -> 1)."""
@@ -70,11 +83,7 @@ def make_client_data(X: np.ndarray, y: np.ndarray, common: np.ndarray, unique: n
     mean = X[np.ix_(train, cols)].mean(axis=0)
     std = X[np.ix_(train, cols)].std(axis=0)
     std = np.where(std > 0, std, 1.0)
-    nc = len(common)
-
-    def encode(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        Z = torch.from_numpy(((rows[:, cols] - mean) / std).astype(np.float32))
-        return Z[:, :nc].contiguous(), Z[:, nc:].contiguous()
+    encode = ColumnEncoder(cols, mean, std, len(common))
 
     def view(rows: np.ndarray) -> View:
         return View(*encode(X[rows]), torch.from_numpy(y[rows]))

@@ -19,7 +19,7 @@ from fedstream.chfl.trainer import train_table
 from fedstream.data.table import Table
 from fedstream.data.table_source import TableSource, TableSpec
 from fedstream.errors import FedstreamError
-from fedstream.estimators import ClassifierBase, as_value_error, label_column
+from fedstream.estimators import ClassifierBase, as_value_error
 
 LABEL = "\x00label"  # the label's column in the estimator's table (no user column is called so)
 
@@ -30,6 +30,17 @@ def _as_list(value):
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         return (value,)
     return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+
+
+class Standardise:
+    """New raw rows in the run's feature space, as ``source`` encodes its own (the same for every
+    client: :class:`~fedstream.chfl.final.ChosenModels`' ``encode``); picklable, unlike a lambda."""
+
+    def __init__(self, source: TableSource):
+        self.source = source
+
+    def __call__(self, raw, k: int) -> np.ndarray:
+        return self.source.standardise(raw)
 
 
 class CHFLClassifier(ClassifierBase):
@@ -62,7 +73,7 @@ class CHFLClassifier(ClassifierBase):
     """
 
     def __init__(self, *, clients: int = 3, common_ratio: float = 0.3, split: str = "random",
-                 hidden=(64, 32), rounds: int = 3, local_epochs: int = 3, batch_size: int = 64,
+                 hidden=(64, 32), rounds: int = 10, local_epochs: int = 10, batch_size: int = 64,
                  lrs=(0.003,), mus=(0.0, 0.5), method: str = "chfl", categorical=None, device: str = "auto",
                  seed: int = 0):
         self.clients = clients
@@ -81,9 +92,11 @@ class CHFLClassifier(ClassifierBase):
 
     def fit(self, X, y) -> CHFLClassifier:
         """Deal the rows and columns of ``X`` (n, d) with labels ``y`` to the clients and federate."""
-        table = self._table(X, fitting=True)
-        y = label_column(y, table.n_rows)
+        table, y = self._table(X, y, fitting=True)
         try:
+            if len(table.names) < 2:
+                raise ValueError(f"X has {len(table.names)} feature(s) (n_features = {len(table.names)}): "
+                                 "CHFL deals common and own columns to the clients, and needs at least 2")
             categorical = self.categorical if self.categorical is None or isinstance(self.categorical, str) \
                 else ",".join(str(c) for c in self.categorical)
             spec = TableSpec("<X>", LABEL, None, categorical, None, 1, ALL_ROWS)
@@ -98,7 +111,7 @@ class CHFLClassifier(ClassifierBase):
                                              method=self.method, seed=self.seed, n_classes=source.n_classes)
         except FedstreamError as exc:
             raise as_value_error(exc) from None
-        self._chosen = ChosenModels(ex, cohort, lambda raw, k: source.standardise(raw))
+        self._chosen = ChosenModels(ex, cohort, Standardise(source))
         self.classes_ = np.array(source.classes)
         self.result_ = result
         self.choices_ = [self._chosen.choice(k) for k in range(ex.settings.clients)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -94,17 +95,34 @@ SUMMARY_NAMES = {"chfl": "chfl", "mu=0": "mu0", "mu>0": "mupos", "common": "comm
 
 
 def variants_of(method: str, settings: CHFLSettings) -> dict[str, Callable[[str], bool]]:
-    """Result name -> which candidates its per-client choice may pick."""
+    """Result name -> which candidates its per-client choice may pick (module-level functions, so
+    that a fitted :class:`~fedstream.chfl.CHFLClassifier` pickles)."""
     if method != "chfl":
-        return {method: lambda c: True}
-    out: dict[str, Callable[[str], bool]] = {"chfl": lambda c: c.startswith("mu=")}
+        return {method: _any_candidate}
+    out: dict[str, Callable[[str], bool]] = {"chfl": _mu_candidate}
     if 0.0 in settings.mus:
-        out["mu=0"] = lambda c: c == "mu=0"
+        out["mu=0"] = partial(_named, "mu=0")
     if any(m > 0 for m in settings.mus):
-        out["mu>0"] = lambda c: c.startswith("mu=") and c != "mu=0"
+        out["mu>0"] = _positive_mu_candidate
     for b in settings.shared_baselines:
-        out[b] = lambda c, b=b: c == b
+        out[b] = partial(_named, b)
     return out
+
+
+def _any_candidate(c: str) -> bool:
+    return True
+
+
+def _mu_candidate(c: str) -> bool:
+    return c.startswith("mu=")
+
+
+def _positive_mu_candidate(c: str) -> bool:
+    return c.startswith("mu=") and c != "mu=0"
+
+
+def _named(name: str, c: str) -> bool:
+    return c == name
 
 
 def identity(settings: CHFLSettings, method: str, seed: int, n_rows: int, n_classes: int) -> dict:

@@ -1,5 +1,6 @@
-"""``fedstream bench ovfl|huffman|selection|network|device``: speed benchmarks, as ratios against a
-plain reference in the same process (``device``: the torch parties on the CPU and the GPU).
+"""``fedstream bench ovfl|huffman|selection|network|device|estimators``: speed benchmarks, as ratios
+against a plain reference in the same process (``device``: the torch parties on the CPU and the GPU;
+``estimators``: the Python estimators' accuracy beside scikit-learn's and River's own).
 
 Each bench is a subcommand with only its own options (``fedstream bench network --help``); every
 one writes its figures to ``--json`` (default ``bench-NAME.json``)."""
@@ -28,6 +29,10 @@ from fedstream.runs.task import entry_point
 bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
 write_json = entry_point("fedstream.bench.ovfl:write_json")
 bench_device = entry_point("fedstream.bench.device:bench_device")
+bench_sklearn = entry_point("fedstream.bench.estimators:run")
+format_sklearn = entry_point("fedstream.bench.estimators:markdown")
+bench_river = entry_point("fedstream.bench.river:run")
+format_river = entry_point("fedstream.bench.river:markdown")
 format_device_bench = entry_point("fedstream.bench.device:format_device_bench")
 
 
@@ -185,6 +190,28 @@ def _device(args) -> int:
     return 0
 
 
+# -- estimators ---------------------------------------------------------------------------------
+def _estimators_options(p) -> None:
+    p.add_argument("--which", choices=("sklearn", "river", "all"), default="all",
+                   help="sklearn: VFLClassifier() and CHFLClassifier() against MLPClassifier() on "
+                        "scikit-learn's small tables; river: OnlineVFL against River's classifiers on "
+                        "its bundled streams; all: both (default)")
+    p.add_argument("--seed", type=int, default=0, help="the models' seed (default 0)")
+    _json_option(p, "estimators")
+
+
+def _estimators(args) -> int:
+    results = {}
+    if args.which in ("sklearn", "all"):
+        results["sklearn"] = bench_sklearn(seed=args.seed)
+        print(format_sklearn(results["sklearn"]), end="\n\n", flush=True)
+    if args.which in ("river", "all"):
+        results["river"] = bench_river(seed=args.seed)
+        print(format_river(results["river"]), flush=True)
+    write_json(results, args.json or Path("bench-estimators.json"))
+    return 0
+
+
 BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
     "ovfl": ("the fast online VFL engine against the PyTorch reference (and K-run sweeps)",
              _ovfl_options, _ovfl),
@@ -195,6 +222,8 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
                 _network_options, _network),
     "device": ("batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU",
                _device_options, _device),
+    "estimators": ("the estimators' accuracy and time beside scikit-learn's MLPClassifier and River's "
+                   "classifiers (docs/estimators.md)", _estimators_options, _estimators),
 }
 """Each bench: its help line, the function adding its options, the function running it."""
 

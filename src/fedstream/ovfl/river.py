@@ -29,16 +29,22 @@ from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.fields import Field, FieldValueError, Shared
 from fedstream.metrics import Prequential
 from fedstream.ovfl.activation import activation_from_config
+from fedstream.ovfl.deploy.driver import NodePadding
 from fedstream.ovfl.engine import CHUNK
-from fedstream.ovfl.inference import predict_logits, softmax
+from fedstream.ovfl.inference import client_embedding, server_logits, softmax
 from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
+from fedstream.selection.padding import PADDINGS
 from fedstream.transport import CompressionSpec, InProcessTransport, make_transport
+from fedstream.transport.messages import Embedding
 
 MODELS = {"shallow": "imnist", "deep": "higgs"}
 """``model``: the paper's image models (one-layer bottoms, a 256-unit top; the default: they learn
 from a few hundred samples) or its HIGGS/SUSY models (4-layer bottoms, a 5-layer top; they need
 thousands); the value is the dataset whose models the builders make."""
+
+MISSING = ("absent", "zero", "error")
+"""``missing``: what a feature of the partition missing from ``x`` means (see :class:`OnlineVFL`)."""
 
 COMPRESSION = {"up": "none", "cache": False, "ratio": 0.125, "down": "none", "levels": 24,
                "outliers": "zero", "value_dtype": "float32", "feedback": False, "rounding": "nearest",
@@ -61,10 +67,23 @@ class OnlineVFL(base.Classifier):
     random, event, fixed), ``p``, ``threshold``, ``k``, ``embedding``, ``seed``, ``model`` (see
     :data:`MODELS`) and ``compression``, a dict of ``compression.*`` keys without the prefix
     (``{"up": "topk"}``); bad values raise ValueError naming the keyword. ``topl`` activation
-    learns from whole chunks of the stream and is left to ``fedstream run``. ``missing``: a feature
-    of the partition absent from ``x`` is an error (``"error"``, the default) or 0.0 (``"zero"``:
-    after a StandardScaler, the feature's mean; River's linear models do the same). A NaN or
-    infinite feature is an error.
+    learns from whole chunks of the stream and is left to ``fedstream run``. A NaN or infinite
+    feature is an error.
+
+    Features missing from ``x`` (``missing``; River streams may drop and add features):
+
+    * ``"absent"`` (the default; the paper's event-driven model): a client none of whose features
+      is in ``x`` did not observe the event. It is not activated and not queried, and sends
+      nothing; the server stands in for its embedding with ``padding`` (``zero``, ``mean``,
+      ``latest`` or ``ema`` of what the client sent before; :mod:`fedstream.selection.padding`),
+      in learning and in prediction, as it does for a deployed client node that is down. The
+      activation policy's draw is kept for the clients that observed it, so
+      :attr:`activation_rate` counts only the events a client took part in. A client with some of
+      its features in ``x`` takes part, its missing features 0.0 (after a StandardScaler, the
+      feature's mean; River's linear models do the same). An ``x`` that no client observed is not
+      an event: ``learn_one`` plays no round.
+    * ``"zero"``: every missing feature is 0.0, and every client takes part.
+    * ``"error"``: a missing feature is a ValueError naming it and its client.
 
     >>> from river import compose, evaluate, metrics, preprocessing
     >>> from fedstream.ovfl import OnlineVFL
@@ -91,13 +110,16 @@ class OnlineVFL(base.Classifier):
                  lr: float = 0.01, server_lr: float | None = None, window: int = 10, alpha: float = 0.95,
                  activation: str = "full", p: float = 0.5, threshold: float = 0.2, k: int = 2,
                  embedding: int = 64, model: str = "shallow", compression: dict | None = None, seed: int = 0,
-                 missing: str = "error"):
+                 missing: str = "absent", padding: str = "mean"):
         self.partition, self.classes, self.optimizer, self.lr = partition, classes, optimizer, lr
         self.server_lr, self.window, self.alpha, self.activation = server_lr, window, alpha, activation
         self.p, self.threshold, self.k, self.embedding = p, threshold, k, embedding
         self.model, self.compression, self.seed, self.missing = model, compression, seed, missing
-        if missing not in ("error", "zero"):
-            raise ValueError(f"missing = {missing!r}: expected 'error' or 'zero'")
+        self.padding = padding
+        if missing not in MISSING:
+            raise ValueError(f"missing = {missing!r}: expected one of {', '.join(map(repr, MISSING))}")
+        if padding not in PADDINGS:
+            raise ValueError(f"padding = {padding!r}: expected one of {', '.join(map(repr, PADDINGS))}")
         self._features = _check_partition(partition)
         if model not in MODELS:
             raise ValueError(f"model = {model!r}: expected one of {', '.join(MODELS)}")
@@ -112,6 +134,8 @@ class OnlineVFL(base.Classifier):
         self.transport = make_transport(len(sizes), CompressionSpec.from_config(self.config))
         self.policy = activation_from_config(self.config)
         self.inference = InProcessTransport(len(sizes))  # prediction messages, counted apart
+        self.stand_in = NodePadding(padding, len(sizes), embedding)  # for a client that did not observe
+        self.server.stand_in = self.stand_in
         self.metrics = Prequential(self.config["eval.interval"])
         self.clock = ComputeClock()
         self.active_counts = np.zeros(len(sizes), dtype=np.int64)
@@ -134,19 +158,21 @@ class OnlineVFL(base.Classifier):
         yield {"partition": {"site": ["empty_server_form_handler", "popup_window", "https",
                                       "request_from_other_domain", "anchor_from_other_domain"],
                              "domain": ["is_popular", "long_url", "age_of_domain", "ip_in_url"]},
-               "classes": [False, True], "missing": "zero"}
+               "classes": [False, True]}
 
     # -- River's interface -------------------------------------------------------------------
     def learn_one(self, x: dict, y) -> None:
         """One protocol round on sample ``x`` with label ``y`` (the server's prediction before it
         learns is scored in :attr:`accumulated_error`)."""
         t = self.rounds
-        blocks = self._blocks(x)
+        blocks, present = self._blocks(x)
         label = self._label(y)
-        active = self._active(t, blocks)
+        if not present.any():  # no client observed it: not an event of this federation
+            return
+        active = self._active(t, blocks) & present
         try:
             result = play_round(t, blocks, label, active, self.server, self.clients, self.transport,
-                                self.clock)
+                                self.clock, queried=present)
         except NonFiniteError as exc:
             raise DivergedError(f"training diverged at round {t}: {exc} (lr = {self.lr}; try a smaller one)",
                                 t) from exc
@@ -193,20 +219,23 @@ class OnlineVFL(base.Classifier):
         return (self.active_counts / max(self.rounds, 1)).tolist()
 
     # -- helpers -----------------------------------------------------------------------------
-    def _blocks(self, x: dict) -> list[np.ndarray]:
-        """Each client's features of ``x``, float32 as the engine's stream gives them."""
-        get = (lambda f: x.get(f, 0.0)) if self.missing == "zero" else x.__getitem__
-        try:
-            blocks = [np.array([get(f) for f in names], dtype=np.float32) for names in self._features]
-        except KeyError as exc:
-            client = next(c for c, names in self.partition.items() if exc.args[0] in names)
-            raise ValueError(f"feature {exc.args[0]!r} of client {client!r} is missing from x "
-                             f"(x has {sorted(map(str, x))})") from None
+    def _blocks(self, x: dict) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's features of ``x``, float32 as the engine's stream gives them (a missing one
+        0.0, or an error), and whether each client observed ``x`` (``missing``, see the class)."""
+        present = np.array([self.missing != "absent" or any(f in x for f in names)
+                            for names in self._features])
+        if self.missing == "error":
+            for client, names in self.partition.items():
+                lost = next((f for f in names if f not in x), None)
+                if lost is not None:
+                    raise ValueError(f"feature {lost!r} of client {client!r} is missing from x "
+                                     f"(x has {sorted(map(str, x))})")
+        blocks = [np.array([x.get(f, 0.0) for f in names], dtype=np.float32) for names in self._features]
         for names, block in zip(self._features, blocks):
             if not np.isfinite(block).all():
                 bad = names[int(np.argmin(np.isfinite(block)))]
                 raise ValueError(f"feature {bad!r} = {x.get(bad)!r}: expected a finite number")
-        return blocks
+        return blocks, present
 
     def _label(self, y) -> int:
         if y in self.classes_:
@@ -228,8 +257,14 @@ class OnlineVFL(base.Classifier):
         return self._mask[1][t % CHUNK]
 
     def _logits(self, x: dict) -> np.ndarray:
-        blocks = [b[None, :] for b in self._blocks(x)]
-        return predict_logits(self.server, self.clients, blocks, self.inference, self.rounds)
+        """The server's logits for ``x``: each client that observed it embeds its features and sends
+        them up; the server pads the others (no message)."""
+        blocks, present = self._blocks(x)
+        t = self.rounds
+        embeddings = [self.inference.up(client_embedding(c, t, b[None, :])) if seen else
+                      Embedding(round=t, client=m, values=self.stand_in.fill(m, 1))
+                      for m, (c, b, seen) in enumerate(zip(self.clients, blocks, present))]
+        return server_logits(self.server, embeddings)
 
 
 def _config(settings: dict, compression: dict) -> dict:

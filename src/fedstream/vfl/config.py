@@ -23,6 +23,9 @@ FIELDS: dict[str, Field | Shared] = {
     "optimizer.lr": Shared(default=None),
     "train.epochs": Field(int, 10, "passes over the training set", min=1),
     "train.batch_size": Field(int, 100, "samples per mini-batch (paper: 100)", min=1, max=65535),
+    "train.optimizer": Field(
+        str, "sgd", "every party's optimiser: sgd (plain SGD, the paper's) or adam", choices=("sgd", "adam")
+    ),
     "device": Shared(),
     "model.hidden": Field(
         int, 256, "hidden width of the MNIST-like client MLPs (and of the server's)", min=1

@@ -24,6 +24,17 @@ from torch import nn
 from fedstream.errors import ProtocolError
 from fedstream.selection.padding import Padding
 from fedstream.transport.messages import Embedding, Gradient
+from fedstream.vfl.settings import OPTIMIZERS
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """A party's optimiser over ``params``: ``name`` one of :data:`OPTIMIZERS`, plain SGD (the paper's)
+    or Adam (torch's defaults beside ``lr``)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"train.optimizer = {name!r}: expected one of {', '.join(OPTIMIZERS)}")
 
 
 def _tensor(values: np.ndarray) -> torch.Tensor:
@@ -32,13 +43,15 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
 
 
 class BatchClient:
-    """Client ``index``: a bottom model over its strip of the features, trained by plain SGD."""
+    """Client ``index``: a bottom model over its strip of the features, trained by plain SGD (or
+    ``optimizer``, one of :data:`OPTIMIZERS`)."""
 
-    def __init__(self, index: int, model: nn.Module, lr: float, device: torch.device | None = None):
+    def __init__(self, index: int, model: nn.Module, lr: float, device: torch.device | None = None,
+                 optimizer: str = "sgd"):
         self.index = index
         self.device = torch.device("cpu") if device is None else device
         self.model = model.to(self.device)
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        self.optimizer = make_optimizer(optimizer, model.parameters(), lr)
         self._pending: tuple[int, torch.Tensor] | None = None  # (round, embedding with its graph)
 
     def embed(self, step: int, x: torch.Tensor) -> Embedding:
@@ -64,7 +77,7 @@ class BatchClient:
             return Embedding(step, self.index, self.model(x.to(self.device)).cpu().numpy())
 
     def on_gradient(self, grad: Gradient) -> None:
-        """Back-propagate the received dL/dE through the kept graph and take one SGD step."""
+        """Back-propagate the received dL/dE through the kept graph and take one optimiser step."""
         if self._pending is None or grad.round != self._pending[0] or grad.client != self.index:
             want = None if self._pending is None else self._pending[0]
             raise ProtocolError(
@@ -87,18 +100,18 @@ class BatchServer:
     """The server: labels and the top model over the concatenated client embeddings.
 
     ``padding`` fills in the embedding of a client that did not send (None in the received list);
-    without one every client must send.
+    without one every client must send. ``optimizer``: one of :data:`OPTIMIZERS` (plain SGD by default).
     """
 
     def __init__(
         self, model: nn.Module, n_clients: int, embedding: int, lr: float, padding: Padding | None = None,
-        device: torch.device | None = None,
+        device: torch.device | None = None, optimizer: str = "sgd",
     ):
         self.device = torch.device("cpu") if device is None else device
         self.model = model.to(self.device)
         self.n_clients = n_clients
         self.embedding = embedding
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        self.optimizer = make_optimizer(optimizer, model.parameters(), lr)
         self.padding = padding
         self.last_correct = 0  # correct predictions of the last training batch (before the update)
 
@@ -135,7 +148,7 @@ class BatchServer:
     def train_step(
         self, step: int, embeddings: list[Embedding | None], labels: torch.Tensor
     ) -> tuple[float, list[Gradient]]:
-        """Mean cross-entropy of the batch; one SGD step; dL/dE for every client that sent."""
+        """Mean cross-entropy of the batch; one optimiser step; dL/dE for every client that sent."""
         values = self._received(step, embeddings, len(labels))
         inputs = self._inputs(values, len(labels))
         sent = [m for m, v in enumerate(values) if v is not None]

@@ -16,6 +16,7 @@ from fedstream.vfl.selection import SelectionSpec
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "table")
 SPLITS = ("rows", "columns")
+OPTIMIZERS = ("sgd", "adam")  # the parties' (fedstream.vfl.parties.make_optimizer)
 PAPER_LR = {"mnist": 0.01, "fashion-mnist": 0.01, "cifar10": 0.001, "table": 0.01}
 PAPER_EMBEDDING = {"mnist": 128, "fashion-mnist": 128, "cifar10": 16, "table": 16}
 TABLE_KEYS = ("data.path", "data.label", "data.id", "data.categorical", "vfl.partition", "data.test_fraction",
@@ -28,6 +29,7 @@ CONFIG_KEYS = {
     "clients": "vfl.clients",
     "epochs": "train.epochs",
     "batch_size": "train.batch_size",
+    "optimizer": "train.optimizer",
     "lr": "optimizer.lr",
     "embedding": "model.embedding",
     "hidden": "model.hidden",
@@ -46,7 +48,8 @@ class BatchVFLSettings:
 
     * ``dataset``: ``mnist``, ``fashion-mnist`` or ``cifar10``;
     * ``clients``: M, each holding one horizontal strip of every image (paper: 4);
-    * ``epochs``, ``batch_size`` (paper: 100), ``lr`` (plain SGD; None = the paper's);
+    * ``epochs``, ``batch_size`` (paper: 100), ``optimizer`` (``sgd``: plain SGD, the paper's;
+      ``adam``), ``lr`` (None = the paper's);
     * ``embedding``: client output width (None = the paper's); ``hidden``: width of the MLPs'
       hidden layer (MNIST-like; the server's too unless ``server_hidden``); ``resnet_width``: base
       channels of the clients' ResNet-18 (CIFAR-10);
@@ -61,6 +64,7 @@ class BatchVFLSettings:
     clients: int = 4
     epochs: int = 10
     batch_size: int = 100
+    optimizer: str = "sgd"
     lr: float | None = None
     embedding: int | None = None
     hidden: int = 256
@@ -91,6 +95,10 @@ class BatchVFLSettings:
         ):
             raise ConfigError(
                 f"optimizer.lr = {self.lr!r}: expected a number > 0 (paper: 0.01 MNIST, 0.001 CIFAR-10)"
+            )
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(
+                f"train.optimizer = {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}"
             )
         if self.split not in SPLITS:
             raise ConfigError(f"vfl.split = {self.split!r}: expected one of {', '.join(SPLITS)}")

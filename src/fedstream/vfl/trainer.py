@@ -107,10 +107,13 @@ class Trained(NamedTuple):
     transport: object
 
 
-def train_on(settings: BatchVFLSettings, data: VerticalImages | VerticalTable, *, seed: int) -> Trained:
-    """:func:`run_batch_vfl`'s training on rows already in memory (``data``), in this process."""
+def train_on(settings: BatchVFLSettings, data: VerticalImages | VerticalTable, *, seed: int,
+             until: Callable[[list[dict], list[BatchClient], BatchServer], bool] | None = None) -> Trained:
+    """:func:`run_batch_vfl`'s training on rows already in memory (``data``), in this process.
+    ``until(rows, clients, server)``, after each epoch: True stops before ``settings.epochs``
+    (an estimator's early stopping; it may keep a copy of the parties' weights)."""
     with one_torch_thread():
-        return _run(settings.resolved(), Path("."), seed, None, None, False, data)
+        return _run(settings.resolved(), Path("."), seed, None, None, False, data, until)
 
 
 def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[str]:
@@ -121,7 +124,7 @@ def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[s
 
 
 def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool,
-         data: VerticalImages | VerticalTable | None = None) -> Trained:
+         data: VerticalImages | VerticalTable | None = None, until=None) -> Trained:
     tic = time.perf_counter()
     data = load_vertical(settings, root) if data is None else data
     clients, server = build_parties(settings, data, seed)
@@ -161,7 +164,8 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
 
     cohort = LocalCohort(clients, transport, data_inputs(data))
     rows = play_epochs(settings, data, cohort, server, seed, progress, part=part, writer=writer, tic=tic,
-                       rows=rows, step=step, done=done, after_epoch=save)
+                       rows=rows, step=step, done=done, after_epoch=save,
+                       until=None if until is None else lambda rows: until(rows, clients, server))
     summary = run_summary(settings, seed, rows, transport.ledger.summary(), time.perf_counter() - tic, part)
     if isinstance(data, VerticalTable):
         summary |= data.summary_fields()
@@ -189,13 +193,15 @@ def play_epochs(
     step: int = 0,
     done: int = 0,
     after_epoch: Callable[[int, int, list[dict]], None] | None = None,
+    until: Callable[[list[dict]], bool] | None = None,
 ) -> list[dict]:
     """Epochs ``done + 1 .. settings.epochs``: train, evaluate, one metrics row each; return all rows.
 
     ``labels`` holds ``train_y`` and ``test_y`` (the server's data: :class:`VerticalImages` or
     labels alone); ``cohort`` the clients; ``part`` the participant selection (None: every client,
     every row); ``step`` the steps done; ``after_epoch(epoch, steps done, rows)`` runs after each
-    epoch's row is written (the simulator's checkpoint)."""
+    epoch's row is written (the simulator's checkpoint); ``until(rows)``, after that, True stops the
+    loop early (an estimator's early stopping)."""
     rows = list(rows or [])
     for epoch in range(done + 1, settings.epochs + 1):
         start, before = time.perf_counter(), cohort.ledger.summary()
@@ -220,6 +226,8 @@ def play_epochs(
             after_epoch(epoch, step, rows)
         if progress is not None:
             progress({"event": "epoch", **rows[-1]})
+        if until is not None and until(rows):
+            break
     return rows
 
 
@@ -273,7 +281,7 @@ def build_parties(
             torch.manual_seed(seed)
             client_models, server_model = build_models(settings.dataset, data.strip_shapes(), **sizes)
     device = resolve_device(settings.device)
-    clients = [None if model is None else BatchClient(m, model, settings.lr, device)
+    clients = [None if model is None else BatchClient(m, model, settings.lr, device, settings.optimizer)
                for m, model in enumerate(client_models)]
     spec = settings.selection
     padding = None
@@ -281,7 +289,8 @@ def build_parties(
         kwargs = {"alpha": spec.ema_alpha} if spec.padding == "ema" else {}
         padding = make_padding(spec.padding, settings.clients, settings.embedding, **kwargs)
     return clients, BatchServer(
-        server_model, settings.clients, settings.embedding, settings.lr, padding=padding, device=device
+        server_model, settings.clients, settings.embedding, settings.lr, padding=padding, device=device,
+        optimizer=settings.optimizer,
     )
 
 
