@@ -106,8 +106,8 @@ def test_the_checked_in_code_is_what_the_proto_generates(tmp_path):
                     f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}",
                     str(src / "fedstream/deploy/protocol.proto")], check=True)
     for name in ("protocol_pb2.py", "protocol_pb2.pyi", "protocol_pb2_grpc.py"):
-        made = (tmp_path / "fedstream/deploy" / name).read_text()
-        assert made == (src / "fedstream/deploy" / name).read_text(), f"{name} is stale: run scripts/protocol.sh"
+        made, kept = (p / "fedstream/deploy" / name for p in (tmp_path, src))
+        assert made.read_text() == kept.read_text(), f"{name} is stale: run scripts/protocol.sh"
 
 
 def _frame(**fields) -> bytes:
