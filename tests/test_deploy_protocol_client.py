@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
-pytest.importorskip("grpc_tools", reason="generating the stubs needs grpcio-tools: pip install 'fedstream[proto]'")
+pytest.importorskip("grpc_tools", reason="the stubs need grpcio-tools: pip install 'fedstream[proto]'")
 
 from fedstream.config import load_config  # noqa: E402
 from fedstream.deploy.credentials import write_credentials  # noqa: E402

@@ -4,7 +4,7 @@
 A record class travels as the message named by its task and its class: ``RoundRequest`` of
 ``fedstream.ovfl.deploy.records`` as ``OvflRoundRequest``, ``Setup`` of ``fedstream.deploy.records``
 as ``Setup``; each record field as the message's field of the same name. Nothing here knows a
-task's field names: :func:`write` and :func:`read` walk the message's descriptor. A field whose
+task's field names: :func:`message` and :func:`read` walk the message's descriptor. A field whose
 option ``(rounds)`` is set holds round numbers and travels as differences from the frame's round
 (the first) and from the one before (the others).
 
@@ -90,32 +90,47 @@ def slot_of(info: Mapping) -> str:
     return fits[0]
 
 
-def write(frame, info: Mapping, base: int, slot: str | None = None) -> None:
-    """Put ``info`` in ``frame`` (a ``Frame``) as its message (``slot``: the frame's field, else
+def message(info: Mapping, base: int, slot: str | None = None) -> tuple[str, object]:
+    """``info`` as its message, and the frame's field that carries it (``slot``: that field, else
     :func:`slot_of`); ``base``: the frame's round. ProtocolError for a key the message lacks or a
     value its field cannot hold."""
     slot = slot or slot_of(info)
     kinds = fields(slot)
-    msg = getattr(frame, slot)
-    msg.SetInParent()
+    values = {}
     for key, value in info.items():
         kind = kinds.get(key)
         if kind is None:
-            raise ProtocolError(f"info {key!r} is not a field of {type(msg).__name__} (protocol.proto)")
+            raise ProtocolError(f"info {key!r} is not a field of {_message_type(slot).__name__} "
+                                "(protocol.proto)")
         if value is None:
             continue
-        try:
-            if kind == SCALAR:
-                setattr(msg, key, value)
-                continue
+        if kind != SCALAR:
             if not isinstance(value, list):
-                raise TypeError(f"a list expected, not a {type(value).__name__}")
+                raise _cannot(slot, key, value, f"a list expected, not a {type(value).__name__}")
             if kind == ROUNDS:
                 value = [v - prev for prev, v in zip([base, *value], value)]
-            getattr(msg, key).extend(value)
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"info {key!r} = {value!r} cannot travel as {type(msg).__name__}.{key}: "
-                                f"{exc}"[:300]) from None
+        values[key] = value
+    cls = _message_type(slot)
+    try:
+        return slot, cls(**values)
+    except (TypeError, ValueError):
+        for key, value in values.items():  # which one
+            try:
+                cls(**{key: value})
+            except (TypeError, ValueError) as exc:
+                raise _cannot(slot, key, info[key], str(exc)) from None
+        raise
+
+
+@functools.cache
+def _message_type(slot: str) -> type:
+    pb = protocol()
+    return getattr(pb, pb.Frame.DESCRIPTOR.fields_by_name[slot].message_type.name)
+
+
+def _cannot(slot: str, key: str, value, why: str) -> ProtocolError:
+    return ProtocolError(f"info {key!r} = {value!r} cannot travel as {_message_type(slot).__name__}.{key}: "
+                         f"{why}"[:300])
 
 
 def read(frame, base: int) -> dict:

@@ -99,9 +99,8 @@ def encode(ftype: int, seq: int, env: Envelope | None = None, *, limit: int) -> 
     else:
         ptype = _OWN_TYPE[ftype]
     rnd = int(env.round)
-    frame = pb.Frame(type=ptype, seq=seq, round=rnd - seq, parts=env.parts)
-    if env.info:
-        schema.write(frame, env.info, rnd, _OWN_SLOT.get(ftype))
+    record = dict((schema.message(env.info, rnd, _OWN_SLOT.get(ftype)),)) if env.info else {}
+    frame = pb.Frame(type=ptype, seq=seq, round=rnd - seq, parts=env.parts, **record)
     if env.arrays:
         frame.arrays.extend(_tensors(env.arrays))
     data = frame.SerializeToString()
