@@ -164,6 +164,8 @@ def decode(data: bytes, *, limit: int, sender: str) -> Frame:
     """Check and decode one frame received from ``sender`` (:data:`SERVER`: a request, or bye or
     echo; :data:`NODE`: a reply, or hello, error or echo); ProtocolError naming what is wrong (see
     the module doc)."""
+    if sender not in (SERVER, NODE):
+        raise ValueError(f"sender = {sender!r}: expected {SERVER!r} or {NODE!r}")
     if len(data) > limit:
         raise _fail(f"{len(data)} bytes, over the message limit of {limit}")
     frame = _parse(data)
