@@ -32,5 +32,6 @@ def test_the_check_sees_a_reach_and_lets_self_through():
 
 def test_src_reaches_into_no_other_objects_private_attributes():
     found = [f"{path.relative_to(SRC)}:{line}: {expr}" for path in sorted(SRC.rglob("*.py"))
+             if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))  # generated (scripts/protocol.sh)
              for line, expr in private_reaches(ast.parse(path.read_text()))]
     assert found == []

@@ -32,7 +32,8 @@ from fedstream.data.idx import read_idx_images, read_idx_labels
 from fedstream.data.openml import read_arff, read_openml_csv
 from fedstream.data.sensorless import read_sensorless_txt
 from fedstream.data.tabular import read_uci_csv
-from fedstream.deploy.records import peek
+from fedstream.deploy.records import Envelope, peek
+from fedstream.deploy.runtimes import grpc_wire
 from fedstream.errors import FedstreamError
 from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
 from fedstream.runs.torch_checkpoint import load_torch, save_torch
@@ -221,6 +222,30 @@ def test_stacked_frames_decode(data, k):
     width = max(len(data) // k, 1)
     frames = np.frombuffer(data[: width * k].ljust(width * k, b"\0"), np.uint8).reshape(k, width)
     allowed(decode_frames, frames, np.arange(k))
+
+
+# -- the gRPC runtime's frames (the party protocol) ----------------------------------------------
+def _grpc_frames() -> list[bytes]:
+    from fedstream.ovfl.deploy.records import FinishReply, RoundRequest
+    from fedstream.vfl.deploy.records import TestRequest  # not at module level: pytest would collect it
+
+    limit = 1 << 20
+    request = RoundRequest(events=2, grad_rounds=[7, 8], keep=True, boundary=9).info()
+    test = TestRequest(split="test", rows=[3, 1, 2], sizes=[2, 1], steps=[9, 10]).info()
+    report = FinishReply(client=1, round=9, up=10, down=20, messages=3, digest="ab").info()
+    return [grpc_wire.encode(grpc_wire.REQUEST, 11, Envelope("round", 9, [b"g" * 30, b"q" * 11], request),
+                             limit=limit),
+            grpc_wire.encode(grpc_wire.REQUEST, 4, Envelope("round", 9, [], test), limit=limit),
+            grpc_wire.encode(grpc_wire.REPLY, 12, Envelope("finish", 9, [], report, {"w": VALUES_2D}),
+                             limit=limit),
+            grpc_wire.hello(2, limit=limit), grpc_wire.error(5, "why", limit=limit)]
+
+
+@FAST
+@given(st.one_of(*(damaged(f) for f in _grpc_frames())), st.sampled_from([grpc_wire.SERVER, grpc_wire.NODE]))
+def test_grpc_frames_decode(data, sender):
+    assert isinstance(grpc_wire.sequence(data), int)
+    allowed(grpc_wire.decode, data, limit=1 << 16, sender=sender)
 
 
 # -- checkpoints -------------------------------------------------------------------------------

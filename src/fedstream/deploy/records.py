@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from fedstream.deploy.schema import Info
 from fedstream.errors import ConfigError, FedstreamError, ProtocolError
 from fedstream.fields import checker, type_name
 from fedstream.transport.codec import decode
@@ -73,7 +74,8 @@ class Record:
 
     :meth:`read` checks each key's type from the field's annotation (a missing key takes the
     field's default; a field without one is required), then the record's own :meth:`check`;
-    :meth:`info` writes the keys back, leaving out fields that are None."""
+    :meth:`info` writes the keys back, leaving out fields that are None. On the gRPC runtime a
+    record travels as the message of its name in ``protocol.proto`` (:mod:`fedstream.deploy.schema`)."""
 
     @classmethod
     def read(cls: type[R], info: Mapping, where: str, **context) -> R:
@@ -97,9 +99,10 @@ class Record:
     def check(self, where: str, **context) -> None:
         """The record's own rules beyond its types (ranges, consistency); ProtocolError if broken."""
 
-    def info(self) -> dict:
-        """The record as ``Envelope.info`` keys (None fields left out)."""
-        out = {}
+    def info(self) -> Info:
+        """The record as ``Envelope.info`` keys (None fields left out), tagged with the record's class
+        (on the gRPC runtime it travels as that record's message: :mod:`fedstream.deploy.schema`)."""
+        out = Info(record=type(self))
         for name, *_ in _READERS.get(type(self)) or _reader(type(self)):
             value = getattr(self, name)
             if value is not None:

@@ -7,9 +7,10 @@ grpc_node`) that connects, says hello, and answers the server's requests on its 
 every runtime this one only moves bytes: the parties, the protocol, validation, faults,
 checkpoints and resume are the session layer's and the task's (:mod:`fedstream.deploy.session`).
 
-* No protobuf: one generic stream-stream method, ``/fedstream.deploy.Node/Session``, with bytes in
-  and out; each message is one frame of :mod:`~fedstream.deploy.runtimes.grpc_wire` (an envelope,
-  or hello / error / bye / echo), checked before it is decoded.
+* The party protocol (``fedstream/deploy/protocol.proto``): its one stream-stream method,
+  ``/fedstream.deploy.Node/Session``, each message one ``Frame`` (an envelope, or hello / error /
+  bye / echo); the runtime takes the frames as bytes and checks each with
+  :mod:`~fedstream.deploy.runtimes.grpc_wire` (size first) before it decodes it.
 * :class:`GrpcLink` is a :class:`~fedstream.deploy.records.Link`: ``exchange`` writes every request
   at once and waits (no polling: futures on the server's event loop) for the replies, a node that
   did not answer within ``reply-timeout`` seconds gets a :class:`~fedstream.deploy.records.Failure`
@@ -185,7 +186,7 @@ class GrpcLink:
         if first is grpc.aio.EOF:
             return
         try:
-            hello = wire.decode(first, limit=self.limit)
+            hello = wire.decode(first, limit=self.limit, sender=wire.NODE)
             if hello.type != wire.HELLO:
                 raise ProtocolError(f"expected a hello, received a {wire.TYPES[hello.type]} frame")
         except ProtocolError as exc:
@@ -236,7 +237,7 @@ class GrpcLink:
 
     def _received(self, peer: _Peer, data: bytes) -> None:
         try:
-            frame = wire.decode(data, limit=self.limit)
+            frame = wire.decode(data, limit=self.limit, sender=wire.NODE)
             if frame.type not in (wire.REPLY, wire.ERROR, wire.ECHO):
                 raise ProtocolError(f"a {wire.TYPES[frame.type]} frame from a node")
         except ProtocolError as exc:

@@ -22,7 +22,6 @@ import logging
 import time
 from pathlib import Path
 
-from fedstream.deploy.records import Envelope
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc import PATH, channel_options
 from fedstream.deploy.runtimes.grpc_tls import client_credentials
@@ -94,8 +93,7 @@ class GrpcNode:
         """One connection: hello, then answer until bye (True) or the stream ends (False)."""
         async with self._channel() as channel:
             call = channel.stream_stream(PATH)()
-            await call.write(wire.encode(wire.HELLO, 0, Envelope("", 0, [], {"client": self.index}),
-                                         limit=self.limit))
+            await call.write(wire.hello(self.index, limit=self.limit))
             while (data := await call.read()) is not grpc.aio.EOF:
                 self.last_contact = time.monotonic()
                 out = self._answer(data)
@@ -112,7 +110,7 @@ class GrpcNode:
     def _answer(self, data: bytes) -> bytes | None:
         """The frame answering ``data`` (None: the server said bye)."""
         try:
-            frame = wire.decode(data, limit=self.limit)
+            frame = wire.decode(data, limit=self.limit, sender=wire.SERVER)
         except ProtocolError as exc:
             return wire.error(wire.sequence(data), f"client {self.index}: {exc}", limit=self.limit)
         if frame.type == wire.BYE:

@@ -123,7 +123,7 @@ class RemoteCohort(Session):
         for m in self._targets(epoch, None, SELECT):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
-            requests[m] = Envelope(ROUND, epoch, [part], dict(info))  # a due gradient stays in the outbox
+            requests[m] = Envelope(ROUND, epoch, [part], info.copy())  # a due gradient stays in the outbox
         out, got = np.empty((M, Q, n)), set()
         for m, reply in self.exchange(requests).items():
             try:
@@ -228,7 +228,7 @@ class RemoteCohort(Session):
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
         t, out = batch.step, [None] * self.settings.clients
         info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
-        requests = {m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "train")}
+        requests = {m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "train")}
         for m, reply in self.exchange(requests).items():
             try:
                 data = self.reply(reply, ROUND, t, 1).parts[0]
@@ -269,7 +269,7 @@ class RemoteCohort(Session):
                            keep=self.keeping or None,
                            boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
         requests = {
-            m: self._request(m, ROUND, t, dict(info)) for m in self._targets(t, selected, "evaluation")
+            m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "evaluation")
         }
         got: dict[int, list[bytes]] = {}
         for m, reply in self.exchange(requests).items():
