@@ -5,8 +5,8 @@ The table is read as the online task reads it (:mod:`fedstream.data.table_source
 set is ``data.test_path`` (the same columns; classes, categories and statistics taken from the
 training file) or else the last ``data.test_fraction`` of the rows. With one file per party, the
 rows are those whose id every party holds (found by private set intersection,
-:mod:`fedstream.data.table_align`), in the server file's order; ``summary.json`` reports how many. Numeric columns are
-standardised by the mean and std of the training rows. Each client's input is its block of columns,
+:mod:`fedstream.data.table_align`), in the server file's order; ``summary.json`` reports how
+many. Numeric columns are standardised by the mean and std of the training rows. Each client's input is its block of columns,
 read by an MLP bottom model (:func:`fedstream.vfl.models.client_mlp`: block -> hidden -> embedding).
 """
 
