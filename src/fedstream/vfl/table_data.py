@@ -6,8 +6,9 @@ set is ``data.test_path`` (the same columns; classes, categories and statistics 
 training file) or else the last ``data.test_fraction`` of the rows. With one file per party, the
 rows are those whose id every party holds (found by private set intersection,
 :mod:`fedstream.data.table_align`), in the server file's order; ``summary.json`` reports how
-many. Numeric columns are standardised by the mean and std of the training rows. Each client's input is its block of columns,
-read by an MLP bottom model (:func:`fedstream.vfl.models.client_mlp`: block -> hidden -> embedding).
+many. Numeric columns are standardised by the mean and std of the training rows. Each client's
+input is its block of columns, read by an MLP bottom model (:func:`fedstream.vfl.models.client_mlp`:
+block -> hidden -> embedding).
 """
 
 from __future__ import annotations
