@@ -31,6 +31,14 @@ from fedstream.errors import ConfigError, ProtocolError
 
 DEFAULT_FPR = 1e-9  # the chance that some id of the server is wrongly found in a client's set
 POINT_BYTES = 33  # a compressed P-256 point
+HASH_RANGE_MAX = 2**62  # the library keeps hash_range = N max(N, n) / fpr in an int64
+
+
+def effective_fpr(fpr: float, n_server: int, n_client: int) -> float:
+    """The false-positive rate a set of ``n_client`` ids is built with against ``n_server`` ids:
+    ``fpr``, raised where N max(N, n) / fpr would overflow the library's int64 hash range (from
+    about 68,000 x 68,000 ids at 1e-9; 2.2e-7 at 1,000,000 x 1,000,000). Both sides compute it."""
+    return max(fpr, n_server * max(n_server, n_client) / HASH_RANGE_MAX)
 
 
 def library():
@@ -109,10 +117,11 @@ class AlignmentServer:
                                 f"{setup.WhichOneof('data_structure')}")
         gcs = setup.gcs
         N = len(self.ids)
-        want = N * max(N, n) / self.fpr
+        fpr = effective_fpr(self.fpr, N, n)
+        want = N * max(N, n) / fpr
         if abs(gcs.hash_range - want) > 1e-6 * want + 2:
             raise ProtocolError(f"{party} announced {n} ids, but its PSI set is not sized for them at "
-                                f"fpr {self.fpr:g} (hash range {gcs.hash_range}, expected {want:.0f})")
+                                f"fpr {fpr:g} (hash range {gcs.hash_range}, expected {want:.0f})")
         if not 0 < gcs.div < 64:
             raise ProtocolError(f"{party}'s PSI set: Golomb parameter {gcs.div} out of range")
         bits = 8 * len(gcs.bits)
@@ -138,7 +147,8 @@ class AlignmentClient:
         parsed = _parse(lib.Request, request.payload, "the server's PSI request")
         _check_points(parsed.encrypted_elements, request.n_items, "the server's PSI request")
         try:
-            setup = self._psi.CreateSetupMessage(self.fpr, request.n_items, self.ids)
+            fpr = effective_fpr(self.fpr, request.n_items, len(self.ids))
+            setup = self._psi.CreateSetupMessage(fpr, request.n_items, self.ids)
             response = self._psi.ProcessRequest(parsed)
         except RuntimeError as exc:
             raise ProtocolError(f"the server's PSI request: {str(exc).splitlines()[0]}") from None

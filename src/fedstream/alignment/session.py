@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from fedstream.alignment.messages import Intersection, PsiReply, PsiRequest, decode
-from fedstream.alignment.psi import DEFAULT_FPR, AlignmentClient, AlignmentServer
+from fedstream.alignment.psi import DEFAULT_FPR, AlignmentClient, AlignmentServer, effective_fpr
 from fedstream.errors import ProtocolError
 
 
@@ -117,7 +117,8 @@ class Alignment:
         """``summary.json``'s ``alignment``: sizes, bytes and seconds, apart from the training's."""
         return {
             "protocol": "psi (openmined-psi: ECDH P-256, Golomb-compressed set)",
-            "fpr": self.fpr,
+            "fpr": self.fpr,  # raised for large sets: psi.effective_fpr
+            "fpr_used": [effective_fpr(self.fpr, self.n_server, c.n_ids) for c in self.clients],
             "server_ids": self.n_server,
             "clients": [{"party": c.name, "ids": c.n_ids, "shared": int(len(c.rows)),
                          "bytes_down": c.bytes_down, "bytes_up": c.bytes_up, "seconds": c.seconds}
