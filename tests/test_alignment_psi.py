@@ -44,6 +44,13 @@ def test_psi_finds_exactly_the_plain_intersection(seed):
         np.testing.assert_array_equal(rows[m], expect)
 
 
+def test_threads_split_the_points_and_find_the_same_intersection():
+    server, (ids,) = sets(6, 1500, [1300])
+    out = align(server, [ids], workers=3)  # 1500 points: 3 chunks on each side
+    assert [server[i] for i in out.clients[0].rows] == sorted(set(server) & set(ids))
+    assert [ids[i] for i in out.client_rows[0]] == sorted(set(server) & set(ids))
+
+
 def test_bytes_are_those_of_the_encoded_messages():
     server, (ids,) = sets(2, 120, [90])
     out = align(server, [ids])

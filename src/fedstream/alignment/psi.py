@@ -22,7 +22,9 @@ pinned to within about 1 / (div + 1) (3 % at the default fpr), not exactly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -49,6 +51,34 @@ def library():
         raise ConfigError('private entity alignment needs openmined-psi: pip install "fedstream[psi]"') \
             from None
     return psi
+
+
+def default_workers() -> int:
+    """Threads for the elliptic-curve work: the library releases the GIL, so each core blinds its
+    share of the points (the cores this process may use, at most 8)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous (start, stop) ranges covering 0..n (fewer when n is small)."""
+    edges = np.linspace(0, n, min(parts, max(n // 256, 1)) + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _in_threads(tasks: list[Callable], workers: int) -> list:
+    if len(tasks) == 1 or workers == 1:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda task: task(), tasks))
+
+
+def _points_message(kind, points_lists: list, **fields):
+    """One library message (Request or Response) holding the points of several, in order."""
+    msg = kind(**fields)
+    for points in points_lists:
+        msg.encrypted_elements.extend(points)
+    return msg
 
 
 def check_fpr(fpr: float) -> float:
@@ -78,18 +108,25 @@ def _check_points(points, n: int, what: str) -> None:
 class AlignmentServer:
     """The server's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``."""
 
-    def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR):
+    def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR, workers: int | None = None):
         if not ids:
             raise ConfigError("the server's set of ids is empty")
         self.ids = list(ids)
         self.fpr = check_fpr(fpr)
-        self._psi = library().client.CreateWithNewKey(True)
+        self.workers = workers or default_workers()
+        self._key = library().client.CreateWithNewKey(True).GetPrivateKeyBytes()
         self._request: PsiRequest | None = None
+
+    def _side(self):
+        """A PSI client instance with this server's key (one per thread)."""
+        return library().client.CreateFromKey(self._key, True)
 
     def request(self) -> PsiRequest:
         """Step 1: the server's blinded ids; one for all clients (blinded once)."""
         if self._request is None:
-            payload = self._psi.CreateRequest(self.ids).SerializeToString()
+            parts = _in_threads([lambda a=a, b=b: self._side().CreateRequest(self.ids[a:b]).encrypted_elements
+                                 for a, b in _split(len(self.ids), self.workers)], self.workers)
+            payload = _points_message(library().Request, parts, reveal_intersection=True).SerializeToString()
             self._request = PsiRequest(len(self.ids), payload)
         return self._request
 
@@ -101,11 +138,15 @@ class AlignmentServer:
         response = _parse(lib.Response, reply.response, f"{party}'s PSI response")
         self._check_set(party, setup, reply.n_items)
         _check_points(response.encrypted_elements, len(self.ids), f"{party}'s PSI response")
+        ranges = _split(len(self.ids), self.workers)
+        chunks = [_points_message(lib.Response, [response.encrypted_elements[a:b]]) for a, b in ranges]
         try:
-            found = self._psi.GetIntersection(setup, response)
+            found = _in_threads([lambda c=c: self._side().GetIntersection(setup, c) for c in chunks],
+                                self.workers)
         except RuntimeError as exc:
             raise ProtocolError(f"{party}'s PSI response: {str(exc).splitlines()[0]}") from None
-        rows = np.unique(np.asarray(found, dtype=np.int64))
+        rows = np.unique(np.concatenate([np.asarray(f, dtype=np.int64) + a
+                                         for f, (a, _) in zip(found, ranges)]))
         shared = [self.ids[i] for i in rows.tolist()]
         order = sorted(range(len(shared)), key=shared.__getitem__)
         return rows[order], Intersection(tuple(shared[i] for i in order))
@@ -133,25 +174,35 @@ class AlignmentServer:
 class AlignmentClient:
     """A client's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``."""
 
-    def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR):
+    def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR, workers: int | None = None):
         if not ids:
             raise ConfigError("the client's set of ids is empty")
         self.ids = list(ids)
         self.fpr = check_fpr(fpr)
+        self.workers = workers or default_workers()
         self._row = {v: i for i, v in enumerate(self.ids)}
-        self._psi = library().server.CreateWithNewKey(True)
+        self._key = library().server.CreateWithNewKey(True).GetPrivateKeyBytes()
+
+    def _side(self):
+        """A PSI server instance with this client's key (one per thread)."""
+        return library().server.CreateFromKey(self._key, True)
 
     def reply(self, request: PsiRequest) -> PsiReply:
         """Step 2: this client's set, sized for the server's announced set, and its response."""
         lib = library()
         parsed = _parse(lib.Request, request.payload, "the server's PSI request")
         _check_points(parsed.encrypted_elements, request.n_items, "the server's PSI request")
+        fpr = effective_fpr(self.fpr, request.n_items, len(self.ids))
+        points = parsed.encrypted_elements
+        tasks = [lambda: self._side().CreateSetupMessage(fpr, request.n_items, self.ids)]
+        tasks += [lambda a=a, b=b: self._side().ProcessRequest(
+            _points_message(lib.Request, [points[a:b]], reveal_intersection=True)).encrypted_elements
+            for a, b in _split(len(points), self.workers)]
         try:
-            fpr = effective_fpr(self.fpr, request.n_items, len(self.ids))
-            setup = self._psi.CreateSetupMessage(fpr, request.n_items, self.ids)
-            response = self._psi.ProcessRequest(parsed)
+            setup, *parts = _in_threads(tasks, self.workers)
         except RuntimeError as exc:
             raise ProtocolError(f"the server's PSI request: {str(exc).splitlines()[0]}") from None
+        response = _points_message(lib.Response, parts)
         return PsiReply(len(self.ids), setup.SerializeToString(), response.SerializeToString())
 
     def accept(self, msg: Intersection) -> np.ndarray:

@@ -143,11 +143,12 @@ def run_alignment(server: AlignmentServer, links: Sequence[Link], names: Sequenc
 
 
 def align(server_ids: Sequence[str], client_ids: Sequence[Sequence[str]], *, fpr: float = DEFAULT_FPR,
-          names: Sequence[str] | None = None) -> Alignment:
-    """Align ``server_ids`` with each client's ids in this process, through encoded messages."""
+          names: Sequence[str] | None = None, workers: int | None = None) -> Alignment:
+    """Align ``server_ids`` with each client's ids in this process, through encoded messages
+    (``workers``: threads for each side's elliptic-curve work; default: the usable cores)."""
     names = list(names) if names is not None else [f"client {m}" for m in range(len(client_ids))]
-    server = AlignmentServer(server_ids, fpr=fpr)
-    endpoints = [ClientEndpoint(AlignmentClient(ids, fpr=fpr)) for ids in client_ids]
+    server = AlignmentServer(server_ids, fpr=fpr, workers=workers)
+    endpoints = [ClientEndpoint(AlignmentClient(ids, fpr=fpr, workers=workers)) for ids in client_ids]
     links = [InProcessLink(e) for e in endpoints]
     out = run_alignment(server, links, names)
     for c, link in zip(out.clients, links):
