@@ -165,3 +165,28 @@ def test_integer_ids_match_text_ids(tmp_path):
     src = TableSource(TableSpec(f"{server};{tmp_path / 'c0.npz'};{tmp_path / 'c1.npz'}", "label", "id",
                                 None, None, 2, 30))
     np.testing.assert_array_equal(src.held[:, 0], np.arange(30) >= 5)
+
+
+def test_shuffled_files_holding_every_id_read_as_the_aligned_ones(tmp_path):
+    body = rows(50)
+    aligned = [write_csv(tmp_path / "s.csv", "id,label", [r[:2] for r in body]),
+               write_csv(tmp_path / "c0.csv", "id,a,b,c", [[r[0], *r[2:5]] for r in body]),
+               write_csv(tmp_path / "c1.csv", "id,d,e,f", [[r[0], *r[5:8]] for r in body])]
+    shuffled = random.Random(1).sample(body, len(body))
+    (tmp_path / "x").mkdir()
+    clients = [write_csv(tmp_path / "x" / "c0.csv", "id,a,b,c", [[r[0], *r[2:5]] for r in shuffled]),
+               write_csv(tmp_path / "x" / "c1.csv", "id,d,e,f", [[r[0], *r[5:8]] for r in shuffled[::-1]])]
+    a = TableSource(TableSpec(";".join(map(str, aligned)), "label", "id", None, None, 2, 30))
+    b = TableSource(TableSpec(";".join(map(str, [aligned[0], *clients])), "label", "id", None, None, 2, 30))
+    assert a.held is None and b.held is None
+    np.testing.assert_array_equal(a.features(np.arange(50)), b.features(np.arange(50)))  # bit for bit
+
+
+def test_the_false_positive_rate_is_raised_where_the_hash_range_would_overflow():
+    from fedstream.alignment.psi import HASH_RANGE_MAX, effective_fpr
+
+    assert effective_fpr(1e-9, 1000, 500) == 1e-9
+    for n in (68_000, 100_000, 1_000_000):
+        fpr = effective_fpr(1e-9, n, n)
+        assert fpr >= 1e-9 and n * n / fpr <= HASH_RANGE_MAX
+    assert effective_fpr(1e-9, 1_000_000, 1_000_000) == pytest.approx(2.17e-7, rel=1e-2)
