@@ -174,9 +174,9 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, edit, sets, needles):
 
 
 @pytest.mark.parametrize("which,needles", [
-    ("missing", ["s.csv: row 5 (line 6)", "'r4'", "has no row in", "c1.csv"]),
-    ("extra", ["c1.csv: row 41 (line 42)", "'zz'", "has no row in", "s.csv"]),
-    ("repeat", ["c1.csv: row 41 (line 42)", "'r3'", "repeats row 4"]),
+    ("missing", None),  # aligned by private set intersection (tests/test_table_alignment.py)
+    ("extra", None),
+    ("repeat", ["c1.csv (client 1)", "row 41 (line 42)", "id r3 repeats row 4"]),
 ])
 def test_ids_that_do_not_match_between_files(tmp_path, capsys, which, needles):
     body = rows()
@@ -188,7 +188,10 @@ def test_ids_that_do_not_match_between_files(tmp_path, capsys, which, needles):
     else:
         client.append(["zz" if which == "extra" else "r3", "1", "2", "3"])
     c1 = write_csv(tmp_path / "c1.csv", "id,d,e,f", client)
-    assert run(tmp_path, f"data.path={server};{c0};{c1}") == 2
+    pytest.importorskip("private_set_intersection.python", reason="openmined-psi")
+    assert run(tmp_path, f"data.path={server};{c0};{c1}") == (2 if needles else 0)
+    if not needles:
+        return
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     for needle in needles:

@@ -8,9 +8,10 @@ In a deployment (``fedstream deploy`` / ``fedstream serve``) with ``data.path =
 * :class:`ClientTable`: client m's file (``data.id`` and its columns), encoded and standardised by
   its own first ``data.stats_rows`` rows, exactly as the simulator encodes that client's block.
 
-The simulator aligns each client file to the server file by id; a deployment cannot (no party
-sees another's ids), so there every file must list the ids in the server file's order. Each party
-reports :func:`id_digest` of its ids, and the server refuses a node whose digest differs from its own.
+The simulator aligns each client file to the server file by private set intersection
+(:mod:`fedstream.data.table_align`); a deployment does not run it yet (docs/alignment.md, "Deploying
+it"), so there every file must list the ids in the server file's order. Each party reports
+:func:`id_digest` of its ids, and the server refuses a node whose digest differs from its own.
 """
 
 from __future__ import annotations

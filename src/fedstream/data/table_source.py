@@ -6,8 +6,11 @@ name or by 0-based file index or index range such as ``0-13``); without it the f
 (every column but the label and the id, in file order) are cut in ``vfl.clients`` equal contiguous
 blocks. Several files (``data.path = "server.csv;bank.csv;shop.csv"``): the first, the server's,
 holds the id and the label; each further file is one client's and holds the id and that client's
-own columns. Rows are aligned by ``data.id`` (the parties are assumed to share the key: private
-set intersection is out of scope); the server file's row order is the stream's order.
+own columns, in any order and with any overlap. The parties' ids are matched by private set
+intersection (:mod:`fedstream.data.table_align`, the protocol of :mod:`fedstream.alignment`, played
+in this process); the server file's row order is the stream's order. A client that lacks a row's
+id has zeros (its columns' means) in that row and is marked absent in :attr:`TableSource.held`;
+with ``shared=True`` (batch VFL) only the rows that every party holds are kept.
 
 Numeric columns are standardised by the mean and std of the first ``stats_rows`` rows, as HIGGS
 is; ``data.categorical`` columns are one-hot encoded with the categories seen in those rows (a
@@ -24,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedstream.alignment import Alignment
 from fedstream.data.imnist import check_indices
 from fedstream.data.table import Table, read_table
+from fedstream.data.table_align import align_tables, id_position
 from fedstream.errors import ConfigError, DataError
 
 
@@ -206,29 +211,6 @@ def _partition(table: Table, spec: TableSpec, reserved: dict[int, str]) -> list[
     return [[int(j) for j in part] for part in np.array_split(features, spec.n_clients)]
 
 
-def _aligned_rows(server: Table, sid: int, client: Table, cid: int) -> np.ndarray:
-    """For each server row, the client row with the same id; DataError at the first mismatch."""
-    ids = [as_strings(t.columns[j]) for t, j in ((server, sid), (client, cid))]
-    for t, j, values in ((server, sid, ids[0]), (client, cid, ids[1])):
-        uniq, first, counts = np.unique(values, return_index=True, return_counts=True)
-        if (counts > 1).any():
-            k = int(np.flatnonzero(counts > 1)[0])
-            rows = np.flatnonzero(values == uniq[k])
-            raise DataError(f"{_where(t, int(rows[1]))}, column {t.names[j]!r} (data.id): id {uniq[k]!r} "
-                            f"repeats row {int(rows[0]) + 1}; ids must be unique")
-    position = {v: i for i, v in enumerate(ids[1])}
-    rows = np.array([position.get(v, -1) for v in ids[0]], dtype=np.int64)
-    if (rows < 0).any():
-        r = int(np.flatnonzero(rows < 0)[0])
-        raise DataError(f"{_where(server, r)}, column {server.names[sid]!r} (data.id): id {ids[0][r]!r} "
-                        f"has no row in {client.path} (the files must hold the same ids)")
-    if len(ids[1]) != len(ids[0]):
-        extra = int(np.setdiff1d(np.arange(len(ids[1])), rows)[0])
-        raise DataError(f"{_where(client, extra)}, column {client.names[cid]!r} (data.id): id "
-                        f"{ids[1][extra]!r} has no row in {server.path} (the files must hold the same ids)")
-    return rows
-
-
 def encode_columns(
     table: Table, cols: list[int], rows: np.ndarray | None, categorical: set[str],
     categories: dict[str, np.ndarray], head: int,
@@ -301,14 +283,18 @@ class TableSource:
     name = "table"
 
     def __init__(self, spec: TableSpec, *, fit: TableSource | None = None, holdout: float = 0.0,
-                 table: Table | None = None):
+                 table: Table | None = None, shared: bool = False):
         """``fit``: take the classes, categories and statistics of that source (a test file);
         ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a
         test split: :attr:`n_holdout` rows, at least one); ``table``: these columns, already in
-        memory (arrays given to an estimator's ``fit``), instead of the file ``spec.path``."""
+        memory (arrays given to an estimator's ``fit``), instead of the file ``spec.path``;
+        ``shared``: with one file per party, keep only the rows whose id every party holds."""
         paths = [str(table.path)] if table is not None else check_table_spec(spec)
         server = table if table is not None else read_table(Path(paths[0]))
-        sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
+        if len(paths) == 1:
+            sid = column_positions(server, [spec.id], "data.id")[0] if spec.id else None
+        else:
+            sid = id_position(server, spec.id, "the server")
         lid = label_position(server, spec.label, sid)
         reserved = {lid: "the label (data.label)"} | ({} if sid is None else {sid: "the id (data.id)"})
         self.base_labels, self.classes, self.class_keys = encode_labels(
@@ -316,18 +302,26 @@ class TableSource:
         if fit is not None:
             self.classes = fit.classes
         self.n_base = server.n_rows
+        self.alignment: Alignment | None = None  # per-party files: the PSI that matched their ids
+        self.held: np.ndarray | None = None  # (n_base, clients) bool, where some client lacks a row's id
         parts: list[tuple[Table, list[int], np.ndarray | None]] = []  # (file, columns, rows in server order)
         if len(paths) == 1:
             parts = [(server, g, None) for g in _partition(server, spec, reserved)]
         else:
-            for p in paths[1:]:
-                table = read_table(Path(p))
-                cid = column_positions(table, [spec.id], "data.id")[0]
-                cols = [j for j in range(len(table.names)) if j != cid]
-                if not cols:
-                    raise DataError(f"{table.path}: expected the client's feature columns beside the id, "
-                                    "found none")
-                parts.append((table, cols, _aligned_rows(server, sid, table, cid)))
+            clients = [read_table(Path(p)) for p in paths[1:]]
+            positions = [id_position(t, spec.id, f"client {m}") for m, t in enumerate(clients)]
+            for m, (table, cid) in enumerate(zip(clients, positions)):
+                if len(table.names) == 1:
+                    raise DataError(f"{table.path} (client {m}): expected the client's feature columns "
+                                    "beside the id, found none")
+            self.alignment, rows, keep = align_tables(server, sid, list(zip(clients, positions)),
+                                                      shared=shared)
+            if keep is not None:
+                self.base_labels, self.n_base = self.base_labels[keep], int(keep.size)
+            parts = [(t, [j for j in range(len(t.names)) if j != cid], r)
+                     for t, cid, r in zip(clients, positions, rows)]
+            held = np.stack([r >= 0 for r in rows], axis=1)
+            self.held = None if held.all() else held
         categorical = set(column_refs(spec.categorical))
         check_categorical(categorical, {table.names[j] for table, cols, _ in parts for j in cols},
                           [str(t.path) for t, _, _ in parts])
@@ -338,6 +332,9 @@ class TableSource:
         head = min(spec.stats_rows, self.n_base - self.n_holdout)
         self.categories: dict[str, np.ndarray] = {} if fit is None else dict(fit.categories)
         self.categorical = categorical
+        if self.held is not None:
+            self._encode_partial(parts, head, fit)
+            return
         blocks, columns, names, onehot = [], [], [], []
         for table, cols, rows in parts:
             start = sum(c.shape[1] for c in columns)
@@ -346,14 +343,53 @@ class TableSource:
             onehot += hot
             blocks.append(slice(start, sum(c.shape[1] for c in columns)))
             names.append([table.names[j] for j in cols])
-        if fit is not None and names != fit.client_columns:
-            raise DataError(f"{paths[0]}: the clients' columns {names} differ from those of the training "
-                            f"rows {fit.client_columns}")
+        self._check_columns(names, fit, paths[0])
         X = np.concatenate(columns, axis=1)
         self.mean, self.std = scale_of(X, onehot, head) if fit is None else (fit.mean, fit.std)
         self._X = (X.astype(np.float32) - self.mean) / self.std
         self._X.flags.writeable = False
         self.n_features = int(X.shape[1])
+        self.n_classes = len(self.classes)
+        self.blocks = blocks
+        self.client_columns = names
+
+    def _check_columns(self, names: list[list[str]], fit: TableSource | None, path: str) -> None:
+        if fit is not None and names != fit.client_columns:
+            raise DataError(f"{path}: the clients' columns {names} differ from those of the training "
+                            f"rows {fit.client_columns}")
+
+    def _encode_partial(self, parts: list, head: int, fit: TableSource | None) -> None:
+        """The clients' blocks where some client lacks some rows' ids: each client's columns are
+        encoded and standardised by the first ``head`` training rows (stream order) that it holds,
+        block by block; a row it lacks is zeros (its columns' means)."""
+        blocks, names, means, stds, filled = [], [], [], [], []
+        start = 0
+        for m, (table, cols, rows) in enumerate(parts):
+            held = np.flatnonzero(rows >= 0)
+            own_head = min(head, int((held < self.n_base - self.n_holdout).sum()))
+            if own_head == 0:
+                raise DataError(f"{table.path} (client {m}): holds none of the training rows' ids")
+            columns, hot = encode_columns(table, cols, rows[held], self.categorical, self.categories,
+                                          own_head)
+            X = np.concatenate(columns, axis=1)
+            width = X.shape[1]
+            if fit is None:
+                mean, std = scale_of(X, hot, own_head)
+            else:
+                mean, std = fit.mean[fit.blocks[m]], fit.std[fit.blocks[m]]
+            block = np.zeros((self.n_base, width), np.float32)
+            block[held] = (X.astype(np.float32) - mean) / std
+            filled.append(block)
+            means.append(mean)
+            stds.append(std)
+            blocks.append(slice(start, start + width))
+            names.append([table.names[j] for j in cols])
+            start += width
+        self._check_columns(names, fit, str(parts[0][0].path))
+        self.mean, self.std = np.concatenate(means), np.concatenate(stds)
+        self._X = np.concatenate(filled, axis=1)
+        self._X.flags.writeable = False
+        self.n_features = int(self._X.shape[1])
         self.n_classes = len(self.classes)
         self.blocks = blocks
         self.client_columns = names

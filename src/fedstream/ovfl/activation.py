@@ -81,6 +81,13 @@ class FixedCount(Activation):
         ranks = self._uniform(chunk, block_means.shape).argsort(axis=1).argsort(axis=1)
         return ranks < self.k
 
+    def mask_among(self, chunk: int, block_means: np.ndarray, held: np.ndarray | None) -> np.ndarray:
+        """k of the clients that hold each round's id (all of them where fewer hold it)."""
+        if held is None:
+            return self.mask(chunk, block_means)
+        draws = np.where(held, self._uniform(chunk, block_means.shape), 2.0)  # the absent rank last
+        return (draws.argsort(axis=1).argsort(axis=1) < self.k) & held
+
 
 def make_activation(name: str, n_clients: int, *, p: float, threshold: float, k: int, seed: int,
                     l: int = 2, window: int = 500, explore: int = 10, padding: str = "mean",

@@ -274,7 +274,17 @@ class OnlineVFL:
         """Each client's feature block of a chunk, and the chunk's activation mask (drawn from the
         chunk's own key, so resume-safe)."""
         blocks, means = self.chunk_blocks(X)
-        return blocks, self.activation.mask(chunk, means)
+        return blocks, self.activation.mask_among(chunk, means, self.chunk_held(chunk))
+
+    def chunk_held(self, chunk: int) -> np.ndarray | None:
+        """(CHUNK, clients) bool: which clients hold the id of each round of a chunk (per-party
+        files whose ids differ, :attr:`~fedstream.data.table_source.TableSource.held`); None: all.
+        A client that lacks a round's id is never activated in it; it is queried as a passive
+        client is, for the embedding of its zero row (its columns' means)."""
+        held = getattr(self.stream.source, "held", None)
+        if held is None:
+            return None
+        return held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
 
     def record_interval(self, wall: float, on_interval) -> None:
         row = {
@@ -304,7 +314,10 @@ class OnlineVFL:
         source = self.stream.source
         if not isinstance(source, TableSource):
             return {}
-        return {"classes": list(source.classes), "client_columns": source.client_columns}
+        out = {"classes": list(source.classes), "client_columns": source.client_columns}
+        if source.alignment is not None:  # per-party files: the PSI, apart from the training's bytes
+            out["alignment"] = source.alignment.summary()
+        return out
 
     def _selection_summary(self) -> dict:
         """topl: the time the server spent scoring clients and how often it did (no message: it scores the

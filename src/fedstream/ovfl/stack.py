@@ -112,7 +112,9 @@ class RunStack:
         after writing every run's state back (the others can be stacked again and go on)."""
         tic = time.perf_counter()
         xb, means = self.runs[0].chunk_blocks(X)
-        masks = np.stack([r.activation.mask(chunk, means) for r in self.runs], axis=1)  # (CHUNK, K, M)
+        held = self.runs[0].chunk_held(chunk)
+        masks = np.stack([r.activation.mask_among(chunk, means, held) for r in self.runs],
+                         axis=1)  # (CHUNK, K, M)
         codes, table = split_table(masks)
         j, stop = self.t - chunk * CHUNK, min(CHUNK, end - chunk * CHUNK)
         while j < stop:

@@ -189,6 +189,23 @@ class TopLActivation(Activation):
         mask[t % self.explore == 0] = True  # exploration rounds: everyone sends and learns
         return mask
 
+    def mask_among(self, chunk: int, block_means: np.ndarray, held: np.ndarray | None) -> np.ndarray:
+        """As :meth:`mask`, with the l clients chosen among those that hold each round's id (all
+        holders in exploration rounds)."""
+        if held is None:
+            return self.mask(chunk, block_means)
+        rounds = block_means.shape[0]
+        if self.estimate.scores is None:
+            key = self._rng(chunk).random(block_means.shape)
+        else:
+            order = np.lexsort((np.arange(self.n_clients), -self.estimate.scores))
+            key = np.broadcast_to(np.argsort(order) / self.n_clients, block_means.shape)
+        ranks = np.where(held, key, 2.0).argsort(axis=1, kind="stable").argsort(axis=1)
+        mask = ranks < self.l
+        t = chunk * rounds + np.arange(rounds)
+        mask[t % self.explore == 0] = True
+        return mask & held
+
     def queried(self, mask: np.ndarray) -> np.ndarray:
         """Passive clients the server queries: none (the unselected are padded)."""
         return np.zeros_like(mask, dtype=bool)

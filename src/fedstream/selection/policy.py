@@ -21,6 +21,14 @@ class Activation:
     def mask(self, chunk: int, block_means: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def mask_among(self, chunk: int, block_means: np.ndarray, held: np.ndarray | None) -> np.ndarray:
+        """The chunk's mask with each round's choice made among the clients that hold its id
+        (``held``: (rounds, clients) bool, from per-party files; None: every client holds every
+        row). A policy that draws each client on its own (random, event, full) keeps its own
+        choice among the holders; one that picks a number of clients (fixed, topl) overrides this."""
+        mask = self.mask(chunk, block_means)
+        return mask if held is None else mask & held
+
     def queried(self, mask: np.ndarray) -> np.ndarray | None:
         """Of a chunk's passive clients (``~mask``), which the server queries for their embedding:
         (rounds, clients) bool, or None for all of them (the paper's protocol). A client neither

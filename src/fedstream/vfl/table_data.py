@@ -3,9 +3,12 @@
 The table is read as the online task reads it (:mod:`fedstream.data.table_source`: ``data.path``,
 ``data.label``, ``data.id``, ``data.categorical``, ``vfl.partition``, one file per party). The test
 set is ``data.test_path`` (the same columns; classes, categories and statistics taken from the
-training file) or else the last ``data.test_fraction`` of the rows. Numeric columns are
-standardised by the mean and std of the training rows. Each client's input is its block of columns,
-read by an MLP bottom model (:func:`fedstream.vfl.models.client_mlp`: block -> hidden -> embedding).
+training file) or else the last ``data.test_fraction`` of the rows. With one file per party, the
+rows are those whose id every party holds (found by private set intersection,
+:mod:`fedstream.data.table_align`), in the server file's order; ``summary.json`` reports how
+many. Numeric columns are standardised by the mean and std of the training rows. Each client's
+input is its block of columns, read by an MLP bottom model (:func:`fedstream.vfl.models.client_mlp`:
+block -> hidden -> embedding).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class VerticalTable:
     classes: list
     client_columns: list[list[str]]
     source: TableSource | None = None  # the training rows' source: their categories and statistics
+    test_source: TableSource | None = None  # data.test_path's source (None: the test rows are the source's)
 
     def encode(self, raw) -> np.ndarray:
         """New raw rows (a :class:`~fedstream.data.table.Table` with the clients' columns by name) as
@@ -55,8 +59,14 @@ class VerticalTable:
 
     def summary_fields(self) -> dict:
         """What ``summary.json`` says of the table: the label value of each class, each client's columns."""
-        return {"classes": list(self.classes), "client_columns": self.client_columns,
-                "train_rows": len(self.train_y), "test_rows": len(self.test_y)}
+        out = {"classes": list(self.classes), "client_columns": self.client_columns,
+               "train_rows": len(self.train_y), "test_rows": len(self.test_y)}
+        if self.source is not None and self.source.alignment is not None:  # one file per party
+            out["alignment"] = self.source.alignment.summary() | {"intersection": self.source.n_base}
+            if self.test_source is not None:
+                out["test_alignment"] = (self.test_source.alignment.summary()
+                                         | {"intersection": self.test_source.n_base})
+        return out
 
 
 def load_vertical_table(settings) -> VerticalTable:
@@ -66,14 +76,15 @@ def load_vertical_table(settings) -> VerticalTable:
     spec = TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
                      keys["vfl.partition"], settings.clients, ALL_ROWS)
     if keys["data.test_path"]:
-        train = TableSource(spec)
-        test = TableSource(replace(spec, path=keys["data.test_path"]), fit=train)
+        train = TableSource(spec, shared=True)
+        test = TableSource(replace(spec, path=keys["data.test_path"]), fit=train, shared=True)
         train_rows, test_src, test_rows = np.arange(train.n_base), test, np.arange(test.n_base)
     else:
-        train = TableSource(spec, holdout=keys["data.test_fraction"])
+        train = TableSource(spec, holdout=keys["data.test_fraction"], shared=True)
         cut = train.n_base - train.n_holdout
         train_rows, test_src, test_rows = np.arange(cut), train, np.arange(cut, train.n_base)
     train_rows, test_rows = train_rows[:settings.train_rows], test_rows[:settings.test_rows]
     return VerticalTable("table", train.features(train_rows), train.labels(train_rows),
                          test_src.features(test_rows), test_src.labels(test_rows), train.blocks,
-                         train.n_classes, train.classes, train.client_columns, train)
+                         train.n_classes, train.classes, train.client_columns, train,
+                         None if test_src is train else test_src)
