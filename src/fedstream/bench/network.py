@@ -377,3 +377,137 @@ def format_network_grpc(d: dict) -> str:
     if not all(r.get("ahead", True) for r in d["rows"]):
         lines.append("*: the plain path, no request sent ahead (the same B = 1 run otherwise)")
     return "\n".join(lines)
+
+
+# -- a wide-area link: the gRPC runtime through a delaying relay ---------------------------------
+RTTS_MS = (0.0, 5.0, 20.0, 50.0)
+
+
+def error_run(config: str, sets: list[str], batch: int, rounds: int) -> dict:
+    """The accumulated error of ``rounds`` rounds at ``network.batch = batch``: the deployment's
+    server (:class:`NetworkVFL`) and client hosts over an in-process link (nodes kept in memory), the
+    protocol of ``fedstream deploy local`` and its clients' staleness without the sockets; it does
+    not depend on the link's delay. The simulator (``fedstream run``) has no event batching: it plays
+    B = 1, which this equals bit for bit."""
+    cfg = load_config(config, [*sets, f"rounds={rounds}", f"network.batch={batch}"])
+    cfg["data.root"] = str(resolve_data_root(cfg["data.root"]).resolve())
+    check_deployable(cfg)
+    rows = [BlockRows(cfg, m) for m in range(cfg["vfl.clients"])]
+    link = LoopbackLink(lambda c, m: rows[m], cfg["vfl.clients"], persist=False)
+    tic = time.perf_counter()
+    net = NetworkVFL(cfg, link, stream=server_stream(cfg))
+    net.run()
+    net.finish()
+    s = net.summary()
+    return {"batch": batch, "rounds": s["rounds"], "accumulated_error": s["accumulated_error"],
+            "seconds": time.perf_counter() - tic, "load_average_after": os.getloadavg()[0]}
+
+
+def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[int, ...] = BATCHES,
+                      rounds: int = 1000, min_requests: int = 16, mbit: float | None = None,
+                      error_rounds: int | None = None, config: str = "ovfl-imnist",
+                      sets: list[str] | None = None, workdir: Path, log=print) -> dict:
+    """Online VFL on the gRPC runtime over a wide-area link played on loopback: the server here, one
+    ``fedstream serve client`` process per client, each connected through one :class:`TcpRelay` that
+    holds every byte ``R / 2`` ms in each direction (and limits each direction to ``mbit`` Mbit/s).
+    For each round-trip time R in ``rtts_ms`` and each B in ``batches``, at least ``rounds`` events and
+    ``min_requests`` requests; each row gives events/s, the latency bound B / RTT (one round trip per
+    batch: the protocol's least) and the fraction of it reached, with the load around it. R = 0 runs
+    through the relay too (no delay: the relay's own cost is in every row). With ``error_rounds``,
+    :func:`error_run` gives the accumulated error of that many rounds once per B (it does not depend
+    on R), beside the simulator's (B = 1's reference)."""
+    from fedstream.deploy.runtimes.grpc import GrpcLink  # gRPC is an optional dependency (deploy extra)
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+
+    if rounds < 1 or min_requests < 1 or not batches or min(batches) < 1:
+        raise ValueError(f"rounds = {rounds}, min_requests = {min_requests}, batches = {batches}: "
+                         "expected rounds >= 1, min_requests >= 1 and batch sizes >= 1")
+    if not rtts_ms or min(rtts_ms) < 0:
+        raise ValueError(f"round-trip times {rtts_ms} ms: expected values >= 0")
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sets = list(sets or [])
+    base = load_config(config, sets)
+    root = resolve_data_root(base["data.root"])
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
+    base["data.root"] = str(root.resolve())
+    M = base["vfl.clients"]
+    load_before = os.getloadavg()
+    rows = []
+    limit = message_limit(dict(base, **{"network.batch": max(batches)}))
+    link = GrpcLink("127.0.0.1:0", M, limit=limit, timeout=600).start()
+    relay = TcpRelay(("127.0.0.1", link.port), mbit=mbit)
+    nodes = GrpcLocalDeployment(config, [*sets, f"data.root={base['data.root']}"], M,
+                                workdir / "deployment")
+    try:
+        with nodes:
+            nodes.start(relay.address)
+            link.wait_for(M, 300)
+            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, None)  # warm-up (numba)
+            for rtt in rtts_ms:
+                relay.set_link(rtt / 2000, mbit)
+                for batch in batches:
+                    n = batch * max(min_requests, -(-rounds // batch))
+                    cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                    check_deployable(cfg)
+                    load = os.getloadavg()[0]
+                    row = _play(cfg, link, relay)
+                    bound = batch / (rtt / 1000) if rtt > 0 else None
+                    row |= {"rtt_ms": rtt, "mbit": mbit, "load_average_before": load,
+                            "load_average_after": os.getloadavg()[0],
+                            "latency_bound_events_per_second": bound,
+                            "fraction_of_bound": row["events_per_second"] / bound if bound else None}
+                    rows.append(row)
+                    frac = f", {row['fraction_of_bound']:.0%} of B/RTT = {bound:.0f}" if bound else ""
+                    log(f"RTT {rtt:g} ms, B = {batch}: {row['events_per_second']:.0f} events/s{frac} "
+                        f"({row['events']} events, load {load:.1f})")
+    finally:
+        link.close()
+        relay.close()
+    errors = []
+    if error_rounds:
+        sim = OnlineVFL(load_config(config, [*sets, f"rounds={error_rounds}",
+                                             f"data.root={base['data.root']}"])).run()
+        errors.append({"batch": None, "rounds": sim["rounds"], "seconds": sim["wall_seconds"],
+                       "accumulated_error": sim["accumulated_error"],
+                       "load_average_after": os.getloadavg()[0]})
+        log(f"simulator, {error_rounds} rounds: accumulated error {sim['accumulated_error']:.4f}")
+        for batch in batches:
+            errors.append(error_run(config, [*sets, f"data.root={base['data.root']}"], batch, error_rounds))
+            log(f"B = {batch}, {error_rounds} rounds: accumulated error "
+                f"{errors[-1]['accumulated_error']:.4f}")
+    return {"bench": "network-wan", "runtime": "grpc", "config": config, "sets": sets, "clients": M,
+            "cpus": os.cpu_count(), "mbit": mbit, "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()), "rows": rows, "errors": errors}
+
+
+def format_network_wan(d: dict) -> str:
+    """The WAN table of :func:`bench_network_wan`'s dict: events/s and the latency bound for each RTT
+    and B, and each B's accumulated error (when measured) against B = 1's."""
+    bw = f"{d['mbit']:g} Mbit/s each way" if d.get("mbit") else "no bandwidth limit"
+    lines = [f"gRPC through a delaying relay on loopback ({bw}), {d['clients']} client processes, "
+             f"{d['config']} ({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, "
+             f"{d['load_average_after'][0]:.1f} after)"]
+    errors = {e["batch"]: e for e in d.get("errors", [])}
+    one = errors.get(1)
+    head = f"{'RTT ms':>6} {'B':>5} {'events':>7} {'events/s':>9} {'B/RTT':>7} {'of bound':>8} {'load':>5}"
+    if errors:
+        head += f" {'error':>7} {'x B=1':>6}"
+    lines.append(head)
+    for r in d["rows"]:
+        bound, frac = r["latency_bound_events_per_second"], r["fraction_of_bound"]
+        cells = ("-", "-") if bound is None else (f"{bound:.0f}", f"{frac:.0%}")
+        line = (f"{r['rtt_ms']:>6g} {r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
+                f"{cells[0]:>7} {cells[1]:>8} {r['load_average_before']:>5.1f}")
+        e = errors.get(r["batch"])
+        if e is not None:
+            ratio = f"{e['accumulated_error'] / one['accumulated_error']:.3f}" if one else "-"
+            line += f" {e['accumulated_error']:>7.4f} {ratio:>6}"
+        lines.append(line)
+    for e in d.get("errors", []):
+        who = "simulator (no batching)" if e["batch"] is None else f"B = {e['batch']}"
+        lines.append(f"error: {who}, {e['rounds']} rounds: {e['accumulated_error']:.4f} "
+                     f"({e['seconds']:.0f} s, load {e['load_average_after']:.1f} after)")
+    lines.append("B/RTT: one round trip per batch, the protocol's least; R = 0 runs through the relay too")
+    return "\n".join(lines)
