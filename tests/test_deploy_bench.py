@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedstream.bench.network import _row, bench_network, format_network_bench
-from fedstream.deploy.runtimes.relay import TcpRelay, TokenBucket
+from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay, TokenBucket
 
 
 def echo_server() -> tuple[socket.socket, int]:
@@ -214,3 +214,22 @@ def test_the_token_bucket_never_lets_more_than_burst_plus_rate_times_time_throug
 def test_the_relay_refuses_a_link_it_cannot_play(kw, match):
     with pytest.raises(ValueError, match=match):
         TcpRelay(("127.0.0.1", 9), **kw)
+
+
+def test_the_relay_in_its_own_process_delays_counts_and_changes_its_link():
+    server, port = plain_echo_server()
+    with server, RelayProcess(("127.0.0.1", port), delay=0.02) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tic = time.perf_counter()
+            s.sendall(b"hello")
+            assert recv_exactly(s, 5) == b"hello"
+            assert time.perf_counter() - tic >= 0.04
+            relay.set_link(0.05, 100.0)
+            tic = time.perf_counter()
+            s.sendall(b"again")
+            assert recv_exactly(s, 5) == b"again"
+            assert time.perf_counter() - tic >= 0.1
+        assert relay.reset() == (10, 10) and relay.in_flight() == 0
+        with pytest.raises(ValueError, match="bandwidth"):
+            relay.set_link(0.0, -1.0)

@@ -32,7 +32,7 @@ from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
-from fedstream.deploy.runtimes.relay import TcpRelay
+from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
@@ -199,7 +199,7 @@ class _TimedLink:
         return replies
 
 
-def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None,
+def _play(cfg: dict, link, relay: TcpRelay | RelayProcess | None, *, profile: Path | None = None,
           ahead: bool = True) -> dict:
     """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given).
     ``ahead=False``: no request goes ahead (the plain path, for comparison)."""
@@ -408,8 +408,10 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
                       error_rounds: int | None = None, config: str = "ovfl-imnist",
                       sets: list[str] | None = None, workdir: Path, log=print) -> dict:
     """Online VFL on the gRPC runtime over a wide-area link played on loopback: the server here, one
-    ``fedstream serve client`` process per client, each connected through one :class:`TcpRelay` that
-    holds every byte ``R / 2`` ms in each direction (and limits each direction to ``mbit`` Mbit/s).
+    ``fedstream serve client`` process per client, each connected through one relay
+    (:class:`RelayProcess`, a :class:`TcpRelay` in a process of its own, so that it does not share the
+    server's interpreter lock) that holds every byte ``R / 2`` ms in each direction (and limits each
+    direction to ``mbit`` Mbit/s).
     For each round-trip time R in ``rtts_ms`` and each B in ``batches``, at least ``rounds`` events and
     ``min_requests`` requests; each row gives events/s, the latency bound B / RTT (one round trip per
     batch: the protocol's least) and the fraction of it reached, with the load around it. R = 0 runs
@@ -437,7 +439,7 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
     rows = []
     limit = message_limit(dict(base, **{"network.batch": max(batches)}))
     link = GrpcLink("127.0.0.1:0", M, limit=limit, timeout=600).start()
-    relay = TcpRelay(("127.0.0.1", link.port), mbit=mbit)
+    relay = RelayProcess(("127.0.0.1", link.port), mbit=mbit)
     nodes = GrpcLocalDeployment(config, [*sets, f"data.root={base['data.root']}"], M,
                                 workdir / "deployment")
     try:

@@ -20,6 +20,9 @@ or kernel modules (no ``tc netem``):
 
 One thread runs an asyncio event loop for all connections: a connection costs no threads, and a
 chunk's timer is the loop's (``asyncio.sleep`` until its due time, never earlier).
+:class:`RelayProcess` runs the same relay in a process of its own (``python -m
+fedstream.deploy.runtimes.relay``), so that its loop never waits for the interpreter lock of the
+process it measures (a gRPC server's threads), and the relay's CPU shows apart.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+import subprocess
+import sys
 import threading
 from collections import deque
 
@@ -197,7 +202,7 @@ class TcpRelay:
         self._tasks.update(tasks)
         try:
             await asyncio.gather(*tasks)
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, asyncio.CancelledError):  # cancelled: the relay closes
             pass
         finally:
             for t in tasks:
@@ -230,3 +235,101 @@ class TcpRelay:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RelayProcess:
+    """A :class:`TcpRelay` in a child process, with the same controls: :attr:`address`,
+    :meth:`set_link`, :meth:`reset`, :meth:`in_flight`, :meth:`close`. The child reads one command a
+    line on its stdin and answers one line on its stdout (see :func:`main`)."""
+
+    def __init__(self, target: tuple[str, int], *, delay: float = 0.0, mbit: float | None = None):
+        self.target = target
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "fedstream.deploy.runtimes.relay", target[0], str(target[1])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.port = int(self._ask("port"))
+        self.set_link(delay, mbit)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _ask(self, command: str) -> str:
+        if self._proc.poll() is not None:
+            raise RuntimeError(f"the relay process exited (code {self._proc.returncode})")
+        self._proc.stdin.write(command + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline().strip()
+        if not answer.startswith("ok"):
+            raise RuntimeError(f"the relay process answered {answer or 'nothing'} to {command}")
+        return answer[3:]
+
+    def set_link(self, delay: float = 0.0, mbit: float | None = None) -> None:
+        """As :meth:`TcpRelay.set_link` (checked here, before the child sees it)."""
+        if not (delay >= 0 and math.isfinite(delay)):
+            raise ValueError(f"delay: {delay} s, expected a finite number >= 0")
+        if mbit is not None and not (mbit > 0 and math.isfinite(mbit)):
+            raise ValueError(f"bandwidth: {mbit} Mbit/s, expected a positive finite number")
+        self.delay, self.mbit = delay, mbit
+        self._ask(f"link {delay!r} {'none' if mbit is None else repr(mbit)}")
+
+    def reset(self) -> tuple[int, int]:
+        to_target, from_target = self._ask("reset").split()
+        return int(to_target), int(from_target)
+
+    def in_flight(self) -> int:
+        return int(self._ask("in_flight"))
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._ask("close")
+            except (RuntimeError, OSError):
+                pass
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for f in (self._proc.stdin, self._proc.stdout):
+            f.close()
+
+    def __enter__(self) -> RelayProcess:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m fedstream.deploy.runtimes.relay HOST PORT``: a relay to HOST:PORT, driven by
+    lines on stdin: ``port``, ``link DELAY MBIT|none``, ``reset``, ``in_flight``, ``close``; each
+    answered by one line on stdout, ``ok [VALUE]`` or ``error MESSAGE``."""
+    host, port = argv
+    with TcpRelay((host, int(port))) as relay:
+        for line in sys.stdin:
+            command, *args = line.split()
+            try:
+                if command == "port":
+                    answer = str(relay.port)
+                elif command == "link":
+                    relay.set_link(float(args[0]), None if args[1] == "none" else float(args[1]))
+                    answer = ""
+                elif command == "reset":
+                    answer = " ".join(map(str, relay.reset()))
+                elif command == "in_flight":
+                    answer = str(relay.in_flight())
+                elif command == "close":
+                    print("ok", flush=True)
+                    break
+                else:
+                    raise ValueError(f"unknown command {command}")
+            except (ValueError, IndexError) as exc:
+                print(f"error {exc}", flush=True)
+                continue
+            print(f"ok {answer}".rstrip(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
