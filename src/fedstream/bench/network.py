@@ -415,7 +415,10 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
     For each round-trip time R in ``rtts_ms`` and each B in ``batches``, at least ``rounds`` events and
     ``min_requests`` requests; each row gives events/s, the latency bound B / RTT (one round trip per
     batch: the protocol's least) and the fraction of it reached, with the load around it. R = 0 runs
-    through the relay too (no delay: the relay's own cost is in every row). With ``error_rounds``,
+    through the relay too (no delay: the relay's own cost is in every row); with R = 0 in
+    ``rtts_ms``, each row also gets ``expected_events_per_second``, B / (RTT + B / v0) with v0 the same
+    B's events/s at R = 0: what a link that adds exactly one round trip per batch to the run's own
+    time would give (a serialising delay would give less). With ``error_rounds``,
     :func:`error_run` gives the accumulated error of that many rounds once per B (it does not depend
     on R), beside the simulator's (B = 1's reference)."""
     from fedstream.deploy.runtimes.grpc import GrpcLink  # gRPC is an optional dependency (deploy extra)
@@ -467,6 +470,11 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
     finally:
         link.close()
         relay.close()
+    zero = {r["batch"]: r["events_per_second"] for r in rows if r["rtt_ms"] == 0}
+    for r in rows:  # the link's round trip added to the batch's own time at R = 0 (same run)
+        if r["batch"] in zero:
+            own = r["batch"] / zero[r["batch"]]
+            r["expected_events_per_second"] = r["batch"] / (r["rtt_ms"] / 1000 + own)
     errors = []
     if error_rounds:
         sim = OnlineVFL(load_config(config, [*sets, f"rounds={error_rounds}",
@@ -493,15 +501,18 @@ def format_network_wan(d: dict) -> str:
              f"{d['load_average_after'][0]:.1f} after)"]
     errors = {e["batch"]: e for e in d.get("errors", [])}
     one = errors.get(1)
-    head = f"{'RTT ms':>6} {'B':>5} {'events':>7} {'events/s':>9} {'B/RTT':>7} {'of bound':>8} {'load':>5}"
+    head = (f"{'RTT ms':>6} {'B':>5} {'events':>7} {'events/s':>9} {'B/RTT':>7} {'of bound':>8} "
+            f"{'expected':>8} {'load':>5}")
     if errors:
         head += f" {'error':>7} {'x B=1':>6}"
     lines.append(head)
     for r in d["rows"]:
         bound, frac = r["latency_bound_events_per_second"], r["fraction_of_bound"]
         cells = ("-", "-") if bound is None else (f"{bound:.0f}", f"{frac:.0%}")
+        expected = r.get("expected_events_per_second")
         line = (f"{r['rtt_ms']:>6g} {r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
-                f"{cells[0]:>7} {cells[1]:>8} {r['load_average_before']:>5.1f}")
+                f"{cells[0]:>7} {cells[1]:>8} {'-' if expected is None else f'{expected:.0f}':>8} "
+                f"{r['load_average_before']:>5.1f}")
         e = errors.get(r["batch"])
         if e is not None:
             ratio = f"{e['accumulated_error'] / one['accumulated_error']:.3f}" if one else "-"
@@ -511,5 +522,7 @@ def format_network_wan(d: dict) -> str:
         who = "simulator (no batching)" if e["batch"] is None else f"B = {e['batch']}"
         lines.append(f"error: {who}, {e['rounds']} rounds: {e['accumulated_error']:.4f} "
                      f"({e['seconds']:.0f} s, load {e['load_average_after']:.1f} after)")
-    lines.append("B/RTT: one round trip per batch, the protocol's least; R = 0 runs through the relay too")
+    lines.append("B/RTT: one round trip per batch, the protocol's least; expected: B / (RTT + B / (R = 0's "
+                 "events/s)), the run's own time plus one round trip per batch; R = 0 runs through the "
+                 "relay too")
     return "\n".join(lines)
