@@ -118,9 +118,9 @@ class _Direction:
             self.queued -= len(data)
             if self.queued < self.relay.buffer:
                 self.room.set()
-            self.writer.write(data)
-            self.relay.count(self.counter, len(data))
+            self.relay.count(self.counter, len(data))  # before the write: the bytes may be read at once
             self.relay.count("queued", -len(data))
+            self.writer.write(data)
             await self.writer.drain()
 
 
@@ -146,7 +146,8 @@ class TcpRelay:
         self.connections = 0
         self.queued = 0  # bytes read and not yet written, all connections and directions
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # each connection's four (read, write each way)
+        self._connections: set[asyncio.Task] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="relay", daemon=True)
         self._thread.start()
@@ -191,6 +192,7 @@ class TcpRelay:
         except OSError:
             client_w.close()
             return
+        self._connections.add(asyncio.current_task())
         for w in (client_w, up_w):
             w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._writers.add(w)
@@ -211,6 +213,7 @@ class TcpRelay:
             for w in (client_w, up_w):
                 w.close()
                 self._writers.discard(w)
+            self._connections.discard(asyncio.current_task())
 
     async def _shutdown(self) -> None:
         self._listener.close()
@@ -218,6 +221,7 @@ class TcpRelay:
             t.cancel()
         for w in list(self._writers):
             w.close()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     def close(self) -> None:
         if self._loop.is_closed():
