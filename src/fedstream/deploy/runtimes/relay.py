@@ -213,6 +213,8 @@ class TcpRelay:
             for w in (client_w, up_w):
                 w.close()
                 self._writers.discard(w)
+            for way in ways:  # bytes a closed connection still held are no longer in flight
+                self.count("queued", -way.queued)
             self._connections.discard(asyncio.current_task())
 
     async def _shutdown(self) -> None:
