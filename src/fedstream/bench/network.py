@@ -229,7 +229,8 @@ def _play(cfg: dict, link, relay: TcpRelay | RelayProcess | None, *, profile: Pa
            "faults": len(s["faults"])}
     if relay is not None:
         tcp = relay.reset()
-        row |= {"tcp_bytes_per_event": sum(tcp) / events,
+        row |= {"tcp_bytes_per_event": sum(tcp) / events, "tcp_bytes_to_server": tcp[0],
+                "tcp_bytes_from_server": tcp[1],
                 "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan")}
     return row
 
@@ -411,7 +412,9 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
     ``fedstream serve client`` process per client, each connected through one relay
     (:class:`RelayProcess`, a :class:`TcpRelay` in a process of its own, so that it does not share the
     server's interpreter lock) that holds every byte ``R / 2`` ms in each direction (and limits each
-    direction to ``mbit`` Mbit/s).
+    direction of each node's connection to ``mbit`` Mbit/s: then each row also gets
+    ``bandwidth_bound_events_per_second``, the events/s at which a node's share (1 / M) of the
+    socket bytes of the busier direction fills its link).
     For each round-trip time R in ``rtts_ms`` and each B in ``batches``, at least ``rounds`` events and
     ``min_requests`` requests; each row gives events/s, the latency bound B / RTT (one round trip per
     batch: the protocol's least) and the fraction of it reached, with the load around it. R = 0 runs
@@ -459,6 +462,9 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
                     load = os.getloadavg()[0]
                     row = _play(cfg, link, relay)
                     bound = batch / (rtt / 1000) if rtt > 0 else None
+                    if mbit is not None:  # each node's link carries its share of the busier direction
+                        busier = max(row["tcp_bytes_to_server"], row["tcp_bytes_from_server"]) / M
+                        row["bandwidth_bound_events_per_second"] = mbit * 1e6 / 8 * row["events"] / busier
                     row |= {"rtt_ms": rtt, "mbit": mbit, "load_average_before": load,
                             "load_average_after": os.getloadavg()[0],
                             "latency_bound_events_per_second": bound,
@@ -517,6 +523,8 @@ def format_network_wan(d: dict) -> str:
         if e is not None:
             ratio = f"{e['accumulated_error'] / one['accumulated_error']:.3f}" if one else "-"
             line += f" {e['accumulated_error']:>7.4f} {ratio:>6}"
+        if r.get("bandwidth_bound_events_per_second") is not None:
+            line += f"  (bandwidth bound {r['bandwidth_bound_events_per_second']:.0f})"
         lines.append(line)
     for e in d.get("errors", []):
         who = "simulator (no batching)" if e["batch"] is None else f"B = {e['batch']}"
