@@ -146,8 +146,8 @@ BENCH_OPTIONS = {
     "selection": {"--samples", "--ref-samples", "--k", "--groups", "--seed", "--scale-clients",
                   "--scale-samples", "--scale-queries", "--no-paillier", "--key-bits", "--workers",
                   "--data-root", "--json"},
-    "network": {"--runtime", "--events", "--requests", "--batches", "--config", "--set", "--workdir",
-                "--json"},
+    "network": {"--runtime", "--events", "--requests", "--batches", "--rtt-ms", "--mbit", "--rounds",
+                "--error-rounds", "--config", "--set", "--workdir", "--json"},
     "device": {"--devices", "--tiny", "--data-root", "--json"},
     "estimators": {"--which", "--seed", "--json"},
 }

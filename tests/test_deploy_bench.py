@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
+import numpy as np
 import pytest
 
 from fedstream.bench.network import _row, bench_network, format_network_bench
-from fedstream.deploy.runtimes.relay import TcpRelay
+from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay, TokenBucket
 
 
 def echo_server() -> tuple[socket.socket, int]:
@@ -71,3 +73,163 @@ def test_bench_arguments_are_checked(tmp_path):
         bench_network(requests=0, workdir=tmp_path)
     with pytest.raises(ValueError, match="batch"):
         bench_network(batches=(0,), workdir=tmp_path)
+
+
+# -- the wide-area relay (fedstream bench network --rtt-ms R --mbit BW) ---------------------------------
+def sink_server() -> tuple[socket.socket, int, list]:
+    """A server that reads everything, records (time, bytes) of each read, then echoes a 1-byte ack."""
+    server = socket.create_server(("127.0.0.1", 0))
+    reads: list = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    reads.append((time.perf_counter(), data))
+                conn.sendall(b"!")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1], reads
+
+
+def plain_echo_server() -> tuple[socket.socket, int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    got = bytearray()
+    while len(got) < n:
+        chunk = s.recv(min(65536, n - len(got)))
+        assert chunk, f"the connection closed after {len(got)} of {n} bytes"
+        got += chunk
+    return bytes(got)
+
+
+def test_a_round_trip_through_the_delaying_relay_takes_at_least_the_rtt():
+    server, port = plain_echo_server()
+    rtt = 0.06
+    with server, TcpRelay(("127.0.0.1", port), delay=rtt / 2) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for i in range(5):
+                tic = time.perf_counter()
+                s.sendall(bytes([i]) * 10)
+                assert recv_exactly(s, 10) == bytes([i]) * 10
+                assert time.perf_counter() - tic >= rtt  # a lower bound only: slow machines only add
+        relay.set_link(0.0)
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            s.sendall(b"x")
+            assert recv_exactly(s, 1) == b"x"
+
+
+def test_the_delaying_relay_forwards_every_byte_unchanged_and_in_order_both_ways():
+    server, port = plain_echo_server()
+    payload = np.random.default_rng(0).integers(0, 256, 3_000_000, dtype=np.uint8).tobytes()
+    got: list[bytes] = []
+    with server, TcpRelay(("127.0.0.1", port), delay=0.005, mbit=400) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            reader = threading.Thread(target=lambda: got.append(recv_exactly(s, len(payload))))
+            reader.start()
+            for i in range(0, len(payload), 7919):  # odd-sized writes, while the echo flows back
+                s.sendall(payload[i : i + 7919])
+            reader.join()
+        assert got == [payload]
+        assert relay.reset() == (len(payload), len(payload))
+
+
+def test_the_relay_keeps_many_chunks_in_flight_at_once():
+    """A propagation delay, not a sleep per chunk: while the first chunk waits out its delay, the
+    relay keeps reading, so both chunks are in flight together (with a serialising sleep the
+    second would not be read before the first was written)."""
+    server, port, reads = sink_server()
+    with server, TcpRelay(("127.0.0.1", port), delay=60.0) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            s.sendall(b"a" * 1000)
+            pause = threading.Event()
+            for _ in range(1000):  # until the relay has read the first chunk (no upper bound on time:
+                if relay.in_flight() == 1000:  # the delay, 60 s, only has to outlast this test)
+                    break
+                pause.wait(0.01)
+            s.sendall(b"b" * 500)
+            for _ in range(1000):
+                if relay.in_flight() == 1500:
+                    break
+                pause.wait(0.01)
+            assert relay.in_flight() == 1500
+        assert reads == [] and relay.to_target == 0
+
+
+def test_the_bandwidth_limit_bounds_throughput_from_above():
+    server, port, reads = sink_server()
+    mbit, n = 8.0, 600_000  # 1,000,000 bytes/s
+    rate = mbit * 1e6 / 8
+    with server, TcpRelay(("127.0.0.1", port), mbit=mbit) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            tic = time.perf_counter()
+            s.sendall(b"z" * n)
+            s.shutdown(socket.SHUT_WR)
+            assert recv_exactly(s, 1) == b"!"
+        assert sum(len(d) for _, d in reads) == n
+        # at most burst + rate x time bytes: the last byte cannot arrive sooner (it may arrive later)
+        assert reads[-1][0] - tic >= (n - relay.burst) / rate
+
+
+def test_the_token_bucket_never_lets_more_than_burst_plus_rate_times_time_through():
+    rate, burst = 1000.0, 100
+    bucket = TokenBucket(rate, burst, now=0.0)
+    rng = np.random.default_rng(1)
+    now, sent = 0.0, []
+    for n in rng.integers(1, 250, 300):
+        now += rng.uniform(0, 0.3)
+        now += bucket.take(int(n), now)  # waits as the relay does, then sends at ``now``
+        sent.append((now, int(n)))
+    chunk = max(n for _, n in sent)  # the window's first send may overdraw by one chunk
+    for i, (t0, _) in enumerate(sent):  # the plain reference: every window [t0, t1]
+        total = 0
+        for t1, n in sent[i:]:
+            total += n
+            assert total <= burst + rate * (t1 - t0) + chunk + 1e-6
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"delay": -0.001}, "delay"), ({"delay": float("nan")}, "delay"),
+                                           ({"mbit": 0}, "bandwidth"), ({"mbit": float("inf")}, "bandwidth"),
+                                           ({"buffer": 0}, "buffer")])
+def test_the_relay_refuses_a_link_it_cannot_play(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TcpRelay(("127.0.0.1", 9), **kw)
+
+
+def test_the_relay_in_its_own_process_delays_counts_and_changes_its_link():
+    server, port = plain_echo_server()
+    with server, RelayProcess(("127.0.0.1", port), delay=0.02) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port)) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tic = time.perf_counter()
+            s.sendall(b"hello")
+            assert recv_exactly(s, 5) == b"hello"
+            assert time.perf_counter() - tic >= 0.04
+            relay.set_link(0.05, 100.0)
+            tic = time.perf_counter()
+            s.sendall(b"again")
+            assert recv_exactly(s, 5) == b"again"
+            assert time.perf_counter() - tic >= 0.1
+        assert relay.reset() == (10, 10) and relay.in_flight() == 0
+        with pytest.raises(ValueError, match="bandwidth"):
+            relay.set_link(0.0, -1.0)

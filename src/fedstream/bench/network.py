@@ -32,7 +32,7 @@ from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
-from fedstream.deploy.runtimes.relay import TcpRelay
+from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
@@ -199,7 +199,7 @@ class _TimedLink:
         return replies
 
 
-def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = None,
+def _play(cfg: dict, link, relay: TcpRelay | RelayProcess | None, *, profile: Path | None = None,
           ahead: bool = True) -> dict:
     """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given).
     ``ahead=False``: no request goes ahead (the plain path, for comparison)."""
@@ -229,7 +229,8 @@ def _play(cfg: dict, link, relay: TcpRelay | None, *, profile: Path | None = Non
            "faults": len(s["faults"])}
     if relay is not None:
         tcp = relay.reset()
-        row |= {"tcp_bytes_per_event": sum(tcp) / events,
+        row |= {"tcp_bytes_per_event": sum(tcp) / events, "tcp_bytes_to_server": tcp[0],
+                "tcp_bytes_from_server": tcp[1],
                 "overhead_tcp_over_payload": sum(tcp) / payload if payload else float("nan")}
     return row
 
@@ -376,4 +377,160 @@ def format_network_grpc(d: dict) -> str:
                      f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
     if not all(r.get("ahead", True) for r in d["rows"]):
         lines.append("*: the plain path, no request sent ahead (the same B = 1 run otherwise)")
+    return "\n".join(lines)
+
+
+# -- a wide-area link: the gRPC runtime through a delaying relay ---------------------------------
+RTTS_MS = (0.0, 5.0, 20.0, 50.0)
+
+
+def error_run(config: str, sets: list[str], batch: int, rounds: int) -> dict:
+    """The accumulated error of ``rounds`` rounds at ``network.batch = batch``: the deployment's
+    server (:class:`NetworkVFL`) and client hosts over an in-process link (nodes kept in memory), the
+    protocol of ``fedstream deploy local`` and its clients' staleness without the sockets; it does
+    not depend on the link's delay. The simulator (``fedstream run``) has no event batching: it plays
+    B = 1, which this equals bit for bit."""
+    cfg = load_config(config, [*sets, f"rounds={rounds}", f"network.batch={batch}"])
+    cfg["data.root"] = str(resolve_data_root(cfg["data.root"]).resolve())
+    check_deployable(cfg)
+    rows = [BlockRows(cfg, m) for m in range(cfg["vfl.clients"])]
+    link = LoopbackLink(lambda c, m: rows[m], cfg["vfl.clients"], persist=False)
+    tic = time.perf_counter()
+    net = NetworkVFL(cfg, link, stream=server_stream(cfg))
+    net.run()
+    net.finish()
+    s = net.summary()
+    return {"batch": batch, "rounds": s["rounds"], "accumulated_error": s["accumulated_error"],
+            "seconds": time.perf_counter() - tic, "load_average_after": os.getloadavg()[0]}
+
+
+def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[int, ...] = BATCHES,
+                      rounds: int = 1000, min_requests: int = 16, mbit: float | None = None,
+                      error_rounds: int | None = None, config: str = "ovfl-imnist",
+                      sets: list[str] | None = None, workdir: Path, log=print) -> dict:
+    """Online VFL on the gRPC runtime over a wide-area link played on loopback: the server here, one
+    ``fedstream serve client`` process per client, each connected through one relay
+    (:class:`RelayProcess`, a :class:`TcpRelay` in a process of its own, so that it does not share the
+    server's interpreter lock) that holds every byte ``R / 2`` ms in each direction (and limits each
+    direction of each node's connection to ``mbit`` Mbit/s: then each row also gets
+    ``bandwidth_bound_events_per_second``, the events/s at which a node's share (1 / M) of the
+    socket bytes of the busier direction fills its link).
+    For each round-trip time R in ``rtts_ms`` and each B in ``batches``, at least ``rounds`` events and
+    ``min_requests`` requests; each row gives events/s, the latency bound B / RTT (one round trip per
+    batch: the protocol's least) and the fraction of it reached, with the load around it. R = 0 runs
+    through the relay too (no delay: the relay's own cost is in every row); with R = 0 in
+    ``rtts_ms``, each row also gets ``expected_events_per_second``, B / (RTT + B / v0) with v0 the same
+    B's events/s at R = 0: what a link that adds exactly one round trip per batch to the run's own
+    time would give (a serialising delay would give less). With ``error_rounds``,
+    :func:`error_run` gives the accumulated error of that many rounds once per B (it does not depend
+    on R), beside the simulator's (B = 1's reference)."""
+    from fedstream.deploy.runtimes.grpc import GrpcLink  # gRPC is an optional dependency (deploy extra)
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
+
+    if rounds < 1 or min_requests < 1 or not batches or min(batches) < 1:
+        raise ValueError(f"rounds = {rounds}, min_requests = {min_requests}, batches = {batches}: "
+                         "expected rounds >= 1, min_requests >= 1 and batch sizes >= 1")
+    if not rtts_ms or min(rtts_ms) < 0:
+        raise ValueError(f"round-trip times {rtts_ms} ms: expected values >= 0")
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sets = list(sets or [])
+    base = load_config(config, sets)
+    root = resolve_data_root(base["data.root"])
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
+    base["data.root"] = str(root.resolve())
+    M = base["vfl.clients"]
+    load_before = os.getloadavg()
+    rows = []
+    limit = message_limit(dict(base, **{"network.batch": max(batches)}))
+    link = GrpcLink("127.0.0.1:0", M, limit=limit, timeout=600).start()
+    relay = RelayProcess(("127.0.0.1", link.port), mbit=mbit)
+    nodes = GrpcLocalDeployment(config, [*sets, f"data.root={base['data.root']}"], M,
+                                workdir / "deployment")
+    try:
+        with nodes:
+            nodes.start(relay.address)
+            link.wait_for(M, 300)
+            _play(dict(base, **{"network.batch": 1, "rounds": 300}), link, None)  # warm-up (numba)
+            for rtt in rtts_ms:
+                relay.set_link(rtt / 2000, mbit)
+                for batch in batches:
+                    n = batch * max(min_requests, -(-rounds // batch))
+                    cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                    check_deployable(cfg)
+                    load = os.getloadavg()[0]
+                    row = _play(cfg, link, relay)
+                    bound = batch / (rtt / 1000) if rtt > 0 else None
+                    if mbit is not None:  # each node's link carries its share of the busier direction
+                        busier = max(row["tcp_bytes_to_server"], row["tcp_bytes_from_server"]) / M
+                        row["bandwidth_bound_events_per_second"] = mbit * 1e6 / 8 * row["events"] / busier
+                    row |= {"rtt_ms": rtt, "mbit": mbit, "load_average_before": load,
+                            "load_average_after": os.getloadavg()[0],
+                            "latency_bound_events_per_second": bound,
+                            "fraction_of_bound": row["events_per_second"] / bound if bound else None}
+                    rows.append(row)
+                    frac = f", {row['fraction_of_bound']:.0%} of B/RTT = {bound:.0f}" if bound else ""
+                    log(f"RTT {rtt:g} ms, B = {batch}: {row['events_per_second']:.0f} events/s{frac} "
+                        f"({row['events']} events, load {load:.1f})")
+    finally:
+        link.close()
+        relay.close()
+    zero = {r["batch"]: r["events_per_second"] for r in rows if r["rtt_ms"] == 0}
+    for r in rows:  # the link's round trip added to the batch's own time at R = 0 (same run)
+        if r["batch"] in zero:
+            own = r["batch"] / zero[r["batch"]]
+            r["expected_events_per_second"] = r["batch"] / (r["rtt_ms"] / 1000 + own)
+    errors = []
+    if error_rounds:
+        sim = OnlineVFL(load_config(config, [*sets, f"rounds={error_rounds}",
+                                             f"data.root={base['data.root']}"])).run()
+        errors.append({"batch": None, "rounds": sim["rounds"], "seconds": sim["wall_seconds"],
+                       "accumulated_error": sim["accumulated_error"],
+                       "load_average_after": os.getloadavg()[0]})
+        log(f"simulator, {error_rounds} rounds: accumulated error {sim['accumulated_error']:.4f}")
+        for batch in batches:
+            errors.append(error_run(config, [*sets, f"data.root={base['data.root']}"], batch, error_rounds))
+            log(f"B = {batch}, {error_rounds} rounds: accumulated error "
+                f"{errors[-1]['accumulated_error']:.4f}")
+    return {"bench": "network-wan", "runtime": "grpc", "config": config, "sets": sets, "clients": M,
+            "cpus": os.cpu_count(), "mbit": mbit, "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()), "rows": rows, "errors": errors}
+
+
+def format_network_wan(d: dict) -> str:
+    """The WAN table of :func:`bench_network_wan`'s dict: events/s and the latency bound for each RTT
+    and B, and each B's accumulated error (when measured) against B = 1's."""
+    bw = f"{d['mbit']:g} Mbit/s each way" if d.get("mbit") else "no bandwidth limit"
+    lines = [f"gRPC through a delaying relay on loopback ({bw}), {d['clients']} client processes, "
+             f"{d['config']} ({d['cpus']} CPUs, load {d['load_average_before'][0]:.1f} before, "
+             f"{d['load_average_after'][0]:.1f} after)"]
+    errors = {e["batch"]: e for e in d.get("errors", [])}
+    one = errors.get(1)
+    head = (f"{'RTT ms':>6} {'B':>5} {'events':>7} {'events/s':>9} {'B/RTT':>7} {'of bound':>8} "
+            f"{'expected':>8} {'load':>5}")
+    if errors:
+        head += f" {'error':>7} {'x B=1':>6}"
+    lines.append(head)
+    for r in d["rows"]:
+        bound, frac = r["latency_bound_events_per_second"], r["fraction_of_bound"]
+        cells = ("-", "-") if bound is None else (f"{bound:.0f}", f"{frac:.0%}")
+        expected = r.get("expected_events_per_second")
+        line = (f"{r['rtt_ms']:>6g} {r['batch']:>5} {r['events']:>7} {r['events_per_second']:>9.0f} "
+                f"{cells[0]:>7} {cells[1]:>8} {'-' if expected is None else f'{expected:.0f}':>8} "
+                f"{r['load_average_before']:>5.1f}")
+        e = errors.get(r["batch"])
+        if e is not None:
+            ratio = f"{e['accumulated_error'] / one['accumulated_error']:.3f}" if one else "-"
+            line += f" {e['accumulated_error']:>7.4f} {ratio:>6}"
+        if r.get("bandwidth_bound_events_per_second") is not None:
+            line += f"  (bandwidth bound {r['bandwidth_bound_events_per_second']:.0f})"
+        lines.append(line)
+    for e in d.get("errors", []):
+        who = "simulator (no batching)" if e["batch"] is None else f"B = {e['batch']}"
+        lines.append(f"error: {who}, {e['rounds']} rounds: {e['accumulated_error']:.4f} "
+                     f"({e['seconds']:.0f} s, load {e['load_average_after']:.1f} after)")
+    lines.append("B/RTT: one round trip per batch, the protocol's least; expected: B / (RTT + B / (R = 0's "
+                 "events/s)), the run's own time plus one round trip per batch; R = 0 runs through the "
+                 "relay too")
     return "\n".join(lines)

@@ -16,8 +16,10 @@ from fedstream.bench.huffman import bench_huffman, format_huffman_bench
 from fedstream.bench.network import (
     bench_network,
     bench_network_grpc,
+    bench_network_wan,
     format_network_bench,
     format_network_grpc,
+    format_network_wan,
 )
 from fedstream.bench.selection import bench_selection, format_selection_bench
 from fedstream.cli.common import add_sets, check_workers
@@ -147,6 +149,18 @@ def _network_options(p) -> None:
     p.add_argument("--requests", type=int, default=6,
                    help="Flower: requests per node for each batch size (B x requests events)")
     p.add_argument("--batches", default="1,16,256", help="comma-separated network.batch values")
+    p.add_argument("--rtt-ms", default=None, metavar="R[,R...]",
+                   help="gRPC over a wide-area link played on loopback: a relay holds each direction "
+                        "R/2 ms; comma-separated round-trip times give one row per R and B (the WAN "
+                        "table), e.g. 0,5,20,50")
+    p.add_argument("--mbit", type=float, default=None,
+                   help="with --rtt-ms: each direction's bandwidth in Mbit/s (default: unlimited)")
+    p.add_argument("--rounds", type=int, default=1000,
+                   help="with --rtt-ms: at least this many events for each R and B (and 16 requests)")
+    p.add_argument("--error-rounds", type=int, default=None,
+                   help="with --rtt-ms: also the accumulated error of this many rounds once per B "
+                        "(the deployment's protocol in one process; it does not depend on R), and the "
+                        "simulator's")
     p.add_argument("--config", default="ovfl-imnist", help="preset or config file")
     add_sets(p, help="override a config key (repeatable)")
     p.add_argument("--workdir", type=Path, default=Path("runs/bench-network"),
@@ -154,14 +168,47 @@ def _network_options(p) -> None:
     _json_option(p, "network")
 
 
+def _wan_options(args) -> tuple[float, ...] | None:
+    """--rtt-ms's round-trip times, the WAN options checked; None without --rtt-ms."""
+    if args.rtt_ms is None:
+        for flag, value in (("--mbit", args.mbit), ("--error-rounds", args.error_rounds)):
+            if value is not None:
+                raise FedstreamError(f"{flag} {value:g}: only with --rtt-ms (a wide-area link)")
+        return None
+    if args.runtime != "grpc":
+        raise FedstreamError(f"--rtt-ms {args.rtt_ms}: only with --runtime grpc")
+    try:
+        rtts = tuple(float(r) for r in args.rtt_ms.split(","))
+    except ValueError:
+        rtts = ()
+    if not rtts or not all(0 <= r < 60000 for r in rtts):
+        raise FedstreamError(f"--rtt-ms {args.rtt_ms}: expected comma-separated milliseconds >= 0, "
+                             "e.g. 20 or 0,5,20,50")
+    if args.mbit is not None and not 0 < args.mbit < float("inf"):
+        raise FedstreamError(f"--mbit {args.mbit:g}: expected a positive bandwidth in Mbit/s, e.g. 100")
+    if args.rounds < 1:
+        raise FedstreamError(f"--rounds {args.rounds}: expected at least 1")
+    if args.error_rounds is not None and args.error_rounds < 1:
+        raise FedstreamError(f"--error-rounds {args.error_rounds}: expected at least 1, e.g. 200000")
+    return rtts
+
+
 def _network(args) -> int:
     try:
         batches = tuple(int(b) for b in args.batches.split(","))
     except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
         raise FedstreamError(
-            f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,16,256"
-        ) from None
-    if args.runtime == "grpc":
+            f"--batches {args.batches}: expected comma-separated integers >= 1, e.g. 1,16,256"
+        )
+    rtts = _wan_options(args)
+    if rtts is not None:
+        results = bench_network_wan(rtts_ms=rtts, batches=batches, rounds=args.rounds, mbit=args.mbit,
+                                    error_rounds=args.error_rounds, config=args.config, sets=args.sets,
+                                    workdir=args.workdir, log=_print)
+        _print(format_network_wan(results))
+    elif args.runtime == "grpc":
         results = bench_network_grpc(batches=batches, events=args.events, config=args.config,
                                      sets=args.sets, workdir=args.workdir, log=_print)
         _print(format_network_grpc(results))
@@ -218,7 +265,8 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
     "huffman": ("our Huffman coder against the pure-Python dahuffman package", _huffman_options, _huffman),
     "selection": ("VF-PS scoring against the per-sample reference, a scale run and Paillier's cost",
                   _selection_options, _selection),
-    "network": ("online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256",
+    "network": ("online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256; with --rtt-ms, "
+                "gRPC over a wide-area link (delay, bandwidth) played by a relay",
                 _network_options, _network),
     "device": ("batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU",
                _device_options, _device),
