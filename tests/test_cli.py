@@ -150,6 +150,7 @@ BENCH_OPTIONS = {
                 "--error-rounds", "--config", "--set", "--workdir", "--json"},
     "device": {"--devices", "--tiny", "--data-root", "--json"},
     "estimators": {"--which", "--seed", "--json"},
+    "psi": {"--ids", "--overlap", "--json"},
 }
 
 
@@ -211,3 +212,12 @@ def test_documented_bench_invocations_parse(command):
     if args[-1] == "x":  # the script's "$@": extra options, not a value
         args = args[:-1]
     build_parser().parse_args(args)  # SystemExit(2) for an option the bench does not take
+
+
+def test_bench_psi_aligns_and_writes_its_figures(tmp_path, capsys):
+    out = tmp_path / "psi.json"
+    assert main(["bench", "psi", "--ids", "300", "--json", str(out)]) == 0
+    assert "exact: True" in capsys.readouterr().out
+    (row,) = json.loads(out.read_text())
+    assert row["ids"] == 300 and row["exact"] and row["shared"] == 255 and row["bytes_up"] > 0
+    assert main(["bench", "psi", "--ids", "0"]) == 2

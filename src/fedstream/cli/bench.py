@@ -7,6 +7,7 @@ one writes its figures to ``--json`` (default ``bench-NAME.json``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -259,6 +260,29 @@ def _estimators(args) -> int:
     return 0
 
 
+# -- psi ----------------------------------------------------------------------------------------
+def _psi_options(p) -> None:
+    p.add_argument("--ids", type=int, nargs="+", default=[100_000],
+                   help="set sizes N: each case aligns N server ids with N client ids (default 100000)")
+    p.add_argument("--overlap", type=float, default=0.85,
+                   help="share of the client's ids that the server holds (default 0.85)")
+    _json_option(p, "psi")
+
+
+def _psi(args) -> int:
+    from fedstream.bench.psi import bench_psi, format_psi
+
+    if any(n < 1 for n in args.ids) or not 0.0 <= args.overlap <= 1.0:
+        print("error: --ids takes positive set sizes and --overlap a share between 0 and 1", file=sys.stderr)
+        return 2
+    rows = []
+    for n in args.ids:
+        rows.append(bench_psi(n, overlap=args.overlap))
+        print(format_psi(rows[-1]), flush=True)
+    write_json(rows, args.json or Path("bench-psi.json"))
+    return 0
+
+
 BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
     "ovfl": ("the fast online VFL engine against the PyTorch reference (and K-run sweeps)",
              _ovfl_options, _ovfl),
@@ -272,6 +296,8 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
                _device_options, _device),
     "estimators": ("the estimators' accuracy and time beside scikit-learn's MLPClassifier and River's "
                    "classifiers (docs/estimators.md)", _estimators_options, _estimators),
+    "psi": ("private entity alignment (openmined-psi) of N x N ids against a plain set intersection "
+            "(docs/alignment.md)", _psi_options, _psi),
 }
 """Each bench: its help line, the function adding its options, the function running it."""
 
