@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pin=(); command -v taskset >/dev/null && pin=(taskset -c 0,1)
-# other sizes: fedstream bench psi --ids N [N ...]
+# other sizes: pass them to the bench psi subcommand as --ids N [N ...]
 PYTHONPATH=src "${pin[@]}" python -m fedstream bench psi --ids 100000 1000000 --json bench-psi.json
