@@ -112,7 +112,7 @@ def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str,
         if int8_shifts(blocks) is None:
             raise ConfigError("backend 'int8' needs integer features spanning at most 256 values per client")
         if precision == "float64":
-            raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto' or 'float32'")
+            raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto'")
         return "dots", np.int8, True
     if backend == "auto":
         mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
@@ -144,8 +144,8 @@ def prepare(
     if prep.int8:  # shifted into int8; exact integer norms of the shifted features
         prep.feats = [np.ascontiguousarray(b[perm].astype(np.int64) - s, dtype=np.int8)
                       for b, s in zip(blocks, int8_shifts(blocks))]
-        prep.norms = np.stack([np.einsum("ij,ij->i", f.astype(np.int64), f.astype(np.int64)) for f in prep.feats])
-        prep.norms = prep.norms.astype(np.int32)
+        wide = [f.astype(np.int64) for f in prep.feats]
+        prep.norms = np.stack([np.einsum("ij,ij->i", f, f) for f in wide]).astype(np.int32)
         prep.feats_t = [np.ascontiguousarray(f.T) for f in prep.feats]
         prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
     elif mode == "dots":
