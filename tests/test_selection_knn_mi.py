@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from fedstream.errors import ConfigError
 from fedstream.selection._engine import sum_plan
 from fedstream.selection._layout import choose
-from fedstream.errors import ConfigError
 from fedstream.selection.digamma import psi
 from fedstream.selection.knn_mi import knn_counts, knn_mi, mi_from_counts
 from fedstream.selection.reference import (
@@ -65,7 +65,7 @@ def test_int_data_runs_exactly_in_int8_or_float32():
 
 def test_int8_needs_small_integers():
     blocks, y = int_data()
-    with pytest.raises(ConfigError, match="backend 'int8' needs integer features spanning at most 256 values"):
+    with pytest.raises(ConfigError, match="needs integer features spanning at most 256 values"):
         knn_mi([b * 40 for b in blocks], y, GROUPS, k=5, backend="int8")
     with pytest.raises(ConfigError, match="backend 'int8' needs integer"):
         knn_mi(float_data()[0], float_data()[1], GROUPS, k=5, backend="int8")
