@@ -23,6 +23,8 @@ from fedstream.runs.task import entry_point
 bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
 write_json = entry_point("fedstream.bench.ovfl:write_json")
 bench_device = entry_point("fedstream.bench.device:bench_device")
+bench_vfl = entry_point("fedstream.bench.vfl_epoch:bench_vfl")
+format_vfl_bench = entry_point("fedstream.bench.vfl_epoch:format_vfl_bench")
 format_device_bench = entry_point("fedstream.bench.device:format_device_bench")
 
 
@@ -30,12 +32,13 @@ def add_parsers(sub) -> None:
     bench = sub.add_parser(
         "bench", help="speed benchmarks, as ratios against a plain reference in the same process"
     )
-    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network", "device"],
+    bench.add_argument("what", choices=["ovfl", "huffman", "selection", "network", "device", "vfl"],
                        help="ovfl: fast online VFL engine vs the PyTorch reference; "
                             "huffman: our Huffman coder vs the pure-Python dahuffman package; "
                             "selection: VF-PS scoring vs the per-sample reference; "
                             "network: online VFL deployed on loopback (gRPC or Flower) for B = 1, 16, 256; "
-                            "device: batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU")
+                            "device: batch VFL (MLP, ResNet-18) and CHFL epochs on the CPU and the GPU; "
+                            "vfl: a batch VFL epoch vs a plain PyTorch split-NN")
     bench.add_argument("--rounds", type=int, default=20000, help="rounds timed for the fast engine")
     bench.add_argument("--ref-rounds", type=int, default=1000, help="rounds timed for the reference")
     bench.add_argument(
@@ -84,6 +87,10 @@ def add_parsers(sub) -> None:
     sel.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
     sel.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
     sel.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
+    sel.add_argument("--reselection-reps", type=int, default=2,
+                     help="rounds of the old-vs-new engine comparison (0: skip it)")
+    vfl = bench.add_argument_group("vfl")
+    vfl.add_argument("--reps", type=int, default=5, help="interleaved rounds of plain and fedstream epochs")
 
 
 def cmd_bench(args) -> int:
@@ -101,6 +108,7 @@ def cmd_bench(args) -> int:
             paillier=not args.no_paillier,
             key_bits=args.key_bits,
             workers=args.workers,
+            reselection_reps=args.reselection_reps,
         )
         Console().print(format_selection_bench(results), highlight=False)
         write_json(results, args.json or Path("bench-selection.json"))
@@ -128,6 +136,13 @@ def cmd_bench(args) -> int:
         results = bench_device(args.data_root, devices=devices, tiny=args.tiny)
         print(format_device_bench(results))
         write_json(results, args.json or Path("bench-device.json"))
+        return 0
+    if args.what == "vfl":
+        if args.reps < 1:
+            raise FedstreamError("--reps must be >= 1")
+        results = bench_vfl(args.data_root, reps=args.reps)
+        print(format_vfl_bench(results))
+        write_json(results, args.json or Path("bench-vfl.json"))
         return 0
     if args.what == "huffman":
         results = bench_huffman()
