@@ -30,8 +30,9 @@ from fedstream.selection.group_testing import group_test
 OLD, NEW = "dots", "auto"
 
 
-def relaxed_rows(n: int, *, keep: float = 0.1, arrival: float = 0.05, lifespan=(1, 50), epochs: int = 100,
-                 seed: int = 0) -> np.ndarray:
+def relaxed_rows(
+    n: int, *, keep: float = 0.1, arrival: float = 0.05, lifespan=(1, 50), epochs: int = 100, seed: int = 0
+) -> np.ndarray:
     """The sorted row indices present after ``epochs`` steps of the relaxed schedule."""
     sched = RelaxedSchedule(n, keep=keep, arrival=arrival, lifespan=lifespan, seed=seed)
     for _ in range(epochs):
@@ -53,7 +54,9 @@ def compare(blocks, y, *, k: int = 10, reps: int = 2, workers=None) -> dict:
     for _ in range(reps):
         for backend in (OLD, NEW):
             t0, c0 = time.perf_counter(), time.process_time()
-            results[backend] = group_test(blocks, y, k=k, aggregate="marginal", backend=backend, workers=workers)
+            results[backend] = group_test(
+                blocks, y, k=k, aggregate="marginal", backend=backend, workers=workers
+            )
             times[backend].append(time.perf_counter() - t0)
             cpu[backend].append(time.process_time() - c0)
     old, new = results[OLD], results[NEW]
@@ -80,12 +83,25 @@ def compare(blocks, y, *, k: int = 10, reps: int = 2, workers=None) -> dict:
     }
 
 
-def bench_reselection(blocks, y, *, k: int = 10, reps: int = 2, epochs: int = 100, seed: int = 0,
-                      full: bool = True, workers=None) -> dict:
+def bench_reselection(
+    blocks,
+    y,
+    *,
+    k: int = 10,
+    reps: int = 2,
+    epochs: int = 100,
+    seed: int = 0,
+    full: bool = True,
+    workers=None,
+) -> dict:
     """Both cases on the MNIST strips ``blocks`` / labels ``y`` (``full=False``: only the relaxed one)."""
     rows = relaxed_rows(y.size, epochs=epochs, seed=seed)
-    out = {"k": k, "reps": reps, "relaxed_epochs": epochs,
-           "relaxed": compare([b[rows] for b in blocks], y[rows], k=k, reps=reps, workers=workers)}
+    out = {
+        "k": k,
+        "reps": reps,
+        "relaxed_epochs": epochs,
+        "relaxed": compare([b[rows] for b in blocks], y[rows], k=k, reps=reps, workers=workers),
+    }
     if full:
         out["full"] = compare(blocks, y, k=k, reps=reps, workers=workers)
     return out
@@ -94,16 +110,19 @@ def bench_reselection(blocks, y, *, k: int = 10, reps: int = 2, epochs: int = 10
 def format_reselection(d: dict) -> list[str]:
     """Lines for the selection bench's text report."""
     lines = []
-    for key, title in (("relaxed", f"relaxed re-selection (rows present after {d['relaxed_epochs']} epochs)"),
-                       ("full", "full MNIST scoring")):
+    for key, title in (
+        ("relaxed", f"relaxed re-selection (rows present after {d['relaxed_epochs']} epochs)"),
+        ("full", "full MNIST scoring"),
+    ):
         if key not in d:
             continue
         c = d[key]
         lines.append(
             f"  {title}, {c['rows']:,} rows x 4 clients, 9 groups: old engine {c['old_min_s']:.2f} s, "
             f"new {c['new_min_s']:.2f} s (min of {d['reps']}): {c['speedup_min_over_min']:.1f}x "
-            f"(median of pairs {c['speedup_median_pairwise']:.1f}x); CPU seconds {min(c['old_cpu_s']):.1f} -> "
-            f"{min(c['new_cpu_s']):.1f}, {c['cpu_speedup_min']:.1f}x min / {c['cpu_speedup_median']:.1f}x median; "
+            f"(median of pairs {c['speedup_median_pairwise']:.1f}x); CPU seconds "
+            f"{min(c['old_cpu_s']):.1f} -> {min(c['new_cpu_s']):.1f}, {c['cpu_speedup_min']:.1f}x min / "
+            f"{c['cpu_speedup_median']:.1f}x median; "
             f"scores equal: {c['scores_equal']} "
             f"(largest difference {c['max_score_diff']:.3g}), picks equal: {c['picks_equal']}"
         )

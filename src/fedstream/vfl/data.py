@@ -22,7 +22,6 @@ from fedstream.errors import ConfigError, DataError
 from fedstream.vfl.settings import BatchVFLSettings
 from fedstream.vfl.table_data import load_vertical_table
 
-
 STANDARDISED_MAX_BYTES = 1 << 30  # a split's standardised float32 strips are kept up to this size
 
 
