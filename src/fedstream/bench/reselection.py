@@ -96,6 +96,9 @@ def bench_reselection(
 ) -> dict:
     """Both cases on the MNIST strips ``blocks`` / labels ``y`` (``full=False``: only the relaxed one)."""
     rows = relaxed_rows(y.size, epochs=epochs, seed=seed)
+    small = np.concatenate([np.flatnonzero(y == c)[:30] for c in np.unique(y)])
+    for backend in (OLD, NEW):  # outside the timings: numba's kernels, and PyTorch's import (int8 GEMM)
+        group_test([b[small] for b in blocks], y[small], k=min(k, 5), aggregate="marginal", backend=backend)
     out = {
         "k": k,
         "reps": reps,
