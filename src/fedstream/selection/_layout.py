@@ -96,6 +96,14 @@ def int8_shifts(blocks: list[np.ndarray]) -> list[int] | None:
     return shifts
 
 
+def shifted_int8(a: np.ndarray, shift: int) -> np.ndarray:
+    """``a - shift`` as int8 (the caller checked it lies in -128..127); uint8 pixels take the
+    cheap route of a wrap-around: x - 128 = int8(x ^ 0x80) for 0 <= x <= 255."""
+    if a.dtype == np.uint8 and shift == 128:
+        return np.ascontiguousarray(a ^ np.uint8(0x80)).view(np.int8)
+    return np.ascontiguousarray(a.astype(np.int64) - shift, dtype=np.int8)
+
+
 def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
     """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here;
     ``"int8"`` comes back as mode ``"dots"`` with an int8 feature dtype).
@@ -142,10 +150,10 @@ def prepare(
                     mode=mode, int_mode=int_mode, int8=dtype is np.int8)
     prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     if prep.int8:  # shifted into int8; exact integer norms of the shifted features
-        prep.feats = [np.ascontiguousarray(b[perm].astype(np.int64) - s, dtype=np.int8)
-                      for b, s in zip(blocks, int8_shifts(blocks))]
-        wide = [f.astype(np.int64) for f in prep.feats]
-        prep.norms = np.stack([np.einsum("ij,ij->i", f, f) for f in wide]).astype(np.int32)
+        prep.feats = [shifted_int8(b[perm], s) for b, s in zip(blocks, int8_shifts(blocks))]
+        # int32 is exact: a client's norm is at most d_j 128² < 2³¹ (int8_shifts checks it)
+        wide = [f.astype(np.int32) for f in prep.feats]
+        prep.norms = np.stack([np.einsum("ij,ij->i", f, f) for f in wide])
         prep.feats_t = [np.ascontiguousarray(f.T) for f in prep.feats]
         prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
     elif mode == "dots":
