@@ -144,13 +144,15 @@ BENCH_OPTIONS = {
              "--json"},
     "huffman": {"--symbols", "--repeats", "--seed", "--json"},
     "selection": {"--samples", "--ref-samples", "--k", "--groups", "--seed", "--scale-clients",
-                  "--scale-samples", "--scale-queries", "--no-paillier", "--key-bits", "--workers",
+                  "--scale-samples", "--scale-queries", "--no-paillier", "--key-bits", "--reselection-reps",
+                  "--workers",
                   "--data-root", "--json"},
     "network": {"--runtime", "--events", "--requests", "--batches", "--rtt-ms", "--mbit", "--rounds",
                 "--error-rounds", "--config", "--set", "--workdir", "--json"},
     "device": {"--devices", "--tiny", "--data-root", "--json"},
     "estimators": {"--which", "--seed", "--json"},
     "psi": {"--ids", "--overlap", "--json"},
+    "vfl": {"--reps", "--data-root", "--json"},
 }
 
 

@@ -26,5 +26,11 @@ def test_small_bench_runs_and_formats(data_root):
     assert d["scale"]["clients"] == 6 and d["scale"]["queries"] == 500 and d["paillier"]["available"]
     assert d["mnist"]["cpu_s"] > 0 and d["paillier"]["slots_per_ciphertext"] > 1
     assert d["fagin"]["equals_reference"] and 0 < d["fagin"]["read_fraction"] < 1
+    re = d["reselection"]
+    assert re["relaxed"]["rows"] < 1500 and re["full"]["rows"] == 1500
+    for case in (re["relaxed"], re["full"]):  # the int8 engine against the float32 one it replaced
+        assert case["scores_equal"] and case["picks_equal"] and case["max_score_diff"] == 0
+        assert len(case["old_s"]) == len(case["new_s"]) == 2
     text = format_selection_bench(d)
     assert "MNIST 1,500 x 4 clients" in text and "speed-up" in text and "Paillier 512-bit" in text
+    assert "relaxed re-selection" in text and "full MNIST scoring, 1,500 rows" in text

@@ -62,7 +62,7 @@ def test_bad_labels_queries_and_options():
         knn_mi(BLOCKS, Y, [(0,)], k=1, queries=[3, 3])
     with pytest.raises(ConfigError, match="psi must be one of 'approx', 'exact'"):
         knn_mi(BLOCKS, Y, [(0,)], k=1, psi="digamma")
-    with pytest.raises(ConfigError, match="backend must be one of 'auto', 'dots', 'direct', got 'tree'"):
+    with pytest.raises(ConfigError, match="backend must be one of 'auto', 'dots', 'int8', 'direct', got 'tr"):
         knn_mi(BLOCKS, Y, [(0,)], k=1, backend="tree")
     with pytest.raises(ConfigError, match="precision must be one of"):
         knn_mi(BLOCKS, Y, [(0,)], k=1, precision="half")

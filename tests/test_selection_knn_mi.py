@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from fedstream.errors import ConfigError
 from fedstream.selection._engine import sum_plan
 from fedstream.selection._layout import choose
 from fedstream.selection.digamma import psi
@@ -29,9 +30,11 @@ def int_data(n=240, seed=1, width=30):
 
 
 @pytest.mark.parametrize("data", [float_data, int_data])
-@pytest.mark.parametrize("backend", ["dots", "direct"])
+@pytest.mark.parametrize("backend", ["dots", "int8", "direct"])
 @pytest.mark.parametrize("tile,workers", [(None, None), ((37, 50), 2), ((240, 7), 1), (16, 2)])
 def test_counts_equal_reference(data, backend, tile, workers):
+    if backend == "int8" and data is float_data:
+        pytest.skip("the int8 backend takes integer features only (test_int8_needs_small_integers)")
     blocks, y = data()
     ref = reference_m_counts(blocks, y, GROUPS, k=5)
     got, q = knn_counts(blocks, y, GROUPS, k=5, backend=backend, tile=tile, workers=workers)
@@ -39,7 +42,7 @@ def test_counts_equal_reference(data, backend, tile, workers):
     np.testing.assert_array_equal(got, ref)
 
 
-@pytest.mark.parametrize("backend", ["dots", "direct"])
+@pytest.mark.parametrize("backend", ["dots", "int8", "direct"])
 def test_query_subset_equals_reference(backend):
     blocks, y = int_data(seed=4)
     queries = np.random.default_rng(0).choice(y.size, 41, replace=False)
@@ -49,12 +52,42 @@ def test_query_subset_equals_reference(backend):
     np.testing.assert_array_equal(got, ref)
 
 
-def test_int_data_runs_exactly_in_float32():
+def test_int_data_runs_exactly_in_int8_or_float32():
     blocks, y = int_data()
-    assert choose([np.asarray(b) for b in blocks], "auto", "auto") == ("dots", np.float32, True)
+    assert choose([np.asarray(b) for b in blocks], "auto", "auto") == ("dots", np.int8, True)
+    assert choose([np.asarray(b) for b in blocks], "dots", "auto") == ("dots", np.float32, True)
+    wide = [np.asarray(b) * 40 for b in blocks]  # integers spanning more than 256 values: float32 GEMM
+    assert choose(wide, "auto", "auto") == ("dots", np.float32, True)
     assert choose([np.asarray(b) for b in blocks], "direct", "auto")[:2] == ("direct", np.float32)
     real, _ = float_data()
     assert choose(real, "auto", "auto") == ("direct", np.float64, False)
+
+
+def test_int8_needs_small_integers():
+    blocks, y = int_data()
+    with pytest.raises(ConfigError, match="needs integer features spanning at most 256 values"):
+        knn_mi([b * 40 for b in blocks], y, GROUPS, k=5, backend="int8")
+    with pytest.raises(ConfigError, match="backend 'int8' needs integer"):
+        knn_mi(float_data()[0], float_data()[1], GROUPS, k=5, backend="int8")
+
+
+def test_int8_equals_float32_gemm_on_pixels():
+    """Pixel-like strips (0..255, blank rows, near-duplicates): the int8 path's counts are the
+    float32 GEMM path's (the implementation before it) and the reference's."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 4, 300)
+    base = rng.integers(0, 256, (6, 40))
+    rows = base[rng.integers(0, 6, 300)] + rng.integers(-3, 4, (300, 40)) * (rng.random((300, 1)) < 0.7)
+    rows = np.clip(rows, 0, 255).astype(np.uint8)
+    rows[rng.random(300) < 0.2] = 0  # blank rows: zero radii
+    blocks = [rows[:, :10], rows[:, 10:25], rows[:, 25:]]
+    groups = [(0,), (1,), (2,), (1, 2), (0, 2), (0, 1), (0, 1, 2)]
+    ref = reference_m_counts(blocks, y, groups, k=6)
+    for tile in (None, (32, 70), (300, 17)):
+        got8, _ = knn_counts(blocks, y, groups, k=6, backend="int8", tile=tile, workers=2)
+        got32, _ = knn_counts(blocks, y, groups, k=6, backend="dots", tile=tile, workers=2)
+        np.testing.assert_array_equal(got8, ref)
+        np.testing.assert_array_equal(got32, ref)
 
 
 def test_forced_float32_is_close_on_real_data():

@@ -52,7 +52,7 @@ def test_constant_and_few_valued_noise_clients_score_about_zero():
     assert (scores < 0.0).all(), scores  # before the fix: ln 10 - 1/20 + 1/(2 * 60) = 2.26 for both
 
 
-@pytest.mark.parametrize("backend", ["dots", "direct"])
+@pytest.mark.parametrize("backend", ["dots", "int8", "direct"])
 @pytest.mark.parametrize("tile,workers", [(None, None), ((37, 50), 2), ((16, 7), 1)])
 def test_fast_path_counts_ties_like_the_reference(backend, tile, workers):
     blocks, y = few_valued(n=300, classes=3, seed=2)

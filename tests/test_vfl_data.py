@@ -6,7 +6,7 @@ import pytest
 from fedstream.data.images import load_image_split, standardise
 from fedstream.errors import DataError
 from fedstream.vfl import BatchVFLSettings
-from fedstream.vfl.data import load_vertical
+from fedstream.vfl.data import load_vertical, vertical_images
 
 
 @pytest.mark.parametrize("dataset", ["mnist", "fashion-mnist"])
@@ -34,3 +34,22 @@ def test_missing_test_files_are_reported(tmp_path, data_root):
         load_image_split(tmp_path, "mnist", "test")
     with pytest.raises(ValueError, match="split"):
         load_image_split(tmp_path, "mnist", "valid")
+
+
+@pytest.mark.parametrize("split", ["rows", "columns"])
+def test_split_inputs_equal_the_batch_standardised_on_its_own(split):
+    """The trainer's batches (gathered from the split standardised once) hold exactly the values
+    of client_inputs on the batch's images; a replaced image array is standardised afresh."""
+    rng = np.random.default_rng(0)
+    data = vertical_images("mnist", rng.integers(0, 256, (50, 1, 28, 28), dtype=np.uint8), np.arange(50) % 10,
+                           rng.integers(0, 256, (20, 1, 28, 28), dtype=np.uint8), np.arange(20) % 10,
+                           clients=4, split=split)
+    for name, images in (("train", data.train_x), ("test", data.test_x)):
+        rows = rng.permutation(len(images))[:13]
+        for got, want in zip(data.split_inputs(name, rows), data.client_inputs(images[rows])):
+            assert got.dtype == want.dtype and got.shape == want.shape and got.is_contiguous()
+            assert bool((got == want).all())
+    data.test_x = data.test_x[::-1].copy()
+    rows = np.arange(5)
+    for got, want in zip(data.split_inputs("test", rows), data.client_inputs(data.test_x[rows])):
+        assert bool((got == want).all())

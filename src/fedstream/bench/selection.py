@@ -14,7 +14,10 @@ What is timed, in one process:
    The Fagin-inspired variant scores 20 of its queries for the full group, counting list entries read.
 3. **Scale**: 16 clients × 100,000 synthetic samples (4 quantised features per client, so the fast
    path runs exactly in float32), every sample a query.
-4. **Paillier** (optional, needs ``phe``): the cost of summing the clients' local distances under
+4. **Re-selection** (:mod:`fedstream.bench.reselection`, ``reselection_reps=0`` skips it): the
+   relaxed dynamic setting's ~33,000 rows and the full MNIST scoring, by today's engine and by the
+   float32 engine it replaced (issue 33), interleaved: the speed-up, and equal scores and picks.
+5. **Paillier** (optional, needs ``phe``): the cost of summing the clients' local distances under
    encryption (secure mode), measured on one query of the subsample and projected to the full
    problem and to VF-PS's reference setting of 20 queries.
 
@@ -30,6 +33,7 @@ import time
 
 import numpy as np
 
+from fedstream.bench.reselection import bench_reselection, format_reselection
 from fedstream.data import load_mnist_like, resolve_data_root
 from fedstream.selection._engine import default_workers
 from fedstream.selection.fagin import fagin_group_mi
@@ -165,7 +169,8 @@ def _paillier(blocks, *, groups, n_full, key_bits) -> dict:
 def bench_selection(data_root=None, *, samples: int = 60000, k: int = 10, n_groups: int = 10, seed: int = 100,
                     ref_samples: int = 2000, scale_clients: int = 16, scale_samples: int = 100_000,
                     scale_dims: int = 4, scale_queries: int = 0, paillier: bool = True, key_bits: int = 2048,
-                    workers: int | None = None, aggregate: str = DEFAULT_AGGREGATE) -> dict:
+                    workers: int | None = None, aggregate: str = DEFAULT_AGGREGATE,
+                    reselection_reps: int = 2) -> dict:
     """Run the four parts (``scale_samples=0`` / ``paillier=False`` skip theirs); a JSON-ready dict.
 
     ``scale_queries=0`` makes every scale sample a query; a positive number draws that many.
@@ -195,6 +200,8 @@ def bench_selection(data_root=None, *, samples: int = 60000, k: int = 10, n_grou
             workers=workers,
             aggregate=aggregate,
         )
+    if reselection_reps:
+        out["reselection"] = bench_reselection(blocks, y, k=k, reps=reselection_reps, workers=workers)
     if paillier:
         out["paillier"] = _paillier(sub, groups=groups, n_full=int(y.size), key_bits=key_bits)
     return out
@@ -238,6 +245,8 @@ def format_selection_bench(d: dict) -> str:
             f"({sc['cpu_s']:.1f} CPU s); "
             f"rank correlation of scores with true signal strength {sc['rank_correlation_with_strength']:.2f}"
         )
+    if "reselection" in d:
+        lines += format_reselection(d["reselection"])
     if "paillier" in d:
         p = d["paillier"]
         if not p["available"]:

@@ -1,6 +1,8 @@
-"""``fedstream bench ovfl|huffman|selection|network|device|estimators``: speed benchmarks, as ratios
-against a plain reference in the same process (``device``: the torch parties on the CPU and the GPU;
-``estimators``: the Python estimators' accuracy beside scikit-learn's and River's own).
+"""``fedstream bench ovfl|huffman|selection|network|device|estimators|vfl|psi``: speed benchmarks, as
+ratios against a plain reference in the same process (``device``: the torch parties on the CPU and the
+GPU; ``estimators``: the Python estimators' accuracy beside scikit-learn's and River's own; ``vfl``: a
+batch VFL epoch against a plain PyTorch split-NN; ``psi``: private entity alignment against a plain set
+intersection).
 
 Each bench is a subcommand with only its own options (``fedstream bench network --help``); every
 one writes its figures to ``--json`` (default ``bench-NAME.json``)."""
@@ -37,6 +39,8 @@ format_sklearn = entry_point("fedstream.bench.estimators:markdown")
 bench_river = entry_point("fedstream.bench.river:run")
 format_river = entry_point("fedstream.bench.river:markdown")
 format_device_bench = entry_point("fedstream.bench.device:format_device_bench")
+bench_vfl = entry_point("fedstream.bench.vfl_epoch:bench_vfl")
+format_vfl_bench = entry_point("fedstream.bench.vfl_epoch:format_vfl_bench")
 
 
 def _print(text: str) -> None:
@@ -116,6 +120,8 @@ def _selection_options(p) -> None:
     p.add_argument("--scale-queries", type=int, default=0, help="query samples of the scale run (0: all)")
     p.add_argument("--no-paillier", action="store_true", help="skip the Paillier cost measurement")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier key size")
+    p.add_argument("--reselection-reps", type=int, default=2,
+                   help="rounds of the old-vs-new engine comparison of a relaxed re-selection (0: skip it)")
     _workers_option(p, "the scoring")
     _data_root_option(p)
     _json_option(p, "selection")
@@ -136,9 +142,26 @@ def _selection(args) -> int:
         paillier=not args.no_paillier,
         key_bits=args.key_bits,
         workers=args.workers,
+        reselection_reps=args.reselection_reps,
     )
     _print(format_selection_bench(results))
     write_json(results, args.json or Path("bench-selection.json"))
+    return 0
+
+
+# -- vfl ----------------------------------------------------------------------------------------
+def _vfl_options(p) -> None:
+    p.add_argument("--reps", type=int, default=5, help="interleaved rounds of plain and fedstream epochs")
+    _data_root_option(p)
+    _json_option(p, "vfl")
+
+
+def _vfl(args) -> int:
+    if args.reps < 1:
+        raise FedstreamError("--reps must be >= 1")
+    results = bench_vfl(args.data_root, reps=args.reps)
+    print(format_vfl_bench(results))
+    write_json(results, args.json or Path("bench-vfl.json"))
     return 0
 
 
@@ -296,6 +319,8 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
                _device_options, _device),
     "estimators": ("the estimators' accuracy and time beside scikit-learn's MLPClassifier and River's "
                    "classifiers (docs/estimators.md)", _estimators_options, _estimators),
+    "vfl": ("a batch VFL epoch (vfl-mnist) against a plain single-process PyTorch split-NN",
+            _vfl_options, _vfl),
     "psi": ("private entity alignment (openmined-psi) of N x N ids against a plain set intersection "
             "(docs/alignment.md)", _psi_options, _psi),
 }

@@ -12,7 +12,9 @@ Data are put in class-sorted order, queries first: ``[queries by class | other s
   is skipped whole.
 
 Each task (a row block) runs on a worker thread: one single-threaded BLAS GEMM per client and tile
-for the dot products, then a serial numba kernel that releases the GIL (see ``_kernels``).
+for the dot products (or, with int8 features, one single-threaded int8 GEMM into int32 by
+PyTorch's ``_int_mm``, VNNI where the CPU has it: about 6x an float32 SGEMM's speed and exact), then
+a serial numba kernel that releases the GIL (see ``_kernels``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from threadpoolctl import threadpool_limits
 import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
 from fedstream.selection._layout import Prepared
+from fedstream.selection._topk_kernels import STRETCH, topk_int
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -74,7 +77,7 @@ def tile_shape(prep: Prepared, tile, plan_rows: int) -> tuple[int, int]:
         if int(r) < 1 or int(c) < 1:
             raise ConfigError(f"tile must be positive (rows, cols), got {tile!r}")
         return int(r), int(c)
-    itemsize = (prep.XT if prep.mode == "direct" else prep.feats[0]).itemsize
+    itemsize = 4 if prep.int8 else (prep.XT if prep.mode == "direct" else prep.feats[0]).itemsize
     cols = WORK_BYTES // ((prep.n_clients + plan_rows) * max(itemsize, 4))
     if prep.mode == "dots":
         cols = min(cols, TILE_BYTES // (prep.n_clients * TILE_ROWS * itemsize))
@@ -107,14 +110,36 @@ def _c(a: np.ndarray) -> np.ndarray:
 
 
 @contextmanager
-def single_threaded_blas():
-    """Limit BLAS to one thread per call while the tiles run.
+def single_threaded_blas(torch_too: bool = False):
+    """Limit BLAS (and, with ``torch_too``, PyTorch's intra-op pool) to one thread per call while
+    the tiles run.
 
     Measured on the shared 2-core machine: a 2-thread OpenBLAS on these tile-sized GEMMs spends
     most of its time synchronising; two single-threaded workers use about 3x less CPU.
     """
     with threadpool_limits(1, user_api="blas"):
-        yield
+        if not torch_too:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+
+def int8_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ b exactly: a (R, d) and b (d, C) int8, out (R, C) int32 (PyTorch's int8 GEMM).
+
+    ``b`` is copied: a one-row slice counts as contiguous for NumPy and PyTorch while keeping its
+    parent's row stride, which the int8 GEMM then misreads (measured: zeros for d = 1).
+    """
+    import torch
+
+    torch._int_mm(torch.from_numpy(a), torch.from_numpy(b.copy()), out=torch.from_numpy(out))
 
 
 def default_workers() -> int:
@@ -148,7 +173,7 @@ class Engine:
             loc.work = np.empty(width * max(self.cols, self.rows), dtype=self.dtype)
             if self.prep.mode == "dots":
                 loc.dots = np.empty(self.prep.n_clients * self.rows * max(self.cols, self.rows),
-                                    dtype=self.prep.feats[0].dtype)
+                                    dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
 
     def _dots(self, r0, r1, c0, c1) -> np.ndarray:
@@ -156,7 +181,10 @@ class Engine:
         R, C = r1 - r0, c1 - c0
         dots = loc.dots[: len(feats) * R * C].reshape(len(feats), R, C)
         for j, f in enumerate(feats):
-            np.matmul(f[r0:r1], f[c0:c1].T, out=dots[j])
+            if self.prep.int8:
+                int8_matmul(f[r0:r1], self.prep.feats_t[j][:, c0:c1], dots[j])
+            else:
+                np.matmul(f[r0:r1], f[c0:c1].T, out=dots[j])
         return dots
 
     def _run(self, fn, tasks, consume) -> None:
@@ -164,7 +192,7 @@ class Engine:
 
         Results are consumed as they come (not collected), so at most a few tasks' outputs are held.
         """
-        with single_threaded_blas():
+        with single_threaded_blas(torch_too=self.prep.int8):
             if self.workers == 1 or len(tasks) <= 1:
                 for t in tasks:
                     consume(t, fn(t))
@@ -199,8 +227,12 @@ class Engine:
         big = np.iinfo(np.int32).max if self.dtype == np.int32 else np.inf
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
         zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
+        mins = np.empty(self.cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
         for c0, c1 in cols:
-            if p.mode == "dots":
+            if p.int8:
+                topk_int(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
+                         self.parent, self.client, self.grow, top, zeros, loc.work, mins)
+            elif p.mode == "dots":
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
                             p.int_mode, p.rows, p.offsets, self.parent, self.client, self.grow, top, zeros,
                             loc.work)

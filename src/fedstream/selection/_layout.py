@@ -2,8 +2,10 @@
 
 :func:`prepare` puts the samples in class-sorted order, queries first, drops constant columns and
 lays the features out for the backend :func:`choose` picks: ``dots`` (per-client GEMM dot
-products and squared norms, exact int32 arithmetic where the features allow it) or ``direct``
-(a fused loop over column-major features, for clients with few features each).
+products and squared norms, exact int32 arithmetic where the features allow it), ``int8`` (the
+same with the dot products from an int8 GEMM into int32, exact for integer features spanning at
+most 256 values per client, e.g. pixels; ``auto`` picks it there) or ``direct`` (a fused loop over
+column-major features, for clients with few features each).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from fedstream.errors import ConfigError
 
-BACKENDS = ("auto", "dots", "direct")
+BACKENDS = ("auto", "dots", "int8", "direct")
 PRECISIONS = ("auto", "float32", "float64")
 DIRECT_MAX_WIDTH = (
     8  # auto backend: fused feature loop when clients hold at most this many features on average
@@ -31,7 +33,9 @@ class Prepared:
     n_clients: int
     mode: str  # "dots" or "direct"
     int_mode: bool = False  # dots mode with exact int32 distance arithmetic
+    int8: bool = False  # int_mode with the dot products from an int8 GEMM (feats: int8, shifted)
     feats: list[np.ndarray] | None = None  # dots: per-client (n, d_j) in sorted order
+    feats_t: list[np.ndarray] | None = None  # int8: per-client (d_j, n), the GEMM's column operand
     norms: np.ndarray | None = None  # dots: (m, n) squared norms (int32 in int_mode, else float64)
     rows: np.ndarray | None = None  # dots, float mode: (n, D) features (feats are views of its columns)
     XT: np.ndarray | None = None  # direct: (D, n) features, column-major (float32 or float64)
@@ -73,8 +77,36 @@ def exact_in_float32_direct(blocks: list[np.ndarray]) -> bool:
     return span < 2.0**24
 
 
+def int8_shifts(blocks: list[np.ndarray]) -> list[int] | None:
+    """Per-client shifts s_j with x - s_j in [-128, 127] for every feature, or None when some
+    client's features are not integers spanning at most 256 values (distances do not change under
+    a shift, so the int8 GEMM's int32 dot products give them exactly)."""
+    shifts = []
+    for a in blocks:
+        if not _integer_valued(a) or a.size == 0:
+            return None
+        lo, hi = float(a.min()), float(a.max())
+        if hi - lo > 255:
+            return None
+        shifts.append(int(lo) + 128)
+    # int32 stays exact: a client's |a|² + |b|² (<= 2 d_j 128²) and a group's sum (<= Σ d_j 255²)
+    widths = [a.shape[1] for a in blocks]
+    if 2 * max(widths) * 128**2 >= 2**31 or sum(widths) * 255**2 >= 2**31:
+        return None
+    return shifts
+
+
+def shifted_int8(a: np.ndarray, shift: int) -> np.ndarray:
+    """``a - shift`` as int8 (the caller checked it lies in -128..127); uint8 pixels take the
+    cheap route of a wrap-around: x - 128 = int8(x ^ 0x80) for 0 <= x <= 255."""
+    if a.dtype == np.uint8 and shift == 128:
+        return np.ascontiguousarray(a ^ np.uint8(0x80)).view(np.int8)
+    return np.ascontiguousarray(a.astype(np.int64) - shift, dtype=np.int8)
+
+
 def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
-    """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here).
+    """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here;
+    ``"int8"`` comes back as mode ``"dots"`` with an int8 feature dtype).
 
     ``"auto"`` precision picks float32 only where it is exact (integer features that are small
     enough), so the result equals the float64 one; ``"float32"`` forces it (faster, approximate for
@@ -84,9 +116,17 @@ def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str,
         raise ConfigError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
+    if backend == "int8":
+        if int8_shifts(blocks) is None:
+            raise ConfigError("backend 'int8' needs integer features spanning at most 256 values per client")
+        if precision == "float64":
+            raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto'")
+        return "dots", np.int8, True
     if backend == "auto":
         mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
         backend = "direct" if mean_width <= DIRECT_MAX_WIDTH else "dots"
+        if backend == "dots" and precision != "float64" and int8_shifts(blocks) is not None:
+            return "dots", np.int8, True
     exact = exact_in_int32(blocks) if backend == "dots" else exact_in_float32_direct(blocks)
     if precision == "auto":
         precision = "float32" if exact else "float64"
@@ -107,9 +147,16 @@ def prepare(
     blocks = [informative_columns(b) for b in blocks]
     mode, dtype, int_mode = choose(blocks, backend, precision)
     prep = Prepared(labels=y[perm], pos_of_query=inv[queries], n_queries=queries.size, n_clients=len(blocks),
-                    mode=mode, int_mode=int_mode)
+                    mode=mode, int_mode=int_mode, int8=dtype is np.int8)
     prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
-    if mode == "dots":
+    if prep.int8:  # shifted into int8; exact integer norms of the shifted features
+        prep.feats = [shifted_int8(b[perm], s) for b, s in zip(blocks, int8_shifts(blocks))]
+        # int32 is exact: a client's norm is at most d_j 128² < 2³¹ (int8_shifts checks it)
+        wide = [f.astype(np.int32) for f in prep.feats]
+        prep.norms = np.stack([np.einsum("ij,ij->i", f, f) for f in wide])
+        prep.feats_t = [np.ascontiguousarray(f.T) for f in prep.feats]
+        prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
+    elif mode == "dots":
         feats = []
         for b in blocks:
             f = b[perm].astype(np.float64)

@@ -11,7 +11,7 @@ centre of the digits). Images stay uint8 until a batch is drawn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,8 @@ from fedstream.data.images import load_image_split, standardise
 from fedstream.errors import ConfigError, DataError
 from fedstream.vfl.settings import BatchVFLSettings
 from fedstream.vfl.table_data import load_vertical_table
+
+STANDARDISED_MAX_BYTES = 1 << 30  # a split's standardised float32 strips are kept up to this size
 
 
 def strips(height: int, clients: int) -> list[slice]:
@@ -44,6 +46,8 @@ class VerticalImages:
     strips: list[slice]
     n_classes: int = 10
     axis: int = 2  # 2: strips of rows, 3: strips of columns
+    # split -> (the images standardised, the clients' float32 strips of all of them), made on first use
+    _standardised: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def strip_shapes(self) -> list[tuple[int, int, int]]:
         """(channels, height, width) of each client's input."""
@@ -71,6 +75,24 @@ class VerticalImages:
         """Standardised float32 strips of a uint8 batch, one tensor (n, C, height, width) per client."""
         x = standardise(images, self.dataset)
         return [torch.from_numpy(np.ascontiguousarray(self._cut(x, s))) for s in self.strips]
+
+    def split_inputs(self, split: str, rows: np.ndarray) -> list[torch.Tensor]:
+        """:meth:`client_inputs` of ``rows`` of the ``"train"`` or ``"test"`` images, the same values.
+
+        The split is standardised once, on first use, into each client's contiguous float32
+        strips, and a batch is a gather of its rows (as a user's own loop would hold its tensors),
+        unless those strips would take more than :data:`STANDARDISED_MAX_BYTES`: then each batch
+        is standardised as it is drawn.
+        """
+        images = self.train_x if split == "train" else self.test_x
+        held = self._standardised.get(split)
+        if held is None or held[0] is not images:
+            if images.size * 4 > STANDARDISED_MAX_BYTES:
+                return self.client_inputs(images[rows])
+            held = (images, self.client_inputs(images))
+            self._standardised[split] = held
+        index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        return [strip.index_select(0, index) for strip in held[1]]
 
     def client_features(self, images: np.ndarray) -> list[np.ndarray]:
         """Each client's raw (uint8) features of ``images``, flattened to (n, d_m): what selection scores."""

@@ -37,6 +37,14 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     raise ValueError(f"train.optimizer = {name!r}: expected one of {', '.join(OPTIMIZERS)}")
 
 
+def set_mode(model: nn.Module, training: bool) -> None:
+    """``model.train(training)`` unless the model is in that mode already (parties switch their
+    whole model only, so its flag speaks for every submodule; the recursive switch costs ~90 µs a
+    call on these small models, 8 % of an MNIST step when done every step)."""
+    if model.training != training:
+        model.train(training)
+
+
 def _tensor(values: np.ndarray) -> torch.Tensor:
     """A float32 tensor owning a copy of received values (messages may be read-only views)."""
     return torch.from_numpy(np.array(values, dtype=np.float32))
@@ -56,7 +64,7 @@ class BatchClient:
 
     def embed(self, step: int, x: torch.Tensor) -> Embedding:
         """Training forward pass: the embedding to send; the graph is kept for :meth:`on_gradient`."""
-        self.model.train()
+        set_mode(self.model, True)
         out = self.model(x.to(self.device))
         self._pending = (step, out)
         return Embedding(step, self.index, out.detach().cpu().numpy())
@@ -72,7 +80,7 @@ class BatchClient:
 
     def infer(self, step: int, x: torch.Tensor) -> Embedding:
         """Evaluation forward pass (no graph, batch-norm in inference mode)."""
-        self.model.eval()
+        set_mode(self.model, False)
         with torch.no_grad():
             return Embedding(step, self.index, self.model(x.to(self.device)).cpu().numpy())
 
@@ -154,7 +162,7 @@ class BatchServer:
         sent = [m for m, v in enumerate(values) if v is not None]
         for m in sent:
             inputs[m].requires_grad_()
-        self.model.train()
+        set_mode(self.model, True)
         logits = self.model(torch.cat(inputs, dim=1))
         labels = labels.to(self.device)
         loss = nn.functional.cross_entropy(logits, labels)
@@ -171,7 +179,7 @@ class BatchServer:
         """Class scores (rows, classes), on the CPU, from the received embeddings (padding, but no
         padding update)."""
         inputs = self._inputs(self._received(step, embeddings, rows), rows)
-        self.model.eval()
+        set_mode(self.model, False)
         with torch.no_grad():
             return self.model(torch.cat(inputs, dim=1)).cpu()
 

@@ -53,6 +53,10 @@ class VerticalTable:
         """Each client's float32 block (n, width) of a batch of rows."""
         return [torch.from_numpy(np.ascontiguousarray(rows[:, s])) for s in self.strips]
 
+    def split_inputs(self, split: str, rows: np.ndarray) -> list[torch.Tensor]:
+        """:meth:`client_inputs` of ``rows`` of the ``"train"`` or ``"test"`` table."""
+        return self.client_inputs((self.train_x if split == "train" else self.test_x)[rows])
+
     def client_features(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each client's block (n, width): what participant selection scores."""
         return [np.ascontiguousarray(rows[:, s]) for s in self.strips]

@@ -175,7 +175,7 @@ def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path 
 
 def data_inputs(data: VerticalImages) -> Callable[[Batch], list[torch.Tensor]]:
     """Every client's input tensor of a batch, cut from the images ``data`` holds (the simulator's view)."""
-    return lambda b: data.client_inputs((data.train_x if b.split == "train" else data.test_x)[b.rows])
+    return lambda b: data.split_inputs(b.split, b.rows)
 
 
 def play_epochs(
