@@ -111,6 +111,14 @@ SHARED: dict[str, Field] = {
         min=0.0,
         exclusive_min=True,
     ),
+    "model.client": Field(
+        str, None, 'your own client model: a factory "package.module:function" returning a torch.nn.Module '
+        "(its arguments: docs, fedstream.own_models); none: the built-in one", optional=True,
+    ),
+    "model.server": Field(
+        str, None, 'your own server (top) model: a factory "package.module:function" returning a '
+        "torch.nn.Module; none: the built-in one", optional=True,
+    ),
     "compression.up": Field(
         str,
         "none",

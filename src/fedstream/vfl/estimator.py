@@ -17,7 +17,7 @@ import torch
 
 from fedstream.data.table import Table
 from fedstream.data.table_source import TableSource, TableSpec
-from fedstream.errors import FedstreamError
+from fedstream.errors import ConfigError, FedstreamError
 from fedstream.estimators import ClassifierBase, as_value_error, label_column
 from fedstream.transport import CompressionSpec
 from fedstream.vfl.protocol import Batch, LocalCohort, play_scores
@@ -72,8 +72,10 @@ class VFLClassifier(ClassifierBase):
     a list or a dict client -> columns, by name or position; an int: that many equal contiguous
     blocks), ``categorical`` (columns to one-hot), ``hidden``, ``embedding``, ``epochs``,
     ``batch_size``, ``lr``, ``compression`` (e.g. ``{"up": "topk", "down": "quant-huffman"}``),
-    ``device`` (``auto`` | ``cpu`` | ``cuda``), ``seed``. After ``fit``: ``classes_``,
-    ``n_features_in_``, ``history_`` (a row per epoch: loss, bytes), ``bytes_``,
+    ``device`` (``auto`` | ``cpu`` | ``cuda``), ``seed``, ``client_model`` / ``server_model`` (your own
+    bottom / top model: a factory callable or ``"module:function"`` path, called with the keyword
+    arguments of :mod:`fedstream.own_models`; a client's ``input_shape`` is ``(its columns,)``). After
+    ``fit``: ``classes_``, ``n_features_in_``, ``history_`` (a row per epoch: loss, bytes), ``bytes_``,
     ``client_columns_``.
 
     >>> import numpy as np
@@ -94,7 +96,7 @@ class VFLClassifier(ClassifierBase):
 
     def __init__(self, *, partition=2, categorical=None, hidden: int = 256, embedding: int | None = None,
                  epochs: int = 10, batch_size: int = 100, lr: float | None = None, compression=None,
-                 device: str = "auto", seed: int = 0):
+                 device: str = "auto", seed: int = 0, client_model=None, server_model=None):
         self.partition = partition
         self.categorical = categorical
         self.hidden = hidden
@@ -105,6 +107,8 @@ class VFLClassifier(ClassifierBase):
         self.compression = compression
         self.device = device
         self.seed = seed
+        self.client_model = client_model
+        self.server_model = server_model
 
     def fit(self, X, y) -> VFLClassifier:
         """Train on ``X`` (n, d) and labels ``y`` (n,): ``epochs`` epochs of the parties' protocol."""
@@ -120,6 +124,7 @@ class VFLClassifier(ClassifierBase):
                 dataset="table", clients=n_clients, epochs=self.epochs, batch_size=self.batch_size,
                 lr=self.lr, embedding=self.embedding, hidden=self.hidden, device=self.device,
                 compression=CompressionSpec(**(self.compression or {})), table=(("data.path", "<X>"),),
+                client_model=self.client_model, server_model=self.server_model,
             ).resolved()
         except FedstreamError as exc:
             raise as_value_error(exc) from None
@@ -128,7 +133,10 @@ class VFLClassifier(ClassifierBase):
         # evaluated on its own training rows each epoch (history_'s accuracy); training is unchanged
         data = VerticalTable("table", x, labels, x, labels, source.blocks, source.n_classes, source.classes,
                              source.client_columns, source)
-        trained = train_on(settings, data, seed=self.seed)
+        try:
+            trained = train_on(settings, data, seed=self.seed)
+        except ConfigError as exc:  # client_model / server_model that do not fit
+            raise as_value_error(exc) from None
         self._settings, self._data, self._parties = settings, data, trained
         self.classes_ = np.array(source.classes)
         self.client_columns_ = source.client_columns
