@@ -66,6 +66,12 @@ def _common(tasks: tuple[str, ...], datasets_by_task: dict[str, tuple[str, ...]]
         "data.root": Field(
             str, None, "data folder (else $FEDSTREAM_DATA, ./data, ../shared/data)", optional=True
         ),
+        "track.uri": Field(
+            str, None, "log the run to MLflow at this tracking URI (a folder or file: URI, sqlite:///x.db, "
+            "http://host:5000); --track mlflow with none: MLflow's default store (./mlflow.db)",
+            optional=True,
+        ),
+        "track.experiment": Field(str, "fedstream", "the MLflow experiment the run is logged under"),
     }
 
 
