@@ -31,3 +31,9 @@ def not_a_module(**_):
 
 
 NOT_CALLABLE = 3
+
+
+def gelu_bottom(*, input_shape, embedding, **_):
+    """An ovfl client model over its feature block: two layers, GELU, layer norm."""
+    (d,) = input_shape
+    return nn.Sequential(nn.Linear(d, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, embedding))
