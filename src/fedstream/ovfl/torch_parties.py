@@ -23,14 +23,12 @@ the same config gives the same errors on both backends to within float rounding 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedstream.errors import ProtocolError
-from fedstream.ovfl.client import Client
+from fedstream.ovfl.client import Client, Ticket
 from fedstream.ovfl.server import RoundResult, Server
 from fedstream.ovfl.window import RowWindow
 from fedstream.transport.messages import Embedding, Gradient, Query
@@ -119,17 +117,6 @@ class WindowOptimizer:
             self.pos = int(state["pos"])
 
 
-@dataclass
-class TorchTicket:
-    """An activated event until its gradient comes: its round, its input rows, its output (with its
-    graph) and the optimiser steps taken when it was computed."""
-
-    round: int
-    x: torch.Tensor
-    out: torch.Tensor
-    steps: int
-
-
 class TorchClient(Client):
     """A feature-holding party on a torch module (the protocol of :class:`~fedstream.ovfl.client.Client`)."""
 
@@ -138,7 +125,8 @@ class TorchClient(Client):
         self.inputs = RowWindow(window, model.n_in)
         self._round = -1
         self._ticket = None
-        self.steps = 0  # optimiser steps taken (a ticket older than the last step recomputes)
+        self.steps = 0  # optimiser steps taken
+        self._live: tuple[int, int, torch.Tensor] | None = None  # (round, steps, output with its graph)
 
     def observe(self, t: int, x: np.ndarray) -> None:
         if x.shape != (self.model.n_in,):
@@ -147,13 +135,16 @@ class TorchClient(Client):
         self.inputs.push(x)
         self._round = t
 
-    def embed(self, t: int, *, copy: bool = False) -> tuple[Embedding, TorchTicket]:
+    def embed(self, t: int, *, copy: bool = False) -> tuple[Embedding, Ticket]:
+        """The embedding and a ticket holding the input rows and the output, as arrays (a deployed node
+        saves them between requests); the output's graph is kept beside for :meth:`apply`."""
         self._check_round(t)
-        x = torch.from_numpy(np.array(self.inputs.rows(), dtype=np.float32))
+        x = np.array(self.inputs.rows(), dtype=np.float32)
         self.model.module.train()
-        out = self.model.module(x)
-        return Embedding(round=t, client=self.index, values=out.detach().numpy()), \
-            TorchTicket(t, x, out, self.steps)
+        out = self.model.module(torch.from_numpy(x))
+        self._live = (t, self.steps, out)
+        values = out.detach().numpy()
+        return Embedding(round=t, client=self.index, values=values), Ticket(t, [x, values])
 
     def answer(self, query: Query) -> Embedding:
         self._check_round(query.round)
@@ -164,14 +155,21 @@ class TorchClient(Client):
                                 f"rows, its window holds {out.shape[0]}")
         return Embedding(round=query.round, client=self.index, values=out)
 
-    def apply(self, ticket: TorchTicket, grad: Gradient) -> None:
-        """Back-propagate d loss / d embedding through the ticket's graph and step. A ticket computed
-        before the last step (a node answering B > 1 events ahead, ``network.batch``) is recomputed at
-        the current weights first: torch cannot differentiate a graph whose weights changed since."""
-        if grad.round != ticket.round or grad.values.shape != tuple(ticket.out.shape):
+    def apply(self, ticket: Ticket, grad: Gradient) -> None:
+        """Back-propagate d loss / d embedding through the ticket's output and step. The graph kept by
+        :meth:`embed` serves when no step came between; otherwise (a node answering B > 1 events
+        ahead, ``network.batch``, or rebuilt from its saved state) the output is recomputed from the
+        ticket's rows at the current weights: torch cannot differentiate a graph whose weights changed."""
+        if grad.round != ticket.round or grad.values.shape != ticket.acts[-1].shape:
             raise ProtocolError(f"client {self.index}: gradient of shape {grad.values.shape} for round "
                                 f"{grad.round} does not match the embedding it sent")
-        out = ticket.out if ticket.steps == self.steps else self.model.module(ticket.x)
+        live = self._live
+        if live is not None and live[:2] == (ticket.round, self.steps):
+            out = live[2]
+        else:
+            self.model.module.train()
+            out = self.model.module(torch.from_numpy(np.array(ticket.acts[0], dtype=np.float32)))
+        self._live = None
         g = grad.values / self.window if self.window > 1 else grad.values
         grads = torch.autograd.grad(out, self.model.params, torch.from_numpy(np.array(g, dtype=np.float32)),
                                     allow_unused=True)
