@@ -145,8 +145,8 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["activation.name"] == "topl" and cfg["activation.l"] > cfg["vfl.clients"]:
         raise ConfigError(f"activation.l = {cfg['activation.l']} exceeds vfl.clients = {cfg['vfl.clients']}: "
                           f"topl activates l of the {cfg['vfl.clients']} clients")
-    if cfg["model.backend"] == "numba" and (cfg["model.client"] or cfg["model.server"]):
-        key = "model.client" if cfg["model.client"] else "model.server"
+    if cfg.get("model.backend", "numba") == "numba" and (cfg.get("model.client") or cfg.get("model.server")):
+        key = "model.client" if cfg.get("model.client") else "model.server"
         raise ConfigError(f'{key} = "{cfg[key]}" needs model.backend = "torch" (the numba backend runs '
                           "fedstream's own MLPs only)")
     check_keys(cfg)
