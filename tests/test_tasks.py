@@ -37,7 +37,7 @@ def test_every_task_is_a_complete_task_object_named_as_its_package():
 def test_a_tasks_config_holds_its_keys_in_its_order_and_its_defaults(name):
     task = get_task(name)
     config = load_config(None, {"task": name})
-    keys = ["task", "seed", "data.name", "data.root", *task.fields]
+    keys = ["task", "seed", "data.name", "data.root", "track.uri", "track.experiment", *task.fields]
     assert list(config) == list(KEYS_BY_TASK[name]) == keys
     assert config["data.name"] == task.datasets[0]
     assert all(name in SCHEMA[k].tasks for k in task.fields)

@@ -29,6 +29,7 @@ from fedstream.ovfl.activation import FixedCount, Full, RandomActivation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.ovfl.server import Server
+from fedstream.ovfl.torch_parties import TorchClient, TorchModel, TorchServer, WindowOptimizer, torch_mlp
 from fedstream.seams import (
     BatchClientParty,
     BatchServerParty,
@@ -55,6 +56,7 @@ class OnlineCase:
     policy: Callable[[], object]
     spec: CompressionSpec = field(default_factory=CompressionSpec)
     window: int = 1  # SLR's sample window (the parties' window); 1 otherwise
+    torch: bool = False  # the PyTorch parties (model.backend = "torch") on the same MLPs
 
 
 ONLINE = [
@@ -65,7 +67,17 @@ ONLINE = [
                CompressionSpec(down="sign-scaled")),
     OnlineCase("ogd-topl", "ogd", lambda: TopLActivation(M, l=1, embedding=E, window=4, explore=3, k=1,
                                                          n_groups=3, seed=3)),
+    OnlineCase("torch-dlr-random-sign", "dlr", lambda: RandomActivation(M, p=0.5, seed=1),
+               CompressionSpec(down="sign-scaled"), torch=True),
+    OnlineCase("torch-slr-fixed-topk", "slr", lambda: FixedCount(M, k=1, seed=2),
+               CompressionSpec(up="topk", ratio=0.4), window=3, torch=True),
+    OnlineCase("torch-ogd-topl", "ogd", lambda: TopLActivation(M, l=1, embedding=E, window=4, explore=3, k=1,
+                                                               n_groups=3, seed=3), torch=True),
 ]
+
+
+def torch_opt(case: OnlineCase, model: TorchModel) -> WindowOptimizer:
+    return WindowOptimizer(model.params, lr=0.05, window=3 if case.optimizer == "dlr" else None, alpha=0.7)
 
 
 class World:
@@ -78,6 +90,12 @@ class World:
         self.clients = [Client(m, mod, opt(mod), window=case.window) for m, mod in enumerate(models)]
         top = MLP([M * E, 6, C], relu_last=False, rng=rng)
         self.server = Server(top, opt(top), n_clients=M, embedding=E, window=case.window)
+        if case.torch:
+            self.clients = [TorchClient(m, tm, torch_opt(case, tm), window=case.window)
+                            for m, tm in enumerate(TorchModel(torch_mlp(mod), D, E) for mod in models)]
+            ttop = TorchModel(torch_mlp(top), M * E, C)
+            self.server = TorchServer(ttop, torch_opt(case, ttop), n_clients=M, embedding=E,
+                                      window=case.window)
         self.policy = case.policy()
         if hasattr(self.policy, "fill"):
             self.server.stand_in = self.policy

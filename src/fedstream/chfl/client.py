@@ -39,7 +39,9 @@ from fedstream.chfl.models import (
     Column,
     ConcatHead,
     LateralColumn,
+    OwnHead,
     load_arrays,
+    own_module,
     state_arrays,
 )
 from fedstream.transport.updates import ModelUpdate
@@ -100,13 +102,28 @@ def _adam(params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
 
 def make_heads(method: str, d_common: int, d_unique: int, n_classes: int, hidden: Sequence[int],
                mus: Sequence[float], shared: Sequence[str] = (), *,
-               generator: torch.Generator | None = None) -> dict[str, nn.Module]:
+               generator: torch.Generator | None = None, own=None, client: int = 0) -> dict[str, nn.Module]:
     """The local heads of ``method`` (see the module table), keyed by candidate name.
 
     ``shared``: for chfl, ``concat`` adds the concat baseline's head beside the lateral ones.
     ``generator``: where the initial weights are drawn from (None: the global torch RNG).
+    ``own``: the factory of ``model.client`` (:mod:`fedstream.own_models`): chfl's head is then
+    :class:`OwnHead` at μ = 0 (``mu=0``), concat's its concat form, local's the module itself.
     """
     g = generator
+    if own is not None:
+        def net(d_in: int) -> nn.Module:
+            return own_module(own, "model.client", f"client {client}", d_in, n_classes, g, client=client)
+        if method == "chfl":
+            heads = {"mu=0": OwnHead(net(d_unique))}
+            if "concat" in shared:
+                heads["concat"] = OwnHead(net(d_unique + n_classes), concat=True)
+            return heads
+        if method == "concat":
+            return {"concat": OwnHead(net(d_unique + n_classes), concat=True)}
+        if method == "local":
+            return {"local": net(d_common + d_unique)}
+        return {}
     if method == "chfl":
         heads: dict[str, nn.Module] = {
             f"mu={mu:g}": LateralColumn(d_unique, n_classes, hidden, mu=mu, generator=g) for mu in mus}

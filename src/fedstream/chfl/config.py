@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from fedstream.errors import ConfigError
-from fedstream.fields import Field, Shared
+from fedstream.fields import Field, Shared, number_list
+from fedstream.own_models import check_keys
 
 NAME = "chfl"
 DATASETS = ("covertype", "covertype-uci", "sensorless", "jannis", "helena", "aloi", "table")  # first: default
@@ -17,6 +18,8 @@ FIELDS: dict[str, Field | Shared] = {
     "data.id": Shared(),
     "data.categorical": Shared(),
     "device": Shared(),
+    "model.client": Shared(),
+    "model.server": Shared(),
     "chfl.method": Field(
         str,
         "chfl",
@@ -95,6 +98,14 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["data.name"] == "table" and cfg["chfl.mode"] == "stream" and ";" in (cfg["data.path"] or ""):
         raise ConfigError('chfl.mode = "stream" on a table reads one file (the rows are dealt to the '
                           'clients); one file per client runs with chfl.mode = "batch"')
+    if cfg["model.client"] or cfg["model.server"]:
+        check_keys(cfg)
+        mus = [cfg["chfl.stream_mu"]] if cfg["chfl.mode"] == "stream" else number_list(cfg["chfl.mus"])
+        if cfg["chfl.method"] == "chfl" and any(mu != 0 for mu in mus):
+            key = "chfl.stream_mu" if cfg["chfl.mode"] == "stream" else "chfl.mus"
+            raise ConfigError(f"{key} = {cfg[key]}: with model.client / model.server (your own models) "
+                              "CHFL's columns have no known hidden layers to connect laterally; set "
+                              f"{key} = 0 (eq. 7's output sum z_c + z_u)")
     if cfg["chfl.mode"] == "stream" and cfg["chfl.split"] != "random":
         raise ConfigError(f"chfl.split = {cfg['chfl.split']!r} is for chfl.mode = batch; the stream form "
                           "draws random common features (chfl.split_index picks which)")

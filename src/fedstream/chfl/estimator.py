@@ -75,7 +75,7 @@ class CHFLClassifier(ClassifierBase):
     def __init__(self, *, clients: int = 3, common_ratio: float = 0.3, split: str = "random",
                  hidden=(64, 32), rounds: int = 10, local_epochs: int = 10, batch_size: int = 64,
                  lrs=(0.003,), mus=(0.0, 0.5), method: str = "chfl", categorical=None, device: str = "auto",
-                 seed: int = 0):
+                 seed: int = 0, client_model=None, server_model=None):
         self.clients = clients
         self.common_ratio = common_ratio
         self.split = split
@@ -89,6 +89,8 @@ class CHFLClassifier(ClassifierBase):
         self.categorical = categorical
         self.device = device
         self.seed = seed
+        self.client_model = client_model
+        self.server_model = server_model
 
     def fit(self, X, y) -> CHFLClassifier:
         """Deal the rows and columns of ``X`` (n, d) with labels ``y`` to the clients and federate."""
@@ -105,7 +107,7 @@ class CHFLClassifier(ClassifierBase):
                 dataset="table", clients=self.clients, common_ratio=self.common_ratio, split=self.split,
                 hidden=_as_list(self.hidden), rounds=self.rounds, local_epochs=self.local_epochs,
                 batch_size=self.batch_size, lrs=_as_list(self.lrs), mus=_as_list(self.mus),
-                device=self.device)
+                device=self.device, client_model=self.client_model, server_model=self.server_model)
             rows = np.arange(source.n_base)
             result, ex, cohort = train_table(source.features(rows), source.labels(rows), settings,
                                              method=self.method, seed=self.seed, n_classes=source.n_classes)

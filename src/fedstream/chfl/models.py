@@ -151,3 +151,59 @@ def load_arrays(module: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
         want = {k: tuple(v.shape) for k, v in own.items()}
         raise ProtocolError(f"a model update of tensors {got} does not fit this column's {want}")
     module.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()}, strict=True)
+
+
+class OwnColumn(nn.Module):
+    """A user's module (``model.server``, :mod:`fedstream.own_models`) as the common column: its
+    logits, and no hidden outputs for lateral connections (the heads over it use μ = 0)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def run(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        return [], self.net(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class OwnHead(nn.Module):
+    """A user's unique column (``model.client``) as a local head: eq. 7's output sum z_c + z_u without
+    lateral connections (CHFL at μ = 0), or with ``concat`` section V-B5's column over
+    [x_u, softmax(z_c)]."""
+
+    def __init__(self, net: nn.Module, *, concat: bool = False):
+        super().__init__()
+        self.net, self.concat = net, concat
+
+    def forward(self, x_u: torch.Tensor, common_hidden: Sequence[torch.Tensor],
+                common_logits: torch.Tensor) -> torch.Tensor:
+        if self.concat:
+            return self.net(torch.cat([x_u, torch.softmax(common_logits, dim=1)], dim=1))
+        return common_logits + self.net(x_u)
+
+
+def own_module(spec, key: str, party: str, d_in: int, n_classes: int, generator: torch.Generator | None,
+               **extra) -> nn.Module:
+    """The factory ``spec``'s module over ``d_in`` features to ``n_classes`` logits, its weights drawn
+    from the global torch RNG seeded by one draw of ``generator`` (put back after), its output checked."""
+    from fedstream.own_models import build, check_output
+
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else None
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        net = build(spec, key, party, input_size=d_in, n_classes=n_classes, **extra)
+    check_output(net, spec, key, party, (d_in,), (n_classes,), f"(rows, classes) with {n_classes} classes")
+    return net
+
+
+def common_column(spec, d_common: int, n_classes: int, hidden: Sequence[int], *,
+                  generator: torch.Generator | None = None, party: str = "server") -> nn.Module:
+    """The common column: :class:`Column`, or the factory ``spec`` (``model.server``) as an
+    :class:`OwnColumn`."""
+    if spec is None:
+        return Column(d_common, n_classes, hidden, generator=generator)
+    return OwnColumn(own_module(spec, "model.server", party, d_common, n_classes, generator))
+

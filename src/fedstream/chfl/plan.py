@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedstream.chfl.client import Client, ClientData, make_client_data, make_heads
-from fedstream.chfl.models import Column
+from fedstream.chfl.models import common_column
 from fedstream.chfl.settings import CHFLSettings, check_method
 from fedstream.chfl.splits import (
     FeatureSplit,
@@ -106,12 +107,13 @@ def prepare_client(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, seed
     return fs, data, len(y), n_classes
 
 
-def initial_column(plan: Plan) -> Column | None:
+def initial_column(plan: Plan) -> nn.Module | None:
     """The server's initial global common column: the first draw of the run's generator."""
     if not plan.federated:
         return None
     s = plan.settings
-    return Column(plan.n_common, plan.n_classes, s.hidden, generator=torch.Generator().manual_seed(plan.seed))
+    return common_column(s.server_model, plan.n_common, plan.n_classes, s.hidden,
+                         generator=torch.Generator().manual_seed(plan.seed))
 
 
 def build_clients(plan: Plan, unique_sizes: Sequence[int], lr: float,
@@ -129,13 +131,13 @@ def build_clients(plan: Plan, unique_sizes: Sequence[int], lr: float,
     dc = plan.n_common
     shared = s.shared_baselines if plan.method == "chfl" else ()
     if plan.federated:
-        Column(dc, plan.n_classes, s.hidden, generator=g)  # the server's initial column
+        common_column(s.server_model, dc, plan.n_classes, s.hidden, generator=g)  # the server's initial one
     clients = {}
     for k in range(max(data, default=-1) + 1):
-        common = Column(dc, plan.n_classes, s.hidden, generator=g) if plan.federated else None
-        heads = make_heads(
-            plan.method, dc, unique_sizes[k], plan.n_classes, s.hidden, s.mus, shared, generator=g
-        )
+        common = (common_column(s.server_model, dc, plan.n_classes, s.hidden, generator=g,
+                                party=f"client {k}") if plan.federated else None)
+        heads = make_heads(plan.method, dc, unique_sizes[k], plan.n_classes, s.hidden, s.mus, shared,
+                           generator=g, own=s.client_model, client=k)
         if k in data:
             clients[k] = Client(
                 k, data[k], common=common, heads=heads, lr=lr, batch_size=s.batch_size,

@@ -47,6 +47,8 @@ CONFIG_KEYS: dict[str, str] = {
     "late_join": "chfl.stream_late_join",
     "eval_every": "chfl.stream_eval_every",
     "device": "device",
+    "client_model": "model.client",
+    "server_model": "model.server",
 }
 
 
@@ -115,6 +117,10 @@ class CHFLSettings:
     select_round: bool = True  # also choose the round by validation accuracy, per client
     max_rows: int | None = None  # use a random subset of the rows (quick runs)
     device: str = "auto"  # where the clients compute: auto | cpu | cuda (fedstream.runs.device)
+    # your own models (fedstream.own_models): model.client, the local heads over the unique features;
+    # model.server, the common column FedAvg averages (a "module:function" path or a callable)
+    client_model: object = None
+    server_model: object = None
 
     def __post_init__(self) -> None:
         if self.dataset != "table":  # table: the user's file, fedstream.chfl.table_data

@@ -34,7 +34,7 @@ from fedstream.chfl.checkpoint import (
 )
 from fedstream.chfl.client import Client, ClientData, View, make_heads
 from fedstream.chfl.fedavg import FedAvgServer
-from fedstream.chfl.models import Column, state_arrays
+from fedstream.chfl.models import Column, common_column, state_arrays
 from fedstream.chfl.settings import (
     METHODS,
     check_choice,
@@ -67,6 +67,8 @@ class StreamSettings:
     eval_every: int = 20  # ticks per point of the curve
     stats_rows: int = 256
     max_rows: int | None = None
+    client_model: object = None  # model.client: a factory of the local heads (fedstream.own_models)
+    server_model: object = None  # model.server: a factory of the common column
 
     def __post_init__(self) -> None:
         if self.dataset != "table":  # table: the user's file, fedstream.chfl.table_data.run_stream_table
@@ -135,11 +137,13 @@ def draw_parties(layout: StreamLayout, s: StreamSettings, method: str, seed: int
     g = torch.Generator().manual_seed(seed)  # the run's own: the global torch RNG is not touched
     fs, federated = layout.features, method != "local"
     dc = len(fs.common)
-    initial = Column(dc, n_classes, s.hidden, generator=g) if federated else None
+    initial = common_column(s.server_model, dc, n_classes, s.hidden, generator=g) if federated else None
     drawn = []
     for k in range(upto):
-        heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g)
-        drawn.append((heads, Column(dc, n_classes, s.hidden, generator=g) if federated else None))
+        heads = make_heads(method, dc, len(fs.unique[k]), n_classes, s.hidden, (s.mu,), generator=g,
+                           own=s.client_model, client=k)
+        drawn.append((heads, common_column(s.server_model, dc, n_classes, s.hidden, generator=g,
+                                           party=f"client {k}") if federated else None))
     return initial, drawn
 
 

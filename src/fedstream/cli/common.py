@@ -64,6 +64,13 @@ def table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
+def add_track(parser) -> None:
+    parser.add_argument("--track", choices=["mlflow"], default=None,
+                        help="log to MLflow (config, metrics per interval, bytes, timings, files); the "
+                             "store is track.uri, else MLflow's default (./mlflow.db); needs "
+                             "pip install 'fedstream[mlflow]'")
+
+
 def add_sets(parser, help: str = "override a config key for every run (repeatable)") -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=help)
 

@@ -5,8 +5,20 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from fedstream.cli.common import STACK_HELP, add_sets, check_workers, out_dir, progress_bar, reporter
+from fedstream import tracking
+from fedstream.cli.common import (
+    STACK_HELP,
+    add_sets,
+    add_track,
+    check_workers,
+    console,
+    out_dir,
+    progress_bar,
+    reporter,
+)
+from fedstream.config.loader import parse_override
 from fedstream.experiments.definition import list_experiments, load_experiment
+from fedstream.experiments.report import write_report
 from fedstream.experiments.runner import run_experiment, total_rounds
 
 
@@ -30,6 +42,7 @@ def add_parsers(sub) -> None:
     run.add_argument("--ray-address", default=None,
                      help="an existing Ray cluster (default: a local instance)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_track(run)
 
 
 def cmd_experiment(args) -> int:
@@ -43,6 +56,8 @@ def cmd_experiment(args) -> int:
         return 0
     check_workers(args.workers)
     exp = load_experiment(args.name)
+    track, uri, experiment = tracking.take_settings(dict(parse_override(s) for s in args.sets), args.track)
+    mlflow = tracking.open_store(uri, experiment) if track else None  # a bad URI fails before the runs
     with progress_bar(args.quiet, error=False) as bar:
         total = total_rounds(exp, args.scale, args.sets, args.tune_rounds)
         on_report = reporter(bar, bar.add_task(f"{exp.name} ({args.scale})", total=total, rps=0.0))
@@ -50,7 +65,22 @@ def cmd_experiment(args) -> int:
                        backend=args.backend, ray_address=args.ray_address, tune_rounds=args.tune_rounds,
                        on_report=on_report, stack=args.stack)
     Console().print(f"results in {args.out}; render them with: fedstream report {args.out}")
+    if mlflow is not None:
+        report = _report(args.out)
+        run_id = tracking.log_experiment(mlflow, args.out, experiment=experiment, report=report)
+        Console().print(f"logged to MLflow: experiment {experiment!r}, run {run_id} with a child run per run "
+                        f"({mlflow.tracking_uri})")
     return 0
+
+
+def _report(out):
+    """The experiment's report (report.md and figures) for MLflow; None (with a warning) if it cannot be
+    drawn (no matplotlib)."""
+    try:
+        return write_report(out)
+    except ImportError as exc:
+        console.print(f"[yellow]warning:[/yellow] no report logged to MLflow ({exc}); pip install matplotlib")
+        return None
 
 
 COMMANDS = {"experiment": cmd_experiment}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from fedstream.cli.common import add_sets, console, out_dir, progress_bar, table
+from fedstream import tracking
+from fedstream.cli.common import add_sets, add_track, console, out_dir, progress_bar, table
 from fedstream.config import list_presets, load_config
 from fedstream.errors import FedstreamError
 from fedstream.runs.folder import RunFolder
@@ -25,6 +27,7 @@ def add_parsers(sub) -> None:
                      help="folder for summary.json, metrics.csv, config and checkpoints")
     run.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_track(run)
 
 
 def cmd_presets(_args) -> int:
@@ -54,8 +57,31 @@ def check_out(task: Task, out: Path | None, resume: bool) -> None:
 
 def cmd_run(args) -> int:
     config = load_config(args.config, args.sets)
+    track, uri, experiment = tracking.take_settings(config, args.track)
     task = get_task(config["task"])
     check_out(task, args.out, args.resume)
+    if track and args.out is None:  # the run's files are what is logged: write them to a temporary folder
+        with tempfile.TemporaryDirectory(prefix="fedstream-run-") as tmp:
+            args.out = Path(tmp) / "run"
+            return _run_and_track(task, config, args, uri, experiment)
+    if track:
+        return _run_and_track(task, config, args, uri, experiment)
+    _run(task, config, args)
+    return 0
+
+
+def _run_and_track(task: Task, config: dict, args, uri: str | None, experiment: str) -> int:
+    """Run, then log the run folder to MLflow (:mod:`fedstream.tracking`)."""
+    mlflow = tracking.open_store(uri, experiment)  # before the run: a bad URI fails first
+    _run(task, config, args)
+    name = Path(args.config).stem if args.config.endswith((".toml", ".yaml", ".yml")) else args.config
+    run_id = tracking.log_run_folder(mlflow, args.out, experiment=experiment, run_name=name, config=config)
+    if not args.quiet:
+        Console().print(f"logged to MLflow: experiment {experiment!r}, run {run_id} ({mlflow.tracking_uri})")
+    return 0
+
+
+def _run(task: Task, config: dict, args) -> None:
     folder = RunFolder(args.out, checkpoint_name=task.checkpoint_name) if args.out is not None else None
     if folder is not None and not (args.resume and not folder.checkpoint.exists()):
         folder.lock()  # a second run into the same --out is refused while this one runs (a resume
@@ -67,7 +93,6 @@ def cmd_run(args) -> int:
             folder.unlock()
     if not args.quiet:
         Console().print(table(*task.summary_rows(summary)))
-    return 0
 
 
 def _simulate(task: Task, config: dict, args) -> dict:

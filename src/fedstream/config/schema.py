@@ -66,6 +66,12 @@ def common_fields(tasks: tuple[str, ...], datasets_by_task: dict[str, tuple[str,
         "data.root": Field(
             str, None, "data folder (else $FEDSTREAM_DATA, ./data, ../shared/data)", optional=True
         ),
+        "track.uri": Field(
+            str, None, "log the run to MLflow at this tracking URI (a folder or file: URI, sqlite:///x.db, "
+            "http://host:5000); --track mlflow with none: MLflow's default store (./mlflow.db)",
+            optional=True,
+        ),
+        "track.experiment": Field(str, "fedstream", "the MLflow experiment the run is logged under"),
     }
 
 
@@ -110,6 +116,14 @@ SHARED: dict[str, Field] = {
         "vfl: none = the paper's (0.01, CIFAR-10 0.001)",
         min=0.0,
         exclusive_min=True,
+    ),
+    "model.client": Field(
+        str, None, 'your own client model: a factory "package.module:function" returning a torch.nn.Module '
+        "(its arguments: docs, fedstream.own_models); none: the built-in one", optional=True,
+    ),
+    "model.server": Field(
+        str, None, 'your own server (top) model: a factory "package.module:function" returning a '
+        "torch.nn.Module; none: the built-in one", optional=True,
     ),
     "compression.up": Field(
         str,

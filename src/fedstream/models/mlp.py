@@ -107,6 +107,11 @@ class MLP:
     def n_out(self) -> int:
         return self.sizes[-1]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The type of the weights (and of the rows the model reads)."""
+        return self.layers[0].W.dtype
+
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """Return the output (n, out) and the layer inputs/outputs needed by :meth:`backward`.
 

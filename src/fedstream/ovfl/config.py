@@ -12,6 +12,7 @@ from typing import Any
 from fedstream.config.schema import shared
 from fedstream.errors import ConfigError
 from fedstream.fields import Field, Shared
+from fedstream.own_models import check_keys
 
 NAME = "ovfl"
 DATASETS = ("imnist", "mnist", "fashion-mnist", "higgs", "susy", "table")  # the first is the default
@@ -38,6 +39,13 @@ FIELDS: dict[str, Field | Shared] = {
     "stream.drift_every": Field(int, 50, "rounds between class-prior redraws", min=1),
     "vfl.clients": Shared(),
     "model.embedding": Shared(),
+    "model.backend": Field(
+        str, "numba", "the parties' engine: numba (fedstream's compiled MLPs, fused kernels) or torch "
+        "(PyTorch modules with autograd: the built-in MLPs, or model.client / model.server)",
+        choices=("numba", "torch"),
+    ),
+    "model.client": Shared(),
+    "model.server": Shared(),
     "optimizer.name": Field(
         str, "dlr", "update rule of every party", choices=("ogd", "slr", "dlr")
     ),
@@ -137,6 +145,11 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["activation.name"] == "topl" and cfg["activation.l"] > cfg["vfl.clients"]:
         raise ConfigError(f"activation.l = {cfg['activation.l']} exceeds vfl.clients = {cfg['vfl.clients']}: "
                           f"topl activates l of the {cfg['vfl.clients']} clients")
+    if cfg.get("model.backend", "numba") == "numba" and (cfg.get("model.client") or cfg.get("model.server")):
+        key = "model.client" if cfg.get("model.client") else "model.server"
+        raise ConfigError(f'{key} = "{cfg[key]}" needs model.backend = "torch" (the numba backend runs '
+                          "fedstream's own MLPs only)")
+    check_keys(cfg)
     if cfg["data.name"] in ("imnist", "mnist", "fashion-mnist") and cfg["vfl.clients"] > 784:
         raise ConfigError(f"vfl.clients = {cfg['vfl.clients']}: images have only 784 features")
     return cfg

@@ -47,7 +47,8 @@ F32 = np.float32
 
 def fused_applies(config: dict, transport, server, blocks: list[slice]) -> bool:
     """Whether a run with this config, transport, server and feature blocks can take the fused path."""
-    return (config.get("simulator.path", "auto") == "auto" and type(transport) is InProcessTransport
+    return (config.get("simulator.path", "auto") == "auto" and config.get("model.backend", "numba") == "numba"
+            and type(transport) is InProcessTransport
             and server.stand_in is None and all(b.step in (None, 1) for b in blocks))
 
 

@@ -51,7 +51,7 @@ def client_embedding(client: Client, t: int, x: np.ndarray) -> Embedding:
 def server_logits(server: Server, embeddings: list[Embedding]) -> np.ndarray:
     """Server side: the top model's logits (n, classes) for the clients' embeddings, in client order."""
     h = np.concatenate([e.values for e in embeddings], axis=1)
-    logits, _ = server.model.forward(np.ascontiguousarray(h, dtype=server.model.layers[0].W.dtype))
+    logits, _ = server.model.forward(np.ascontiguousarray(h, dtype=server.model.dtype))
     return np.array(logits, copy=True)
 
 

@@ -72,11 +72,7 @@ class Server(StateOfParts):
         self.labels.push(y)
         h, losses, g_logits = self._buffers(min(self.labels.count, self.window))
         self._stack(t, embeddings, h)
-        if self.stand_in is not None:
-            real = np.ones(self.n_clients, dtype=bool)
-            real[self._padded] = False
-            self.stand_in.received(y, h[-1], real)
-        self._padded.clear()
+        self.tell_stand_in(y, h[-1])
         logits, acts = self.model.forward(h)
         prediction = int(logits[-1].argmax())
         softmax_cross_entropy_into(logits, self.labels.rows()[:, 0], losses, g_logits)
@@ -88,6 +84,14 @@ class Server(StateOfParts):
         e = self.embedding
         out = [Gradient(t, m, g_h[:, m * e:(m + 1) * e]) for m in active]
         return RoundResult(prediction, out)
+
+    def tell_stand_in(self, y: int, row: np.ndarray) -> None:
+        """Show the stand-in (if any) the round's label, input row and which clients really sent."""
+        if self.stand_in is not None:
+            real = np.ones(self.n_clients, dtype=bool)
+            real[self._padded] = False
+            self.stand_in.received(y, row, real)
+        self._padded.clear()
 
     def _buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The stacked embeddings (rows, M*e), per-row losses and d loss / d logits, allocated once."""

@@ -50,6 +50,8 @@ def config_stack_key(c: dict) -> tuple | None:
         return None
     if (c["compression.up"], c["compression.down"]) != ("none", "none") or c["activation.name"] == "topl":
         return None
+    if c.get("model.backend", "numba") != "numba":  # stacks batch the compiled MLPs' kernels
+        return None
     stream = tuple(c[k] for k in STREAM_KEYS)
     return stream + (c["vfl.clients"], c["model.embedding"], c["optimizer.name"], c["optimizer.window"],
                      c["optimizer.alpha"] if c["optimizer.name"] == "dlr" else None, c["rounds"])

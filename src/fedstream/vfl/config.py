@@ -12,6 +12,7 @@ from typing import Any
 
 from fedstream.config.schema import shared
 from fedstream.fields import Field, Shared
+from fedstream.own_models import check_keys
 from fedstream.vfl.selection import SelectionSpec
 
 NAME = "vfl"
@@ -20,6 +21,8 @@ DATASETS = ("mnist", "fashion-mnist", "cifar10", "table")  # the first is the de
 FIELDS: dict[str, Field | Shared] = {
     "vfl.clients": Shared(),
     "model.embedding": Shared(default=None),
+    "model.client": Shared(),
+    "model.server": Shared(),
     "optimizer.lr": Shared(default=None),
     "train.epochs": Field(int, 10, "passes over the training set", min=1),
     "train.batch_size": Field(int, 100, "samples per mini-batch (paper: 100)", min=1, max=65535),
@@ -149,4 +152,5 @@ FIELDS: dict[str, Field | Shared] = {
 def check(cfg: dict[str, Any]) -> dict[str, Any]:
     """The selection.* keys against each other and against vfl.clients (errors name the key)."""
     SelectionSpec.from_config(cfg).check_clients(cfg["vfl.clients"])
+    check_keys(cfg)
     return cfg

@@ -21,7 +21,7 @@ import torch
 
 from fedstream.data.table import Table
 from fedstream.data.table_source import TableSource, TableSpec
-from fedstream.errors import FedstreamError
+from fedstream.errors import ConfigError, FedstreamError
 from fedstream.estimators import ClassifierBase, as_value_error
 from fedstream.transport import CompressionSpec
 from fedstream.vfl.protocol import Batch, LocalCohort, play_scores
@@ -82,8 +82,11 @@ class VFLClassifier(ClassifierBase):
     epoch's models; False: train on every row and stop when the training loss has not improved by
     ``tol`` for ``n_iter_no_change`` epochs, as ``MLPClassifier`` does), ``compression`` (e.g.
     ``{"up": "topk", "down": "quant-huffman"}``), ``device`` (``auto`` | ``cpu`` | ``cuda``),
-    ``seed``. After ``fit``: ``classes_``, ``n_features_in_``, ``history_`` (a row per epoch: loss,
-    bytes, accuracy on the validation rows, or on the training rows without early stopping),
+    ``seed``, ``client_model`` / ``server_model`` (your own bottom / top model: a factory
+    callable or ``"module:function"`` path, called with the keyword arguments of
+    :mod:`fedstream.own_models`; a client's ``input_shape`` is ``(its columns,)``). After ``fit``:
+    ``classes_``, ``n_features_in_``, ``history_`` (a row per epoch: loss, bytes, accuracy on the
+    validation rows, or on the training rows without early stopping),
     ``n_iter_`` (epochs played), ``best_validation_score_`` (with early stopping), ``bytes_``,
     ``client_columns_``; :meth:`inference_bytes` counts what a prediction sends.
 
@@ -106,7 +109,8 @@ class VFLClassifier(ClassifierBase):
     def __init__(self, *, partition=2, categorical=None, hidden: int = 100, embedding: int | None = None,
                  epochs: int = 200, batch_size: int = 200, optimizer: str = "adam", lr: float | None = None,
                  early_stopping: bool = False, validation_fraction: float = 0.1, n_iter_no_change: int = 10,
-                 tol: float = 1e-4, compression=None, device: str = "auto", seed: int = 0):
+                 tol: float = 1e-4, compression=None, device: str = "auto", seed: int = 0,
+                 client_model=None, server_model=None):
         self.partition = partition
         self.categorical = categorical
         self.hidden = hidden
@@ -122,6 +126,8 @@ class VFLClassifier(ClassifierBase):
         self.compression = compression
         self.device = device
         self.seed = seed
+        self.client_model = client_model
+        self.server_model = server_model
 
     def fit(self, X, y) -> VFLClassifier:
         """Train on ``X`` (n, d) and labels ``y`` (n,): at most ``epochs`` epochs of the parties' protocol."""
@@ -144,6 +150,7 @@ class VFLClassifier(ClassifierBase):
                 dataset="table", clients=n_clients, epochs=self.epochs, batch_size=batch, lr=lr,
                 optimizer=self.optimizer, embedding=self.embedding, hidden=self.hidden, device=self.device,
                 compression=CompressionSpec(**(self.compression or {})), table=(("data.path", "<X>"),),
+                client_model=self.client_model, server_model=self.server_model,
             ).resolved()
         except FedstreamError as exc:
             raise as_value_error(exc) from None
@@ -160,7 +167,10 @@ class VFLClassifier(ClassifierBase):
                              source.classes, source.client_columns, source)
         key = "test_accuracy" if check_rows.size else "train_loss"
         stopping = Stopping(key, self.tol, self.n_iter_no_change)
-        trained = train_on(settings, data, seed=self.seed, until=stopping)
+        try:
+            trained = train_on(settings, data, seed=self.seed, until=stopping)
+        except ConfigError as exc:  # client_model / server_model that do not fit
+            raise as_value_error(exc) from None
         if bad := nonfinite_parties(trained.clients, trained.server):
             raise ValueError(f"training diverged: the model of {', '.join(bad)} holds NaN or inf "
                              f"(lr = {settings.lr}; try a smaller one)")

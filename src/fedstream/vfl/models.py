@@ -13,6 +13,9 @@
 The models are drawn in order from one seeded generator (client 0's, client 1's, ..., the server's),
 except with a table of one file per party, where no party knows the others' widths: there each
 party draws its own model from its own seed (:func:`build_models_alone`).
+
+``model.client`` / ``model.server`` (:mod:`fedstream.own_models`) replace either side by the user's own
+module, drawn in the same order from the same seeds.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+
+from fedstream.own_models import Spec, build, check_output
 
 
 def client_mlp(n_in: int, hidden: int, embedding: int) -> nn.Sequential:
@@ -64,6 +69,44 @@ def resnet18(in_channels: int, embedding: int, width: int = 64) -> nn.Sequential
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, embedding))
 
 
+def build_client(
+    dataset: str, shape: tuple[int, int, int], m: int, clients: int, *, embedding: int, hidden: int,
+    resnet_width: int, own: Spec | None = None,
+) -> nn.Module:
+    """Client ``m``'s bottom model over its strip of ``shape`` (C, H, W): the paper's, or the factory
+    ``own`` (``model.client``, :mod:`fedstream.own_models`; a table block's input shape is (width,)),
+    its output checked to be (rows, embedding)."""
+    if own is None:
+        if dataset == "cifar10":
+            return resnet18(shape[0], embedding, resnet_width)
+        c, h, w = shape
+        return client_mlp(c * h * w, hidden, embedding)
+    input_shape = (shape[2],) if dataset == "table" else tuple(shape)
+    module = build(own, "model.client", f"client {m}", input_shape=input_shape, embedding=embedding, client=m,
+                   clients=clients)
+    check_output(module, own, "model.client", f"client {m}", input_shape, (embedding,),
+                 "(rows, model.embedding)")
+    return module
+
+
+def build_server(
+    dataset: str, clients: int, *, embedding: int, hidden: int, n_classes: int,
+    server_hidden: int | None = None, own: Spec | None = None,
+) -> nn.Module:
+    """The server's top model over the ``clients`` concatenated embeddings: the paper's, or the factory
+    ``own`` (``model.server``), its output checked to be (rows, n_classes)."""
+    n_in = clients * embedding
+    if own is None:
+        if dataset == "cifar10":
+            return nn.Linear(n_in, n_classes)
+        return server_mlp(n_in, hidden if server_hidden is None else server_hidden, n_classes)
+    module = build(own, "model.server", "server", input_size=n_in, n_classes=n_classes, clients=clients,
+                   embedding=embedding)
+    check_output(module, own, "model.server", "server", (n_in,), (n_classes,),
+                 f"(rows, classes) with {n_classes} classes")
+    return module
+
+
 def build_models(
     dataset: str,
     strip_shapes: list[tuple[int, int, int]],
@@ -73,15 +116,18 @@ def build_models(
     resnet_width: int,
     n_classes: int,
     server_hidden: int | None = None,
+    client_model: Spec | None = None,
+    server_model: Spec | None = None,
 ) -> tuple[list[nn.Module], nn.Module]:
-    """(client models, server model) of the paper's setting for ``dataset``; the MNIST-like server's
-    hidden width is ``server_hidden`` (default: ``hidden``)."""
+    """(client models, server model) of the paper's setting for ``dataset``, or of the factories
+    ``client_model`` / ``server_model``; the MNIST-like server's hidden width is ``server_hidden``
+    (default: ``hidden``)."""
     m = len(strip_shapes)
-    if dataset == "cifar10":
-        clients = [resnet18(c, embedding, resnet_width) for c, _, _ in strip_shapes]
-        return clients, nn.Linear(m * embedding, n_classes)
-    clients = [client_mlp(c * h * w, hidden, embedding) for c, h, w in strip_shapes]
-    return clients, server_mlp(m * embedding, hidden if server_hidden is None else server_hidden, n_classes)
+    clients = [build_client(dataset, shape, j, m, embedding=embedding, hidden=hidden,
+                            resnet_width=resnet_width, own=client_model)
+               for j, shape in enumerate(strip_shapes)]
+    return clients, build_server(dataset, m, embedding=embedding, hidden=hidden, n_classes=n_classes,
+                                 server_hidden=server_hidden, own=server_model)
 
 
 def party_seed(seed: int, party: int) -> int:
@@ -99,18 +145,20 @@ def build_models_alone(
     resnet_width: int,
     n_classes: int,
     server_hidden: int | None = None,
+    client_model: Spec | None = None,
+    server_model: Spec | None = None,
 ) -> tuple[list[nn.Module | None], nn.Module]:
     """:func:`build_models`, each party drawing from its own seed (:func:`party_seed`); a client whose
     shape is None (another node's, unknown here) is not built. Restores the global torch RNG."""
     clients: list[nn.Module | None] = []
+    m = len(strip_shapes)
     with torch.random.fork_rng(devices=[]):
-        for m, shape in enumerate(strip_shapes):
-            torch.manual_seed(party_seed(seed, 1 + m))
-            clients.append(None if shape is None else build_models(
-                dataset, [shape], embedding=embedding, hidden=hidden, resnet_width=resnet_width,
-                n_classes=n_classes, server_hidden=server_hidden)[0][0])
+        for j, shape in enumerate(strip_shapes):
+            torch.manual_seed(party_seed(seed, 1 + j))
+            clients.append(None if shape is None else build_client(
+                dataset, shape, j, m, embedding=embedding, hidden=hidden, resnet_width=resnet_width,
+                own=client_model))
         torch.manual_seed(party_seed(seed, 0))
-        m = len(strip_shapes)
-        server = (nn.Linear(m * embedding, n_classes) if dataset == "cifar10" else
-                  server_mlp(m * embedding, hidden if server_hidden is None else server_hidden, n_classes))
+        server = build_server(dataset, m, embedding=embedding, hidden=hidden, n_classes=n_classes,
+                              server_hidden=server_hidden, own=server_model)
     return clients, server

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
 from fedstream.errors import ConfigError
+from fedstream.own_models import Spec, name_of
 from fedstream.transport import CompressionSpec
 from fedstream.vfl.selection import SelectionSpec
 
@@ -39,6 +40,8 @@ CONFIG_KEYS = {
     "test_rows": "data.test_rows",
     "split": "vfl.split",
     "device": "device",
+    "client_model": "model.client",
+    "server_model": "model.server",
 }
 
 
@@ -57,7 +60,9 @@ class BatchVFLSettings:
     * ``split``: ``rows`` (client m holds a strip of pixel rows) or ``columns`` (a strip of columns);
     * ``compression``: the codec of each direction (:class:`fedstream.transport.CompressionSpec`);
     * ``selection``: participant selection, padding and dynamic data
-      (:class:`fedstream.vfl.selection.SelectionSpec`).
+      (:class:`fedstream.vfl.selection.SelectionSpec`);
+    * ``client_model`` / ``server_model``: your own bottom / top model, a factory as a
+      ``"module:function"`` path or a callable (:mod:`fedstream.own_models`; None: the paper's).
     """
 
     dataset: str = "mnist"
@@ -77,6 +82,8 @@ class BatchVFLSettings:
     compression: CompressionSpec = field(default_factory=CompressionSpec)
     selection: SelectionSpec = field(default_factory=SelectionSpec)
     table: tuple[tuple[str, object], ...] = ()  # data.name = "table": (key, value) of TABLE_KEYS
+    client_model: Spec | None = None  # model.client: a factory of the clients' bottom models
+    server_model: Spec | None = None  # model.server: a factory of the server's top model
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -109,6 +116,11 @@ class BatchVFLSettings:
         if not isinstance(self.selection, SelectionSpec):
             raise ConfigError(f"selection: expected a SelectionSpec, got {type(self.selection).__name__}")
         self.selection.check_clients(self.clients)
+        for name in ("client_model", "server_model"):
+            spec = getattr(self, name)
+            if spec is not None and not (callable(spec) or (isinstance(spec, str) and spec.strip())):
+                raise ConfigError(f"{CONFIG_KEYS[name]} = {spec!r}: expected a factory as "
+                                  '"package.module:function" or a callable returning a torch.nn.Module')
         if self.dataset == "table" and not dict(self.table).get("data.path"):
             raise ConfigError('data.name = "table" needs data.path (the table file, or one file per party '
                               "separated by ';')")
@@ -135,6 +147,8 @@ class BatchVFLSettings:
     def to_config(self) -> dict:
         """The flat config (dotted keys) of these settings, ``compression.*`` and ``selection.*`` included."""
         out = {CONFIG_KEYS[f.name]: getattr(self, f.name) for f in fields(self) if f.name in CONFIG_KEYS}
+        for name in ("client_model", "server_model"):  # a callable as its "module:qualname"
+            out[CONFIG_KEYS[name]] = None if getattr(self, name) is None else name_of(getattr(self, name))
         return out | self.compression.to_config() | self.selection.to_config() | dict(self.table)
 
 

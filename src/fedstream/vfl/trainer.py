@@ -49,7 +49,7 @@ from fedstream.selection.padding import make_padding
 from fedstream.transport import make_transport
 from fedstream.transport.ledger import ByteLedger
 from fedstream.vfl.data import VerticalImages, load_vertical
-from fedstream.vfl.models import build_models, build_models_alone
+from fedstream.vfl.models import build_models, build_models_alone, party_seed
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.protocol import (
     Batch,
@@ -125,6 +125,16 @@ def nonfinite_parties(clients: list[BatchClient], server: BatchServer) -> list[s
 
 def _run(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool,
          data: VerticalImages | VerticalTable | None = None, until=None) -> Trained:
+    """A run; what its models draw while training (dropout, say, in a model of ``model.client`` /
+    ``model.server``) comes from the global torch RNG seeded from ``seed`` here (the caller's RNG is
+    put back after), and a checkpoint carries that RNG's state, so runs and resumed runs repeat."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(party_seed(seed, -1 % 2**32))
+        return _run_seeded(settings, root, seed, progress, out, resume, data, until)
+
+
+def _run_seeded(settings: BatchVFLSettings, root: Path, seed: int, progress, out: Path | None, resume: bool,
+                data: VerticalImages | VerticalTable | None, until) -> Trained:
     tic = time.perf_counter()
     data = load_vertical(settings, root) if data is None else data
     clients, server = build_parties(settings, data, seed)
@@ -272,7 +282,8 @@ def build_parties(
     one file per party: each party's model from its own seed, and a client whose strip shape is
     None (a deployed node's view of the others) is None."""
     sizes = dict(embedding=settings.embedding, hidden=settings.hidden, resnet_width=settings.resnet_width,
-                 n_classes=data.n_classes, server_hidden=settings.server_hidden)
+                 n_classes=data.n_classes, server_hidden=settings.server_hidden,
+                 client_model=settings.client_model, server_model=settings.server_model)
     if settings.own_draws:
         client_models, server_model = build_models_alone(settings.dataset, data.strip_shapes(), seed=seed,
                                                          **sizes)
