@@ -2,7 +2,7 @@
 through the encoded messages of :func:`fedstream.alignment.align`, against a plain set
 intersection of the same ids in the same process (the reference, which reveals every id).
 
-    python -m fedstream.bench.psi --ids 100000          # or scripts/bench_psi.sh
+    fedstream bench psi --ids 100000          # or scripts/bench_psi.sh
 
 It reports the seconds of each side (the server blinding its ids once, then the client's reply and
 the server's conclusion), the bytes each way, ids per second, and whether the PSI found exactly the
@@ -11,8 +11,6 @@ plain intersection. The target of issue 30 is 100,000 x 100,000 ids in at most 2
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import time
@@ -68,25 +66,3 @@ def format_psi(row: dict) -> str:
             f"{row['bytes_up'] / 1e6:.1f} MB up, {row['ids_per_second']:,.0f} ids/s; plain intersection "
             f"{row['plain_seconds']:.3f} s (x{row['ratio_to_plain']:.0f}); load {row['load_average']:.1f} "
             f"on {row['cpus']} cpus.{verdict}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedstream.bench.psi",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--ids", type=int, nargs="+", default=[100_000], help="set sizes N (N x N ids)")
-    parser.add_argument("--overlap", type=float, default=0.85,
-                        help="share of the client's ids the server holds")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
-    args = parser.parse_args(argv)
-    rows = []
-    for n in args.ids:
-        rows.append(bench_psi(n, overlap=args.overlap))
-        print(format_psi(rows[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
