@@ -153,6 +153,7 @@ BENCH_OPTIONS = {
     "estimators": {"--which", "--seed", "--json"},
     "psi": {"--ids", "--overlap", "--json"},
     "vfl": {"--reps", "--data-root", "--json"},
+    "torch": {"--rounds", "--warmup", "--data-root", "--json"},
 }
 
 

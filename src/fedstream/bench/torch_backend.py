@@ -12,15 +12,12 @@ and one thread each (torch's and numba's), after the same warm-up rounds (compil
 
 Each row gives rounds/s, the ratio to the fused loop, and the run's accumulated error; the torch row
 on the built-in MLP must match the compiled rows' error (the check the tests make, repeated here on
-the timed run). Run it with ``python -m fedstream.bench.torch_backend [--rounds N]``.
+the timed run). Run it with ``fedstream bench torch [--rounds N]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 from torch import nn
 
@@ -75,20 +72,3 @@ def format_table(rows: list[dict]) -> str:
     lines += [f"| {r['optimizer']} | {r['case']} | {r['rounds_per_second']:,.0f} | "
               f"{r['ratio_to_fused']:.3f} | {r['accumulated_error']:.4f} |" for r in rows]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2000, help="rounds timed per case")
-    parser.add_argument("--warmup", type=int, default=200, help="rounds played first, untimed")
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--json", type=Path, default=Path("bench-torch-backend.json"))
-    args = parser.parse_args(argv)
-    rows = bench_torch_backend(rounds=args.rounds, warmup=args.warmup, data_root=args.data_root)
-    print(format_table(rows))
-    args.json.write_text(json.dumps(rows, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

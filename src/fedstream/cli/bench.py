@@ -1,8 +1,8 @@
-"""``fedstream bench ovfl|huffman|selection|network|device|estimators|vfl|psi``: speed benchmarks, as
+"""``fedstream bench ovfl|huffman|selection|network|device|estimators|vfl|torch|psi``: speed benchmarks, as
 ratios against a plain reference in the same process (``device``: the torch parties on the CPU and the
 GPU; ``estimators``: the Python estimators' accuracy beside scikit-learn's and River's own; ``vfl``: a
 batch VFL epoch against a plain PyTorch split-NN; ``psi``: private entity alignment against a plain set
-intersection).
+intersection; ``torch``: online VFL's torch backend beside the compiled engine).
 
 Each bench is a subcommand with only its own options (``fedstream bench network --help``); every
 one writes its figures to ``--json`` (default ``bench-NAME.json``)."""
@@ -283,6 +283,25 @@ def _estimators(args) -> int:
     return 0
 
 
+# -- torch --------------------------------------------------------------------------------------
+def _torch_options(p) -> None:
+    p.add_argument("--rounds", type=int, default=2000, help="rounds timed per case (default 2000)")
+    p.add_argument("--warmup", type=int, default=200, help="rounds played first, untimed (default 200)")
+    _data_root_option(p)
+    _json_option(p, "torch")
+
+
+def _torch(args) -> int:
+    from fedstream.bench.torch_backend import bench_torch_backend, format_table
+
+    if args.rounds < 1 or args.warmup < 0:
+        raise FedstreamError("--rounds must be >= 1 and --warmup >= 0")
+    rows = bench_torch_backend(rounds=args.rounds, warmup=args.warmup, data_root=args.data_root)
+    print(format_table(rows))
+    write_json(rows, args.json or Path("bench-torch.json"))
+    return 0
+
+
 # -- psi ----------------------------------------------------------------------------------------
 def _psi_options(p) -> None:
     p.add_argument("--ids", type=int, nargs="+", default=[100_000],
@@ -321,6 +340,8 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
                    "classifiers (docs/estimators.md)", _estimators_options, _estimators),
     "vfl": ("a batch VFL epoch (vfl-mnist) against a plain single-process PyTorch split-NN",
             _vfl_options, _vfl),
+    "torch": ("online VFL's torch backend (model.backend = \"torch\") beside the compiled engine, per "
+              "optimiser", _torch_options, _torch),
     "psi": ("private entity alignment (openmined-psi) of N x N ids against a plain set intersection "
             "(docs/alignment.md)", _psi_options, _psi),
 }
