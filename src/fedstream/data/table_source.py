@@ -26,7 +26,7 @@ import numpy as np
 
 from fedstream.data.imnist import check_indices
 from fedstream.data.table import Table, read_table
-from fedstream.errors import ConfigError, DataError
+from fedstream.errors import ConfigError, DataError, shown
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def encode_labels(
     classes, y = np.unique(keys, return_inverse=True)
     if len(classes) < 2:
         raise DataError(f"{table.path}: column {table.names[j]!r} (data.label): expected at least two "
-                        f"classes, found only {classes[0].item()!r} in all {table.n_rows} rows")
+                        f"classes, found only {shown(classes[0])} in all {table.n_rows} rows")
     if keys is not col and keys.dtype.kind == "f":  # numbers written as text: list them as written
         first = {}
         for k, s in zip(y, as_strings(col)):
@@ -214,18 +214,19 @@ def _aligned_rows(server: Table, sid: int, client: Table, cid: int) -> np.ndarra
         if (counts > 1).any():
             k = int(np.flatnonzero(counts > 1)[0])
             rows = np.flatnonzero(values == uniq[k])
-            raise DataError(f"{_where(t, int(rows[1]))}, column {t.names[j]!r} (data.id): id {uniq[k]!r} "
-                            f"repeats row {int(rows[0]) + 1}; ids must be unique")
+            raise DataError(f"{_where(t, int(rows[1]))}, column {t.names[j]!r} (data.id): id "
+                            f"{shown(uniq[k])} repeats row {int(rows[0]) + 1}; ids must be unique")
     position = {v: i for i, v in enumerate(ids[1])}
     rows = np.array([position.get(v, -1) for v in ids[0]], dtype=np.int64)
     if (rows < 0).any():
         r = int(np.flatnonzero(rows < 0)[0])
-        raise DataError(f"{_where(server, r)}, column {server.names[sid]!r} (data.id): id {ids[0][r]!r} "
+        raise DataError(f"{_where(server, r)}, column {server.names[sid]!r} (data.id): id {shown(ids[0][r])} "
                         f"has no row in {client.path} (the files must hold the same ids)")
     if len(ids[1]) != len(ids[0]):
         extra = int(np.setdiff1d(np.arange(len(ids[1])), rows)[0])
         raise DataError(f"{_where(client, extra)}, column {client.names[cid]!r} (data.id): id "
-                        f"{ids[1][extra]!r} has no row in {server.path} (the files must hold the same ids)")
+                        f"{shown(ids[1][extra])} has no row in {server.path} "
+                        "(the files must hold the same ids)")
     return rows
 
 
