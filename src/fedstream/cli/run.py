@@ -68,6 +68,8 @@ def cmd_run(args) -> int:
             folder.unlock()
     if not args.quiet:
         Console().print(table(*task.summary_rows(summary)))
+    for warning in summary.get("warnings", []):  # e.g. a run that ended collapsed (also with --quiet)
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
     return 0
 
 

@@ -99,6 +99,7 @@ def online_summary(run) -> dict:
         "server_cpu_seconds": run.clock.cpu()[1],
         "wall_seconds": run.wall_seconds,  # without numba's compilation (fedstream.jit)
         "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
+        **run.metrics.collapse(),  # top_class_share; collapsed and warnings when it ended collapsed
         "compile_seconds": getattr(run, "compile_seconds", 0.0),  # once per machine: then cached
         "fedstream_version": fedstream.__version__,
     }
@@ -288,6 +289,7 @@ class OnlineVFL:
         row = {
             "round": self.t,
             "interval_error": self.metrics.intervals[-1],
+            "top_class_share": self.metrics.top_shares[-1],
             "accumulated_error": self.metrics.accumulated_error,
             "bytes_total": self.transport.ledger.total,
             "client_compute_seconds": self.clock.client,
