@@ -22,7 +22,7 @@ def test_the_rule():
     assert not is_collapsed(1.0, SKEWED)  # a stream of one class: predicting it is no collapse
     assert not is_collapsed(float("nan"), 0.5)
     fields = collapse_fields(1.0, 0.3, "the last interval")
-    assert fields["collapsed"] and "100.0% of the predictions in the last interval" in fields["warnings"][0]
+    assert fields["collapsed"] and "100.0% of the predictions on the last interval" in fields["warnings"][0]
     assert collapse_fields(0.4, 0.3, "x") == {"top_class_share": 0.4, "label_top_class_share": 0.3}
 
 
@@ -102,3 +102,20 @@ def test_a_batch_vfl_run_records_the_share_of_its_test_predictions(data_root, tm
     assert 0 < last["top_class_share"] <= 1 and s["top_class_share"] == last["top_class_share"]
     with open(tmp_path / "run" / "metrics.csv") as fh:
         assert float(list(csv.DictReader(fh))[-1]["top_class_share"]) == last["top_class_share"]
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_a_chfl_run_that_collapses_says_so(learnable):
+    """Features that carry nothing of 70/30 labels: each client's chosen model predicts the
+    majority class on every test row, and the run says so; features that carry the labels: no
+    warning."""
+    from fedstream.chfl.trainer import run_on_table
+    from tests.helpers.configs import tiny_settings
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 12)).astype(np.float32)
+    y = (X[:, 0] + X[:, 7] > 0.5).astype(np.int64) if learnable else (rng.random(600) < 0.3).astype(np.int64)
+    r = run_on_table(X, y, tiny_settings(), method="local", seed=0, n_classes=2)
+    assert r.get("collapsed", False) is not learnable and bool(r.get("warnings")) is not learnable
+    assert 0 < r["top_class_share"] <= 1 and r["label_top_class_share"] < SKEWED
+    assert all(0 < c["top_class_share"] <= 1 for c in r["variants"]["local"]["choices"])

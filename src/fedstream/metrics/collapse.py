@@ -43,13 +43,13 @@ def is_collapsed(predicted_share: float, label_share: float) -> bool:
 def collapse_fields(predicted_share: float, label_share: float, where: str) -> dict:
     """What a summary adds: the last evaluation's ``top_class_share`` and the labels' share
     (``label_top_class_share``), and when the run ends collapsed, ``collapsed: true`` and a
-    warning naming ``where`` (e.g. "the last 1,000 rounds")."""
+    warning naming ``where`` (e.g. "the last interval (1,000 rounds)")."""
     out = {"top_class_share": predicted_share, "label_top_class_share": label_share}
     if is_collapsed(predicted_share, label_share):
         out["collapsed"] = True
         out["warnings"] = [
-            f"the run ended collapsed: {predicted_share:.1%} of the predictions in {where} are one class, "
+            f"the run ended collapsed: {predicted_share:.1%} of the predictions on {where} are one class, "
             f"while the labels' most frequent class is {label_share:.1%} of them (the model predicts a "
-            "constant; try a smaller optimizer.lr)"
+            "constant: try a smaller learning rate, or check that the features carry the labels)"
         ]
     return out

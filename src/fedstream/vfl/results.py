@@ -43,7 +43,7 @@ def _collapse(last: dict) -> dict:
     if "top_class_share" not in last:
         return {}
     return collapse_fields(last["top_class_share"], last["label_top_class_share"],
-                           f"the test predictions of epoch {last['epoch']}")
+                           f"the test rows of epoch {last['epoch']}")
 
 
 def _best(rows: list[dict], key: str, pick) -> float | None:
