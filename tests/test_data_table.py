@@ -169,6 +169,7 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, edit, sets, needles):
     assert run(tmp_path, f"data.path={path}", *sets) == 2
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "np." not in err, err  # values as the file has them, not numpy's reprs
     for needle in needles:
         assert needle in err, err
 
@@ -194,6 +195,7 @@ def test_ids_that_do_not_match_between_files(tmp_path, capsys, which, needles):
         return
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "np." not in err, err  # the id as the file has it, not numpy's repr np.str_('r4')
     for needle in needles:
         assert needle in err, err
 
@@ -269,3 +271,24 @@ def test_chfl_stream_mode_on_a_table(tmp_path):
     assert summary["ticks"] == 60 // 4 and 0 <= summary["prequential_acc"] <= 1
     assert summary["classes"] == ["cat", "dog", "emu"] and summary["columns"][3:5] == ["d=blue", "d=red"]
     assert summary["bytes"]["up"] > 0 and len(summary["curve"]) == 3
+
+
+def test_numeric_ids_that_do_not_match_show_as_written(tmp_path, capsys):
+    """Issue 31: ids read as numbers showed as np.str_('103758')."""
+    body = [[str(103750 + i)] + r[1:] for i, r in enumerate(rows())]
+    server = write_csv(tmp_path / "s.csv", "id,label", [r[:2] for r in body])
+    c0 = write_csv(tmp_path / "c0.csv", "id,a,b,c", [[r[0]] + r[2:5] for r in body])
+    client = [[r[0]] + r[5:] for r in body]
+    client[4][0] = "999999"
+    c1 = write_csv(tmp_path / "c1.csv", "id,d,e,f", client)
+    assert run(tmp_path, f"data.path={server};{c0};{c1}") == 2
+    err = capsys.readouterr().err.strip()
+    assert "id '103754' has no row in" in err and "np." not in err, err
+
+
+def test_shown_gives_values_as_written():
+    from fedstream.errors import shown
+
+    assert shown(np.str_("103758")) == "'103758'" and shown(np.int64(3)) == "3"
+    assert shown(np.float32(0.5)) == "0.5" and shown("x") == "'x'" and shown(7) == "7"
+    assert shown(np.array([1, 2])) == repr(np.array([1, 2]))  # arrays are not scalars: as numpy shows them

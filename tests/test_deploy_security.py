@@ -52,6 +52,27 @@ def _flwr_nodes(deployment) -> list[dict]:
     return json.loads(done.stdout).get("nodes", [])
 
 
+REFUSED = "Failed to initialize the connection to the SuperLink"
+SHOWS = {  # what each intruder's log shows once it has been refused
+    "unregistered key": (REFUSED, "Failed to activate SuperNode"),  # TLS fine, the key is not registered
+    "untrusted CA": (REFUSED, "CERTIFICATE_VERIFY_FAILED"),
+    "no TLS": (REFUSED,),
+}
+
+
+def _wait_for_refusals(folder, logs: dict, procs: dict, timeout: float) -> None:
+    """Return once every intruder's log shows that it was refused, or its process has ended (the
+    checks after this then say what it logged); ``timeout`` only bounds a hang."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = [name for name, log in logs.items() if procs[name].poll() is None
+                   and not all(s in (folder / log).read_text(errors="replace") for s in SHOWS[name])]
+        if not pending:
+            return
+        assert time.monotonic() < deadline, f"no refusal logged by {pending} in {timeout} s"
+        time.sleep(0.2)
+
+
 def _online(nodes: list[dict]) -> int:
     return sum(1 for n in nodes if str(n.get("status", "")).lower() == "online")
 
@@ -100,29 +121,21 @@ def test_only_a_supernode_with_registered_credentials_is_admitted(tmp_path):
                 "client-index=0",
             ]
             intruders[name] = deployment._start(["flower-supernode", *extra, *args], log)
-        time.sleep(25)
+        # wait until every intruder has been refused (its log says so), not for a fixed time
+        logs = {"unregistered key": "intruder-key.log", "untrusted CA": "intruder-ca.log",
+                "no TLS": "intruder-insecure.log"}
+        _wait_for_refusals(tmp_path / "deployment", logs, intruders, timeout=180)
         nodes = _flwr_nodes(deployment)
         assert _online(nodes) == 1, nodes  # still only node 0
         assert len(nodes) == 1  # only the registered key is known to the SuperLink
-        logs = {
-            name: (tmp_path / "deployment" / log).read_text(errors="replace")
-            for name, log in (
-                ("unregistered key", "intruder-key.log"),
-                ("untrusted CA", "intruder-ca.log"),
-                ("no TLS", "intruder-insecure.log"),
-            )
-        }
+        logs = {name: (tmp_path / "deployment" / log).read_text(errors="replace")
+                for name, log in logs.items()}
         for name in intruders:
             assert "SuperNode ID" not in logs[name], (
                 f"{name}: the SuperNode was admitted:\n{logs[name][-2000:]}"
             )
-            assert "Failed to initialize the connection to the SuperLink" in logs[name], (
-                f"{name}:\n{logs[name][-2000:]}"
-            )
-        assert (
-            "Failed to activate SuperNode" in logs["unregistered key"]
-        )  # TLS fine, the key is not registered
-        assert "CERTIFICATE_VERIFY_FAILED" in logs["untrusted CA"]
+            for shown in SHOWS[name]:
+                assert shown in logs[name], f"{name}:\n{logs[name][-2000:]}"
 
 
 def test_the_cli_writes_credentials(tmp_path, capsys):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from fedstream.deploy.records import ROUND
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.vfl.deploy.data import load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
-from tests.helpers.crashing import CrashOnce, run_with_fault, wait_for
+from tests.helpers.crashing import CrashOnce, fault_logged, run_with_fault, scaled_timeout, wait_for
 from tests.helpers.data import write_idx_split
 from tests.helpers.flower import needs_flower
 from tests.helpers.vfl_deploy import COMPRESSED, deploy_vfl, vfl_link, vfl_tiny_config
@@ -130,9 +129,8 @@ def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) ->
     return folder
 
 
-REPLY_TIMEOUT = (
-    90.0  # seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
-)
+# seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
+REPLY_TIMEOUT = max(90.0, scaled_timeout(30.0))
 
 
 def _node_step(cache: Path, index: int) -> int:
@@ -173,10 +171,12 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     def crash(deployment, ended):
         wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
         deployment.kill_node(1)
-        time.sleep(5)
-        deployment.start_node(1)  # takes client 1's place once the server has timed the old node out
+        # the new node takes client 1's place once the server has timed the old node out
+        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * REPLY_TIMEOUT + 300,
+                 "the server to record client 1's fault", ended=ended)
+        deployment.start_node(1)
 
-    result, log = run_with_fault(tmp_path / "deployment", app, crash, timeout=1200)
+    result, log = run_with_fault(tmp_path / "deployment", app, crash, timeout=scaled_timeout(1200))
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["epochs"] == 1 and len(s["per_epoch"]) == 1

@@ -10,7 +10,6 @@ the tiny settings of ``tests/helpers/vfl_deploy.py``:
 from __future__ import annotations
 
 import re
-import time
 import tracemalloc
 
 import numpy as np
@@ -181,24 +180,23 @@ def forged(kind: type, codec: int, step: int, client: int) -> bytes:
     return data
 
 
-def peak_bytes(call) -> tuple[int, float]:
-    """(peak bytes Python and numpy allocated, seconds) while ``call()`` runs."""
+def peak_bytes(call) -> int:
+    """The peak bytes Python and numpy allocated while ``call()`` runs (the property that a forged
+    size cannot make the receiver allocate; its time is not asserted: machines are noisy)."""
     tracemalloc.start()
-    tic = time.perf_counter()
     try:
         call()
     finally:
-        seconds = time.perf_counter() - tic
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    return peak, seconds
+    return peak
 
 
 def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(data_root, tmp_path, caplog):
     """A node answers step 1 with a 14-byte frame claiming a 65535 x 65535 embedding: the server
     checks the frame's shape before decoding its payload (fedstream.deploy.records.peek), so it records
     a fault naming both shapes, pads the node for that step and finishes the run; checking such a
-    frame allocates next to nothing and takes no time."""
+    frame allocates next to nothing."""
     config = vfl_tiny_config(data_root, **COMPRESSED)
     wire = up_codec(batch_settings(config).compression)[1].wire
     bad = forged(Embedding, wire, 1, 1)
@@ -217,8 +215,8 @@ def test_a_forged_huge_embedding_is_a_fault_and_the_server_allocates_nothing(dat
         with pytest.raises(ProtocolError, match=reason):
             net.cohort.check_embedding(1, bad, 1, 50)
 
-    peak, seconds = peak_bytes(check)
-    assert peak < 1 << 20 and seconds < 1.0, (peak, seconds)
+    peak = peak_bytes(check)
+    assert peak < 1 << 20, peak
 
 
 def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_nothing(data_root, tmp_path):
@@ -250,8 +248,8 @@ def test_a_node_refuses_a_forged_huge_gradient_changes_nothing_and_allocates_not
             ):
                 host.handle(Envelope(ROUND, 1, [bad], good))
 
-        peak, seconds = peak_bytes(refuse)
-        assert peak < 1 << 20 and seconds < 1.0, (len(bad), peak, seconds)
+        peak = peak_bytes(refuse)
+        assert peak < 1 << 20, (len(bad), peak)
         assert host.state_dict()["vfl"].tobytes() == before
     plain = encode(Gradient(0, 0, np.full((50, 16), 0.01, np.float32)))
     with pytest.raises(

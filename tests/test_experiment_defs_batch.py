@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import time
 
 import pytest
 
@@ -166,11 +165,9 @@ def test_small_scale_runs_end_to_end_and_reports(name, data_root, tmp_path):
         for block in exp.blocks or []:
             block["seed"] = block["seed"][:1]
     out = tmp_path / name
-    tic = time.perf_counter()
     sets = [f"data.root={data_root}"] + (FAST_VFL if name in vfl else FAST_CHFL)
     index = run_experiment(exp, scale="small", out=out, sets=sets, workers=1)
     report = write_report(out)
-    assert time.perf_counter() - tic < 60
     assert len(index["runs"]) == len(grid_points(exp))
     for run in index["runs"]:
         summary = json.loads((out / run["folder"] / "summary.json").read_text())

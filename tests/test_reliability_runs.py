@@ -250,7 +250,7 @@ def test_online_summary_and_metrics_report_cpu_beside_wall_time(tmp_path, data_r
                "--out", str(out)) == 0
     s = json.loads((out / "summary.json").read_text())
     for side in ("client", "server"):
-        assert 0 < s[f"{side}_cpu_seconds"] and 0 < s[f"{side}_compute_seconds"]
+        assert 0 <= s[f"{side}_cpu_seconds"] <= s[f"{side}_compute_seconds"]  # 0 without a cycle counter
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "client_cpu_seconds" in header and "client_compute_seconds" in header
     assert RunFolder(out).read_summary()["rounds"] == 400

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 
 import numpy as np
 import pytest
@@ -307,12 +306,10 @@ def test_selection_experiment_runs_end_to_end_and_reports(name, data_root, tmp_p
     from fedstream.experiments.runner import run_experiment
 
     exp = load_experiment(name)
-    tic = time.perf_counter()
     index = run_experiment(
         exp, scale="small", out=tmp_path, sets=[f"data.root={data_root}"] + FAST, workers=1
     )
     text = write_report(tmp_path).read_text()
-    assert time.perf_counter() - tic < 40
     for run in index["runs"]:
         summary = json.loads((tmp_path / run["folder"] / "summary.json").read_text())
         assert 0 < summary["best_accuracy"] <= 1 and summary["selection"]["events"]

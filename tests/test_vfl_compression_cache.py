@@ -88,7 +88,7 @@ def test_evaluation_neither_reads_nor_writes_the_training_rows():
     n = len(data.train_y)
     cache = link.server_ends[0].receiver.table
     before_rows, before_bytes = cache.lookup(np.arange(n)).copy(), link.ledger.summary()
-    _, _, eval_bytes = evaluate(settings, data, clients, server, link)
+    eval_bytes = evaluate(settings, data, clients, server, link).eval_bytes
     assert link.ledger.summary() == before_bytes and eval_bytes > 0  # evaluation bytes are counted apart
     np.testing.assert_array_equal(cache.lookup(np.arange(n)), before_rows)  # training rows untouched
     test_rows = cache.lookup(n + np.arange(len(data.test_y)))

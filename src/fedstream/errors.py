@@ -39,3 +39,13 @@ class DivergedError(FedstreamError):
 class NotFittedError(FedstreamError, ValueError, AttributeError):
     """An estimator's ``predict`` (``predict_proba``, ``score``) before ``fit`` (scikit-learn's
     convention: a ValueError and an AttributeError)."""
+
+
+def shown(value) -> str:
+    """``value`` as an error message shows it: as the user wrote it, text in quotes. A numpy
+    scalar (what indexing an array of a file's cells gives) shows as the Python value it holds,
+    ``'103758'`` or ``3``, never as ``np.str_('103758')`` or ``np.int64(3)``."""
+    item = getattr(value, "item", None)
+    if item is not None and type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        value = item()
+    return repr(value)

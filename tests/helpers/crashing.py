@@ -8,6 +8,8 @@ its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import threading
 import time
@@ -122,3 +124,31 @@ def wait_for(
         if time.monotonic() > deadline or (ended is not None and ended.is_set()):
             pytest.fail(f"{what}: not seen within {timeout} s, or before the run ended")
         time.sleep(0.5)
+
+
+def scaled_timeout(seconds: float) -> float:
+    """``seconds`` (what an idle 2-core machine needs, with a margin) scaled by how busy this
+    machine is now: times the load average per core when that is above 1. The Flower fault tests
+    take their reply time-out from this, so that a healthy node on a loaded machine is not timed
+    out (a request took over 30 s at a load of 7 per core)."""
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform
+        load = 1.0
+    return seconds * max(1.0, load)
+
+
+def fault_logged(log: Path, client: int) -> Callable[[], bool]:
+    """A condition for :func:`wait_for`: the server has recorded a new fault of ``client`` since
+    this was called (one more warning "client M, <request> request for <unit> T: <reason>" in
+    the ``flwr run`` log ``log``)."""
+    pattern = re.compile(rf"^client {client}, [\w-]+ request for \w+ \d+: ", re.MULTILINE)
+
+    def count() -> int:
+        try:
+            return len(pattern.findall(log.read_text(errors="replace")))
+        except FileNotFoundError:
+            return 0
+
+    before = count()
+    return lambda: count() > before

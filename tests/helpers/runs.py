@@ -5,7 +5,7 @@ from __future__ import annotations
 # keys that measure time, in summaries (online VFL, CHFL) and per-epoch rows (batch VFL)
 TIMING = frozenset({
     "client_compute_seconds", "server_compute_seconds", "client_cpu_seconds", "server_cpu_seconds",
-    "wall_seconds", "rounds_per_second", "epoch_seconds",
+    "wall_seconds", "rounds_per_second", "epoch_seconds", "compile_seconds",
 })
 
 

@@ -44,6 +44,7 @@ from fedstream.chfl.models import (
     own_module,
     state_arrays,
 )
+from fedstream.metrics.collapse import top_share
 from fedstream.transport.updates import ModelUpdate
 
 EVAL_BATCH = 8192
@@ -286,3 +287,13 @@ class Client:
             for name, o in self.predict(xc[b], xu[b], names).items():
                 correct[name] += int((o.argmax(1) == y[b]).sum())
         return {name: c / len(y) for name, c in correct.items()}
+
+    @torch.no_grad()
+    def class_shares(self, split: str, candidate: str) -> tuple[float, float]:
+        """On ``split``: the share of ``candidate``'s predictions that go to its most-predicted
+        class, and of the labels to the most frequent one (:mod:`fedstream.metrics.collapse`)."""
+        xc, xu, y = getattr(self.data, split)
+        predicted = [self.predict(xc[b], xu[b], [candidate])[candidate].argmax(1)
+                     for b in (slice(s, s + EVAL_BATCH) for s in range(0, len(y), EVAL_BATCH))]
+        guesses = torch.cat(predicted).cpu().numpy() if predicted else np.zeros(0, np.int64)
+        return top_share(guesses), top_share(np.asarray(y.cpu() if hasattr(y, "cpu") else y))

@@ -56,7 +56,9 @@ def score_choices(
         key = (ch.lr, ch.candidate)
         if key not in scored:
             c.restore(ch.candidate, selector.snapshots[(c.k, *key)], commons.get((ch.lr, ch.round)))
-            scored[key] = replace(ch, test_acc=c.accuracy("test", only=[ch.candidate])[ch.candidate])
+            top, label_top = c.class_shares("test", ch.candidate)
+            scored[key] = replace(ch, test_acc=c.accuracy("test", only=[ch.candidate])[ch.candidate],
+                                  top_class_share=top, label_top_class_share=label_top)
         out[name] = scored[key]
     return out
 

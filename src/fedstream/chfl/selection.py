@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fedstream.metrics.collapse import collapse_fields
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -23,6 +25,8 @@ class Choice:
     round: int
     val_acc: float
     test_acc: float = math.nan  # filled in once chosen
+    top_class_share: float = math.nan  # of its test predictions (fedstream.metrics.collapse), once chosen
+    label_top_class_share: float = math.nan  # of the test labels
 
 
 class Selector:
@@ -57,4 +61,16 @@ def summarize(choices: list[Choice]) -> dict:
     """Mean test accuracy over clients plus each client's choice."""
     accs = [c.test_acc for c in choices]
     return {"test_acc": sum(accs) / len(accs), "test_acc_per_client": accs,
-            "choices": [asdict(c) for c in choices]}
+            "choices": [asdict(c) for c in choices]} | collapse_of(choices)
+
+
+def collapse_of(choices: list[Choice]) -> dict:
+    """The collapse fields (:func:`fedstream.metrics.collapse.collapse_fields`) of the client
+    whose chosen model's test predictions are most one class: the run ends collapsed when any
+    client's model does."""
+    known = [(k, c) for k, c in enumerate(choices) if c.top_class_share == c.top_class_share]  # not NaN
+    if not known:
+        return {}
+    k, worst = max(known, key=lambda kc: kc[1].top_class_share - kc[1].label_top_class_share)
+    return collapse_fields(worst.top_class_share, worst.label_top_class_share,
+                           f"client {k}'s test rows (its chosen model, {worst.candidate})")

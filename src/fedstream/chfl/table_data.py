@@ -35,7 +35,7 @@ from fedstream.chfl.stream import StreamSettings, run_stream_on_table
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, run_on_table, variants_of
 from fedstream.data.table import Table, read_table
 from fedstream.data.table_source import TableSource, TableSpec, encode_labels, label_keys, numeric_column
-from fedstream.errors import ConfigError, DataError
+from fedstream.errors import ConfigError, DataError, shown
 from fedstream.runs.threads import one_torch_thread
 
 ALL_ROWS = 2**62  # statistics over every row
@@ -104,7 +104,8 @@ def client_tables(config: dict, n_clients: int):
     union = list(dict.fromkeys(n for names in own for n in names))
     known = np.unique(np.concatenate([label_keys(t, j) for t, j in zip(tables, labels)]))
     if len(known) < 2:
-        raise DataError(f"data.label: expected at least two classes over the files, found only {known[0]!r}")
+        raise DataError(f"data.label: expected at least two classes over the files, found only "
+                        f"{shown(known[0])}")
     categorical = {s.strip() for s in (config["data.categorical"] or "").split(",") if s.strip()}
     cats = {c: np.unique(np.concatenate([t.columns[t.names.index(c)].astype(str) for t in tables
                                          if c in t.names])) for c in categorical if c in union}

@@ -162,6 +162,9 @@ def train_table(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method:
         "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": run.elapsed > 0}, ex, cohort
 
 
+COLLAPSE_KEYS = ("top_class_share", "label_top_class_share", "collapsed", "warnings")
+
+
 def result_of(run: BatchRun, variants: dict[str, dict], *, n_rows: int, features: FeatureSplit) -> dict:
     """The result dict of a finished run (timings aside), simulated or deployed alike."""
     plan, settings = run.plan, run.plan.settings
@@ -173,6 +176,7 @@ def result_of(run: BatchRun, variants: dict[str, dict], *, n_rows: int, features
         "variants": variants, "n_rows": n_rows, "n_classes": plan.n_classes,
         "features": {"common": features.common.tolist(), "unique": [u.tolist() for u in features.unique]},
         "bytes": run.ledger.summary(), "federations": len(settings.lrs) if plan.federated else 0,
+        **{k: main[k] for k in COLLAPSE_KEYS if k in main},  # the main variant's (fedstream.metrics.collapse)
     }
 
 

@@ -13,6 +13,7 @@ from fedstream import tracking
 from fedstream.cli.common import add_sets, add_track, console, out_dir, progress_bar, table
 from fedstream.config import list_presets, load_config
 from fedstream.errors import FedstreamError
+from fedstream.jit import MESSAGE, announce, compile_seconds
 from fedstream.runs.folder import RunFolder
 from fedstream.runs.task import Task
 from fedstream.tasks import get_task
@@ -93,28 +94,32 @@ def _run(task: Task, config: dict, args) -> None:
             folder.unlock()
     if not args.quiet:
         Console().print(table(*task.summary_rows(summary)))
+    for warning in summary.get("warnings", []):  # e.g. a run that ended collapsed (also with --quiet)
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
 
 
 def _simulate(task: Task, config: dict, args) -> dict:
-    """Run with a progress bar: rounds, error and rate (online), or a status line (batch tasks)."""
+    """Run with a progress bar: rounds, error and rate (online), or a status line (batch tasks).
+    A line says when numba compiles kernels (the first run on a machine); the rate leaves that out."""
     rounds = config.get("rounds")
     if rounds is not None:
         bar = progress_bar(args.quiet)
-        with bar:
+        with bar, announce(lambda: args.quiet or bar.console.print(MESSAGE)):
             row = bar.add_task(task.title(config), total=rounds, error=float("nan"), rps=0.0)
             start: list[int] = []  # the first round played (a resumed run starts past 0)
+            compiled = compile_seconds()
 
             def on_rounds(event: dict) -> None:
                 if not start:
                     start.append(event["round"])
-                elapsed = bar.tasks[row].elapsed or 1e-9
+                elapsed = max((bar.tasks[row].elapsed or 0.0) - (compile_seconds() - compiled), 1e-9)
                 bar.update(row, completed=event["round"], error=event["error"],
                            rps=(event["round"] - start[0]) / elapsed)
 
             return task.simulate(config, args.out, on_rounds, args.resume)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                    console=console, disable=args.quiet)
-    with bar:
+    with bar, announce(lambda: args.quiet or bar.console.print(MESSAGE)):
         row = bar.add_task(task.title(config), total=None, status="starting")
 
         def on_progress(event: dict) -> None:

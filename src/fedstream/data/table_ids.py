@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedstream.data.table import Table
-from fedstream.errors import DataError
+from fedstream.errors import DataError, shown
 
 
 def _row(table: Table, r: int) -> str:
@@ -35,7 +35,7 @@ def party_ids(table: Table, j: int, party: str) -> list[str]:
                 ids[r] = str(int(v))
             elif not isinstance(v, str):
                 raise DataError(f"{where}, {_row(table, r)}: expected an id that is text or an integer, "
-                                f"found {v!r} ({type(v).__name__})")
+                                f"found {shown(v)} ({type(v).__name__})")
     else:
         kind = {"f": "numbers with a fraction (floats)", "b": "booleans", "c": "complex numbers"}
         raise DataError(f"{where}: expected ids that are text or integers, found "

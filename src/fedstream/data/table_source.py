@@ -31,7 +31,7 @@ from fedstream.alignment import Alignment
 from fedstream.data.imnist import check_indices
 from fedstream.data.table import Table, read_table
 from fedstream.data.table_align import align_tables, id_position
-from fedstream.errors import ConfigError, DataError
+from fedstream.errors import ConfigError, DataError, shown
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def encode_labels(
     classes, y = np.unique(keys, return_inverse=True)
     if len(classes) < 2:
         raise DataError(f"{table.path}: column {table.names[j]!r} (data.label): expected at least two "
-                        f"classes, found only {classes[0].item()!r} in all {table.n_rows} rows")
+                        f"classes, found only {shown(classes[0])} in all {table.n_rows} rows")
     if keys is not col and keys.dtype.kind == "f":  # numbers written as text: list them as written
         first = {}
         for k, s in zip(y, as_strings(col)):

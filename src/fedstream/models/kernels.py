@@ -95,12 +95,41 @@ def deferred_input_grad(delta, U, V, A, grad_in):  # pragma: no cover (jit)
 
 
 @njit(cache=True)
+def _max(z):  # pragma: no cover (jit)
+    """z.max() of a 1-D float array (NaN if any entry is NaN), as a loop: numba's ``max``
+    compiles its empty-array error message too."""
+    m = z[0]
+    for k in range(1, z.shape[0]):
+        v = z[k]
+        if v > m:
+            m = v
+        elif np.isnan(v):
+            return v
+    return m
+
+
+@njit(cache=True)
+def argmax(z):  # pragma: no cover (jit)
+    """np.argmax of a 1-D float array (the first maximum; the first NaN if there is one), as a loop."""
+    best, m = 0, z[0]
+    if np.isnan(m):
+        return 0
+    for k in range(1, z.shape[0]):
+        v = z[k]
+        if v > m:
+            best, m = k, v
+        elif np.isnan(v):
+            return k
+    return best
+
+
+@njit(cache=True)
 def softmax_cross_entropy_into(logits, y, losses, grad):  # pragma: no cover (jit)
     """Per row: loss = logsumexp(z) - z[y];  grad = softmax(z) - onehot(y). Numerically stable."""
     n, c = logits.shape
     for r in range(n):
         z = logits[r]
-        m = z.max()
+        m = _max(z)
         s = 0.0
         for k in range(c):
             e = np.exp(z[k] - m)

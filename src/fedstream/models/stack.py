@@ -9,6 +9,9 @@ run k's slices, so a stacked run computes exactly what the run alone computes (t
 
 Layer inputs are stacked too, (K, n, in), except a client's first layer, whose input is the shared
 feature block: an input with a leading axis of 1 is used by every run (``run_slice``).
+
+numba's on-disk cache (``cache=True``) is keyed on this file only: after editing a kernel of
+:mod:`fedstream.models.kernels`, touch this file too, or the stacked runs keep the old machine code.
 """
 
 from __future__ import annotations

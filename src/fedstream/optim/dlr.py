@@ -76,8 +76,10 @@ def dlr_layer_update(W, b, S_W, S_b, U, V, pos, D, X, alpha, alpha_l, scale):  #
         S_b[i] = a * S_b[i] + di - odi
         if sc != 0:
             b[i] -= sc * S_b[i]
-    old_x[:] = x
-    old_d[:] = d
+    for j in range(n_in):  # element loops, not old_x[:] = x: no shape check to compile (see fused_kernels)
+        old_x[j] = x[j]
+    for i in range(n_out):
+        old_d[i] = d[i]
 
 
 @njit(cache=True, fastmath=True)
@@ -107,8 +109,10 @@ def dlr_deferred_update(W, b, S_b, U, V, A, pos, D, X, alpha, alpha_l, scale):  
         S_b[i] = a * S_b[i] + d[i] - al * old_d[i]
         if sc != 0:
             b[i] -= sc * S_b[i]
-    old_d[:] = d
-    old_x[:] = x
+    for i in range(n_out):
+        old_d[i] = d[i]
+    for j in range(n_in):
+        old_x[j] = x[j]
     A[pos] = 0
     if sc != 0:
         length = A.shape[0]

@@ -7,6 +7,10 @@ Runs may differ in learning rate; they share the optimiser kind, window and alph
 
 A stack is built from the K runs' own optimisers (their state is copied in, so a resumed run stacks
 where it stopped) and writes its state back into them (:meth:`write_back`) for checkpoints.
+
+numba's on-disk cache (``cache=True``) is keyed on this file only: after editing a kernel of
+:mod:`fedstream.optim.dlr` or :mod:`fedstream.optim.ogd`, touch this file too (as
+:mod:`fedstream.ovfl.fused_kernels` says), or the stacked runs keep the old machine code.
 """
 
 from __future__ import annotations

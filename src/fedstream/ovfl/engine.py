@@ -8,7 +8,6 @@ All randomness is keyed by (seed, absolute round or chunk), so a resumed run con
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 import fedstream
 from fedstream.data import Stream, TableSource, TableSpec, load_source, resolve_data_root
 from fedstream.errors import ConfigError, DivergedError, NonFiniteError
+from fedstream.jit import Stopwatch
 from fedstream.metrics import Prequential
 from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.fused import FusedPath, fused_applies
@@ -97,8 +97,10 @@ def online_summary(run) -> dict:
         "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
         "server_compute_seconds": run.clock.server,  # wall-clock; the CPU time is server_cpu_seconds
         "server_cpu_seconds": run.clock.cpu()[1],
-        "wall_seconds": run.wall_seconds,
+        "wall_seconds": run.wall_seconds,  # without numba's compilation (fedstream.jit)
         "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
+        **run.metrics.collapse(),  # top_class_share; collapsed and warnings when it ended collapsed
+        "compile_seconds": getattr(run, "compile_seconds", 0.0),  # once per machine: then cached
         "fedstream_version": fedstream.__version__,
     }
 
@@ -126,7 +128,8 @@ class OnlineVFL:
         self.metrics = Prequential(config["eval.interval"])
         self.active_counts = np.zeros(M, dtype=np.int64)
         self.clock = ComputeClock()
-        self.wall_seconds = 0.0
+        self.wall_seconds = 0.0  # the run's time, without compiling kernels (compile_seconds)
+        self.compile_seconds = 0.0
         self.interval_rows: list[dict] = []
         self.t = 0  # next round to play
         self._fused: FusedPath | None = None  # built on first use
@@ -140,10 +143,10 @@ class OnlineVFL:
         end = self.config["rounds"] if rounds is None else rounds
         h = Hooks(**hooks)
         while self.t < end:
-            tic = time.perf_counter()
+            watch = Stopwatch()
             chunk = self.t // CHUNK
             X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
-            self.wall_seconds += time.perf_counter() - tic
+            self.add_time(watch)
             self.play_chunk(chunk, X, y, end, h)
         self.finish(h)
         return self.summary()
@@ -163,7 +166,7 @@ class OnlineVFL:
         fused path where it applies (:mod:`fedstream.ovfl.fused`), else one round at a time by
         the message path (:func:`fedstream.ovfl.protocol.play_round`).
         """
-        tic = time.perf_counter()
+        watch = Stopwatch()
         blocks, mask = self.chunk_inputs(chunk, X)
         queried = self.activation.queried(mask)  # None: every passive client is queried
         fused = self.fused if queried is None else None
@@ -196,10 +199,16 @@ class OnlineVFL:
                 self.metrics.update(int(y[j]), result.prediction)
                 if h.on_round is not None:
                     h.on_round(t, int(y[j]), result.prediction)
-            counted = self._after_round(j, base, (blocks, y, mask), counted, h, tic)
+            counted = self._after_round(j, base, (blocks, y, mask), counted, h, watch)
             j += 1
         self.active_counts += mask[counted:stop].sum(axis=0)
-        self.wall_seconds += time.perf_counter() - tic
+        self.add_time(watch)
+
+    def add_time(self, watch: Stopwatch) -> None:
+        """Add a stretch of this run's work to ``wall_seconds``, and the numba compilation in it
+        (the first run on a machine) to ``compile_seconds``."""
+        self.wall_seconds += watch.seconds()
+        self.compile_seconds += watch.compile()
 
     @property
     def fused(self) -> FusedPath | None:
@@ -223,7 +232,7 @@ class OnlineVFL:
         upto = min((t // n + 1) * n for n in every) - base
         return min(upto, stop)
 
-    def _after_round(self, j: int, base: int, chunk: tuple, counted: int, h: Hooks, tic: float) -> int:
+    def _after_round(self, j: int, base: int, chunk: tuple, counted: int, h: Hooks, watch: Stopwatch) -> int:
         """The bookkeeping after row j of a chunk (``chunk``: blocks, labels, mask) has been played:
         the activation's view of a complete chunk, interval rows, progress, checkpoints. Returns
         the rows of the mask now added to ``active_counts``."""
@@ -236,12 +245,12 @@ class OnlineVFL:
             counted = j + 1
         if self.t % self.metrics.interval == 0:
             self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
-            self.record_interval(self.wall_seconds + time.perf_counter() - tic, h.on_interval)
+            self.record_interval(self.wall_seconds + watch.seconds(), h.on_interval)
         if h.on_progress is not None and self.t % h.progress_every == 0:
             h.on_progress(self)
         if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
             self.check_finite()
-            self.save(h.checkpoint_path, wall=time.perf_counter() - tic)
+            self.save(h.checkpoint_path, wall=watch.seconds(), compiled=watch.compile())
         return counted
 
     def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
@@ -290,6 +299,7 @@ class OnlineVFL:
         row = {
             "round": self.t,
             "interval_error": self.metrics.intervals[-1],
+            "top_class_share": self.metrics.top_shares[-1],
             "accumulated_error": self.metrics.accumulated_error,
             "bytes_total": self.transport.ledger.total,
             "client_compute_seconds": self.clock.client,
@@ -343,14 +353,15 @@ class OnlineVFL:
         parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
         return parts
 
-    def save(self, path: Path, *, wall: float = 0.0) -> None:
+    def save(self, path: Path, *, wall: float = 0.0, compiled: float = 0.0) -> None:
         """Write the full state (models, optimiser windows, metrics, bytes, round) atomically
         (the callers run :meth:`check_finite` first)."""
         state = collect(self._parts()) | {"active_counts": self.active_counts}
         clock = [self.clock.client, self.clock.server, *self.clock.samples]
         meta = {
             "round": self.t, "config": self.config, "clock": clock,
-            "wall_seconds": self.wall_seconds + wall, "interval_rows": self.interval_rows,
+            "wall_seconds": self.wall_seconds + wall, "compile_seconds": self.compile_seconds + compiled,
+            "interval_rows": self.interval_rows,
             "fedstream_version": fedstream.__version__,
         }
         save_checkpoint(path, state, meta)
@@ -388,4 +399,5 @@ class OnlineVFL:
         self.clock.client, self.clock.server = clock[:2]
         self.clock.samples = (clock[2:] + [0.0] * 4)[:4]
         self.wall_seconds = float(meta["wall_seconds"])
+        self.compile_seconds = float(meta.get("compile_seconds", 0.0))  # older checkpoints: not recorded
         self.interval_rows = list(meta["interval_rows"])

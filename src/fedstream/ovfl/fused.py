@@ -158,7 +158,9 @@ class FusedPath:
                            self.V, self.ZD, self.ZX, pos, self.dlr, self.alpha, self.alpha_l, self.scale,
                            self.INBUF, self.XR, counts, self.server.labels.buf, self.LROWS, self.H,
                            self.LOSS, self.GL, self.GC, self.pred, self.cycles)
-        c1, wall, cpu = cycle_count(), time.perf_counter() - wall, time.thread_time() - cpu
+        c1 = cycle_count()
+        cpu = time.thread_time() - cpu  # read inside the wall interval: CPU time nests in wall time
+        wall = time.perf_counter() - wall
         for client, count in zip(self.clients, counts[:-1]):
             client.inputs.count = int(count)
         self.server.labels.count = int(counts[-1])

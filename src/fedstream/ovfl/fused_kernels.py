@@ -30,6 +30,7 @@ from numba.extending import intrinsic
 from numba.typed import List
 
 from fedstream.models.kernels import (
+    argmax,
     deferred_input_grad,
     dense_backward,
     dense_forward,
@@ -121,6 +122,47 @@ def _skip(lo, hi, W, B, ZD, ZX, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l)
 
 
 @njit(cache=True)
+def _put_row(dst, i, src, lo, hi):  # pragma: no cover (jit)
+    """dst[i, :] = src[lo:hi], as a loop. Here and below, copies are element loops rather than
+    slice assignments: numba compiles each array-to-array assignment with a shape check whose
+    error message (string formatting) took about a third of the fused loop's compile time."""
+    for j in range(hi - lo):
+        dst[i, j] = src[lo + j]
+
+
+@njit(cache=True)
+def _put_cols(dst, c0, src):  # pragma: no cover (jit)
+    """dst[:, c0:c0 + src.shape[1]] = src, as a loop."""
+    for r in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            dst[r, c0 + j] = src[r, j]
+
+
+@njit(cache=True)
+def _take_cols(dst, src, c0):  # pragma: no cover (jit)
+    """dst[:, :] = src[:, c0:c0 + dst.shape[1]], as a loop."""
+    for r in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            dst[r, j] = src[r, c0 + j]
+
+
+@njit(cache=True)
+def _scale(a, s):  # pragma: no cover (jit)
+    """a *= s (2-D), as a loop."""
+    for r in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            a[r, j] *= s
+
+
+@njit(cache=True)
+def _divide(a, s):  # pragma: no cover (jit)
+    """a /= s (2-D), as a loop."""
+    for r in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            a[r, j] /= s
+
+
+@njit(cache=True)
 def _ordered(buf, count, out):  # pragma: no cover (jit)
     """RowWindow.rows() of a full ring ``buf`` (R rows, ``count`` pushed): oldest first, in ``out``."""
     R = buf.shape[0]
@@ -128,7 +170,9 @@ def _ordered(buf, count, out):  # pragma: no cover (jit)
         return buf
     start = count % R
     for r in range(R):
-        out[r] = buf[(start + r) % R]
+        src = (start + r) % R
+        for j in range(buf.shape[1]):
+            out[r, j] = buf[src, j]
     return out
 
 
@@ -153,7 +197,7 @@ def play_segment(j0, j1, X, cols, y, mask, first, W, B, relu, deferred, OUT, DEL
     for j in range(j0, j1):
         c0 = cycles()
         for m in range(M):  # observe
-            INBUF[m][counts[m] % R] = X[j, cols[m, 0]:cols[m, 1]]
+            _put_row(INBUF[m], counts[m] % R, X[j], cols[m, 0], cols[m, 1])
             counts[m] += 1
         for m in range(M):  # activated clients embed, then passive ones answer the query and skip
             if mask[j, m]:
@@ -172,21 +216,20 @@ def play_segment(j0, j1, X, cols, y, mask, first, W, B, relu, deferred, OUT, DEL
                 if not all_finite(out):
                     return j
         for m in range(M):  # the server stacks the embeddings it received (the last layer's outputs)
-            last = first[m + 1] - 1
-            H[:, m * e:(m + 1) * e] = OUT[last]
+            _put_cols(H, m * e, OUT[first[m + 1] - 1])
         c1 = cycles()
         LBUF[counts[M] % R, 0] = y[j]
         counts[M] += 1
         labels = _ordered(LBUF, counts[M], LROWS)[:, 0]
         h = H
         logits = _forward(server_in, len(W), h, W, B, relu, deferred, U, V, AS, OUT)
-        pred[j] = np.argmax(logits[R - 1])
+        pred[j] = argmax(logits[R - 1])
         softmax_cross_entropy_into(logits, labels, LOSS, GL)
         g_h = _backward(server_in, len(W), GL, W, relu, deferred, U, V, AS, OUT, DEL, GIN, True)
         if R > 1:
             inv = np.float32(1.0 / R)
             for k in range(server_in, len(W)):
-                DEL[k][:, :] *= inv
+                _scale(DEL[k], inv)
         _step(server_in, len(W), h, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos[M], alpha, alpha_l,
               scale[M])
         if dlr:
@@ -195,11 +238,11 @@ def play_segment(j0, j1, X, cols, y, mask, first, W, B, relu, deferred, OUT, DEL
         for m in range(M):  # the activated clients learn from their gradient
             if mask[j, m]:
                 g = GC[m]
-                g[:, :] = g_h[:, m * e:(m + 1) * e]
+                _take_cols(g, g_h, m * e)
                 if not all_finite(g):
                     return j
                 if R > 1:
-                    g[:, :] /= np.float32(R)
+                    _divide(g, np.float32(R))
                 lo, hi = first[m], first[m + 1]
                 x = _ordered(INBUF[m], counts[m], XR[m])  # as embedded: the forward state is still in OUT
                 _backward(lo, hi, g, W, relu, deferred, U, V, AS, OUT, DEL, GIN, False)
@@ -225,12 +268,12 @@ def floor_segment(j0, j1, X, cols, y, first, W, B, relu, deferred, OUT, DEL, GIN
     server_in, n = first[M], len(W)
     for j in range(j0, j1):
         for m in range(M):
-            INBUF[m][0] = X[j, cols[m, 0]:cols[m, 1]]
+            _put_row(INBUF[m], 0, X[j], cols[m, 0], cols[m, 1])
             out = _forward(first[m], first[m + 1], INBUF[m], W, B, relu, deferred, U, V, AS, OUT)
-            H[:, m * e:(m + 1) * e] = out
+            _put_cols(H, m * e, out)
         LABEL[0] = y[j]
         logits = _forward(server_in, n, H, W, B, relu, deferred, U, V, AS, OUT)
-        pred[j] = np.argmax(logits[0])
+        pred[j] = argmax(logits[0])
         softmax_cross_entropy_into(logits, LABEL, LOSS, GL)
         g_h = _backward(server_in, n, GL, W, relu, deferred, U, V, AS, OUT, DEL, GIN, True)
         _step(server_in, n, H, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos[M], alpha, alpha_l,
@@ -239,7 +282,7 @@ def floor_segment(j0, j1, X, cols, y, first, W, B, relu, deferred, OUT, DEL, GIN
             pos[M] = (pos[M] + 1) % U[server_in].shape[0]
         for m in range(M):
             lo, hi = first[m], first[m + 1]
-            GC[m][:, :] = g_h[:, m * e:(m + 1) * e]
+            _take_cols(GC[m], g_h, m * e)
             _backward(lo, hi, GC[m], W, relu, deferred, U, V, AS, OUT, DEL, GIN, False)
             _step(lo, hi, INBUF[m], W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos[m], alpha, alpha_l,
                   scale[m])

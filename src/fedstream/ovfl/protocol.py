@@ -63,7 +63,9 @@ class ComputeClock:
 
     def add_segment(self, client: float, server: float, cpu_per_wall: float) -> None:
         """Seconds measured by the fused path (:mod:`fedstream.ovfl.fused`) for a segment of rounds:
-        its client and server time, and the segment's CPU / wall ratio (all of it is sampled)."""
+        its client and server time, and the segment's CPU / wall ratio (all of it is sampled; a
+        ratio above 1, which two clocks read one after the other can give, counts as 1)."""
+        cpu_per_wall = min(max(cpu_per_wall, 0.0), 1.0)
         self.client += client
         self.server += server
         self.samples[0] += client
@@ -72,9 +74,17 @@ class ComputeClock:
         self.samples[3] += server * cpu_per_wall
 
     def cpu(self) -> tuple[float, float]:
-        """(client, server) CPU seconds, estimated as described above."""
+        """(client, server) CPU seconds, estimated as described above. A thread's CPU time cannot
+        exceed the wall time it was measured in, so the sampled ratio is capped at 1: the two
+        clocks are read one after the other, and their reads alone can tip it over (1.0003 on an
+        idle machine)."""
         cw, cc, sw, sc = self.samples
-        return (self.client * cc / cw if cw else 0.0), (self.server * sc / sw if sw else 0.0)
+        return self.client * _ratio(cc, cw), self.server * _ratio(sc, sw)
+
+
+def _ratio(cpu: float, wall: float) -> float:
+    """CPU / wall in [0, 1] (0 where nothing was sampled)."""
+    return min(cpu / wall, 1.0) if wall > 0 else 0.0
 
 
 def play_round(

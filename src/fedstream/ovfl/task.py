@@ -70,10 +70,19 @@ def summary_rows(s: dict) -> tuple[str, list[tuple[str, str]]]:
          f"{s['server_compute_seconds']:.2f} / {s.get('server_cpu_seconds', float('nan')):.2f}"),
         ("wall time (s)", f"{s['wall_seconds']:.1f}"),
         ("rounds / s", f"{s['rounds_per_second']:,.0f}"),
+        compile_row(s),
     ]
     if "output" in s:
         rows.append(("summary", s["output"]))
     return f"fedstream {s['task']}: {title(s['config'])}, {s['rounds']:,} rounds", rows
+
+
+def compile_row(s: dict) -> tuple[str, str]:
+    """The summary table's row of numba's compilation, which the wall time and rate leave out."""
+    seconds = s.get("compile_seconds", 0.0)
+    if seconds > 0:
+        return "compiling kernels (s), apart", f"{seconds:.1f}, once per machine"
+    return "compiling kernels (s), apart", "0, cached"
 
 
 def index_fields(r: dict) -> dict:

@@ -30,7 +30,9 @@ METRIC_COLUMNS = [
     "client_compute_seconds",
     "wall_seconds",
     "client_cpu_seconds",
-]  # online VFL's metrics.csv (client_compute_seconds: wall-clock; client_cpu_seconds: thread CPU time)
+    "top_class_share",
+]  # online VFL's metrics.csv (client_compute_seconds: wall-clock; client_cpu_seconds: thread CPU time;
+# top_class_share: the share of the interval's predictions that went to its most-predicted class)
 LOCK = ".lock"
 
 

@@ -6,12 +6,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import fedstream
+from fedstream.metrics.collapse import collapse_fields
 from fedstream.runs.folder import RunFolder
 from fedstream.vfl.checkpoint import NAME
 from fedstream.vfl.settings import BatchVFLSettings
 
 COLUMNS = ["epoch", "steps", "train_loss", "test_accuracy", "bytes_up", "bytes_down", "bytes_total",
-           "eval_bytes_up", "epoch_seconds", "wall_seconds", "train_accuracy", "test_loss"]
+           "eval_bytes_up", "epoch_seconds", "wall_seconds", "train_accuracy", "test_loss", "top_class_share",
+           "label_top_class_share"]  # top_class_share: of the test predictions (fedstream.metrics.collapse)
 
 def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger: dict, wall: float) -> dict:
     """The run's summary: settings, final and best accuracy, per-epoch rows, bytes, timings."""
@@ -33,7 +35,15 @@ def make_summary(settings: BatchVFLSettings, seed: int, rows: list[dict], ledger
         "eval_bytes_up": sum(r["eval_bytes_up"] for r in rows),
         "wall_seconds": wall,
         "fedstream_version": fedstream.__version__,
-    }
+    } | _collapse(rows[-1])
+
+
+def _collapse(last: dict) -> dict:
+    """The collapse fields of the last epoch's test predictions (none from rows before they were recorded)."""
+    if "top_class_share" not in last:
+        return {}
+    return collapse_fields(last["top_class_share"], last["label_top_class_share"],
+                           f"the test rows of epoch {last['epoch']}")
 
 
 def _best(rows: list[dict], key: str, pick) -> float | None:

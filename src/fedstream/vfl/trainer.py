@@ -42,6 +42,7 @@ import torch
 import fedstream.vfl.checkpoint as checkpoint
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError, DivergedError
+from fedstream.metrics.collapse import top_share
 from fedstream.runs.checkpoint import CheckpointError
 from fedstream.runs.device import resolve_device
 from fedstream.runs.threads import one_torch_thread
@@ -221,7 +222,7 @@ def play_epochs(
                                             rows=None if plan is None else plan.rows, selected=selected,
                                             first_step=step)
         step += steps
-        accuracy, test_loss, eval_bytes = evaluate_on(
+        accuracy, test_loss, eval_bytes, top, label_top = evaluate_on(
             settings, len(labels.train_y), labels.test_y, cohort, server, selected
         )
         after = cohort.ledger.summary()
@@ -229,7 +230,8 @@ def play_epochs(
                      "bytes_up": after["up"] - before["up"], "bytes_down": after["down"] - before["down"],
                      "bytes_total": after["total"], "eval_bytes_up": eval_bytes,
                      "epoch_seconds": time.perf_counter() - start, "wall_seconds": time.perf_counter() - tic,
-                     "train_accuracy": train_acc, "test_loss": test_loss}
+                     "train_accuracy": train_acc, "test_loss": test_loss, "top_class_share": top,
+                     "label_top_class_share": label_top}
                     | ({} if plan is None else selection_row(plan, settings.clients, len(labels.train_y))))
         writer.append(rows[-1])
         if after_epoch is not None:
@@ -363,8 +365,20 @@ def play_epoch(epoch: int, settings: BatchVFLSettings, train_y: np.ndarray, coho
     return total / steps_per_epoch, steps_per_epoch, correct / n
 
 
+class Evaluation(NamedTuple):
+    """A test pass: accuracy, mean cross-entropy, the uplink bytes it took, and the share of the
+    predictions that went to the most-predicted class and of the labels to the most frequent one
+    (:mod:`fedstream.metrics.collapse`)."""
+
+    accuracy: float
+    loss: float
+    eval_bytes: int
+    top_class_share: float
+    label_top_class_share: float
+
+
 def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, link,
-             selected=None) -> tuple[float, float, int]:
+             selected=None) -> Evaluation:
     """Test accuracy, mean test cross-entropy and the uplink bytes it took, through ``link`` (the training
     transport; its ledger is set aside meanwhile), with the ``selected`` clients sending and the server
     padding the others. Test sample j is id ``n_train + j`` for the links' per-sample caches."""
@@ -379,10 +393,10 @@ def evaluate(settings: BatchVFLSettings, data: VerticalImages, clients, server, 
 
 
 def evaluate_on(settings: BatchVFLSettings, n_train: int, test_y: np.ndarray, cohort: Cohort, server,
-                selected=None) -> tuple[float, float, int]:
+                selected=None) -> Evaluation:
     """:func:`evaluate` over any :class:`~fedstream.vfl.protocol.Cohort` (its ledger is set
     aside meanwhile); the server needs only the test labels and the number of training rows."""
-    correct, loss = 0, 0.0
+    correct, loss, predicted = 0, 0.0, []
     plan = [
         Batch(j, "test", idx, n_train + idx)
         for j, idx in enumerate(batches(len(test_y), settings.batch_size))
@@ -390,9 +404,12 @@ def evaluate_on(settings: BatchVFLSettings, n_train: int, test_y: np.ndarray, co
     with separate_ledger(cohort) as ledger:
         for batch, logits in zip(plan, play_scores(plan, cohort, server, selected)):
             labels = torch.from_numpy(test_y[batch.rows])
-            correct += int((logits.argmax(dim=1) == labels).sum())
+            guess = logits.argmax(dim=1)
+            predicted.append(guess.numpy())
+            correct += int((guess == labels).sum())
             loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
-    return correct / len(test_y), loss / len(test_y), ledger.summary()["up"]
+    return Evaluation(correct / len(test_y), loss / len(test_y), ledger.summary()["up"],
+                      top_share(np.concatenate(predicted)) if predicted else float("nan"), top_share(test_y))
 
 
 @contextmanager
