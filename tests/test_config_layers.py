@@ -53,8 +53,9 @@ def test_the_schema_is_the_registrys_tasks_keys():
 
 def test_modules_found_by_name_are_the_declared_plugin_points():
     """A module loaded by name (``import_module``) is a link the import graph does not show; each one is
-    a declared plugin point: the schema's registry, a Task's entry points, a task's deploy adapter and
-    the packages' lazy exports. A new one must be added here on purpose."""
+    a declared plugin point: the schema's registry, a Task's entry points, a task's deploy adapter,
+    the packages' lazy exports and a user's own model factories (``model.client`` / ``model.server``).
+    A new one must be added here on purpose."""
     src = CONFIG.parent
     found = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if "import_module(" in p.read_text())
-    assert found == ["config/schema.py", "deploy/adapters.py", "lazy.py", "runs/task.py"]
+    assert found == ["config/schema.py", "deploy/adapters.py", "lazy.py", "own_models.py", "runs/task.py"]

@@ -65,6 +65,9 @@ from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import decode_update, encode_update
 from fedstream.transport.updates import ModelUpdate
 
+REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node's choice, per variant
+SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
+
 
 class RemoteCohort(Session):
     """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
@@ -324,7 +327,7 @@ class RemoteCohort(Session):
         for name, ch in raw.items():
             ok = (
                 isinstance(ch, dict)
-                and set(ch) == {"lr", "candidate", "round", "val_acc", "test_acc"}
+                and REQUIRED_CHOICE <= set(ch) <= REQUIRED_CHOICE | SHARES
                 and ch["lr"] in s.lrs
                 and isinstance(ch["candidate"], str)
                 and variants[name](ch["candidate"])
@@ -335,9 +338,15 @@ class RemoteCohort(Session):
                     isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool) and 0.0 <= ch[k] <= 1.0
                     for k in ("val_acc", "test_acc")
                 )
+                and all(  # collapse shares (fedstream.metrics.collapse): NaN when a node could not tell
+                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool)
+                    and (math.isnan(ch[k]) or 0.0 <= ch[k] <= 1.0)
+                    for k in SHARES & set(ch)
+                )
             )
             if not ok:
                 raise ProtocolError(f"variant {name!r}: malformed choice {ch!r}"[:300])
             out[name] = Choice(float(ch["lr"]), ch["candidate"], ch["round"], float(ch["val_acc"]),
-                               float(ch["test_acc"]))
+                               float(ch["test_acc"]), float(ch.get("top_class_share", math.nan)),
+                               float(ch.get("label_top_class_share", math.nan)))
         return out
