@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -216,18 +215,6 @@ class LiveNode:
 
 
 # -- the server's side ---------------------------------------------------------------------------
-class Runtime(Protocol):
-    """What a task's server (its adapter's ``serve``) needs of a runtime: a :class:`Link` to the
-    nodes, and what the runtime adds to the summary and to the server's last log line. A runtime
-    moves bytes and nothing else; on the nodes it answers each request with :func:`handle_on_node`."""
-
-    def connect(self, n_clients: int) -> Link: ...
-
-    def extra(self) -> dict: ...
-
-    def note(self) -> str: ...
-
-
 class Session:
     """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
     ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run

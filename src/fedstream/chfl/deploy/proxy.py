@@ -49,7 +49,6 @@ from fedstream.chfl.deploy.data import chfl_config_settings
 from fedstream.chfl.deploy.records import (
     SHARED_SIZES,
     SIZES,
-    FinishReply,
     RoundReply,
     RoundRequest,
     SetupReply,
@@ -58,6 +57,7 @@ from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -314,7 +314,7 @@ class RemoteCohort(Session):
         self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
     ) -> dict[str, Choice]:
         try:
-            raw = json.loads(FinishReply.read(reply.info, "finish reply").choices)
+            raw = json.loads(FinishReply.read(reply.info, "finish reply", needs=("choices",)).choices)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"info 'choices' is not JSON ({exc})"[:300]) from None
         if not isinstance(raw, dict) or set(raw) != set(variants):

@@ -49,7 +49,7 @@ from fedstream.chfl.checkpoint import (
     read_checkpoint,
     tensors_to_arrays,
 )
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamFinishReply, StreamSetupReply
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
 from fedstream.chfl.deploy.stream_node import stream_config_settings
 from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.models import state_arrays
@@ -61,6 +61,7 @@ from fedstream.chfl.stream import (
     stream_summary,
 )
 from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -296,7 +297,8 @@ class NetworkStream(Session):
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                got = StreamFinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply")
+                got = FinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply",
+                                       needs=("up", "down", "messages"))
             except FedstreamError as exc:
                 self.fault(m, n_ticks, FINISH, str(exc))
                 continue
@@ -305,6 +307,17 @@ class NetworkStream(Session):
             self.cross_check(m, n_ticks, theirs, counted, "(up, down, messages) = ")
             self.reports.append({"client": m, "up": got.up, "down": got.down, "messages": got.messages,
                                  "server_counted": counted})
+
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        return f"at tick {self.saved['tick']}"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        return self.run(checkpoint=checkpoint)
+
+    def audit(self) -> dict:
+        """The final global common column (``models``)."""
+        return {"models": {f"global.{k}": v for k, v in self.global_common().items()}}
 
     def global_common(self) -> dict[str, np.ndarray]:
         """The final global common column (empty for Local)."""

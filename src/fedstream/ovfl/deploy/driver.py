@@ -40,6 +40,7 @@ import numpy as np
 
 from fedstream.data import Stream
 from fedstream.data.table_party import check_held_categorical, per_party
+from fedstream.deploy.host import model_digest
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.metrics import Prequential
@@ -368,6 +369,24 @@ class NetworkVFL:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             self.reports.append(report)
         return self.reports
+
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        return f"at round {self.t}"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        """Play the remaining rounds, deliver the last gradients, collect the nodes' reports (with
+        ``audit`` their models too); the summary with the digest of the server's model."""
+        self.run(checkpoint=checkpoint)
+        self.finish(models=audit)
+        return self.summary() | {"server_digest": model_digest(self.server.model.parameters())}
+
+    def audit(self) -> dict:
+        """Every party's model (``models``) and each message's size (``message_sizes``)."""
+        arrays = {f"server.{i}": p for i, p in enumerate(self.server.model.parameters())}
+        for r in self.reports:
+            arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
+        return {"models": arrays, "message_sizes": self.transport.sizes}
 
     def summary(self) -> dict:
         return (
