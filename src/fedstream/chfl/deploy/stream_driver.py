@@ -75,6 +75,8 @@ _SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")
 class NetworkStream(Session):
     """The server's side of one deployed streaming CHFL run; ``link`` reaches nodes 0..K-1."""
 
+    position = ("tick",)  # a run's position: the tick a segment starts at
+
     def __init__(self, link: Link, config: dict):
         super().__init__(link, config)
         self.settings = s = stream_config_settings(config)
@@ -173,7 +175,7 @@ class NetworkStream(Session):
             elapsed = float(v["elapsed"])
             for m, got in sorted(self.nodes.items()):  # kept an older boundary (it was down at start)
                 if got["tick"] != start - 1:
-                    self.rejoins.append({"round": start, "client": m, "node_tick": got["tick"]})
+                    self.record_rejoin(m, start, got["tick"])
                     need.add(m)
         cuts = sorted(set(range(0, n_ticks, s.sync_every)) | set(join) | {n_ticks})
         for a, b in zip(cuts, cuts[1:]):
@@ -181,8 +183,9 @@ class NetworkStream(Session):
                 continue
             back = (self.link.rejoined() & self.link.available() & set(self.nodes))
             if back:
-                for m in self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a)):
-                    self.rejoins.append({"round": a, "client": m})
+                came = self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a))
+                for m, got in came.items():
+                    self.record_rejoin(m, a, got["tick"])
                     need.add(m)
             active = [k for k in range(K) if join[k] <= a]
             need |= {k for k in active if join[k] == a}
@@ -249,17 +252,13 @@ class NetworkStream(Session):
     def _rejoin_check(self, a: int):
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
+            self.check_behind(got["tick"], a)
             if not self.nodes:  # a resumed server's first setup: nothing to compare with yet
-                if got["tick"] >= a:
-                    raise ProtocolError(f"the node played up to tick {got['tick']}, the checkpoint is at "
-                                        f"tick {a}")
                 return got
             diff = {k: (got[k], self.nodes[m][k]) for k in (*_SHARED, "join_tick")
                     if got[k] != self.nodes[m][k]}
             if diff:
                 raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data")
-            if got["tick"] >= a:
-                raise ProtocolError(f"the node played up to tick {got['tick']}, the run is at tick {a}")
             return got
         return accept
 

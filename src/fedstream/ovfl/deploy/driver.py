@@ -148,11 +148,6 @@ class NetworkVFL(OnlineRun):
         rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
         return query._replace(rows=rows)
 
-    def _node_round(self, got: SetupReply) -> int:
-        if got.round >= self.t:
-            raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
-        return got.round
-
     def setup(
         self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
     ) -> set[int]:
@@ -171,13 +166,15 @@ class NetworkVFL(OnlineRun):
                                         f"({self.ids}): in a deployment every party's file lists the same "
                                         "ids in the same order")
                 self._held[m] = got.categorical
-                return self._node_round(got)
+                tr.check_behind(got.round, self.t)
+                return got.round
             block = self.blocks[m]
             if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
                 raise ProtocolError(f"the node reports client {got.client} with features {got.block_start}:"
                                     f"{got.block_stop}, expected client {m} with features "
                                     f"{block.start}:{block.stop}")
-            return self._node_round(got)
+            tr.check_behind(got.round, self.t)
+            return got.round
 
         info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
         rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
@@ -188,8 +185,7 @@ class NetworkVFL(OnlineRun):
                 # a node back at round t - 1 (its checkpoint is its state after its last reply) still
                 # waits for the gradients held for it; one further back never asked for them
                 dropped = tr.forget(m) if node_round != self.t - 1 else 0
-                tr.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
-                                   "dropped_gradients": dropped})
+                tr.record_rejoin(m, self.t, node_round, dropped=dropped)
         return set(rounds)
 
     def run(self, rounds: int | None = None, *, on_round=None, checkpoint: Path | None = None) -> dict:

@@ -92,7 +92,7 @@ class RemoteCohort(Session):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
         self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
-        self.position: dict[int, int] = {}  # client -> the last training step its node answered validly
+        self.at: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
         self.missed = [
             0
@@ -212,11 +212,9 @@ class RemoteCohort(Session):
         if held is not None and held[0] != pending:
             del self.outbox[m]
             dropped = 1
-        if rejoin or dropped or step != self.position.get(m, -1):
-            self.rejoins.append(
-                {"step": self.t, "client": m, "node_step": step, "dropped_gradients": dropped}
-            )
-        self.position[m] = step
+        if rejoin or dropped or step != self.at.get(m, -1):
+            self.record_rejoin(m, self.t, step, dropped=dropped)
+        self.at[m] = step
 
     def rejoin(self) -> None:
         """Set up again (``rejoin``) the nodes the link reports back since the last call (a crashed
@@ -237,7 +235,7 @@ class RemoteCohort(Session):
                 self.fault(m, t, "train", str(exc))
                 continue
             out[m] = self._accept(m, data, batch.samples, "up")
-            self.position[m] = t
+            self.at[m] = t
         self.t = t + 1
         for m in range(self.settings.clients):
             if out[m] is None and (selected is None or m in selected):
@@ -349,7 +347,7 @@ class RemoteCohort(Session):
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
             "nodes": {str(m): v for m, v in self.nodes.items()},
             "ready": sorted(self.ready),
-            "position": {str(m): t for m, t in self.position.items()},
+            "position": {str(m): t for m, t in self.at.items()},
             "t": self.t,
             "missed": self.missed,
             "selection_bytes": self.selection_bytes,
@@ -370,7 +368,7 @@ class RemoteCohort(Session):
         self.counted = [dict(c) for c in meta["counted"]]
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
-        self.position = {int(m): int(t) for m, t in meta["position"].items()}
+        self.at = {int(m): int(t) for m, t in meta["position"].items()}
         self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations")
         self.load_session_state(meta)
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]
