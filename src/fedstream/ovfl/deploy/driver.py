@@ -20,7 +20,7 @@ batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the v
 simulator decides from the same estimate.
 
 Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.ovfl.deploy.ends.ServerEnds`), each node the other
+client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
 end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
 compressed size are the simulator's.
 
