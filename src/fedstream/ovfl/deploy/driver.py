@@ -40,7 +40,7 @@ import numpy as np
 
 from fedstream.data import Stream
 from fedstream.data.table_party import check_held_categorical, per_party
-from fedstream.deploy.host import model_digest
+from fedstream.deploy.host import FinishReply, model_digest
 from fedstream.deploy.records import Link
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy.parties import (
@@ -57,6 +57,8 @@ from fedstream.ovfl.protocol import play_round
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
+
+FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
 
 
 class NodePadding:
@@ -334,12 +336,12 @@ class NetworkVFL(OnlineRun):
         replies = tr.finish(self.t - 1, models=models)
         self.reports = []
         for m, reply in sorted(replies.items()):
-            info, ledger = reply.info, tr.ledger
-            mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
-            theirs = (info.get("up"), info.get("down"), info.get("messages"))
+            got = FinishReply.read(reply.info, f"client {m}, finish reply", needs=FINISH_FIELDS)
+            mine = (tr.ledger.up[m], tr.ledger.down[m], tr.ledger.messages[m])
+            theirs = (got.up, got.down, got.messages)
             if not tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = "):
                 raise ProtocolError(f"client {m}: {tr.faults[-1]['reason']}")  # online VFL's ends must agree
-            report = dict(info, server_counted=list(mine))
+            report = got.info() | {"server_counted": list(mine)}
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             self.reports.append(report)

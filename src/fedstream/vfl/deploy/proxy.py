@@ -45,6 +45,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -66,6 +67,8 @@ from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
+
+FINISH_FIELDS = ("client", "up", "down", "eval_up", "select_up", "select_down", "digest")  # a node's report
 
 
 class RemoteCohort(Session):
@@ -313,16 +316,17 @@ class RemoteCohort(Session):
         for m, reply in sorted(self.exchange(requests).items()):
             try:
                 reply = self.reply(reply, FINISH, t, 0)
+                got = FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
-            theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
+            theirs = {"up": got.up, "down": got.down, "eval_up": got.eval_up}
+            theirs_select = {"up": got.select_up, "down": got.select_down}
             excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
             self.cross_check(m, t, theirs, self.counted[m], excused=excused)
             self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
-                                 "select_down": theirs_select["down"], "digest": reply.info.get("digest"),
+                                 "select_down": theirs_select["down"], "digest": got.digest,
                                  "server_counted": dict(self.counted[m])})
             if models:
                 self.models[m] = dict(reply.arrays)
