@@ -38,7 +38,7 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
   its gradient arrives.
 
 Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
-every client's link (:class:`ServerEnds`: one :class:`~fedstream.transport.compressed.ServerEndpoint`
+every client's link (:class:`~fedstream.transport.compressed.ServerEnds`: one ``ServerEndpoint``
 per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
 an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
 updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
@@ -52,7 +52,7 @@ and sigma); a cache row the server never received is zero (plain top-k for it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -62,7 +62,7 @@ from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.transport.codec import decode, encode
-from fedstream.transport.compressed import CompressionSpec, ServerEndpoint, up_codec
+from fedstream.transport.compressed import CompressionSpec, ServerEnds
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
@@ -73,29 +73,6 @@ class Wire(NamedTuple):
     client: int
     data: bytes
     msg: Embedding
-
-
-class ServerEnds:
-    """The server's end of every client's compressed link, with their state for the checkpoint."""
-
-    def __init__(self, n_clients: int, spec: CompressionSpec):
-        self.spec = spec
-        self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
-        up = up_codec(replace(spec, cache=False))
-        self.probe = None if up is None else up[1]  # stateless: checks an embedding before ``ends`` sees it
-        self.setting = f"compression.up = {spec.up!r}"
-
-    def __getitem__(self, m: int) -> ServerEndpoint:
-        return self.ends[m]
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Each end's embedding cache and quantiser table, under ``"<client>."``."""
-        return {f"{end.client}.{k}": v for end in self.ends for k, v in end.state_dict().items()}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for end in self.ends:
-            prefix = f"{end.client}."
-            end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
 @dataclass

@@ -41,7 +41,6 @@ one formula, :func:`boundary_of`, and from the epoch the driver's loop is playin
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -49,7 +48,7 @@ from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.transport.compressed import ServerEndpoint, up_codec
+from fedstream.transport.compressed import ServerEnds
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl.deploy.records import (
@@ -83,10 +82,7 @@ class RemoteCohort(Session):
         M, spec = settings.clients, settings.compression
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
-        self.ends = [ServerEndpoint(m, spec) for m in range(M)]
-        up = up_codec(replace(spec, cache=False))
-        self.probe = None if up is None else up[1]  # stateless: checks an embedding before ``ends`` sees it
-        self.setting = f"compression.up = {spec.up!r}"
+        self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
         self.outbox: dict[
@@ -296,7 +292,7 @@ class RemoteCohort(Session):
         the length and finite values; then the sender, type, step and shape
         (:func:`~fedstream.vfl.deploy.records.check_message`)."""
         shape = (rows, self.settings.embedding)
-        check_message(data, self.probe, Embedding, self.setting, shape, client=m, step=t,
+        check_message(data, self.ends.probe, Embedding, self.ends.setting, shape, client=m, step=t,
                       what=f"client {m}'s embedding")
 
     def _accept(self, m: int, data: bytes, samples: np.ndarray | None, direction: str) -> Embedding:
@@ -337,11 +333,7 @@ class RemoteCohort(Session):
         ServerEndpoint's state (embedding cache, quantiser table), the ledger and per-node counters,
         the gradients held for the nodes, where each node stands, and the record (faults, rejoins,
         missed steps, exchanges, VF-PS bytes)."""
-        arrays = {
-            f"end{m}.{k}": np.asarray(v)
-            for m, end in enumerate(self.ends)
-            for k, v in end.state_dict().items()
-        }
+        arrays = {f"end{k}": np.asarray(v) for k, v in self.ends.state_dict().items()}
         arrays |= {f"ledger.{k}": v for k, v in self.ledger.state_dict().items()}
         arrays |= {
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
@@ -360,9 +352,7 @@ class RemoteCohort(Session):
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_dict` saved (the nodes are then set up with ``resume``)."""
-        for m, end in enumerate(self.ends):
-            prefix = f"end{m}."
-            end.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+        self.ends.load_state_dict({k[len("end"):]: v for k, v in arrays.items() if k.startswith("end")})
         self.ledger.load_state_dict(
             {k[len("ledger.") :]: v for k, v in arrays.items() if k.startswith("ledger.")}
         )
