@@ -70,7 +70,9 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
         p.add_argument(
             "--audit", action="store_true", help="also write every party's model and each message's size"
         )
-        p.add_argument("--resume", action="store_true", help="continue from the server's checkpoint in --out")
+        p.add_argument("--resume", action="store_true",
+                       help="continue from the server's checkpoint in --out (without --resume, an --out that "
+                            "holds a checkpoint or a finished run is refused)")
     app.add_argument("--out", type=Path, help="folder on the server's machine for summary.json")
     local.add_argument(
         "--out", type=Path, required=True, help="folder for summary.json, the app and the logs"
