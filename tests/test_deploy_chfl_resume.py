@@ -241,7 +241,7 @@ def test_a_node_ahead_of_a_resumed_server_is_a_fault(covertype_root, config, che
     net = NetworkCHFL(server_config(config, tmp_path), Ahead(lambda cfg, m: None, config["chfl.clients"]))
     net.load(path)
     with pytest.raises(
-        ProtocolError, match=r"clients \[2\] did not set up.*federation 1, round 2; expected \(1, 0\)"
+        ProtocolError, match=r"clients \[2\] did not set up.*index 1, round 2; expected lr_index 1, round 0"
     ):
         net.run()
 

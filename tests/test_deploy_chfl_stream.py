@@ -191,15 +191,15 @@ def test_deploy_local_streaming_chfl_over_grpc_processes_equals_the_simulator(co
 
 def test_a_stream_server_refuses_resume_without_out(covertype_root, tmp_path):
     from fedstream.chfl.deploy.adapter import ADAPTER
+    from fedstream.deploy.serve import serve
     from fedstream.errors import ConfigError
 
     ADAPTER.check(stream_config(covertype_root))
     with pytest.raises(ConfigError, match="data.name = 'table': a streaming CHFL deployment reads one of"):
         ADAPTER.check(dict(stream_config(covertype_root), **{"data.name": "table"}))
 
-    with pytest.raises(ConfigError, match="resume: needs out"):
-        ADAPTER.serve(stream_config(covertype_root), {"resume": True, "out": None, "audit": False},
-                      runtime=None)
+    with pytest.raises(ConfigError, match="--resume needs --out DIR"):
+        serve(stream_config(covertype_root), {"resume": True, "out": None, "audit": False}, runtime=None)
 
 
 def test_a_server_that_dies_resumes_from_its_checkpoint_as_the_uninterrupted_run(covertype_root, tmp_path):

@@ -28,10 +28,11 @@ import pytest
 
 from fedstream.compression.topk import unpack_sparse
 from fedstream.config import load_config
+from fedstream.deploy.host import model_digest
 from fedstream.deploy.records import ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy.driver import NetworkVFL
-from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.host import ClientHost
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.transport import encode

@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
+from fedstream.deploy.host import model_digest
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.host import ClientHost
 from fedstream.ovfl.deploy.parties import (
     build_client,
     build_server,

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
+from fedstream.deploy.host import model_digest
 from fedstream.deploy.records import ROUND, Envelope, check_client_index
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.deploy.driver import NetworkVFL
-from fedstream.ovfl.deploy.host import ClientHost, model_digest
+from fedstream.ovfl.deploy.host import ClientHost
 from fedstream.ovfl.deploy.parties import build_client, server_stream
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 from fedstream.transport import encode

@@ -196,11 +196,13 @@ def test_every_boundary_comes_from_the_epoch_played(data_root, tmp_path):
     assert got["faults"] == [] and got["rejoins"] == [] and len(got["per_epoch"]) == 3
 
 
-def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(data_root, tmp_path, capsys):
-    """The ServerApp's batch VFL party with ``resume`` and no ``out/checkpoint.pt`` says it starts
-    afresh (as CHFL's does) and runs; asked to resume again, it finds the checkpoint and says so."""
+def test_serve_vfl_batch_follows_the_out_and_resume_rules(data_root, tmp_path, capsys):
+    """The server's batch VFL party refuses ``resume`` without ``out/checkpoint.pt`` (it used to start
+    afresh while online VFL ignored it: :func:`fedstream.deploy.serve.serve` now decides for every
+    task), runs fresh, refuses a fresh run over the finished one and, asked to resume, finds the
+    checkpoint and says so; ``summary.json`` holds the run's config under ``config``."""
     from fedstream.deploy.runtimes.flower import resolve_settings
-    from fedstream.vfl.deploy.adapter import ADAPTER
+    from fedstream.deploy.serve import serve
 
     link = LoopbackLink(
         lambda cfg, m: load_block(cfg, m, data_root=str(data_root), cache_dir=tmp_path / "cache"),
@@ -209,7 +211,7 @@ def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(data_root, tmp_pat
         store=tmp_path / "nodes",
     )
 
-    class Runtime:  # what the adapter asks of a runtime
+    class Runtime:  # what serve asks of a runtime
         def connect(self, n):
             return link
 
@@ -222,16 +224,17 @@ def test_serve_vfl_batch_says_when_resume_finds_no_checkpoint(data_root, tmp_pat
     config = vfl_tiny_config(data_root)
     out = tmp_path / "out"
     settings = resolve_settings({"out": str(out), "resume": True, "data-root": str(data_root)})
-    ADAPTER.serve(config, settings, Runtime())
-    said = capsys.readouterr().out
-    assert f"fedstream: no checkpoint at {out / 'checkpoint.pt'}: starting afresh" in said, said
+    with pytest.raises(ConfigError, match=r"checkpoint.pt does not exist: nothing to resume"):
+        serve(config, settings, Runtime())
+    fresh = settings | {"resume": False}
+    serve(config, fresh, Runtime())
     assert (out / "summary.json").exists() and (out / "checkpoint.pt").exists()
-    ADAPTER.serve(config, settings, Runtime())
-    said = capsys.readouterr().out
-    assert (
-        f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in said
-        and "starting afresh" not in said
-    )
+    assert json.loads((out / "summary.json").read_text())["config"] == json.loads(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"summary.json exists: the run there has finished"):
+        serve(config, fresh, Runtime())
+    capsys.readouterr()
+    serve(config, settings, Runtime())
+    assert f"fedstream: resuming after epoch 1 from {out / 'checkpoint.pt'}" in capsys.readouterr().out
 
 
 DYNAMIC_VFPS = {

@@ -24,7 +24,9 @@ def add_parsers(sub) -> None:
     server.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on")
     server.add_argument("--out", type=Path, help="folder for summary.json and the server's checkpoint")
     server.add_argument("--audit", action="store_true", help="also write every party's model")
-    server.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    server.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint in --out (without --resume, an --out that holds "
+                             "a checkpoint or a finished run is refused)")
     server.add_argument("--reply-timeout", type=float, default=120.0,
                         help="seconds before a node that has not answered is down for that request")
     server.add_argument("--node-timeout", type=float, default=120.0,

@@ -7,8 +7,8 @@ drive without knowing the task:
 * node side: ``node_data(config, index, data_root=, cache_dir=)`` (the node's own data) and
   ``host(config, index, data=, state=)`` (the party it hosts, which answers
   :class:`~fedstream.deploy.records.Envelope` requests and saves its state as named arrays);
-* server side: ``serve(config, settings, runtime)`` (the server party over a
-  :class:`~fedstream.deploy.session.Runtime`'s link, writing ``summary.json`` to ``settings["out"]``);
+* server side: ``server(config, settings, runtime)`` (the server party over a runtime's link, a
+  :class:`~fedstream.deploy.serve.DeployedServer` that :func:`fedstream.deploy.serve.serve` runs);
 * ``check(config)`` (what the network carries), ``n_nodes(config)`` and ``report(summary)`` (the line
   ``fedstream deploy local`` prints).
 
@@ -39,7 +39,7 @@ class Adapter(Protocol):
 
     def host(self, config: dict, index: int, *, data, state: dict | None = None) -> Any: ...
 
-    def serve(self, config: dict, settings: dict, runtime) -> None: ...
+    def server(self, config: dict, settings: dict, runtime) -> Any: ...
 
     def report(self, summary: dict) -> str: ...
 

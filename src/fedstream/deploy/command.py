@@ -26,7 +26,9 @@ from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import adapter_for, check_deployable, default_runtime
 from fedstream.deploy.local import LocalDeployment, write_app
+from fedstream.deploy.serve import check_out
 from fedstream.errors import ConfigError
+from fedstream.tasks import get_task
 
 
 def add_deploy_parser(sub) -> argparse.ArgumentParser:
@@ -68,7 +70,9 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
         p.add_argument(
             "--audit", action="store_true", help="also write every party's model and each message's size"
         )
-        p.add_argument("--resume", action="store_true", help="continue from the server's checkpoint in --out")
+        p.add_argument("--resume", action="store_true",
+                       help="continue from the server's checkpoint in --out (without --resume, an --out that "
+                            "holds a checkpoint or a finished run is refused)")
     app.add_argument("--out", type=Path, help="folder on the server's machine for summary.json")
     local.add_argument(
         "--out", type=Path, required=True, help="folder for summary.json, the app and the logs"
@@ -83,6 +87,8 @@ def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dic
         )
     config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
     check_deployable(config)
+    if args.resume and out is None:  # the folder is the server's: only deploy local can look into it
+        check_out(out, args.resume, get_task(config["task"]).checkpoint_name)
     source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
     sets = [s for s in args.sets if not s.startswith("data.root=")]
     # Flower starts the parties' processes in folders of its own: pin the data root found from here
@@ -112,6 +118,7 @@ def cmd_deploy(args) -> int:
               f"  flwr run {folder} <connection> --stream")
         return 0
     config = load_config(args.config, args.sets)
+    check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
     if (args.runtime or default_runtime(config)) == "grpc":
         return _local_grpc(args)
     settings, config = _settings(args, args.out)

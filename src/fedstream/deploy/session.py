@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -216,18 +215,6 @@ class LiveNode:
 
 
 # -- the server's side ---------------------------------------------------------------------------
-class Runtime(Protocol):
-    """What a task's server (its adapter's ``serve``) needs of a runtime: a :class:`Link` to the
-    nodes, and what the runtime adds to the summary and to the server's last log line. A runtime
-    moves bytes and nothing else; on the nodes it answers each request with :func:`handle_on_node`."""
-
-    def connect(self, n_clients: int) -> Link: ...
-
-    def extra(self) -> dict: ...
-
-    def note(self) -> str: ...
-
-
 class Session:
     """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
     ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run
@@ -238,17 +225,20 @@ class Session:
     A node's failed request never raises past the session: it is logged (logger
     ``fedstream.deploy``) and recorded in ``faults`` for ``summary.json``. ``unit`` names what a
     request's number counts in the log and in errors ("round"; batch VFL: "step"), ``payload``
-    what a reply's parts are called when their count is wrong.
+    what a reply's parts are called when their count is wrong. ``position`` names the parts of
+    the run's position, where a node set up again is reconciled with the run (:meth:`check_behind`,
+    :meth:`record_rejoin`): one number (default: ``unit``) or a tuple (CHFL: federation and round).
     """
 
     unit = "round"
     payload = "part(s)"
+    position: tuple[str, ...] = ()  # default (unit,)
 
     def __init__(self, link: Link, config: dict | None = None, *, run_token: str | None = None):
         self.link, self.config = link, config
         self.run_token = run_token or secrets.token_hex(8)
         self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
-        self.rejoins: list[dict] = []  # one per node set up again ("client" and where it was; per task)
+        self.rejoins: list[dict] = []  # one per node set up again (record_rejoin)
         self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
 
     def setup_request(self, *, rejoin: bool | None = None, resume: int | None = None) -> dict:
@@ -269,6 +259,30 @@ class Session:
             except FedstreamError as exc:
                 self.fault(m, t, SETUP, f"{refused}{exc}")
         return accepted
+
+    # -- a node set up again, reconciled with the run's position ---------------------------------
+    def _at(self, position: int | tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(position) if isinstance(position, (tuple, list)) else (position,)
+
+    def where(self, position: int | tuple[int, ...]) -> str:
+        """A position in words: "round 3", "lr_index 0, round 3"."""
+        return ", ".join(f"{k} {v}" for k, v in zip(self.position or (self.unit,), self._at(position)))
+
+    def check_behind(self, node_at, at, *, expected=None) -> None:
+        """A node set up again must be behind the run's position ``at`` (else it would refuse the next
+        request); ProtocolError saying where it is, and where it was ``expected`` (default: before ``at``)."""
+        if self._at(node_at) >= self._at(at):
+            want = self.where(expected) if expected is not None else f"before {self.where(at)}"
+            raise ProtocolError(f"the node is at {self.where(node_at)}; expected {want}")
+
+    def record_rejoin(self, m: int, at, node_at, *, dropped: int | None = None) -> None:
+        """Record in ``rejoins`` that client m's node was set up again with the run at ``at`` and came
+        back at ``node_at`` (the keys: the position's names, ``client``, ``node_`` + the names), with
+        ``dropped`` the gradients held for it the server dropped (None: the task holds none)."""
+        names = self.position or (self.unit,)
+        record = dict(zip(names, self._at(at))) | {"client": m}
+        record |= {f"node_{k}": v for k, v in zip(names, self._at(node_at))}
+        self.rejoins.append(record if dropped is None else record | {"dropped_gradients": dropped})
 
     def reachable(self, clients: Iterable[int], t: int, request: str) -> list[int]:
         """The clients of ``clients`` whose node can take a request now; a fault for each other one."""

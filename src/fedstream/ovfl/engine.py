@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,30 +83,171 @@ def table_rounds(config: dict, source: TableSource) -> int:
     return rounds
 
 
-def online_summary(run) -> dict:
-    """The ``summary.json`` fields every online VFL backend reports (the simulator, the network
-    driver): ``run`` has ``config``, ``t``, ``metrics``, ``transport``, ``active_counts``,
-    ``clock`` and ``wall_seconds``."""
-    rounds = run.t
-    return {
-        "task": run.config["task"],
-        "config": dict(run.config),
-        "rounds": rounds,
-        "accumulated_error": run.metrics.accumulated_error,
-        "interval_errors": list(run.metrics.intervals),
-        "bytes": run.transport.ledger.summary(),
-        "activation_rate": (run.active_counts / max(rounds, 1)).tolist(),
-        "server_compute_seconds": run.clock.server,  # wall-clock; the CPU time is server_cpu_seconds
-        "server_cpu_seconds": run.clock.cpu()[1],
-        "wall_seconds": run.wall_seconds,  # without numba's compilation (fedstream.jit)
-        "rounds_per_second": rounds / run.wall_seconds if run.wall_seconds else float("nan"),
-        **run.metrics.collapse(),  # top_class_share; collapsed and warnings when it ended collapsed
-        "compile_seconds": getattr(run, "compile_seconds", 0.0),  # once per machine: then cached
-        "fedstream_version": fedstream.__version__,
-    }
+class OnlineRun:
+    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`; the deployment's
+    server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the stream's chunks, the
+    run-level bookkeeping (round, prequential metrics, activation counts, compute clocks, wall time)
+    and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend builds its parties and plays
+    the rounds of a chunk (:meth:`play_chunk`); it adds what else its checkpoint holds
+    (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
+
+    config: dict
+    stream: Stream
+    server: Any
+    transport: Any
+    activation: Any
+
+    def _bookkeeping(self, n_clients: int) -> None:
+        self.metrics = Prequential(self.config["eval.interval"])
+        self.active_counts = np.zeros(n_clients, dtype=np.int64)
+        self.clock = ComputeClock()
+        self.wall_seconds = 0.0  # the run's time, without compiling kernels (compile_seconds)
+        self.compile_seconds = 0.0
+        self.interval_rows: list[dict] = []
+        self.t = 0  # next round to play
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self, rounds: int | None = None, **hooks) -> dict:
+        """Play rounds ``self.t .. rounds-1`` (default: ``config["rounds"]``); return the summary.
+
+        ``hooks`` are the fields of :class:`Hooks` (callbacks and checkpointing).
+        """
+        end = self.config["rounds"] if rounds is None else rounds
+        h = Hooks(**hooks)
+        self.start(h)
+        while self.t < end:
+            watch = Stopwatch()
+            chunk = self.t // CHUNK
+            X, y = self.chunk_rows(chunk)
+            self.add_time(watch)
+            self.play_chunk(chunk, X, y, end, h)
+        self.close(h)
+        return self.summary()
+
+    def add_time(self, watch: Stopwatch) -> None:
+        """Add a stretch of this run's work to ``wall_seconds``, and the numba compilation in it
+        (the first run on a machine) to ``compile_seconds``."""
+        self.wall_seconds += watch.seconds()
+        self.compile_seconds += watch.compile()
+
+    def start(self, hooks: Hooks) -> None:
+        """What comes before the first round played (the deployment: setting the nodes up)."""
+
+    def chunk_rows(self, chunk: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """The features (None: the backend's parties read their own) and labels of a stream chunk."""
+        X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
+        return X, y
+
+    def play_chunk(self, chunk: int, X: np.ndarray | None, y: np.ndarray, end: int, hooks: Hooks) -> None:
+        raise NotImplementedError
+
+    def close(self, hooks: Hooks) -> None:
+        """What comes after the last round (the simulator: a last check and checkpoint)."""
+
+    def summary(self) -> dict:
+        """The ``summary.json`` fields every online VFL backend reports."""
+        rounds = self.t
+        return {
+            "task": self.config["task"],
+            "config": dict(self.config),
+            "rounds": rounds,
+            "accumulated_error": self.metrics.accumulated_error,
+            "interval_errors": list(self.metrics.intervals),
+            "bytes": self.transport.ledger.summary(),
+            "activation_rate": (self.active_counts / max(rounds, 1)).tolist(),
+            "server_compute_seconds": self.clock.server,  # wall-clock; the CPU time is server_cpu_seconds
+            "server_cpu_seconds": self.clock.cpu()[1],
+            "wall_seconds": self.wall_seconds,  # without numba's compilation (fedstream.jit)
+            "rounds_per_second": rounds / self.wall_seconds if self.wall_seconds else float("nan"),
+            **self.metrics.collapse(),  # top_class_share; collapsed and warnings when it ended collapsed
+            "compile_seconds": self.compile_seconds,  # once per machine: then cached
+            "fedstream_version": fedstream.__version__,
+        } | self._selection_summary()
+
+    def _selection_summary(self) -> dict:
+        """topl: the time the server spent scoring clients and how often it did (no message: it scores the
+        embeddings it already received, so all of topl's traffic is in ``bytes``)."""
+        if not hasattr(self.activation, "estimate"):
+            return {}
+        return {
+            "selection_seconds": self.activation.seconds,
+            "selection_updates": self.activation.estimate.updates,
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _parts(self) -> dict[str, object]:
+        """The objects whose state_dict the checkpoint holds."""
+        raise NotImplementedError
+
+    def models(self) -> dict[str, object]:
+        """The models this process holds, by party name ("server", "client m")."""
+        return {"server": self.server.model}
+
+    def nonfinite_parties(self) -> list[str]:
+        """The parties ("server", "client m") whose parameters hold NaN or inf."""
+        return [name for name, model in self.models().items()
+                if not all(np.isfinite(p).all() for p in model.parameters())]
+
+    def saved(self) -> tuple[dict[str, np.ndarray], dict]:
+        """What the backend's checkpoint adds to the frame: (arrays, JSON-able values)."""
+        return {}, {}
+
+    def restored(self, state: dict[str, np.ndarray], meta: dict) -> None:
+        """Take back :meth:`saved`'s part (KeyError or ValueError: it does not fit)."""
+
+    def save(self, path: Path, *, wall: float = 0.0, compiled: float = 0.0) -> None:
+        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically."""
+        arrays, values = self.saved()
+        state = collect(self._parts()) | {"active_counts": self.active_counts} | arrays
+        clock = [self.clock.client, self.clock.server, *self.clock.samples]
+        meta = values | {
+            "round": self.t, "config": self.config, "clock": clock,
+            "wall_seconds": self.wall_seconds + wall, "compile_seconds": self.compile_seconds + compiled,
+            "interval_rows": self.interval_rows,
+            "fedstream_version": fedstream.__version__,
+        }
+        save_checkpoint(Path(path), state, meta)
+
+    def load(self, path: Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` for the same configuration (``rounds``
+        may grow)."""
+        state, meta = load_checkpoint(Path(path))
+        changed = [
+            k
+            for k, v in meta["config"].items()
+            if k not in ("rounds", "checkpoint.every", "simulator.path") and self.config.get(k) != v
+        ]
+        if changed:
+            details = ", ".join(
+                f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed
+            )
+            raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
+        if self.config["rounds"] < meta["round"]:
+            raise ConfigError(
+                f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}"
+            )
+        try:
+            restore(self._parts(), state)
+            self.active_counts[:] = state["active_counts"]
+            self.restored(state, meta)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(
+                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
+            ) from None
+        bad = self.nonfinite_parties()
+        if bad:
+            raise CheckpointError(path, f"checkpoint refused: the model of {', '.join(bad)} holds NaN or "
+                                  "inf (the run had diverged); start again with a smaller optimizer.lr")
+        self.t = int(meta["round"])
+        clock = list(meta["clock"])  # [client, server] before the CPU clock, then its samples
+        self.clock.client, self.clock.server = clock[:2]
+        self.clock.samples = (clock[2:] + [0.0] * 4)[:4]
+        self.wall_seconds = float(meta["wall_seconds"])
+        self.compile_seconds = float(meta.get("compile_seconds", 0.0))  # older checkpoints: not recorded
+        self.interval_rows = list(meta["interval_rows"])
 
 
-class OnlineVFL:
+class OnlineVFL(OnlineRun):
     """One online VFL run: M clients and a server over a stream, in one process."""
 
     def __init__(self, config: dict, *, stream: Stream | None = None):
@@ -125,33 +267,11 @@ class OnlineVFL:
         self.activation = activation_from_config(config)
         if hasattr(self.activation, "fill"):  # topl: the policy pads the clients the server does not query
             self.server.stand_in = self.activation
-        self.metrics = Prequential(config["eval.interval"])
-        self.active_counts = np.zeros(M, dtype=np.int64)
-        self.clock = ComputeClock()
-        self.wall_seconds = 0.0  # the run's time, without compiling kernels (compile_seconds)
-        self.compile_seconds = 0.0
-        self.interval_rows: list[dict] = []
-        self.t = 0  # next round to play
+        self._bookkeeping(M)
         self._fused: FusedPath | None = None  # built on first use
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, rounds: int | None = None, **hooks) -> dict:
-        """Play rounds ``self.t .. rounds-1`` (default: ``config["rounds"]``); return the summary.
-
-        ``hooks`` are the fields of :class:`Hooks` (callbacks and checkpointing).
-        """
-        end = self.config["rounds"] if rounds is None else rounds
-        h = Hooks(**hooks)
-        while self.t < end:
-            watch = Stopwatch()
-            chunk = self.t // CHUNK
-            X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
-            self.add_time(watch)
-            self.play_chunk(chunk, X, y, end, h)
-        self.finish(h)
-        return self.summary()
-
-    def finish(self, hooks: Hooks) -> None:
+    def close(self, hooks: Hooks) -> None:
         """Check the parameters a last time; write the final checkpoint, if checkpointing."""
         self.check_finite()
         if hooks.checkpoint_path is not None:
@@ -204,12 +324,6 @@ class OnlineVFL:
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.add_time(watch)
 
-    def add_time(self, watch: Stopwatch) -> None:
-        """Add a stretch of this run's work to ``wall_seconds``, and the numba compilation in it
-        (the first run on a machine) to ``compile_seconds``."""
-        self.wall_seconds += watch.seconds()
-        self.compile_seconds += watch.compile()
-
     @property
     def fused(self) -> FusedPath | None:
         """The fused path of this run, or None where it does not apply (checked on each chunk:
@@ -260,11 +374,8 @@ class OnlineVFL:
         return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
                              f"{self.config['optimizer.lr']}; try a smaller one)", t)
 
-    def nonfinite_parties(self) -> list[str]:
-        """The parties ("server", "client m") whose parameters hold NaN or inf."""
-        parties = {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
-        return [name for name, model in parties.items()
-                if not all(np.isfinite(p).all() for p in model.parameters())]
+    def models(self) -> dict[str, object]:
+        return {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
 
     def check_finite(self) -> None:
         """DivergedError if a party's parameters hold NaN or inf (run at evaluation intervals and
@@ -313,9 +424,8 @@ class OnlineVFL:
     # -- results -----------------------------------------------------------------------------
     def summary(self) -> dict:
         return (
-            online_summary(self)
+            super().summary()
             | {"client_compute_seconds": self.clock.client, "client_cpu_seconds": self.clock.cpu()[0]}
-            | self._selection_summary()
             | self._table_summary()
         )
 
@@ -328,16 +438,6 @@ class OnlineVFL:
         if source.alignment is not None:  # per-party files: the PSI, apart from the training's bytes
             out["alignment"] = source.alignment.summary()
         return out
-
-    def _selection_summary(self) -> dict:
-        """topl: the time the server spent scoring clients and how often it did (no message: it scores the
-        embeddings it already received, so all of topl's traffic is in ``bytes``)."""
-        if not hasattr(self.activation, "estimate"):
-            return {}
-        return {
-            "selection_seconds": self.activation.seconds,
-            "selection_updates": self.activation.estimate.updates,
-        }
 
     # -- checkpoints -------------------------------------------------------------------------
     def _parts(self) -> dict[str, object]:
@@ -352,52 +452,3 @@ class OnlineVFL:
             parts["activation"] = self.activation
         parts |= {f"client{m}": c for m, c in enumerate(self.clients)}
         return parts
-
-    def save(self, path: Path, *, wall: float = 0.0, compiled: float = 0.0) -> None:
-        """Write the full state (models, optimiser windows, metrics, bytes, round) atomically
-        (the callers run :meth:`check_finite` first)."""
-        state = collect(self._parts()) | {"active_counts": self.active_counts}
-        clock = [self.clock.client, self.clock.server, *self.clock.samples]
-        meta = {
-            "round": self.t, "config": self.config, "clock": clock,
-            "wall_seconds": self.wall_seconds + wall, "compile_seconds": self.compile_seconds + compiled,
-            "interval_rows": self.interval_rows,
-            "fedstream_version": fedstream.__version__,
-        }
-        save_checkpoint(path, state, meta)
-
-    def load(self, path: Path) -> None:
-        """Continue from a checkpoint written by :meth:`save` for the same configuration."""
-        state, meta = load_checkpoint(path)
-        changed = [
-            k
-            for k, v in meta["config"].items()
-            if k not in ("rounds", "checkpoint.every", "simulator.path") and self.config.get(k) != v
-        ]
-        if changed:
-            details = ", ".join(
-                f"{k}: checkpoint {meta['config'][k]!r} vs now {self.config.get(k)!r}" for k in changed
-            )
-            raise ConfigError(f"{path}: cannot resume with a different configuration ({details})")
-        if self.config["rounds"] < meta["round"]:
-            raise ConfigError(
-                f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}"
-            )
-        try:
-            restore(self._parts(), state)
-            self.active_counts[:] = state["active_counts"]
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(
-                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
-            ) from None
-        bad = self.nonfinite_parties()
-        if bad:
-            raise CheckpointError(path, f"checkpoint refused: the model of {', '.join(bad)} holds NaN or "
-                                  "inf (the run had diverged); start again with a smaller optimizer.lr")
-        self.t = int(meta["round"])
-        clock = list(meta["clock"])  # [client, server] before the CPU clock, then its samples
-        self.clock.client, self.clock.server = clock[:2]
-        self.clock.samples = (clock[2:] + [0.0] * 4)[:4]
-        self.wall_seconds = float(meta["wall_seconds"])
-        self.compile_seconds = float(meta.get("compile_seconds", 0.0))  # older checkpoints: not recorded
-        self.interval_rows = list(meta["interval_rows"])

@@ -152,7 +152,7 @@ def _units(members: list[_Member], stack: bool) -> list[_Unit]:
 def _close(m: _Member, summaries: dict, report: Report) -> None:
     """Final checkpoint and summary of a finished run."""
     try:
-        m.run.finish(m.hooks)
+        m.run.close(m.hooks)
     except DivergedError as exc:
         _close_diverged(m, exc, summaries, report)
         return

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -263,6 +263,31 @@ class ServerEndpoint(_Endpoint):
     def __init__(self, client: int, spec: CompressionSpec):
         up, down = up_codec(spec), down_codec(spec, client)
         super().__init__(client, down and down[0], up and up[1])
+
+
+class ServerEnds:
+    """The server's end of every client's compressed link (a deployment's server: its ends live with its
+    cohort, not in a transport), a stateless ``probe`` that checks a received embedding before any
+    end sees it (None: the uplink does not compress) and the ``setting`` it stands for, for errors."""
+
+    def __init__(self, n_clients: int, spec: CompressionSpec):
+        self.spec = spec
+        self.ends = [ServerEndpoint(m, spec) for m in range(n_clients)]
+        up = up_codec(replace(spec, cache=False))
+        self.probe = None if up is None else up[1]  # stateless: checks an embedding before ``ends`` sees it
+        self.setting = f"compression.up = {spec.up!r}"
+
+    def __getitem__(self, m: int) -> ServerEndpoint:
+        return self.ends[m]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Each end's embedding cache and quantiser table, under ``"<client>."``."""
+        return {f"{end.client}.{k}": v for end in self.ends for k, v in end.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for end in self.ends:
+            prefix = f"{end.client}."
+            end.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
 
 class CompressedTransport:

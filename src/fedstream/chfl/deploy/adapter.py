@@ -5,19 +5,15 @@ and server (:mod:`~fedstream.chfl.deploy.stream_driver`), on the gRPC runtime by
 request per FedAvg round of ``chfl.stream_sync_every`` ticks, thousands of them in a stream.
 
 Node side: the node's rows and columns (:class:`~fedstream.chfl.deploy.data.NodePart`) and its party
-(:class:`~fedstream.chfl.deploy.host.CHFLHost`). Server side: :func:`serve` runs
-:class:`~fedstream.chfl.deploy.driver.NetworkCHFL` (no data at all: the nodes report their sizes)
-and writes ``summary.json`` (with ``audit`` the final global common column, ``models.npz``),
-``metrics.csv`` and ``checkpoint.pt`` (after every FedAvg round) to ``out``; ``resume`` continues
-from that checkpoint, each node from its own state of it.
+(:class:`~fedstream.chfl.deploy.host.CHFLHost`). Server side:
+:class:`~fedstream.chfl.deploy.driver.NetworkCHFL` (no data at all: the nodes report their sizes),
+which :func:`fedstream.deploy.serve.serve` runs (``metrics.csv`` and ``checkpoint.pt`` after every
+FedAvg round in ``out``; with ``audit`` the final global common column, ``models.npz``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import numpy as np
 
 from fedstream.chfl.deploy.data import NodePart, load_part
 from fedstream.chfl.deploy.driver import NetworkCHFL
@@ -60,56 +56,19 @@ class CHFLAdapter:
             return StreamHost(config, index, rows=data, state=state)
         return CHFLHost(config, index, rows=data, state=state)
 
-    def serve(self, config: dict, settings: dict, runtime) -> None:
-        if config["chfl.mode"] == "stream":
-            return self._serve_stream(config, settings, runtime)
-        if settings["resume"] and not settings["out"]:
-            raise ConfigError("resume: needs out, the folder holding the CHFL server's checkpoint.pt")
+    def server(self, config: dict, settings: dict, runtime) -> NetworkCHFL | NetworkStream:
         link = runtime.connect(config["chfl.clients"])
+        mode = "streaming CHFL" if config["chfl.mode"] == "stream" else "CHFL"
+        print(f"fedstream: {mode} ({config['chfl.method']}) with {config['chfl.clients']} client nodes",
+              flush=True)
+        if config["chfl.mode"] == "stream":
+            return NetworkStream(link, config)
 
         def progress(p: dict) -> None:
             print(f"fedstream: lr {p['lr']:g}, round {p['round']}/{p['rounds']}: mean best validation "
                   f"accuracy {p['val_acc']:.4f}", flush=True)
 
-        print(f"fedstream: CHFL ({config['chfl.method']}) with {config['chfl.clients']} client nodes",
-              flush=True)
-        net = NetworkCHFL(config, link, progress=progress)
-        checkpoint = Path(settings["out"]) / "checkpoint.pt" if settings["out"] else None
-        if settings["resume"] and checkpoint is not None and checkpoint.exists():
-            net.load(checkpoint)
-            lr_index, rnd = net.position
-            where = (f"federation {lr_index} (lr {net.settings.lrs[lr_index]:g}), round {rnd}"
-                     if lr_index < len(net.settings.lrs) else "the end of the last federation")
-            print(f"fedstream: resuming at {where} from {checkpoint}", flush=True)
-        elif settings["resume"]:
-            print(f"fedstream: no checkpoint at {checkpoint}: starting afresh", flush=True)
-        result = net.run(checkpoint=checkpoint)
-        print(
-            f"fedstream: done, test accuracy {result['test_acc']:.4f}, {result['bytes']['total']} payload "
-            f"bytes, {len(result['faults'])} node fault(s), {len(result['rejoins'])} rejoin(s), "
-            f"{runtime.note()}",
-            flush=True,
-        )
-        write_outputs(settings, config, result, runtime, net)
-
-    def _serve_stream(self, config: dict, settings: dict, runtime) -> None:
-        if settings["resume"] and not settings["out"]:
-            raise ConfigError("resume: needs out, the folder holding the streaming server's checkpoint.pt")
-        link = runtime.connect(config["chfl.clients"])
-        print(f"fedstream: streaming CHFL ({config['chfl.method']}) with {config['chfl.clients']} client "
-              "nodes", flush=True)
-        net = NetworkStream(link, config)
-        checkpoint = Path(settings["out"]) / "checkpoint.pt" if settings["out"] else None
-        if settings["resume"] and checkpoint.exists():
-            net.load(checkpoint)
-            print(f"fedstream: resuming at tick {net.saved['tick']} from {checkpoint}", flush=True)
-        elif settings["resume"]:
-            print(f"fedstream: no checkpoint at {checkpoint}: starting afresh", flush=True)
-        result = net.run(checkpoint=checkpoint)
-        print(f"fedstream: done, {result['ticks']} ticks, prequential accuracy "
-              f"{result['prequential_acc']:.4f}, {result['bytes']['total']} payload bytes, "
-              f"{len(result['faults'])} node fault(s), {runtime.note()}", flush=True)
-        write_outputs(settings, config, result, runtime, net)
+        return NetworkCHFL(config, link, progress=progress)
 
     def report(self, s: dict) -> str:
         if s.get("task") == "chfl-stream":
@@ -123,17 +82,3 @@ class CHFLAdapter:
 
 ADAPTER = CHFLAdapter()
 
-
-def write_outputs(
-    settings: dict, config: dict, result: dict, runtime, net: NetworkCHFL | NetworkStream
-) -> None:
-    """With ``out``: ``summary.json`` (the result, the config and what the runtime adds); with
-    ``audit`` also the final global common column (``models.npz``). Batch and streaming alike."""
-    if not settings["out"]:
-        return
-    out = Path(settings["out"])
-    out.mkdir(parents=True, exist_ok=True)
-    summary = result | {"config": config} | runtime.extra()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    if settings["audit"]:
-        np.savez(out / "models.npz", **{f"global.{k}": v for k, v in net.global_common().items()})

@@ -16,7 +16,6 @@ client index), so a changed config never reads a stale part.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,8 +30,8 @@ from fedstream.chfl.splits import FeatureSplit
 from fedstream.chfl.trainer import prepare_client
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
+from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
-from fedstream.runs.files import atomic_open
 
 FORMAT = 1
 
@@ -84,15 +83,13 @@ def load_part(
     settings = chfl_config_settings(config)
     check_client_index(index, settings.clients, "chfl.clients")
     root = str(resolve_data_root(data_root or config["data.root"]))
-    key = json.dumps([FORMAT, root, config["seed"], index] + [getattr(settings, f) for f in SPLIT_FIELDS])
-    path = None
-    if cache_dir is not None:
-        path = Path(cache_dir) / f"chfl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
-        if path.exists():
-            return _read(path, index)
+    cache = NodeCache(cache_dir, "chfl",
+                      [FORMAT, root, config["seed"], index] + [getattr(settings, f) for f in SPLIT_FIELDS])
+    saved = cache.load()
+    if saved is not None:
+        return _read(saved, index)
     part = _build(settings, config["seed"], index, root)
-    if path is not None:
-        _write(path, part)
+    cache.save(_arrays(part))
     return part
 
 
@@ -107,7 +104,7 @@ def _build(settings: CHFLSettings, seed: int, index: int, root: str) -> NodePart
 VIEWS = ("train", "val", "test")
 
 
-def _write(path: Path, part: NodePart) -> None:
+def _arrays(part: NodePart) -> dict[str, np.ndarray]:
     arrays = {"common": part.features.common} | {f"unique{k}": u for k, u in enumerate(part.features.unique)}
     for split in VIEWS:
         view = getattr(part.data, split)
@@ -123,17 +120,13 @@ def _write(path: Path, part: NodePart) -> None:
         "n_features": part.n_features,
         "clients": part.features.n_clients,
     }
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(path, "wb") as f:
-        np.savez(f, **arrays)
+    return arrays | {"meta": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
 
 
-def _read(path: Path, index: int) -> NodePart:
-    with np.load(path) as z:
-        meta = json.loads(z["meta"].tobytes())
-        fs = FeatureSplit(z["common"], tuple(z[f"unique{k}"] for k in range(meta["clients"])))
-        views = [View(*(torch.from_numpy(np.array(z[f"{s}.{n}"])) for n in ("xc", "xu", "y"))) for s in VIEWS]
+def _read(z: dict[str, np.ndarray], index: int) -> NodePart:
+    meta = json.loads(z["meta"].tobytes())
+    fs = FeatureSplit(z["common"], tuple(z[f"unique{k}"] for k in range(meta["clients"])))
+    views = [View(*(torch.from_numpy(np.array(z[f"{s}.{n}"])) for n in ("xc", "xu", "y"))) for s in VIEWS]
     if meta["index"] != index:
-        raise ValueError(f"{path}: holds client {meta['index']}'s part, not client {index}'s")
+        raise ValueError(f"the node's cache holds client {meta['index']}'s part, not client {index}'s")
     return NodePart(index, fs, ClientData(*views), meta["n_rows"], meta["n_classes"], meta["n_features"])

@@ -106,6 +106,20 @@ class NetworkCHFL:
             "exchanges": self.cohort.exchanges, "faults": self.cohort.faults, "rejoins": self.cohort.rejoins,
             "clients": self.cohort.reports}
 
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        lr_index, rnd = self.position
+        if lr_index < len(self.settings.lrs):
+            return f"at federation {lr_index} (lr {self.settings.lrs[lr_index]:g}), round {rnd}"
+        return "at the end of the last federation"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        return self.run(checkpoint=checkpoint)
+
+    def audit(self) -> dict:
+        """The final global common column (``models``)."""
+        return {"models": {f"global.{k}": v for k, v in self.global_common().items()}}
+
     def global_common(self) -> dict[str, np.ndarray]:
         """The final global common column θ_c^T of the last federation (empty for Local, and for a run
         resumed after its last federation: the column is not kept past the federation's end)."""

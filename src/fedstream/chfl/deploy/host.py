@@ -47,30 +47,33 @@ from fedstream.chfl.cohort import (
     validate_client,
 )
 from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
-from fedstream.chfl.deploy.records import FinishReply, RoundReply, RoundRequest, SetupReply
+from fedstream.chfl.deploy.records import RoundReply, RoundRequest, SetupReply
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
+from fedstream.deploy.host import FinishReply, NodeHost
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
-from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
 from fedstream.transport.updates import ModelUpdate
 
 STATE = "chfl"  # the key of the node's state archive in state_dict()
 
 
-class CHFLHost:
+class CHFLHost(NodeHost):
     """Client party ``index`` of a CHFL run, holding only its own part of the data (``rows``)."""
+
+    single_thread = True  # as the simulator runs (run_on_table): the same float sums in the same order
 
     def __init__(
         self, config: dict, index: int, *, rows: NodePart, state: dict[str, np.ndarray] | None = None
     ):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
-        self.config, self.index, self.part = config, index, rows
+        super().__init__(index)
+        self.config, self.part = config, rows
         self.settings = chfl_config_settings(config)
         self.plan = Plan(self.settings, config["chfl.method"], config["seed"], len(rows.features.common),
                          rows.n_classes)
@@ -78,38 +81,17 @@ class CHFLHost:
         self.lr_index, self.round = -1, -1  # the federation and round last played
         self.selector = Selector()
         self.commons: dict[tuple[float, int], dict[str, np.ndarray]] = {}
-        self.up = self.down = self.messages = 0
         if state:
             self.load_state_dict(state)
 
     def _fresh(self, lr: float) -> Client:
         return build_clients(self.plan, self.part.unique_sizes, lr, {self.index: self.part.data})[self.index]
 
-    def handle(self, env: Envelope) -> Envelope:
-        """Answer one request; raise ProtocolError (changing nothing) for a malformed one.
-
-        Single-threaded, as the simulator runs (``run_on_table``): the same float sums in the same order.
-        """
-        with one_torch_thread():
-            return self._handle(env)
-
-    def _handle(self, env: Envelope) -> Envelope:
-        if env.kind == SETUP:
-            fs = self.part.features
-            reply = SetupReply(
-                client=self.index,
-                **self.part.sizes(),
-                common=fs.common.tolist(),
-                unique=fs.unique[self.index].tolist(),
-                lr_index=self.lr_index,
-                round=self.round,
-            )
-            return Envelope(SETUP, env.round, info=reply.info())
-        if env.kind == ROUND:
-            return self._round(env)
-        if env.kind == FINISH:
-            return self._finish(env)
-        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+    def on_setup(self, env: Envelope) -> Envelope:
+        fs = self.part.features
+        reply = SetupReply(client=self.index, **self.part.sizes(), common=fs.common.tolist(),
+                           unique=fs.unique[self.index].tolist(), lr_index=self.lr_index, round=self.round)
+        return Envelope(SETUP, env.round, info=reply.info())
 
     # -- a round -------------------------------------------------------------------------------
     def _check_round(self, env: Envelope) -> tuple[int, bool, int]:
@@ -146,7 +128,7 @@ class CHFLHost:
             )
         return msg
 
-    def _round(self, env: Envelope) -> Envelope:
+    def on_round(self, env: Envelope) -> Envelope:
         i, validate, epochs = self._check_round(env)
         t, lr = env.round, self.settings.lrs[i]
         client = self._fresh(lr) if i != self.lr_index else self.client
@@ -154,7 +136,7 @@ class CHFLHost:
         # every check passed: from here on the request changes the node
         self.client, self.lr_index, self.round = client, i, t
         if msg is not None:
-            self._count_down(env.parts[0])
+            self.received(env.parts[0])
             client.receive(msg)
         reply = RoundReply(n_train=client.n_train)
         if validate:
@@ -165,11 +147,11 @@ class CHFLHost:
         if epochs:
             update = train_and_upload(client, epochs, self.plan.federated)
             if update is not None:
-                parts.append(self._send(encode_update(update)))
+                parts.append(self.sent(encode_update(update)))
         return Envelope(ROUND, t, parts, reply.info())
 
     # -- the end ---------------------------------------------------------------------------------
-    def _finish(self, env: Envelope) -> Envelope:
+    def on_finish(self, env: Envelope) -> Envelope:
         client = self.client if self.client is not None else self._fresh(self.settings.lrs[-1])
         try:
             picks = score_choices(
@@ -181,22 +163,13 @@ class CHFLHost:
         reply = FinishReply(choices=json.dumps(choices), up=self.up, down=self.down, messages=self.messages)
         return Envelope(FINISH, env.round, [], reply.info())
 
-    def _count_down(self, data: bytes) -> None:
-        self.down += len(data)
-        self.messages += 1
-
-    def _send(self, data: bytes) -> bytes:
-        self.up += len(data)
-        self.messages += 1
-        return data
-
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
         state = {
             "lr_index": self.lr_index,
             "round": self.round,
-            "counters": [self.up, self.down, self.messages],
+            "counters": self.counts(),
             "client": None if self.client is None else self.client.state(),
         } | records_state(self.selector, self.commons)
         return pack_state(STATE, state)
@@ -204,7 +177,7 @@ class CHFLHost:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         saved = unpack_state(STATE, state, f"client {self.index}")
         self.lr_index, self.round = int(saved["lr_index"]), int(saved["round"])
-        self.up, self.down, self.messages = (int(v) for v in saved["counters"])
+        self.load_counts(saved["counters"])
         if saved["client"] is not None:
             self.client = self._fresh(self.settings.lrs[self.lr_index])
             self.client.load_state(saved["client"])

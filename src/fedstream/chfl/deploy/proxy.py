@@ -49,7 +49,6 @@ from fedstream.chfl.deploy.data import chfl_config_settings
 from fedstream.chfl.deploy.records import (
     SHARED_SIZES,
     SIZES,
-    FinishReply,
     RoundReply,
     RoundRequest,
     SetupReply,
@@ -58,6 +57,7 @@ from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -72,6 +72,8 @@ SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that re
 class RemoteCohort(Session):
     """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
 
+    position = ("lr_index", "round")  # a run's position: (federation, round)
+
     def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
         super().__init__(link, config, run_token=run_token)
         self.settings = chfl_config_settings(config)
@@ -82,8 +84,6 @@ class RemoteCohort(Session):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
         self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        # rejoins (Session): {"lr_index", "round", "client", "node_lr_index", "node_round"} per node
-        # set up again
         self.lr_index = -1
         self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
@@ -105,13 +105,13 @@ class RemoteCohort(Session):
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
             if resume is not None:
-                self._check_position(got, resume, expected=self._before(resume))
+                self.check_behind(got["position"], resume, expected=self._before(resume))
             return got
 
         for m, got in self.set_up(self.link.available(), t, info, accept).items():
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
-                self._rejoined(m, resume, got)
+                self.record_rejoin(m, resume, got["position"])
         self.require_all(self.nodes, K, f"a CHFL run needs all chfl.clients = {K}")
         self.ready = set(self.nodes)
         first = self.nodes[0]
@@ -140,20 +140,6 @@ class RemoteCohort(Session):
         i, t = at
         return (i, t - 1) if t > 0 else (i - 1, self.settings.rounds if i > 0 else -1)
 
-    def _check_position(
-        self, got: dict, at: tuple[int, int], *, expected: tuple[int, int] | None = None
-    ) -> None:
-        """A node set up again must not be ahead of the run (it would refuse the next request)."""
-        if got["position"] >= at:
-            want = f"({expected[0]}, {expected[1]})" if expected is not None else f"before ({at[0]}, {at[1]})"
-            raise ProtocolError(
-                f"the node is at federation {got['position'][0]}, round {got['position'][1]}; expected {want}"
-            )
-
-    def _rejoined(self, m: int, at: tuple[int, int], got: dict) -> None:
-        self.rejoins.append({"lr_index": at[0], "round": at[1], "client": m,
-                             "node_lr_index": got["position"][0], "node_round": got["position"][1]})
-
     def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
         """Set ``clients`` up again (their node is new, or was not set up) before the run's position
         ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
@@ -165,14 +151,14 @@ class RemoteCohort(Session):
                 raise ProtocolError(
                     f"the node reports {diff} (now, at the first setup): not the same data or settings"
                 )
-            self._check_position(got, at)
+            self.check_behind(got["position"], at)
             return got
 
         self.ready -= set(clients)
         for m, got in self.set_up(clients, at[1], self.setup_request(rejoin=True), accept,
                                   refused="rejoin refused: ").items():
             self.ready.add(m)
-            self._rejoined(m, at, got)
+            self.record_rejoin(m, at, got["position"])
 
     def _come_back(self, at: tuple[int, int]) -> None:
         """Before a request to every node: set up those that came back, and retry those not set up."""
@@ -317,7 +303,7 @@ class RemoteCohort(Session):
         self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
     ) -> dict[str, Choice]:
         try:
-            raw = json.loads(FinishReply.read(reply.info, "finish reply").choices)
+            raw = json.loads(FinishReply.read(reply.info, "finish reply", needs=("choices",)).choices)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"info 'choices' is not JSON ({exc})"[:300]) from None
         if not isinstance(raw, dict) or set(raw) != set(variants):

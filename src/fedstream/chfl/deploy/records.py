@@ -12,6 +12,7 @@ finish     nothing                                           :class:`FinishReply
                                                              candidate, round, validation and test
                                                              accuracy; the node's byte counts
 =========  ================================================  ====================================
+(:class:`FinishReply` is every task's: :class:`fedstream.deploy.host.FinishReply`.)
 """
 
 from __future__ import annotations
@@ -93,14 +94,6 @@ class RoundReply(Record):
             )
 
 
-@dataclass(kw_only=True)
-class FinishReply(Record):
-    choices: str  # JSON: per variant, the node's choice
-    up: int | None = None
-    down: int | None = None
-    messages: int | None = None
-
-
 # -- streaming CHFL (chfl.mode = "stream"): one request per segment of ticks ----------------------
 @dataclass(kw_only=True)
 class StreamSetupReply(Record):
@@ -151,12 +144,3 @@ class SegmentReply(Record):
         if len(self.correct) != ticks or any(not 0 <= c <= batch for c in self.correct):
             raise ProtocolError(f"{where}: info 'correct' must be {ticks} counts in 0..{batch}, received "
                                 f"{self.correct!r}"[:300])
-
-
-@dataclass(kw_only=True)
-class StreamFinishReply(Record):
-    """The node's own byte counts at the end."""
-
-    up: int
-    down: int
-    messages: int

@@ -49,7 +49,7 @@ from fedstream.chfl.checkpoint import (
     read_checkpoint,
     tensors_to_arrays,
 )
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamFinishReply, StreamSetupReply
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
 from fedstream.chfl.deploy.stream_node import stream_config_settings
 from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.models import state_arrays
@@ -61,6 +61,7 @@ from fedstream.chfl.stream import (
     stream_summary,
 )
 from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -73,6 +74,8 @@ _SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")
 
 class NetworkStream(Session):
     """The server's side of one deployed streaming CHFL run; ``link`` reaches nodes 0..K-1."""
+
+    position = ("tick",)  # a run's position: the tick a segment starts at
 
     def __init__(self, link: Link, config: dict):
         super().__init__(link, config)
@@ -172,7 +175,7 @@ class NetworkStream(Session):
             elapsed = float(v["elapsed"])
             for m, got in sorted(self.nodes.items()):  # kept an older boundary (it was down at start)
                 if got["tick"] != start - 1:
-                    self.rejoins.append({"round": start, "client": m, "node_tick": got["tick"]})
+                    self.record_rejoin(m, start, got["tick"])
                     need.add(m)
         cuts = sorted(set(range(0, n_ticks, s.sync_every)) | set(join) | {n_ticks})
         for a, b in zip(cuts, cuts[1:]):
@@ -180,8 +183,9 @@ class NetworkStream(Session):
                 continue
             back = (self.link.rejoined() & self.link.available() & set(self.nodes))
             if back:
-                for m in self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a)):
-                    self.rejoins.append({"round": a, "client": m})
+                came = self.set_up(back, a, self.setup_request(rejoin=True), self._rejoin_check(a))
+                for m, got in came.items():
+                    self.record_rejoin(m, a, got["tick"])
                     need.add(m)
             active = [k for k in range(K) if join[k] <= a]
             need |= {k for k in active if join[k] == a}
@@ -248,17 +252,13 @@ class NetworkStream(Session):
     def _rejoin_check(self, a: int):
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
+            self.check_behind(got["tick"], a)
             if not self.nodes:  # a resumed server's first setup: nothing to compare with yet
-                if got["tick"] >= a:
-                    raise ProtocolError(f"the node played up to tick {got['tick']}, the checkpoint is at "
-                                        f"tick {a}")
                 return got
             diff = {k: (got[k], self.nodes[m][k]) for k in (*_SHARED, "join_tick")
                     if got[k] != self.nodes[m][k]}
             if diff:
                 raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data")
-            if got["tick"] >= a:
-                raise ProtocolError(f"the node played up to tick {got['tick']}, the run is at tick {a}")
             return got
         return accept
 
@@ -296,7 +296,8 @@ class NetworkStream(Session):
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                got = StreamFinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply")
+                got = FinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply",
+                                       needs=("up", "down", "messages"))
             except FedstreamError as exc:
                 self.fault(m, n_ticks, FINISH, str(exc))
                 continue
@@ -305,6 +306,17 @@ class NetworkStream(Session):
             self.cross_check(m, n_ticks, theirs, counted, "(up, down, messages) = ")
             self.reports.append({"client": m, "up": got.up, "down": got.down, "messages": got.messages,
                                  "server_counted": counted})
+
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        return f"at tick {self.saved['tick']}"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        return self.run(checkpoint=checkpoint)
+
+    def audit(self) -> dict:
+        """The final global common column (``models``)."""
+        return {"models": {f"global.{k}": v for k, v in self.global_common().items()}}
 
     def global_common(self) -> dict[str, np.ndarray]:
         """The final global common column (empty for Local)."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.chfl.client import Client, View
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamFinishReply, StreamSetupReply
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.runner import stream_settings
 from fedstream.chfl.settings import named_by_config
@@ -51,9 +51,9 @@ from fedstream.chfl.stream import (
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.deploy.archive import pack_state, unpack_state
+from fedstream.deploy.host import FinishReply, NodeHost
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, check_client_index
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import decode_update, encode_update
 
 STATE = "chfl-stream"
@@ -92,13 +92,16 @@ def load_stream_part(config: dict, index: int, *, data_root: str | None = None) 
     return StreamPart(index, view, layout, len(y), int(X.shape[1]), SPECS[s.dataset].n_classes)
 
 
-class StreamHost:
+class StreamHost(NodeHost):
     """Client party ``index`` of a streaming CHFL run, holding only its own rows (``rows``)."""
+
+    single_thread = True  # as the simulator runs: the same float sums in the same order
 
     def __init__(self, config: dict, index: int, *, rows: StreamPart, state: dict | None = None):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
-        self.index, self.part = index, rows
+        super().__init__(index)
+        self.part = rows
         self.settings = s = stream_config_settings(config)
         method, seed = config["chfl.method"], config["seed"]
         self.federated = method != "local"
@@ -107,27 +110,20 @@ class StreamHost:
         self.join = rows.layout.join_tick[index]
         self.tick = -1  # the last tick played
         self.since = 0  # rows learnt since the last upload
-        self.up = self.down = self.messages = 0
         if state:
             self.load_state_dict(state)
 
-    def handle(self, env: Envelope) -> Envelope:
-        """Answer one request; raise ProtocolError (changing nothing) for a malformed one.
-        Single-threaded, as the simulator runs: the same float sums in the same order."""
-        with one_torch_thread():
-            if env.kind == SETUP:
-                p = self.part
-                return Envelope(SETUP, env.round, info=StreamSetupReply(
-                    client=self.index, tick=self.tick, n_rows=p.n_rows, n_features=p.n_features,
-                    n_common=len(p.layout.features.common), n_classes=p.n_classes,
-                    n_ticks=p.layout.n_ticks, join_tick=self.join).info())
-            if env.kind == ROUND:
-                return self._segment(env)
-            if env.kind == FINISH:
-                self._global(env, f"client {self.index}, finish request")
-                reply = StreamFinishReply(up=self.up, down=self.down, messages=self.messages)
-                return Envelope(FINISH, env.round, [], reply.info())
-            raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+    def on_setup(self, env: Envelope) -> Envelope:
+        p = self.part
+        return Envelope(SETUP, env.round, info=StreamSetupReply(
+            client=self.index, tick=self.tick, n_rows=p.n_rows, n_features=p.n_features,
+            n_common=len(p.layout.features.common), n_classes=p.n_classes,
+            n_ticks=p.layout.n_ticks, join_tick=self.join).info())
+
+    def on_finish(self, env: Envelope) -> Envelope:
+        self._global(env, f"client {self.index}, finish request")
+        reply = FinishReply(up=self.up, down=self.down, messages=self.messages)
+        return Envelope(FINISH, env.round, [], reply.info())
 
     def _global(self, env: Envelope, where: str) -> None:
         """Load the global column the request carries (if any), after checking it."""
@@ -142,11 +138,10 @@ class StreamHost:
         if msg.client != self.index or got != want:
             raise ProtocolError(f"{where}: expected the global column for client {self.index} with tensors "
                                 f"{want}, received one for client {msg.client} with {got}"[:500])
-        self.down += len(env.parts[0])
-        self.messages += 1
+        self.received(env.parts[0])
         self.client.receive(msg)
 
-    def _segment(self, env: Envelope) -> Envelope:
+    def on_round(self, env: Envelope) -> Envelope:
         a, where = env.round, f"client {self.index}, ticks from {env.round}"
         s, n_ticks = self.settings, self.part.layout.n_ticks
         request = SegmentRequest.read(env.info, where, t=a, n_ticks=n_ticks, federated=self.federated)
@@ -161,19 +156,16 @@ class StreamHost:
         self.tick = request.until - 1
         parts = []
         if request.upload:
-            data = encode_update(self.client.upload()._replace(n_samples=self.since))
+            parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
             self.since = 0
-            self.up += len(data)
-            self.messages += 1
-            parts.append(data)
         return Envelope(ROUND, a, parts, SegmentReply(correct=correct).info())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return pack_state(STATE, {"tick": self.tick, "since": self.since, "client": self.client.state(),
-                                  "counters": [self.up, self.down, self.messages]})
+                                  "counters": self.counts()})
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         saved = unpack_state(STATE, state, f"client {self.index}")
         self.tick, self.since = int(saved["tick"]), int(saved["since"])
-        self.up, self.down, self.messages = (int(v) for v in saved["counters"])
+        self.load_counts(saved["counters"])
         self.client.load_state(saved["client"])

@@ -49,8 +49,8 @@ import numpy as np
 
 from fedstream.config import load_config
 from fedstream.config.loader import parse_override
-from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.records import KINDS
+from fedstream.deploy.serve import serve
 from fedstream.deploy.session import NodeMemory, default_cache_dir, handle_on_node
 from fedstream.errors import ConfigError
 
@@ -154,7 +154,7 @@ def make_server_app(**defaults) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         settings = resolve_settings(dict(context.run_config), defaults)
         config = resolve_config(settings)
-        check_deployable(config).serve(config, settings, FlowerRuntime(grid, settings))
+        serve(config, settings, FlowerRuntime(grid, settings))
 
     return app
 

@@ -27,6 +27,8 @@ from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc import GrpcLink, GrpcRuntime
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
 from fedstream.deploy.runtimes.grpc_wire import message_limit
+from fedstream.deploy.serve import check_out, serve
+from fedstream.tasks import get_task
 
 
 def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path | None = None,
@@ -36,6 +38,7 @@ def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path |
     """Run the server party of ``config`` on ``listen``; ``on_listen(link)`` is called once the server
     listens (its port in ``link.port``). Returns the runtime (its link's counts)."""
     adapter = check_deployable(config)
+    check_out(out, resume, get_task(config["task"]).checkpoint_name)  # before any node is waited for
     link = GrpcLink(listen, adapter.n_nodes(config), limit=message_limit(config, audit=audit),
                     tls_dir=tls_dir, timeout=reply_timeout).start()
     host, security = listen.rsplit(":", 1)[0], "mutual TLS" if tls_dir else "plaintext"
@@ -47,7 +50,7 @@ def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path |
             on_listen(link)
         settings = {"out": str(out) if out else "", "audit": audit, "data-root": data_root or "",
                     "resume": resume}
-        adapter.serve(config, settings, runtime)
+        serve(config, settings, runtime)
     finally:
         link.close()
     return runtime

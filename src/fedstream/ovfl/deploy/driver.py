@@ -20,7 +20,7 @@ batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the v
 simulator decides from the same estimate.
 
 Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.ovfl.deploy.ends.ServerEnds`), each node the other
+client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
 end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
 compressed size are the simulator's.
 
@@ -40,9 +40,9 @@ import numpy as np
 
 from fedstream.data import Stream
 from fedstream.data.table_party import check_held_categorical, per_party
+from fedstream.deploy.host import FinishReply, model_digest
 from fedstream.deploy.records import Link
-from fedstream.errors import ConfigError, ProtocolError
-from fedstream.metrics import Prequential
+from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy.parties import (
     build_server,
     build_server_activation,
@@ -52,13 +52,13 @@ from fedstream.ovfl.deploy.parties import (
 )
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
-from fedstream.ovfl.engine import CHUNK, feature_blocks, online_summary, table_rounds
-from fedstream.ovfl.protocol import ComputeClock, play_round
-from fedstream.runs.checkpoint import load_checkpoint, save_checkpoint
-from fedstream.runs.state import collect, restore
+from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
+from fedstream.ovfl.protocol import play_round
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
+
+FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
 
 
 class NodePadding:
@@ -95,8 +95,9 @@ class PolicyStandIn:
         self.policy.received(y, row, real)
 
 
-class NetworkVFL:
-    """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
+class NetworkVFL(OnlineRun):
+    """The server's side of one run; ``link`` reaches client nodes 0..M-1. It plays the engine's
+    loop (:class:`~fedstream.ovfl.engine.OnlineRun`: chunks, bookkeeping, checkpoints) over the nodes."""
 
     def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False,
                  ahead: bool = True):
@@ -126,14 +127,10 @@ class NetworkVFL:
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
-        self.metrics = Prequential(config["eval.interval"])
-        self.clock = ComputeClock()
-        self.active_counts = np.zeros(M, dtype=np.int64)
-        self.wall_seconds = 0.0  # playing rounds (setup and finish not included)
+        self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
-        self.t = 0
         self.reports: list[dict] = []
-        self._labels: tuple[int, np.ndarray] | None = None
+        self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
         self._set_up = False
 
     @property
@@ -153,11 +150,6 @@ class NetworkVFL:
         rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
         return query._replace(rows=rows)
 
-    def _node_round(self, got: SetupReply) -> int:
-        if got.round >= self.t:
-            raise ProtocolError(f"the node is at round {got.round!r}, expected a round before {self.t}")
-        return got.round
-
     def setup(
         self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
     ) -> set[int]:
@@ -176,13 +168,15 @@ class NetworkVFL:
                                         f"({self.ids}): in a deployment every party's file lists the same "
                                         "ids in the same order")
                 self._held[m] = got.categorical
-                return self._node_round(got)
+                tr.check_behind(got.round, self.t)
+                return got.round
             block = self.blocks[m]
             if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
                 raise ProtocolError(f"the node reports client {got.client} with features {got.block_start}:"
                                     f"{got.block_stop}, expected client {m} with features "
                                     f"{block.start}:{block.stop}")
-            return self._node_round(got)
+            tr.check_behind(got.round, self.t)
+            return got.round
 
         info = tr.setup_request(rejoin=rejoin or resume, resume=self.t if resume else None)
         rounds = tr.set_up(tr.link.available() if clients is None else clients, self.t, info, accept)
@@ -193,58 +187,67 @@ class NetworkVFL:
                 # a node back at round t - 1 (its checkpoint is its state after its last reply) still
                 # waits for the gradients held for it; one further back never asked for them
                 dropped = tr.forget(m) if node_round != self.t - 1 else 0
-                tr.rejoins.append({"round": self.t, "client": m, "node_round": node_round,
-                                   "dropped_gradients": dropped})
+                tr.record_rejoin(m, self.t, node_round, dropped=dropped)
         return set(rounds)
-
-    def label(self, t: int) -> int:
-        chunk = t // CHUNK
-        if self._labels is None or self._labels[0] != chunk:
-            self._labels = (chunk, server_labels(self.stream, chunk * CHUNK, CHUNK))
-        return int(self._labels[1][t % CHUNK])
 
     def run(self, rounds: int | None = None, *, on_round=None, checkpoint: Path | None = None) -> dict:
         """Play rounds ``self.t .. rounds-1`` and return the summary (:meth:`finish` sends the nodes
         their last gradients). With ``checkpoint``, save there at the first batch boundary past every
         multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their own state of
         those boundaries (they are told in the batch's request) for :meth:`load`."""
-        end = self.config["rounds"] if rounds is None else rounds
-        every = self.config["checkpoint.every"]
+        return super().run(rounds, on_round=on_round, checkpoint_path=checkpoint,
+                           checkpoint_every=self.config["checkpoint.every"])
+
+    def start(self, hooks: Hooks) -> None:
+        """Set the nodes up (a resumed run: each back at its own state of the checkpoint's round)."""
         if not self._set_up:
             tic = time.perf_counter()
             self.setup(resume=self.t > 0)
             self.setup_seconds += time.perf_counter() - tic
             self._set_up = True
+
+    def chunk_rows(self, chunk: int) -> tuple[None, np.ndarray]:
+        """The chunk's labels: the server holds no features (each node reads its own block)."""
+        return None, server_labels(self.stream, chunk * CHUNK, CHUNK)
+
+    def play_chunk(self, chunk: int, X: None, y: np.ndarray, end: int, hooks: Hooks) -> None:
+        """Play the chunk's rounds up to ``end`` over the nodes, a batch of B events per request (a
+        batch may go on into the next chunk); checkpoint at the end of a batch that is kept."""
         tic = time.perf_counter()
+        base, path = chunk * CHUNK, hooks.checkpoint_path
         x_blocks = [None] * len(self.clients)  # each node reads its own block
-        while self.t < end:
-            if back := self.transport.link.rejoined():
-                self.setup(back, rejoin=True)
-            n, keep = self._plan(self.t, end, every, checkpoint)
-            self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
-                                       after=self._after(self.t + n, end, every, checkpoint))
-            for _ in range(n):
-                t = self.t
-                y = self.label(t)
-                active, live = self.transport.begin_round(t)
-                queried = live
-                if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
-                    queried = np.zeros_like(live)
-                    self.server.stand_in.down = ~live
-                result = play_round(
-                    t, x_blocks, y, active, self.server, self.clients, self.transport, self.clock, queried
-                )
-                self.metrics.update(y, result.prediction)
-                self.active_counts += active
-                if on_round is not None:
-                    on_round(t, y, result.prediction)
-                self.t = t + 1
-                if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
-                    self.activation.observe([], self._labels[1])  # topl scores its buffer (no features)
-            if keep:
-                self.save(checkpoint, wall=time.perf_counter() - tic)
+        while self.t < min(end, base + CHUNK):
+            if self.t >= self._batch[0]:
+                self._begin_batch(end, hooks.checkpoint_every, path)
+            t = self.t
+            label = int(y[t - base])
+            active, live = self.transport.begin_round(t)
+            queried = live
+            if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
+                queried = np.zeros_like(live)
+                self.server.stand_in.down = ~live
+            result = play_round(
+                t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock, queried
+            )
+            self.metrics.update(label, result.prediction)
+            self.active_counts += active
+            if hooks.on_round is not None:
+                hooks.on_round(t, label, result.prediction)
+            self.t = t + 1
+            if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
+                self.activation.observe([], y)  # topl scores its buffer (no features)
+            if self.t == self._batch[0] and self._batch[1]:
+                self.save(path, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
-        return self.summary()
+
+    def _begin_batch(self, end: int, every: int, checkpoint: Path | None) -> None:
+        """Set up the nodes that came back, then send every node the batch at round ``self.t``."""
+        if back := self.transport.link.rejoined():
+            self.setup(back, rejoin=True)
+        n, keep = self._plan(self.t, end, every, checkpoint)
+        self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
+                                   after=self._after(self.t + n, end, every, checkpoint))
+        self._batch = (self.t + n, keep)
 
     def batch_size(self, end: int, t: int | None = None) -> int:
         """Events of the batch at round t (default: the next): ``network.batch``, fewer at the end of
@@ -289,7 +292,7 @@ class NetworkVFL:
             self._mask = (chunk, mask)
         return self._mask[1][j:j + n]
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints (the frame: OnlineRun.save / load) -------------------------------------------
     def _parts(self) -> dict[str, object]:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger,
                                     "metrics": self.metrics}
@@ -299,54 +302,29 @@ class NetworkVFL:
             parts["codecs"] = self.transport.ends
         return parts
 
-    def save(self, path: Path, *, wall: float = 0.0) -> None:
-        """Write the server party's state at a batch boundary atomically: its model and optimiser,
-        labels window, metrics, byte counts, faults, padding, the gradients held for the nodes and,
-        with compression, its end of every link (embedding caches, quantiser tables)."""
+    def saved(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The server's state at a batch boundary besides its parties': the node padding, the events
+        each node missed, the gradients held for the nodes, the session (the run's token, faults,
+        rejoins, requests) and the times. The nodes keep their own state of the boundary."""
         tr = self.transport
-        state = collect(self._parts()) | {"active_counts": self.active_counts, "missed": tr.missed,
-                                          "padding.value": self.node_padding.padding.value,
-                                          "padding.seen": self.node_padding.padding.seen}
         outbox, held = tr.state()
-        meta = held | tr.session_state() | {  # the session's part: the run's token, faults, rejoins, requests
-            "round": self.t,
-            "config": self.config,
-            "clock": [self.clock.client, self.clock.server],
-            "wall_seconds": self.wall_seconds + wall,
-            "setup_seconds": self.setup_seconds,
-            "wire_bytes": tr.wire_bytes,
-        }
-        save_checkpoint(Path(path), state | outbox, meta)
+        arrays = outbox | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
+                           "padding.seen": self.node_padding.padding.seen}
+        return arrays, held | tr.session_state() | {"setup_seconds": self.setup_seconds,
+                                                    "wire_bytes": tr.wire_bytes}
 
-    def load(self, path: Path) -> None:
-        """Continue from :meth:`save`'s checkpoint (same configuration, ``rounds`` may grow). The
-        nodes are set up again with ``resume``: each goes back to its own state of that boundary."""
-        state, meta = load_checkpoint(Path(path))
-        free = ("rounds", "checkpoint.every", "simulator.path")  # may change on resume
-        changed = [k for k, v in meta["config"].items() if k not in free and self.config.get(k) != v]
-        if changed:
-            raise ConfigError(f"{path}: cannot resume with a different configuration ({', '.join(changed)})")
-        if meta["round"] > self.config["rounds"]:
-            raise ConfigError(
-                f"{path}: the checkpoint is at round {meta['round']}, beyond rounds = {self.config['rounds']}"
-            )
-        try:
-            restore(self._parts(), state)
-            tr = self.transport
-            self.active_counts[:] = state["active_counts"]
-            tr.missed[:] = state["missed"]
-            self.node_padding.padding.value[...] = state["padding.value"]
-            self.node_padding.padding.seen[...] = state["padding.seen"]
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(
-                f"{path}: checkpoint is damaged or does not fit this configuration ({exc})"
-            ) from None
+    def restored(self, state: dict[str, np.ndarray], meta: dict) -> None:
+        """Take back :meth:`saved`'s part; the nodes are set up again with ``resume`` when the run
+        goes on: each goes back to its own state of that boundary."""
+        tr = self.transport
+        tr.missed[:] = state["missed"]
+        self.node_padding.padding.value[...] = state["padding.value"]
+        self.node_padding.padding.seen[...] = state["padding.seen"]
         tr.load_state(state, meta)
         tr.load_session_state(meta)
-        tr.wire_bytes, self.t = meta["wire_bytes"], int(meta["round"])
-        self.clock.client, self.clock.server = meta["clock"]
-        self.wall_seconds, self.setup_seconds = float(meta["wall_seconds"]), float(meta["setup_seconds"])
+        tr.wire_bytes, self.setup_seconds = meta["wire_bytes"], float(meta["setup_seconds"])
         self._mask = None  # recomputed from the restored policy
+        self._batch = (0, False)
         self._set_up = False
 
     def finish(self, *, models: bool = False) -> list[dict]:
@@ -358,20 +336,38 @@ class NetworkVFL:
         replies = tr.finish(self.t - 1, models=models)
         self.reports = []
         for m, reply in sorted(replies.items()):
-            info, ledger = reply.info, tr.ledger
-            mine = (ledger.up[m], ledger.down[m], ledger.messages[m])
-            theirs = (info.get("up"), info.get("down"), info.get("messages"))
+            got = FinishReply.read(reply.info, f"client {m}, finish reply", needs=FINISH_FIELDS)
+            mine = (tr.ledger.up[m], tr.ledger.down[m], tr.ledger.messages[m])
+            theirs = (got.up, got.down, got.messages)
             if not tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = "):
                 raise ProtocolError(f"client {m}: {tr.faults[-1]['reason']}")  # online VFL's ends must agree
-            report = dict(info, server_counted=list(mine))
+            report = got.info() | {"server_counted": list(mine)}
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             self.reports.append(report)
         return self.reports
 
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        return f"at round {self.t}"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        """Play the remaining rounds, deliver the last gradients, collect the nodes' reports (with
+        ``audit`` their models too); the summary with the digest of the server's model."""
+        self.run(checkpoint=checkpoint)
+        self.finish(models=audit)
+        return self.summary() | {"server_digest": model_digest(self.server.model.parameters())}
+
+    def audit(self) -> dict:
+        """Every party's model (``models``) and each message's size (``message_sizes``)."""
+        arrays = {f"server.{i}": p for i, p in enumerate(self.server.model.parameters())}
+        for r in self.reports:
+            arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
+        return {"models": arrays, "message_sizes": self.transport.sizes}
+
     def summary(self) -> dict:
         return (
-            online_summary(self)
+            super().summary()
             | {
                 "setup_seconds": self.setup_seconds,
                 "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
@@ -383,15 +379,5 @@ class NetworkVFL:
                 "wire_part_bytes": self.transport.wire_bytes,
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
-            | self._selection_summary()
             | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
         )
-
-    def _selection_summary(self) -> dict:
-        """topl: the server's time scoring clients and how often it did, as the simulator reports them."""
-        if not hasattr(self.activation, "estimate"):
-            return {}
-        return {
-            "selection_seconds": self.activation.seconds,
-            "selection_updates": self.activation.estimate.updates,
-        }

@@ -36,10 +36,9 @@ gradient ``topk-grad`` ranks by) and its byte counts.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
+from fedstream.deploy.host import FinishReply, NodeHost, model_digest
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.client import Ticket
@@ -49,29 +48,21 @@ from fedstream.ovfl.deploy.parties import (
     own_activation,
     server_decides,
 )
-from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest, SetupReply
+from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.transport.messages import Gradient, Message, Query
 
 
-def model_digest(params: list[np.ndarray]) -> str:
-    """sha256 over a model's parameters (shape, dtype and bytes): equal digests, equal models."""
-    h = hashlib.sha256()
-    for p in params:
-        h.update(f"{p.dtype.str}{p.shape}".encode())
-        h.update(np.ascontiguousarray(p).tobytes())
-    return h.hexdigest()
-
-
-class ClientHost:
+class ClientHost(NodeHost):
     """Client party ``index`` of a run, fed its own feature block by ``rows``."""
 
     def __init__(
         self, config: dict, index: int, *, rows: BlockRows | PartyRows,
         state: dict[str, np.ndarray] | None = None,
     ):
-        self.config, self.index, self.rows = config, index, rows
+        super().__init__(index)
+        self.config, self.rows = config, rows
         if rows.index != index:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
@@ -87,7 +78,6 @@ class ClientHost:
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
         self.pending: list[tuple[int, bool]] = []
         self.acts: dict[int, list[np.ndarray]] = {}  # round -> forward state of an activated event
-        self.up = self.down = self.messages = 0
         if state is not None:
             self.load_state_dict(state)
 
@@ -97,27 +87,24 @@ class ClientHost:
         return [t for t, active in self.pending if active]
 
     # -- requests ----------------------------------------------------------------------------
-    def handle(self, env: Envelope) -> Envelope:
-        """Answer one request from the server."""
-        where = f"client {self.index}"
-        if env.kind == SETUP:
-            # read (and cache) the block of the first rounds now, not in round time
-            self.rows.rows(env.round, 1)
-            reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
-                               block_start=self.rows.block.start, block_stop=self.rows.block.stop,
-                               ids=self.rows.ids, categorical=self.rows.categorical)
-            return Envelope(SETUP, env.round, info=reply.info())
-        if env.kind == ROUND:
-            return self._on_batch(env, RoundRequest.read(env.info, where))
-        if env.kind == FINISH:
-            request = FinishRequest.read(env.info, where)
-            self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
-            params = self.client.model.parameters()
-            reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
-                                messages=self.messages, digest=model_digest(params))
-            arrays = {f"param{i}": p for i, p in enumerate(params)} if request.models else {}
-            return Envelope(FINISH, self.round, info=reply.info(), arrays=arrays)
-        raise ProtocolError(f"{where}: unknown request kind {env.kind!r}")
+    def on_setup(self, env: Envelope) -> Envelope:
+        self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
+        reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
+                           block_start=self.rows.block.start, block_stop=self.rows.block.stop,
+                           ids=self.rows.ids, categorical=self.rows.categorical)
+        return Envelope(SETUP, env.round, info=reply.info())
+
+    def on_round(self, env: Envelope) -> Envelope:
+        return self._on_batch(env, RoundRequest.read(env.info, f"client {self.index}"))
+
+    def on_finish(self, env: Envelope) -> Envelope:
+        request = FinishRequest.read(env.info, f"client {self.index}")
+        self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
+        params = self.client.model.parameters()
+        reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
+                            messages=self.messages, digest=model_digest(params))
+        arrays = {f"param{i}": p for i, p in enumerate(params)} if request.models else {}
+        return Envelope(FINISH, self.round, info=reply.info(), arrays=arrays)
 
     def _on_batch(self, env: Envelope, request: RoundRequest) -> Envelope:
         """Check the whole request first (nothing changes if it is malformed), then play the batch."""
@@ -155,7 +142,7 @@ class ClientHost:
                 active.append(0)
                 continue
             else:
-                self._count_down(env.parts[g + i])  # the query is used: it counts
+                self.received(env.parts[g + i])  # the query is used: it counts
                 msg = self.client.answer(queries[i])  # its skip waits for its place in the next request
             active.append(int(on))
             embeddings.append(self._send(msg))
@@ -220,7 +207,7 @@ class ClientHost:
                 self.acts.pop(t, None)
                 continue
             _, data = grads[t]
-            self._count_down(data)
+            self.received(data)
             grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
             self.client.apply(Ticket(t, self.acts.pop(t)), grad)
         self.pending = []
@@ -236,15 +223,8 @@ class ClientHost:
             )
         return msg
 
-    def _count_down(self, data: bytes) -> None:
-        self.down += len(data)
-        self.messages += 1
-
     def _send(self, msg: Message) -> bytes:
-        data = self.end.send(msg)  # compressed when the uplink compresses
-        self.up += len(data)
-        self.messages += 1
-        return data
+        return self.sent(self.end.send(msg))  # compressed when the uplink compresses
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

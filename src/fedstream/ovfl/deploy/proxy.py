@@ -34,15 +34,25 @@ transport is a :class:`LinkTransport`, so the very same function runs the round:
 * ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
   :class:`Wire`); ``transport.up`` counts its bytes.
 
-Compression (``compression.*``): the server's end of every client's link is in
-:mod:`fedstream.ovfl.deploy.ends`; ``up`` decodes and ``down`` encodes with it (see there).
 * ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
   its gradient arrives.
+
+Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
+every client's link (:class:`~fedstream.transport.compressed.ServerEnds`: one ``ServerEndpoint``
+per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
+an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
+updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
+it, in the order the server produces them, exactly as the simulator's
+:class:`~fedstream.transport.compressed.CompressedTransport` does. The ledger counts the encoded
+(compressed) bytes. Nothing else needs matching between the two ends when a node is down or comes
+back: every compressed payload carries what its decoder needs (top-k's bitmap, the quantiser's mu
+and sigma); a cache row the server never received is zero (plain top-k for it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -50,10 +60,9 @@ import numpy as np
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.ovfl.deploy.ends import ServerEnds
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.transport.codec import decode, encode
-from fedstream.transport.compressed import CompressionSpec
+from fedstream.transport.compressed import CompressionSpec, ServerEnds
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
@@ -64,6 +73,44 @@ class Wire(NamedTuple):
     client: int
     data: bytes
     msg: Embedding
+
+
+@dataclass
+class Batch:
+    """The batch being played: rounds ``start .. start + size - 1``, the server's activations
+    (``decided``, events x clients; None: each node decides), the queries each request carried and
+    each live node's checked reply (its activation flags and embeddings: None for an event the
+    server's policy left it out of)."""
+
+    start: int = 0
+    size: int = 0
+    decided: np.ndarray | None = None
+    queries: dict[int, list[bytes]] = field(default_factory=dict)
+    replies: dict[int, tuple[list[int], list[Wire | None]]] = field(default_factory=dict)
+
+
+@dataclass
+class Round:
+    """The round being played: the embeddings of its activated clients (``pushed``), those of its
+    passive ones (``answers``, not yet asked for) and the passive clients the server queried."""
+
+    pushed: dict[int, Wire] = field(default_factory=dict)
+    answers: dict[int, Wire] = field(default_factory=dict)
+    asked: set[int] = field(default_factory=set)
+
+    def done(self) -> bool:
+        return not self.pushed and not set(self.answers) - self.asked
+
+
+@dataclass
+class Ahead:
+    """Requests a link that sends ahead may have sent: the next batch's request per node (``sent``),
+    those counted in ``wire_bytes`` as they went (``counted``), and the next batch's plan with the
+    queries prepared for it (``prepared``)."""
+
+    sent: dict[int, Envelope] = field(default_factory=dict)
+    counted: dict[int, Envelope] = field(default_factory=dict)
+    prepared: tuple[tuple, dict[int, list[bytes]]] | None = None
 
 
 class LinkTransport(Session):
@@ -94,19 +141,9 @@ class LinkTransport(Session):
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
-        self._outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
-        # live client -> (active flags, embeddings: None for an event the server's policy left it out of)
-        self._batch: dict[int, tuple[list[int], list[Wire | None]]] = {}
-        self._decided: np.ndarray | None = None  # the server's activations (events, clients), if it decides
-        self._queries: dict[int, list[bytes]] = {}  # the queries the current batch carried
-        self._batch_start = 0
-        self._pushed: dict[int, Wire] = {}  # this round's embeddings of activated clients
-        self._answers: dict[int, Wire] = {}  # this round's embeddings of passive clients (not yet asked for)
-        self._asked: set[int] = set()  # passive clients the server queried this round
-        self._last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
-        self._ahead: dict[int, Envelope] = {}  # next requests the link may have sent ahead
-        self._counted: dict[int, Envelope] = {}  # requests sent ahead, counted in wire_bytes as they went
-        self._prepared: tuple[tuple, dict[int, list[bytes]]] | None = None  # next batch, its queries
+        self.outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
+        self.last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
+        self.batch, self.now, self.ahead = Batch(), Round(), Ahead()
 
     # -- setup and finish --------------------------------------------------------------------
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
@@ -116,7 +153,7 @@ class LinkTransport(Session):
         targets = set(clients) & self.link.available()
         self.ready -= targets
         for m in targets:  # a node set up again starts from a setup: nothing went ahead
-            self._ahead.pop(m, None)
+            self.ahead.sent.pop(m, None)
         accepted = super().set_up(targets, t, info, accept, **kwargs)
         self.ready |= set(accepted)
         return accepted
@@ -127,7 +164,7 @@ class LinkTransport(Session):
         self._check_round_done()
         requests = {}
         for m in sorted(self.ready & self.link.available()):
-            held = self._outbox.pop(m, [])
+            held = self.outbox.pop(m, [])
             info = FinishRequest(grad_rounds=[r for r, _ in held], models=models).info()
             requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
         good = {}
@@ -141,27 +178,27 @@ class LinkTransport(Session):
 
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
-        self._last_gradient.pop(m, None)
-        self._ahead.pop(m, None)
-        return len(self._outbox.pop(m, []))
+        self.last_gradient.pop(m, None)
+        self.ahead.sent.pop(m, None)
+        return len(self.outbox.pop(m, []))
 
     # -- state at a batch boundary ------------------------------------------------------------
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """The transport's part of a server checkpoint at a batch boundary: the gradients held for
         the nodes (arrays ``outbox.{client}.{round}``) and the round of each client's last one."""
-        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self._outbox.items()
+        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self.outbox.items()
                   for r, g in held}
-        return arrays, {"last_gradient": {str(m): r for m, r in self._last_gradient.items()}}
+        return arrays, {"last_gradient": {str(m): r for m, r in self.last_gradient.items()}}
 
     def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         """Go back to :meth:`state`'s boundary (other keys of ``arrays`` are ignored)."""
-        self._outbox = {}
+        self.outbox = {}
         keys = (k for k in arrays if k.startswith("outbox."))
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             _, m, r = key.split(".")
-            self._outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
-        self._last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
-        self._ahead, self._prepared = {}, None
+            self.outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
+        self.last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
+        self.ahead.sent, self.ahead.prepared = {}, None
 
     # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
@@ -176,35 +213,32 @@ class LinkTransport(Session):
         leaves passive throughout is sent its next request ahead (see the module doc)."""
         self._check_round_done()
         active = self._checked(active, n)
-        self._decided = active
         targets = sorted(self.ready & self.link.available())
         plan = (t0, n, keep, None if active is None else active.tobytes())
-        prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] == plan else {}
-        self._queries = {m: prepared[m] if m in prepared else self._encode_queries(t0, n, m, active)
-                         for m in targets}
-        requests, early = {}, self._ahead
+        early = self.ahead.sent
+        prepared = self.ahead.prepared[1] if self.ahead.prepared and self.ahead.prepared[0] == plan else {}
+        self.batch = batch = Batch(t0, n, active, {
+            m: prepared[m] if m in prepared else self._encode_queries(t0, n, m, active) for m in targets})
+        requests = {}
         for m in targets:
-            held = self._outbox.pop(m, [])
+            held = self.outbox.pop(m, [])
             if m in early and (held or not prepared):  # sent ahead: the very request, or a server bug
                 raise ProtocolError(f"client {m}: its request for round {t0} went ahead, but the server "
                                     f"now holds {len(held)} gradient(s) for it or another plan")
             requests[m] = early[m] if m in early else self._request(t0, n, keep, active, m, held,
-                                                                    self._queries[m])
-        self._ahead, self._prepared = {}, None
+                                                                    batch.queries[m])
+        self.ahead.sent, self.ahead.prepared = {}, None
         ahead = after is not None and getattr(self.link, "sends_ahead", False)
         then = self._prepare(t0 + n, *after, targets, zero=[0] * n, t0=t0) if ahead else None
-        replies = self.exchange(requests, ahead=then)
-        self._batch = {}
-        for m, reply in replies.items():
+        for m, reply in self.exchange(requests, ahead=then).items():
             try:
                 if isinstance(reply, Failure):
                     raise ProtocolError(reply.reason)
-                self._batch[m] = self._check_batch(m, reply, t0, n)
+                batch.replies[m] = self._check_batch(m, reply, t0, n)
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t0, ROUND, str(exc))
-        self._batch_start, self._batch_size = t0, n
         self.round = t0 - 1
-        return set(self._batch)
+        return set(batch.replies)
 
     def _checked(self, active: np.ndarray | None, n: int) -> np.ndarray | None:
         if active is None:
@@ -236,15 +270,15 @@ class LinkTransport(Session):
         calls it: it reads only what is built here, and records what went ahead."""
         active1 = self._checked(active1, n1)
         queries = {m: self._encode_queries(t1, n1, m, active1) for m in targets}
-        self._prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
-        sent = self._ahead
+        self.ahead.prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
+        sent = self.ahead.sent
 
         def then(m: int, reply: Envelope) -> Envelope | None:
             if reply.kind != ROUND or reply.round != t0 or m not in queries:
                 return None
             if reply.info.get("active") != zero:  # an activated node's next request waits for its gradient
                 return None
-            sent[m] = self._counted[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
+            sent[m] = self.ahead.counted[m] = self._request(t1, n1, keep1, active1, m, [], queries[m])
             self.wire_bytes += sum(len(p) for p in sent[m].parts)  # it goes now, used or not
             return sent[m]
 
@@ -256,10 +290,10 @@ class LinkTransport(Session):
             raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
                                 f"for round {reply.round}")
         active = RoundReply.read(reply.info, f"the reply for round {t0}", events=n).active
-        if self._decided is None:
+        if self.batch.decided is None:
             events = list(range(n))  # an embedding for every event: pushed or the answer to its query
         else:
-            decided = [int(a) for a in self._decided[:, m]]
+            decided = [int(a) for a in self.batch.decided[:, m]]
             if active != decided:
                 raise ProtocolError(
                     f"the node reports activations {active}, the server decided {decided}"[:300]
@@ -268,9 +302,10 @@ class LinkTransport(Session):
         if len(reply.parts) != len(events):
             raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
         wires: list[Wire | None] = [None] * n
+        queries = self.batch.queries[m]
         for i, data in zip(events, reply.parts):
             t = t0 + i
-            rows = decode(self._queries[m][i]).rows if self._decided is None else self.query(t, m).rows
+            rows = decode(queries[i]).rows if self.batch.decided is None else self.query(t, m).rows
             # header, codec, length and finite values; a compressed frame's shape before its payload
             msg = peek(data, self.ends.probe, Embedding, self.ends.setting, (rows, self.embedding))
             if type(msg) is not Embedding or msg.client != m or msg.round != t:
@@ -285,35 +320,34 @@ class LinkTransport(Session):
     def begin_round(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Round t (the next of the batch) starts: which clients it activated and which ones the
         server can query (the others are down this batch and get padded)."""
-        i = t - self._batch_start
-        if t != self.round + 1 or not 0 <= i < self._batch_size:
+        i = t - self.batch.start
+        if t != self.round + 1 or not 0 <= i < self.batch.size:
             raise ProtocolError(
-                f"round {t} is not the next round of the batch that starts at {self._batch_start}"
+                f"round {t} is not the next round of the batch that starts at {self.batch.start}"
             )
         self._check_round_done()
         self.round = t
-        M = self.link.n_clients
-        live = np.array([m in self._batch for m in range(M)])
-        active = np.array([live[m] and bool(self._batch[m][0][i]) for m in range(M)])
+        M, replies = self.link.n_clients, self.batch.replies
+        live = np.array([m in replies for m in range(M)])
+        active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
         self.missed += ~live
-        self._pushed = {m: self._batch[m][1][i] for m in self._batch if active[m]}
-        self._answers = {m: self._batch[m][1][i] for m in self._batch
-                         if not active[m] and self._batch[m][1][i] is not None}
-        self._asked = set()
+        self.now = Round(pushed={m: replies[m][1][i] for m in replies if active[m]},
+                         answers={m: replies[m][1][i] for m in replies
+                                  if not active[m] and replies[m][1][i] is not None})
         return active, live
 
     def _check_round_done(self) -> None:
-        if self._pushed or set(self._answers) - self._asked:
-            left = sorted(set(self._answers) - self._asked)
-            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self._pushed)} were not "
-                                f"taken and passive clients {left} were not queried")
+        if not self.now.done():
+            left = sorted(set(self.now.answers) - self.now.asked)
+            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self.now.pushed)} were "
+                                f"not taken and passive clients {left} were not queried")
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
         """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``):
         the queries of activated events too, and a request sent ahead (counted as it went) that a new
         setup dropped; not a reply the link discarded (to a request dropped), which never reaches here."""
-        counted, self._counted = self._counted, {}
+        counted, self.ahead.counted = self.ahead.counted, {}
         self.wire_bytes += sum(len(p) for m, env in requests.items() if counted.get(m) is not env
                                for p in env.parts)
         replies = super().exchange(requests, ahead)
@@ -329,22 +363,22 @@ class LinkTransport(Session):
         m = msg.client
         if isinstance(msg, Query):
             data = encode(msg)
-            i = msg.round - self._batch_start
-            if msg.round != self.round or m not in self._answers or m in self._asked:
+            i = msg.round - self.batch.start
+            if msg.round != self.round or m not in self.now.answers or m in self.now.asked:
                 raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, "
                                     "or was asked already")
-            if data != self._queries[m][i]:
+            if data != self.batch.queries[m][i]:
                 raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the "
                                     "one the batch carried")
-            self._asked.add(m)
+            self.now.asked.add(m)
         elif isinstance(msg, Gradient):
-            if msg.round <= self._last_gradient.get(m, -1):
+            if msg.round <= self.last_gradient.get(m, -1):
                 raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
-                                    f"{self._last_gradient[m]}")
-            self._last_gradient[m] = msg.round
+                                    f"{self.last_gradient[m]}")
+            self.last_gradient[m] = msg.round
             # after the checks: a compressing end's state moves on once per gradient
             data = self.ends[m].send(msg)
-            self._outbox.setdefault(m, []).append((msg.round, data))
+            self.outbox.setdefault(m, []).append((msg.round, data))
         else:
             raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
         self._count(m, "down", len(data))
@@ -368,14 +402,14 @@ class LinkTransport(Session):
 
     # -- what RemoteClient reads -------------------------------------------------------------
     def pushed(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self._pushed:
+        if t != self.round or m not in self.now.pushed:
             raise ProtocolError(f"client {m}: no embedding pushed for round {t}")
-        return self._pushed.pop(m)
+        return self.now.pushed.pop(m)
 
     def answer(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self._asked or m not in self._answers:
+        if t != self.round or m not in self.now.asked or m not in self.now.answers:
             raise ProtocolError(f"client {m}: no answer to the query of round {t}")
-        return self._answers.pop(m)
+        return self.now.answers.pop(m)
 
 
 class RemoteClient:

@@ -19,8 +19,8 @@
   for the others (the server pads them). A batch then never crosses the end of a chunk, where the
   policy learns (:class:`fedstream.ovfl.deploy.driver.NetworkVFL`).
 * ``finish`` (:class:`FinishRequest`): the last pending gradients; the reply
-  (:class:`FinishReply`) reports the node's byte counts and a digest of its model (the model
-  itself, in ``arrays``, only when ``models`` asks: VFL parties keep their models).
+  (:class:`~fedstream.deploy.host.FinishReply`) reports the node's byte counts and a digest of its
+  model (the model itself, in ``arrays``, only when ``models`` asks: VFL parties keep their models).
 """
 
 from __future__ import annotations
@@ -76,13 +76,3 @@ class SetupReply(Record):
     block_stop: int
     ids: str | None = None  # a table with one file per party: the digest of the node's ids, in file order
     categorical: list[str] | None = None  # ... and the columns of data.categorical its file holds
-
-
-@dataclass(kw_only=True)
-class FinishReply(Record):
-    client: int
-    round: int
-    up: int
-    down: int
-    messages: int
-    digest: str

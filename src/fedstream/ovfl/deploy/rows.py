@@ -9,24 +9,23 @@ in the node's cache folder (the chunk before the current one is kept, older ones
 (``--node-config "cache-dir=PATH"``, default a ``fedstream-node`` folder in the system's
 temporary folder). Later processes memory-map the saved block.
 
-A cache file is named by a digest of everything that decides its rows (data set, root, seed,
-statistics rows, drift, clients, client index, chunk), so a changed config never reads stale rows.
+The cache (:class:`~fedstream.deploy.cache.NodeCache`) names its files by a digest of everything
+that decides the rows (data set, root, seed, statistics rows, drift, clients, client index), and the
+chunk.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.data.table_party import ClientTable
 from fedstream.data.table_source import TableSpec
+from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
-from fedstream.runs.files import atomic_open, atomic_write
 
 ROW_KEYS = (
     "data.name",
@@ -53,24 +52,20 @@ class BlockRows:
         check_client_index(index, M, "vfl.clients", name="data.client_index")
         self.config = dict(config, **{"data.root": data_root}) if data_root else dict(config)
         self.index = index
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        key = json.dumps([self.config[k] for k in ROW_KEYS] + [index])
-        self._key = hashlib.sha256(key.encode()).hexdigest()[:20]
+        self.cache = NodeCache(cache_dir, "ovfl", [self.config[k] for k in ROW_KEYS] + [index])
         self._stream = None
         self._chunk: tuple[int, np.ndarray] | None = None
-        meta = self._path("meta.json")
-        if meta is not None and meta.exists():
-            self.n_features = int(json.loads(meta.read_text())["n_features"])
+        meta = self.cache.load("meta")
+        if meta is not None:
+            self.n_features = int(meta["n_features"])
         else:
             self.n_features = self.stream().source.n_features
-            if meta is not None:
-                self._write(meta, json.dumps({"n_features": self.n_features}).encode())
+            self.cache.save({"n_features": np.array(self.n_features)}, "meta")
         self.block = feature_blocks(self.n_features, M)[index]
 
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
         if self._stream is None:
-
             self._stream = party_stream(self.config)
         return self._stream
 
@@ -89,32 +84,13 @@ class BlockRows:
     def _load(self, chunk: int) -> np.ndarray:
         if self._chunk is not None and self._chunk[0] == chunk:
             return self._chunk[1]
-        path = self._path(f"chunk{chunk}.npy")
-        if path is not None and path.exists():
-            block = np.load(path, mmap_mode="r")
-        else:
-
+        block = self.cache.array(f"chunk{chunk}")
+        if block is None:
             block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
-            if path is not None:
-                with atomic_open(path, "wb") as f:
-                    np.save(f, block)
-                for old in self.cache_dir.glob(f"{self._key}.chunk*.npy"):  # the run has moved past them
-                    if (
-                        old.name[len(self._key) + 6 : -4].isdigit()
-                        and int(old.name[len(self._key) + 6 : -4]) < chunk - 1
-                    ):
-                        old.unlink(missing_ok=True)
+            self.cache.save_array(f"chunk{chunk}", block)
+            self.cache.drop_before("chunk", chunk - 1)  # the run has moved past them
         self._chunk = (chunk, block)
         return block
-
-    def _path(self, name: str) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        return self.cache_dir / f"{self._key}.{name}"
-
-    def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
 
 
 class PartyRows:

@@ -20,8 +20,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,9 +30,9 @@ from fedstream.data.idx import read_idx_labels
 from fedstream.data.images import load_image_split, standardise
 from fedstream.data.paths import find_file, resolve_data_root
 from fedstream.data.sources import FASHION_HINT, MNIST_HINT
+from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
 from fedstream.errors import DataError
-from fedstream.runs.files import atomic_open
 from fedstream.vfl.data import load_vertical, strips
 from fedstream.vfl.parties import BatchClient, BatchServer
 from fedstream.vfl.settings import BatchVFLSettings
@@ -109,24 +107,11 @@ def load_block(
     settings = batch_settings(config)
     check_client_index(index, settings.clients, "vfl.clients")
     root = str(resolve_data_root(data_root or config["data.root"]))
-    key = json.dumps(
-        [
-            FORMAT,
-            root,
-            index,
-            settings.dataset,
-            settings.clients,
-            settings.split,
-            settings.train_rows,
-            settings.test_rows,
-        ]
-    )
-    path = None
-    if cache_dir is not None:
-        path = Path(cache_dir) / f"vfl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
-        if path.exists():
-            with np.load(path) as z:
-                return ClientBlock(int(z["index"]), settings.dataset, z["train_x"], z["test_x"])
+    cache = NodeCache(cache_dir, "vfl", [FORMAT, root, index, settings.dataset, settings.clients,
+                                         settings.split, settings.train_rows, settings.test_rows])
+    saved = cache.load()
+    if saved is not None:
+        return ClientBlock(int(saved["index"]), settings.dataset, saved["train_x"], saved["test_x"])
     data = load_vertical(settings, root)
     want = layout(settings)
     if data.strips != want.strips or data.train_x.shape[1:] != IMAGE_SHAPES[settings.dataset]:
@@ -138,10 +123,7 @@ def load_block(
     cut = (lambda x: x[:, :, s]) if data.axis == 2 else (lambda x: x[:, :, :, s])
     block = ClientBlock(index, settings.dataset, np.ascontiguousarray(cut(data.train_x)),
                         np.ascontiguousarray(cut(data.test_x)))
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path, "wb") as f:
-            np.savez(f, index=np.array(index), train_x=block.train_x, test_x=block.test_x)
+    cache.save({"index": np.array(index), "train_x": block.train_x, "test_x": block.test_x})
     return block
 
 

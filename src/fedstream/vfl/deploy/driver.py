@@ -152,6 +152,20 @@ class NetworkBatchVFL:
         writer.summary(self.summary)
         return self.summary
 
+    # -- as deploy.serve runs it ------------------------------------------------------------------
+    def where(self) -> str:
+        return f"after epoch {self.done}"
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        return self.run(models=audit, checkpoint=checkpoint)
+
+    def audit(self) -> dict:
+        """Every party's final model (``models``)."""
+        arrays = {f"server.{k}": v.detach().numpy() for k, v in self.server.model.state_dict().items()}
+        for m, state in self.cohort.models.items():
+            arrays |= {f"client{m}.{k}": v for k, v in state.items()}
+        return {"models": arrays}
+
     # -- checkpoints -------------------------------------------------------------------------------
     def _config(self) -> dict:
         """What a checkpoint must have been written with (as the simulator's: settings and seed)."""

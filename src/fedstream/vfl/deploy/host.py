@@ -47,15 +47,14 @@ state was reloaded (``recomputed`` counts the forward passes run again). :meth:`
 from __future__ import annotations
 
 import copy
-import hashlib
 
 import numpy as np
 import torch
 
 from fedstream.deploy.archive import pack_state, unpack_state
+from fedstream.deploy.host import FinishReply, NodeHost, model_digest
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
-from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.transport.messages import Gradient
@@ -66,7 +65,6 @@ from fedstream.vfl.deploy.data import (
     layout,
 )
 from fedstream.vfl.deploy.records import (
-    FinishReply,
     FinishRequest,
     SetupReply,
     TestRequest,
@@ -84,16 +82,6 @@ from fedstream.vfl.trainer import build_parties
 STATE = "vfl"  # the key of the node's state archive in state_dict()
 
 
-def state_digest(state: dict[str, torch.Tensor]) -> str:
-    """sha256 over a model's state (names, shapes, dtypes, bytes): equal digests, equal models."""
-    h = hashlib.sha256()
-    for k, v in state.items():
-        a = v.detach().numpy()
-        h.update(f"{k}{a.dtype.str}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
-
-
 def warm_up(index: int) -> None:
     """Decode one tiny gradient, as every training request after the first does: the process's
     first decode loads numba's compiled finiteness check (about 0.2 s, up to a second with four
@@ -102,8 +90,10 @@ def warm_up(index: int) -> None:
     decode(encode(Gradient(0, index, np.zeros((1, 1), np.float32))))
 
 
-class BatchVFLHost:
+class BatchVFLHost(NodeHost):
     """Client party ``index`` of a batch VFL run, holding only its own strip of the images (``rows``)."""
+
+    single_thread = True  # as the simulator runs: the same float sums in the same order
 
     def __init__(
         self, config: dict, index: int, *, rows: ClientBlock | TableBlock,
@@ -111,7 +101,8 @@ class BatchVFLHost:
     ):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its data block is client {rows.index}'s")
-        self.config, self.index, self.block = config, index, rows
+        super().__init__(index)
+        self.config, self.block = config, rows
         self.settings = s = batch_settings(config)
         if s.own_draws:  # a table with one file per party: its own width, its own draw (n_classes unused)
             own = table_layout(s.clients, 2, {index: tuple(rows.sizes()["shape"])})
@@ -131,36 +122,37 @@ class BatchVFLHost:
         self.before: dict | None = None  # model and optimiser before the due step's forward pass
         self.last_step = -1  # the last training step embedded
         self.recomputed = 0  # forward passes run again (the graph was lost: a new process, a reload)
-        self.up = self.down = self.eval_up = 0
+        self.eval_up = 0
         self.select_up = self.select_down = 0  # VF-PS: distance messages sent, query messages received
         if state:
             self.load_state_dict(state)
 
-    def handle(self, env: Envelope) -> Envelope:
-        """Answer one request; raise ProtocolError (changing nothing) for a malformed one.
-        Single-threaded, as the simulator runs: the same float sums in the same order."""
-        with one_torch_thread():
-            return self._handle(env)
+    def on_setup(self, env: Envelope) -> Envelope:
+        warm_up(self.index)
+        reply = SetupReply(client=self.index, **self.block.sizes(), step=self.last_step,
+                           pending=-1 if self.pending is None else self.pending[0])
+        return Envelope(SETUP, env.round, info=reply.info())
 
-    def _handle(self, env: Envelope) -> Envelope:
-        sizes = self.block.sizes()
-        if env.kind == SETUP:  # also where the node stands: a rejoining or resuming node reloaded its state
-            warm_up(self.index)
-            reply = SetupReply(client=self.index, **sizes, step=self.last_step,
-                               pending=-1 if self.pending is None else self.pending[0])
-            return Envelope(SETUP, env.round, info=reply.info())
-        if env.kind == ROUND:
-            n = sizes["n_test" if env.info.get("split") == "test" else "n_train"]
-            request = read_request(env.info, f"client {self.index}, step {env.round}", n=n, step=env.round)
-            rows = None if request.rows is None else np.array(request.rows, dtype=np.int64)
-            if isinstance(request, TrainRequest):
-                return self._train(env, rows)
-            if isinstance(request, TestRequest):
-                return self._evaluate(env, rows, request)
-            return self._select(env, rows, request.queries)
-        if env.kind == FINISH:
-            return self._finish(env, FinishRequest.read(env.info, f"client {self.index}, finish"))
-        raise ProtocolError(f"client {self.index}: unknown request kind {env.kind!r}")
+    def on_round(self, env: Envelope) -> Envelope:
+        n = self.block.sizes()["n_test" if env.info.get("split") == "test" else "n_train"]
+        request = read_request(env.info, f"client {self.index}, step {env.round}", n=n, step=env.round)
+        rows = None if request.rows is None else np.array(request.rows, dtype=np.int64)
+        if isinstance(request, TrainRequest):
+            return self._train(env, rows)
+        if isinstance(request, TestRequest):
+            return self._evaluate(env, rows, request)
+        return self._select(env, rows, request.queries)
+
+    def on_finish(self, env: Envelope) -> Envelope:
+        request = FinishRequest.read(env.info, f"client {self.index}, finish")
+        grad = self._gradient(env)
+        self._settle(env, grad)
+        state = self.client.model.state_dict()
+        reply = FinishReply(client=self.index, up=self.up, down=self.down, eval_up=self.eval_up,
+                            select_up=self.select_up, select_down=self.select_down,
+                            digest=model_digest({k: v.detach().numpy() for k, v in state.items()}))
+        arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if request.models is True else {}
+        return Envelope(FINISH, env.round, [], reply.info(), arrays)
 
     def _gradient(self, env: Envelope) -> Gradient | None:
         """The gradient riding with ``env``, checked against the embedding it is for (None: none)."""
@@ -262,22 +254,6 @@ class BatchVFLHost:
         self.select_down += len(env.parts[0])
         self.select_up += len(data)
         return Envelope(ROUND, env.round, [data], {})
-
-    def _finish(self, env: Envelope, request: FinishRequest) -> Envelope:
-        grad = self._gradient(env)
-        self._settle(env, grad)
-        state = self.client.model.state_dict()
-        reply = FinishReply(
-            client=self.index,
-            up=self.up,
-            down=self.down,
-            eval_up=self.eval_up,
-            select_up=self.select_up,
-            select_down=self.select_down,
-            digest=state_digest(state),
-        )
-        arrays = {k: v.detach().numpy().copy() for k, v in state.items()} if request.models is True else {}
-        return Envelope(FINISH, env.round, [], reply.info(), arrays)
 
     # -- between messages ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

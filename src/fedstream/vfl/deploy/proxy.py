@@ -41,14 +41,14 @@ one formula, :func:`boundary_of`, and from the epoch the driver's loop is playin
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import replace
 
 import numpy as np
 
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.transport.compressed import ServerEndpoint, up_codec
+from fedstream.transport.compressed import ServerEnds
 from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl.deploy.records import (
@@ -67,6 +67,8 @@ from fedstream.vfl.deploy.vfps import encode as encode_vfps
 from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
 
+FINISH_FIELDS = ("client", "up", "down", "eval_up", "select_up", "select_down", "digest")  # a node's report
+
 
 class RemoteCohort(Session):
     """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
@@ -80,10 +82,7 @@ class RemoteCohort(Session):
         M, spec = settings.clients, settings.compression
         if link.n_clients != M:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
-        self.ends = [ServerEndpoint(m, spec) for m in range(M)]
-        up = up_codec(replace(spec, cache=False))
-        self.probe = None if up is None else up[1]  # stateless: checks an embedding before ``ends`` sees it
-        self.setting = f"compression.up = {spec.up!r}"
+        self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
         self.outbox: dict[
@@ -92,7 +91,7 @@ class RemoteCohort(Session):
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
         self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
-        self.position: dict[int, int] = {}  # client -> the last training step its node answered validly
+        self.at: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
         self.missed = [
             0
@@ -212,11 +211,9 @@ class RemoteCohort(Session):
         if held is not None and held[0] != pending:
             del self.outbox[m]
             dropped = 1
-        if rejoin or dropped or step != self.position.get(m, -1):
-            self.rejoins.append(
-                {"step": self.t, "client": m, "node_step": step, "dropped_gradients": dropped}
-            )
-        self.position[m] = step
+        if rejoin or dropped or step != self.at.get(m, -1):
+            self.record_rejoin(m, self.t, step, dropped=dropped)
+        self.at[m] = step
 
     def rejoin(self) -> None:
         """Set up again (``rejoin``) the nodes the link reports back since the last call (a crashed
@@ -237,7 +234,7 @@ class RemoteCohort(Session):
                 self.fault(m, t, "train", str(exc))
                 continue
             out[m] = self._accept(m, data, batch.samples, "up")
-            self.position[m] = t
+            self.at[m] = t
         self.t = t + 1
         for m in range(self.settings.clients):
             if out[m] is None and (selected is None or m in selected):
@@ -295,7 +292,7 @@ class RemoteCohort(Session):
         the length and finite values; then the sender, type, step and shape
         (:func:`~fedstream.vfl.deploy.records.check_message`)."""
         shape = (rows, self.settings.embedding)
-        check_message(data, self.probe, Embedding, self.setting, shape, client=m, step=t,
+        check_message(data, self.ends.probe, Embedding, self.ends.setting, shape, client=m, step=t,
                       what=f"client {m}'s embedding")
 
     def _accept(self, m: int, data: bytes, samples: np.ndarray | None, direction: str) -> Embedding:
@@ -315,16 +312,17 @@ class RemoteCohort(Session):
         for m, reply in sorted(self.exchange(requests).items()):
             try:
                 reply = self.reply(reply, FINISH, t, 0)
+                got = FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
-            theirs = {k: reply.info.get(k) for k in ("up", "down", "eval_up")}
-            theirs_select = {"up": reply.info.get("select_up"), "down": reply.info.get("select_down")}
+            theirs = {"up": got.up, "down": got.down, "eval_up": got.eval_up}
+            theirs_select = {"up": got.select_up, "down": got.select_down}
             excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
             self.cross_check(m, t, theirs, self.counted[m], excused=excused)
             self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
-                                 "select_down": theirs_select["down"], "digest": reply.info.get("digest"),
+                                 "select_down": theirs_select["down"], "digest": got.digest,
                                  "server_counted": dict(self.counted[m])})
             if models:
                 self.models[m] = dict(reply.arrays)
@@ -335,11 +333,7 @@ class RemoteCohort(Session):
         ServerEndpoint's state (embedding cache, quantiser table), the ledger and per-node counters,
         the gradients held for the nodes, where each node stands, and the record (faults, rejoins,
         missed steps, exchanges, VF-PS bytes)."""
-        arrays = {
-            f"end{m}.{k}": np.asarray(v)
-            for m, end in enumerate(self.ends)
-            for k, v in end.state_dict().items()
-        }
+        arrays = {f"end{k}": np.asarray(v) for k, v in self.ends.state_dict().items()}
         arrays |= {f"ledger.{k}": v for k, v in self.ledger.state_dict().items()}
         arrays |= {
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
@@ -349,7 +343,7 @@ class RemoteCohort(Session):
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
             "nodes": {str(m): v for m, v in self.nodes.items()},
             "ready": sorted(self.ready),
-            "position": {str(m): t for m, t in self.position.items()},
+            "position": {str(m): t for m, t in self.at.items()},
             "t": self.t,
             "missed": self.missed,
             "selection_bytes": self.selection_bytes,
@@ -358,9 +352,7 @@ class RemoteCohort(Session):
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         """Restore what :meth:`state_dict` saved (the nodes are then set up with ``resume``)."""
-        for m, end in enumerate(self.ends):
-            prefix = f"end{m}."
-            end.load_state_dict({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+        self.ends.load_state_dict({k[len("end"):]: v for k, v in arrays.items() if k.startswith("end")})
         self.ledger.load_state_dict(
             {k[len("ledger.") :]: v for k, v in arrays.items() if k.startswith("ledger.")}
         )
@@ -370,7 +362,7 @@ class RemoteCohort(Session):
         self.counted = [dict(c) for c in meta["counted"]]
         self.nodes = {int(m): v for m, v in meta["nodes"].items()}
         self.ready = set(meta["ready"])
-        self.position = {int(m): int(t) for m, t in meta["position"].items()}
+        self.at = {int(m): int(t) for m, t in meta["position"].items()}
         self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations")
         self.load_session_state(meta)
         self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]

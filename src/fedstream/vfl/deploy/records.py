@@ -8,8 +8,9 @@ their ``parts``, see :mod:`fedstream.deploy.records`). A ``round`` request's ``s
 * :class:`SelectRequest` (``select``, VF-PS): the part is the query message, ``queries`` their
   number Q, ``rows`` the epoch's available training rows (None: all); the reply's part is the
   node's local distances.
-* ``finish`` (:class:`FinishRequest`): the last due gradient; the reply (:class:`FinishReply`)
-  reports the node's byte counts and its model's digest (the model itself only with ``models``).
+* ``finish`` (:class:`FinishRequest`): the last due gradient; the reply
+  (:class:`~fedstream.deploy.host.FinishReply`) reports the node's byte counts and its model's digest
+  (the model itself only with ``models``).
 
 ``setup``'s reply (:class:`SetupReply`) gives the node's strip shape and row counts (no data) and
 where it stands: ``step``, the last training step it embedded (-1: none), and ``pending``, the step
@@ -136,17 +137,6 @@ class SetupReply(Record):
                 f"expected a step in -1..{t - 1} (the server plays step {t} next) and the due step -1 "
                 "(none) or that step"
             )
-
-
-@dataclass(kw_only=True)
-class FinishReply(Record):
-    client: int
-    up: int
-    down: int
-    eval_up: int
-    select_up: int
-    select_down: int
-    digest: str
 
 
 def check_message(data: bytes, probe, kind: type, setting: str, shape: tuple[int, int], *, client: int,

@@ -1,0 +1,108 @@
+"""The server's run of a deployment, written once for every task: the ``--out`` / ``--resume`` rules,
+the run, and the run's outputs.
+
+:func:`serve` is what every runtime calls on the server's machine (``fedstream serve server``,
+``fedstream deploy local``, Flower's ServerApp). It follows ``fedstream run``'s rules for the
+server's folder ``out``:
+
+* ``resume`` needs ``out`` and the server's checkpoint in it (the task's ``checkpoint_name``);
+* a fresh run refuses a folder that holds a finished run (``summary.json``) or a checkpoint
+  (``resume`` continues that one);
+
+each broken rule is one line (a :class:`~fedstream.errors.ConfigError`: exit 2 in the CLI) before
+any node is waited for. Then it connects to the nodes, builds the task's server
+(:meth:`~fedstream.deploy.adapters.Adapter.server`, a :class:`DeployedServer`), continues it from
+its checkpoint when resuming, plays the run and writes the outputs (:func:`write_outputs`):
+``summary.json`` (the server's summary, the run's config under ``config``, what the runtime adds)
+and, with ``audit``, every party's model and what else the task audits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedstream.deploy.adapters import check_deployable
+from fedstream.errors import ConfigError
+from fedstream.tasks import get_task
+
+
+class DeployedServer(Protocol):
+    """What a task's server party brings to :func:`serve`."""
+
+    def load(self, path: Path) -> None:
+        """Continue from the checkpoint at ``path`` (the run sets the nodes up with ``resume``)."""
+
+    def where(self) -> str:
+        """Where a loaded run goes on, for the log ("at round 1000", "after epoch 2")."""
+
+    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
+        """Play the (remaining) run, checkpointing to ``checkpoint``; finish it and return its summary."""
+
+    def audit(self) -> dict[str, Any]:
+        """The audit files of a finished run: name -> named arrays (``.npz``) or a JSON-able value."""
+
+
+class Runtime(Protocol):
+    """What :func:`serve` needs of a runtime: a link to the nodes, and what the runtime adds to the
+    summary and to the server's last log line. A runtime moves bytes and nothing else."""
+
+    def connect(self, n_clients: int): ...
+
+    def extra(self) -> dict: ...
+
+    def note(self) -> str: ...
+
+
+def check_out(out: Path | None, resume: bool, checkpoint_name: str) -> Path | None:
+    """The server's checkpoint in ``out`` (None: no ``out``), after ``fedstream run``'s rules (see the
+    module doc); ConfigError in one line otherwise."""
+    if out is None:
+        if resume:
+            raise ConfigError(f"--resume needs --out DIR (the folder holding the server's {checkpoint_name})")
+        return None
+    checkpoint = out / checkpoint_name
+    if resume and not checkpoint.exists():
+        raise ConfigError(f"{checkpoint} does not exist: nothing to resume")
+    if not resume:
+        for name in ("summary.json", checkpoint_name):
+            if (out / name).exists():
+                hint = ("the run there has finished: choose another --out" if name == "summary.json"
+                        else "add --resume to continue it, or choose another --out")
+                raise ConfigError(f"{out / name} exists: {hint}")
+    return checkpoint
+
+
+def serve(config: dict, settings: dict, runtime: Runtime) -> dict:
+    """Run the server party of ``config`` over ``runtime``'s link; return its summary.
+
+    ``settings``: ``out`` (the server's folder, "" or None: none), ``resume``, ``audit`` and
+    ``data-root`` (the server's data folder, "" or None: the config's)."""
+    adapter = check_deployable(config)
+    out = Path(settings["out"]) if settings.get("out") else None
+    resume, audit = bool(settings.get("resume")), bool(settings.get("audit"))
+    checkpoint = check_out(out, resume, get_task(config["task"]).checkpoint_name)
+    server = adapter.server(config, settings, runtime)
+    if resume:
+        server.load(checkpoint)
+        print(f"fedstream: resuming {server.where()} from {checkpoint}", flush=True)
+    summary = server.play(checkpoint, audit=audit)
+    print(f"fedstream: done, {adapter.report(summary)}, {runtime.note()}", flush=True)
+    if out is not None:
+        write_outputs(out, summary | {"config": config} | runtime.extra(), server.audit() if audit else {})
+    return summary
+
+
+def write_outputs(out: Path, summary: dict, files: dict[str, Any]) -> None:
+    """``summary.json`` and each audit file in ``out``: named arrays as ``NAME.npz``, anything else
+    as ``NAME.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    for name, value in files.items():
+        if isinstance(value, dict) and all(isinstance(v, np.ndarray) for v in value.values()):
+            np.savez(out / f"{name}.npz", **value)
+        else:
+            (out / f"{name}.json").write_text(json.dumps(value))
