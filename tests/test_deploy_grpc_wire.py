@@ -20,11 +20,12 @@ from fedstream.chfl.deploy import records as chfl_records
 from fedstream.config import load_config
 from fedstream.deploy import protocol_pb2 as pb
 from fedstream.deploy import records, schema
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import Envelope, Record, Setup
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy import records as ovfl_records
-from fedstream.ovfl.deploy.records import FinishReply, FinishRequest, RoundReply, RoundRequest
+from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.vfl.deploy import records as vfl_records
 
 LIMIT = 1 << 20

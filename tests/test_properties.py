@@ -226,7 +226,8 @@ def test_stacked_frames_decode(data, k):
 
 # -- the gRPC runtime's frames (the party protocol) ----------------------------------------------
 def _grpc_frames() -> list[bytes]:
-    from fedstream.ovfl.deploy.records import FinishReply, RoundRequest
+    from fedstream.deploy.host import FinishReply
+    from fedstream.ovfl.deploy.records import RoundRequest
     from fedstream.vfl.deploy.records import TestRequest  # not at module level: pytest would collect it
 
     limit = 1 << 20

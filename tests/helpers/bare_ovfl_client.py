@@ -114,10 +114,10 @@ class Party:
             for t, part in zip(rounds(request.grad_rounds, rnd), frame.parts, strict=True):
                 self.apply(part, t)
             digest = hashlib.sha256(self.W.tobytes() + self.b.tobytes()).hexdigest()
-            reply = pb.OvflFinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
-                                       messages=self.messages, digest=digest)
+            reply = pb.FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
+                                   messages=self.messages, digest=digest)
             return pb.Frame(type=pb.FINISH, seq=frame.seq, round=self.round - frame.seq,
-                            ovfl_finish_reply=reply)
+                            finish_reply=reply)
         if frame.type != pb.ROUND or frame.WhichOneof("info") != "ovfl_round_request":
             return pb.Frame(type=pb.ERROR, seq=frame.seq, error=pb.Error(reason="not an online VFL request"))
         request = frame.ovfl_round_request

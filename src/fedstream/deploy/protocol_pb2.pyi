@@ -57,7 +57,7 @@ class Tensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("type", "seq", "round", "parts", "ovfl_round_request", "ovfl_round_reply", "vfl_train_request", "vfl_test_request", "vfl_select_request", "chfl_round_request", "chfl_round_reply", "chfl_segment_request", "chfl_segment_reply", "error", "ovfl_finish_request", "hello", "setup", "ovfl_setup_reply", "ovfl_finish_reply", "vfl_finish_request", "vfl_setup_reply", "vfl_finish_reply", "chfl_setup_reply", "chfl_finish_reply", "chfl_stream_setup_reply", "chfl_stream_finish_reply", "arrays")
+    __slots__ = ("type", "seq", "round", "parts", "ovfl_round_request", "ovfl_round_reply", "vfl_train_request", "vfl_test_request", "vfl_select_request", "chfl_round_request", "chfl_round_reply", "chfl_segment_request", "chfl_segment_reply", "error", "ovfl_finish_request", "hello", "setup", "ovfl_setup_reply", "finish_reply", "vfl_finish_request", "vfl_setup_reply", "chfl_setup_reply", "chfl_stream_setup_reply", "arrays")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -76,14 +76,11 @@ class Frame(_message.Message):
     HELLO_FIELD_NUMBER: _ClassVar[int]
     SETUP_FIELD_NUMBER: _ClassVar[int]
     OVFL_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
-    OVFL_FINISH_REPLY_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REPLY_FIELD_NUMBER: _ClassVar[int]
     VFL_FINISH_REQUEST_FIELD_NUMBER: _ClassVar[int]
     VFL_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
-    VFL_FINISH_REPLY_FIELD_NUMBER: _ClassVar[int]
     CHFL_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
-    CHFL_FINISH_REPLY_FIELD_NUMBER: _ClassVar[int]
     CHFL_STREAM_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
-    CHFL_STREAM_FINISH_REPLY_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
     type: Type
     seq: int
@@ -103,16 +100,13 @@ class Frame(_message.Message):
     hello: Hello
     setup: Setup
     ovfl_setup_reply: OvflSetupReply
-    ovfl_finish_reply: OvflFinishReply
+    finish_reply: FinishReply
     vfl_finish_request: VflFinishRequest
     vfl_setup_reply: VflSetupReply
-    vfl_finish_reply: VflFinishReply
     chfl_setup_reply: ChflSetupReply
-    chfl_finish_reply: ChflFinishReply
     chfl_stream_setup_reply: ChflStreamSetupReply
-    chfl_stream_finish_reply: ChflStreamFinishReply
     arrays: _containers.RepeatedCompositeFieldContainer[Tensor]
-    def __init__(self, type: _Optional[_Union[Type, str]] = ..., seq: _Optional[int] = ..., round: _Optional[int] = ..., parts: _Optional[_Iterable[bytes]] = ..., ovfl_round_request: _Optional[_Union[OvflRoundRequest, _Mapping]] = ..., ovfl_round_reply: _Optional[_Union[OvflRoundReply, _Mapping]] = ..., vfl_train_request: _Optional[_Union[VflTrainRequest, _Mapping]] = ..., vfl_test_request: _Optional[_Union[VflTestRequest, _Mapping]] = ..., vfl_select_request: _Optional[_Union[VflSelectRequest, _Mapping]] = ..., chfl_round_request: _Optional[_Union[ChflRoundRequest, _Mapping]] = ..., chfl_round_reply: _Optional[_Union[ChflRoundReply, _Mapping]] = ..., chfl_segment_request: _Optional[_Union[ChflSegmentRequest, _Mapping]] = ..., chfl_segment_reply: _Optional[_Union[ChflSegmentReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ovfl_finish_request: _Optional[_Union[OvflFinishRequest, _Mapping]] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., setup: _Optional[_Union[Setup, _Mapping]] = ..., ovfl_setup_reply: _Optional[_Union[OvflSetupReply, _Mapping]] = ..., ovfl_finish_reply: _Optional[_Union[OvflFinishReply, _Mapping]] = ..., vfl_finish_request: _Optional[_Union[VflFinishRequest, _Mapping]] = ..., vfl_setup_reply: _Optional[_Union[VflSetupReply, _Mapping]] = ..., vfl_finish_reply: _Optional[_Union[VflFinishReply, _Mapping]] = ..., chfl_setup_reply: _Optional[_Union[ChflSetupReply, _Mapping]] = ..., chfl_finish_reply: _Optional[_Union[ChflFinishReply, _Mapping]] = ..., chfl_stream_setup_reply: _Optional[_Union[ChflStreamSetupReply, _Mapping]] = ..., chfl_stream_finish_reply: _Optional[_Union[ChflStreamFinishReply, _Mapping]] = ..., arrays: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+    def __init__(self, type: _Optional[_Union[Type, str]] = ..., seq: _Optional[int] = ..., round: _Optional[int] = ..., parts: _Optional[_Iterable[bytes]] = ..., ovfl_round_request: _Optional[_Union[OvflRoundRequest, _Mapping]] = ..., ovfl_round_reply: _Optional[_Union[OvflRoundReply, _Mapping]] = ..., vfl_train_request: _Optional[_Union[VflTrainRequest, _Mapping]] = ..., vfl_test_request: _Optional[_Union[VflTestRequest, _Mapping]] = ..., vfl_select_request: _Optional[_Union[VflSelectRequest, _Mapping]] = ..., chfl_round_request: _Optional[_Union[ChflRoundRequest, _Mapping]] = ..., chfl_round_reply: _Optional[_Union[ChflRoundReply, _Mapping]] = ..., chfl_segment_request: _Optional[_Union[ChflSegmentRequest, _Mapping]] = ..., chfl_segment_reply: _Optional[_Union[ChflSegmentReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ovfl_finish_request: _Optional[_Union[OvflFinishRequest, _Mapping]] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., setup: _Optional[_Union[Setup, _Mapping]] = ..., ovfl_setup_reply: _Optional[_Union[OvflSetupReply, _Mapping]] = ..., finish_reply: _Optional[_Union[FinishReply, _Mapping]] = ..., vfl_finish_request: _Optional[_Union[VflFinishRequest, _Mapping]] = ..., vfl_setup_reply: _Optional[_Union[VflSetupReply, _Mapping]] = ..., chfl_setup_reply: _Optional[_Union[ChflSetupReply, _Mapping]] = ..., chfl_stream_setup_reply: _Optional[_Union[ChflStreamSetupReply, _Mapping]] = ..., arrays: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("client",)
@@ -137,6 +131,30 @@ class Setup(_message.Message):
     rejoin: bool
     resume: int
     def __init__(self, config: _Optional[str] = ..., run: _Optional[str] = ..., rejoin: _Optional[bool] = ..., resume: _Optional[int] = ...) -> None: ...
+
+class FinishReply(_message.Message):
+    __slots__ = ("client", "round", "up", "down", "messages", "digest", "eval_up", "select_up", "select_down", "choices")
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    DOWN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EVAL_UP_FIELD_NUMBER: _ClassVar[int]
+    SELECT_UP_FIELD_NUMBER: _ClassVar[int]
+    SELECT_DOWN_FIELD_NUMBER: _ClassVar[int]
+    CHOICES_FIELD_NUMBER: _ClassVar[int]
+    client: int
+    round: int
+    up: int
+    down: int
+    messages: int
+    digest: str
+    eval_up: int
+    select_up: int
+    select_down: int
+    choices: str
+    def __init__(self, client: _Optional[int] = ..., round: _Optional[int] = ..., up: _Optional[int] = ..., down: _Optional[int] = ..., messages: _Optional[int] = ..., digest: _Optional[str] = ..., eval_up: _Optional[int] = ..., select_up: _Optional[int] = ..., select_down: _Optional[int] = ..., choices: _Optional[str] = ...) -> None: ...
 
 class OvflRoundRequest(_message.Message):
     __slots__ = ("keep", "boundary", "events", "grad_rounds", "active")
@@ -187,22 +205,6 @@ class OvflSetupReply(_message.Message):
     ids: str
     categorical: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, client: _Optional[int] = ..., round: _Optional[int] = ..., n_features: _Optional[int] = ..., block_start: _Optional[int] = ..., block_stop: _Optional[int] = ..., ids: _Optional[str] = ..., categorical: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class OvflFinishReply(_message.Message):
-    __slots__ = ("client", "round", "up", "down", "messages", "digest")
-    CLIENT_FIELD_NUMBER: _ClassVar[int]
-    ROUND_FIELD_NUMBER: _ClassVar[int]
-    UP_FIELD_NUMBER: _ClassVar[int]
-    DOWN_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    DIGEST_FIELD_NUMBER: _ClassVar[int]
-    client: int
-    round: int
-    up: int
-    down: int
-    messages: int
-    digest: str
-    def __init__(self, client: _Optional[int] = ..., round: _Optional[int] = ..., up: _Optional[int] = ..., down: _Optional[int] = ..., messages: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class VflTrainRequest(_message.Message):
     __slots__ = ("keep", "boundary", "split", "rows")
@@ -276,24 +278,6 @@ class VflSetupReply(_message.Message):
     categorical: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, client: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., n_train: _Optional[int] = ..., n_test: _Optional[int] = ..., step: _Optional[int] = ..., pending: _Optional[int] = ..., ids: _Optional[str] = ..., categorical: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class VflFinishReply(_message.Message):
-    __slots__ = ("client", "up", "down", "eval_up", "select_up", "select_down", "digest")
-    CLIENT_FIELD_NUMBER: _ClassVar[int]
-    UP_FIELD_NUMBER: _ClassVar[int]
-    DOWN_FIELD_NUMBER: _ClassVar[int]
-    EVAL_UP_FIELD_NUMBER: _ClassVar[int]
-    SELECT_UP_FIELD_NUMBER: _ClassVar[int]
-    SELECT_DOWN_FIELD_NUMBER: _ClassVar[int]
-    DIGEST_FIELD_NUMBER: _ClassVar[int]
-    client: int
-    up: int
-    down: int
-    eval_up: int
-    select_up: int
-    select_down: int
-    digest: str
-    def __init__(self, client: _Optional[int] = ..., up: _Optional[int] = ..., down: _Optional[int] = ..., eval_up: _Optional[int] = ..., select_up: _Optional[int] = ..., select_down: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
-
 class ChflRoundRequest(_message.Message):
     __slots__ = ("keep", "boundary", "lr_index", "validate", "epochs")
     KEEP_FIELD_NUMBER: _ClassVar[int]
@@ -346,18 +330,6 @@ class ChflSetupReply(_message.Message):
     unique: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, client: _Optional[int] = ..., lr_index: _Optional[int] = ..., round: _Optional[int] = ..., n_rows: _Optional[int] = ..., n_classes: _Optional[int] = ..., n_features: _Optional[int] = ..., n_common: _Optional[int] = ..., n_test: _Optional[int] = ..., n_unique: _Optional[int] = ..., n_train: _Optional[int] = ..., n_val: _Optional[int] = ..., common: _Optional[_Iterable[int]] = ..., unique: _Optional[_Iterable[int]] = ...) -> None: ...
 
-class ChflFinishReply(_message.Message):
-    __slots__ = ("choices", "up", "down", "messages")
-    CHOICES_FIELD_NUMBER: _ClassVar[int]
-    UP_FIELD_NUMBER: _ClassVar[int]
-    DOWN_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    choices: str
-    up: int
-    down: int
-    messages: int
-    def __init__(self, choices: _Optional[str] = ..., up: _Optional[int] = ..., down: _Optional[int] = ..., messages: _Optional[int] = ...) -> None: ...
-
 class ChflStreamSetupReply(_message.Message):
     __slots__ = ("client", "tick", "n_rows", "n_features", "n_common", "n_classes", "n_ticks", "join_tick")
     CLIENT_FIELD_NUMBER: _ClassVar[int]
@@ -395,13 +367,3 @@ class ChflSegmentReply(_message.Message):
     CORRECT_FIELD_NUMBER: _ClassVar[int]
     correct: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, correct: _Optional[_Iterable[int]] = ...) -> None: ...
-
-class ChflStreamFinishReply(_message.Message):
-    __slots__ = ("up", "down", "messages")
-    UP_FIELD_NUMBER: _ClassVar[int]
-    DOWN_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    up: int
-    down: int
-    messages: int
-    def __init__(self, up: _Optional[int] = ..., down: _Optional[int] = ..., messages: _Optional[int] = ...) -> None: ...
