@@ -21,6 +21,10 @@ from fedstream.data.table_source import TableSource, TableSpec
 from fedstream.errors import FedstreamError
 from fedstream.estimators import ClassifierBase, as_value_error
 
+COMBINE = ("mean", "client0")
+"""``combine``: how :meth:`CHFLClassifier.predict_proba` answers for the federation."""
+TEST_FRACTION = 0.05
+"""The share of the rows a fit keeps aside to score the run (``result_["test_acc"]``)."""
 LABEL = "\x00label"  # the label's column in the estimator's table (no user column is called so)
 
 
@@ -75,7 +79,8 @@ class CHFLClassifier(ClassifierBase):
     def __init__(self, *, clients: int = 3, common_ratio: float = 0.3, split: str = "random",
                  hidden=(64, 32), rounds: int = 10, local_epochs: int = 10, batch_size: int = 64,
                  lrs=(0.003,), mus=(0.0, 0.5), method: str = "chfl", categorical=None, device: str = "auto",
-                 seed: int = 0, client_model=None, server_model=None):
+                 seed: int = 0, client_model=None, server_model=None, validation_fraction: float = 0.1,
+                 combine: str = "mean"):
         self.clients = clients
         self.common_ratio = common_ratio
         self.split = split
@@ -91,6 +96,8 @@ class CHFLClassifier(ClassifierBase):
         self.seed = seed
         self.client_model = client_model
         self.server_model = server_model
+        self.validation_fraction = validation_fraction
+        self.combine = combine
 
     def fit(self, X, y) -> CHFLClassifier:
         """Deal the rows and columns of ``X`` (n, d) with labels ``y`` to the clients and federate."""
@@ -108,9 +115,11 @@ class CHFLClassifier(ClassifierBase):
                 hidden=_as_list(self.hidden), rounds=self.rounds, local_epochs=self.local_epochs,
                 batch_size=self.batch_size, lrs=_as_list(self.lrs), mus=_as_list(self.mus),
                 device=self.device, client_model=self.client_model, server_model=self.server_model)
+            fractions = self._fractions()
             rows = np.arange(source.n_base)
             result, ex, cohort = train_table(source.features(rows), source.labels(rows), settings,
-                                             method=self.method, seed=self.seed, n_classes=source.n_classes)
+                                             method=self.method, seed=self.seed, n_classes=source.n_classes,
+                                             fractions=fractions)
         except FedstreamError as exc:
             raise as_value_error(exc) from None
         self._chosen = ChosenModels(ex, cohort, Standardise(source))
@@ -119,10 +128,28 @@ class CHFLClassifier(ClassifierBase):
         self.choices_ = [self._chosen.choice(k) for k in range(ex.settings.clients)]
         return self
 
-    def predict_proba(self, X, *, client: int = 0) -> np.ndarray:
-        """Class probabilities (n, len(classes_)) of the rows of ``X`` by client ``client``'s model."""
+    def _fractions(self) -> tuple[float, float, float]:
+        """The rows' train / validation / test shares: ``validation_fraction`` chooses each client's
+        model, :data:`TEST_FRACTION` scores the run (``result_``), the rest trains."""
+        vf = self.validation_fraction
+        if isinstance(vf, bool) or not isinstance(vf, (int, float, np.integer, np.floating)) \
+                or not 0 < vf < 1 - TEST_FRACTION:
+            raise ValueError(f"validation_fraction: expected a number in (0, {1 - TEST_FRACTION:g}), found {vf!r}")
+        if self.combine not in COMBINE:
+            raise ValueError(f"combine: expected one of {', '.join(COMBINE)}, found {self.combine!r}")
+        return (1.0 - float(vf) - TEST_FRACTION, float(vf), TEST_FRACTION)
+
+    def predict_proba(self, X, *, client: int | None = None) -> np.ndarray:
+        """Class probabilities (n, len(classes_)) of the rows of ``X``: the federation's answer by
+        ``combine`` (``"mean"``: the mean of every client's chosen model's probabilities, each on its
+        own columns of the rows; ``"client0"``: client 0's), or client ``client``'s model alone."""
         self._check_fitted()
         try:
-            return self._chosen.predict_proba(self._table(X), client)
+            table = self._table(X)
+            if client is not None:
+                return self._chosen.predict_proba(table, client)
+            if self.combine == "client0":
+                return self._chosen.predict_proba(table, 0)
+            return np.mean([self._chosen.predict_proba(table, k) for k in range(self._chosen.n_clients)], axis=0)
         except FedstreamError as exc:
             raise as_value_error(exc) from None
