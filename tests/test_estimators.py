@@ -88,7 +88,8 @@ def test_chfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     X, y = customers()
     clf = CHFLClassifier(clients=3, common_ratio=0.3, hidden=(64, 32), rounds=3, local_epochs=3, lrs=(0.003,),
-                         mus=(0.0, 0.5), categorical="channel", seed=0).fit(X, y)
+                         mus=(0.0, 0.5), categorical="channel", seed=0, batch_size=64,
+                         validation_fraction=0.2, test_fraction=0.2).fit(X, y)  # the run's split
     assert clf.result_["test_acc"] == summary["test_acc"]
     assert clf.result_["bytes"] == summary["bytes"]
     test = split_rows(len(y), 3, seed=0).test
