@@ -60,8 +60,8 @@ class CHFLClassifier(ClassifierBase):
     ``validation_fraction`` (the share of the rows that chooses each client's model, 0.1 as
     ``MLPClassifier``'s), ``test_fraction`` (the share that scores the run, ``result_``; 0.2 and 0.2
     give a ``fedstream run``'s split), ``combine`` (``"mean"``: predictions average every client's
-    probabilities; ``"client0"``: client 0's). After ``fit``: ``classes_``, ``n_features_in_``, ``result_`` (the run's summary figures: ``test_acc``,
-    ``test_acc_per_client``, ``bytes``, the feature split), ``choices_`` (each client's chosen
+    probabilities; ``"client0"``: client 0's). After ``fit``: ``classes_``, ``n_features_in_``,
+    ``result_`` (the run's summary figures: ``test_acc``, ``test_acc_per_client``, ``bytes``, the feature split), ``choices_`` (each client's chosen
     candidate, learning rate and round).
 
     >>> import numpy as np
@@ -147,7 +147,8 @@ class CHFLClassifier(ClassifierBase):
             shares[name] = float(v)
         vf, tf = shares["validation_fraction"], shares["test_fraction"]
         if vf + tf >= 1:
-            raise ValueError("validation_fraction + test_fraction: expected less than 1 (rows left to train), "
+            raise ValueError("validation_fraction + test_fraction: expected less than 1 (rows left to "
+                             "train), "
                              f"found {vf:g} + {tf:g}")
         if self.combine not in COMBINE:
             raise ValueError(f"combine: expected one of {', '.join(COMBINE)}, found {self.combine!r}")
