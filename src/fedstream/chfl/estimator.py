@@ -61,8 +61,8 @@ class CHFLClassifier(ClassifierBase):
     ``MLPClassifier``'s), ``test_fraction`` (the share that scores the run, ``result_``; 0.2 and 0.2
     give a ``fedstream run``'s split), ``combine`` (``"mean"``: predictions average every client's
     probabilities; ``"client0"``: client 0's). After ``fit``: ``classes_``, ``n_features_in_``,
-    ``result_`` (the run's summary figures: ``test_acc``, ``test_acc_per_client``, ``bytes``, the feature split), ``choices_`` (each client's chosen
-    candidate, learning rate and round).
+    ``result_`` (the run's summary figures: ``test_acc``, ``test_acc_per_client``, ``bytes``, the
+    feature split), ``choices_`` (each client's chosen candidate, learning rate and round).
 
     >>> import numpy as np
     >>> from fedstream.chfl import CHFLClassifier
