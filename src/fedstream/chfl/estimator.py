@@ -169,6 +169,8 @@ class CHFLClassifier(ClassifierBase):
             table = self._table(X)
             if client is not None:
                 return self._chosen.predict_proba(table, client)
+            if self.combine not in COMBINE:  # set_params after fit
+                raise ValueError(f"combine: expected one of {', '.join(COMBINE)}, found {self.combine!r}")
             if self.combine == "client0":
                 return self._chosen.predict_proba(table, 0)
             clients = range(self._chosen.n_clients)
