@@ -88,7 +88,8 @@ def test_chfl_fit_predict_gives_fedstream_runs_accuracy(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     X, y = customers()
     clf = CHFLClassifier(clients=3, common_ratio=0.3, hidden=(64, 32), rounds=3, local_epochs=3, lrs=(0.003,),
-                         mus=(0.0, 0.5), categorical="channel", seed=0).fit(X, y)
+                         mus=(0.0, 0.5), categorical="channel", seed=0, batch_size=64,
+                         validation_fraction=0.2, test_fraction=0.2).fit(X, y)  # the run's split
     assert clf.result_["test_acc"] == summary["test_acc"]
     assert clf.result_["bytes"] == summary["bytes"]
     test = split_rows(len(y), 3, seed=0).test
@@ -175,3 +176,57 @@ def test_adam_from_the_command_line_resumes_exactly_and_is_the_estimators(tmp_pa
     assert [r["train_loss"] for r in clf.history_] == [r["train_loss"] for r in summary["per_epoch"]]
     X_test, y_test = customers(slice(n_train, None))
     assert clf.score(X_test, y_test) == pytest.approx(summary["final_accuracy"])
+
+
+def _four_column_table(seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(240, 7))
+    return X, (X[:, :4].sum(axis=1) > 0).astype(int)
+
+
+def test_chfl_predicts_the_mean_of_the_clients_own_probabilities():
+    """``combine="mean"`` (the default): the federation's probabilities are the mean of every client's
+    chosen model's, each on its own columns; ``"client0"`` is client 0's alone."""
+    X, y = _four_column_table()
+    kw = dict(clients=3, hidden=(8,), rounds=2, local_epochs=1, lrs=(0.01,), mus=(0.0,), seed=0)
+    clf = CHFLClassifier(**kw).fit(X, y)
+    own = [clf.predict_proba(X, client=k) for k in range(3)]
+    combined = clf.predict_proba(X)
+    np.testing.assert_allclose(combined, np.mean(own, axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(combined.sum(axis=1), 1.0, atol=1e-9)
+    assert not np.allclose(own[0], own[1])  # two different models, so the mean is not one of them
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[combined.argmax(axis=1)])
+    first = CHFLClassifier(**kw, combine="client0").fit(X, y)
+    np.testing.assert_allclose(first.predict_proba(X), own[0], rtol=0, atol=1e-12)
+
+
+def test_chfl_client_reads_only_its_own_columns():
+    """A column unique to client 1 changes client 1's answer, not client 0's."""
+    X, y = _four_column_table()
+    clf = CHFLClassifier(clients=2, hidden=(8,), rounds=2, local_epochs=1, lrs=(0.01,), mus=(0.0,)).fit(X, y)
+    column = clf.result_["features"]["unique"][1][0]
+    changed = X.copy()
+    changed[:, column] += 5.0
+    np.testing.assert_allclose(clf.predict_proba(changed, client=0), clf.predict_proba(X, client=0))
+    assert not np.allclose(clf.predict_proba(changed, client=1), clf.predict_proba(X, client=1))
+
+
+@pytest.mark.parametrize(("params", "match"), [({"validation_fraction": 0}, "validation_fraction"),
+                                               ({"test_fraction": 1.5}, "test_fraction"),
+                                               ({"validation_fraction": 0.6, "test_fraction": 0.4},
+                                                "validation_fraction \\+ test_fraction"),
+                                               ({"combine": "max"}, "combine")])
+def test_chfl_refuses_bad_split_or_combine(params, match):
+    X, y = _four_column_table()
+    with pytest.raises(ValueError, match=match):
+        CHFLClassifier(clients=2, rounds=1, local_epochs=1, **params).fit(X, y)
+
+
+def test_chfl_defaults_learn_iris():
+    """The defaults with 2 clients on scikit-learn's iris (75 / 25, seeded): 0.974 measured, as
+    ``MLPClassifier()``; asserted with a margin of 3 test rows."""
+    from sklearn.datasets import load_iris
+    from sklearn.model_selection import train_test_split
+
+    X_train, X_test, y_train, y_test = train_test_split(*load_iris(return_X_y=True), random_state=0)
+    assert CHFLClassifier(clients=2, seed=0).fit(X_train, y_train).score(X_test, y_test) > 0.9

@@ -19,6 +19,7 @@ from fedstream.chfl.client import Client, ClientData, make_client_data, make_hea
 from fedstream.chfl.models import common_column
 from fedstream.chfl.settings import CHFLSettings, check_method
 from fedstream.chfl.splits import (
+    FRACTIONS,
     FeatureSplit,
     RowSplit,
     SettingError,
@@ -66,9 +67,11 @@ class Experiment:
         return Plan(self.settings, self.method, self.seed, len(self.features.common), self.n_classes)
 
 
-def _split(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, seed: int,
-           n_classes: int | None) -> tuple[np.ndarray, np.ndarray, FeatureSplit, RowSplit, int]:
-    """The run's rows (a random ``max_rows`` subset if set), feature split and row split."""
+def _split(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, seed: int, n_classes: int | None,
+           fractions: tuple[float, float, float] = FRACTIONS
+           ) -> tuple[np.ndarray, np.ndarray, FeatureSplit, RowSplit, int]:
+    """The run's rows (a random ``max_rows`` subset if set), feature split and row split
+    (``fractions``: train / validation / test shares of the rows)."""
     if X.ndim != 2 or y.shape != (X.shape[0],):
         raise ValueError(f"expected X (n, d) and y (n,), found {X.shape} and {y.shape}")
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
@@ -79,15 +82,17 @@ def _split(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, seed: int,
         X, y = X[rows], y[rows]
     fs = feature_split(settings.split, X, settings.clients, ratio=settings.common_ratio,
                        seed=settings.split_index)
-    rs = split_rows(len(y), settings.clients, seed=seed)
+    rs = split_rows(len(y), settings.clients, seed=seed, fractions=fractions)
     return X, y, fs, rs, n_classes
 
 
 def prepare(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method: str, seed: int,
-            n_classes: int | None = None) -> Experiment:
-    """Split ``(X, y)`` into per-client views for one run (optionally a random ``max_rows`` subset)."""
+            n_classes: int | None = None, fractions: tuple[float, float, float] = FRACTIONS) -> Experiment:
+    """Split ``(X, y)`` into per-client views for one run (optionally a random ``max_rows`` subset;
+    ``fractions``: the train / validation / test shares of the rows, the paper's 60 / 20 / 20 unless
+    given)."""
     check_method(method)
-    X, y, fs, rs, n_classes = _split(X, y, settings, seed=seed, n_classes=n_classes)
+    X, y, fs, rs, n_classes = _split(X, y, settings, seed=seed, n_classes=n_classes, fractions=fractions)
     data = [make_client_data(X, y, fs.common, fs.unique[k], rs.train[k], rs.val[k], rs.test)
             for k in range(settings.clients)]
     return Experiment(settings, method, seed, fs, data, n_classes, len(y))

@@ -54,7 +54,7 @@ from fedstream.chfl.plan import (  # re-exported as above
 )
 from fedstream.chfl.rounds import BatchRun, boundary, checkpointed_after  # re-exported as above
 from fedstream.chfl.settings import CHFLSettings, check_method
-from fedstream.chfl.splits import FeatureSplit
+from fedstream.chfl.splits import FRACTIONS, FeatureSplit
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.runs.threads import one_torch_thread
@@ -146,12 +146,14 @@ def run_on_table(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method
 def train_table(X: np.ndarray, y: np.ndarray, settings: CHFLSettings, *, method: str = "chfl",
                 seed: int = 0, progress: Progress | None = None, n_classes: int | None = None,
                 run_dir: str | os.PathLike[str] | None = None,
-                resume: bool = True) -> tuple[dict, Experiment, LocalCohort]:
+                resume: bool = True, fractions: tuple[float, float, float] = FRACTIONS
+                ) -> tuple[dict, Experiment, LocalCohort]:
     """:func:`run_on_table`'s result, with the experiment and the trained cohort (each client's
-    validation records: :class:`fedstream.chfl.final.ChosenModels` predicts with them)."""
+    validation records: :class:`fedstream.chfl.final.ChosenModels` predicts with them);
+    ``fractions``: the rows' train / validation / test shares (:func:`~fedstream.chfl.plan.prepare`)."""
     t0 = time.perf_counter()
     with one_torch_thread():  # runs are parallelised across processes
-        ex = prepare(X, y, settings, method=method, seed=seed, n_classes=n_classes)
+        ex = prepare(X, y, settings, method=method, seed=seed, n_classes=n_classes, fractions=fractions)
         folder = None if run_dir is None else RunFolder(
             run_dir, identity(settings, method, seed, ex.n_rows, ex.n_classes), METRIC_COLUMNS, resume=resume)
         cohort = LocalCohort(ex)
