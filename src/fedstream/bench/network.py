@@ -42,6 +42,18 @@ from fedstream.ovfl.engine import OnlineVFL
 BATCHES = (1, 16, 256)
 
 
+def bench_config(config: str, sets) -> tuple[dict, list[str]]:
+    """The bench's config (a preset or file, with ``--set`` overrides) and the overrides as a list;
+    its data folder made absolute, since the parties run from folders of their own."""
+    sets = list(sets or [])
+    base = load_config(config, sets)
+    root = resolve_data_root(base["data.root"])
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
+    base["data.root"] = str(root.resolve())
+    return base, sets
+
+
 def _sets(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items() if v is not None and " " not in str(v))
 
@@ -100,11 +112,7 @@ def bench_network(*, batches: tuple[int, ...] = BATCHES, requests: int = 6, conf
             f"requests = {requests}, batches = {batches}: expected requests >= 1 and batch sizes >= 1"
         )
     workdir = Path(workdir).resolve()  # the server party writes its summary from a folder of its own
-    base = load_config(config, list(sets or []))
-    root = resolve_data_root(base["data.root"])
-    if not root.is_dir():  # the parties run in Flower's folders: give them an absolute path
-        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
-    base["data.root"] = str(root.resolve())
+    base, sets = bench_config(config, sets)
     rows = []
     load_before = os.getloadavg()
     dep = LocalDeployment(base["vfl.clients"], workdir / "deployment")
@@ -317,12 +325,7 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     with the floors around it), to show what they change in the same run."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    sets = list(sets or [])
-    base = load_config(config, sets)
-    root = resolve_data_root(base["data.root"])
-    if not root.is_dir():
-        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
-    base["data.root"] = str(root.resolve())
+    base, sets = bench_config(config, sets)
     load_before = os.getloadavg()
     tic = time.perf_counter()
     engine = OnlineVFL(dict(base, rounds=20000)).run()
@@ -434,12 +437,7 @@ def bench_network_wan(*, rtts_ms: tuple[float, ...] = RTTS_MS, batches: tuple[in
         raise ValueError(f"round-trip times {rtts_ms} ms: expected values >= 0")
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    sets = list(sets or [])
-    base = load_config(config, sets)
-    root = resolve_data_root(base["data.root"])
-    if not root.is_dir():
-        raise ConfigError(f"data.root: no data folder at {root} (set data.root or $FEDSTREAM_DATA)")
-    base["data.root"] = str(root.resolve())
+    base, sets = bench_config(config, sets)
     M = base["vfl.clients"]
     load_before = os.getloadavg()
     rows = []
