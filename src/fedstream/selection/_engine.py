@@ -121,14 +121,10 @@ def single_threaded_blas(torch_too: bool = False):
         if not torch_too:
             yield
             return
-        import torch
+        from fedstream.runs.threads import one_torch_thread  # imports torch: only on the int8 path
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with one_torch_thread():
             yield
-        finally:
-            torch.set_num_threads(before)
 
 
 def int8_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
