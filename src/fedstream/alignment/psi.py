@@ -105,21 +105,36 @@ def _check_points(points, n: int, what: str) -> None:
         raise ProtocolError(f"{what}: a point is not {POINT_BYTES} bytes (a compressed P-256 point)")
 
 
-class AlignmentServer:
-    """The server's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``."""
+class _Side:
+    """What both sides hold: their ids (text, distinct), the agreed false-positive rate ``fpr``, the
+    threads for the elliptic-curve work and a fresh private key of the library's ``role``
+    (``"client"``: the party that learns the intersection, fedstream's server; ``"server"``)."""
+
+    role: str
+    party: str
 
     def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR, workers: int | None = None):
         if not ids:
-            raise ConfigError("the server's set of ids is empty")
+            raise ConfigError(f"the {self.party}'s set of ids is empty")
         self.ids = list(ids)
         self.fpr = check_fpr(fpr)
         self.workers = workers or default_workers()
-        self._key = library().client.CreateWithNewKey(True).GetPrivateKeyBytes()
-        self._request: PsiRequest | None = None
+        self._key = getattr(library(), self.role).CreateWithNewKey(True).GetPrivateKeyBytes()
 
     def _side(self):
-        """A PSI client instance with this server's key (one per thread)."""
-        return library().client.CreateFromKey(self._key, True)
+        """A PSI instance of this side's role with its key (one per thread)."""
+        return getattr(library(), self.role).CreateFromKey(self._key, True)
+
+
+class AlignmentServer(_Side):
+    """The server's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``; in the
+    library's terms the PSI client, which learns the intersection."""
+
+    role, party = "client", "server"
+
+    def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR, workers: int | None = None):
+        super().__init__(ids, fpr=fpr, workers=workers)
+        self._request: PsiRequest | None = None
 
     def request(self) -> PsiRequest:
         """Step 1: the server's blinded ids; one for all clients (blinded once)."""
@@ -171,21 +186,15 @@ class AlignmentServer:
                                 f"{'more' if bits > n * (gcs.div + 1) else 'fewer'}")
 
 
-class AlignmentClient:
-    """A client's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``."""
+class AlignmentClient(_Side):
+    """A client's side: its ids (text, distinct) and the agreed false-positive rate ``fpr``; in the
+    library's terms the PSI server, which answers the request."""
+
+    role, party = "server", "client"
 
     def __init__(self, ids: Sequence[str], *, fpr: float = DEFAULT_FPR, workers: int | None = None):
-        if not ids:
-            raise ConfigError("the client's set of ids is empty")
-        self.ids = list(ids)
-        self.fpr = check_fpr(fpr)
-        self.workers = workers or default_workers()
+        super().__init__(ids, fpr=fpr, workers=workers)
         self._row = {v: i for i, v in enumerate(self.ids)}
-        self._key = library().server.CreateWithNewKey(True).GetPrivateKeyBytes()
-
-    def _side(self):
-        """A PSI server instance with this client's key (one per thread)."""
-        return library().server.CreateFromKey(self._key, True)
 
     def reply(self, request: PsiRequest) -> PsiReply:
         """Step 2: this client's set, sized for the server's announced set, and its response."""
