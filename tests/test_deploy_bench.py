@@ -14,7 +14,8 @@ from fedstream.bench.network import _row, bench_network, format_network_bench
 from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay, TokenBucket
 
 
-def echo_server() -> tuple[socket.socket, int]:
+def echo_server(reverse: bool = True, chunk: int = 4096) -> tuple[socket.socket, int]:
+    """A loopback server that sends back what it receives, each chunk reversed (or as it came)."""
     server = socket.create_server(("127.0.0.1", 0))
 
     def serve():
@@ -24,8 +25,8 @@ def echo_server() -> tuple[socket.socket, int]:
             except OSError:
                 return
             with conn:
-                while data := conn.recv(4096):
-                    conn.sendall(data[::-1])
+                while data := conn.recv(chunk):
+                    conn.sendall(data[::-1] if reverse else data)
 
     threading.Thread(target=serve, daemon=True).start()
     return server, server.getsockname()[1]
@@ -97,20 +98,7 @@ def sink_server() -> tuple[socket.socket, int, list]:
 
 
 def plain_echo_server() -> tuple[socket.socket, int]:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server, server.getsockname()[1]
+    return echo_server(reverse=False, chunk=65536)
 
 
 def recv_exactly(s: socket.socket, n: int) -> bytes:
