@@ -76,12 +76,7 @@ def slot_of(info: Mapping) -> str:
     """The frame's field that carries ``info`` (see the module doc); ProtocolError if none."""
     record = getattr(info, "record", None)
     if record is not None:
-        name = message_name(record)
-        slot = slots().get(name)
-        if slot is None:
-            raise ProtocolError(f"record {record.__name__} of {record.__module__}: protocol.proto has no "
-                                f"message {name} (add it and run scripts/protocol.sh)")
-        return slot
+        return _record_slot(record)
     keys = set(info)
     fits = [slot for slot in slots().values() if keys <= set(fields(slot))]
     if len(fits) != 1:
@@ -120,6 +115,17 @@ def message(info: Mapping, base: int, slot: str | None = None) -> tuple[str, obj
             except (TypeError, ValueError) as exc:
                 raise _cannot(slot, key, info[key], str(exc)) from None
         raise
+
+
+@functools.cache
+def _record_slot(record: type) -> str:
+    """The frame's field for a record class's message (once per class: it is looked up per frame)."""
+    name = message_name(record)
+    slot = slots().get(name)
+    if slot is None:
+        raise ProtocolError(f"record {record.__name__} of {record.__module__}: protocol.proto has no "
+                            f"message {name} (add it and run scripts/protocol.sh)")
+    return slot
 
 
 @functools.cache

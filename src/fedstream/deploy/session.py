@@ -251,7 +251,7 @@ class Session:
         ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
         node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
         its reason). Return what each accepted node reported."""
-        replies = self.exchange({m: Envelope(SETUP, t, [], dict(info)) for m in sorted(clients)})
+        replies = self.exchange({m: Envelope(SETUP, t, [], info.copy()) for m in sorted(clients)})
         accepted = {}
         for m, reply in replies.items():
             try:

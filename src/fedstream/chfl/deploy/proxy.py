@@ -209,7 +209,7 @@ class RemoteCohort(Session):
                 data = encode_update(models[m])
                 self.ledger.add(m, "down", len(data))
                 parts.append(data)
-            requests[m] = Envelope(ROUND, t, parts, dict(info))
+            requests[m] = Envelope(ROUND, t, parts, info.copy())
         out = RoundResult()
         ups: dict[int, ModelUpdate] = {}
         for m, reply in self.exchange(requests).items():

@@ -194,7 +194,7 @@ class NetworkStream(Session):
             info = SegmentRequest(until=b, upload=upload, keep=keep or None,
                                   boundary=b if keep else None).info()
             requests = {m: Envelope(ROUND, a, self._send_global(m) if federated and m in need else [],
-                                    dict(info)) for m in self.reachable(active, a, ROUND)}
+                                    info.copy()) for m in self.reachable(active, a, ROUND)}
             need -= set(requests)
             ups: list[ModelUpdate] = []
             for m, reply in sorted(self.exchange(requests).items()):
