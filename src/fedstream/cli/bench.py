@@ -16,14 +16,6 @@ from pathlib import Path
 from rich.console import Console
 
 from fedstream.bench.huffman import bench_huffman, format_huffman_bench
-from fedstream.bench.network import (
-    bench_network,
-    bench_network_grpc,
-    bench_network_wan,
-    format_network_bench,
-    format_network_grpc,
-    format_network_wan,
-)
 from fedstream.bench.selection import bench_selection, format_selection_bench
 from fedstream.cli.common import add_sets, check_workers
 from fedstream.errors import FedstreamError
@@ -34,6 +26,13 @@ from fedstream.runs.task import entry_point
 bench_ovfl = entry_point("fedstream.bench.ovfl:bench_ovfl")
 write_json = entry_point("fedstream.bench.ovfl:write_json")
 bench_device = entry_point("fedstream.bench.device:bench_device")
+# the network benches need the deploy extra (grpcio, protobuf): imported when they run
+bench_network = entry_point("fedstream.bench.network:bench_network")
+bench_network_grpc = entry_point("fedstream.bench.network:bench_network_grpc")
+bench_network_wan = entry_point("fedstream.bench.network:bench_network_wan")
+format_network_bench = entry_point("fedstream.bench.network:format_network_bench")
+format_network_grpc = entry_point("fedstream.bench.network:format_network_grpc")
+format_network_wan = entry_point("fedstream.bench.network:format_network_wan")
 bench_sklearn = entry_point("fedstream.bench.estimators:run")
 format_sklearn = entry_point("fedstream.bench.estimators:markdown")
 bench_river = entry_point("fedstream.bench.river:run")
