@@ -5,8 +5,9 @@ file through the parties that trained it (:mod:`fedstream.predict.ovfl`: each cl
 feature block, the server predicts; :mod:`fedstream.predict.vfl`: the same with image strips or a
 table's columns; :mod:`fedstream.predict.chfl`: one client's validation-chosen model on its own
 columns); :func:`write_predictions` writes them as CSV. Rows that carry their labels (an NPZ
-file's ``y``, a table's ``data.label`` column) are scored; with ``ids`` (a table with one file per
-party) each client reads its own rows of those ids (:mod:`fedstream.predict.ids`): ``Predictions.score``. Each task
+file's ``y``, a table's ``data.label`` column) are scored: ``Predictions.score``. With ``ids`` (a
+table with one file per party) each client reads its own rows of those ids
+(:mod:`fedstream.predict.ids`). Each task
 encodes the rows as it encoded its own data (:meth:`fedstream.data.sources.Source.standardise`:
 statistics, one-hot categories).
 """
@@ -48,7 +49,8 @@ def predict_run(run_dir, data=None, *, client: int | None = None, ids=None) -> P
                           "per party: the ids, each client reads its own rows)")
     if ids is not None:
         party_file(config, 0)  # a run with one file per party, else one line
-        return entry_point(task.predict)(run_dir, Rows(read_ids(ids, config.get("data.id")), None), client=client)
+        rows = Rows(read_ids(ids, config.get("data.id")), None)  # raw None: by id, from the parties' files
+        return entry_point(task.predict)(run_dir, rows, client=client)
     table = config.get("data.name") == "table"
     rows = read_rows(data, table=table, id_column=config.get("data.id"),
                      label_column=table_label_column(config) if table else None)
