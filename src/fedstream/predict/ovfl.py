@@ -61,8 +61,8 @@ def predict_ovfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Pre
         for i in range(0, len(X), BATCH)
     ]) if len(X) else np.zeros((0, run.server.model.n_out))
     parties = {f"client {m}": f"columns {b.start}-{b.stop - 1}: standardised, embedded, "
-               f"{transport.ledger.up[m]:,} B up" + ("" if held is None else
-                                                     f", holds {held[m]:,} of {len(ids):,} ids (others padded)")
-               for m, b in enumerate(where)}
+               f"{transport.ledger.up[m]:,} B up" for m, b in enumerate(where)}
+    for m in range(len(held or ())):
+        parties[f"client {m}"] += f", holds {held[m]:,} of {len(ids):,} ids (others padded)"
     parties["server"] = "stacked the embeddings, top model, softmax (labels never used)"
     return Predictions(ids, class_names(run_summary(run_dir), proba.shape[1]), proba, parties)
