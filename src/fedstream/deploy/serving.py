@@ -141,13 +141,14 @@ def parts_for(config: dict, where: str):
     """The serving part of the run's task; ConfigError in one line for a task that has none."""
     parts = PARTS.get(config.get("task"))
     if parts is None:
-        raise ConfigError(f"{where}: task = {config.get('task')!r}: serving is for online VFL (ovfl) and batch "
-                          "VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR --client K")
+        raise ConfigError(f"{where}: task = {config.get('task')!r}: serving is for online VFL (ovfl) and "
+                          "batch VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR --client K")
     party_file(config, 0)  # a table with one file per party (the parties' rows are found by id)
     compression = [k for k in ("compression.up", "compression.down") if config.get(k, "none") != "none"]
     if compression:
-        raise ConfigError(f"{where}: {compression[0]} = {config[compression[0]]!r}: serving sends plain float32 "
-                          "embeddings; a compressed run predicts in the simulator (fedstream predict)")
+        key = compression[0]
+        raise ConfigError(f"{where}: {key} = {config[key]!r}: serving sends plain float32 embeddings; a "
+                          "compressed run predicts in the simulator (fedstream predict)")
     return parts
 
 
@@ -242,8 +243,8 @@ class ServedRun:
             raise ConfigError(f"{self.run_dir}/summary.json: no 'classes': not a table run")
         self.score, digest = self.parts.server(config, self.run_dir, n_classes)
         if summary.get("server_digest") not in (None, digest):
-            raise ConfigError(f"{self.run_dir}: the server's checkpoint is not the model the run finished with "
-                              "(its digest differs from summary.json's server_digest)")
+            raise ConfigError(f"{self.run_dir}: the server's checkpoint is not the model the run finished "
+                              "with (its digest differs from summary.json's server_digest)")
         self.classes = class_names(summary, n_classes)
         self.run_token = self._token()
         self.link = link
@@ -292,8 +293,8 @@ class ServedRun:
             chunks = [self._chunk(ids[i:i + MAX_REQUEST]) for i in range(0, len(ids), MAX_REQUEST)]
         proba = np.concatenate([c[0] for c in chunks])
         absent = [a for c in chunks for a in c[1]]
-        parties = {f"client {m}": f"embedded its own rows of the ids ({sum(m not in a for a in absent):,} held)"
-                   for m in range(self.n_clients)}
+        parties = {f"client {m}": f"embedded its own rows of the ids ({sum(m not in a for a in absent):,} "
+                                  "held)" for m in range(self.n_clients)}
         parties["server"] = "stacked the embeddings, top model, softmax"
         return Served(Predictions(ids, self.classes, proba, parties), absent)
 
@@ -307,7 +308,8 @@ class ServedRun:
             reply = replies.get(m)
             if not isinstance(reply, Envelope):
                 raise FedstreamError(f"client {m} did not answer: {getattr(reply, 'reason', 'no reply')}")
-            h = PredictReply.read(reply.info, f"client {m}'s predict reply", rows=len(ids)).held
+            where = f"client {m}'s predict reply"
+            h = PredictReply.read(reply.info, where, rows=len(ids)).held
             if len(reply.parts) != 1:
                 raise ProtocolError(f"client {m}'s predict reply carries {len(reply.parts)} parts, expected 1")
             msg = codec.decode(reply.parts[0])
@@ -319,7 +321,8 @@ class ServedRun:
         held_all = np.stack(held, axis=1)
         if self.parts.refuses_absent and not held_all.all():
             r, m = (int(v) for v in np.argwhere(~held_all)[0])
-            raise DataError(f"id {str(ids[r])!r}: client {m} ({party_file(self.config, m).name}) does not hold "
-                            "it; a batch VFL model predicts only ids that every party holds, as it trained on those")
+            name = party_file(self.config, m).name
+            raise DataError(f"id {str(ids[r])!r}: client {m} ({name}) does not hold it; a batch VFL model "
+                            "predicts only ids that every party holds, as it trained on those")
         absent = [np.flatnonzero(~row).tolist() for row in held_all]
         return self.score(embeddings), absent
