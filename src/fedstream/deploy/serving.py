@@ -141,8 +141,8 @@ def parts_for(config: dict, where: str):
     """The serving part of the run's task; ConfigError in one line for a task that has none."""
     parts = PARTS.get(config.get("task"))
     if parts is None:
-        raise ConfigError(f"{where}: task = {config.get('task')!r}: serving is for online VFL (ovfl) and "
-                          "batch VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR --client K")
+        raise ConfigError(f"{where}: task = {config.get('task')!r}: serving is for online VFL (ovfl) "
+                          "and batch VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR --client K")
     party_file(config, 0)  # a table with one file per party (the parties' rows are found by id)
     compression = [k for k in ("compression.up", "compression.down") if config.get(k, "none") != "none"]
     if compression:
@@ -311,7 +311,7 @@ class ServedRun:
             where = f"client {m}'s predict reply"
             h = PredictReply.read(reply.info, where, rows=len(ids)).held
             if len(reply.parts) != 1:
-                raise ProtocolError(f"client {m}'s predict reply carries {len(reply.parts)} parts, expected 1")
+                raise ProtocolError(f"{where} carries {len(reply.parts)} parts, expected 1")
             msg = codec.decode(reply.parts[0])
             want = (len(ids), self.widths[m])
             if not isinstance(msg, Embedding) or msg.client != m or msg.values.shape != want:
