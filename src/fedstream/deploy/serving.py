@@ -142,7 +142,8 @@ def parts_for(config: dict, where: str):
     parts = PARTS.get(config.get("task"))
     if parts is None:
         raise ConfigError(f"{where}: task = {config.get('task')!r}: serving is for online VFL (ovfl) "
-                          "and batch VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR --client K")
+                          "and batch VFL (vfl); a CHFL client predicts alone: fedstream predict RUN_DIR "
+                          "--client K")
     party_file(config, 0)  # a table with one file per party (the parties' rows are found by id)
     compression = [k for k in ("compression.up", "compression.down") if config.get(k, "none") != "none"]
     if compression:
