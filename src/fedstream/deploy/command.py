@@ -4,6 +4,7 @@
                            [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
     fedstream deploy credentials DIR --nodes M [--host NAME ...]
+    fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
 
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
 on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
@@ -47,6 +48,13 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     local.add_argument(
         "--secure", action="store_true", help="mutual TLS (gRPC); TLS and SuperNode authentication (Flower)"
     )
+    predict = actions.add_parser("predict", help="the deployed parties of a finished `deploy local` run "
+                                 "predict ids together, each from its saved model, on 127.0.0.1")
+    predict.add_argument("run", type=Path, help="the --out folder of `fedstream deploy local`")
+    predict.add_argument("--ids", type=Path, required=True,
+                         help="a file (CSV, ...) with a column named as the run's data.id: the ids to "
+                              "predict")
+    predict.add_argument("--out", type=Path, required=True, help="CSV to write: id, prediction, p_<class>")
     creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
     creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
     creds.add_argument("--nodes", type=int, required=True, help="SuperNodes (one key pair each)")
@@ -108,6 +116,13 @@ def cmd_deploy(args) -> int:
 
         paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
+        return 0
+    if args.action == "predict":  # serving (grpc): imported when it runs
+        from fedstream.deploy.serving_grpc import deploy_predict
+        from fedstream.predict import write_predictions
+
+        path = write_predictions(deploy_predict(args.run, args.ids), args.out)
+        print(f"wrote {path}")
         return 0
     if args.action == "app":
         settings, config = _settings(args, args.out)

@@ -95,8 +95,9 @@ class GrpcLink:
     sends_ahead = True  # exchange takes ``ahead`` (see the module doc)
 
     def __init__(self, listen: str, n_clients: int, *, limit: int, tls_dir: Path | None = None,
-                 timeout: float = 120.0):
+                 timeout: float = 120.0, services: tuple = ()):
         self.listen, self.n_clients, self.limit, self.timeout = listen, n_clients, limit, timeout
+        self.services = services  # more gRPC handlers on the same port (serving's Predictor)
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.port: int | None = None
         self.frames = self.bytes_down = self.bytes_up = 0  # frames sent; bytes of frames each way
@@ -121,7 +122,7 @@ class GrpcLink:
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000)])
         handler = grpc.method_handlers_generic_handler(
             SERVICE, {METHOD: grpc.stream_stream_rpc_method_handler(self._session)})
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((handler, *self.services))
         try:
             if self.tls_dir is not None:
                 port = server.add_secure_port(self.listen, server_credentials(self.tls_dir))
