@@ -327,3 +327,43 @@ class ServedRun:
                             "predicts only ids that every party holds, as it trained on those")
         absent = [np.flatnonzero(~row).tolist() for row in held_all]
         return self.score(embeddings), absent
+
+
+class InProcessLink:
+    """Serving's nodes in this process (tests, and the bench's floor): each request and reply goes
+    through the gRPC runtime's frames (:mod:`~fedstream.deploy.runtimes.grpc_wire`: protobuf encoded
+    and decoded, checked as on the wire) to :class:`ServingHost` ``hosts[m]``; a node that raises
+    gives a :class:`~fedstream.deploy.records.Failure`, as an error frame does."""
+
+    def __init__(self, hosts: dict[int, ServingHost], *, limit: int = 64 * 2**20):
+        from fedstream.deploy.runtimes import grpc_wire  # protobuf: with the deploy extra
+
+        self.hosts, self.limit, self.wire = hosts, limit, grpc_wire
+        self.seq = 0
+
+    def rejoined(self) -> set[int]:
+        return set()
+
+    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | Failure]:
+        w, out = self.wire, {}
+        for m, env in requests.items():
+            self.seq += 1
+            request = w.decode(w.encode(w.REQUEST, self.seq, env, limit=self.limit), limit=self.limit,
+                               sender=w.SERVER).env
+            try:
+                reply = self.hosts[m].handle(request)
+            except (FedstreamError, ValueError) as exc:
+                out[m] = Failure(f"the client failed: {exc}")
+                continue
+            out[m] = w.decode(w.encode(w.REPLY, self.seq, reply, limit=self.limit), limit=self.limit,
+                              sender=w.NODE).env
+        return out
+
+
+def serve_in_process(run_dir: Path, folder: Path) -> ServedRun:
+    """The finished deployed run of ``run_dir`` served in this process, its client nodes' saved
+    models in ``folder`` (:class:`InProcessLink`), set up."""
+    served = ServedRun(run_dir, None)
+    served.link = InProcessLink({m: ServingHost(m, folder) for m in range(served.n_clients)})
+    served.set_up()
+    return served
