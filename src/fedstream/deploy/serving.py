@@ -104,7 +104,7 @@ class VflParts:
 
         def embed(X: np.ndarray) -> np.ndarray:
             with one_torch_thread():
-                return client.infer(0, torch.from_numpy(np.ascontiguousarray(X))).values
+                return client.infer(0, torch.from_numpy(np.array(X, dtype=np.float32))).values
 
         state = client.model.state_dict()
         return own.X, embed, model_digest({k: v.detach().numpy() for k, v in state.items()})
