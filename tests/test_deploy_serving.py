@@ -302,3 +302,53 @@ def test_real_processes_deploy_predict_and_serve_with_mutual_tls(tmp_path):
         server.wait(timeout=30)
         for c in clients:
             c.wait(timeout=30)
+
+
+def test_predict_method_over_grpc_with_mutual_tls_in_one_process(ovfl_run, tmp_path):
+    """The server's port serves the nodes (threads here, each a real gRPC client with its own
+    certificate) and the Predict method: the requester's certificate is answered, a node's refused,
+    a malformed query gets one line."""
+    import threading
+
+    from fedstream.deploy.credentials import write_credentials
+    from fedstream.deploy.serving_grpc import PredictClient, ServingNode, start_server, write_requester
+
+    _, run, nodes_dir, sim, _ = ovfl_run
+    tls = tmp_path / "creds"
+    write_credentials(tls, 3)
+    write_requester(tls)
+    nodes = []
+
+    def start_nodes(link):
+        for m in range(3):
+            node = ServingNode(m, f"127.0.0.1:{link.port}", nodes_dir, tls_dir=tls, retry_for=10)
+            nodes.append(threading.Thread(target=node.run, daemon=True))
+            nodes[-1].start()
+
+    link, predictor = start_server(run, "127.0.0.1:0", tls_dir=tls, on_listen=start_nodes)
+    try:
+        ids = ["C1003", "NOPE", "C1050"]
+        want = predict_run(sim, ids=write_ids(tmp_path / "ids.csv", ids))
+        client = PredictClient(f"localhost:{link.port}", tls_dir=tls)
+        got = client.predict(ids)
+        assert got.ids.tolist() == ids and got.classes == [str(c) for c in want.classes]
+        assert np.array_equal(got.proba, want.proba)
+        with pytest.raises(FedstreamError, match="INVALID_ARGUMENT: a query takes 1 to 4096 ids"):
+            client.predict([])
+        client.close()
+        node_cert = tmp_path / "node"
+        node_cert.mkdir()
+        (node_cert / "ca.crt").write_bytes((tls / "ca.crt").read_bytes())
+        (node_cert / "requester.pem").write_bytes((tls / "client-2.pem").read_bytes())
+        (node_cert / "requester.key").write_bytes((tls / "client-2.key").read_bytes())
+        intruder = PredictClient(f"localhost:{link.port}", tls_dir=node_cert)
+        with pytest.raises(FedstreamError, match="PERMISSION_DENIED: Predict takes requests from the "
+                                                 "certificate 'fedstream requester' only"):
+            intruder.predict(ids)
+        intruder.close()
+        assert predictor.requests == 1
+    finally:
+        link.close()
+        for t in nodes:
+            t.join(timeout=10)
+    assert not any(t.is_alive() for t in nodes)
