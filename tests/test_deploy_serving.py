@@ -24,7 +24,7 @@ from fedstream.deploy.adapters import adapter_for
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.serve import serve
 from fedstream.errors import ConfigError, DataError, FedstreamError, ProtocolError
-from fedstream.predict import predict_run
+from fedstream.predict import predict_run, write_predictions
 from tests.test_deploy_table import split_customers
 
 pytest.importorskip("grpc")
@@ -346,7 +346,11 @@ def test_predict_method_over_grpc_with_mutual_tls_in_one_process(ovfl_run, tmp_p
                                                  "certificate 'fedstream requester' only"):
             intruder.predict(ids)
         intruder.close()
-        assert predictor.requests == 1
+        assert main(["serve", "request", f"localhost:{link.port}", "--ids", str(tmp_path / "ids.csv"),
+                     "--out", str(tmp_path / "asked.csv"), "--tls-dir", str(tls)]) == 0
+        write_predictions(want, tmp_path / "want.csv")
+        assert (tmp_path / "asked.csv").read_text() == (tmp_path / "want.csv").read_text()
+        assert predictor.requests == 2
     finally:
         link.close()
         for t in nodes:

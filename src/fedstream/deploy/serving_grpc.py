@@ -12,7 +12,9 @@
 * :func:`deploy_predict` (``fedstream deploy predict RUN_DIR --ids FILE --out preds.csv``): one
   prediction on this machine's loopback, the client nodes started as processes from their saved
   models (deploy local's launcher and, when the run had ``--secure``, its credentials).
-* :func:`request_predictions`: an application's call of ``Predict``.
+* :func:`request_predictions`, :class:`PredictClient`: an application's call of ``Predict``;
+  :func:`request_file` (``fedstream serve request HOST:PORT --ids FILE --out preds.csv``) from the
+  command line.
 
 Under mutual TLS (``--tls-dir``) the server's port requires a certificate of the deployment's CA: a
 node's (``fedstream client M``, for ``Node.Session``) or the requester's (``fedstream requester``,
@@ -253,6 +255,22 @@ class PredictClient:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def request_file(target: str, ids_file: Path, id_column: str, out: Path, *, tls_dir: Path | None = None,
+                 server_name: str | None = None) -> Path:
+    """``fedstream serve request``: the ids of ``ids_file`` (column ``id_column``), MAX_QUERY per call,
+    their predictions written to ``out`` (id, prediction, p_<class>)."""
+    from fedstream.predict import write_predictions
+
+    ids = read_ids(ids_file, id_column)
+    client = PredictClient(target, tls_dir=tls_dir, server_name=server_name)
+    try:
+        parts = [client.predict(ids[i:i + MAX_QUERY]) for i in range(0, len(ids), MAX_QUERY)]
+    finally:
+        client.close()
+    proba = np.concatenate([p.proba for p in parts])
+    return write_predictions(Predictions(ids, parts[0].classes, proba, {}), out)
 
 
 def request_predictions(target: str, ids, *, tls_dir: Path | None = None) -> Predictions:
