@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,13 +105,15 @@ def drop_rows(path: Path, ids: set[str]) -> None:
         csv.writer(f).writerows([rows[0], *(r for r in rows[1:] if r[0] not in ids)])
 
 
-@pytest.fixture
-def ovfl_run(tmp_path):
-    paths = split_customers(tmp_path, 120)
+@pytest.fixture(scope="module")
+def ovfl_run(tmp_path_factory):
+    """One deployed run and one simulated run of the same config and files (tests change neither)."""
+    tmp = tmp_path_factory.mktemp("ovfl")
+    paths = split_customers(tmp, 120)
     config = ovfl_config(paths)
-    nodes = deploy_in_process(config, tmp_path / "deployed")
-    sim = simulate(config, tmp_path / "sim", tmp_path)
-    return config, tmp_path / "deployed", nodes, sim, paths
+    nodes = deploy_in_process(config, tmp / "deployed")
+    sim = simulate(config, tmp / "sim", tmp)
+    return config, tmp / "deployed", nodes, sim, paths
 
 
 def test_ovfl_served_predictions_are_the_simulated_runs(ovfl_run, tmp_path):
@@ -139,33 +142,33 @@ def test_ovfl_served_predictions_are_the_simulated_runs(ovfl_run, tmp_path):
     assert np.allclose(whole.proba, want.proba[:3], rtol=0, atol=1e-6)
 
 
-def test_a_client_without_an_id_pads_it_in_online_vfl(tmp_path):
-    """An id one client lacks: that client embeds its columns at their training means, in the
-    simulator and deployed alike."""
+def test_a_new_customer_that_a_client_does_not_hold_is_padded_in_online_vfl(ovfl_run, tmp_path):
+    """A new id (not in the server's file) that the bank and the telecom hold and the shop does not:
+    the shop embeds its columns at their training means, in the simulator and deployed alike."""
     from fedstream.deploy.serving import serve_in_process
 
-    paths = split_customers(tmp_path, 120)
-    config = ovfl_config(paths)
-    nodes = deploy_in_process(config, tmp_path / "deployed")
-    sim = simulate(config, tmp_path / "sim", tmp_path)
-    # after training the shop no longer holds C1100 (a row past the statistics' first 60: the
-    # encoding of its other rows is the training's)
-    drop_rows(paths[2], {"C1100"})
-    served = serve_in_process(tmp_path / "deployed", nodes).predict(["C1100", "C1011"])
-    want = predict_run(sim, ids=write_ids(tmp_path / "ids.csv", ["C1100", "C1011"]))
+    _, run, nodes, sim, paths = ovfl_run
+    for path, row in ((paths[1], "NEW1,41.5,7.25,1,2.4"), (paths[3], "NEW1,180.0,3.5,2.0,0")):
+        with open(path, "a") as f:  # after the statistics' rows: the encoding stays the training's
+            f.write(row + "\n")
+    ids = ["NEW1", "C1011"]
+    served = serve_in_process(run, nodes).predict(ids)
+    want = predict_run(sim, ids=write_ids(tmp_path / "ids.csv", ids))
     assert served.absent == [[1], []]
     assert np.array_equal(served.predictions.proba, want.proba)
+    nobody = predict_run(sim, ids=write_ids(tmp_path / "n.csv", ["NOPE"]))
+    assert not np.array_equal(want.proba[0], nobody.proba[0])  # the bank's and telecom's rows count
 
 
 def test_vfl_served_predictions_are_the_simulated_runs_and_an_absent_id_is_refused(tmp_path):
     from fedstream.deploy.serving import serve_in_process
 
-    paths = split_customers(tmp_path, 120)
+    paths = split_customers(tmp_path, 80)
     config = vfl_config(paths)
     nodes = deploy_in_process(config, tmp_path / "deployed")
     sim = simulate(config, tmp_path / "sim", tmp_path)
     served = serve_in_process(tmp_path / "deployed", nodes)
-    ids = ["C1100", "C1001", "C1042"]
+    ids = ["C1070", "C1001", "C1042"]
     got = served.predict(ids)
     want = predict_run(sim, ids=write_ids(tmp_path / "ids.csv", ids))
     assert np.allclose(got.predictions.proba, want.proba, rtol=0, atol=1e-6)
@@ -176,10 +179,12 @@ def test_vfl_served_predictions_are_the_simulated_runs_and_an_absent_id_is_refus
         predict_run(sim, ids=write_ids(tmp_path / "bad.csv", ["NOPE"]))
 
 
-def test_a_node_whose_saved_model_is_not_the_runs_is_refused(ovfl_run):
+def test_a_node_whose_saved_model_is_not_the_runs_is_refused(ovfl_run, tmp_path):
     from fedstream.deploy.serving import serve_in_process
 
-    _, run, nodes, _, _ = ovfl_run
+    _, run, saved_nodes, _, _ = ovfl_run
+    nodes = tmp_path / "nodes"
+    shutil.copytree(saved_nodes, nodes)
     saved = next(p for p in nodes.glob("ckpt-*-1.npz") if "-at" not in p.name)
     with np.load(saved) as z:
         state = {k: z[k] for k in z.files}
