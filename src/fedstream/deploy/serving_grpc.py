@@ -40,7 +40,7 @@ from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
 from fedstream.deploy.runtimes.grpc_tls import read_tls_file
 from fedstream.deploy.serving import ServedRun, ServingHost
-from fedstream.errors import FedstreamError
+from fedstream.errors import ConfigError, DataError, FedstreamError
 from fedstream.predict.files import Predictions
 from fedstream.predict.ids import read_ids
 
@@ -84,8 +84,10 @@ class Predictor:
         try:  # the exchange with the nodes blocks: off the event loop
             loop = asyncio.get_running_loop()
             served = await loop.run_in_executor(None, self.served.predict, list(query.ids))
-        except FedstreamError as exc:
+        except (DataError, ConfigError) as exc:  # the query's ids (batch VFL: one a client lacks)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)[:500])
+        except FedstreamError as exc:  # a node down or misbehaving: try again later
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc)[:500])
         self.requests += 1
         p = served.predictions
         return pb.PredictAnswer(ids=[str(i) for i in p.ids], classes=[str(c) for c in p.classes],
