@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -292,6 +293,20 @@ def test_real_processes_deploy_predict_and_serve_with_mutual_tls(tmp_path):
         for _ in range(3):  # the model is frozen: the same answer every time
             got = client.predict(ids)
             assert np.array_equal(got.proba, want.proba)
+        clients[1].kill()  # a node crashes and comes back: set up again, the same answers
+        clients[1].wait()
+        clients[1] = subprocess.Popen([*env_py, "serve", "client", str(run / "deployment" / "cache"),
+                                       "--predict", "--index", "1", "--connect", f"127.0.0.1:{port}",
+                                       "--tls-dir", str(tls)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                got = client.predict(ids)
+                break
+            except FedstreamError as exc:
+                assert "UNAVAILABLE" in str(exc) and time.monotonic() < deadline, exc
+                time.sleep(0.5)
+        assert np.array_equal(got.proba, want.proba)
         client.close()
         (tmp_path / "node").mkdir()  # a node's certificate may not ask for predictions
         for name in ("ca.crt",):
