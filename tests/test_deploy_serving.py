@@ -297,7 +297,8 @@ def test_real_processes_deploy_predict_and_serve_with_mutual_tls(tmp_path):
         clients[1].wait()
         clients[1] = subprocess.Popen([*env_py, "serve", "client", str(run / "deployment" / "cache"),
                                        "--predict", "--index", "1", "--connect", f"127.0.0.1:{port}",
-                                       "--tls-dir", str(tls)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       "--tls-dir", str(tls)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while True:
             try:
