@@ -51,8 +51,11 @@ def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path |
         settings = {"out": str(out) if out else "", "audit": audit, "data-root": data_root or "",
                     "resume": resume}
         serve(config, settings, runtime)
-    finally:
-        link.close()
+    except BaseException as exc:  # the nodes end with the reason, not as after a finished run
+        link.close(failed="the server was interrupted" if isinstance(exc, KeyboardInterrupt)
+                   else str(exc) or type(exc).__name__)
+        raise
+    link.close()
     return runtime
 
 

@@ -54,11 +54,12 @@ class GrpcNode:
         self.node = LiveNode(index, store=store, save_every=save_every, data=lambda adapter, config, m:
                              adapter.node_data(config, m, data_root=data_root, cache_dir=store))
         self.requests = 0  # requests answered
+        self.server_failed: str | None = None  # why the server's run failed, as its bye said
         self.last_contact = time.monotonic()  # when the server last sent a frame
 
     def run(self) -> None:
         """Serve until the server says bye; raise NodeRefused, or ProtocolError when the server stayed
-        unreachable for ``retry_for`` seconds."""
+        unreachable for ``retry_for`` seconds or its bye says its run failed."""
         asyncio.run(self._run())
 
     async def _run(self) -> None:
@@ -66,6 +67,9 @@ class GrpcNode:
         while True:
             try:
                 if await self._session():
+                    if self.server_failed is not None:
+                        raise ProtocolError(
+                            f"client {self.index}: the server's run failed: {self.server_failed}")
                     return
                 backoff = 0.1  # the stream ended without a bye: reconnect
             except grpc.aio.AioRpcError as exc:
@@ -114,6 +118,7 @@ class GrpcNode:
         except ProtocolError as exc:
             return wire.error(wire.sequence(data), f"client {self.index}: {exc}", limit=self.limit)
         if frame.type == wire.BYE:
+            self.server_failed = frame.env.info.get("reason")
             return None
         if frame.type == wire.ECHO:
             return wire.encode(wire.ECHO, frame.seq, frame.env, limit=self.limit)
