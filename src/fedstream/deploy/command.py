@@ -58,6 +58,7 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
         "SuperLink (repeatable; localhost and 127.0.0.1 are always in)",
     )
     creds.add_argument("--days", type=int, default=30, help="validity of the certificates")
+    creds.add_argument("--force", action="store_true", help="replace the credentials DIR holds (a new CA)")
     for p in (app, local):
         p.add_argument(
             "config",
@@ -106,7 +107,7 @@ def cmd_deploy(args) -> int:
     if args.action == "credentials":
         from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
-        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
+        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days, force=args.force)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
         return 0
     if args.action == "app":
@@ -129,7 +130,7 @@ def cmd_deploy(args) -> int:
         from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
         credentials = args.out / "credentials"
-        write_credentials(credentials, adapter.n_nodes(config))
+        write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
     folder = args.out / "deployment"
     with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
@@ -157,7 +158,7 @@ def _local_grpc(args) -> int:
         from fedstream.deploy.credentials import write_credentials
 
         tls = args.out / "credentials"
-        write_credentials(tls, M)
+        write_credentials(tls, M, force=True)  # this run's own
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,

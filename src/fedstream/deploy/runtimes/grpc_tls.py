@@ -4,6 +4,7 @@ ends from a ``--tls-dir`` (written by ``fedstream deploy credentials``,
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from fedstream.deploy.runtimes import grpc_wire as wire
@@ -13,6 +14,8 @@ try:
     import grpc
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the gRPC runtime needs grpcio: pip install 'fedstream[deploy]'") from exc
+
+log = logging.getLogger("fedstream.deploy")
 
 
 def read_tls_file(folder: Path, name: str) -> bytes:
@@ -41,7 +44,12 @@ def certificate_index(context) -> int | None:
 
 
 def client_credentials(tls_dir: Path, index: int) -> grpc.ChannelCredentials:
-    """The deployment's CA (to check the server) and client ``index``'s certificate and key."""
+    """The deployment's CA (to check the server) and client ``index``'s certificate and key (a
+    warning when others than its owner may read the key)."""
+    key = Path(tls_dir) / f"client-{index}.key"
+    if key.is_file() and key.stat().st_mode & 0o077:
+        log.warning("%s can be read by others than its owner (mode %o): anyone who reads it can act as "
+                    "client %d; chmod 600 %s", key, key.stat().st_mode & 0o777, index, key)
     return grpc.ssl_channel_credentials(read_tls_file(tls_dir, "ca.crt"),
                                         read_tls_file(tls_dir, f"client-{index}.key"),
                                         read_tls_file(tls_dir, f"client-{index}.pem"))
