@@ -123,9 +123,15 @@ class GrpcLocalDeployment:
         if sig == signal.SIGKILL:
             proc.wait()
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye), then
-        SIGKILL what is left."""
+    def stop(self, grace: float = 10.0, *, terminate: bool = False) -> None:
+        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye; with
+        ``terminate`` SIGTERM them first), then SIGKILL what is left."""
+        for proc in self.nodes.values() if terminate else ():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for proc in self.nodes.values():
             try:
                 proc.wait(timeout=grace)
@@ -142,5 +148,5 @@ class GrpcLocalDeployment:
     def __enter__(self) -> GrpcLocalDeployment:  # noqa: PYI034
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.stop(terminate=exc_type is not None)  # stopped or failed (SIGTERM, Ctrl-C): no node outlives it
