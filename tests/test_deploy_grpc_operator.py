@@ -45,3 +45,69 @@ def test_a_client_fails_when_the_servers_run_failed(tmp_path, config):
     nodes[0].thread.join(timeout=30)
     assert isinstance(nodes[0].error, ProtocolError)
     assert "the server's run failed: the server broke down" in str(nodes[0].error)
+
+
+@pytest.fixture(scope="module")
+def creds(tmp_path_factory):
+    """Two deployments' credentials, an expired set, and a node folder with the right CA but a client
+    certificate of the other deployment."""
+    pytest.importorskip("cryptography")
+    import datetime
+    import shutil
+
+    from fedstream.deploy.credentials import write_credentials
+
+    tmp = tmp_path_factory.mktemp("creds")
+    write_credentials(tmp / "ours", 2)
+    write_credentials(tmp / "theirs", 2)
+    write_credentials(tmp / "expired", 2, days=30,
+                      start=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=40))
+    (tmp / "mixed").mkdir()
+    shutil.copy(tmp / "ours" / "ca.crt", tmp / "mixed" / "ca.crt")
+    for name in ("client-0.pem", "client-0.key"):
+        shutil.copy(tmp / "theirs" / name, tmp / "mixed" / name)
+    return tmp
+
+
+def _first_attempt(port, config, tmp, tls_dir, index=0):
+    """A node that would retry for 300 s: it must give up, saying why, at its first attempt."""
+    node = NodeThread(index, port, config, tmp, tls_dir=tls_dir, retry_for=300)
+    node.thread.join(timeout=60)
+    assert not node.thread.is_alive(), "the node kept retrying"
+    return node.error
+
+
+@pytest.mark.parametrize(("server", "client", "says"), [
+    ("ours", "theirs", "unknown CA"),
+    ("ours", None, "uses TLS and this node plaintext"),
+    (None, "ours", "speaks plaintext and this node TLS"),
+    ("ours", "mixed", "refused this node's certificate"),
+])
+def test_a_tls_failure_is_named_at_the_first_attempt(tmp_path, config, creds, server, client, says):
+    link = GrpcLink("127.0.0.1:0", 2, limit=1 << 20, tls_dir=server and creds / server).start()
+    try:
+        error = _first_attempt(link.port, config, tmp_path, client and creds / client)
+    finally:
+        link.close()
+    assert isinstance(error, ProtocolError) and says in str(error), error
+    assert "no server at" not in str(error)
+
+
+def test_an_expired_certificate_is_named_before_connecting(tmp_path, config, creds):
+    with pytest.raises(ConfigError, match=r"server\.pem.* expired on "):
+        GrpcLink("127.0.0.1:0", 2, limit=1 << 20, tls_dir=creds / "expired").start()
+    link = GrpcLink("127.0.0.1:0", 2, limit=1 << 20, tls_dir=creds / "ours").start()
+    try:
+        error = _first_attempt(link.port, config, tmp_path, creds / "expired")
+    finally:
+        link.close()
+    assert isinstance(error, ConfigError) and "client-0.pem" in str(error) and "expired on" in str(error)
+
+
+def test_the_servers_expired_certificate_is_named_by_the_client():
+    from fedstream.deploy.runtimes.grpc_tls import tls_failure
+
+    details = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:41523: Tls handshake "
+               "failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:"
+               "CERTIFICATE_VERIFY_FAILED: certificate has expired: OK")
+    assert "the server's certificate has expired" in tls_failure(details, "127.0.0.1:41523", None, 0)

@@ -10,9 +10,11 @@ path: the node blocks on the stream's next frame.
 
 A dropped connection (the server restarting, the network) is retried with backoff (0.1 s doubling
 to 5 s) for ``retry_for`` seconds since the last contact, not treated as fatal; a refusal (another
-client's index, an index the run does not have, a certificate of another deployment is refused at
-the handshake and looks like an unreachable server) ends the node with an error. The node ends
-when the server says bye (the run is over).
+client's index, an index the run does not have) and a TLS failure (a certificate of another
+deployment or expired, TLS against plaintext: named at the first attempt by
+:func:`~fedstream.deploy.runtimes.grpc_tls.tls_failure`) end the node with an error. The node ends
+when the server says bye (the run is over); a bye that says the server's run failed ends it with
+that error.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc import PATH, channel_options
-from fedstream.deploy.runtimes.grpc_tls import client_credentials
+from fedstream.deploy.runtimes.grpc_tls import client_credentials, tls_failure
 from fedstream.deploy.session import LiveNode, default_cache_dir
 from fedstream.errors import FedstreamError, ProtocolError
 
@@ -76,6 +78,10 @@ class GrpcNode:
                 if exc.code() in FATAL:
                     raise NodeRefused(f"client {self.index}: the server refused this node: {exc.details()}") \
                         from None
+                why = exc.code() == grpc.StatusCode.UNAVAILABLE and await asyncio.to_thread(
+                    tls_failure, exc.details() or "", self.target, self.tls_dir, self.index)
+                if why:  # retrying cannot mend the credentials
+                    raise ProtocolError(f"client {self.index}: {why}") from None
                 if time.monotonic() - self.last_contact > self.retry_for:
                     raise ProtocolError(f"client {self.index}: no server at {self.target} for "
                                         f"{self.retry_for} s ({exc.code().name}: {exc.details()})") from None
