@@ -111,3 +111,28 @@ def test_the_servers_expired_certificate_is_named_by_the_client():
                "failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:"
                "CERTIFICATE_VERIFY_FAILED: certificate has expired: OK")
     assert "the server's certificate has expired" in tls_failure(details, "127.0.0.1:41523", None, 0)
+
+
+def test_a_node_says_when_its_own_config_differs_from_the_servers(tmp_path, config, caplog):
+    import logging
+
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.ovfl.deploy.driver import NetworkVFL
+    from fedstream.ovfl.deploy.parties import server_stream
+
+    link = GrpcLink("127.0.0.1:0", 2, limit=1 << 20).start()
+    own = [config | {"rounds": 999, "optimizer.lr": 0.5, "data.root": "elsewhere"},
+           config | {"data.root": "x"}]
+    nodes = [NodeThread(m, link.port, config, tmp_path, own_config=own[m]) for m in range(2)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="fedstream.deploy"):
+            links = GrpcRuntime(link, node_timeout=30).connect(2)
+            NetworkVFL(config, links, stream=server_stream(config)).run()
+    finally:
+        link.close()
+        for n in nodes:
+            n.thread.join(timeout=10)
+    said = [r.getMessage() for r in caplog.records if "differs from the server's" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("client 0:"), said
+    assert "rounds = 999 here, 30 from the server" in said[0] and "optimizer.lr" in said[0]
+    assert "data.root =" not in said[0]  # the node's data folder is its own

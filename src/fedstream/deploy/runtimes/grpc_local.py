@@ -70,7 +70,8 @@ def serve_client(config: dict, index: int, connect: str, *, tls_dir: Path | None
         root = resolve_data_root(config["data.root"])
         data_root = str(root.resolve()) if root.is_dir() else None
     node = GrpcNode(index, connect, limit=message_limit(config, audit=True), tls_dir=tls_dir,
-                    data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name)
+                    data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name,
+                    own_config=config)
     print(f"fedstream: client {index} connecting to {connect}", flush=True)
     node.run()
     print(f"fedstream: client {index} done, {node.requests} requests answered", flush=True)

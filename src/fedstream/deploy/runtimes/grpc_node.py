@@ -20,10 +20,12 @@ that error.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
 
+from fedstream.deploy.records import SETUP
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc import PATH, channel_options
 from fedstream.deploy.runtimes.grpc_tls import client_credentials, tls_failure
@@ -48,8 +50,9 @@ class GrpcNode:
 
     def __init__(self, index: int, target: str, *, limit: int, tls_dir: Path | None = None,
                  data_root: str | None = None, cache_dir: Path | None = None, retry_for: float = 300.0,
-                 server_name: str | None = None, save_every: float = 1.0):
+                 server_name: str | None = None, save_every: float = 1.0, own_config: dict | None = None):
         self.index, self.target, self.limit, self.retry_for = index, target, limit, retry_for
+        self.own_config = own_config  # the node's own config and --set: said where the server's differs
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.server_name = server_name
         store = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -132,6 +135,8 @@ class GrpcNode:
             what = f"client {self.index}: a {wire.TYPES[frame.type]} frame from the server"
             return wire.error(frame.seq, what, limit=self.limit)
         self.requests += 1
+        if frame.env.kind == SETUP and self.own_config is not None:
+            self._compare(frame.env.info.get("config"))
         try:
             reply = self.node.handle(frame.env)
             return wire.encode(wire.REPLY, frame.seq, reply, limit=self.limit)
@@ -139,3 +144,20 @@ class GrpcNode:
             log.warning("client %d: %s request for round %d refused: %s", self.index, frame.env.kind,
                         frame.env.round, exc)
             return wire.error(frame.seq, str(exc), limit=self.limit)
+
+    def _compare(self, sent: str | None) -> None:
+        """Warn once when the config the server sent differs from the node's own (which it ignores but
+        for ``data.root``)."""
+        own, self.own_config = json.loads(json.dumps(self.own_config, default=str)), None
+        try:
+            theirs = json.loads(sent or "")
+        except ValueError:  # the setup request itself says what is wrong
+            return
+        keys = sorted(k for k in set(own) | set(theirs) if k != "data.root" and own.get(k) != theirs.get(k))
+        differ = [f"{k} = {own.get(k, '(unset)')} here, {theirs.get(k, '(unset)')} from the server"
+                  for k in keys]
+        more = f"; and {len(differ) - 8} more" if len(differ) > 8 else ""
+        if differ:
+            log.warning("client %d: this node's config differs from the server's, which it follows (the "
+                        "server's config holds for every party; only the data folder is the node's own): "
+                        "%s%s", self.index, "; ".join(differ[:8]), more)
