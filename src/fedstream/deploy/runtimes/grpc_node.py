@@ -61,6 +61,7 @@ class GrpcNode:
         self.requests = 0  # requests answered
         self.server_failed: str | None = None  # why the server's run failed, as its bye said
         self.last_contact = time.monotonic()  # when the server last sent a frame
+        self.heard = False  # whether the server ever sent a frame (then TLS worked: a failure now is not its)
 
     def run(self) -> None:
         """Serve until the server says bye; raise NodeRefused, or ProtocolError when the server stayed
@@ -81,8 +82,9 @@ class GrpcNode:
                 if exc.code() in FATAL:
                     raise NodeRefused(f"client {self.index}: the server refused this node: {exc.details()}") \
                         from None
-                why = exc.code() == grpc.StatusCode.UNAVAILABLE and await asyncio.to_thread(
-                    tls_failure, exc.details() or "", self.target, self.tls_dir, self.index)
+                first = not self.heard and exc.code() == grpc.StatusCode.UNAVAILABLE
+                why = first and await asyncio.to_thread(tls_failure, exc.details() or "", self.target,
+                                                        self.tls_dir, self.index)
                 if why:  # retrying cannot mend the credentials
                     raise ProtocolError(f"client {self.index}: {why}") from None
                 if time.monotonic() - self.last_contact > self.retry_for:
@@ -108,7 +110,7 @@ class GrpcNode:
             call = channel.stream_stream(PATH)()
             await call.write(wire.hello(self.index, limit=self.limit))
             while (data := await call.read()) is not grpc.aio.EOF:
-                self.last_contact = time.monotonic()
+                self.last_contact, self.heard = time.monotonic(), True
                 out = self._answer(data)
                 if out is None:  # bye
                     await call.done_writing()
