@@ -3,7 +3,7 @@
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
                            [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...]
+    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force]
 
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
 on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
