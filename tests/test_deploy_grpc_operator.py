@@ -23,11 +23,17 @@ def config(tmp_path):
     return load_config(None, overrides(write_learnable_mnist(tmp_path), 30))
 
 
-def test_a_second_server_on_a_taken_port_is_refused():
+def test_a_second_server_on_a_taken_port_is_refused(capsys):
+    from fedstream.cli import main
+
     first = GrpcLink("127.0.0.1:0", 2, limit=1 << 20).start()
     try:
         with pytest.raises(ConfigError, match=f"--listen 127.0.0.1:{first.port}: .*in use"):
             GrpcLink(f"127.0.0.1:{first.port}", 2, limit=1 << 20).start()
+        capsys.readouterr()
+        assert main(["serve", "server", "--listen", f"127.0.0.1:{first.port}"]) == 2
+        said = "".join(capsys.readouterr()).strip().splitlines()
+        assert len(said) == 1 and f"127.0.0.1:{first.port}" in said[0], said
     finally:
         first.close()
 
