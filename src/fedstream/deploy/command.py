@@ -3,7 +3,7 @@
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
                            [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...]
+    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force]
     fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
 
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
@@ -66,6 +66,7 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
         "SuperLink (repeatable; localhost and 127.0.0.1 are always in)",
     )
     creds.add_argument("--days", type=int, default=30, help="validity of the certificates")
+    creds.add_argument("--force", action="store_true", help="replace the credentials DIR holds (a new CA)")
     for p in (app, local):
         p.add_argument(
             "config",
@@ -114,7 +115,7 @@ def cmd_deploy(args) -> int:
     if args.action == "credentials":
         from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
-        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
+        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days, force=args.force)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
         return 0
     if args.action == "predict":  # serving (grpc): imported when it runs
@@ -144,7 +145,7 @@ def cmd_deploy(args) -> int:
         from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
         credentials = args.out / "credentials"
-        write_credentials(credentials, adapter.n_nodes(config))
+        write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
     folder = args.out / "deployment"
     with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
@@ -172,7 +173,7 @@ def _local_grpc(args) -> int:
         from fedstream.deploy.credentials import write_credentials
 
         tls = args.out / "credentials"
-        write_credentials(tls, M)
+        write_credentials(tls, M, force=True)  # this run's own
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,

@@ -20,7 +20,8 @@ package (a Flower dependency):
   supernode register``), which then admits only registered nodes (``--enable-supernode-auth``).
 
 These are for tests and trials: in production use your organisation's PKI. Private keys are
-written with mode 0600.
+created with mode 0600. Each CA has a name of its own (a random suffix). A folder that holds
+credentials already is refused without ``--force`` (``force``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 from pathlib import Path
 
 from cryptography import x509
@@ -40,9 +42,11 @@ from fedstream.errors import ConfigError
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+    """A new file (an old one is removed first): a private key is created with mode 0600, never wider."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -61,20 +65,28 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
 
 
 def write_credentials(
-    folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30
+    folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30, force: bool = False,
+    start: datetime.datetime | None = None,
 ) -> dict[str, Path]:
-    """Write the files listed in the module doc into ``folder``; return name -> path."""
+    """Write the files listed in the module doc into ``folder``; return name -> path. A folder that
+    holds credentials already is refused (its clients' certificates would stop verifying) unless
+    ``force``. ``start``: when the certificates become valid (default: five minutes ago)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes {nodes!r}: expected an integer >= 1")
     if days < 1:
         raise ConfigError(f"--days {days!r}: expected an integer >= 1")
     folder = Path(folder)
+    if not force and (folder / "ca.crt").exists():
+        raise ConfigError(f"{folder} holds credentials already (ca.crt): a new CA would leave its client "
+                          "certificates unverifiable; add --force to replace them all")
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+    start = start or datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    end = start + datetime.timedelta(days=days)
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream test CA")])
+    # a name of its own: another deployment's certificate shows as signed by an unknown CA
+    ca_cn = f"fedstream test CA {secrets.token_hex(6)}"
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_cn)])
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
