@@ -68,3 +68,26 @@ def test_a_client_key_others_can_read_is_warned_about(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="fedstream.deploy"):
         client_credentials(tmp_path, 0)
     assert any("client-0.key" in r.getMessage() and "chmod 600" in r.getMessage() for r in caplog.records)
+
+
+def test_the_requester_is_issued_from_the_command_line_with_the_folders_ca(tmp_path, capsys):
+    """Serving's Predict answers only ``fedstream requester``: the operator issues it with the CLI,
+    from the folder's ca.key, owner-only; without a CA the command says which file is missing."""
+    from fedstream.cli import main
+    from fedstream.deploy.credentials import REQUESTER_CN
+
+    folder = tmp_path / "c"
+    assert main(["deploy", "credentials", str(folder), "--requester"]) == 2
+    assert "ca.crt: not found" in capsys.readouterr().err
+    assert main(["deploy", "credentials", str(folder), "--nodes", "1", "--requester"]) == 0
+    cert = x509.load_pem_x509_certificate((folder / "requester.pem").read_bytes())
+    ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+    assert cert.subject.rfc4514_string() == f"CN={REQUESTER_CN}"
+    assert cert.issuer == ca.subject
+    cert.verify_directly_issued_by(ca)
+    assert (folder / "requester.key").stat().st_mode & 0o777 == 0o600
+    pem = (folder / "requester.pem").read_bytes()
+    assert main(["deploy", "credentials", str(folder), "--requester"]) == 0  # kept: same certificate
+    assert (folder / "requester.pem").read_bytes() == pem
+    assert main(["deploy", "credentials", str(folder)]) == 2
+    assert "--requester" in capsys.readouterr().err

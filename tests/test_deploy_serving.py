@@ -251,7 +251,8 @@ def test_real_processes_deploy_predict_and_serve_with_mutual_tls(tmp_path):
     """deploy local --secure, then deploy predict (the client processes from their saved models) and
     serve --predict (long-lived, a requester over mutual TLS, a node certificate refused); both equal
     the simulated run's predictions."""
-    from fedstream.deploy.serving_grpc import PredictClient, write_requester
+    from fedstream.deploy.credentials import write_requester
+    from fedstream.deploy.serving_grpc import PredictClient
 
     paths = split_customers(tmp_path, 120)
     config = ovfl_config(paths)
@@ -332,7 +333,8 @@ def test_predict_method_over_grpc_with_mutual_tls_in_one_process(ovfl_run, tmp_p
     import threading
 
     from fedstream.deploy.credentials import write_credentials
-    from fedstream.deploy.serving_grpc import PredictClient, ServingNode, start_server, write_requester
+    from fedstream.deploy.credentials import write_requester
+    from fedstream.deploy.serving_grpc import PredictClient, ServingNode, start_server
 
     _, run, nodes_dir, sim, _ = ovfl_run
     tls = tmp_path / "creds"

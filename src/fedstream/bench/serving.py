@@ -27,8 +27,8 @@ from fedstream.deploy.serving_grpc import (
     ServingNodes,
     local_serving,
     start_server,
-    write_requester,
 )
+from fedstream.deploy.credentials import write_requester
 from fedstream.predict.files import run_summary
 from fedstream.predict.ids import id_keys, own_table
 

@@ -3,7 +3,7 @@
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
                            [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force]
+    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force] [--requester]
     fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
 
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
@@ -57,7 +57,11 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     predict.add_argument("--out", type=Path, required=True, help="CSV to write: id, prediction, p_<class>")
     creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
     creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
-    creds.add_argument("--nodes", type=int, required=True, help="SuperNodes (one key pair each)")
+    creds.add_argument("--nodes", type=int, help="client parties (one certificate and key pair each); "
+                       "required unless --requester")
+    creds.add_argument("--requester", action="store_true",
+                       help="write requester.pem/.key, the identity a serving server's Predict answers, "
+                            "with the ca.key that DIR holds (with --nodes: after the new credentials)")
     creds.add_argument(
         "--host",
         action="append",
@@ -113,9 +117,15 @@ def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dic
 
 def cmd_deploy(args) -> int:
     if args.action == "credentials":
-        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
+        from fedstream.deploy.credentials import write_credentials, write_requester  # cryptography
 
-        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days, force=args.force)
+        if args.nodes is None and not args.requester:
+            raise ConfigError("deploy credentials: give --nodes M (the client parties), --requester, or both")
+        paths = {}
+        if args.nodes is not None:
+            paths = write_credentials(args.dir, args.nodes, args.host, days=args.days, force=args.force)
+        if args.requester:
+            paths |= write_requester(args.dir, days=args.days, force=args.force)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
         return 0
     if args.action == "predict":  # serving (grpc): imported when it runs

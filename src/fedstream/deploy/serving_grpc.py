@@ -18,14 +18,13 @@
 
 Under mutual TLS (``--tls-dir``) the server's port requires a certificate of the deployment's CA: a
 node's (``fedstream client M``, for ``Node.Session``) or the requester's (``fedstream requester``,
-for ``Predict``; :func:`write_requester` issues ``requester.pem`` / ``requester.key`` with the
-deployment's ``ca.key``). A node's certificate cannot ask for predictions.
+for ``Predict``; ``fedstream deploy credentials DIR --requester`` issues ``requester.pem`` /
+``requester.key`` with the deployment's ``ca.key``). A node's certificate cannot ask for predictions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import signal
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy import protocol_pb2 as pb
+from fedstream.deploy.credentials import REQUESTER_CN
 from fedstream.deploy.runtimes.grpc import GrpcLink, channel_options
 from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
@@ -51,7 +51,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 SERVICE, METHOD = "fedstream.deploy.Predictor", "Predict"
 PATH = f"/{SERVICE}/{METHOD}"
-REQUESTER_CN = "fedstream requester"
 LIMIT = 64 * 2**20  # frames of serving: 4096 embeddings of a few hundred floats, at most
 MAX_QUERY = 4096  # ids per Predict call
 
@@ -197,40 +196,9 @@ def deploy_predict(run_dir: Path, ids_file: Path, *, reply_timeout: float = 120.
             link.close()
 
 
-def write_requester(tls_dir: Path, *, days: int = 30) -> tuple[Path, Path]:
-    """``requester.pem`` and ``requester.key`` in ``tls_dir``: a client certificate ``fedstream
-    requester`` signed with the deployment's ``ca.key`` (written once; kept when present)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    tls_dir = Path(tls_dir)
-    pem, key_path = tls_dir / "requester.pem", tls_dir / "requester.key"
-    if pem.exists() and key_path.exists():
-        return pem, key_path
-    ca = x509.load_pem_x509_certificate(read_tls_file(tls_dir, "ca.crt"))
-    ca_key = serialization.load_pem_private_key(read_tls_file(tls_dir, "ca.key"), password=None)
-    key = ec.generate_private_key(ec.SECP384R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, REQUESTER_CN)]))
-            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA384()))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    key_path.chmod(0o600)
-    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return pem, key_path
-
-
 class PredictClient:
     """An application's connection to a serving server party (``target``: ``HOST:PORT``); with
-    ``tls_dir``, mutual TLS as ``fedstream requester`` (:func:`write_requester`)."""
+    ``tls_dir``, mutual TLS as ``fedstream requester`` (``fedstream deploy credentials DIR --requester``)."""
 
     def __init__(self, target: str, *, tls_dir: Path | None = None, server_name: str | None = None):
         options = channel_options(LIMIT)
