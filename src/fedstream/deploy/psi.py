@@ -235,5 +235,7 @@ def own_ids(config: dict, index: int) -> list[str]:
     from fedstream.data.table_party import party_id_list
     from fedstream.data.table_source import TableSpec
 
-    return party_id_list(TableSpec.from_config(config), index + 1)
+    spec = TableSpec(config["data.path"], config.get("data.label"), config["data.id"],
+                     n_clients=config["vfl.clients"])
+    return party_id_list(spec, index + 1)
 
