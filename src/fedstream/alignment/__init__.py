@@ -12,5 +12,5 @@ from fedstream.alignment.messages import Intersection, Placement, PsiReply, PsiR
 from fedstream.alignment.psi import AlignmentClient, AlignmentServer
 from fedstream.alignment.session import Alignment, align
 
-__all__ = ["Alignment", "AlignmentClient", "AlignmentServer", "Intersection", "Placement", "PsiReply", "PsiRequest",
-           "align", "decode"]
+__all__ = ["Alignment", "AlignmentClient", "AlignmentServer", "Intersection", "Placement", "PsiReply",
+           "PsiRequest", "align", "decode"]

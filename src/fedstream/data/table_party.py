@@ -147,7 +147,8 @@ class ClientTable:
     plays, its row of each (-1: it lacks the id, a row of zeros, its columns' means), standardised by
     the first ``spec.stats_rows`` training rows it holds, as the simulator's block of this client."""
 
-    def __init__(self, spec: TableSpec, index: int, *, holdout: float = 0.0, placement: np.ndarray | None = None):
+    def __init__(self, spec: TableSpec, index: int, *, holdout: float = 0.0,
+                 placement: np.ndarray | None = None):
         table, cid = _party_file(spec, index + 1)
         cols = [j for j in range(len(table.names)) if j != cid]
         if not cols:
@@ -162,8 +163,8 @@ class ClientTable:
             if head == 0:
                 raise DataError(f"{table.path} (client {index}): holds none of the training rows' ids")
         self.categories: dict[str, np.ndarray] = {}
-        columns, onehot = encode_columns(table, cols, None if placement is None else placement[held], categorical,
-                                         self.categories, head)
+        rows = None if placement is None else placement[held]
+        columns, onehot = encode_columns(table, cols, rows, categorical, self.categories, head)
         X = np.concatenate(columns, axis=1)
         mean, std = scale_of(X, onehot, head)
         if placement is None:

@@ -117,7 +117,8 @@ class NodeLink:
             self._config = None  # once
             reply, ack = self._one(Envelope(PSI, 0, [piece], step.info()))
             if i + 1 < len(pieces) and (ack.pieces or reply.parts):
-                raise ProtocolError(f"{self.name}: answered piece {i} of {len(pieces)} of an alignment message")
+                raise ProtocolError(f"{self.name}: answered piece {i} of {len(pieces)} of an alignment "
+                                    "message")
         return reply, ack
 
     def _one(self, env: Envelope) -> tuple[Envelope, PsiAck]:
@@ -224,8 +225,8 @@ class PsiNode:
         if place is None:
             return data
         if self.placement is None:
-            raise ProtocolError(f"client {self.index}: a setup request before private entity alignment: with one "
-                                "file per party the server aligns the ids first (fedstream.deploy.psi)")
+            raise ProtocolError(f"client {self.index}: a setup request before private entity alignment: with "
+                                "one file per party the server aligns the ids first (fedstream.deploy.psi)")
         return place(self.placement)
 
 

@@ -115,8 +115,8 @@ class NetworkVFL(OnlineRun):
         if per_party(config):  # one file per party: the ids' private alignment first (fedstream.deploy.psi)
             source.place(align_nodes(config, link, source.id_list))
             if source.held is not None and config["activation.name"] == "fixed":
-                raise ConfigError('activation.name = "fixed" with clients that lack some ids is simulated only: '
-                                  "a node cannot pick k among the holders without knowing who holds what")
+                raise ConfigError('activation.name = "fixed" with clients that lack some ids is simulated '
+                                  "only: a node cannot pick k of the holders without knowing who holds what")
         self.ids = getattr(source, "ids", None)  # ServerTable: the digest of its ids (aligned: per client)
         self._held: dict[int, list[str] | None] = {}  # ... and each node's columns of data.categorical
         self.server = build_server(config, source.n_features, source.n_classes)
