@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("grpc")
@@ -174,6 +175,43 @@ def test_a_setup_without_alignment_is_refused_by_the_node(tmp_path):
     paths, _, _ = party_files(tmp_path)
     with pytest.raises(ProtocolError, match="before private entity alignment"):
         PsiNode(0).place(PartyRows(ovfl_config(paths), 0))
+
+
+def test_a_node_refuses_alignment_requests_out_of_turn_or_malformed(tmp_path):
+    """What a hostile or broken server may send a node: each is a ProtocolError (the node's error
+    reply), never another exception, and the node's placement stays unset."""
+    from fedstream.alignment import AlignmentServer, Intersection, Placement
+    from fedstream.deploy.psi import PsiNode, PsiStep
+    from fedstream.deploy.records import PSI, Envelope
+
+    paths, server_ids, _ = party_files(tmp_path)
+    text = json.dumps(ovfl_config(paths))
+
+    def step(data, **fields):
+        return Envelope(PSI, 0, [data], PsiStep(**{"piece": 0, "pieces": 1} | fields).info())
+
+    node = PsiNode(0)
+    with pytest.raises(ProtocolError, match="before the run's config"):
+        node.handle(step(b"FSA1\x03"))
+    with pytest.raises(ProtocolError, match="piece 1"):
+        node.handle(step(b"x", config=text, piece=1, pieces=2))
+    with pytest.raises(ProtocolError, match="fetch"):
+        node.handle(Envelope(PSI, 0, [], PsiStep(pieces=0).info()))
+    with pytest.raises(ProtocolError, match="out of turn"):  # an intersection before the request
+        node.handle(step(Intersection(("r1",)).encode(), config=text))
+    request = AlignmentServer([r[0] for r in server_ids]).request().encode()
+    node = PsiNode(0)
+    assert len(node.handle(step(request, config=text)).parts) == 1
+    with pytest.raises(ProtocolError, match="does not hold"):
+        node.handle(step(Intersection(("not-an-id-of-it",)).encode()))
+    node = PsiNode(0)
+    node.handle(step(request, config=text))
+    node.handle(step(Intersection(("r0", "r1")).encode()))
+    with pytest.raises(ProtocolError, match="rank 5 of 2"):
+        node.handle(step(Placement(np.array([0, 5, -1])).encode()))
+    with pytest.raises(ProtocolError, match="placed twice"):
+        node.handle(step(Placement(np.array([0, 0])).encode()))
+    assert node.placement is None
 
 
 # -- real processes: fedstream deploy local against fedstream run ----------------------------------
