@@ -225,20 +225,29 @@ def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     ("customers-psi-ovfl.toml", ("accumulated_error", "bytes", "activation_rate", "interval_errors")),
     ("customers-psi-vfl.toml", ("final_accuracy", "bytes")),
 ])
-def test_deploy_local_on_the_psi_example_is_fedstream_run(tmp_path, example, keys):
-    sim = _cli("run", f"examples/{example}", "--out", str(tmp_path / "sim"))
-    assert sim.returncode == 0, sim.stderr[-2000:]
-    dep = _cli("deploy", "local", f"examples/{example}", "--out", str(tmp_path / "dep"))
-    assert dep.returncode == 0, dep.stderr[-2000:]
-    want = json.loads((tmp_path / "sim" / "summary.json").read_text())
-    got = json.loads((tmp_path / "dep" / "summary.json").read_text())
+def test_the_readme_psi_commands_deploy_the_simulated_run(tmp_path, example, keys):
+    """The README's PSI block, run as written on real processes (the vfl example in place of the
+    ovfl one): `fedstream deploy local` gives `fedstream run`'s models' errors and bytes."""
+    from tests.test_own_data import readme_commands
+
+    commands = readme_commands("#### Per-party files with private entity alignment (PSI)")
+    assert [c[:3] for c in commands[1:]] == [["fedstream", "run", "examples/customers-psi-ovfl.toml"],
+                                             ["fedstream", "deploy", "local"]]
+    outs = []
+    for n, command in enumerate(commands[1:]):
+        args = [a.replace("customers-psi-ovfl.toml", example) for a in command[1:]]
+        args[args.index("--out") + 1] = str(tmp_path / f"run{n}")
+        done = _cli(*args)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs.append(json.loads((tmp_path / f"run{n}" / "summary.json").read_text()))
+    want, got = outs
     for key in keys:
         assert got[key] == want[key], key
     if "per_epoch" in want:
         accuracy = [[r["test_accuracy"] for r in s["per_epoch"]] for s in (got, want)]
         assert accuracy[0] == accuracy[1]
     _alignment_matches(got["alignment"], want["alignment"])
-    assert got["alignment"]["seconds"] > 0
+    assert got["alignment"]["seconds"] > 0 and got["faults"] == []
 
 
 @pytest.mark.slow
