@@ -78,6 +78,13 @@ def test_online_vfl_deployed_with_psi_is_the_simulators(tmp_path, monkeypatch, p
     if policy["activation.name"] == "full":
         assert got["activation_rate"][1] == pytest.approx(40 / 60)  # exactly the events whose id it holds
     _alignment_matches(got["alignment"], want["alignment"])
+    # a node process started again (it rejoins) reads its placement back from its store
+    from fedstream.deploy.psi import PsiNode
+    from fedstream.ovfl.deploy.rows import PartyRows
+
+    again = PsiNode(1, tmp_path / "nodes").place(PartyRows(config, 1), config)
+    np.testing.assert_array_equal(again.table.X, nodes[1].node.node.psi.place(PartyRows(config, 1)).table.X)
+    assert again.held.sum() == 40
 
 
 def test_batch_vfl_deployed_with_psi_trains_on_the_rows_every_party_holds(tmp_path):

@@ -28,6 +28,7 @@ What each party learns: docs/alignment.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from fedstream.alignment.psi import AlignmentClient, AlignmentServer
 from fedstream.alignment.session import Alignment, ClientEndpoint, run_alignment
 from fedstream.deploy.records import PSI, Envelope, Failure, Link, Record
 from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.runs.files import atomic_open
 
 PIECE = 256 * 1024  # bytes of an alignment message per frame
 MAX_PIECES = 1 << 16  # 16 GiB: a message announcing more pieces is refused
@@ -163,17 +165,28 @@ class PsiNode:
     the first message brings the run's config; a new config starts a new alignment) and the pieces
     of its answer still to fetch. ``placement`` once the exchange is complete."""
 
-    def __init__(self, index: int):
-        self.index = index
+    def __init__(self, index: int, store: Path | None = None):
+        self.index, self.store = index, store
         self.endpoint: ClientEndpoint | None = None
+        self._saved: np.ndarray | None = None  # a placement read back from ``store``
         self._in: list[bytes] = []
         self._out: list[bytes] = []
         self._total = 0  # pieces of the last answer
+        self._config: dict = {}  # the run's config, from the first message
 
     @property
     def placement(self) -> np.ndarray | None:
         """The client's row of each row the training plays (-1: absent); None before step 4."""
-        return None if self.endpoint is None else self.endpoint.placement
+        return self._saved if self.endpoint is None else self.endpoint.placement
+
+    def _path(self, config: dict) -> Path | None:
+        """Where the node keeps its placement for ``config``'s files, so that a node process started
+        again during the run (it rejoins) finds it; the server's digest check at setup refuses a
+        stale one."""
+        if self.store is None:
+            return None
+        key = hashlib.sha256(f"{config['data.path']}\n{config['data.id']}".encode()).hexdigest()[:16]
+        return Path(self.store) / f"psi-{key}-{self.index}.npy"
 
     def handle(self, env: Envelope) -> Envelope:
         """Answer one ``psi`` request; ProtocolError (with the reason of a DataError about the node's
@@ -199,7 +212,8 @@ class PsiNode:
             raise ProtocolError(f"{where}: piece {step.piece} with {len(env.parts)} part(s), expected piece "
                                 f"{len(self._in)} in one part")
         if step.config is not None:
-            self.endpoint = ClientEndpoint(AlignmentClient(own_ids(json.loads(step.config), self.index)))
+            self._config = json.loads(step.config)
+            self.endpoint = ClientEndpoint(AlignmentClient(own_ids(self._config, self.index)))
         if self.endpoint is None:
             raise ProtocolError(f"{where}: an alignment message before the run's config")
         self._in.append(bytes(env.parts[0]))
@@ -208,6 +222,11 @@ class PsiNode:
         data, self._in = b"".join(self._in), []
         answer = self.endpoint.handle(data)
         if answer is None:
+            path = self._path(self._config)
+            if self.endpoint.placement is not None and path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_open(path, "wb") as f:
+                    np.save(f, self.endpoint.placement)
             return self._ack([])
         pieces = _pieces(answer)
         self._total, self._out = len(pieces), pieces[1:]
@@ -217,13 +236,16 @@ class PsiNode:
     def _ack(parts: list[bytes], *, pieces: int = 0, piece: int = 0) -> Envelope:
         return Envelope(PSI, 0, parts, PsiAck(pieces=pieces, piece=piece).info())
 
-    def place(self, data):
+    def place(self, data, config: dict | None = None):
         """The node's data for setup: a party's own table file placed as the alignment says
-        (``data.place(placement)``); other data as it is. ProtocolError for a table file that
-        was not aligned."""
+        (``data.place(placement)``; a node started again reads its placement for ``config`` back
+        from its store); other data as it is. ProtocolError for a table file that was not aligned."""
         place = getattr(data, "place", None)
         if place is None:
             return data
+        path = None if config is None else self._path(config)
+        if self.placement is None and path is not None and path.exists():
+            self._saved = np.load(path)
         if self.placement is None:
             raise ProtocolError(f"client {self.index}: a setup request before private entity alignment: with "
                                 "one file per party the server aligns the ids first (fedstream.deploy.psi)")

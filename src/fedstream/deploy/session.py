@@ -194,7 +194,7 @@ class LiveNode:
         self.host = None
         self.run: str | None = None
         self._saved_at = -float("inf")
-        self.psi = PsiNode(index)  # one file per party: the ids' alignment, before setup
+        self.psi = PsiNode(index, store)  # one file per party: the ids' alignment, before setup
 
     def handle(self, env: Envelope) -> Envelope:
         if env.kind == PSI:
@@ -202,7 +202,7 @@ class LiveNode:
         if env.kind == SETUP:
             memory, config, adapter, state = _setup(env, self.index, self.store)
             boundary = kept_boundary(env)
-            data = self.psi.place(self._data(adapter, config, self.index))
+            data = self.psi.place(self._data(adapter, config, self.index), config)
             host = adapter.host(config, self.index, data=data, state=state)
             reply = host.handle(env)
             self.host, self.run = host, memory.run
