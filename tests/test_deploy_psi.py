@@ -174,6 +174,12 @@ def test_an_empty_intersection_is_the_simulators_error(tmp_path):
     assert text == str(simulated.value)
 
 
+def test_fixed_activation_with_absent_ids_is_refused_in_one_line(tmp_path):
+    paths, _, _ = party_files(tmp_path)
+    _refused(ovfl_config(paths, **{"activation.name": "fixed", "activation.k": 1}), tmp_path,
+             'activation.name = "fixed" with clients that lack some ids is simulated only')
+
+
 def test_a_setup_without_alignment_is_refused_by_the_node(tmp_path):
     """A server that skips the alignment (an older one) cannot set up a node on a per-party file."""
     from fedstream.deploy.psi import PsiNode

@@ -155,6 +155,10 @@ def align_nodes(config: dict, link: Link, server_ids: list[str], *, shared: bool
     out = run_alignment(AlignmentServer(server_ids), links, names, shared=shared, check=check)
     for c, node in zip(out.clients, links):
         c.bytes_down, c.bytes_up = node.down, node.up
+    shared = ", ".join(f"{len(c.rows)} of {c.n_ids}" for c in out.clients)
+    kept = "" if out.kept is None else f"; {out.kept.size} held by every party"
+    print(f"fedstream: ids aligned by PSI with {len(links)} client nodes: {len(server_ids)} server ids, "
+          f"shared {shared}{kept}; {out.summary()['bytes']} bytes in {out.seconds:.2f} s", flush=True)
     return out
 
 
