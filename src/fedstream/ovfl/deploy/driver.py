@@ -112,8 +112,7 @@ class NetworkVFL(OnlineRun):
         self.blocks = None if per_party(config) else feature_blocks(source.n_features, M)
         if per_party(config):
             config["rounds"] = table_rounds(config, source)  # as the simulator: rows x passes at most
-        if per_party(config):  # one file per party: the ids' private alignment first (fedstream.deploy.psi)
-            source.place(align_nodes(config, link, source.id_list))
+            source.place(align_nodes(config, link, source.id_list))  # the ids' private alignment (PSI)
             if source.held is not None and config["activation.name"] == "fixed":
                 raise ConfigError('activation.name = "fixed" with clients that lack some ids is simulated '
                                   "only: a node cannot pick k of the holders without knowing who holds what")

@@ -90,10 +90,9 @@ def load_table_labels(config: dict, link: Link | None = None) -> ServerLabels:
         server.place(align_nodes(config, link, server.id_list, shared=True))
     cut = server.n_base - holdout_rows(server.n_base, dict(settings.table)["data.test_fraction"])
     y = server.base_labels
-    labels = ServerLabels("table", y[:cut][:settings.train_rows], y[cut:][:settings.test_rows],
-                          n_classes=server.n_classes, ids=server.ids, classes=list(server.classes))
-    labels.alignment = server.alignment
-    return labels
+    return ServerLabels("table", y[:cut][:settings.train_rows], y[cut:][:settings.test_rows],
+                        n_classes=server.n_classes, ids=server.ids, classes=list(server.classes),
+                        alignment=server.alignment)
 
 
 def table_layout(n_clients: int, n_classes: int, own: dict[int, tuple[int, int, int]]) -> Layout:
