@@ -1,6 +1,6 @@
 """An online VFL client party written without fedstream (issue 29): only the code that grpcio-tools
 generates from ``fedstream/deploy/protocol.proto`` (``protocol_pb2``, ``protocol_pb2_grpc``),
-grpcio and numpy. It must not import fedstream: everything it knows of the protocol is in the
+grpcio, numpy and openmined-psi. It must not import fedstream: everything it knows of the protocol is in the
 .proto file and the payload layout written there.
 
 The party holds its own table file (an ``id`` column and numeric feature columns, in its own
