@@ -332,8 +332,7 @@ def test_predict_method_over_grpc_with_mutual_tls_in_one_process(ovfl_run, tmp_p
     a malformed query gets one line."""
     import threading
 
-    from fedstream.deploy.credentials import write_credentials
-    from fedstream.deploy.credentials import write_requester
+    from fedstream.deploy.credentials import write_credentials, write_requester
     from fedstream.deploy.serving_grpc import PredictClient, ServingNode, start_server
 
     _, run, nodes_dir, sim, _ = ovfl_run

@@ -103,22 +103,28 @@ def test_each_party_opens_only_its_own_file_and_the_run_is_the_simulators(tmp_pa
     assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened
 
 
-def test_a_client_file_in_another_order_is_refused_at_setup(tmp_path):
+def test_a_client_file_in_another_order_is_aligned_by_psi_and_runs_as_simulated(tmp_path):
+    """A client file in another order was refused before the deployment ran PSI (issue 30); now
+    the nodes are aligned over the channel and the run is the simulator's."""
     pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
     from fedstream.deploy.runtimes.grpc import GrpcRuntime
     from fedstream.ovfl.deploy.driver import NetworkVFL
     from fedstream.ovfl.deploy.parties import server_stream
     from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.ovfl_deploy import simulate
 
     config = table_config(split_customers(tmp_path, 60, reverse="shop"))
+    _, _, want = simulate(dict(config))
     with grpc_nodes(config, tmp_path) as (link, nodes):
         net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(config))
         net.run()
         net.finish()
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
-    refused = [f for f in net.transport.faults if f["client"] == 1 and f["request"] == "setup"]
-    assert refused and "same ids in the same order" in refused[0]["reason"]
-    assert net.summary()["missed_events"] == [0, 60 * 2, 0]  # the shop's rows are never used
+    got = net.summary()
+    assert got["faults"] == []
+    for key in ("bytes", "activation_rate", "accumulated_error"):
+        assert got[key] == want[key], key
 
 
 def test_the_simulator_draws_each_partys_model_alone(tmp_path):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedstream.deploy.credentials import write_requester
 from fedstream.deploy.serving import serve_in_process
 from fedstream.deploy.serving_grpc import (
     PredictClient,
@@ -28,7 +29,6 @@ from fedstream.deploy.serving_grpc import (
     local_serving,
     start_server,
 )
-from fedstream.deploy.credentials import write_requester
 from fedstream.predict.files import run_summary
 from fedstream.predict.ids import id_keys, own_table
 

@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.deploy.psi import PsiNode
+from fedstream.deploy.records import FINISH, PSI, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.files import atomic_open
 
@@ -193,12 +194,16 @@ class LiveNode:
         self.host = None
         self.run: str | None = None
         self._saved_at = -float("inf")
+        self.psi = PsiNode(index, store)  # one file per party: the ids' alignment, before setup
 
     def handle(self, env: Envelope) -> Envelope:
+        if env.kind == PSI:
+            return self.psi.handle(env)
         if env.kind == SETUP:
             memory, config, adapter, state = _setup(env, self.index, self.store)
             boundary = kept_boundary(env)
-            host = adapter.host(config, self.index, data=self._data(adapter, config, self.index), state=state)
+            data = self.psi.place(self._data(adapter, config, self.index), config)
+            host = adapter.host(config, self.index, data=data, state=state)
             reply = host.handle(env)
             self.host, self.run = host, memory.run
         else:

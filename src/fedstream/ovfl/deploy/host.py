@@ -135,6 +135,7 @@ class ClientHost(NodeHost):
                 on = bool(decided[i])
             else:
                 on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
+                on = on and self.rows.holds(t)  # an id it lacks (per-party files): passive
             if on:
                 msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
                 self.acts[t] = ticket.acts
