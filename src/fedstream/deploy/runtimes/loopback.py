@@ -22,8 +22,8 @@ class LoopbackLink:
     rebuilt from the state the previous request left, and with ``store`` (a folder) each node keeps
     its checkpoints there. With ``persist=False`` each node's host stays in memory. ``rows(config,
     m)`` gives node m its data (placed in the order the server's alignment said, with one file per
-    party: :class:`~fedstream.deploy.psi.PsiNode`). A node that raises gives a :class:`Failure`, as a ClientApp's error
-    reply does on Flower. The nodes host the party of the config's task (its adapter,
+    party: :class:`~fedstream.deploy.psi.PsiNode`). A node that raises gives a :class:`Failure`, as
+    a ClientApp's error reply does on Flower. The nodes host the party of the config's task (its adapter,
     :func:`fedstream.deploy.adapters.adapter_for`)."""
 
     def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
