@@ -13,7 +13,7 @@ import pytest
 import fedstream.data.table_party
 import fedstream.data.table_source
 from fedstream.config import load_config
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.deploy.parties import check_deployable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,12 +113,13 @@ def test_a_client_file_in_another_order_is_refused_at_setup(tmp_path):
     config = table_config(split_customers(tmp_path, 60, reverse="shop"))
     with grpc_nodes(config, tmp_path) as (link, nodes):
         net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(config))
-        net.run()
-        net.finish()
+        with pytest.raises(ProtocolError, match=r"^clients \[1\] did not set up \(client 1: .*same ids in "
+                                                r"the same order\); the run stops before round 0$"):
+            net.run()  # issue 31: not a run without the shop, its rows never used
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
     refused = [f for f in net.transport.faults if f["client"] == 1 and f["request"] == "setup"]
     assert refused and "same ids in the same order" in refused[0]["reason"]
-    assert net.summary()["missed_events"] == [0, 60 * 2, 0]  # the shop's rows are never used
+    assert net.t == 0
 
 
 def test_the_simulator_draws_each_partys_model_alone(tmp_path):
@@ -230,3 +231,59 @@ def test_a_categorical_column_no_client_holds_is_refused_as_in_the_simulator(tmp
             net.run()
     assert str(got.value) == str(want.value)
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
+
+
+def _spoil(path: Path, how: str) -> None:
+    """Spoil a party's file the ways issue 31 found (the header is line 0)."""
+    lines = path.read_text().splitlines()
+    if how == "nan":
+        cells = lines[6].split(",")
+        lines[6] = ",".join([cells[0], "nan", *cells[2:]])
+    elif how == "swapped":
+        lines[3], lines[4] = lines[4], lines[3]
+    elif how == "shuffled":
+        lines[1:] = lines[1:][::-1]
+    elif how == "missing":
+        del lines[5]
+    elif how == "duplicate":
+        lines[5] = lines[4]
+    elif how == "extra":
+        lines.append("999999," + ",".join(lines[1].split(",")[1:]))
+    elif how == "header-only":
+        lines = lines[:1]
+    elif how == "empty":
+        lines = []
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+@pytest.mark.parametrize("how", ["nan", "swapped", "shuffled", "missing", "duplicate", "extra", "header-only",
+                                 "empty"])
+def test_a_client_whose_file_is_spoiled_stops_the_run_before_round_0_saying_why(tmp_path, how):
+    """Issue 31: the client's node reports its data error to the server (as the simulator words it,
+    for what its own file shows) and the deployment stops before round 0, writing no summary."""
+    pytest.importorskip("grpc")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.deploy.serve import serve
+    from fedstream.errors import FedstreamError
+    from fedstream.ovfl.engine import OnlineVFL
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    paths = split_customers(tmp_path, 60)
+    _spoil(paths[2], how)  # the shop's file: client 1
+    config = table_config(paths)
+    own = how in ("nan", "duplicate", "header-only", "empty")  # the file's own fault, not its order
+    if own:
+        with pytest.raises(FedstreamError) as simulated:
+            OnlineVFL(config).run()
+    out = tmp_path / "out"
+    with grpc_nodes(config, tmp_path) as (link, nodes), pytest.raises(FedstreamError) as deployed:
+        serve(config, {"out": str(out), "resume": False, "audit": False, "data-root": ""},
+              GrpcRuntime(link, node_timeout=30))
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]  # the node stayed up to say why
+    message = str(deployed.value)
+    assert message.startswith("clients [1] did not set up (client 1: ") and message.endswith("before round 0")
+    assert not (out / "summary.json").exists()
+    if own:  # in the simulator's words
+        assert str(simulated.value).splitlines()[0] in message, (str(simulated.value), message)
+    else:  # the simulator aligns the files by their ids; a deployment needs them in the server's order
+        assert "every party's file lists the same ids in the same order" in message

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data.table import Table, read_table
+from fedstream.data.table_ids import party_ids
 from fedstream.data.table_source import (
     TableSpec,
-    as_strings,
     check_categorical,
     check_table_spec,
     column_positions,
@@ -43,11 +43,13 @@ def per_party(config: dict) -> bool:
     return config.get("data.name") == "table" and len(table_paths(config.get("data.path") or "")) > 1
 
 
-def id_digest(table: Table, j: int) -> str:
-    """sha256 of id column ``j`` in file order (the ids as text, one per line)."""
+def id_digest(table: Table, j: int, party: str) -> str:
+    """sha256 of id column ``j`` in file order (the ids as text, one per line), after the simulator's
+    checks of the ids of ``party``'s file (:func:`~fedstream.data.table_ids.party_ids`: DataError
+    naming the row at an empty or repeated id)."""
     h = hashlib.sha256()
-    for value in as_strings(table.columns[j]):
-        h.update(str(value).encode() + b"\n")
+    for value in party_ids(table, j, party):
+        h.update(value.encode() + b"\n")
     return h.hexdigest()
 
 
@@ -91,7 +93,7 @@ class ServerTable:
         self.n_base = table.n_rows
         self.n_classes = len(self.classes)
         self.n_features = 0  # the server holds no feature
-        self.ids = id_digest(table, sid)
+        self.ids = id_digest(table, sid, "the server")
         self.path = table.path
 
     def features(self, indices: np.ndarray) -> np.ndarray:
@@ -123,7 +125,7 @@ class ClientTable:
         self.n_base, self.width = table.n_rows, int(X.shape[1])
         self.columns = [table.names[j] for j in cols]
         self.categorical = sorted(categorical & set(self.columns))  # its data.categorical columns
-        self.ids = id_digest(table, cid)
+        self.ids = id_digest(table, cid, f"client {index}")
         self.path = table.path
 
     def rows(self, t0: int, n: int) -> np.ndarray:
