@@ -119,7 +119,8 @@ def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_pat
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
 
     # long enough for the new process to start and join before the end (about 700 events/s here)
-    values = overrides(write_learnable_mnist(tmp_path), 20000) | {"checkpoint.every": 500}
+    values = overrides(write_learnable_mnist(tmp_path), 20000) | {"checkpoint.every": 500,
+                                                                 "network.max_missed": 1.0}
     config = load_config(None, values)
     out = tmp_path / "out"
     nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment", retry_for=60)

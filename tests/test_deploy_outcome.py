@@ -181,3 +181,18 @@ def test_a_restart_is_recorded_with_the_round_resumed_from(config, tmp_path):
     assert s["restarts"] == [{"round": 40}]
     assert json.loads((out / "summary.json").read_text())["restarts"] == [{"round": 40}]
     assert s["status"] == "succeeded" and s["faults"] == []
+
+
+def test_deploy_local_on_flower_exits_2_on_a_failed_or_disputed_summary(tmp_path):
+    """On Flower the ServerApp's error stays in Flower's log: ``deploy local`` reads the verdict back
+    from summary.json (check_outcome), one line, and a run from before issue 31 (no status) passes."""
+    from fedstream.deploy.serve import check_outcome
+
+    check_outcome({"rounds": 3}, tmp_path)
+    check_outcome({"status": "succeeded"}, tmp_path)
+    with pytest.raises(FedstreamError, match=r"^the run is disputed: client 0's finish reply says down = 5, "
+                                             rf"the server counted 4; outputs in {tmp_path}$"):
+        check_outcome({"status": "disputed", "dispute": "client 0's finish reply says down = 5, the server "
+                                                        "counted 4"}, tmp_path)
+    with pytest.raises(FedstreamError, match=r"^the run failed: x; no --out: nothing written$"):
+        check_outcome({"status": "failed", "failure": "x"}, None)

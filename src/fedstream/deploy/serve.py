@@ -95,11 +95,17 @@ def serve(config: dict, settings: dict, runtime: Runtime) -> dict:
     print(f"fedstream: done, {adapter.report(summary)}, {runtime.note()}", flush=True)
     if out is not None:
         write_outputs(out, summary | {"config": config} | runtime.extra(), server.audit() if audit else {})
-    if summary["status"] != "succeeded":
+    check_outcome(summary, out)
+    return summary
+
+
+def check_outcome(summary: dict, out: Path | None) -> None:
+    """A FedstreamError in one line (exit 2) when the run in ``summary`` failed or is disputed
+    (:func:`outcome`; its outputs are in ``out``)."""
+    if summary.get("status", "succeeded") != "succeeded":
         where = f"outputs in {out}" if out is not None else "no --out: nothing written"
         verdict = "failed" if summary["status"] == "failed" else "is disputed"
         raise FedstreamError(f"the run {verdict}: {summary.get('failure') or summary['dispute']}; {where}")
-    return summary
 
 
 def outcome(summary: dict, session: Session | None, config: dict) -> dict:
