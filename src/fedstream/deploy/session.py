@@ -259,10 +259,10 @@ class Session:
         up again mid-run with ``rejoin`` alone) needs every node: one that fails it stops the run
         before it starts, with the node's reason (its data error, in the simulator's words). A
         restart is recorded in ``restarts`` with the boundary it resumes from."""
-        setup = Setup.read(info, "the setup request")
-        if setup.resume is not None:
-            self.restarts.append({"round" if self.unit == "round" and not self.position else "boundary":
-                                  setup.resume})
+        rejoin, resume = info.get("rejoin"), info.get("resume")  # (Setup's keys; the nodes check them)
+        if resume is not None:
+            key = "round" if self.unit == "round" and not self.position else "boundary"
+            self.restarts.append({key: resume})
         replies = self.exchange({m: Envelope(SETUP, t, [], info.copy()) for m in sorted(clients)})
         accepted, before = {}, len(self.faults)
         for m, reply in replies.items():
@@ -270,7 +270,7 @@ class Session:
                 accepted[m] = accept(m, self.reply(reply, SETUP, t, parts))
             except FedstreamError as exc:
                 self.fault(m, t, SETUP, f"{refused}{exc}")
-        if (setup.rejoin is not True or setup.resume is not None) and len(accepted) < len(replies):
+        if (rejoin is not True or resume is not None) and len(accepted) < len(replies):
             why = "; ".join(f"client {f['client']}: {f['reason']}" for f in self.faults[before:])
             when = f" before {self.unit} {t}" if not self.position else ""
             raise ProtocolError(f"clients {sorted(set(replies) - set(accepted))} did not set up ({why}); "
@@ -303,7 +303,7 @@ class Session:
 
     def reachable(self, clients: Iterable[int], t: int, request: str, *, once: bool = False) -> list[int]:
         """The clients of ``clients`` whose node can take a request now; a fault for each other one
-        (``once``: only for the first request it misses until it is reachable again)."""
+        (``once``: only when it had no fault since it was last reachable: one fault per outage)."""
         available = self.link.available()
         for m in sorted(set(clients) - available):
             if not (once and m in self._away):
@@ -316,6 +316,7 @@ class Session:
         """Record and log that client m's node failed a request."""
         log.warning("client %d, %s request for %s %d: %s", m, request, self.unit, t, reason)
         self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+        self._away.add(m)  # the same outage is not a new fault at its next request (reachable, once)
 
     def troubled(self, m: int) -> bool:
         """Whether client m had a fault or a rejoin in this run. Its node's own byte counts may then
