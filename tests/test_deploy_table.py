@@ -3,6 +3,8 @@ deployed run is the simulator's on the same files (gRPC in one process, B = 1)."
 
 from __future__ import annotations
 
+import json
+
 import csv
 import threading
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 import fedstream.data.table_party
 import fedstream.data.table_source
 from fedstream.config import load_config
-from fedstream.errors import ConfigError
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.deploy.parties import check_deployable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,3 +238,79 @@ def test_a_categorical_column_no_client_holds_is_refused_as_in_the_simulator(tmp
             net.run()
     assert str(got.value) == str(want.value)
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
+
+
+def _spoil(path: Path, how: str) -> None:
+    """Spoil a party's file the ways issue 31 found (the header is line 0)."""
+    lines = path.read_text().splitlines()
+    if how == "nan":
+        cells = lines[6].split(",")
+        lines[6] = ",".join([cells[0], "nan", *cells[2:]])
+    elif how == "swapped":
+        lines[3], lines[4] = lines[4], lines[3]
+    elif how == "shuffled":
+        lines[1:] = lines[1:][::-1]
+    elif how == "missing":
+        del lines[5]
+    elif how == "duplicate":
+        lines[5] = lines[4]
+    elif how == "extra":
+        lines.append("999999," + ",".join(lines[1].split(",")[1:]))
+    elif how == "header-only":
+        lines = lines[:1]
+    elif how == "empty":
+        lines = []
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+@pytest.mark.parametrize("how", ["nan", "duplicate", "header-only", "empty"])
+def test_a_client_whose_file_is_spoiled_stops_the_run_before_round_0_saying_why(tmp_path, how):
+    """Issue 31: the client's node reports its data error to the server (as the simulator words it)
+    and the deployment stops before round 0, writing no summary."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.deploy.serve import serve
+    from fedstream.errors import FedstreamError
+    from fedstream.ovfl.engine import OnlineVFL
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    paths = split_customers(tmp_path, 60)
+    _spoil(paths[2], how)  # the shop's file: client 1
+    config = table_config(paths)
+    with pytest.raises(FedstreamError) as simulated:
+        OnlineVFL(config).run()
+    out = tmp_path / "out"
+    with grpc_nodes(config, tmp_path) as (link, nodes), pytest.raises(FedstreamError) as deployed:
+        serve(config, {"out": str(out), "resume": False, "audit": False, "data-root": ""},
+              GrpcRuntime(link, node_timeout=30))
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]  # the node stayed up to say why
+    message = str(deployed.value)
+    assert "client 1" in message and str(simulated.value).splitlines()[0] in message, (str(simulated.value),
+                                                                                        message)
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("how", ["swapped", "shuffled", "missing", "extra"])
+def test_a_client_file_in_its_own_order_or_with_other_ids_runs_as_simulated(tmp_path, how):
+    """Issue 31 found these refused (or worse, run without the client); since the deployment aligns
+    the parties' ids by PSI (issue 30) they are no fault: the deployed run is the simulator's."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.deploy.serve import serve
+    from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.ovfl_deploy import simulate
+
+    paths = split_customers(tmp_path, 60)
+    _spoil(paths[2], how)
+    config = table_config(paths)
+    _, _, want = simulate(dict(config))
+    out = tmp_path / "out"
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        serve(config, {"out": str(out), "resume": False, "audit": False, "data-root": ""},
+              GrpcRuntime(link, node_timeout=30))
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == [] and got["status"] == "succeeded"
+    for key in ("bytes", "activation_rate", "accumulated_error"):
+        assert got[key] == want[key], key

@@ -28,7 +28,6 @@ from fedstream.data.table import Table, read_table
 from fedstream.data.table_ids import party_ids
 from fedstream.data.table_source import (
     TableSpec,
-    as_strings,
     check_categorical,
     check_table_spec,
     column_positions,
@@ -47,11 +46,13 @@ def per_party(config: dict) -> bool:
     return config.get("data.name") == "table" and len(table_paths(config.get("data.path") or "")) > 1
 
 
-def id_digest(table: Table, j: int) -> str:
-    """sha256 of id column ``j`` in file order (the ids as text, one per line)."""
+def id_digest(table: Table, j: int, party: str) -> str:
+    """sha256 of id column ``j`` in file order (the ids as text, one per line), after the simulator's
+    checks of the ids of ``party``'s file (:func:`~fedstream.data.table_ids.party_ids`: DataError
+    naming the row at an empty or repeated id)."""
     h = hashlib.sha256()
-    for value in as_strings(table.columns[j]):
-        h.update(str(value).encode() + b"\n")
+    for value in party_ids(table, j, party):
+        h.update(value.encode() + b"\n")
     return h.hexdigest()
 
 
@@ -110,7 +111,7 @@ class ServerTable:
         self.n_base = table.n_rows
         self.n_classes = len(self.classes)
         self.n_features = 0  # the server holds no feature
-        self.ids: str | list[str] = id_digest(table, sid)  # aligned: per client, placed_digest
+        self.ids: str | list[str] = id_digest(table, sid, "the server")  # aligned: per client, placed_digest
         self.path = table.path
         self.id_list = party_ids(table, sid, "the server")
         self.alignment = None  # per-party files aligned by PSI (fedstream.deploy.psi)
@@ -169,7 +170,7 @@ class ClientTable:
         mean, std = scale_of(X, onehot, head)
         if placement is None:
             self.X = (X.astype(np.float32) - mean) / std
-            self.ids = id_digest(table, cid)
+            self.ids = id_digest(table, cid, f"client {index}")
         else:
             self.X = np.zeros((n, X.shape[1]), np.float32)
             self.X[held] = (X.astype(np.float32) - mean) / std

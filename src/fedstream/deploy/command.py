@@ -27,7 +27,7 @@ from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import adapter_for, check_deployable, default_runtime
 from fedstream.deploy.local import LocalDeployment, write_app
-from fedstream.deploy.serve import check_out
+from fedstream.deploy.serve import check_out, check_outcome
 from fedstream.errors import ConfigError
 from fedstream.tasks import get_task
 
@@ -164,6 +164,7 @@ def cmd_deploy(args) -> int:
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
     print(f"{adapter.report(s)}; summary in {summary}")
+    check_outcome(s, args.out)  # a failed or disputed run: exit 2 (the ServerApp's error stays in Flower)
     return 0
 
 

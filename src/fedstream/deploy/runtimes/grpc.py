@@ -287,6 +287,8 @@ class GrpcLink:
     def _write(self, peer: _Peer, frame: bytes) -> asyncio.Task:
         """Write ``frame`` on the node's stream after the write before it; count it once written."""
         peer.writing = self._loop.create_task(self._put(peer.context, frame, peer.writing))
+        peer.writing.add_done_callback(lambda task: task.cancelled() or task.exception() is None or log.info(
+            "client %d: a write failed (the node is gone: a fault): %r", peer.index, task.exception()))
         return peer.writing
 
     async def _put(self, context, frame: bytes, before: asyncio.Task | None) -> None:
@@ -399,7 +401,8 @@ class GrpcRuntime:
         return {"runtime": "grpc", "grpc": {"version": grpc.__version__, "frames": ln.frames,
                                             "frames_ahead": ln.frames_ahead,
                                             "frame_bytes_down": ln.bytes_down, "frame_bytes_up": ln.bytes_up,
-                                            "message_limit": ln.limit, "tls": ln.tls_dir is not None}}
+                                            "message_limit": ln.limit, "tls": ln.tls_dir is not None,
+                                            "counts": "this server process (since its last start)"}}
 
     def note(self) -> str:
         return f"{self.link.frames} gRPC frames, {self.link.bytes_down + self.link.bytes_up} frame bytes"

@@ -142,7 +142,7 @@ class GrpcNode:
         try:
             reply = self.node.handle(frame.env)
             return wire.encode(wire.REPLY, frame.seq, reply, limit=self.limit)
-        except (ProtocolError, ValueError) as exc:  # a malformed request: nothing changed, say why
+        except (FedstreamError, ValueError) as exc:  # a malformed request or this node's data: say why
             log.warning("client %d: %s request for round %d refused: %s", self.index, frame.env.kind,
                         frame.env.round, exc)
             return wire.error(frame.seq, str(exc), limit=self.limit)

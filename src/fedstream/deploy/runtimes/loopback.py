@@ -11,7 +11,7 @@ from fedstream.deploy.adapters import adapter_for
 from fedstream.deploy.psi import PsiNode
 from fedstream.deploy.records import PSI, SETUP, Envelope, Failure
 from fedstream.deploy.session import handle_on_node
-from fedstream.errors import ProtocolError
+from fedstream.errors import FedstreamError
 
 
 class LoopbackLink:
@@ -58,7 +58,7 @@ class LoopbackLink:
                     adapter = adapter_for(config["task"])
                     self._hosts[m] = adapter.host(config, m, data=self._data(adapter, config, m))
                 replies[m] = self._hosts[m].handle(env)
-            except (ProtocolError, ValueError) as exc:  # the ClientApp's error reply
+            except (FedstreamError, ValueError) as exc:  # the ClientApp's error reply
                 replies[m] = Failure(f"the client failed: {exc}")
         return replies
 
