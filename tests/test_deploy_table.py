@@ -3,9 +3,8 @@ deployed run is the simulator's on the same files (gRPC in one process, B = 1)."
 
 from __future__ import annotations
 
-import json
-
 import csv
+import json
 import threading
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import fedstream.data.table_party
 import fedstream.data.table_source
 from fedstream.config import load_config
-from fedstream.errors import ConfigError, ProtocolError
+from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.parties import check_deployable
 
 ROOT = Path(__file__).resolve().parents[1]
