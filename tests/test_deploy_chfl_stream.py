@@ -23,11 +23,12 @@ from fedstream.chfl.stream import _Stream, run_stream, stream_rows
 from fedstream.config import load_config
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.deploy.adapters import default_runtime
-from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.threads import one_torch_thread
+from tests.helpers.links import spoiling
 
 STREAM_TINY = {"chfl.mode": "stream", "chfl.clients": 3, "chfl.max_rows": 600, "chfl.hidden": "16,8",
                "chfl.stream_batch": 8, "chfl.stream_sync_every": 5, "chfl.stream_eval_every": 10,
@@ -114,6 +115,32 @@ def test_a_malformed_reply_is_a_fault_and_its_ticks_are_missed(covertype_root, t
     assert "'correct' must be 5 counts in 0..8" in got["faults"][0]["reason"]
     assert got["missed_ticks"] == [0, 5, 0]
     assert got["bytes"]["per_client"][1]["up"] < got["bytes"]["per_client"][0]["up"]  # its update dropped
+
+
+def _lost_at(root, ticks: set[int]) -> LoopbackLink:
+    """Nodes whose replies to the segments starting at ``ticks`` are lost after they played them (what
+    Flower 1.41 reports when a live node's uploaded reply is gone: issue 31)."""
+    lost = "the ClientApp failed: Reply message objects are unavailable (object-push session expired)"
+    cls = spoiling(lambda m, env: env.kind == ROUND and env.round in ticks, lambda reply: Failure(lost))
+    return cls(lambda cfg, m: load_stream_part(cfg, m, data_root=str(root)), 3, persist=False)
+
+
+def test_a_synchronisation_whose_replies_are_all_lost_keeps_the_global_column(covertype_root):
+    """Both active nodes' replies to [0, 5) lost: two faults, θ carries over the FedAvg round at tick
+    5, and the run goes on to its end (the nodes learnt those rows: their next update is accepted)."""
+    config = stream_config(covertype_root)
+    got = NetworkStream(_lost_at(covertype_root, {0}), config).run()
+    assert got["carried_over"] == [5]
+    assert [(f["round"], f["client"]) for f in got["faults"]] == [(0, 0), (0, 1)]
+    assert got["missed_ticks"] == [5, 5, 0] and got["ticks"] == 25
+
+
+def test_two_synchronisations_in_a_row_without_any_reply_end_the_run(covertype_root):
+    config = stream_config(covertype_root)
+    net = NetworkStream(_lost_at(covertype_root, {0, 5}), config)
+    with pytest.raises(ProtocolError, match=r"tick 9: no client node sent a valid model update, nor at the "
+                                            r"synchronisation before .*object-push session expired"):
+        net.run()
 
 
 def test_after_a_fault_on_a_segment_without_upload_the_next_update_is_accepted(covertype_root):

@@ -22,8 +22,9 @@ rows learnt since the node's previous upload, or any whole number of batches fro
 fault or came back: it may have learnt rows the server did not count). A node that fails a segment
 is recorded in ``faults`` and its ticks in ``missed_ticks`` (the accuracy counts only the ticks
 played); it gets θ again with its next request, and a FedAvg round averages the others (a round
-without any valid update ends the run). A node that comes back is set up with ``rejoin`` (its latest
-state) and plays on from the next segment. Given a checkpoint path (``run(checkpoint=...)``,
+without any valid update keeps θ, ``carried_over`` lists its tick; a second in a row ends the
+run). A node that comes back is set up with ``rejoin`` (its latest state) and plays on from the
+next segment. Given a checkpoint path (``run(checkpoint=...)``,
 ``--out``), the server saves its state after every synchronisation before the end, and the nodes
 keep theirs of that tick; :meth:`NetworkStream.load` (``--resume``) goes on from it with the same
 nodes.
@@ -155,6 +156,7 @@ class NetworkStream(Session):
         correct, seen = np.zeros((K, n_ticks)), np.zeros((K, n_ticks), dtype=bool)
         learnt = [0] * K  # rows each node learnt since its last accepted upload (as the node counts)
         need: set[int] = set()  # nodes to send θ with their next request
+        carried: list[int] = []  # the synchronisations (their tick) without any valid update
         path = Path(checkpoint) if checkpoint is not None else self.loaded
         first = self.nodes[0]
         folder = None if path is None else RunFolder(
@@ -170,6 +172,7 @@ class NetworkStream(Session):
                 self.server.round = int(v["server"]["round"])
             correct, seen = v["correct"].numpy().copy(), v["seen"].numpy().astype(bool)
             learnt, need = [int(x) for x in v["learnt"]], {int(m) for m in v["need"]}
+            carried = [int(x) for x in v.get("carried", [])]
             load_ledger(self.ledger, v["ledger"])
             self.load_session_state(v["network"], before=True)
             elapsed = float(v["elapsed"])
@@ -212,16 +215,16 @@ class NetworkStream(Session):
                     ups.append(update)
                     learnt[m] = 0
             if upload:
-                if not ups:
-                    raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update (faults: "
-                                        f"{[f['reason'] for f in self.faults[-3:]]})")
-                self.server.aggregate(ups)
+                if ups:
+                    self.server.aggregate(ups)
+                else:  # every node's reply lost (each one's fault): θ carries over to the next round
+                    self._carry_over(b, carried, n_ticks)
                 need |= set(active)
             if folder is not None:
                 self._metrics(folder, correct, seen, join, a, b)
             if keep:
                 folder.save(self._state(b, correct, seen, learnt, need) | {
-                    "elapsed": elapsed + time.perf_counter() - t0})
+                    "elapsed": elapsed + time.perf_counter() - t0, "carried": list(carried)})
         self._finish(n_ticks, need if federated else set())
         missed = [int((n_ticks - join[k]) - seen[k].sum()) for k in range(K)]
         return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
@@ -229,7 +232,18 @@ class NetworkStream(Session):
                 "bytes": self.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
                 "resumed": self.saved is not None,
                 "missed_ticks": missed, "faults": self.faults, "rejoins": self.rejoins,
-                "exchanges": self.exchanges, "clients": self.reports}
+                "exchanges": self.exchanges, "clients": self.reports, "carried_over": carried}
+
+    def _carry_over(self, b: int, carried: list[int], n_ticks: int) -> None:
+        """The synchronisation at tick ``b`` brought no valid update: θ carries over (``carried``).
+        Twice in a row, or the run's only synchronisation: ProtocolError (the run cannot learn)."""
+        every = self.settings.sync_every
+        if b - every in carried or n_ticks // every == 1:
+            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
+                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                f"{[f['reason'] for f in self.faults[-3:]]})")
+        self.server.carry_over()
+        carried.append(b)
 
     def _metrics(self, folder: RunFolder, correct, seen, join: list[int], a: int, b: int) -> None:
         """The simulator's metrics rows (tick, acc) of the ticks [a, b) just played."""
