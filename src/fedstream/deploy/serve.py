@@ -91,6 +91,8 @@ def serve(config: dict, settings: dict, runtime: Runtime) -> dict:
         print(f"fedstream: resuming {server.where()} from {checkpoint}", flush=True)
     summary = server.play(checkpoint, audit=audit)
     print(f"fedstream: done, {adapter.report(summary)}, {runtime.note()}", flush=True)
+    for warning in summary.get("warnings", []):  # e.g. a run that ended collapsed, as `fedstream run` says
+        print(f"fedstream: warning: {warning}", flush=True)
     if out is not None:
         write_outputs(out, summary | {"config": config} | runtime.extra(), server.audit() if audit else {})
     return summary
