@@ -178,3 +178,29 @@ def test_stream_shares_from_counts_per_client_tick_and_class():
     assert out["curve"][-1]["top_class_client"] == 1 and out["collapsed"] is True
     assert "on client 1's last ticks (10..19)" in out["warnings"][0]
     assert out["curve"][0]["top_class_share_per_client"][2] is None
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_the_command_line_warns_for_a_streaming_chfl_run(learnable, tmp_path, capsys):
+    """``fedstream run`` in CHFL's stream mode on a table (as the simulator test above): the console
+    warns when the run ends collapsed, metrics.csv has the share of every point."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2400, 12))
+    y = (X[:, 0] + X[:, 7] > 0.5) if learnable else (rng.random(2400) < 0.3)
+    rows = [",".join([f"f{j}" for j in range(12)] + ["label"])]
+    rows += [",".join([f"{v:.5f}" for v in x] + [["no", "yes"][int(c)]]) for x, c in zip(X, y)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "chfl.toml").write_text('task = "chfl"\n')
+    sets = [f"data.path={tmp_path / 't.csv'}", "data.name=table", "data.label=label", "chfl.mode=stream",
+            "chfl.clients=3", "chfl.hidden=16", "chfl.stream_batch=8", "chfl.stream_sync_every=5",
+            "chfl.stream_eval_every=10", "chfl.stream_lr=0.01", "chfl.stream_mu=1.0"]
+    out = tmp_path / "run"
+    assert main(["run", str(tmp_path / "chfl.toml"), *[f"--set={s}" for s in sets], "--quiet",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: the run ended collapsed" in err) is not learnable, err
+    s = json.loads((out / "summary.json").read_text())
+    with open(out / "metrics.csv") as fh:
+        shares = [float(r["top_class_share"]) for r in csv.DictReader(fh)]
+    assert len(shares) == len(s["curve"]) and shares[-1] == s["top_class_share"]
+    assert s.get("collapsed", False) is not learnable
