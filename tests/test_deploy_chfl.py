@@ -164,14 +164,17 @@ def test_malformed_choices_are_rejected(covertype_root, simulated, tmp_path):
     assert len(got["test_acc_per_client"]) == 2  # clients 0 and 2
 
 
-def test_a_round_without_any_valid_update_ends_the_run_with_a_clear_error(covertype_root, simulated,
-                                                                          tmp_path):
+def test_rounds_without_any_valid_update_end_the_run_with_a_clear_error(covertype_root, simulated,
+                                                                       tmp_path):
+    """Every update NaN: round 0's θ carries over (a round's replies may all be lost once:
+    test_deploy_chfl_faults.py), a second such round in a row ends the run."""
     config, _, _ = simulated
 
     all_spoilt = spoiling(lambda m, env: env.kind == ROUND,
                           lambda r: _respoil(r, tensors=_nan) if r.parts else r)
 
-    with pytest.raises(ProtocolError, match=r"round 0: no client node sent a valid model update.*NaN"):
+    with pytest.raises(ProtocolError, match=r"federation 0, round 1: no client sent a valid model update, "
+                                            r"nor in round 0"):
         deploy_chfl(config, covertype_root, tmp_path, all_spoilt)
 
 

@@ -8,6 +8,7 @@ fault, and a node refuses a malformed request."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -23,11 +24,12 @@ from fedstream.chfl.stream import _Stream, run_stream, stream_rows
 from fedstream.config import load_config
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.deploy.adapters import default_runtime
-from fedstream.deploy.records import ROUND, SETUP, Envelope
+from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.threads import one_torch_thread
+from tests.helpers.links import spoiling
 
 STREAM_TINY = {"chfl.mode": "stream", "chfl.clients": 3, "chfl.max_rows": 600, "chfl.hidden": "16,8",
                "chfl.stream_batch": 8, "chfl.stream_sync_every": 5, "chfl.stream_eval_every": 10,
@@ -114,6 +116,121 @@ def test_a_malformed_reply_is_a_fault_and_its_ticks_are_missed(covertype_root, t
     assert "'correct' must be 5 counts in 0..8" in got["faults"][0]["reason"]
     assert got["missed_ticks"] == [0, 5, 0]
     assert got["bytes"]["per_client"][1]["up"] < got["bytes"]["per_client"][0]["up"]  # its update dropped
+
+
+def _lost_at(root, ticks: set[int]) -> LoopbackLink:
+    """Nodes whose replies to the segments starting at ``ticks`` are lost after they played them (what
+    Flower 1.41 reports when a live node's uploaded reply is gone: issue 31)."""
+    lost = "the ClientApp failed: Reply message objects are unavailable (object-push session expired)"
+    cls = spoiling(lambda m, env: env.kind == ROUND and env.round in ticks, lambda reply: Failure(lost))
+    return cls(lambda cfg, m: load_stream_part(cfg, m, data_root=str(root)), 3, persist=False)
+
+
+def test_a_synchronisation_whose_replies_are_all_lost_keeps_the_global_column(covertype_root):
+    """Both active nodes' replies to [0, 5) lost: two faults, θ carries over the FedAvg round at tick
+    5, and the run goes on to its end (the nodes learnt those rows: their next update is accepted)."""
+    config = stream_config(covertype_root)
+    got = NetworkStream(_lost_at(covertype_root, {0}), config).run()
+    assert got["carried_over"] == [5]
+    assert [(f["round"], f["client"]) for f in got["faults"]] == [(0, 0), (0, 1)]
+    assert got["missed_ticks"] == [5, 5, 0] and got["ticks"] == 25
+
+
+def test_two_synchronisations_in_a_row_without_any_reply_end_the_run(covertype_root):
+    config = stream_config(covertype_root)
+    net = NetworkStream(_lost_at(covertype_root, {0, 5}), config)
+    with pytest.raises(ProtocolError, match=r"tick 9: no client node sent a valid model update, nor at the "
+                                            r"synchronisation before .*object-push session expired"):
+        net.run()
+
+
+# -- collapse (issue 31): the nodes report their predictions and labels per class ------------------
+def test_a_deployed_run_records_the_simulators_collapse_shares(covertype_root, tmp_path):
+    """metrics.csv's top_class_share per point and the summary's collapse fields are the simulator's."""
+    config = stream_config(covertype_root)
+    s = stream_config_settings(config)
+    want = run_stream(s, config["data.root"], method=config["chfl.method"], seed=config["seed"],
+                      run_dir=tmp_path / "simulated")
+    got = NetworkStream(loopback(config, covertype_root, persist=False), config).run(
+        checkpoint=tmp_path / "deployed" / "checkpoint.pt")
+    assert 0 < got["top_class_share"] <= 1 and 0 < got["label_top_class_share"] <= 1
+    for key in ("top_class_share", "label_top_class_share", "curve"):
+        assert got[key] == want[key], key
+    assert all(0 < v <= 1 for p in got["curve"] for v in p["top_class_share_per_client"] if v is not None)
+    simulated = (tmp_path / "simulated" / "metrics.csv").read_text()
+    assert simulated.startswith("tick,acc,top_class_share\n")
+    assert (tmp_path / "deployed" / "metrics.csv").read_text() == simulated
+
+
+class OneClass(LoopbackLink):
+    """Every node's predictions all go to class 0 (as a collapsed model's would); labels as they are."""
+
+    def exchange(self, requests):
+        replies = super().exchange(requests)
+        for m, r in replies.items():
+            if isinstance(r, Envelope) and r.kind == ROUND:
+                constant = np.zeros_like(r.arrays["predicted"])
+                constant[:, 0] = r.arrays["predicted"].sum(axis=1)
+                replies[m] = Envelope(r.kind, r.round, r.parts, r.info, r.arrays | {"predicted": constant})
+        return replies
+
+
+def test_a_deployed_run_whose_nodes_predict_one_class_ends_collapsed(covertype_root):
+    config = stream_config(covertype_root)
+    got = NetworkStream(OneClass(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3,
+                                 persist=False), config).run()
+    assert got["collapsed"] is True and got["top_class_share"] == 1.0 and got["label_top_class_share"] < 0.95
+    assert "the run ended collapsed: 100.0% of the predictions on client" in got["warnings"][0]
+    assert all(p["top_class_share"] == 1.0 for p in got["curve"])
+
+
+def test_the_server_writes_and_says_that_a_deployed_run_ended_collapsed(covertype_root, tmp_path, capsys):
+    """``serve`` (what ``fedstream serve server`` and ``deploy local`` run): summary.json has the
+    collapse fields and the server's console the warning, as ``fedstream run``'s."""
+    from fedstream.deploy.serve import serve
+
+    class Runtime:
+        def connect(self, n_clients: int):
+            return OneClass(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), n_clients,
+                            persist=False)
+
+        def extra(self) -> dict:
+            return {}
+
+        def note(self) -> str:
+            return "in process"
+
+    out = tmp_path / "out"
+    serve(stream_config(covertype_root), {"out": str(out), "resume": False, "audit": False}, Runtime())
+    s = json.loads((out / "summary.json").read_text())
+    assert s["collapsed"] is True and s["top_class_share"] == 1.0
+    assert f"fedstream: warning: {s['warnings'][0]}" in capsys.readouterr().out
+    with open(out / "metrics.csv") as fh:
+        assert [float(r["top_class_share"]) for r in csv.DictReader(fh)] == [1.0] * len(s["curve"])
+
+
+@pytest.mark.parametrize("arrays, expected", [
+    (lambda a: {"predicted": a["predicted"]}, "expected arrays ['labels', 'predicted']"),
+    (lambda a: a | {"predicted": a["predicted"][:, :-1]}, "array 'predicted' must be 5 x 7 counts"),
+    (lambda a: a | {"labels": a["labels"] * 2}, "summing to 8 per tick"),
+    (lambda a: a | {"labels": a["labels"].astype(np.float64)}, "received float64"),
+])
+def test_malformed_class_counts_are_a_fault(covertype_root, arrays, expected):
+    config = stream_config(covertype_root)
+
+    class Spoilt(LoopbackLink):
+        def exchange(self, requests):
+            replies = super().exchange(requests)
+            r = replies.get(1)
+            if isinstance(r, Envelope) and r.kind == ROUND and r.round == 5:
+                replies[1] = Envelope(ROUND, 5, r.parts, r.info, arrays(r.arrays))
+            return replies
+
+    got = NetworkStream(Spoilt(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3,
+                               persist=False), config).run()
+    assert [(f["round"], f["client"]) for f in got["faults"]] == [(5, 1)]
+    assert expected in got["faults"][0]["reason"], got["faults"][0]["reason"]
+    assert got["missed_ticks"] == [0, 5, 0]
 
 
 def test_after_a_fault_on_a_segment_without_upload_the_next_update_is_accepted(covertype_root):
@@ -224,9 +341,11 @@ def test_a_server_that_dies_resumes_from_its_checkpoint_as_the_uninterrupted_run
     assert got["resumed"] and got["rejoins"] == []
     assert_same(got, want, net, column)
     after = (tmp_path / "out" / "metrics.csv").read_text().splitlines()
-    assert rows[0] == "tick,acc" and len(rows) == 2 and after[:2] == rows  # the row of tick 10 kept
+    assert rows[0] == "tick,acc,top_class_share" and len(rows) == 2 and after[:2] == rows  # tick 10's kept
     assert len(after) == 1 + len(want["curve"])
     assert [float(r.split(",")[1]) for r in after[1:]] == [p["acc"] for p in want["curve"]]
+    # the class counts before the checkpoint came back with it: every point's share is the simulator's
+    assert [float(r.split(",")[2]) for r in after[1:]] == [p["top_class_share"] for p in want["curve"]]
     other = dict(config, **{"chfl.stream_lr": 0.02})
     with pytest.raises(FedstreamError, match="stream_lr|lr"):
         NetworkStream(link, other).load(checkpoint)

@@ -68,6 +68,11 @@ class FedAvgServer:
         self.state = fedavg(updates)
         self.round += 1
 
+    def carry_over(self) -> None:
+        """A round in which no client's update arrived (a deployed run whose nodes all failed it):
+        θ^{t+1} <- θ^t, and the next round begins."""
+        self.round += 1
+
 
 def proximal_term(module: torch.nn.Module, anchor: Mapping[str, torch.Tensor], rho: float) -> torch.Tensor:
     """FedProx's (ρ/2) Σ ||w - w^t||² over the module's parameters, w^t the received global ones."""

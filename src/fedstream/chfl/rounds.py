@@ -26,6 +26,7 @@ from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, Progress, initial_column
 from fedstream.chfl.selection import summarize
+from fedstream.errors import ProtocolError
 from fedstream.transport.ledger import ByteLedger
 
 
@@ -66,6 +67,7 @@ class BatchRun:
         self.lr_index, self.round = 0, 0
         self.resumed: dict | None = None  # the mid-federation part of a checkpoint, until used
         self.elapsed = 0.0  # wall seconds of earlier sessions of this run
+        self.carried: list[list[int]] = []  # (federation, round) of rounds without any update (deployed)
         state = folder.resume() if folder is not None else None
         if state is not None:
             self._load(state)
@@ -99,8 +101,8 @@ class BatchRun:
             result = self.cohort.round(
                 lr, t, models, validate=evaluate, epochs=0 if t == s.rounds else s.local_epochs
             )
-            if evaluate:
-                val = float(np.mean(list(result.val.values())))
+            if evaluate:  # NaN: no client answered (a deployed round whose replies were all lost)
+                val = float(np.mean(list(result.val.values()))) if result.val else float("nan")
                 row = {"lr": lr, "round": t, "val_acc": val, "bytes_total": self.ledger.total}
                 if self.folder is not None:
                     self.folder.append(row)
@@ -110,11 +112,24 @@ class BatchRun:
                     )
             if t == s.rounds:
                 break
-            if server is not None:
+            if server is not None and result.updates:
                 server.aggregate(result.updates)
+            elif server is not None:  # every update of the round was lost (deployed): θ carries over
+                self._carry_over(t)
             self.round = t + 1
             if checkpointed_after(t, s.rounds):  # (t < T here: the federation's end checkpoints in run())
                 self._checkpoint(mid_federation=True)
+
+    def _carry_over(self, t: int) -> None:
+        """Round ``t`` brought no client's update (every node of a deployed run failed it, each one's
+        fault): θ^{t+1} = θ^t, recorded in :attr:`carried`. Once is a lost reply; a second round in a
+        row, or the only round of a federation, is a run that cannot learn: ProtocolError."""
+        if [self.lr_index, t - 1] in self.carried or self.plan.settings.rounds == 1:
+            before = f", nor in round {t - 1}" if t else ""
+            raise ProtocolError(f"federation {self.lr_index}, round {t}: no client sent a valid model "
+                                f"update{before}: the run cannot go on (the clients' faults say why)")
+        self.server.carry_over()
+        self.carried.append([self.lr_index, t])
 
     def test_choices(self, variants: dict[str, Callable[[str], bool]]) -> dict[str, dict]:
         """Each variant's per-client choice, scored on the test rows from its snapshot."""
@@ -127,7 +142,7 @@ class BatchRun:
             return
         state = {
             "lr_index": self.lr_index, "round": self.round, "ledger": ledger_state(self.ledger),
-            **self.cohort.checkpoint_state(mid_federation=mid_federation),
+            **self.cohort.checkpoint_state(mid_federation=mid_federation), "carried": list(self.carried),
             "elapsed": self.elapsed + time.perf_counter() - self.started,
         }
         if mid_federation:
@@ -141,6 +156,7 @@ class BatchRun:
         load_ledger(self.ledger, state["ledger"])
         self.cohort.load_checkpoint(state)
         self.elapsed = float(state["elapsed"])
+        self.carried = [[int(i), int(t)] for i, t in state.get("carried", [])]
         if "server" in state:  # stopped between two rounds of a federation (None: Local has no server)
             self.resumed = state
 

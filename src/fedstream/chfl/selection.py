@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fedstream.metrics.collapse import collapse_fields
+from fedstream.metrics.collapse import collapse_fields, most_collapsed
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ def collapse_of(choices: list[Choice]) -> dict:
     """The collapse fields (:func:`fedstream.metrics.collapse.collapse_fields`) of the client
     whose chosen model's test predictions are most one class: the run ends collapsed when any
     client's model does."""
-    known = [(k, c) for k, c in enumerate(choices) if c.top_class_share == c.top_class_share]  # not NaN
-    if not known:
+    k = most_collapsed([(c.top_class_share, c.label_top_class_share) for c in choices])
+    if k is None:
         return {}
-    k, worst = max(known, key=lambda kc: kc[1].top_class_share - kc[1].label_top_class_share)
+    worst = choices[k]
     return collapse_fields(worst.top_class_share, worst.label_top_class_share,
                            f"client {k}'s test rows (its chosen model, {worst.candidate})")

@@ -11,16 +11,24 @@ current global common column and a fresh unique column; under ``local`` it start
 
 Standardisation uses each client's first ``stats_rows`` samples (what it can have seen early
 on), as the online-VFL sources do. Reported: prequential accuracy per ``eval_every`` ticks and
-client (the curve), accumulated prequential accuracy, the late joiner's own curve, bytes.
-Given a run folder, the curve's rows are written as they complete and a checkpoint after every
-synchronisation; a checkpoint found there is resumed (:mod:`fedstream.chfl.checkpoint`).
+client (the curve), accumulated prequential accuracy, the late joiner's own curve, bytes. Each
+point of the curve also has the share of the most-predicted class of each client's predictions
+(``top_class_share_per_client``) and, of the client whose predictions are most one class beyond
+its labels' skew (``top_class_client``), that share and its labels' (``top_class_share``,
+``label_top_class_share``): the last point's say whether the run ended collapsed
+(:mod:`fedstream.metrics.collapse`: ``collapsed`` and a warning in the summary).
+Given a run folder, the curve's rows (tick, acc, top_class_share) are written as they complete and
+a checkpoint after every synchronisation; a checkpoint found there is resumed
+(:mod:`fedstream.chfl.checkpoint`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -45,6 +53,7 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
+from fedstream.metrics.collapse import collapse_fields, count_share, most_collapsed
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.tensors import ModelTransport
 
@@ -154,44 +163,89 @@ def stream_client(k: int, view: View, drawn: tuple[dict, Column | None], s: Stre
                   prox_mu=s.prox_mu if method == "fedprox" else 0.0, seed=seed)
 
 
-def learn_tick(c: Client, t: int, join_tick: int, batch: int) -> float:
-    """Client ``c``'s tick ``t``: predict its next batch (the prequential test), then learn from it;
-    returns the number predicted correctly."""
+class TickScore(NamedTuple):
+    """A client's prequential test of one tick's batch: how many it predicted correctly, and how
+    many of its predictions and of the batch's labels went to each class."""
+
+    correct: float
+    predicted: np.ndarray
+    labels: np.ndarray
+
+
+def learn_tick(c: Client, t: int, join_tick: int, batch: int) -> TickScore:
+    """Client ``c``'s tick ``t``: predict its next batch (the prequential test), then learn from it."""
     i = (t - join_tick) * batch
     xc, xu, y = (a[i:i + batch] for a in c.data.train)
     out = c.predict(xc, xu, c.candidates()[:1])[c.candidates()[0]]
-    correct = float((out.argmax(1) == y).sum())
+    guess = out.argmax(1)
+    n_classes = out.shape[1]
+    score = TickScore(float((guess == y).sum()), np.bincount(guess.numpy(), minlength=n_classes),
+                      np.bincount(y.numpy(), minlength=n_classes))
     c.step(xc, xu, y)
-    return correct
+    return score
+
+
+def class_shares(predicted: np.ndarray, labels: np.ndarray, join_tick: list[int], a: int,
+                 b: int) -> list[tuple[float, float] | None]:
+    """Per client, over ticks [a, b), the shares of its most-predicted class and of the most
+    frequent label (:func:`fedstream.metrics.collapse.count_share`) from the counts per client, tick
+    and class; None for a client with no tick there (not active yet, or every tick missed)."""
+    out: list[tuple[float, float] | None] = []
+    for k in range(len(join_tick)):
+        lo = max(a, join_tick[k])
+        p = predicted[k, lo:b].sum(axis=0) if b > lo else None
+        out.append(None if p is None or p.sum() == 0 else
+                   (count_share(p), count_share(labels[k, lo:b].sum(axis=0))))
+    return out
+
+
+def share_fields(shares: list[tuple[float, float] | None]) -> dict:
+    """A curve point's collapse fields from :func:`class_shares` (see the module doc)."""
+    k = most_collapsed([(math.nan, math.nan) if v is None else v for v in shares])
+    if k is None:
+        return {}
+    return {"top_class_share": shares[k][0], "label_top_class_share": shares[k][1], "top_class_client": k,
+            "top_class_share_per_client": [None if v is None else v[0] for v in shares]}
 
 
 def prequential_point(correct: np.ndarray, join_tick: list[int], batch: int, a: int, b: int,
-                      seen: np.ndarray | None = None) -> dict:
+                      seen: np.ndarray | None = None, counts: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> dict:
     """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean.
-    ``seen``: which (client, tick) were played (a deployed node that failed misses ticks)."""
+    ``seen``: which (client, tick) were played (a deployed node that failed misses ticks);
+    ``counts``: the predictions and labels per client, tick and class, for the collapse fields
+    (:func:`share_fields`)."""
     per = []
     for k in range(len(join_tick)):
         lo = max(a, join_tick[k])
         n = b - lo if seen is None else int(seen[k, lo:b].sum())
         per.append(None if b <= join_tick[k] or n <= 0 else float(correct[k, lo:b].sum() / (n * batch)))
     live = [p for p in per if p is not None]
-    return {"tick": b, "acc": float(np.mean(live)), "per_client": per}
+    out = {"tick": b, "acc": float(np.mean(live)), "per_client": per}
+    return out if counts is None else out | share_fields(class_shares(*counts, join_tick, a, b))
 
 
 def stream_summary(correct: np.ndarray, join_tick: list[int], s: StreamSettings,
-                   seen: np.ndarray | None = None) -> dict:
-    """The result's accuracy keys from the correct counts per client and tick (``seen``: as for
-    :func:`prequential_point`)."""
+                   seen: np.ndarray | None = None,
+                   counts: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """The result's accuracy keys from the correct counts per client and tick (``seen``, ``counts``:
+    as for :func:`prequential_point`), and the collapse fields of the curve's last point."""
     n_ticks = correct.shape[1]
     played = [(n_ticks - join_tick[k]) if seen is None else int(seen[k].sum()) for k in range(s.clients)]
     per = [float(correct[k].sum() / (played[k] * s.batch)) if played[k] else float("nan")
            for k in range(s.clients)]
     late = s.clients - 1
-    curve = [prequential_point(correct, join_tick, s.batch, a, min(a + s.eval_every, n_ticks), seen)
-             for a in range(0, n_ticks, s.eval_every)]
-    return {"ticks": n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
-            "curve": curve, "late_client": {"client": late, "join_tick": join_tick[late],
-                                            "curve": [p["per_client"][late] for p in curve]}}
+    starts = range(0, n_ticks, s.eval_every)
+    curve = [prequential_point(correct, join_tick, s.batch, a, min(a + s.eval_every, n_ticks), seen, counts)
+             for a in starts]
+    out = {"ticks": n_ticks, "prequential_acc": float(np.mean(per)), "prequential_acc_per_client": per,
+           "curve": curve, "late_client": {"client": late, "join_tick": join_tick[late],
+                                           "curve": [p["per_client"][late] for p in curve]}}
+    last = curve[-1]
+    if "top_class_share" in last:
+        where = f"client {last['top_class_client']}'s last ticks ({starts[-1]}..{n_ticks - 1})"
+        out |= collapse_fields(last["top_class_share"], last["label_top_class_share"], where)
+    return out
 
 
 class _Stream:
@@ -210,6 +264,9 @@ class _Stream:
             for k in range(s.clients)]
         self.transport = ModelTransport(s.clients)
         self.correct = np.zeros((s.clients, self.n_ticks))
+        # predictions and labels per client, tick and class (the collapse fields: share_fields)
+        self.predicted = np.zeros((s.clients, self.n_ticks, n_classes), dtype=np.int64)
+        self.labels = np.zeros_like(self.predicted)
         self.since_sync = [0] * s.clients
 
     def active(self, t: int) -> list[int]:
@@ -238,14 +295,16 @@ class _Stream:
             if joining:
                 self._down(joining)
         for k in ks:
-            self.correct[k, t] = learn_tick(self.clients[k], t, self.join_tick[k], self.s.batch)
+            score = learn_tick(self.clients[k], t, self.join_tick[k], self.s.batch)
+            self.correct[k, t], self.predicted[k, t], self.labels[k, t] = score
             self.since_sync[k] += self.s.batch
         if self.server is not None and (t + 1) % self.s.sync_every == 0:
             self._sync(ks)
 
     def point(self, a: int, b: int) -> dict:
         """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
-        return prequential_point(self.correct, self.join_tick, self.s.batch, a, b)
+        return prequential_point(self.correct, self.join_tick, self.s.batch, a, b,
+                                 counts=(self.predicted, self.labels))
 
     def state(self, t: int) -> dict:
         """Everything after tick ``t - 1`` (for a checkpoint): clients, server, scores, ledger."""
@@ -254,6 +313,8 @@ class _Stream:
             "server": None if self.server is None else {
                 "round": self.server.round, "tensors": arrays_to_tensors(self.server.state)},
             "correct": torch.from_numpy(self.correct.copy()), "ledger": ledger_state(self.transport.ledger),
+            "predicted": torch.from_numpy(self.predicted.copy()),
+            "labels": torch.from_numpy(self.labels.copy()),
         }
 
     def load(self, state: dict) -> int:
@@ -265,11 +326,13 @@ class _Stream:
             self.server.state = tensors_to_arrays(state["server"]["tensors"])
             self.server.round = int(state["server"]["round"])
         self.correct = state["correct"].numpy().copy()
+        if "predicted" in state:  # (a checkpoint from before the counts were kept: none before it)
+            self.predicted, self.labels = state["predicted"].numpy().copy(), state["labels"].numpy().copy()
         load_ledger(self.transport.ledger, state["ledger"])
         return int(state["tick"])
 
 
-METRIC_COLUMNS = ["tick", "acc"]
+METRIC_COLUMNS = ["tick", "acc", "top_class_share"]  # top_class_share: the curve point's (share_fields)
 
 
 def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, *,
@@ -301,12 +364,12 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
                 continue
             if (t + 1) % every == 0 or t + 1 == st.n_ticks:
                 p = st.point((t // every) * every, t + 1)
-                folder.append({"tick": p["tick"], "acc": p["acc"]})
+                folder.append({k: p.get(k) for k in METRIC_COLUMNS})
             if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
                 folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
     return {
         "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
-        **stream_summary(st.correct, st.join_tick, settings),
+        **stream_summary(st.correct, st.join_tick, settings, counts=(st.predicted, st.labels)),
         "bytes": st.transport.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
         "resumed": elapsed > 0,
     }

@@ -93,6 +93,8 @@ def serve(config: dict, settings: dict, runtime: Runtime) -> dict:
     summary = server.play(checkpoint, audit=audit)
     summary |= outcome(summary, session_of(server), config)
     print(f"fedstream: done, {adapter.report(summary)}, {runtime.note()}", flush=True)
+    for warning in summary.get("warnings", []):  # e.g. a run that ended collapsed, as `fedstream run` says
+        print(f"fedstream: warning: {warning}", flush=True)
     if out is not None:
         write_outputs(out, summary | {"config": config} | runtime.extra(), server.audit() if audit else {})
     check_outcome(summary, out)

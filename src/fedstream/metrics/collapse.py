@@ -18,7 +18,7 @@ A run **ends collapsed** when, at its last evaluation,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,24 @@ def top_share(values: Iterable[int] | np.ndarray) -> float:
         return float("nan")
     _, counts = np.unique(values, return_counts=True)
     return float(counts.max() / values.size)
+
+
+def count_share(counts: np.ndarray) -> float:
+    """The share of the largest of ``counts`` (per class) in their sum (NaN for none): the
+    :func:`top_share` of values given as their counts."""
+    counts = np.asarray(counts)
+    total = counts.sum()
+    return float(counts.max() / total) if total > 0 else float("nan")
+
+
+def most_collapsed(pairs: Sequence[tuple[float, float]]) -> int | None:
+    """Of several models' (predicted share, label share) pairs (a federation's clients), the index of
+    the one whose predictions are most one class beyond their labels' skew: the run ends collapsed
+    when that one does. Pairs with a NaN predicted share are skipped; None when none is left."""
+    known = [k for k, (top, _) in enumerate(pairs) if top == top]
+    if not known:
+        return None
+    return max(known, key=lambda k: pairs[k][0] - pairs[k][1])
 
 
 def is_collapsed(predicted_share: float, label_share: float) -> bool:

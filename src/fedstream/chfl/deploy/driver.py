@@ -8,7 +8,8 @@ rounds. The result has the simulator's keys (``test_acc``, ``variants`` with eve
 choice, ``bytes``, ...) plus what the network adds (``faults``, ``exchanges``, the nodes' own
 byte counts in ``clients``). Without faults it equals the simulator's result (timings aside).
 
-Faults: a node that fails a round is left out of it (:mod:`fedstream.chfl.deploy.proxy`); one that
+Faults: a node that fails a round is left out of it (:mod:`fedstream.chfl.deploy.proxy`; a round
+that every node failed keeps the global column: ``carried_over`` lists its federation and round); one that
 comes back on a new SuperNode is set up again from its own checkpoint (``rejoins``). With
 ``run(checkpoint=PATH)`` the server checkpoints as the simulator does, after every FedAvg round
 and at every federation's end (:class:`~fedstream.chfl.trainer.BatchRun` with a
@@ -104,7 +105,7 @@ class NetworkCHFL:
         return result_of(self.batch, variants, n_rows=shape["n_rows"], features=features) | {
             "wall_seconds": self.batch.elapsed + time.perf_counter() - t0, "resumed": self.loaded is not None,
             "exchanges": self.cohort.exchanges, "faults": self.cohort.faults, "rejoins": self.cohort.rejoins,
-            "clients": self.cohort.reports}
+            "clients": self.cohort.reports, "carried_over": self.batch.carried}
 
     # -- as deploy.serve runs it ------------------------------------------------------------------
     def where(self) -> str:

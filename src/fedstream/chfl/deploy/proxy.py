@@ -19,8 +19,9 @@ length, finite values), from this client, for this round, with the tensor names 
 global column sent. A node whose reply fails a check, whose ClientApp failed or which did not
 answer in time is logged and recorded (``faults``) and left out of that round: FedAvg averages
 the other clients' updates (weighted by their counts) and the node gets θ^{t+1} with the next
-round. A round with no valid update at all, or a setup that does not agree, ends the run with a
-:class:`~fedstream.errors.ProtocolError` that says why.
+round. A round with no valid update at all (every node's reply lost: each one's fault) keeps θ^t
+(``carried_over``; a second in a row ends the run: BatchRun). A setup that does not agree ends
+the run with a :class:`~fedstream.errors.ProtocolError` that says why.
 
 A node that comes back (a new SuperNode in the place of one that crashed or hangs:
 ``link.rejoined()``, asked before every round and before the finish) is set up again with
@@ -225,13 +226,7 @@ class RemoteCohort(Session):
                 self.ledger.add(m, "up", size)
                 ups[m] = update
         out.updates = [ups[m] for m in sorted(ups)]
-        if validate and not out.val:
-            raise ProtocolError(f"round {t}: no client node answered validly (faults: "
-                                f"{[f['reason'] for f in self.faults[-3:]]})")
-        if epochs and models is not None and not out.updates:
-            raise ProtocolError(f"round {t}: no client node sent a valid model update (faults: "
-                                f"{[f['reason'] for f in self.faults[-3:]]})")
-        return out
+        return out  # no valid reply at all: every node's fault; θ carries over (BatchRun)
 
     def _check_round(self, m: int, reply: Envelope, t: int, validate: bool, epochs: int,
                      sent: ModelUpdate | None) -> tuple[float, ModelUpdate | None, int]:

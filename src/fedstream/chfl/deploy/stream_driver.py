@@ -22,8 +22,9 @@ rows learnt since the node's previous upload, or any whole number of batches fro
 fault or came back: it may have learnt rows the server did not count). A node that fails a segment
 is recorded in ``faults`` and its ticks in ``missed_ticks`` (the accuracy counts only the ticks
 played); it gets θ again with its next request, and a FedAvg round averages the others (a round
-without any valid update ends the run). A node that comes back is set up with ``rejoin`` (its latest
-state) and plays on from the next segment. Given a checkpoint path (``run(checkpoint=...)``,
+without any valid update keeps θ, ``carried_over`` lists its tick; a second in a row ends the
+run). A node that comes back is set up with ``rejoin`` (its latest state) and plays on from the
+next segment. Given a checkpoint path (``run(checkpoint=...)``,
 ``--out``), the server saves its state after every synchronisation before the end, and the nodes
 keep theirs of that tick; :meth:`NetworkStream.load` (``--resume``) goes on from it with the same
 nodes.
@@ -153,8 +154,12 @@ class NetworkStream(Session):
         join, n_ticks = self._setup(start)
         federated = self.server is not None
         correct, seen = np.zeros((K, n_ticks)), np.zeros((K, n_ticks), dtype=bool)
+        # the nodes' predictions and labels per client, tick and class (collapse: stream.share_fields)
+        classes = (np.zeros((K, n_ticks, self.nodes[0]["n_classes"]), dtype=np.int64),
+                   np.zeros((K, n_ticks, self.nodes[0]["n_classes"]), dtype=np.int64))
         learnt = [0] * K  # rows each node learnt since its last accepted upload (as the node counts)
         need: set[int] = set()  # nodes to send θ with their next request
+        carried: list[int] = []  # the synchronisations (their tick) without any valid update
         path = Path(checkpoint) if checkpoint is not None else self.loaded
         first = self.nodes[0]
         folder = None if path is None else RunFolder(
@@ -169,7 +174,10 @@ class NetworkStream(Session):
                 self.server.state = tensors_to_arrays(v["server"]["tensors"])
                 self.server.round = int(v["server"]["round"])
             correct, seen = v["correct"].numpy().copy(), v["seen"].numpy().astype(bool)
+            if "predicted" in v:  # (a checkpoint from before the counts were kept: none before it)
+                classes = (v["predicted"].numpy().copy(), v["labels"].numpy().copy())
             learnt, need = [int(x) for x in v["learnt"]], {int(m) for m in v["need"]}
+            carried = [int(x) for x in v.get("carried", [])]
             load_ledger(self.ledger, v["ledger"])
             self.load_session_state(v["network"], before=True)
             elapsed = float(v["elapsed"])
@@ -199,55 +207,69 @@ class NetworkStream(Session):
             ups: list[ModelUpdate] = []
             for m, reply in sorted(self.exchange(requests).items()):
                 try:
-                    counts, update, size = self._check(m, self.reply(reply, ROUND, a), a, b, upload,
-                                                       learnt[m])
+                    counts, by_class, update, size = self._check(m, self.reply(reply, ROUND, a), a, b,
+                                                                 upload, learnt[m])
                 except FedstreamError as exc:
                     self.fault(m, a, ROUND, str(exc))
                     need.add(m)
                     continue
                 correct[m, a:b], seen[m, a:b] = counts, True
+                classes[0][m, a:b], classes[1][m, a:b] = by_class
                 learnt[m] += (b - a) * s.batch
                 if update is not None:
                     self.ledger.add(m, "up", size)
                     ups.append(update)
                     learnt[m] = 0
             if upload:
-                if not ups:
-                    raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update (faults: "
-                                        f"{[f['reason'] for f in self.faults[-3:]]})")
-                self.server.aggregate(ups)
+                if ups:
+                    self.server.aggregate(ups)
+                else:  # every node's reply lost (each one's fault): θ carries over to the next round
+                    self._carry_over(b, carried, n_ticks)
                 need |= set(active)
             if folder is not None:
-                self._metrics(folder, correct, seen, join, a, b)
+                self._metrics(folder, correct, seen, join, a, b, classes)
             if keep:
-                folder.save(self._state(b, correct, seen, learnt, need) | {
-                    "elapsed": elapsed + time.perf_counter() - t0})
+                folder.save(self._state(b, correct, seen, learnt, need, classes) | {
+                    "elapsed": elapsed + time.perf_counter() - t0, "carried": list(carried)})
         self._finish(n_ticks, need if federated else set())
         missed = [int((n_ticks - join[k]) - seen[k].sum()) for k in range(K)]
         return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
-                **stream_summary(correct, join, s, seen if any(missed) else None),
+                **stream_summary(correct, join, s, seen if any(missed) else None, classes),
                 "bytes": self.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
                 "resumed": self.saved is not None,
                 "missed_ticks": missed, "faults": self.faults, "rejoins": self.rejoins,
-                "exchanges": self.exchanges, "clients": self.reports}
+                "exchanges": self.exchanges, "clients": self.reports, "carried_over": carried}
 
-    def _metrics(self, folder: RunFolder, correct, seen, join: list[int], a: int, b: int) -> None:
-        """The simulator's metrics rows (tick, acc) of the ticks [a, b) just played."""
+    def _carry_over(self, b: int, carried: list[int], n_ticks: int) -> None:
+        """The synchronisation at tick ``b`` brought no valid update: θ carries over (``carried``).
+        Twice in a row, or the run's only synchronisation: ProtocolError (the run cannot learn)."""
+        every = self.settings.sync_every
+        if b - every in carried or n_ticks // every == 1:
+            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
+                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                f"{[f['reason'] for f in self.faults[-3:]]})")
+        self.server.carry_over()
+        carried.append(b)
+
+    def _metrics(self, folder: RunFolder, correct, seen, join: list[int], a: int, b: int, classes) -> None:
+        """The simulator's metrics rows (tick, acc, top_class_share) of the ticks [a, b) just played."""
         every, n_ticks = self.settings.eval_every, correct.shape[1]
         played = all(seen[k, join[k]:b].all() for k in range(len(join)))  # no tick missed so far
         for end in range(a + 1, b + 1):
             if end % every == 0 or end == n_ticks:
                 p = prequential_point(correct, join, self.settings.batch, ((end - 1) // every) * every, end,
-                                      None if played else seen)
-                folder.append({"tick": p["tick"], "acc": p["acc"]})
+                                      None if played else seen, classes)
+                folder.append({k: p.get(k) for k in METRIC_COLUMNS})
 
-    def _state(self, b: int, correct, seen, learnt: list[int], need: set[int]) -> dict:
+    def _state(self, b: int, correct, seen, learnt: list[int], need: set[int], classes) -> dict:
         """Everything after tick ``b - 1`` (a checkpoint): the nodes keep their own state of ``b``."""
         server = None if self.server is None else {"round": self.server.round,
                                                    "tensors": arrays_to_tensors(self.server.state)}
         return {"tick": b, "server": server, "correct": torch.from_numpy(correct.copy()),
                 "seen": torch.from_numpy(seen.astype(np.uint8)), "learnt": list(learnt),
-                "need": sorted(need), "ledger": ledger_state(self.ledger), "network": self.session_state()}
+                "need": sorted(need), "ledger": ledger_state(self.ledger), "network": self.session_state(),
+                "predicted": torch.from_numpy(classes[0].copy()),
+                "labels": torch.from_numpy(classes[1].copy())}
 
     def _rejoin_check(self, a: int):
         def accept(m: int, reply: Envelope) -> dict:
@@ -263,14 +285,16 @@ class NetworkStream(Session):
         return accept
 
     def _check(self, m: int, reply: Envelope, a: int, b: int, upload: bool,
-               learnt: int) -> tuple[list[int], ModelUpdate | None, int]:
-        """Validate client m's reply to ticks [a, b); return its counts, its update and the update's bytes."""
+               learnt: int) -> tuple[list[int], tuple[np.ndarray, np.ndarray], ModelUpdate | None, int]:
+        """Validate client m's reply to ticks [a, b); return its counts, its predictions and labels per
+        tick and class, its update and the update's bytes."""
         s = self.settings
         counts = SegmentReply.read(reply.info, f"ticks from {a}, reply", ticks=b - a, batch=s.batch).correct
+        by_class = self._by_class(reply, b - a)
         if len(reply.parts) != int(upload):
             raise ProtocolError(f"expected {int(upload)} model message(s), received {len(reply.parts)}")
         if not upload:
-            return counts, None, 0
+            return counts, by_class, None, 0
         msg = decode_update(reply.parts[0])  # header, length, finite values
         if msg.client != m or msg.round != self.server.round:
             raise ProtocolError(f"expected client {m}'s model for FedAvg round {self.server.round}, received "
@@ -286,7 +310,23 @@ class NetworkStream(Session):
         got = [(k, v.shape) for k, v in msg.tensors.items()]
         if got != want:
             raise ProtocolError(f"the model's tensors {got} do not match the global column {want}"[:500])
-        return counts, msg, len(reply.parts[0])
+        return counts, by_class, msg, len(reply.parts[0])
+
+    def _by_class(self, reply: Envelope, ticks: int) -> tuple[np.ndarray, np.ndarray]:
+        """The reply's ``predicted`` and ``labels`` arrays: per tick and class, counts that sum to the
+        batch in every tick."""
+        want = (ticks, self.nodes[0]["n_classes"])
+        if set(reply.arrays) != {"predicted", "labels"}:
+            raise ProtocolError(f"expected arrays ['labels', 'predicted'], received "
+                                f"{sorted(reply.arrays)}"[:300])
+        for name in ("predicted", "labels"):
+            v = reply.arrays[name]
+            if (v.shape != want or v.dtype.kind not in "iu" or (v < 0).any()
+                    or (v.sum(axis=1) != self.settings.batch).any()):
+                raise ProtocolError(f"array {name!r} must be {want[0]} x {want[1]} counts (ticks x classes) "
+                                    f"summing to {self.settings.batch} per tick, received {v.dtype} "
+                                    f"{v.shape}"[:300])
+        return reply.arrays["predicted"], reply.arrays["labels"]
 
     def _finish(self, n_ticks: int, need: set[int]) -> None:
         """The last broadcast (after a synchronisation at the very end) and every node's byte counts."""

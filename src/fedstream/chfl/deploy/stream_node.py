@@ -15,9 +15,11 @@ Requests (:mod:`fedstream.chfl.deploy.records`):
 * ``round`` t (a segment, ticks [t, ``until``)): with a part, the global column θ (the server's
   broadcast when the node joins, after a synchronisation, or when it came back), loaded first;
   then each tick's batch is predicted (the prequential test) and learnt
-  (:func:`~fedstream.chfl.stream.learn_tick`); the reply carries the correct counts per tick and,
-  with ``upload``, the common column as an encoded ModelUpdate whose ``n_samples`` are the rows
-  learnt since the previous upload;
+  (:func:`~fedstream.chfl.stream.learn_tick`); the reply carries the correct counts per tick, the
+  counts of its predictions and of the batch's labels per tick and class (``arrays``: ``predicted``,
+  ``labels``; the server's collapse measure, :mod:`fedstream.metrics.collapse`) and, with
+  ``upload``, the common column as an encoded ModelUpdate whose ``n_samples`` are the rows learnt
+  since the previous upload;
 * ``finish``: with a part, the last broadcast; the reply carries the node's byte counts.
 
 A segment's ticks need nothing from the server between them (a client learns from its own rows
@@ -149,16 +151,16 @@ class StreamHost(NodeHost):
             raise ProtocolError(f"{where}: the node joins at tick {self.join} and played up to tick "
                                 f"{self.tick}: requests must move forward")
         self._global(env, where)  # the last check: from here on the request changes the node
-        correct = []
-        for t in range(a, request.until):
-            correct.append(int(learn_tick(self.client, t, self.join, s.batch)))
-            self.since += s.batch
+        scores = [learn_tick(self.client, t, self.join, s.batch) for t in range(a, request.until)]
+        self.since += len(scores) * s.batch
         self.tick = request.until - 1
         parts = []
         if request.upload:
             parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
             self.since = 0
-        return Envelope(ROUND, a, parts, SegmentReply(correct=correct).info())
+        return Envelope(ROUND, a, parts, SegmentReply(correct=[int(c.correct) for c in scores]).info(),
+                        arrays={"predicted": np.stack([c.predicted for c in scores]).astype(np.int64),
+                                "labels": np.stack([c.labels for c in scores]).astype(np.int64)})
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return pack_state(STATE, {"tick": self.tick, "since": self.since, "client": self.client.state(),
