@@ -245,7 +245,7 @@ def test_a_node_answers_vfps_with_its_distances_only(tiny, data_root, tmp_path):
             host.handle(e)
     # the labels are all the server holds; its VF-PS never reads a pixel
     held = set(vars(load_labels(tiny, str(data_root))))
-    assert held == {"dataset", "train_y", "test_y", "classes", "n_classes", "ids"}  # no feature array
+    assert held == {"dataset", "train_y", "test_y", "classes", "n_classes", "ids", "alignment"}  # no features
 
 
 def test_a_distance_message_too_big_for_flower_is_refused_naming_the_key(tiny, data_root, tmp_path):
