@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.selection._kernels import _apply_plan, _fill_dots
+from fedstream.selection._kernels import _apply_plan, _fill_dots, insert_sorted
 
 STRETCH = 16
 BIG = np.iinfo(np.int32).max
@@ -47,13 +47,8 @@ def _kth_of_minima(d, mins, k):  # pragma: no cover (jit)
         return np.int32(BIG)
     best = np.full(k, BIG, dtype=np.int32)
     for s in range(n):
-        v = mins[s]
-        if v < best[k - 1]:
-            i = k - 1
-            while i > 0 and best[i - 1] > v:
-                best[i] = best[i - 1]
-                i -= 1
-            best[i] = v
+        if mins[s] < best[k - 1]:
+            insert_sorted(best, mins[s])
     return best[k - 1]
 
 
@@ -73,12 +68,7 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
         for b in range(s, C, n):
             v = d[b]
             if v < worst:
-                i = k - 1
-                while i > 0 and top[i - 1] > v:
-                    top[i] = top[i - 1]
-                    i -= 1
-                top[i] = v
-                worst = top[k - 1]
+                worst = insert_sorted(top, v)
             elif v <= 0:  # the K-th is 0: v ties at the zero radius
                 zeros[g, a] += 1
 
