@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.selection._kernels import _apply_plan, _fill_dots, insert_sorted
+from fedstream.selection._kernels import _apply_plan, _credit, _fill_dots, _n_within, insert_sorted
 
 STRETCH = 16
 BIG = np.iinfo(np.int32).max
@@ -91,3 +91,71 @@ def topk_int(dots, nr, nc, r0, c0, parent, client, grow, top, zeros, buf, mins):
             if 0 <= own < C:
                 d[own] = BIG  # the row's own sample: neither a neighbour nor a zero
             _topk_row_bounded(d, mins, top[g, a], zeros, g, a)
+
+
+ROW_BLOCK = 4  # rows whose distances are formed before the columns' credits are taken (one load of each)
+CHUNK = 512  # columns per step: the block's work rows, (ROW_BLOCK, m + plan rows, CHUNK) int32, stay in L1
+
+
+@njit(cache=True)
+def _count4(d0, d1, d2, d3, b0, b1, b2, b3, bound, cnt):  # pragma: no cover (jit)
+    """Four rows' distances d0..d3 against one chunk's columns, each element read once: returns
+    #{b: d_r[b] <= b_r} for each row r (the rows' counts) and adds to cnt[b] the rows within
+    bound[b] (the columns' credits)."""
+    n0 = n1 = n2 = n3 = np.int32(0)
+    for b in range(cnt.shape[0]):
+        t, x0, x1, x2, x3 = bound[b], d0[b], d1[b], d2[b], d3[b]
+        n0 += np.int32(x0 <= b0)
+        n1 += np.int32(x1 <= b1)
+        n2 += np.int32(x2 <= b2)
+        n3 += np.int32(x3 <= b3)
+        cnt[b] += np.int32(x0 <= t) + np.int32(x1 <= t) + np.int32(x2 <= t) + np.int32(x3 <= t)
+    return n0, n1, n2, n3
+
+
+@njit(nogil=True, cache=True)
+def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetric, row_cnt, col_cnt,
+              work):  # pragma: no cover (jit)
+    """Phase 2 of the int8 path on one tile whose rows and columns are of different classes: add to
+    row_cnt (G, R) the columns within each row's bound (d <= row_bound (G, R)) and, when
+    ``symmetric``, to col_cnt (G, C) the rows within each column's bound (col_bound (G, C)).
+
+    Same counts as :func:`fedstream.selection._kernels.count_dots` in int mode, in another order:
+    the exact int32 distances of ``ROW_BLOCK`` rows are formed ``CHUNK`` columns at a time
+    (|x_a|² + |x_b|² − 2 x_a·x_b per client, then the sum plan), so they are read back from L1,
+    and each column's bound and credit are loaded once per block of rows instead of once per row.
+    ``work`` is a (ROW_BLOCK, m + plan rows, CHUNK) int32 scratch.
+    """
+    m, R, C = dots.shape
+    P, G = parent.shape[0], grow.shape[0]
+    for a0 in range(0, R, ROW_BLOCK):
+        nb = min(ROW_BLOCK, R - a0)
+        for s in range(0, C, CHUNK):
+            w = min(CHUNK, C - s)
+            for r in range(nb):
+                a = a0 + r
+                buf = work[r]
+                for j in range(m):
+                    base = nr[j, a]
+                    out, dj, nj = buf[j], dots[j, a, s:s + w], nc[j, s:s + w]
+                    for b in range(w):
+                        out[b] = base + nj[b] - np.int32(2) * dj[b]
+                for p in range(P):
+                    out, x, y = buf[m + p], buf[parent[p]], buf[client[p]]
+                    for b in range(w):
+                        out[b] = x[b] + y[b]
+            for g in range(G):
+                h = grow[g]
+                if symmetric and nb == ROW_BLOCK:
+                    n0, n1, n2, n3 = _count4(work[0, h, :w], work[1, h, :w], work[2, h, :w], work[3, h, :w],
+                                             row_bound[g, a0], row_bound[g, a0 + 1], row_bound[g, a0 + 2],
+                                             row_bound[g, a0 + 3], col_bound[g, s:s + w], col_cnt[g, s:s + w])
+                    row_cnt[g, a0] += n0
+                    row_cnt[g, a0 + 1] += n1
+                    row_cnt[g, a0 + 2] += n2
+                    row_cnt[g, a0 + 3] += n3
+                    continue
+                for r in range(nb):
+                    row_cnt[g, a0 + r] += _n_within(work[r, h, :w], row_bound[g, a0 + r])
+                    if symmetric:
+                        _credit(work[r, h, :w], col_bound[g, s:s + w], col_cnt[g, s:s + w])
