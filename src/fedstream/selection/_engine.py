@@ -29,8 +29,8 @@ from threadpoolctl import threadpool_limits
 
 import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
-from fedstream.selection._layout import Prepared
 from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
+from fedstream.selection._layout import Prepared
 
 TILE_ROWS = 512
 TILE_COLS = 2048
