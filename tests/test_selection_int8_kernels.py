@@ -21,7 +21,9 @@ def _tile(rows, cols, seed):
     return rng, dots, nr, nc
 
 
-@pytest.mark.parametrize("rows,cols", [(ROW_BLOCK * 3, CHUNK * 2 + 37), (ROW_BLOCK * 2 + 3, 19), (1, CHUNK + 1)])
+@pytest.mark.parametrize(
+    "rows,cols", [(ROW_BLOCK * 3, CHUNK * 2 + 37), (ROW_BLOCK * 2 + 3, 19), (1, CHUNK + 1)]
+)
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_count_int_equals_generic_kernel(rows, cols, symmetric):
     rng, dots, nr, nc = _tile(rows, cols, seed=rows + cols)
@@ -32,9 +34,9 @@ def test_count_int_equals_generic_kernel(rows, cols, symmetric):
     col_bound = rng.integers(0, 60, (G, cols)).astype(np.int32)
     want_rows, want_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
     work = np.empty((4 + parent.shape[0]) * cols, np.int32)
-    K.count_dots(dots, nr, nc, True, np.zeros((1, 1), np.float32), np.zeros(5, np.int64), 0, rows,
-                 np.zeros(rows, np.int64), np.ones(cols, np.int64), row_bound, col_bound, parent, client, grow,
-                 symmetric, want_rows, want_cols, work)
+    labels = (np.zeros(rows, np.int64), np.ones(cols, np.int64))  # rows and columns of two classes
+    K.count_dots(dots, nr, nc, True, np.zeros((1, 1), np.float32), np.zeros(5, np.int64), 0, rows, *labels,
+                 row_bound, col_bound, parent, client, grow, symmetric, want_rows, want_cols, work)
     got_rows, got_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
     block = np.empty((ROW_BLOCK, 4 + parent.shape[0], CHUNK), np.int32)
     count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetric, got_rows, got_cols, block)
