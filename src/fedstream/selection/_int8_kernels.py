@@ -128,9 +128,9 @@ def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetri
 
     Same counts as :func:`fedstream.selection._kernels.count_dots` in int mode, in another order:
     the exact int32 distances of ``ROW_BLOCK`` rows are formed ``CHUNK`` columns at a time
-    (|x_a|² + |x_b|² − 2 x_a·x_b per client, then the sum plan), so they are read back from L2 (~140 KB
-    for 4 clients and 9 groups),
-    and each column's bound and credit are loaded once per block of rows instead of once per row.
+    (|x_a|² + |x_b|² − 2 x_a·x_b per client, then the sum plan), so they are read back from L2
+    (~140 KB for 4 clients and 9 groups), and each group's distance is read once for the rows'
+    counts and the columns' credits, each column's bound and credit once per block of rows.
     ``work`` is a (ROW_BLOCK, m + plan rows, CHUNK) int32 scratch.
     """
     m, R, C = dots.shape
