@@ -1,7 +1,7 @@
-"""VF-PS (re-)selection speed: today's engine against the implementation before issue 33, in one process.
+"""VF-PS (re-)selection speed: the plain engine against the fast one, in one process (issue 33).
 
 Part of ``fedstream bench selection``. Two cases, each scored by both engines, interleaved
-(old, new, old, new, ...) so that a shared machine's load hits both alike:
+(reference, fast, reference, fast, ...) so that a shared machine's load hits both alike:
 
 * **relaxed re-selection**: MNIST's 60,000 training rows as 4 clients of 28×7 pixel columns,
   the rows present in the relaxed dynamic setting of ``selection-table2`` (``keep`` 0.1 at the
@@ -10,16 +10,20 @@ Part of ``fedstream bench selection``. Two cases, each scored by both engines, i
   K = 10, every row a query: one re-selection as a run makes it;
 * **full MNIST**: the same on all 60,000 rows.
 
-"old" is ``backend="dots"`` (float32 SGEMM dot products per client and tile, the top-K insertion
-over every same-class column), "new" is ``backend="auto"``, which picks the int8 path on pixels
-(an int8 GEMM into int32, exact, and the thresholded top-K of ``_topk_kernels``). Wall and CPU seconds
-(both worker threads) are reported; on a loaded machine the CPU ratio is the steadier. Both
-compute in exact integer arithmetic, so their per-query counts m_q, the scores and the picks must be equal:
-the bench checks each and reports the largest score difference.
+The reference ("before") is ``backend="dots"``: the straightforward blocked engine, one float32
+SGEMM per client and tile for the dot products, the distances |a|² + |b|² − 2a·b in int32 (exact
+on pixels), a top-K insertion over every same-class column and a count over every other-class
+column. The fast path ("after") is ``backend="auto"``, which picks the int8 path on pixels
+(``selection/_int8_kernels``: an int8 GEMM into int32, exact; the thresholded top-K; the blocked
+count). Wall and CPU seconds (both worker threads) are reported, with the load average before and
+after; on a loaded machine the CPU ratio is the steadier. Both compute in exact integer
+arithmetic, so their per-query counts m_q, the scores and the picks must be equal: the bench
+checks each and reports the largest score difference.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -27,7 +31,15 @@ import numpy as np
 from fedstream.selection.dynamic import RelaxedSchedule
 from fedstream.selection.group_testing import group_test
 
-OLD, NEW = "dots", "auto"
+OLD, NEW = "dots", "auto"  # the reference ("before") and the fast path ("after")
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        return None
 
 
 def relaxed_rows(
@@ -51,6 +63,7 @@ def compare(blocks, y, *, k: int = 10, reps: int = 2, workers=None) -> dict:
     times = {OLD: [], NEW: []}
     cpu = {OLD: [], NEW: []}
     results = {}
+    load_before = load_average()
     for _ in range(reps):
         for backend in (OLD, NEW):
             t0, c0 = time.perf_counter(), time.process_time()
@@ -64,6 +77,8 @@ def compare(blocks, y, *, k: int = 10, reps: int = 2, workers=None) -> dict:
     cpu_ratios = [a / b for a, b in zip(cpu[OLD], cpu[NEW])]
     return {
         "rows": int(y.size),
+        "load_before": load_before,
+        "load_after": load_average(),
         "old_s": times[OLD],
         "new_s": times[NEW],
         "old_cpu_s": cpu[OLD],
@@ -120,13 +135,16 @@ def format_reselection(d: dict) -> list[str]:
         if key not in d:
             continue
         c = d[key]
+        load = ""
+        if c.get("load_before") is not None:
+            load = f"; load average {c['load_before']:.1f} -> {c['load_after']:.1f}"
         lines.append(
-            f"  {title}, {c['rows']:,} rows x 4 clients, 9 groups: old engine {c['old_min_s']:.2f} s, "
-            f"new {c['new_min_s']:.2f} s (min of {d['reps']}): {c['speedup_min_over_min']:.1f}x "
-            f"(median of pairs {c['speedup_median_pairwise']:.1f}x); CPU seconds "
-            f"{min(c['old_cpu_s']):.1f} -> {min(c['new_cpu_s']):.1f}, {c['cpu_speedup_min']:.1f}x min / "
-            f"{c['cpu_speedup_median']:.1f}x median; "
+            f"  {title}, {c['rows']:,} rows x 4 clients, 9 groups: reference (float32 GEMM engine) "
+            f"{c['old_min_s']:.2f} s, fast (int8 path) {c['new_min_s']:.2f} s (min of {d['reps']}): "
+            f"{c['speedup_min_over_min']:.1f}x (median of pairs {c['speedup_median_pairwise']:.1f}x); "
+            f"CPU seconds {min(c['old_cpu_s']):.1f} -> {min(c['new_cpu_s']):.1f}, "
+            f"{c['cpu_speedup_min']:.1f}x min / {c['cpu_speedup_median']:.1f}x median; "
             f"scores equal: {c['scores_equal']} "
-            f"(largest difference {c['max_score_diff']:.3g}), picks equal: {c['picks_equal']}"
+            f"(largest difference {c['max_score_diff']:.3g}), picks equal: {c['picks_equal']}{load}"
         )
     return lines

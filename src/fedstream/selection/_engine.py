@@ -29,8 +29,8 @@ from threadpoolctl import threadpool_limits
 
 import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
+from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
 from fedstream.selection._layout import Prepared
-from fedstream.selection._topk_kernels import STRETCH, topk_int
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -289,6 +289,12 @@ class Engine:
             col_rad = np.zeros((self.G, 1), dtype=self.dtype)
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
+        if p.int8 and lab[r0] == lab[r1 - 1] and lab[c0] == lab[c1 - 1]:  # rows and columns of two classes
+            if not hasattr(loc, "block"):
+                loc.block = np.empty((ROW_BLOCK, p.n_clients + self.parent.shape[0], CHUNK), dtype=np.int32)
+            count_int(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), row_rad,
+                      col_rad, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
+            return symmetric
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)
         if p.mode == "dots":

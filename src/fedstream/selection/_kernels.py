@@ -120,6 +120,18 @@ def _credit(x, rad, cnt):  # pragma: no cover (jit)
         cnt[b] += np.int32(x[b] <= rad[b])
 
 
+@njit(cache=True, inline="always")
+def insert_sorted(top, v):  # pragma: no cover (jit)
+    """Insert v into ``top``, the ascending K smallest so far (the caller checked v < top[K-1]):
+    the K-th drops out. Returns the new K-th. The one top-K insertion of every kernel."""
+    i = top.shape[0] - 1
+    while i > 0 and top[i - 1] > v:
+        top[i] = top[i - 1]
+        i -= 1
+    top[i] = v
+    return top[top.shape[0] - 1]
+
+
 @njit(cache=True)
 def _topk_row(d, c0, self_pos, top, zeros, g, a):  # pragma: no cover (jit)
     """Insert d[b] (column position c0 + b != self_pos) into ``top``, the ascending K smallest;
@@ -145,12 +157,7 @@ def _topk_row(d, c0, self_pos, top, zeros, g, a):  # pragma: no cover (jit)
             if c0 + s + b == self_pos:
                 continue
             if v < worst:
-                i = k - 1
-                while i > 0 and top[i - 1] > v:
-                    top[i] = top[i - 1]
-                    i -= 1
-                top[i] = v
-                worst = top[k - 1]
+                worst = insert_sorted(top, v)
             elif v <= 0:  # worst became 0 in this stretch: v ties at the zero radius
                 zeros[g, a] += 1
 
