@@ -45,13 +45,14 @@ from fedstream.ovfl.client import Ticket
 from fedstream.ovfl.deploy.parties import (
     build_activation,
     build_client,
-    own_activation,
+    own_activations,
     server_decides,
 )
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
+from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply, pack, unpack
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
-from fedstream.transport.messages import Gradient, Message, Query
+from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 class ClientHost(NodeHost):
@@ -67,6 +68,8 @@ class ClientHost(NodeHost):
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
         self.activation = build_activation(config)  # None: the server decides (topl)
+        # plays its batches in compiled calls where they apply (fedstream.ovfl.party_kernels)
+        self.kernel = PartyArrays(self.client) if kernels_apply(config, self.client) else None
         spec = CompressionSpec.from_config(config)
         # its end of the link: encodes embeddings, decodes (and observes) gradients
         self.end = ClientEndpoint(index, spec)
@@ -99,7 +102,7 @@ class ClientHost(NodeHost):
 
     def on_finish(self, env: Envelope) -> Envelope:
         request = FinishRequest.read(env.info, f"client {self.index}")
-        self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
+        self._deliver(*self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
         params = self.client.model.parameters()
         reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
                             messages=self.messages, digest=model_digest(params))
@@ -123,31 +126,50 @@ class ClientHost(NodeHost):
                 f"for round {t0}, received {len(env.parts)} messages"
             )
         grads = self._gradients(env.parts[:g], rounds)
-        queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(env.parts[g:])]
-        self._deliver(grads)
+        fast = self.kernel is not None and self.kernel.ready()
+        queries = self._queries(env.parts[g:], t0, fast)
+        self._deliver(*grads)
         rows = self.rows.rows(t0, n)
-        embeddings, active = [], []
-        for i in range(n):
-            t = t0 + i
-            self.client.observe(t, rows[i])
-            self.round = t
-            if decided is not None:
-                on = bool(decided[i])
-            else:
-                on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
-            if on:
-                msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
-                self.acts[t] = ticket.acts
-            elif decided is not None:  # left out by the server: not queried, no message, no optimiser skip
-                active.append(0)
-                continue
-            else:
+        active = (np.array(decided, bool) if decided is not None else
+                  own_activations(self.activation, self.index, self.config["vfl.clients"], t0, rows))
+        played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
+        if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
+            states = self.kernel.embed(rows)
+            parts = pack(Embedding, t0, self.index, states[-1])
+            embeddings = [self.sent(parts[i]) for i in played]
+            self.acts |= {t0 + i: [s[i] for s in states] for i in played if active[i]}
+        else:
+            embeddings = [self._send(msg) for i in range(n)
+                          if (msg := self._embed(t0 + i, rows[i], active[i], decided, queries)) is not None]
+        for i in played:
+            if not active[i]:
                 self.received(env.parts[g + i])  # the query is used: it counts
-                msg = self.client.answer(queries[i])  # its skip waits for its place in the next request
-            active.append(int(on))
-            embeddings.append(self._send(msg))
-            self.pending.append((t, on))
-        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=active).info())
+        self.round = t0 + n - 1
+        self.pending += [(t0 + i, bool(active[i])) for i in played]
+        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=[int(a) for a in active]).info())
+
+    def _embed(self, t: int, row: np.ndarray, active: bool, decided, queries: list[Query]) -> Message | None:
+        """One event, observed: the embedding pushed when it activated the node (its forward state
+        kept for the gradient); None when the server left the node out (``decided``); else the
+        answer to the server's query (its skip waits for its place in the next request)."""
+        self.client.observe(t, row)
+        if active:
+            msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
+            self.acts[t] = ticket.acts
+            return msg
+        return None if decided is not None else self.client.answer(queries[t - self.round - 1])
+
+    def _queries(self, parts: list[bytes], t0: int, fast: bool) -> list[Query]:
+        """The server's queries of rounds t0, t0 + 1, ... (checked at once when they are what the
+        compiled path answers, with the window's R rows; else one by one)."""
+        R = self.client.window
+        if fast and unpack(parts, Query, np.arange(t0, t0 + len(parts)), self.index, (R, 0)) is not None:
+            return []
+        queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(parts)]
+        if fast and any(q.rows != R for q in queries):
+            raise ProtocolError(f"client {self.index}: the queries of rounds {t0}.. ask for "
+                                f"{sorted({q.rows for q in queries})} rows, its window holds {R}")
+        return queries
 
     def _decided(self, request: RoundRequest) -> list[int] | None:
         """The server's activation of each of the request's events (``active``) when the run's
@@ -177,8 +199,9 @@ class ClientHost(NodeHost):
             )
         return rounds
 
-    def _gradients(self, parts: list[bytes], rounds: list[int]) -> dict[int, tuple[Gradient, bytes]]:
-        """Decode and check the gradients of rounds ``rounds`` (activated events this node waits for)."""
+    def _gradients(self, parts: list[bytes], rounds: list[int]) -> tuple[dict[int, bytes], np.ndarray | None]:
+        """Check the gradients of rounds ``rounds`` (activated events this node waits for); return
+        each one's bytes and, when the compiled path applies them, their values (n, R, e)."""
         awaiting = self.awaiting
         if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
             raise ProtocolError(
@@ -186,7 +209,11 @@ class ClientHost(NodeHost):
                     :300
                 ]
             )
-        out = {}
+        shape = (self.client.window, self.client.model.n_out)
+        if self.kernel is not None and all(self.acts[t][-1].shape == shape for t in awaiting):
+            values = unpack(parts, Gradient, np.array(rounds, np.int64), self.index, shape)
+            if values is not None:
+                return dict(zip(rounds, parts, strict=True)), values
         for t, data in zip(rounds, parts, strict=True):
             want = self.acts[t][-1].shape
             grad = self._decode(data, Gradient, t, want)
@@ -195,21 +222,28 @@ class ClientHost(NodeHost):
                     f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
                     f"its embedding had {want}"
                 )
-            out[t] = (grad, data)
-        return out
+        return dict(zip(rounds, parts, strict=True)), None
 
-    def _deliver(self, grads: dict[int, tuple[Gradient, bytes]]) -> None:
-        """Apply the last batch's gradients and skips in round order. An activated event whose
-        gradient is not in ``grads`` was lost with a failed request: it counts as a skip too."""
+    def _deliver(self, grads: dict[int, bytes], values: np.ndarray | None) -> None:
+        """Apply the last batch's gradients (``values``: checked for the compiled path) and skips in
+        round order. An activated event whose gradient is not in ``grads`` was lost with a failed
+        request: it counts as a skip too."""
+        for t in grads:
+            self.received(grads[t])
+        if values is not None:  # in one compiled call (fedstream.ovfl.party_kernels)
+            slot = {t: s for s, t in enumerate(grads)}
+            order = np.array([slot[t] if active and t in slot else -1 for t, active in self.pending],
+                             np.int64)
+            states = [np.stack(layer) for layer in zip(*(self.acts[t] for t in grads))]
+            self.kernel.learn(order, values, states)
         for t, active in self.pending:
+            acts = self.acts.pop(t, None)
+            if values is not None:
+                continue
             if not active or t not in grads:
                 self.client.skip()
-                self.acts.pop(t, None)
-                continue
-            _, data = grads[t]
-            self.received(data)
-            grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
-            self.client.apply(Ticket(t, self.acts.pop(t)), grad)
+            else:  # checked already; a topk-grad link's ranking sees it now
+                self.client.apply(Ticket(t, acts), self.end.receive(grads[t]))
         self.pending = []
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:

@@ -194,13 +194,22 @@ def server_labels(stream: Stream, t0: int, n: int) -> np.ndarray:
     return np.asarray(stream.source.labels(stream.indices(t0, n)), dtype=np.int64)
 
 
-def own_activation(activation: Activation, index: int, n_clients: int, t: int, rows: np.ndarray) -> bool:
-    """Whether round t's event activates client ``index``, decided from its own block alone.
+def own_activations(activation: Activation, index: int, n_clients: int, t0: int,
+                    rows: np.ndarray) -> np.ndarray:
+    """Whether each of rounds t0, t0 + 1, ... (``rows``: client ``index``'s blocks of them) activates the
+    client, decided from its own blocks alone.
 
-    The policy sees the chunk of round t, like the simulator's; the other clients' block means are
-    zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from the
-    chunk's key, ``event`` compares this client's own mean).
+    The policy sees the chunk of each round, like the simulator's; the other clients' block means
+    are zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from
+    the chunk's key, ``event`` compares this client's own mean).
     """
-    means = np.zeros((CHUNK, n_clients), np.float32)  # float32 like the simulator's, for the same comparisons
-    means[t % CHUNK, index] = rows.mean(axis=1)[0]
-    return bool(activation.mask(t // CHUNK, means)[t % CHUNK, index])
+    out = np.empty(rows.shape[0], bool)
+    i = 0
+    while i < rows.shape[0]:
+        chunk, j = divmod(t0 + i, CHUNK)
+        k = min(rows.shape[0] - i, CHUNK - j)  # the rounds of this chunk
+        means = np.zeros((CHUNK, n_clients), np.float32)  # float32 like the simulator's: same comparisons
+        means[j:j + k, index] = rows[i:i + k].mean(axis=1)
+        out[i:i + k] = activation.mask(chunk, means)[j:j + k, index]
+        i += k
+    return out
