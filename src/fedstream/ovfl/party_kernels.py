@@ -47,18 +47,18 @@ def kernels_apply(config: dict, party) -> bool:
             and type(party.model) is MLP and type(party.optimizer) in (DLR, OGD))
 
 
-def pack(kind: type, t0: int, client: int, values: np.ndarray) -> list[bytes]:
-    """The encoded messages of rounds t0, t0 + 1, ... from (or to) ``client``: one per row of
+def pack(kind: type, rounds: np.ndarray, client: int, values: np.ndarray) -> list[bytes]:
+    """The encoded messages of rounds ``rounds`` from (or to) ``client``: one per row of
     ``values`` (n, rows, cols) float32, or, for queries, (n, rows, 0): what
     :func:`fedstream.transport.codec.encode` makes of each, in one buffer."""
     n, rows, cols = values.shape
     size = HEADER.size + 4 * rows * cols
     buf = np.empty((n, size), np.uint8)
     head = np.empty(n, HEADERS)
-    head["kind"], head["round"], head["client"], head["rows"], head["cols"] = KINDS[kind], np.arange(
-        t0, t0 + n), client, rows, cols
+    head["kind"], head["round"], head["client"] = KINDS[kind], rounds, client
+    head["rows"], head["cols"] = rows, cols
     buf[:, :HEADER.size] = head.view(np.uint8).reshape(n, HEADER.size)
-    buf[:, HEADER.size:] = np.ascontiguousarray(values, F32).reshape(n, -1).view(np.uint8)
+    buf[:, HEADER.size:] = np.ascontiguousarray(values, F32).reshape(n, rows * cols).view(np.uint8)
     data = buf.tobytes()
     return [data[i * size:(i + 1) * size] for i in range(n)]
 

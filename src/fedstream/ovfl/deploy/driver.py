@@ -53,6 +53,7 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
+from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
 from fedstream.ovfl.protocol import play_round
 from fedstream.selection.padding import make_padding
 from fedstream.transport.compressed import CompressionSpec
@@ -127,6 +128,9 @@ class NetworkVFL(OnlineRun):
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
+        # the server's batches in compiled calls where they apply (not with its own policy, topl)
+        use = self.activation is None and kernels_apply(config, self.server)
+        self.kernel = PartyArrays(self.server) if use else None
         self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.reports: list[dict] = []
@@ -215,30 +219,62 @@ class NetworkVFL(OnlineRun):
         batch may go on into the next chunk); checkpoint at the end of a batch that is kept."""
         tic = time.perf_counter()
         base, path = chunk * CHUNK, hooks.checkpoint_path
-        x_blocks = [None] * len(self.clients)  # each node reads its own block
         while self.t < min(end, base + CHUNK):
             if self.t >= self._batch[0]:
                 self._begin_batch(end, hooks.checkpoint_every, path)
-            t = self.t
-            label = int(y[t - base])
-            active, live = self.transport.begin_round(t)
-            queried = live
-            if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
-                queried = np.zeros_like(live)
-                self.server.stand_in.down = ~live
-            result = play_round(
-                t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock, queried
-            )
-            self.metrics.update(label, result.prediction)
-            self.active_counts += active
-            if hooks.on_round is not None:
-                hooks.on_round(t, label, result.prediction)
-            self.t = t + 1
-            if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
-                self.activation.observe([], y)  # topl scores its buffer (no features)
+            if not self._play_events(y[self.t - base:min(end, base + CHUNK, self._batch[0]) - base], hooks):
+                self._play_event(y, base, hooks)
             if self.t == self._batch[0] and self._batch[1]:
                 self.save(path, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
+
+    def _play_events(self, y: np.ndarray, hooks: Hooks) -> bool:
+        """The next rounds of the batch (labels ``y``) in one compiled call (:mod:`fedstream.ovfl.party_kernels`),
+        when every node is live and the kernels apply; False when they are to be played one by one."""
+        ready = self.kernel is not None and self.kernel.ready()
+        stacked = ready and self.transport.stacked(self.t, self.t + len(y))
+        if not stacked:
+            return False
+        H, active = stacked
+        t0, tic = self.t, self.clock.start()
+        pred, GH = self.kernel.serve(H, y)
+        self.clock.add_server(tic)
+        self.transport.learned(t0, GH, active)
+        if self.node_padding.learns:  # the server's input row of each round, every client real
+            for j in range(len(y)):
+                self.node_padding.received(int(y[j]), H[j, -1], np.ones(len(self.clients), bool))
+        i = 0
+        while i < len(y):  # the prequential metrics, interval by interval
+            k = min(len(y), i + self.metrics.interval - self.metrics.rounds % self.metrics.interval)
+            self.metrics.update_many(y[i:k], pred[i:k])
+            i = k
+        self.active_counts += active.sum(axis=0)
+        if hooks.on_round is not None:
+            for j, p in enumerate(pred.tolist()):
+                hooks.on_round(t0 + j, int(y[j]), p)
+        self.t = t0 + len(y)
+        return True
+
+    def _play_event(self, y: np.ndarray, base: int, hooks: Hooks) -> None:
+        """The next round of the batch (``y``: its chunk's labels, from round ``base``), message by
+        message (:func:`fedstream.ovfl.protocol.play_round`)."""
+        t = self.t
+        label = int(y[t - base])
+        active, live = self.transport.begin_round(t)
+        queried = live
+        if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
+            queried = np.zeros_like(live)
+            self.server.stand_in.down = ~live
+        x_blocks = [None] * len(self.clients)  # each node reads its own block
+        result = play_round(t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock,
+                            queried)
+        self.metrics.update(label, result.prediction)
+        self.active_counts += active
+        if hooks.on_round is not None:
+            hooks.on_round(t, label, result.prediction)
+        self.t = t + 1
+        if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
+            self.activation.observe([], y)  # topl scores its buffer (no features)
 
     def _begin_batch(self, end: int, every: int, checkpoint: Path | None) -> None:
         """Set up the nodes that came back, then send every node the batch at round ``self.t``."""

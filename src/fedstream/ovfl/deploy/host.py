@@ -135,12 +135,12 @@ class ClientHost(NodeHost):
         played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
         if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
             states = self.kernel.embed(rows)
-            parts = pack(Embedding, t0, self.index, states[-1])
+            parts = pack(Embedding, np.arange(t0, t0 + n), self.index, states[-1])
             embeddings = [self.sent(parts[i]) for i in played]
             self.acts |= {t0 + i: [s[i] for s in states] for i in played if active[i]}
         else:
             embeddings = [self._send(msg) for i in range(n)
-                          if (msg := self._embed(t0 + i, rows[i], active[i], decided, queries)) is not None]
+                          if (msg := self._embed(t0 + i, rows[i], active[i], queries[i] if queries else None)) is not None]
         for i in played:
             if not active[i]:
                 self.received(env.parts[g + i])  # the query is used: it counts
@@ -148,16 +148,16 @@ class ClientHost(NodeHost):
         self.pending += [(t0 + i, bool(active[i])) for i in played]
         return Envelope(ROUND, t0, embeddings, info=RoundReply(active=[int(a) for a in active]).info())
 
-    def _embed(self, t: int, row: np.ndarray, active: bool, decided, queries: list[Query]) -> Message | None:
+    def _embed(self, t: int, row: np.ndarray, active: bool, query: Query | None) -> Message | None:
         """One event, observed: the embedding pushed when it activated the node (its forward state
-        kept for the gradient); None when the server left the node out (``decided``); else the
-        answer to the server's query (its skip waits for its place in the next request)."""
+        kept for the gradient); else the answer to the server's ``query`` (its skip waits for its
+        place in the next request), or None when the server left the node out (no query)."""
         self.client.observe(t, row)
         if active:
             msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
             self.acts[t] = ticket.acts
             return msg
-        return None if decided is not None else self.client.answer(queries[t - self.round - 1])
+        return None if query is None else self.client.answer(query)
 
     def _queries(self, parts: list[bytes], t0: int, fast: bool) -> list[Query]:
         """The server's queries of rounds t0, t0 + 1, ... (checked at once when they are what the

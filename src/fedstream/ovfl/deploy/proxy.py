@@ -61,6 +61,7 @@ from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, pee
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
+from fedstream.ovfl.party_kernels import pack, unpack
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEnds
 from fedstream.transport.ledger import ByteLedger
@@ -86,7 +87,9 @@ class Batch:
     size: int = 0
     decided: np.ndarray | None = None
     queries: dict[int, list[bytes]] = field(default_factory=dict)
-    replies: dict[int, tuple[list[int], list[Wire | None]]] = field(default_factory=dict)
+    replies: dict[int, tuple[list[int], list[Wire | None] | None]] = field(default_factory=dict)
+    # a node's reply checked at once (plain embeddings, every event): its parts and values (n, R, e)
+    values: dict[int, tuple[list[bytes], np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,8 +253,14 @@ class LinkTransport(Session):
         return active
 
     def _encode_queries(self, t0: int, n: int, m: int, active: np.ndarray | None) -> list[bytes]:
-        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides)."""
-        return [] if active is not None else [encode(self.query(t, m)) for t in range(t0, t0 + n)]
+        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides;
+        packed at once when they all ask for the same rows)."""
+        if active is not None:
+            return []
+        rows = self.query(t0, m).rows
+        if self.query(t0 + n - 1, m).rows == rows:
+            return pack(Query, np.arange(t0, t0 + n), m, np.empty((n, rows, 0), np.float32))
+        return [encode(self.query(t, m)) for t in range(t0, t0 + n)]
 
     @staticmethod
     def _request(t0: int, n: int, keep: bool, active: np.ndarray | None, m: int, held: list, queries: list
@@ -301,8 +310,14 @@ class LinkTransport(Session):
             events = [i for i in range(n) if decided[i]]  # the events it was left out of send nothing
         if len(reply.parts) != len(events):
             raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
-        wires: list[Wire | None] = [None] * n
         queries = self.batch.queries[m]
+        rows = decode(queries[0]).rows if queries else 0
+        if self.ends.probe is None and queries and rows == decode(queries[-1]).rows:  # at once
+            values = unpack(reply.parts, Embedding, np.arange(t0, t0 + n), m, (rows, self.embedding))
+            if values is not None:
+                self.batch.values[m] = (reply.parts, values)
+                return list(active), None
+        wires: list[Wire | None] = [None] * n
         for i, data in zip(events, reply.parts):
             t = t0 + i
             rows = decode(queries[i]).rows if self.batch.decided is None else self.query(t, m).rows
@@ -328,6 +343,10 @@ class LinkTransport(Session):
         self._check_round_done()
         self.round = t
         M, replies = self.link.n_clients, self.batch.replies
+        for m, (parts, values) in self.batch.values.items():  # checked at once: its wires, now
+            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v)) for t, data, v in
+                                          zip(range(self.batch.start, self.batch.start + self.batch.size), parts, values)])
+        self.batch.values = {}
         live = np.array([m in replies for m in range(M)])
         active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
         self.missed += ~live
@@ -335,6 +354,43 @@ class LinkTransport(Session):
                          answers={m: replies[m][1][i] for m in replies
                                   if not active[m] and replies[m][1][i] is not None})
         return active, live
+
+    def stacked(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rounds t0..t1-1 of the batch at once, when every node is live and its reply was checked at
+        once: the server's stacked embeddings (n, R, M*e) and the activations (n, M); else None
+        (round by round: :meth:`begin_round`)."""
+        b, M = self.batch, self.link.n_clients
+        if t0 != self.round + 1 or len(b.values) != M or not self.now.done():
+            return None
+        i0, i1 = t0 - b.start, t1 - b.start
+        H = np.concatenate([b.values[m][1][i0:i1] for m in range(M)], axis=2)
+        return H, np.array([b.replies[m][0][i0:i1] for m in range(M)], bool).T
+
+    def learned(self, t0: int, GH: np.ndarray, active: np.ndarray) -> None:
+        """Rounds t0.. of :meth:`stacked`, played: count their embeddings and queries, and hold the
+        activated clients' gradients (from d loss / d input ``GH`` (n, R, M*e)) for their next
+        request: the messages of play_round, counted (and recorded) in its order."""
+        b, e = self.batch, self.embedding
+        n, M = active.shape
+        i0, rounds = t0 - b.start, np.arange(t0, t0 + n)
+        sizes = []  # per client: (embedding, query, gradient) bytes
+        for m in range(M):
+            on = np.flatnonzero(active[:, m])
+            grads = pack(Gradient, rounds[on], m, GH[on, :, m * e:(m + 1) * e])
+            self.outbox.setdefault(m, []).extend(zip(rounds[on].tolist(), grads))
+            if on.size:
+                self.last_gradient[m] = int(rounds[on[-1]])
+            sizes.append((len(b.values[m][0][i0]), len(b.queries[m][i0]), len(grads[0]) if grads else 0))
+            self.ledger.up[m] += n * sizes[m][0]
+            self.ledger.down[m] += (n - on.size) * sizes[m][1] + on.size * sizes[m][2]
+            self.ledger.messages[m] += 2 * n
+        if self.sizes is not None:
+            for row in active:
+                self.sizes += [("up", m, sizes[m][0]) for m in range(M) if row[m]]
+                for m in np.flatnonzero(~row).tolist():
+                    self.sizes += [("down", m, sizes[m][1]), ("up", m, sizes[m][0])]
+                self.sizes += [("down", m, sizes[m][2]) for m in range(M) if row[m]]
+        self.round = t0 + n - 1
 
     def _check_round_done(self) -> None:
         if not self.now.done():
