@@ -139,8 +139,9 @@ class ClientHost(NodeHost):
             embeddings = [self.sent(parts[i]) for i in played]
             self.acts |= {t0 + i: [s[i] for s in states] for i in played if active[i]}
         else:
+            asked = queries or [None] * n  # None: the server decides, and asks nothing
             embeddings = [self._send(msg) for i in range(n)
-                          if (msg := self._embed(t0 + i, rows[i], active[i], queries[i] if queries else None)) is not None]
+                          if (msg := self._embed(t0 + i, rows[i], active[i], asked[i])) is not None]
         for i in played:
             if not active[i]:
                 self.received(env.parts[g + i])  # the query is used: it counts

@@ -343,9 +343,10 @@ class LinkTransport(Session):
         self._check_round_done()
         self.round = t
         M, replies = self.link.n_clients, self.batch.replies
+        rounds = range(self.batch.start, self.batch.start + self.batch.size)
         for m, (parts, values) in self.batch.values.items():  # checked at once: its wires, now
-            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v)) for t, data, v in
-                                          zip(range(self.batch.start, self.batch.start + self.batch.size), parts, values)])
+            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v))
+                                          for t, data, v in zip(rounds, parts, values)])
         self.batch.values = {}
         live = np.array([m in replies for m in range(M)])
         active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
