@@ -230,7 +230,8 @@ class NetworkVFL(OnlineRun):
 
     def _play_events(self, y: np.ndarray, hooks: Hooks) -> bool:
         """The next rounds of the batch (labels ``y``) in one compiled call
-        (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False when they are to be played one by one."""
+        (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False
+        when they are to be played one by one."""
         ready = self.kernel is not None and self.kernel.ready()
         stacked = ready and self.transport.stacked(self.t, self.t + len(y))
         if not stacked:
