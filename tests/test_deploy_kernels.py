@@ -21,7 +21,13 @@ from fedstream.ovfl.server import Server
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.messages import Embedding, Gradient, Query
 from tests.helpers.models import assert_same_models
-from tests.helpers.ovfl_deploy import assert_same_as_simulator, loopback_run, overrides, party_models, simulate
+from tests.helpers.ovfl_deploy import (
+    assert_same_as_simulator,
+    loopback_run,
+    overrides,
+    party_models,
+    simulate,
+)
 
 CASES = {
     "dlr-random": {"optimizer.name": "dlr", "activation.name": "random"},
@@ -35,7 +41,8 @@ CASES = {
 
 
 def config(root, case: str, batch: int, path: str, rounds: int = 600) -> dict:
-    return load_config(None, overrides(root, rounds) | CASES[case] | {"network.batch": batch, "simulator.path": path})
+    batching = {"network.batch": batch, "simulator.path": path}
+    return load_config(None, overrides(root, rounds) | CASES[case] | batching)
 
 
 def root_for(case: str, request):
