@@ -1,34 +1,21 @@
 """The server party of a deployed online VFL run: the simulator's loop over remote clients.
 
-:class:`NetworkVFL` holds the labels and the top model, and plays
-:func:`fedstream.ovfl.protocol.play_round` round after round with :class:`RemoteClient` stand-ins
-and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
-(``network.batch``) cost one request to every node, all nodes in parallel: it carries the
-gradients of the node's previous batch and the queries of the B rounds; see
-:mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
-clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event. Each batch also tells
-the transport the next one's plan (:meth:`NetworkVFL._after`), so that on a link that sends
-requests ahead (gRPC) a node the batch leaves passive gets its next request at once
-(``ahead=False``: never).
+:class:`NetworkVFL` holds the labels and the top model and plays the engine's loop over client
+nodes behind a link (docs/deploy-protocol.md): one request per node for each batch of B rounds
+(``network.batch``, :mod:`fedstream.ovfl.deploy.proxy`), then the batch's rounds, in one compiled
+call when every node is live and the kernels apply (:mod:`fedstream.ovfl.party_kernels`), else
+round by round through :func:`fedstream.ovfl.protocol.play_round` with :class:`RemoteClient`
+stand-ins. With B = 1 the run is the simulator's, bit for bit; with B > 1 the clients embed a
+batch at the weights of its start and the server still learns event by event. Each batch tells
+the transport the next one's plan (:meth:`NetworkVFL._after`), for requests ahead.
 
-A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
-the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
-its activations with every batch request, pads the clients it leaves out with the policy's padding
-and shows the policy each complete chunk (``observe``). The policy learns only at chunk ends, so a
-batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the very activations the
-simulator decides from the same estimate.
-
-Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
-end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
-compressed size are the simulator's.
-
-A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
-client the server does not query: :class:`NodePadding` stands in for its embedding. A node that
-comes back on a new SuperNode is set up again (``rejoin``) and resumes from its own checkpoint.
-:meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server at batch boundaries, the
-server's policy included.
+A server-side policy (``topl``) lives here, as in the simulator: a chunk's mask is computed when the
+chunk starts, each node is told its activations with its requests, the clients left out are padded
+by the policy and the policy sees each complete chunk; a batch never straddles a chunk's end
+(:meth:`NetworkVFL.batch_size`). A node that is down for a batch is played as a passive client the
+server does not query (:class:`NodePadding`); one that comes back is set up again and resumes
+from its own checkpoint. :meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server
+at batch boundaries.
 """
 
 from __future__ import annotations
@@ -43,9 +30,9 @@ from fedstream.data.table_party import check_held_categorical, per_party
 from fedstream.deploy.host import FinishReply, model_digest
 from fedstream.deploy.records import Link
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.parties import (
     build_server,
-    build_server_activation,
     check_deployable,
     server_decides,
     server_labels,
@@ -119,7 +106,7 @@ class NetworkVFL(OnlineRun):
         self.server.stand_in = self.node_padding
         self.activation = None  # the server's own activation policy (topl), if it decides
         if server_decides(config):
-            self.activation = build_server_activation(config)
+            self.activation = activation_from_config(config)  # as the simulator builds it
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]

@@ -1,37 +1,26 @@
 """The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
-:class:`ClientHost` receives encoded fedstream messages, decodes them with
-:func:`fedstream.deploy.records.peek` (which validates them), hands them to its
-:class:`~fedstream.ovfl.client.Client`, and encodes what the client answers. It counts the bytes it
-receives and sends in its own ledger, so both ends of every link count.
+:class:`ClientHost` checks each request whole before it changes anything (parts decoded by
+:func:`fedstream.deploy.records.peek`, or per batch by :func:`fedstream.ovfl.party_kernels.unpack`),
+then plays it and encodes what the client answers; it counts the bytes it receives and sends in its
+own ledger, so both ends of every link count. A ``round`` request is a batch of B events
+(``network.batch``; the protocol, its staleness for B > 1 and the server's policy ``topl`` in
+docs/deploy-protocol.md, "Event batching"): first the previous batch's gradients and skips, in
+round order, each gradient through the forward state of its own event; then, event by event, the
+node observes its block, decides its activation (or reads the server's) and computes the
+embedding with the weights of the batch's start: pushed when activated, the answer to the query
+when passive. Where :func:`fedstream.ovfl.party_kernels.kernels_apply` says so, both steps run in
+one compiled call each (:class:`~fedstream.ovfl.party_kernels.PartyArrays`), else through the
+client's own methods (the per-event path, the reference).
 
-One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.records`).
-For each event, in order, the host observes the node's feature block, decides from it alone
-whether the event activates the node, and computes the embedding: pushed when activated, the
-answer to the server's query when passive. With a server-side policy (``topl``) the request says
-which events activate the node (``info["active"]``) and carries no query: an event that leaves
-the node out costs nothing, no message and no optimiser skip (the server pads it), as in the
-simulator, where the client is not part of that round. Embeddings are computed with the weights
-the node has at the start of the batch, because the gradients of the batch come back with the next request.
-There they are applied in round order, each through the forward state of its own event, and a
-passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
-in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
-client's skip and an activated client's step happen before its next observation either way.
-
-With compression (``compression.*``) the host holds the client's end of its link
-(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends
-with the uplink codec, and decodes every gradient it receives with the downlink codec when it
-applies it, which also shows it to ``topk-grad``'s ranking, so an embedding is ranked by the last
-gradient the node received: with B = 1 the previous round's, as in the simulator; with B > 1 the
-last one of the previous batch for every embedding of the batch. A request's gradients are first
-checked with a stateless decoder (:func:`fedstream.deploy.records.peek`), so a malformed request
-changes nothing, the ranking included.
+With compression the host holds the client's end of its link
+(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends and
+decodes every gradient as it applies it (which ``topk-grad``'s ranking sees).
 
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
-each message in a fresh ClientApp process): the state holds the client's model, optimiser window
-and input window, the round it is at, the events of the last batch with the forward state of the
-activated ones (copied: the model reuses its buffers), its end of the compressed link (the last
-gradient ``topk-grad`` ranks by) and its byte counts.
+each message in a fresh ClientApp process): the client's model, optimiser and input windows, the
+round, the last batch's events with the forward state of the activated ones, its end of the link
+and its byte counts.
 """
 
 from __future__ import annotations
@@ -41,9 +30,9 @@ import numpy as np
 from fedstream.deploy.host import FinishReply, NodeHost, model_digest
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.client import Ticket
 from fedstream.ovfl.deploy.parties import (
-    build_activation,
     build_client,
     own_activations,
     server_decides,
@@ -51,6 +40,7 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply, pack, unpack
+from fedstream.runs.state import collect, restore
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
@@ -67,7 +57,8 @@ class ClientHost(NodeHost):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
-        self.activation = build_activation(config)  # None: the server decides (topl)
+        # its own policy, as the simulator builds it; None: the server decides (topl)
+        self.activation = None if server_decides(config) else activation_from_config(config)
         # plays its batches in compiled calls where they apply (fedstream.ovfl.party_kernels)
         self.kernel = PartyArrays(self.client) if kernels_apply(config, self.client) else None
         spec = CompressionSpec.from_config(config)
@@ -264,25 +255,18 @@ class ClientHost(NodeHost):
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         meta = np.array([self.round, self.up, self.down, self.messages], np.int64)
-        pending = np.array(self.pending, np.int64).reshape(-1, 2)
         acts = {f"acts.{t}.{j}": a for t, layers in self.acts.items() for j, a in enumerate(layers)}
-        link = {f"link.{k}": v for k, v in self.end.state_dict().items()}
-        return {f"client.{k}": v for k, v in self.client.state_dict().items()} | {
-            "host": meta, "pending": pending} | acts | link
+        return collect({"client": self.client, "link": self.end}) | acts | {
+            "host": meta, "pending": np.array(self.pending, np.int64).reshape(-1, 2)}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.client.load_state_dict(
-            {k[len("client.") :]: v for k, v in state.items() if k.startswith("client.")}
-        )
+        restore({"client": self.client, "link": self.end}, state)
         self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
-        self.end.load_state_dict({k[len("link."):]: v for k, v in state.items() if k.startswith("link.")})
         self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
         self.acts = {}
-        for key in sorted(
-            (k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
-        ):
-            _, t, _ = key.split(".")
-            self.acts.setdefault(int(t), []).append(np.array(state[key]))
+        keys = (k for k in state if k.startswith("acts."))  # acts.{round}.{layer}
+        for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            self.acts.setdefault(int(key.split(".")[1]), []).append(np.array(state[key]))
         if sorted(self.acts) != self.awaiting:
             raise ProtocolError(
                 f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "

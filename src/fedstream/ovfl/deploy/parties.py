@@ -31,7 +31,7 @@ from fedstream.data.table_party import ServerTable, per_party
 from fedstream.data.table_source import TableSpec
 from fedstream.deploy.records import check_client_index
 from fedstream.errors import ConfigError
-from fedstream.ovfl.activation import Activation, activation_from_config
+from fedstream.ovfl.activation import Activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream
 from fedstream.ovfl.parties import build_client as build_own_client
@@ -90,23 +90,6 @@ def server_decides(config: dict) -> bool:
     """Whether the run's activation policy is the server's (``topl``): then the server decides every
     event's activation for every node and pads, without a query, the clients it leaves out."""
     return config["activation.name"] in SERVER_SIDE_ACTIVATIONS
-
-
-def build_activation(config: dict) -> Activation | None:
-    """A client node's own activation policy; None when the server decides (:func:`server_decides`)."""
-    if server_decides(config):
-        return None
-    return activation_from_config(config)
-
-
-def build_server_activation(config: dict) -> Activation:
-    """The server's policy (``topl``), built exactly as the simulator builds it
-    (:class:`fedstream.ovfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
-    if not server_decides(config):
-        raise ConfigError(
-            f"activation.name = {config['activation.name']!r} is decided by each client, not the server"
-        )
-    return activation_from_config(config)
 
 
 _STREAMS: dict[tuple, Stream] = {}

@@ -1,52 +1,31 @@
 """The server's side of the wire: stand-ins for remote clients and a transport over a link.
 
-:func:`fedstream.ovfl.protocol.play_round` calls its clients directly (``observe``, ``on_event``,
-``on_query``, ``on_gradient``) and moves every message through ``transport.up`` / ``down``. On
-the server's machine of a deployment the clients are :class:`RemoteClient` objects and the
-transport is a :class:`LinkTransport`, so the very same function runs the round:
+:func:`fedstream.ovfl.protocol.play_round` calls its clients directly and moves every message
+through ``transport.up`` / ``down``; on the server's machine the clients are :class:`RemoteClient`
+objects and the transport a :class:`LinkTransport`, so the very same function runs a round (the
+protocol, its batches, requests ahead, faults and compression: docs/deploy-protocol.md):
 
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
-  (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
-  the server's Query of each of those rounds (see :mod:`fedstream.ovfl.deploy.records`). Each node answers
-  with one embedding per round and which rounds activated it. With a server-side policy
-  (``topl``) the server has decided the B rounds' activations itself: the request carries them
-  (``info["active"]``) and no query, and the node answers with the embeddings of its activated
-  rounds only; the others are padded by the policy, as in the simulator.
-* Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
-  and round, the 0/1 activation list, and each embedding decoded by
-  :func:`fedstream.deploy.records.peek` (header, codec, length, finite values; no link state touched)
-  with the right sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
-  answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
-  its events are played as passive without a query, the server using its padding
-  (``network.padding``) as the node's embedding, as for a client ``topl`` does not query. It gets
-  no gradient for those events; it is asked again at the next batch.
-* Requests ahead (:meth:`LinkTransport.begin_batch`'s ``after``, on a link that sends ahead: gRPC): a
-  node whose reply says no event of the batch activated it owes no gradient, so its next request
-  (the next batch's queries) is known; the link writes it as that reply arrives, and the node
-  computes while the server waits for the others and plays the batch. The next batch sends that
-  very request: the node sees the same requests in the same order (B = 1: the simulator's run).
-* :meth:`LinkTransport.begin_round` gives ``play_round`` round t's activation and which clients
-  the server can query.
-* ``transport.down(msg)`` encodes the message and counts its bytes. A Query must be the very
-  bytes already delivered with the batch (else :class:`ProtocolError`: a server bug, not a node's
-  fault): the node's answer is in the batch's reply. A Gradient is held and rides on the node's
-  next request.
-* ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
-  :class:`Wire`); ``transport.up`` counts its bytes.
+  (the gradients held for it and the server's Query of each round; with ``topl`` the server's
+  activations instead, :mod:`fedstream.ovfl.deploy.records`) and checks every reply whole before
+  any of it is used (:meth:`LinkTransport._check_batch`: per batch by
+  :func:`fedstream.ovfl.party_kernels.unpack` where it can, else part by part by
+  :func:`fedstream.deploy.records.peek`, which names what is wrong). A node whose reply fails,
+  whose process failed or which timed out is down for the batch: a recorded fault, its events
+  played as passive without a query, with the server's padding (``network.padding``).
+* On a link that sends ahead (gRPC), a node whose reply says no event activated it owes no
+  gradient, so its next request goes as that reply arrives (``after``): the very request it would
+  get otherwise.
+* Round by round, :meth:`LinkTransport.begin_round` gives ``play_round`` the round's activations
+  and whom the server can query; ``down`` checks a Query is the one the batch carried and holds a
+  Gradient for the node's next request; ``up`` counts an embedding as it arrived. With every
+  node live, :meth:`LinkTransport.stacked` and :meth:`LinkTransport.learned` give the server a
+  batch's events at once and count and hold their messages, in ``play_round``'s order.
 
-* ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
-  its gradient arrives.
-
-Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
-every client's link (:class:`~fedstream.transport.compressed.ServerEnds`: one ``ServerEndpoint``
-per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
-an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
-updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
-it, in the order the server produces them, exactly as the simulator's
-:class:`~fedstream.transport.compressed.CompressedTransport` does. The ledger counts the encoded
-(compressed) bytes. Nothing else needs matching between the two ends when a node is down or comes
-back: every compressed payload carries what its decoder needs (top-k's bitmap, the quantiser's mu
-and sigma); a cache row the server never received is zero (plain top-k for it).
+With compression the server keeps its end of every client's link
+(:class:`~fedstream.transport.compressed.ServerEnds`): ``up`` decodes an embedding with it when
+``play_round`` takes it and ``down`` encodes a gradient, in the simulator's order; the ledger
+counts the encoded bytes.
 """
 
 from __future__ import annotations
