@@ -42,45 +42,11 @@ from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
 from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
 from fedstream.ovfl.protocol import play_round
-from fedstream.selection.padding import make_padding
+from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
 
 FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
-
-
-class NodePadding:
-    """The server's stand-in for a client node that is down (``network.padding``, see
-    :mod:`fedstream.selection.padding`): its padding is the node's embedding while it is down."""
-
-    def __init__(self, name: str, n_clients: int, embedding: int):
-        self.padding = make_padding(name, n_clients, embedding)
-        self.learns = name != "zero"
-
-    def fill(self, client: int, rows: int) -> np.ndarray:
-        return self.padding.fill(client, rows).astype(np.float32)
-
-    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
-        if self.learns:
-            self.padding.update_rows(row.reshape(self.padding.n_clients, self.padding.dim), real)
-
-
-class PolicyStandIn:
-    """The server's stand-in when its policy pads the clients it leaves out (``topl``): a node that is
-    down this round (``down``) gets the node padding (``network.padding``), any other client the
-    policy's padding; both learn from every round's real embeddings, and the policy buffers the
-    rounds where every client sent, as in the simulator."""
-
-    def __init__(self, node: NodePadding, policy):
-        self.node, self.policy = node, policy
-        self.down = np.zeros(policy.n_clients, dtype=bool)
-
-    def fill(self, client: int, rows: int) -> np.ndarray:
-        return (self.node if self.down[client] else self.policy).fill(client, rows)
-
-    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
-        self.node.received(y, row, real)
-        self.policy.received(y, row, real)
 
 
 class NetworkVFL(OnlineRun):

@@ -1,20 +1,11 @@
 """Each party of a deployed online VFL run, built on its own machine from the shared config.
 
-A deployed party cannot ask the simulator for its model: it builds it. The functions here build
-exactly what :class:`fedstream.ovfl.engine.OnlineVFL` builds (same generator, same order: client 0's
-bottom model, client 1's, ..., then the server's top model), so that a network run and an
-in-process run with the same seed start from the same weights. Client m replays the draws of
-clients 0..m-1 without keeping their models; the server replays all client draws.
-
-Data: client m reads only its feature block of each round's sample (``client_rows``, cached on
-its node by :class:`fedstream.ovfl.deploy.rows.BlockRows`) and the server only the labels
-(:func:`server_stream`: for the image data sets it reads the label file and the image file's
-16-byte header, never a pixel; a tabular CSV holds labels and features in one file, so there the
-server parses the file and keeps only the labels). The sources compute whole rows (an image is
-decoded whole), so a client's "only its block" is what it keeps and uses. A table with one file per
-party (``data.path = "server.csv;bank.csv;..."``) is where a party's own file holds only its own
-columns: there each process opens its own file and no other (:mod:`fedstream.data.table_party`),
-and each party draws its initial weights alone (:func:`fedstream.ovfl.parties.own_draws`).
+A deployed party builds its model with the generator and draw order of
+:class:`fedstream.ovfl.engine.OnlineVFL` (client m replays the draws of clients 0..m-1, the server
+all of them; with one table file per party each draws alone, :func:`fedstream.ovfl.parties.own_draws`),
+so that a network run and an in-process run with the same seed start from the same weights. Each
+client reads only its feature block (:func:`client_rows`), the server only the labels
+(:func:`server_stream`); who reads what: docs/deploy-protocol.md, "Who reads what".
 """
 
 from __future__ import annotations
