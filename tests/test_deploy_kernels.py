@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from fedstream.config import load_config
+from fedstream.ovfl import party_kernels
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.party_kernels import pack, unpack
 from fedstream.ovfl.server import Server
@@ -58,6 +59,7 @@ def _run(cfg: dict, persist: bool = False):
 @pytest.mark.parametrize("batch", [1, 16, 256])
 def test_compiled_batches_equal_the_per_event_path(request, monkeypatch, case, batch):
     root = root_for(case, request)
+    monkeypatch.setattr(party_kernels, "MIN_EVENTS", 1)  # B = 1 through the kernels too
     with monkeypatch.context() as patch:
         if "slr" not in case:  # (SLR's first l - 1 rounds take the per-event path)
             def refuse(*args, **kwargs):

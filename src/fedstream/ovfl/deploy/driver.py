@@ -185,7 +185,7 @@ class NetworkVFL(OnlineRun):
         """The next rounds of the batch (labels ``y``) in one compiled call
         (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False
         when they are to be played one by one."""
-        ready = self.kernel is not None and self.kernel.ready()
+        ready = self.kernel is not None and self.kernel.ready(len(y))
         stacked = ready and self.transport.stacked(self.t, self.t + len(y))
         if not stacked:
             return False

@@ -39,7 +39,7 @@ from fedstream.ovfl.deploy.parties import (
 )
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
-from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply, pack, unpack
+from fedstream.ovfl.party_kernels import PartyArrays, batched, kernels_apply, pack, unpack
 from fedstream.runs.state import collect, restore
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
@@ -117,7 +117,7 @@ class ClientHost(NodeHost):
                 f"for round {t0}, received {len(env.parts)} messages"
             )
         grads = self._gradients(env.parts[:g], rounds)
-        fast = self.kernel is not None and self.kernel.ready()
+        fast = self.kernel is not None and self.kernel.ready(n)
         queries = self._queries(env.parts[g:], t0, fast)
         self._deliver(*grads)
         rows = self.rows.rows(t0, n)
@@ -202,7 +202,8 @@ class ClientHost(NodeHost):
                 ]
             )
         shape = (self.client.window, self.client.model.n_out)
-        if self.kernel is not None and all(self.acts[t][-1].shape == shape for t in awaiting):
+        if (self.kernel is not None and batched(len(self.pending))
+                and all(self.acts[t][-1].shape == shape for t in awaiting)):
             values = unpack(parts, Gradient, np.array(rounds, np.int64), self.index, shape)
             if values is not None:
                 return dict(zip(rounds, parts, strict=True)), values

@@ -40,7 +40,7 @@ from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, pee
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
-from fedstream.ovfl.party_kernels import pack, unpack
+from fedstream.ovfl.party_kernels import batched, pack, unpack
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEnds
 from fedstream.transport.ledger import ByteLedger
@@ -237,7 +237,7 @@ class LinkTransport(Session):
         if active is not None:
             return []
         rows = self.query(t0, m).rows
-        if self.query(t0 + n - 1, m).rows == rows:
+        if batched(n) and self.query(t0 + n - 1, m).rows == rows:
             return pack(Query, np.arange(t0, t0 + n), m, np.empty((n, rows, 0), np.float32))
         return [encode(self.query(t, m)) for t in range(t0, t0 + n)]
 
@@ -290,8 +290,9 @@ class LinkTransport(Session):
         if len(reply.parts) != len(events):
             raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
         queries = self.batch.queries[m]
+        at_once = self.ends.probe is None and batched(len(queries))  # plain embeddings, every event
         rows = decode(queries[0]).rows if queries else 0
-        if self.ends.probe is None and queries and rows == decode(queries[-1]).rows:  # at once
+        if at_once and rows == decode(queries[-1]).rows:
             values = unpack(reply.parts, Embedding, np.arange(t0, t0 + n), m, (rows, self.embedding))
             if values is not None:
                 self.batch.values[m] = (reply.parts, values)
