@@ -80,13 +80,22 @@ def test_compiled_batches_equal_the_per_event_path(request, monkeypatch, case, b
 
 
 @pytest.mark.parametrize("case", ["dlr-random", "slr-event"])
-def test_compiled_batches_at_b1_equal_the_simulator(mnist_root, case):
+def test_compiled_batches_at_b1_equal_the_simulator(mnist_root, monkeypatch, case):
+    monkeypatch.setattr(party_kernels, "MIN_EVENTS", 1)
     cfg = config(mnist_root, case, 1, "auto")
     engine, sizes, summary = simulate(load_config(None, dict(cfg, **{"simulator.path": "messages"})))
     net, models = _run(cfg)
     assert_same_as_simulator(engine, models)
     assert net.transport.sizes == sizes
     assert net.summary()["accumulated_error"] == summary["accumulated_error"]
+
+
+def test_small_batches_take_the_per_event_path(mnist_root, monkeypatch):
+    """Below MIN_EVENTS events a batch's set-up would cost more than the kernels save."""
+    calls = []
+    monkeypatch.setattr(party_kernels, "client_embed", lambda *a: calls.append(a))
+    _run(config(mnist_root, "dlr-random", party_kernels.MIN_EVENTS - 1, "auto", rounds=50))
+    assert calls == []
 
 
 def test_a_node_rebuilt_for_every_request_plays_the_same(mnist_root):
