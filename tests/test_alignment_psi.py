@@ -18,6 +18,7 @@ from fedstream.alignment import (  # noqa: E402
     align,
     decode,
 )
+from fedstream.alignment.messages import Placement  # noqa: E402
 from fedstream.alignment.session import ClientEndpoint  # noqa: E402
 from fedstream.errors import ProtocolError  # noqa: E402
 
@@ -58,9 +59,11 @@ def test_bytes_are_those_of_the_encoded_messages():
     request = s.request().encode()
     reply = c.reply(decode(request, PsiRequest))
     _, shared = s.conclude("client 0", reply)
+    placement = Placement(out.ranks()[0])
     got = out.clients[0]
-    # the request and the intersection do not depend on the keys; the reply's set size may vary by a byte
-    assert got.bytes_down == len(request) + len(shared.encode())
+    # the request, the intersection and the placement do not depend on the keys; the reply's set size
+    # may vary by a byte
+    assert got.bytes_down == len(request) + len(shared.encode()) + len(placement.encode())
     assert abs(got.bytes_up - len(reply.encode())) <= 8
     assert got.bytes_up > 33 * len(server)  # the server's points, blinded again, come back
     assert out.summary()["bytes"] == got.bytes_down + got.bytes_up

@@ -165,7 +165,8 @@ def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, then sets the new node up from the old one's checkpoint; the run ends."""
-    values = overrides(write_learnable_mnist(tmp_path / "data"), 60) | {"network.batch": 5}
+    values = overrides(write_learnable_mnist(tmp_path / "data"), 60) | {"network.batch": 5,
+                                                                          "network.max_missed": 1.0}
     cache = tmp_path / "deployment" / "cache"
 
     def crash(deployment, ended):
@@ -194,7 +195,8 @@ def test_a_hung_supernode_is_timed_out_padded_and_taken_back(tmp_path):
 
     120 rounds, so that the run outlasts the hang on an idle machine too (the server goes on with
     client 0 alone, a few seconds per batch, while client 1 is stopped)."""
-    values = overrides(write_learnable_mnist(tmp_path / "data"), 120) | {"network.batch": 5}
+    values = overrides(write_learnable_mnist(tmp_path / "data"), 120) | {"network.batch": 5,
+                                                                          "network.max_missed": 1.0}
     cache = tmp_path / "deployment" / "cache"
 
     def hang(deployment, ended):

@@ -71,6 +71,7 @@ def test_a_node_with_another_deployments_certificate_is_refused(tmp_path, config
     with grpc_nodes(config, tmp_path, tls_dir=creds / "ours", clients=[0]) as (link, _):
         node = _lone_node(link, config, tmp_path, 1, creds / "theirs")
         assert isinstance(node.error, ProtocolError)  # the handshake fails: never connected
+        link.wait_for(1, 30)  # node 1 gives up at once: node 0 may still be in its handshake
         assert link.available() == {0}
 
 
@@ -82,12 +83,14 @@ def test_a_node_without_a_client_certificate_is_refused(tmp_path, config, creds)
         shutil.copy(creds / "ours" / f"server.{suffix}", folder / f"client-1.{suffix}")
     with grpc_nodes(config, tmp_path, tls_dir=creds / "ours", clients=[0]) as (link, _):
         node = _lone_node(link, config, tmp_path, 1, folder)
+        link.wait_for(1, 30)
         assert node.error is not None and link.available() == {0}
 
 
 def test_plaintext_is_refused_by_a_secure_server(tmp_path, config, creds):
     with grpc_nodes(config, tmp_path, tls_dir=creds / "ours", clients=[0]) as (link, _):
         node = _lone_node(link, config, tmp_path, 1, None)
+        link.wait_for(1, 30)
         assert isinstance(node.error, ProtocolError) and link.available() == {0}
 
 

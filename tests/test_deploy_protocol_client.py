@@ -93,6 +93,6 @@ def test_a_party_written_without_fedstream_answers_a_fedstream_server(tmp_path):
     assert summary["rounds"] == ROWS and summary["faults"] == [] and summary["rejoins"] == []
     # every event activated the bare party: an embedding up and, a round later, its gradient down
     assert got["round"] == ROWS - 1 and got["gradients"] == ROWS and got["moved"] > 0
-    assert got["requests"] == ROWS + 2  # setup, one request per event (B = 1), finish
+    assert got["requests"] == ROWS + 5  # PSI (request, intersection, placement), setup, one per event, finish
     assert reports[0]["up"] == got["up"] and reports[0]["down"] == got["down"]
     assert got["up"] == ROWS * (11 + 4 * 4)  # a header and 4 float32 per embedding

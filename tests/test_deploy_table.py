@@ -4,6 +4,7 @@ deployed run is the simulator's on the same files (gRPC in one process, B = 1)."
 from __future__ import annotations
 
 import csv
+import json
 import threading
 from pathlib import Path
 
@@ -103,22 +104,28 @@ def test_each_party_opens_only_its_own_file_and_the_run_is_the_simulators(tmp_pa
     assert opened == {f"node-{m}": {files[m + 1]} for m in range(3)}, opened
 
 
-def test_a_client_file_in_another_order_is_refused_at_setup(tmp_path):
+def test_a_client_file_in_another_order_is_aligned_by_psi_and_runs_as_simulated(tmp_path):
+    """A client file in another order was refused before the deployment ran PSI (issue 30); now
+    the nodes are aligned over the channel and the run is the simulator's."""
     pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
     from fedstream.deploy.runtimes.grpc import GrpcRuntime
     from fedstream.ovfl.deploy.driver import NetworkVFL
     from fedstream.ovfl.deploy.parties import server_stream
     from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.ovfl_deploy import simulate
 
     config = table_config(split_customers(tmp_path, 60, reverse="shop"))
+    _, _, want = simulate(dict(config))
     with grpc_nodes(config, tmp_path) as (link, nodes):
         net = NetworkVFL(config, GrpcRuntime(link, node_timeout=30).connect(3), stream=server_stream(config))
         net.run()
         net.finish()
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
-    refused = [f for f in net.transport.faults if f["client"] == 1 and f["request"] == "setup"]
-    assert refused and "same ids in the same order" in refused[0]["reason"]
-    assert net.summary()["missed_events"] == [0, 60 * 2, 0]  # the shop's rows are never used
+    got = net.summary()
+    assert got["faults"] == []
+    for key in ("bytes", "activation_rate", "accumulated_error"):
+        assert got[key] == want[key], key
 
 
 def test_the_simulator_draws_each_partys_model_alone(tmp_path):
@@ -230,3 +237,79 @@ def test_a_categorical_column_no_client_holds_is_refused_as_in_the_simulator(tmp
             net.run()
     assert str(got.value) == str(want.value)
     assert all(n.error is None for n in nodes), [n.error for n in nodes]
+
+
+def _spoil(path: Path, how: str) -> None:
+    """Spoil a party's file the ways issue 31 found (the header is line 0)."""
+    lines = path.read_text().splitlines()
+    if how == "nan":
+        cells = lines[6].split(",")
+        lines[6] = ",".join([cells[0], "nan", *cells[2:]])
+    elif how == "swapped":
+        lines[3], lines[4] = lines[4], lines[3]
+    elif how == "shuffled":
+        lines[1:] = lines[1:][::-1]
+    elif how == "missing":
+        del lines[5]
+    elif how == "duplicate":
+        lines[5] = lines[4]
+    elif how == "extra":
+        lines.append("999999," + ",".join(lines[1].split(",")[1:]))
+    elif how == "header-only":
+        lines = lines[:1]
+    elif how == "empty":
+        lines = []
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+@pytest.mark.parametrize("how", ["nan", "duplicate", "header-only", "empty"])
+def test_a_client_whose_file_is_spoiled_stops_the_run_before_round_0_saying_why(tmp_path, how):
+    """Issue 31: the client's node reports its data error to the server (as the simulator words it)
+    and the deployment stops before round 0, writing no summary."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.deploy.serve import serve
+    from fedstream.errors import FedstreamError
+    from fedstream.ovfl.engine import OnlineVFL
+    from tests.helpers.grpc_deploy import grpc_nodes
+
+    paths = split_customers(tmp_path, 60)
+    _spoil(paths[2], how)  # the shop's file: client 1
+    config = table_config(paths)
+    with pytest.raises(FedstreamError) as simulated:
+        OnlineVFL(config).run()
+    out = tmp_path / "out"
+    with grpc_nodes(config, tmp_path) as (link, nodes), pytest.raises(FedstreamError) as deployed:
+        serve(config, {"out": str(out), "resume": False, "audit": False, "data-root": ""},
+              GrpcRuntime(link, node_timeout=30))
+    assert all(n.error is None for n in nodes), [n.error for n in nodes]  # the node stayed up to say why
+    message = str(deployed.value)
+    assert "client 1" in message and str(simulated.value).splitlines()[0] in message, (str(simulated.value),
+                                                                                        message)
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("how", ["swapped", "shuffled", "missing", "extra"])
+def test_a_client_file_in_its_own_order_or_with_other_ids_runs_as_simulated(tmp_path, how):
+    """Issue 31 found these refused (or worse, run without the client); since the deployment aligns
+    the parties' ids by PSI (issue 30) they are no fault: the deployed run is the simulator's."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("private_set_intersection.python")
+    from fedstream.deploy.runtimes.grpc import GrpcRuntime
+    from fedstream.deploy.serve import serve
+    from tests.helpers.grpc_deploy import grpc_nodes
+    from tests.helpers.ovfl_deploy import simulate
+
+    paths = split_customers(tmp_path, 60)
+    _spoil(paths[2], how)
+    config = table_config(paths)
+    _, _, want = simulate(dict(config))
+    out = tmp_path / "out"
+    with grpc_nodes(config, tmp_path) as (link, nodes):
+        serve(config, {"out": str(out), "resume": False, "audit": False, "data-root": ""},
+              GrpcRuntime(link, node_timeout=30))
+    got = json.loads((out / "summary.json").read_text())
+    assert got["faults"] == [] and got["status"] == "succeeded"
+    for key in ("bytes", "activation_rate", "accumulated_error"):
+        assert got[key] == want[key], key

@@ -153,8 +153,9 @@ def test_a_node_loads_only_its_own_strip_and_the_server_only_labels(data_root, t
     assert len(list(tmp_path.glob("vfl-*.npz"))) == s.clients
     labels = load_labels(config, str(data_root))
     assert np.array_equal(labels.train_y, data.train_y) and np.array_equal(labels.test_y, data.test_y)
-    assert set(vars(labels)) == {"dataset", "train_y", "test_y", "n_classes", "ids", "classes"}  # no pixel
-    assert labels.ids is None and labels.classes is None  # a table with one file per party's only
+    assert set(vars(labels)) == {"dataset", "train_y", "test_y", "n_classes", "ids", "classes",
+                                 "alignment"}  # no pixel
+    assert labels.ids is None and labels.classes is None and labels.alignment is None  # per-party files' only
     with pytest.raises(ConfigError, match="client-index = 3"):
         load_block(config, 3)
 

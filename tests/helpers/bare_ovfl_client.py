@@ -1,10 +1,13 @@
 """An online VFL client party written without fedstream (issue 29): only the code that grpcio-tools
 generates from ``fedstream/deploy/protocol.proto`` (``protocol_pb2``, ``protocol_pb2_grpc``),
-grpcio and numpy. It must not import fedstream: everything it knows of the protocol is in the
+grpcio, numpy and openmined-psi. It must not import fedstream: everything it knows of the protocol is in the
 .proto file and the payload layout written there.
 
-The party holds its own table file (an ``id`` column and numeric feature columns, the rows in the
-server file's order) and a linear bottom model: the embedding of round t is ``x_t W + b`` with x_t
+The party holds its own table file (an ``id`` column and numeric feature columns, in its own
+order) and a linear bottom model. Before setup it aligns its ids with the server's by private set
+intersection (``PSI`` frames, the layout of ``fedstream.alignment.messages`` as protocol.proto
+describes it; the cryptography is openmined-psi's, not fedstream's), which places its rows in the
+server's order. Its model: the embedding of round t is ``x_t W + b`` with x_t
 its row t mod n, standardised by its first ``data.stats_rows`` rows. It activates on every event
 (the node's own choice), so every embedding it sends comes back as a gradient, which it applies:
 ``W -= lr x_t^T g``, ``b -= lr g``. It counts the bytes of the payload it sends and uses, as every
@@ -26,6 +29,7 @@ import json
 import queue
 import struct
 import sys
+import zlib
 
 import grpc
 import numpy as np
@@ -65,19 +69,71 @@ class Party:
         with open(table, newline="") as f:
             rows = list(csv.reader(f))
         head, body = rows[0], rows[1:]
-        self.ids = hashlib.sha256("".join(r[0] + "\n" for r in body).encode()).hexdigest()
+        self.id_list = [r[0] for r in body]
         self.raw = np.array([[float(v) for v in r[1:]] for r in body], np.float64)
+        self.inbox: list[bytes] = []  # pieces of an alignment message
+        self.outbox: list[bytes] = []  # pieces of its answer, to be fetched
+        self.shared: list[int] = []  # its rows of the shared ids, sorted by id
+        self.placement = None  # its row of each row the server plays (-1: absent)
         self.columns = head[1:]
         self.round = -1
         self.up = self.down = self.messages = 0
         self.sent: dict[int, np.ndarray] = {}  # round -> the row its embedding was made from
         self.gradients = 0
 
+    def psi(self, frame):
+        """A PSI request: a piece of an alignment message ("FSA1", a kind byte, big-endian fields)."""
+        pb, step = self.pb, frame.psi_step
+
+        def ack(parts, pieces=0, piece=0):
+            return pb.Frame(type=pb.PSI, seq=frame.seq, round=-frame.seq, parts=parts,
+                            psi_ack=pb.PsiAck(pieces=pieces, piece=piece))
+
+        if step.pieces == 0:  # fetch the next piece of the answer
+            total = self.total
+            return ack([self.outbox.pop(0)], total, total - len(self.outbox) - 1)
+        self.inbox.append(frame.parts[0])
+        if step.piece + 1 < step.pieces:
+            return ack([])
+        data, self.inbox = b"".join(self.inbox), []
+        kind = data[4]
+        if kind == 1:  # the server's blinded ids: answer with its set and the ids blinded again
+            import private_set_intersection.python as lib
+
+            (n_server,) = struct.unpack_from(">Q", data, 5)
+            request = lib.Request()
+            request.ParseFromString(data[13:])
+            side = lib.server.CreateWithNewKey(True)
+            n = len(self.id_list)
+            fpr = max(1e-9, n_server * max(n_server, n) / 2**62)
+            setup = side.CreateSetupMessage(fpr, n_server, self.id_list).SerializeToString()
+            response = side.ProcessRequest(request).SerializeToString()
+            answer = b"FSA1" + bytes([2]) + struct.pack(">QI", n, len(setup)) + setup + response
+            pieces = [answer[i:i + 256 * 1024] for i in range(0, len(answer), 256 * 1024)]
+            self.total, self.outbox = len(pieces), pieces[1:]
+            return ack(pieces[:1], len(pieces))
+        if kind == 3:  # the shared ids, sorted
+            count, _ = struct.unpack_from(">QQ", data, 5)
+            raw = zlib.decompress(data[21:])
+            ends = 4 * count + np.cumsum(np.frombuffer(raw, ">u4", count).astype(np.int64))
+            starts = np.concatenate([[4 * count], ends[:-1]]).astype(np.int64)
+            row = {v: i for i, v in enumerate(self.id_list)}
+            self.shared = [row[raw[a:b].decode()] for a, b in zip(starts.tolist(), ends.tolist())]
+        elif kind == 4:  # where the server plays them
+            ranks = np.frombuffer(zlib.decompress(data[13:]), ">i8").astype(np.int64)
+            self.placement = np.where(ranks >= 0, np.array(self.shared, np.int64)[np.maximum(ranks, 0)], -1)
+        return ack([])
+
     def setup(self, config: dict) -> None:
-        head = max(1, min(int(config["data.stats_rows"]), len(self.raw)))
-        mean, std = self.raw[:head].mean(axis=0), self.raw[:head].std(axis=0)
+        held = self.placement >= 0
+        raw = self.raw[self.placement[held]]
+        head = max(1, min(int(config["data.stats_rows"]), len(raw)))
+        mean, std = raw[:head].mean(axis=0), raw[:head].std(axis=0)
         std[std == 0] = 1.0
-        self.X = ((self.raw - mean) / std).astype(np.float32)
+        self.X = np.zeros((len(self.placement), raw.shape[1]), np.float32)
+        self.X[held] = ((raw - mean) / std).astype(np.float32)
+        placed = "".join((self.id_list[p] if p >= 0 else "") + "\n" for p in self.placement.tolist())
+        self.ids = hashlib.sha256(placed.encode()).hexdigest()
         width, embedding = self.X.shape[1], int(config["model.embedding"])
         rng = np.random.default_rng(1000 + self.index)
         self.W = (rng.standard_normal((width, embedding)) / np.sqrt(width)).astype(np.float32)
@@ -104,6 +160,8 @@ class Party:
             return None
         if frame.type == pb.ECHO:
             return pb.Frame(type=pb.ECHO, seq=frame.seq, round=frame.round, parts=frame.parts)
+        if frame.type == pb.PSI:
+            return self.psi(frame)
         if frame.type == pb.SETUP:
             self.setup(json.loads(frame.setup.config))
             reply = pb.OvflSetupReply(client=self.index, round=self.round, n_features=self.X.shape[1],

@@ -8,9 +8,9 @@ one process and counts the bytes of every encoded message. What each party learn
 docs/alignment.md.
 """
 
-from fedstream.alignment.messages import Intersection, PsiReply, PsiRequest, decode
+from fedstream.alignment.messages import Intersection, Placement, PsiReply, PsiRequest, decode
 from fedstream.alignment.psi import AlignmentClient, AlignmentServer
 from fedstream.alignment.session import Alignment, align
 
-__all__ = ["Alignment", "AlignmentClient", "AlignmentServer", "Intersection", "PsiReply", "PsiRequest",
-           "align", "decode"]
+__all__ = ["Alignment", "AlignmentClient", "AlignmentServer", "Intersection", "Placement", "PsiReply",
+           "PsiRequest", "align", "decode"]

@@ -9,7 +9,10 @@ The exchange between the server and one client (:mod:`fedstream.alignment.psi` s
    key in a Golomb-compressed set (``ServerSetup``), and the server's points blinded once more
    with the client's key (``Response``), in the request's order;
 3. server -> client :class:`Intersection`: the ids of the server's set that the client holds,
-   sorted (the order both sides use from then on), zlib-compressed.
+   sorted (the order both sides use from then on), zlib-compressed;
+4. server -> client :class:`Placement`, once every client is aligned: where the training plays the
+   client's shared ids, as ranks into step 3's sorted ids, -1 for a row the client lacks (online
+   VFL: every row of the server's file, in its order; batch VFL: the rows every party holds).
 
 Layout: ``b"FSA1"``, one byte for the kind, then the kind's fields (big-endian integers; the
 library's payloads as the library serialises them). :func:`decode` raises
@@ -27,7 +30,7 @@ import numpy as np
 from fedstream.errors import ProtocolError
 
 MAGIC = b"FSA1"
-_REQUEST, _REPLY, _INTERSECTION = 1, 2, 3
+_REQUEST, _REPLY, _INTERSECTION, _PLACEMENT = 1, 2, 3, 4
 MAX_IDS = 1 << 32  # the most ids a set may announce
 
 
@@ -76,6 +79,38 @@ class Intersection:
                 + zlib.compress(raw, 6))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Step 4 (server -> client): the training's rows as ranks into the sorted shared ids (int64,
+    -1: a row the client lacks), each rank at most once."""
+
+    ranks: np.ndarray
+
+    def encode(self) -> bytes:
+        raw = np.ascontiguousarray(self.ranks, dtype=">i8").tobytes()
+        return MAGIC + bytes([_PLACEMENT]) + struct.pack(">Q", len(self.ranks)) + zlib.compress(raw, 6)
+
+
+def _placement(body: bytes) -> Placement:
+    if len(body) < 8:
+        raise ProtocolError(f"Placement: {len(body)} bytes, expected at least 8")
+    (count,) = struct.unpack_from(">Q", body)
+    if not 0 < count < MAX_IDS:
+        raise ProtocolError(f"Placement: announces {count} rows, expected 1 to {MAX_IDS - 1}")
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(body[8:], 8 * count + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"Placement: the rows do not decompress ({exc})") from None
+    if len(raw) != 8 * count or inflate.unconsumed_tail or not inflate.eof:
+        raise ProtocolError(f"Placement: the rows decompress to other than the {count} announced")
+    ranks = np.frombuffer(raw, dtype=">i8").astype(np.int64)
+    placed = ranks[ranks >= 0]
+    if (ranks < -1).any() or len(np.unique(placed)) != len(placed):
+        raise ProtocolError("Placement: a rank below -1, or a rank placed twice")
+    return Placement(ranks)
+
+
 def _intersection(body: bytes) -> Intersection:
     if len(body) < 16:
         raise ProtocolError(f"Intersection: {len(body)} bytes, expected at least 16")
@@ -104,8 +139,8 @@ def _intersection(body: bytes) -> Intersection:
 
 
 def decode(data: bytes, expected: type | None = None):
-    """The message encoded in ``data`` (a :class:`PsiRequest`, :class:`PsiReply` or
-    :class:`Intersection`), checked to be of type ``expected`` when given."""
+    """The message encoded in ``data`` (a :class:`PsiRequest`, :class:`PsiReply`,
+    :class:`Intersection` or :class:`Placement`), checked to be of type ``expected`` when given."""
     data = bytes(data)
     if len(data) < 5 or data[:4] != MAGIC:
         raise ProtocolError(f"alignment message: {len(data)} bytes that do not start with {MAGIC!r}")
@@ -119,6 +154,8 @@ def decode(data: bytes, expected: type | None = None):
         msg = PsiReply(_check_count("PsiReply", n), body[12:12 + size], body[12 + size:])
     elif kind == _INTERSECTION:
         msg = _intersection(body)
+    elif kind == _PLACEMENT:
+        msg = _placement(body)
     else:
         raise ProtocolError(f"alignment message: kind {kind} with {len(body)} bytes is not a message")
     if expected is not None and not isinstance(msg, expected):

@@ -2,7 +2,8 @@
 
 :func:`run_alignment` is the server's walk, written once for every transport: it sends its
 :class:`~fedstream.alignment.messages.PsiRequest` to each client over a :class:`Link`, concludes
-from the client's reply, and tells the client the shared ids. :class:`ClientEndpoint` is a
+from the client's reply, tells the client the shared ids and, once every client is aligned, where
+the training plays them. :class:`ClientEndpoint` is a
 client's answer to whatever arrives. :func:`align` plays both in one process over
 :class:`InProcessLink`, which encodes every message, counts its bytes and decodes it on the other
 side: the simulator's alignment is the deployment's, message for message.
@@ -11,13 +12,13 @@ side: the simulator's alignment is the deployment's, message for message.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from fedstream.alignment.messages import Intersection, PsiReply, PsiRequest, decode
+from fedstream.alignment.messages import Intersection, Placement, PsiReply, PsiRequest, decode
 from fedstream.alignment.psi import DEFAULT_FPR, AlignmentClient, AlignmentServer, effective_fpr
 from fedstream.errors import ProtocolError
 
@@ -35,12 +36,14 @@ class Link(Protocol):
 
 
 class ClientEndpoint:
-    """A client's side of the exchange: answers a PsiRequest, then takes the Intersection.
-    ``rows``: after the exchange, the client's rows of the shared ids in the agreed (sorted) order."""
+    """A client's side of the exchange: answers a PsiRequest, then takes the Intersection and the
+    Placement. ``rows``: after step 3, the client's rows of the shared ids in the agreed (sorted)
+    order; ``placement``: after step 4, its row of each row the training plays (-1: absent)."""
 
     def __init__(self, client: AlignmentClient):
         self.client = client
         self.rows: np.ndarray | None = None
+        self.placement: np.ndarray | None = None
         self._asked = False
 
     def handle(self, data: bytes) -> bytes | None:
@@ -50,6 +53,12 @@ class ClientEndpoint:
             return self.client.reply(msg).encode()
         if isinstance(msg, Intersection) and self._asked and self.rows is None:
             self.rows = self.client.accept(msg)
+            return None
+        if isinstance(msg, Placement) and self.rows is not None and self.placement is None:
+            if msg.ranks.max() >= len(self.rows):
+                raise ProtocolError(f"alignment: the Placement names rank {int(msg.ranks.max())} of "
+                                    f"{len(self.rows)} shared ids")
+            self.placement = np.where(msg.ranks >= 0, self.rows[np.maximum(msg.ranks, 0)], -1)
             return None
         raise ProtocolError(f"alignment: a {type(msg).__name__} out of turn")
 
@@ -99,6 +108,17 @@ class Alignment:
     clients: list[ClientAlignment]
     client_rows: list[np.ndarray | None] = field(default_factory=list)
     request_seconds: float = 0.0
+    kept: np.ndarray | None = None  # shared: the server rows every party holds (what step 4 placed)
+
+    def ranks(self) -> list[np.ndarray]:
+        """Per client, int64 (n_server,): the rank of each server row among the client's sorted
+        shared ids, -1 where it lacks the id (step 4 sends these, at the rows the training plays)."""
+        out = []
+        for c in self.clients:
+            r = np.full(self.n_server, -1, dtype=np.int64)
+            r[c.rows] = np.arange(len(c.rows))
+            out.append(r)
+        return out
 
     @property
     def seconds(self) -> float:
@@ -128,29 +148,47 @@ class Alignment:
         }
 
 
-def run_alignment(server: AlignmentServer, links: Sequence[Link], names: Sequence[str]) -> Alignment:
-    """The server's walk over ``links`` (one per client, called ``names[m]``), in client order."""
+def run_alignment(server: AlignmentServer, links: Sequence[Link], names: Sequence[str], *,
+                  shared: bool = False, check: Callable[[Alignment], None] | None = None) -> Alignment:
+    """The server's walk over ``links`` (one per client, called ``names[m]``), in client order: steps
+    1-3 with each client; then ``check(alignment)`` (raises for an intersection the run cannot use)
+    and step 4, the placement of the rows the training plays (``shared``: only those every party
+    holds; ``kept`` then names them)."""
     tic = time.perf_counter()
     request = server.request().encode()
     out = Alignment(len(server.ids), server.fpr, [], request_seconds=time.perf_counter() - tic)
     for link, name in zip(links, names):
         tic = time.perf_counter()
-        reply = decode(link.ask(request), PsiReply)
-        rows, shared = server.conclude(name, reply)
-        link.tell(shared.encode())
+        try:
+            reply = decode(link.ask(request), PsiReply)
+        except ProtocolError as exc:
+            raise ProtocolError(str(exc) if str(exc).startswith(name) else f"{name}: {exc}") from None
+        rows, shared_ids = server.conclude(name, reply)
+        link.tell(shared_ids.encode())
         out.clients.append(ClientAlignment(name, reply.n_items, rows, time.perf_counter() - tic))
+    if check is not None:
+        check(out)
+    ranks = out.ranks()
+    if shared:
+        out.kept = np.flatnonzero(np.logical_and.reduce([r >= 0 for r in ranks]))
+    for link, c, r in zip(links, out.clients, ranks):
+        tic = time.perf_counter()
+        link.tell(Placement(r if out.kept is None else r[out.kept]).encode())
+        c.seconds += time.perf_counter() - tic
     return out
 
 
 def align(server_ids: Sequence[str], client_ids: Sequence[Sequence[str]], *, fpr: float = DEFAULT_FPR,
-          names: Sequence[str] | None = None, workers: int | None = None) -> Alignment:
+          names: Sequence[str] | None = None, workers: int | None = None, shared: bool = False,
+          check: Callable[[Alignment], None] | None = None) -> Alignment:
     """Align ``server_ids`` with each client's ids in this process, through encoded messages
-    (``workers``: threads for each side's elliptic-curve work; default: the usable cores)."""
+    (``workers``: threads for each side's elliptic-curve work; default: the usable cores;
+    ``shared`` and ``check``: as :func:`run_alignment`)."""
     names = list(names) if names is not None else [f"client {m}" for m in range(len(client_ids))]
     server = AlignmentServer(server_ids, fpr=fpr, workers=workers)
     endpoints = [ClientEndpoint(AlignmentClient(ids, fpr=fpr, workers=workers)) for ids in client_ids]
     links = [InProcessLink(e) for e in endpoints]
-    out = run_alignment(server, links, names)
+    out = run_alignment(server, links, names, shared=shared, check=check)
     for c, link in zip(out.clients, links):
         c.bytes_down, c.bytes_up = link.down, link.up
     out.client_rows = [e.rows for e in endpoints]

@@ -47,6 +47,8 @@ INTERRUPTED = {
     "run": "interrupted: a run with --out continues from its last checkpoint with --resume",
     "sweep": "interrupted: rerun the same command to skip finished runs and resume the others",
     "experiment": "interrupted: rerun the same command to skip finished runs and resume the others",
+    "deploy": "interrupted (its processes stopped): deploy local --resume with the same --out continues "
+              "from the server's last checkpoint",
 }
 
 

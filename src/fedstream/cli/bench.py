@@ -324,6 +324,35 @@ def _psi(args) -> int:
     return 0
 
 
+# -- serving --------------------------------------------------------------------------------------
+def _serving_options(p) -> None:
+    p.add_argument("config", nargs="?", default="examples/customers-parties-ovfl.toml",
+                   help="config of the deployment to train and serve (one file per party; default "
+                        "examples/customers-parties-ovfl.toml)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of the training (repeatable)")
+    p.add_argument("--run", type=Path, default=None,
+                   help="serve this finished `fedstream deploy local` run instead of training one")
+    p.add_argument("--workdir", type=Path, default=Path("runs/bench-serving"),
+                   help="the trained deployment (reused when there; default runs/bench-serving)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 64], help="ids per request (default 1 64)")
+    p.add_argument("--requests", type=int, default=500, help="timed requests per size (default 500)")
+    _json_option(p, "serving")
+
+
+def _serving(args) -> int:
+    from fedstream.bench.serving import bench_serving, format_serving, train
+
+    if args.requests < 1 or any(not 1 <= k <= 4096 for k in args.sizes):
+        print("error: --requests takes a positive count and --sizes 1 to 4096 ids", file=sys.stderr)
+        return 2
+    run = args.run or train(args.config, args.workdir, args.sets)
+    results = bench_serving(run, sizes=tuple(args.sizes), requests=args.requests)
+    print(format_serving(results))
+    write_json(results, args.json or Path("bench-serving.json"))
+    return 0
+
+
 BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
     "ovfl": ("the fast online VFL engine against the PyTorch reference (and K-run sweeps)",
              _ovfl_options, _ovfl),
@@ -341,6 +370,9 @@ BENCHES: dict[str, tuple[str, Callable, Callable[..., int]]] = {
             _vfl_options, _vfl),
     "torch": ("online VFL's torch backend (model.backend = \"torch\") beside the compiled engine, per "
               "optimiser", _torch_options, _torch),
+    "serving": ("the deployed parties' predictions (fedstream serve --predict): latency p50/p99 and "
+                "throughput for 1 and 64 ids per request, beside the parties in one process",
+                _serving_options, _serving),
     "psi": ("private entity alignment (openmined-psi) of N x N ids against a plain set intersection "
             "(docs/alignment.md)", _psi_options, _psi),
 }

@@ -1,4 +1,4 @@
-"""``fedstream predict RUN_DIR --data FILE --out preds.csv``: predictions of a finished run
+"""``fedstream predict RUN_DIR --data FILE|--ids FILE --out preds.csv``: predictions of a finished run
 (``ovfl``, ``vfl`` and ``chfl``; :mod:`fedstream.predict`)."""
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from fedstream.predict import predict_run, write_predictions
 def add_parsers(sub) -> None:
     predict = sub.add_parser("predict", help="predict rows with the final model of a finished run")
     predict.add_argument("run", type=Path, help="the --out folder of a finished `fedstream run`")
-    predict.add_argument("--data", type=Path, required=True,
+    predict.add_argument("--ids", type=Path, default=None,
+                         help="a table with one file per party: a file (CSV, ...) whose column named as "
+                              "the run's data.id lists the ids to predict; each client reads its own rows "
+                              "of them from its own file (instead of --data)")
+    predict.add_argument("--data", type=Path, default=None,
                          help="NPZ file: X, the dataset's raw rows (tabular: (n, columns); images: "
                               "0-255, (n, H, W) or flattened), and optionally id (n,) and y (n,), the "
                               "labels as the run's classes (the p_<class> columns: 0..C-1; covertype, "
@@ -30,7 +34,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_predict(args) -> int:
-    predictions = predict_run(args.run, args.data, client=args.client)
+    predictions = predict_run(args.run, args.data, client=args.client, ids=args.ids)
     path = write_predictions(predictions, args.out)
     if not args.quiet:
         rows = [("rows", f"{len(predictions.ids):,}"), *predictions.parties.items(), ("written", str(path))]

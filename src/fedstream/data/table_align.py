@@ -25,6 +25,32 @@ def id_position(table: Table, ref: str, party: str) -> int:
                         f"are {', '.join(table.names)}") from None
 
 
+def intersection_check(server_path, client_paths: list, *, shared: bool = False):
+    """The check of an alignment before its rows are placed (:func:`fedstream.alignment.session.
+    run_alignment`'s ``check``), the same in the simulator and on a deployment's server: a DataError
+    naming the file and the party when a client shares no id with the server's file or, with
+    ``shared`` (batch VFL), when no id is held by every party."""
+
+    def check(alignment: Alignment) -> None:
+        for m, (path, c) in enumerate(zip(client_paths, alignment.clients)):
+            if not len(c.rows):
+                raise DataError(f"{path} (client {m}): no id in common with the server's file "
+                                f"{server_path}: the private set intersection is empty")
+        if not shared:
+            return
+        every = np.ones(alignment.n_server, dtype=bool)
+        for m, (path, c) in enumerate(zip(client_paths, alignment.clients)):
+            held = np.zeros(alignment.n_server, dtype=bool)
+            held[c.rows] = True
+            every &= held
+            if not every.any():
+                raise DataError(f"{path} (client {m}): no id that the server's file {server_path} and "
+                                f"{'every client before it' if m else 'this client'} hold: the parties' "
+                                "intersection is empty")
+
+    return check
+
+
 def align_tables(
     server: Table, sid: int, clients: list[tuple[Table, int]], *, shared: bool = False
 ) -> tuple[Alignment, list[np.ndarray], np.ndarray | None]:
@@ -34,20 +60,10 @@ def align_tables(
     server_ids = party_ids(server, sid, "the server")
     client_ids = [party_ids(t, j, f"client {m}") for m, (t, j) in enumerate(clients)]
     names = [f"client {m} ({t.path.name})" for m, (t, _) in enumerate(clients)]
-    alignment = align(server_ids, client_ids, names=names)
+    check = intersection_check(server.path, [t.path for t, _ in clients], shared=shared)
+    alignment = align(server_ids, client_ids, names=names, shared=shared, check=check)
     rows = alignment.server_to_client()
-    for m, ((table, _), r) in enumerate(zip(clients, rows)):
-        if not (r >= 0).any():
-            raise DataError(f"{table.path} (client {m}): no id in common with the server's file "
-                            f"{server.path}: the private set intersection is empty")
     if not shared:
         return alignment, rows, None
-    every = np.ones(server.n_rows, dtype=bool)
-    for m, ((table, _), r) in enumerate(zip(clients, rows)):
-        every &= r >= 0
-        if not every.any():
-            raise DataError(f"{table.path} (client {m}): no id that the server's file {server.path} and "
-                            f"{'every client before it' if m else 'this client'} hold: the parties' "
-                            "intersection is empty")
-    keep = np.flatnonzero(every)
+    keep = alignment.kept
     return alignment, [r[keep] for r in rows], keep

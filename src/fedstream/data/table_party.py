@@ -9,9 +9,12 @@ In a deployment (``fedstream deploy`` / ``fedstream serve``) with ``data.path =
   its own first ``data.stats_rows`` rows, exactly as the simulator encodes that client's block.
 
 The simulator aligns each client file to the server file by private set intersection
-(:mod:`fedstream.data.table_align`); a deployment does not run it yet (docs/alignment.md, "Deploying
-it"), so there every file must list the ids in the server file's order. Each party reports
-:func:`id_digest` of its ids, and the server refuses a node whose digest differs from its own.
+(:mod:`fedstream.data.table_align`); a deployment runs the same exchange over its channel before
+setup (:mod:`fedstream.deploy.psi`). Then each client's file is *placed*: its rows in the order the
+training plays the server's rows (``placement``: its row of each, -1 where it lacks the id), encoded
+and standardised as the simulator encodes that client's block, and the server's labels are those of
+the rows the training plays. Each party reports :func:`placed_digest` of the ids it plays, and the
+server refuses a node whose digest differs from the one it expects.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.data.table import Table, read_table
+from fedstream.data.table_ids import party_ids
 from fedstream.data.table_source import (
     TableSpec,
-    as_strings,
     check_categorical,
     check_table_spec,
     column_positions,
@@ -43,12 +46,29 @@ def per_party(config: dict) -> bool:
     return config.get("data.name") == "table" and len(table_paths(config.get("data.path") or "")) > 1
 
 
-def id_digest(table: Table, j: int) -> str:
-    """sha256 of id column ``j`` in file order (the ids as text, one per line)."""
+def id_digest(table: Table, j: int, party: str) -> str:
+    """sha256 of id column ``j`` in file order (the ids as text, one per line), after the simulator's
+    checks of the ids of ``party``'s file (:func:`~fedstream.data.table_ids.party_ids`: DataError
+    naming the row at an empty or repeated id)."""
     h = hashlib.sha256()
-    for value in as_strings(table.columns[j]):
-        h.update(str(value).encode() + b"\n")
+    for value in party_ids(table, j, party):
+        h.update(value.encode() + b"\n")
     return h.hexdigest()
+
+
+def placed_digest(ids: list[str], rows: np.ndarray) -> str:
+    """sha256 of the ids at ``rows`` (an empty line for -1, an absent row), one per line."""
+    h = hashlib.sha256()
+    for r in np.asarray(rows).tolist():
+        h.update((ids[r] if r >= 0 else "").encode() + b"\n")
+    return h.hexdigest()
+
+
+def party_id_list(spec: TableSpec, index: int) -> list[str]:
+    """Party ``index``'s ids (0: the server's file, m + 1: client m's) as distinct text, checked as
+    the simulator checks them (:func:`fedstream.data.table_ids.party_ids`)."""
+    table, j = _party_file(spec, index)
+    return party_ids(table, j, "the server" if index == 0 else f"client {index - 1}")
 
 
 def _party_file(spec: TableSpec, index: int) -> tuple[Table, int]:
@@ -91,8 +111,27 @@ class ServerTable:
         self.n_base = table.n_rows
         self.n_classes = len(self.classes)
         self.n_features = 0  # the server holds no feature
-        self.ids = id_digest(table, sid)
+        self.ids: str | list[str] = id_digest(table, sid, "the server")  # aligned: per client, placed_digest
         self.path = table.path
+        self.id_list = party_ids(table, sid, "the server")
+        self.alignment = None  # per-party files aligned by PSI (fedstream.deploy.psi)
+        self.held: np.ndarray | None = None  # (n_base, clients) bool, where some client lacks an id
+
+    def place(self, alignment) -> None:
+        """Take the alignment (:class:`~fedstream.alignment.session.Alignment`) the server made with
+        the nodes: with ``kept`` (batch VFL) only the labels of those rows, and the digest every node
+        reports; otherwise every row, and per client the digest of the ids it holds (absent: empty)."""
+        self.alignment = alignment
+        ranks = alignment.ranks()
+        if alignment.kept is not None:
+            self.base_labels = self.base_labels[alignment.kept]
+            self.n_base = int(alignment.kept.size)
+            self.ids = placed_digest(self.id_list, alignment.kept)
+            return
+        rows = np.arange(self.n_base)
+        self.ids = [placed_digest(self.id_list, np.where(r >= 0, rows, -1)) for r in ranks]
+        held = np.stack([r >= 0 for r in ranks], axis=1)
+        self.held = None if held.all() else held
 
     def features(self, indices: np.ndarray) -> np.ndarray:
         raise ConfigError(f"{self.path}: the server party holds the labels only, not the features")
@@ -104,26 +143,42 @@ class ServerTable:
 class ClientTable:
     """Client ``index``'s file: ``X`` float32 (n, width), its columns encoded and standardised by
     its own first ``spec.stats_rows`` rows; ``columns`` their names; ``ids`` the digest of its ids.
-    ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a test split)."""
+    ``holdout``: this fraction of the rows, the last ones, is left out of the statistics (a test split).
+    ``placement`` (from the alignment, :mod:`fedstream.deploy.psi`): the rows are those the training
+    plays, its row of each (-1: it lacks the id, a row of zeros, its columns' means), standardised by
+    the first ``spec.stats_rows`` training rows it holds, as the simulator's block of this client."""
 
-    def __init__(self, spec: TableSpec, index: int, *, holdout: float = 0.0):
+    def __init__(self, spec: TableSpec, index: int, *, holdout: float = 0.0,
+                 placement: np.ndarray | None = None):
         table, cid = _party_file(spec, index + 1)
         cols = [j for j in range(len(table.names)) if j != cid]
         if not cols:
             raise DataError(f"{table.path}: expected the client's feature columns beside the id, found none")
         categorical = set(column_refs(spec.categorical))
-        self.n_holdout = holdout_rows(table.n_rows, holdout)
-        head = min(spec.stats_rows, table.n_rows - self.n_holdout)
+        n = table.n_rows if placement is None else len(placement)
+        self.n_holdout = holdout_rows(n, holdout)
+        head = min(spec.stats_rows, n - self.n_holdout)
+        held = np.arange(n) if placement is None else np.flatnonzero(placement >= 0)
+        if placement is not None:
+            head = min(head, int((held < n - self.n_holdout).sum()))
+            if head == 0:
+                raise DataError(f"{table.path} (client {index}): holds none of the training rows' ids")
         self.categories: dict[str, np.ndarray] = {}
-        columns, onehot = encode_columns(table, cols, None, categorical, self.categories, head)
+        rows = None if placement is None else placement[held]
+        columns, onehot = encode_columns(table, cols, rows, categorical, self.categories, head)
         X = np.concatenate(columns, axis=1)
         mean, std = scale_of(X, onehot, head)
-        self.X = (X.astype(np.float32) - mean) / std
+        if placement is None:
+            self.X = (X.astype(np.float32) - mean) / std
+            self.ids = id_digest(table, cid, f"client {index}")
+        else:
+            self.X = np.zeros((n, X.shape[1]), np.float32)
+            self.X[held] = (X.astype(np.float32) - mean) / std
+            self.ids = placed_digest(party_ids(table, cid, f"client {index}"), placement)
         self.X.flags.writeable = False
-        self.n_base, self.width = table.n_rows, int(X.shape[1])
+        self.n_base, self.width = n, int(X.shape[1])
         self.columns = [table.names[j] for j in cols]
         self.categorical = sorted(categorical & set(self.columns))  # its data.categorical columns
-        self.ids = id_digest(table, cid)
         self.path = table.path
 
     def rows(self, t0: int, n: int) -> np.ndarray:

@@ -3,7 +3,8 @@
     fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
                            [--timeout S] [--audit] [--resume]
     fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...]
+    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force] [--requester]
+    fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
 
 ``local`` runs a whole deployment on this machine's loopback and stops every process it started:
 on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
@@ -26,7 +27,7 @@ from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import adapter_for, check_deployable, default_runtime
 from fedstream.deploy.local import LocalDeployment, write_app
-from fedstream.deploy.serve import check_out
+from fedstream.deploy.serve import check_out, check_outcome
 from fedstream.errors import ConfigError
 from fedstream.tasks import get_task
 
@@ -47,9 +48,20 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     local.add_argument(
         "--secure", action="store_true", help="mutual TLS (gRPC); TLS and SuperNode authentication (Flower)"
     )
+    predict = actions.add_parser("predict", help="the deployed parties of a finished `deploy local` run "
+                                 "predict ids together, each from its saved model, on 127.0.0.1")
+    predict.add_argument("run", type=Path, help="the --out folder of `fedstream deploy local`")
+    predict.add_argument("--ids", type=Path, required=True,
+                         help="a file (CSV, ...) with a column named as the run's data.id: the ids to "
+                              "predict")
+    predict.add_argument("--out", type=Path, required=True, help="CSV to write: id, prediction, p_<class>")
     creds = actions.add_parser("credentials", help="write test TLS certificates and SuperNode keys")
     creds.add_argument("dir", type=Path, help="folder to write ca.crt, server.pem/.key, node-M.key/.pub")
-    creds.add_argument("--nodes", type=int, required=True, help="SuperNodes (one key pair each)")
+    creds.add_argument("--nodes", type=int, help="client parties (one certificate and key pair each); "
+                       "required unless --requester")
+    creds.add_argument("--requester", action="store_true",
+                       help="write requester.pem/.key, the identity a serving server's Predict answers, "
+                            "with the ca.key that DIR holds (with --nodes: after the new credentials)")
     creds.add_argument(
         "--host",
         action="append",
@@ -58,6 +70,7 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
         "SuperLink (repeatable; localhost and 127.0.0.1 are always in)",
     )
     creds.add_argument("--days", type=int, default=30, help="validity of the certificates")
+    creds.add_argument("--force", action="store_true", help="replace the credentials DIR holds (a new CA)")
     for p in (app, local):
         p.add_argument(
             "config",
@@ -104,10 +117,23 @@ def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dic
 
 def cmd_deploy(args) -> int:
     if args.action == "credentials":
-        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
+        from fedstream.deploy.credentials import write_credentials, write_requester  # cryptography
 
-        paths = write_credentials(args.dir, args.nodes, args.host, days=args.days)
+        if args.nodes is None and not args.requester:
+            raise ConfigError("deploy credentials: give --nodes M (the client parties), --requester, or both")
+        paths = {}
+        if args.nodes is not None:
+            paths = write_credentials(args.dir, args.nodes, args.host, days=args.days, force=args.force)
+        if args.requester:
+            paths |= write_requester(args.dir, days=args.days, force=args.force)
         print(f"wrote {len(paths)} files to {args.dir}: " + " ".join(sorted(paths)))
+        return 0
+    if args.action == "predict":  # serving (grpc): imported when it runs
+        from fedstream.deploy.serving_grpc import deploy_predict
+        from fedstream.predict import write_predictions
+
+        path = write_predictions(deploy_predict(args.run, args.ids), args.out)
+        print(f"wrote {path}")
         return 0
     if args.action == "app":
         settings, config = _settings(args, args.out)
@@ -129,7 +155,7 @@ def cmd_deploy(args) -> int:
         from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
 
         credentials = args.out / "credentials"
-        write_credentials(credentials, adapter.n_nodes(config))
+        write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
     folder = args.out / "deployment"
     with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
         deployment.run(app, timeout=args.timeout)
@@ -138,6 +164,7 @@ def cmd_deploy(args) -> int:
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
     s = json.loads(summary.read_text())
     print(f"{adapter.report(s)}; summary in {summary}")
+    check_outcome(s, args.out)  # a failed or disputed run: exit 2 (the ServerApp's error stays in Flower)
     return 0
 
 
@@ -157,7 +184,7 @@ def _local_grpc(args) -> int:
         from fedstream.deploy.credentials import write_credentials
 
         tls = args.out / "credentials"
-        write_credentials(tls, M)
+        write_credentials(tls, M, force=True)  # this run's own
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,

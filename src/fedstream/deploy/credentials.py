@@ -19,8 +19,14 @@ package (a Flower dependency):
   --auth-supernode-private-key``); ``node-M.pub`` is registered with the SuperLink (``flwr
   supernode register``), which then admits only registered nodes (``--enable-supernode-auth``).
 
+* ``requester.pem`` / ``requester.key`` (``--requester``, on a folder that holds ``ca.key``): the
+  certificate ``fedstream requester``, the only identity a serving server's ``Predict`` method
+  answers (:mod:`fedstream.deploy.serving_grpc`); give it to the application that asks for
+  predictions.
+
 These are for tests and trials: in production use your organisation's PKI. Private keys are
-written with mode 0600.
+created with mode 0600. Each CA has a name of its own (a random suffix). A folder that holds
+credentials already is refused without ``--force`` (``force``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 from pathlib import Path
 
 from cryptography import x509
@@ -38,11 +45,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from fedstream.deploy.runtimes.grpc_wire import CLIENT_CN
 from fedstream.errors import ConfigError
 
+REQUESTER_CN = "fedstream requester"  # the identity a serving server answers Predict for
+
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+    """A new file (an old one is removed first): a private key is created with mode 0600, never wider."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -60,21 +71,74 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
+def _write_client(folder: Path, stem: str, cn: str, issuer, start, end,
+                  san: x509.SubjectAlternativeName | None = None) -> dict[str, Path]:
+    """``stem.pem`` / ``stem.key``: a client-authentication certificate ``cn`` signed by ``issuer``
+    (the CA's certificate and key), valid from ``start`` to ``end``."""
+    ca, ca_key = issuer
+    key = ec.generate_private_key(ec.SECP384R1())
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+               .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(start).not_valid_after(end))
+    if san is not None:
+        builder = builder.add_extension(san, critical=False)
+    cert = (builder
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA384()))
+    paths = {f"{stem}.pem": folder / f"{stem}.pem", f"{stem}.key": folder / f"{stem}.key"}
+    _write(paths[f"{stem}.pem"], cert.public_bytes(serialization.Encoding.PEM))
+    _write(paths[f"{stem}.key"], _pem_key(key), private=True)
+    return paths
+
+
+def write_requester(folder: Path, *, days: int = 30, force: bool = False) -> dict[str, Path]:
+    """``requester.pem`` / ``requester.key`` in ``folder``: the certificate ``fedstream requester``
+    that a serving server's ``Predict`` method accepts, signed with the folder's ``ca.key`` (so
+    only the operator, who keeps ``ca.key``, can issue it). A requester already there is kept
+    unless ``force``."""
+    folder = Path(folder)
+    if days < 1:
+        raise ConfigError(f"--days {days!r}: expected an integer >= 1")
+    if not force and (folder / "requester.pem").exists() and (folder / "requester.key").exists():
+        return {"requester.pem": folder / "requester.pem", "requester.key": folder / "requester.key"}
+    try:
+        ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), password=None)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{exc.filename}: not found; a requester is issued with the CA that "
+                          "`fedstream deploy credentials` wrote (ca.crt and ca.key)") from None
+    except ValueError as exc:
+        raise ConfigError(f"{folder}/ca.key or ca.crt: not a PEM certificate and key ({exc})") from None
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    return _write_client(folder, "requester", REQUESTER_CN, (ca, ca_key), start,
+                         start + datetime.timedelta(days=days))
+
+
 def write_credentials(
-    folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30
+    folder: Path, nodes: int, hosts: list[str] | None = None, *, days: int = 30, force: bool = False,
+    start: datetime.datetime | None = None,
 ) -> dict[str, Path]:
-    """Write the files listed in the module doc into ``folder``; return name -> path."""
+    """Write the files listed in the module doc into ``folder``; return name -> path. A folder that
+    holds credentials already is refused (its clients' certificates would stop verifying) unless
+    ``force``. ``start``: when the certificates become valid (default: five minutes ago)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"--nodes {nodes!r}: expected an integer >= 1")
     if days < 1:
         raise ConfigError(f"--days {days!r}: expected an integer >= 1")
     folder = Path(folder)
+    if not force and (folder / "ca.crt").exists():
+        raise ConfigError(f"{folder} holds credentials already (ca.crt): a new CA would leave its client "
+                          "certificates unverifiable; add --force to replace them all")
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+    start = start or datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    end = start + datetime.timedelta(days=days)
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream test CA")])
+    # a name of its own: another deployment's certificate shows as signed by an unknown CA
+    ca_cn = f"fedstream test CA {secrets.token_hex(6)}"
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_cn)])
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -117,20 +181,8 @@ def write_credentials(
     _write(paths["server.pem"], server.public_bytes(serialization.Encoding.PEM))
     _write(paths["server.key"], _pem_key(server_key), private=True)
     for m in range(nodes):
-        key = ec.generate_private_key(ec.SECP384R1())
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CLIENT_CN}{m}")]))
-                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(start).not_valid_after(end)
-                .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
-                    f"fedstream:client:{m}")]), critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA384()))
-        paths[f"client-{m}.pem"] = folder / f"client-{m}.pem"
-        paths[f"client-{m}.key"] = folder / f"client-{m}.key"
-        _write(paths[f"client-{m}.pem"], cert.public_bytes(serialization.Encoding.PEM))
-        _write(paths[f"client-{m}.key"], _pem_key(key), private=True)
+        uri = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(f"fedstream:client:{m}")])
+        paths.update(_write_client(folder, f"client-{m}", f"{CLIENT_CN}{m}", (ca, ca_key), start, end, uri))
         key = ec.generate_private_key(ec.SECP384R1())
         paths[f"node-{m}.key"] = folder / f"node-{m}.key"
         paths[f"node-{m}.pub"] = folder / f"node-{m}.pub"

@@ -17,6 +17,7 @@ class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR: _ClassVar[Type]
     BYE: _ClassVar[Type]
     ECHO: _ClassVar[Type]
+    PSI: _ClassVar[Type]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +35,7 @@ HELLO: Type
 ERROR: Type
 BYE: Type
 ECHO: Type
+PSI: Type
 DTYPE_UNSPECIFIED: DType
 FLOAT32: DType
 FLOAT64: DType
@@ -57,7 +59,7 @@ class Tensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Frame(_message.Message):
-    __slots__ = ("type", "seq", "round", "parts", "ovfl_round_request", "ovfl_round_reply", "vfl_train_request", "vfl_test_request", "vfl_select_request", "chfl_round_request", "chfl_round_reply", "chfl_segment_request", "chfl_segment_reply", "error", "ovfl_finish_request", "hello", "setup", "ovfl_setup_reply", "finish_reply", "vfl_finish_request", "vfl_setup_reply", "chfl_setup_reply", "chfl_stream_setup_reply", "arrays")
+    __slots__ = ("type", "seq", "round", "parts", "ovfl_round_request", "ovfl_round_reply", "vfl_train_request", "vfl_test_request", "vfl_select_request", "chfl_round_request", "chfl_round_reply", "chfl_segment_request", "chfl_segment_reply", "error", "ovfl_finish_request", "hello", "setup", "ovfl_setup_reply", "finish_reply", "vfl_finish_request", "vfl_setup_reply", "chfl_setup_reply", "chfl_stream_setup_reply", "psi_step", "psi_ack", "predict_request", "predict_reply", "predict_setup_reply", "arrays")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,11 @@ class Frame(_message.Message):
     VFL_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
     CHFL_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
     CHFL_STREAM_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
+    PSI_STEP_FIELD_NUMBER: _ClassVar[int]
+    PSI_ACK_FIELD_NUMBER: _ClassVar[int]
+    PREDICT_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PREDICT_REPLY_FIELD_NUMBER: _ClassVar[int]
+    PREDICT_SETUP_REPLY_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
     type: Type
     seq: int
@@ -105,8 +112,13 @@ class Frame(_message.Message):
     vfl_setup_reply: VflSetupReply
     chfl_setup_reply: ChflSetupReply
     chfl_stream_setup_reply: ChflStreamSetupReply
+    psi_step: PsiStep
+    psi_ack: PsiAck
+    predict_request: PredictRequest
+    predict_reply: PredictReply
+    predict_setup_reply: PredictSetupReply
     arrays: _containers.RepeatedCompositeFieldContainer[Tensor]
-    def __init__(self, type: _Optional[_Union[Type, str]] = ..., seq: _Optional[int] = ..., round: _Optional[int] = ..., parts: _Optional[_Iterable[bytes]] = ..., ovfl_round_request: _Optional[_Union[OvflRoundRequest, _Mapping]] = ..., ovfl_round_reply: _Optional[_Union[OvflRoundReply, _Mapping]] = ..., vfl_train_request: _Optional[_Union[VflTrainRequest, _Mapping]] = ..., vfl_test_request: _Optional[_Union[VflTestRequest, _Mapping]] = ..., vfl_select_request: _Optional[_Union[VflSelectRequest, _Mapping]] = ..., chfl_round_request: _Optional[_Union[ChflRoundRequest, _Mapping]] = ..., chfl_round_reply: _Optional[_Union[ChflRoundReply, _Mapping]] = ..., chfl_segment_request: _Optional[_Union[ChflSegmentRequest, _Mapping]] = ..., chfl_segment_reply: _Optional[_Union[ChflSegmentReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ovfl_finish_request: _Optional[_Union[OvflFinishRequest, _Mapping]] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., setup: _Optional[_Union[Setup, _Mapping]] = ..., ovfl_setup_reply: _Optional[_Union[OvflSetupReply, _Mapping]] = ..., finish_reply: _Optional[_Union[FinishReply, _Mapping]] = ..., vfl_finish_request: _Optional[_Union[VflFinishRequest, _Mapping]] = ..., vfl_setup_reply: _Optional[_Union[VflSetupReply, _Mapping]] = ..., chfl_setup_reply: _Optional[_Union[ChflSetupReply, _Mapping]] = ..., chfl_stream_setup_reply: _Optional[_Union[ChflStreamSetupReply, _Mapping]] = ..., arrays: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+    def __init__(self, type: _Optional[_Union[Type, str]] = ..., seq: _Optional[int] = ..., round: _Optional[int] = ..., parts: _Optional[_Iterable[bytes]] = ..., ovfl_round_request: _Optional[_Union[OvflRoundRequest, _Mapping]] = ..., ovfl_round_reply: _Optional[_Union[OvflRoundReply, _Mapping]] = ..., vfl_train_request: _Optional[_Union[VflTrainRequest, _Mapping]] = ..., vfl_test_request: _Optional[_Union[VflTestRequest, _Mapping]] = ..., vfl_select_request: _Optional[_Union[VflSelectRequest, _Mapping]] = ..., chfl_round_request: _Optional[_Union[ChflRoundRequest, _Mapping]] = ..., chfl_round_reply: _Optional[_Union[ChflRoundReply, _Mapping]] = ..., chfl_segment_request: _Optional[_Union[ChflSegmentRequest, _Mapping]] = ..., chfl_segment_reply: _Optional[_Union[ChflSegmentReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ovfl_finish_request: _Optional[_Union[OvflFinishRequest, _Mapping]] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., setup: _Optional[_Union[Setup, _Mapping]] = ..., ovfl_setup_reply: _Optional[_Union[OvflSetupReply, _Mapping]] = ..., finish_reply: _Optional[_Union[FinishReply, _Mapping]] = ..., vfl_finish_request: _Optional[_Union[VflFinishRequest, _Mapping]] = ..., vfl_setup_reply: _Optional[_Union[VflSetupReply, _Mapping]] = ..., chfl_setup_reply: _Optional[_Union[ChflSetupReply, _Mapping]] = ..., chfl_stream_setup_reply: _Optional[_Union[ChflStreamSetupReply, _Mapping]] = ..., psi_step: _Optional[_Union[PsiStep, _Mapping]] = ..., psi_ack: _Optional[_Union[PsiAck, _Mapping]] = ..., predict_request: _Optional[_Union[PredictRequest, _Mapping]] = ..., predict_reply: _Optional[_Union[PredictReply, _Mapping]] = ..., predict_setup_reply: _Optional[_Union[PredictSetupReply, _Mapping]] = ..., arrays: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("client",)
@@ -367,3 +379,65 @@ class ChflSegmentReply(_message.Message):
     CORRECT_FIELD_NUMBER: _ClassVar[int]
     correct: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, correct: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PredictReply(_message.Message):
+    __slots__ = ("held",)
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    held: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, held: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PredictSetupReply(_message.Message):
+    __slots__ = ("client", "digest", "width", "saved")
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    SAVED_FIELD_NUMBER: _ClassVar[int]
+    client: int
+    digest: str
+    width: int
+    saved: str
+    def __init__(self, client: _Optional[int] = ..., digest: _Optional[str] = ..., width: _Optional[int] = ..., saved: _Optional[str] = ...) -> None: ...
+
+class PredictQuery(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PredictAnswer(_message.Message):
+    __slots__ = ("ids", "classes", "labels", "proba", "absent")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    PROBA_FIELD_NUMBER: _ClassVar[int]
+    ABSENT_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    classes: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    proba: _containers.RepeatedScalarFieldContainer[float]
+    absent: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., classes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Iterable[str]] = ..., proba: _Optional[_Iterable[float]] = ..., absent: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PsiStep(_message.Message):
+    __slots__ = ("config", "piece", "pieces")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    config: str
+    piece: int
+    pieces: int
+    def __init__(self, config: _Optional[str] = ..., piece: _Optional[int] = ..., pieces: _Optional[int] = ...) -> None: ...
+
+class PsiAck(_message.Message):
+    __slots__ = ("pieces", "piece")
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    pieces: int
+    piece: int
+    def __init__(self, pieces: _Optional[int] = ..., piece: _Optional[int] = ...) -> None: ...

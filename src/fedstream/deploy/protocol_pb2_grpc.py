@@ -95,3 +95,87 @@ class Node:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PredictorStub:
+    """Serving (fedstream serve server RUN_DIR --predict, docs/deploy.md "Serving"): an application asks
+    the server party for predictions, on the server's own address and under its TLS. The server asks
+    each client node for the embeddings of the ids (a ROUND request whose info is PredictRequest) and
+    scores them with its top model.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Predict = channel.unary_unary(
+                '/fedstream.deploy.Predictor/Predict',
+                request_serializer=fedstream_dot_deploy_dot_protocol__pb2.PredictQuery.SerializeToString,
+                response_deserializer=fedstream_dot_deploy_dot_protocol__pb2.PredictAnswer.FromString,
+                _registered_method=True)
+
+
+class PredictorServicer:
+    """Serving (fedstream serve server RUN_DIR --predict, docs/deploy.md "Serving"): an application asks
+    the server party for predictions, on the server's own address and under its TLS. The server asks
+    each client node for the embeddings of the ids (a ROUND request whose info is PredictRequest) and
+    scores them with its top model.
+    """
+
+    def Predict(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PredictorServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Predict': grpc.unary_unary_rpc_method_handler(
+                    servicer.Predict,
+                    request_deserializer=fedstream_dot_deploy_dot_protocol__pb2.PredictQuery.FromString,
+                    response_serializer=fedstream_dot_deploy_dot_protocol__pb2.PredictAnswer.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'fedstream.deploy.Predictor', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('fedstream.deploy.Predictor', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Predictor:
+    """Serving (fedstream serve server RUN_DIR --predict, docs/deploy.md "Serving"): an application asks
+    the server party for predictions, on the server's own address and under its TLS. The server asks
+    each client node for the embeddings of the ids (a ROUND request whose info is PredictRequest) and
+    scores them with its top model.
+    """
+
+    @staticmethod
+    def Predict(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedstream.deploy.Predictor/Predict',
+            fedstream_dot_deploy_dot_protocol__pb2.PredictQuery.SerializeToString,
+            fedstream_dot_deploy_dot_protocol__pb2.PredictAnswer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

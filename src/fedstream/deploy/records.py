@@ -41,7 +41,8 @@ from fedstream.transport.messages import Message
 from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
 
 SETUP, ROUND, FINISH = "setup", "round", "finish"
-KINDS = (SETUP, ROUND, FINISH)
+PSI = "psi"  # before setup, one file per party: private entity alignment (fedstream.deploy.psi)
+KINDS = (SETUP, ROUND, FINISH, PSI)
 
 
 @dataclass

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedstream.deploy.adapters import check_deployable
-from fedstream.errors import ConfigError
+from fedstream.deploy.session import Session, session_of
+from fedstream.errors import ConfigError, FedstreamError
 from fedstream.tasks import get_task
 
 
@@ -90,10 +91,40 @@ def serve(config: dict, settings: dict, runtime: Runtime) -> dict:
         server.load(checkpoint)
         print(f"fedstream: resuming {server.where()} from {checkpoint}", flush=True)
     summary = server.play(checkpoint, audit=audit)
+    summary |= outcome(summary, session_of(server), config)
     print(f"fedstream: done, {adapter.report(summary)}, {runtime.note()}", flush=True)
     if out is not None:
         write_outputs(out, summary | {"config": config} | runtime.extra(), server.audit() if audit else {})
+    check_outcome(summary, out)
     return summary
+
+
+def check_outcome(summary: dict, out: Path | None) -> None:
+    """A FedstreamError in one line (exit 2) when the run in ``summary`` failed or is disputed
+    (:func:`outcome`; its outputs are in ``out``)."""
+    if summary.get("status", "succeeded") != "succeeded":
+        where = f"outputs in {out}" if out is not None else "no --out: nothing written"
+        verdict = "failed" if summary["status"] == "failed" else "is disputed"
+        raise FedstreamError(f"the run {verdict}: {summary.get('failure') or summary['dispute']}; {where}")
+
+
+def outcome(summary: dict, session: Session | None, config: dict) -> dict:
+    """How the run ended, for ``summary.json``: its ``restarts`` and ``disputes`` (:class:`~fedstream.
+    deploy.session.Session`) and its ``status``: ``failed`` (with ``failure``) when a party missed
+    more than ``network.max_missed`` of the events, ``disputed`` (with ``dispute``) when a node's
+    finish reply disagrees with the server's counts, else ``succeeded``."""
+    got = {} if session is None else {"restarts": session.restarts, "disputes": session.disputes}
+    rounds, share = summary.get("rounds"), config.get("network.max_missed")
+    over = [(m, n) for m, n in enumerate(summary.get("missed_events", [])) if rounds and n > share * rounds]
+    if over:
+        missed = ", ".join(f"client {m} missed {n} of {rounds} events" for m, n in over)
+        return got | {"status": "failed", "failure": f"{missed} (more than network.max_missed = {share:g} of "
+                                                     "them; see faults)"}
+    if got.get("disputes"):
+        d = got["disputes"][0]
+        said = f"client {d['client']}'s finish reply says {d['field']} = {d['node']}"
+        return got | {"status": "disputed", "dispute": f"{said}, the server counted {d['server']}"}
+    return got | {"status": "succeeded"}
 
 
 def write_outputs(out: Path, summary: dict, files: dict[str, Any]) -> None:

@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
+from fedstream.deploy.psi import PsiNode
+from fedstream.deploy.records import FINISH, PSI, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.runs.files import atomic_open
 
@@ -193,12 +194,16 @@ class LiveNode:
         self.host = None
         self.run: str | None = None
         self._saved_at = -float("inf")
+        self.psi = PsiNode(index, store)  # one file per party: the ids' alignment, before setup
 
     def handle(self, env: Envelope) -> Envelope:
+        if env.kind == PSI:
+            return self.psi.handle(env)
         if env.kind == SETUP:
             memory, config, adapter, state = _setup(env, self.index, self.store)
             boundary = kept_boundary(env)
-            host = adapter.host(config, self.index, data=self._data(adapter, config, self.index), state=state)
+            data = self.psi.place(self._data(adapter, config, self.index), config)
+            host = adapter.host(config, self.index, data=data, state=state)
             reply = host.handle(env)
             self.host, self.run = host, memory.run
         else:
@@ -239,6 +244,9 @@ class Session:
         self.run_token = run_token or secrets.token_hex(8)
         self.faults: list[dict] = []  # {"round", "client", "request", "reason"} per node and failed request
         self.rejoins: list[dict] = []  # one per node set up again (record_rejoin)
+        self.restarts: list[dict] = []  # one per server restarted from its checkpoint (set_up)
+        self.disputes: list[dict] = []  # one per count a node's finish reply disputes (cross_check)
+        self._away: set[int] = set()  # clients not reachable at their last request (reachable)
         self.exchanges = 0  # requests sent to the link (each one round trip, nodes in parallel)
 
     def setup_request(self, *, rejoin: bool | None = None, resume: int | None = None) -> dict:
@@ -250,14 +258,28 @@ class Session:
         """Send ``clients`` a setup request (``info``: :meth:`setup_request`) as request number ``t``;
         ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
         node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
-        its reason). Return what each accepted node reported."""
+        its reason). Return what each accepted node reported.
+
+        The run's own setup (a fresh run, or a restarted server's with ``resume``; not a node set
+        up again mid-run with ``rejoin`` alone) needs every node: one that fails it stops the run
+        before it starts, with the node's reason (its data error, in the simulator's words). A
+        restart is recorded in ``restarts`` with the boundary it resumes from."""
+        rejoin, resume = info.get("rejoin"), info.get("resume")  # (Setup's keys; the nodes check them)
+        if resume is not None:
+            key = "round" if self.unit == "round" and not self.position else "boundary"
+            self.restarts.append({key: resume})
         replies = self.exchange({m: Envelope(SETUP, t, [], info.copy()) for m in sorted(clients)})
-        accepted = {}
+        accepted, before = {}, len(self.faults)
         for m, reply in replies.items():
             try:
                 accepted[m] = accept(m, self.reply(reply, SETUP, t, parts))
             except FedstreamError as exc:
                 self.fault(m, t, SETUP, f"{refused}{exc}")
+        if (rejoin is not True or resume is not None) and len(accepted) < len(replies):
+            why = "; ".join(f"client {f['client']}: {f['reason']}" for f in self.faults[before:])
+            when = f" before {self.unit} {t}" if not self.position else ""
+            raise ProtocolError(f"clients {sorted(set(replies) - set(accepted))} did not set up ({why}); "
+                                f"the run stops{when}")
         return accepted
 
     # -- a node set up again, reconciled with the run's position ---------------------------------
@@ -284,18 +306,22 @@ class Session:
         record |= {f"node_{k}": v for k, v in zip(names, self._at(node_at))}
         self.rejoins.append(record if dropped is None else record | {"dropped_gradients": dropped})
 
-    def reachable(self, clients: Iterable[int], t: int, request: str) -> list[int]:
-        """The clients of ``clients`` whose node can take a request now; a fault for each other one."""
+    def reachable(self, clients: Iterable[int], t: int, request: str, *, once: bool = False) -> list[int]:
+        """The clients of ``clients`` whose node can take a request now; a fault for each other one
+        (``once``: only when it had no fault since it was last reachable: one fault per outage)."""
         available = self.link.available()
         for m in sorted(set(clients) - available):
-            self.fault(m, t, request, "not sent: the node left, or is still busy with a request that timed "
-                                      "out")
+            if not (once and m in self._away):
+                self.fault(m, t, request, "not sent: the node left, or is still busy with a request that "
+                                          "timed out")
+        self._away = (self._away | set(clients)) - available
         return [m for m in sorted(clients) if m in available]
 
     def fault(self, m: int, t: int, request: str, reason: str) -> None:
         """Record and log that client m's node failed a request."""
         log.warning("client %d, %s request for %s %d: %s", m, request, self.unit, t, reason)
         self.faults.append({"round": t, "client": m, "request": request, "reason": reason[:500]})
+        self._away.add(m)  # the same outage is not a new fault at its next request (reachable, once)
 
     def troubled(self, m: int) -> bool:
         """Whether client m had a fault or a rejoin in this run. Its node's own byte counts may then
@@ -309,10 +335,17 @@ class Session:
     ) -> bool:
         """The end-of-run byte cross-check: client m's node's own counts ``theirs`` must equal the
         server's ``mine`` unless it is ``excused`` (default: :meth:`troubled`); a difference is
-        recorded as a fault (``what`` names the counts in it)."""
+        recorded as a fault, and each count that differs as a dispute (``disputes``: client, field,
+        the node's value and the server's; ``what`` names the counts, "(up, down, messages) = ")."""
         if theirs == mine or (self.troubled(m) if excused is None else excused):
             return True
         self.fault(m, t, FINISH, f"the node counted {what}{theirs}, the server {mine}")
+        if isinstance(theirs, (tuple, list)) and isinstance(mine, (tuple, list)) and len(theirs) == len(mine):
+            names = what.strip(" =()").split(", ")  # "(up, down, messages) = " names each count
+            pairs = zip(names if len(names) == len(mine) else map(str, range(len(mine))), theirs, mine)
+        else:
+            pairs = [(what.strip(" =") or "bytes", theirs, mine)]
+        self.disputes += [{"client": m, "field": f, "node": a, "server": b} for f, a, b in pairs if a != b]
         return False
 
     def reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None = None) -> Envelope:
@@ -347,10 +380,11 @@ class Session:
         return {m: replies.get(m, Failure("no reply")) for m in requests}
 
     def session_state(self) -> dict:
-        """The session part of every server checkpoint: the run's token, faults, rejoins and requests
-        sent (JSON-able; the nodes keep their own state)."""
+        """The session part of every server checkpoint: the run's token, faults, rejoins, restarts and
+        requests sent (JSON-able; the nodes keep their own state)."""
         return {"run": self.run_token, "faults": [dict(f) for f in self.faults],
-                "rejoins": [dict(r) for r in self.rejoins], "exchanges": self.exchanges}
+                "rejoins": [dict(r) for r in self.rejoins], "restarts": [dict(r) for r in self.restarts],
+                "exchanges": self.exchanges}
 
     def load_session_state(self, saved: dict, *, before: bool = False) -> None:
         """Go back to :meth:`session_state`; ``before``: put the saved history before what
@@ -362,4 +396,14 @@ class Session:
         faults, rejoins = [dict(f) for f in saved["faults"]], [dict(r) for r in saved["rejoins"]]
         self.faults = faults + self.faults if before else faults
         self.rejoins = rejoins + self.rejoins if before else rejoins
+        restarts = [dict(r) for r in saved.get("restarts", [])]  # (older checkpoints: none)
+        self.restarts = restarts + self.restarts if before else restarts
         self.exchanges = int(saved["exchanges"]) + (self.exchanges if before else 0)
+
+
+def session_of(server: object) -> Session | None:
+    """The :class:`Session` a task's server plays over: the server itself (streaming CHFL) or the one
+    it holds (online VFL: its transport; batch VFL, CHFL: its cohort); None: none."""
+    if isinstance(server, Session):
+        return server
+    return next((v for v in vars(server).values() if isinstance(v, Session)), None)

@@ -130,6 +130,14 @@ FIELDS: dict[str, Field | Shared] = {
         "(crashed, hung, disconnected, or sent an invalid reply)",
         choices=("zero", "mean", "latest", "ema"),
     ),
+    "network.max_missed": Field(
+        float,
+        0.05,
+        "deploy: the share of the events a client node may miss (down, padded); a run where one "
+        "missed more ends as failed (exit 2)",
+        min=0.0,
+        max=1.0,
+    ),
     **shared("compression."),
 }
 

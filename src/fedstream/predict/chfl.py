@@ -18,6 +18,9 @@ from fedstream.predict.files import Predictions, Rows, class_names, run_summary
 
 def predict_chfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Predictions:
     """Class probabilities for ``rows`` (ids, raw rows) from client ``client``'s chosen model."""
+    if rows.raw is None:
+        raise ConfigError(f"{run_dir}: --ids: a CHFL client holds whole rows and predicts alone; give "
+                          "its rows with --data FILE")
     summary = run_summary(run_dir)
     config = summary["config"]
     if config["chfl.mode"] != "batch":

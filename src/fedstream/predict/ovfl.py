@@ -23,6 +23,7 @@ from fedstream.ovfl.engine import OnlineVFL
 from fedstream.ovfl.inference import predict_proba
 from fedstream.ovfl.task import CHECKPOINT
 from fedstream.predict.files import Predictions, Rows, class_names, run_summary
+from fedstream.predict.ids import source_block
 from fedstream.runs.checkpoint import load_checkpoint
 from fedstream.transport import InProcessTransport
 
@@ -46,13 +47,22 @@ def predict_ovfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Pre
                           "columns); leave it out")
     run = load_final(run_dir)
     ids = rows.ids
-    X = run.stream.source.standardise(rows.raw)  # the run's own encoding (one-hot) and statistics
     transport = InProcessTransport(len(run.clients))
+    if rows.raw is None:  # --ids: each client's own file, by id (fedstream.predict.ids)
+        blocks = [source_block(run.stream.source, run.config, m, ids) for m in range(len(run.clients))]
+        X = np.concatenate([b.X for b in blocks], axis=1)
+        held = [int(b.held.sum()) for b in blocks]
+        where = [slice(s.start, s.stop) for s in run.stream.source.blocks]
+    else:
+        X = run.stream.source.standardise(rows.raw)  # the run's own encoding (one-hot) and statistics
+        held, where = None, run.blocks
     proba = np.concatenate([
-        predict_proba(run.server, run.clients, [X[i:i + BATCH, b] for b in run.blocks], transport, run.t)
+        predict_proba(run.server, run.clients, [X[i:i + BATCH, b] for b in where], transport, run.t)
         for i in range(0, len(X), BATCH)
     ]) if len(X) else np.zeros((0, run.server.model.n_out))
     parties = {f"client {m}": f"columns {b.start}-{b.stop - 1}: standardised, embedded, "
-               f"{transport.ledger.up[m]:,} B up" for m, b in enumerate(run.blocks)}
+               f"{transport.ledger.up[m]:,} B up" for m, b in enumerate(where)}
+    for m in range(len(held or ())):
+        parties[f"client {m}"] += f", holds {held[m]:,} of {len(ids):,} ids (others padded)"
     parties["server"] = "stacked the embeddings, top model, softmax (labels never used)"
     return Predictions(ids, class_names(run_summary(run_dir), proba.shape[1]), proba, parties)

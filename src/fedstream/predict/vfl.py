@@ -19,6 +19,7 @@ import numpy as np
 from fedstream.data import resolve_data_root
 from fedstream.errors import ConfigError
 from fedstream.predict.files import Predictions, Rows, class_names, run_summary
+from fedstream.predict.ids import refuse_absent, source_block
 from fedstream.runs.batch import CHECKPOINT
 from fedstream.transport import make_transport
 from fedstream.vfl import checkpoint
@@ -38,7 +39,15 @@ def predict_vfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Pred
     config = run_summary(run_dir)["config"]
     settings = BatchVFLSettings.from_config(config).resolved()
     data = load_vertical(settings, resolve_data_root(config["data.root"]))
-    images = data.encode(rows.raw)  # the data set's own encoding and statistics
+    held = None
+    if rows.raw is None:  # --ids: each client's own file, by id; every party must hold every id
+        blocks = [source_block(data.source, config, m, ids) for m in range(settings.clients)]
+        for block in blocks:
+            refuse_absent(block, ids, f"{run_dir}")
+        images = np.concatenate([b.X for b in blocks], axis=1)
+        held = True
+    else:
+        images = data.encode(rows.raw)  # the data set's own encoding and statistics
     clients, server = build_parties(settings, data, config["seed"])
     transport = make_transport(settings.clients, settings.compression)
     checkpoint.load(Path(run_dir) / CHECKPOINT, config=settings.to_config() | {"seed": config["seed"]},
@@ -51,5 +60,7 @@ def predict_vfl(run_dir: Path, rows: Rows, *, client: int | None = None) -> Pred
     what = "columns" if settings.dataset == "table" else "strip"
     parties = {f"client {m}": f"{what} {s.start}-{s.stop - 1}: standardised, embedded, {up[m]['up']:,} B up"
                for m, s in enumerate(data.strips)}
+    if held:
+        parties = {k: v + ", its own file's rows of the ids" for k, v in parties.items()}
     parties["server"] = "top model on the embeddings, softmax (labels never used)"
     return Predictions(ids, class_names(run_summary(run_dir), proba.shape[1]), proba, parties)

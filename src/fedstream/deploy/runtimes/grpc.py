@@ -95,8 +95,9 @@ class GrpcLink:
     sends_ahead = True  # exchange takes ``ahead`` (see the module doc)
 
     def __init__(self, listen: str, n_clients: int, *, limit: int, tls_dir: Path | None = None,
-                 timeout: float = 120.0):
+                 timeout: float = 120.0, services: tuple = ()):
         self.listen, self.n_clients, self.limit, self.timeout = listen, n_clients, limit, timeout
+        self.services = services  # more gRPC handlers on the same port (serving's Predictor)
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.port: int | None = None
         self.frames = self.bytes_down = self.bytes_up = 0  # frames sent; bytes of frames each way
@@ -117,20 +118,22 @@ class GrpcLink:
         return self
 
     async def _start(self) -> int:
+        # no SO_REUSEPORT (gRPC's default on Linux): a second server on a taken port is refused
         server = grpc.aio.server(options=channel_options(self.limit) + [
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000)])
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000), ("grpc.so_reuseport", 0)])
         handler = grpc.method_handlers_generic_handler(
             SERVICE, {METHOD: grpc.stream_stream_rpc_method_handler(self._session)})
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((handler, *self.services))
         try:
             if self.tls_dir is not None:
                 port = server.add_secure_port(self.listen, server_credentials(self.tls_dir))
             else:
                 port = server.add_insecure_port(self.listen)
-        except RuntimeError as exc:
-            raise ConfigError(f"--listen {self.listen}: cannot listen there ({exc})") from None
+        except RuntimeError:
+            port = 0
         if not port:
-            raise ConfigError(f"--listen {self.listen}: cannot listen there")
+            raise ConfigError(f"--listen {self.listen}: cannot listen there (the address is in use, by "
+                              "another server perhaps, or not this machine's)")
         await server.start()
         self._server = server
         return port
@@ -147,19 +150,21 @@ class GrpcLink:
                                     f"`fedstream serve client CONFIG --index M --connect HOST:PORT` each)")
             self._rejoined.clear()
 
-    def close(self) -> None:
-        """Tell every node the run is over (bye), let them hang up, stop the server and its thread."""
+    def close(self, failed: str | None = None) -> None:
+        """Tell every node the run is over (bye; ``failed``: why the run failed, the nodes end with it),
+        let them hang up, stop the server and its thread."""
         if self._server is not None:
             try:
-                self._call(self._close(), timeout=15)
+                self._call(self._close(failed), timeout=15)
             except Exception as exc:  # noqa: BLE001 - closing: report and go on
                 log.warning("gRPC server: closing: %s", exc)
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
 
-    async def _close(self) -> None:
-        bye = wire.encode(wire.BYE, 0, limit=self.limit)
+    async def _close(self, failed: str | None) -> None:
+        bye = wire.encode(wire.BYE, 0, Envelope("", 0, [], {"reason": failed[:2000]}) if failed else None,
+                          limit=self.limit)
         peers = [p for p in self._peers.values() if p.alive]
         writing = [p.writing for p in peers if p.writing is not None]
         await asyncio.wait(writing, timeout=2) if writing else None  # one write at a time on a stream
@@ -282,6 +287,8 @@ class GrpcLink:
     def _write(self, peer: _Peer, frame: bytes) -> asyncio.Task:
         """Write ``frame`` on the node's stream after the write before it; count it once written."""
         peer.writing = self._loop.create_task(self._put(peer.context, frame, peer.writing))
+        peer.writing.add_done_callback(lambda task: task.cancelled() or task.exception() is None or log.info(
+            "client %d: a write failed (the node is gone: a fault): %r", peer.index, task.exception()))
         return peer.writing
 
     async def _put(self, context, frame: bytes, before: asyncio.Task | None) -> None:
@@ -394,7 +401,8 @@ class GrpcRuntime:
         return {"runtime": "grpc", "grpc": {"version": grpc.__version__, "frames": ln.frames,
                                             "frames_ahead": ln.frames_ahead,
                                             "frame_bytes_down": ln.bytes_down, "frame_bytes_up": ln.bytes_up,
-                                            "message_limit": ln.limit, "tls": ln.tls_dir is not None}}
+                                            "message_limit": ln.limit, "tls": ln.tls_dir is not None,
+                                            "counts": "this server process (since its last start)"}}
 
     def note(self) -> str:
         return f"{self.link.frames} gRPC frames, {self.link.bytes_down + self.link.bytes_up} frame bytes"

@@ -51,8 +51,11 @@ def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path |
         settings = {"out": str(out) if out else "", "audit": audit, "data-root": data_root or "",
                     "resume": resume}
         serve(config, settings, runtime)
-    finally:
-        link.close()
+    except BaseException as exc:  # the nodes end with the reason, not as after a finished run
+        link.close(failed="the server was interrupted" if isinstance(exc, KeyboardInterrupt)
+                   else str(exc) or type(exc).__name__)
+        raise
+    link.close()
     return runtime
 
 
@@ -67,7 +70,8 @@ def serve_client(config: dict, index: int, connect: str, *, tls_dir: Path | None
         root = resolve_data_root(config["data.root"])
         data_root = str(root.resolve()) if root.is_dir() else None
     node = GrpcNode(index, connect, limit=message_limit(config, audit=True), tls_dir=tls_dir,
-                    data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name)
+                    data_root=data_root, cache_dir=cache_dir, retry_for=retry_for, server_name=server_name,
+                    own_config=config)
     print(f"fedstream: client {index} connecting to {connect}", flush=True)
     node.run()
     print(f"fedstream: client {index} done, {node.requests} requests answered", flush=True)
@@ -120,9 +124,15 @@ class GrpcLocalDeployment:
         if sig == signal.SIGKILL:
             proc.wait()
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye), then
-        SIGKILL what is left."""
+    def stop(self, grace: float = 10.0, *, terminate: bool = False) -> None:
+        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye; with
+        ``terminate`` SIGTERM them first), then SIGKILL what is left."""
+        for proc in self.nodes.values() if terminate else ():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for proc in self.nodes.values():
             try:
                 proc.wait(timeout=grace)
@@ -139,5 +149,5 @@ class GrpcLocalDeployment:
     def __enter__(self) -> GrpcLocalDeployment:  # noqa: PYI034
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.stop(terminate=exc_type is not None)  # stopped or failed (SIGTERM, Ctrl-C): no node outlives it

@@ -45,7 +45,8 @@ _KIND_TYPE = {kind: pb.Type.Value(kind.upper()) for kind in KINDS}  # "round" ->
 _TYPE_KIND = {t: kind for kind, t in _KIND_TYPE.items()}
 _OWN_TYPE = {HELLO: pb.HELLO, ERROR: pb.ERROR, BYE: pb.BYE, ECHO: pb.ECHO}
 _TYPE_OWN = {t: ftype for ftype, t in _OWN_TYPE.items()}
-_OWN_SLOT = {HELLO: "hello", ERROR: "error"}  # the runtime's own records
+# the runtime's own records (a bye's, when present: why the run failed)
+_OWN_SLOT = {HELLO: "hello", ERROR: "error", BYE: "error"}
 MAX_DIMS = 8
 CLIENT_CN = "fedstream client "  # a client certificate's common name: "fedstream client M"
 BASE_LIMIT = 1 << 20  # bytes: the setup request's config, info and headers of any message

@@ -8,9 +8,10 @@ import json
 from collections.abc import Callable
 
 from fedstream.deploy.adapters import adapter_for
-from fedstream.deploy.records import SETUP, Envelope, Failure
+from fedstream.deploy.psi import PsiNode
+from fedstream.deploy.records import PSI, SETUP, Envelope, Failure
 from fedstream.deploy.session import handle_on_node
-from fedstream.errors import ProtocolError
+from fedstream.errors import FedstreamError
 
 
 class LoopbackLink:
@@ -20,8 +21,9 @@ class LoopbackLink:
     process) every request goes through :func:`fedstream.deploy.session.handle_on_node`: the host is
     rebuilt from the state the previous request left, and with ``store`` (a folder) each node keeps
     its checkpoints there. With ``persist=False`` each node's host stays in memory. ``rows(config,
-    m)`` gives node m its data. A node that raises gives a :class:`Failure`, as a ClientApp's error
-    reply does on Flower. The nodes host the party of the config's task (its adapter,
+    m)`` gives node m its data (placed in the order the server's alignment said, with one file per
+    party: :class:`~fedstream.deploy.psi.PsiNode`). A node that raises gives a :class:`Failure`, as
+    a ClientApp's error reply does on Flower. The nodes host the party of the config's task (its adapter,
     :func:`fedstream.deploy.adapters.adapter_for`)."""
 
     def __init__(self, rows: Callable, n_clients: int, *, persist: bool = True, store=None):
@@ -29,6 +31,8 @@ class LoopbackLink:
         self._rows = rows
         self.memory: dict[int, object] = {}  # what each node keeps between requests (persist=True)
         self._hosts: dict[int, object] = {}
+        # one file per party: each node's side of the ids' alignment, before setup (as LiveNode's)
+        self._psi = {m: PsiNode(m, store) for m in range(n_clients)}
         self.requests = 0
 
     def available(self) -> set[int]:
@@ -42,6 +46,9 @@ class LoopbackLink:
         for m, env in requests.items():
             self.requests += 1
             try:
+                if env.kind == PSI:
+                    replies[m] = self._psi[m].handle(env)
+                    continue
                 if self.persist:
                     replies[m], self.memory[m] = handle_on_node(env, m, self.memory.get(m), data=self._data,
                                                                  store=self.store)
@@ -51,9 +58,9 @@ class LoopbackLink:
                     adapter = adapter_for(config["task"])
                     self._hosts[m] = adapter.host(config, m, data=self._data(adapter, config, m))
                 replies[m] = self._hosts[m].handle(env)
-            except (ProtocolError, ValueError) as exc:  # the ClientApp's error reply
+            except (FedstreamError, ValueError) as exc:  # the ClientApp's error reply
                 replies[m] = Failure(f"the client failed: {exc}")
         return replies
 
     def _data(self, adapter, config: dict, m: int):
-        return self._rows(config, m)
+        return self._psi[m].place(self._rows(config, m), config)

@@ -28,8 +28,9 @@ import numpy as np
 from fedstream.data import Stream
 from fedstream.data.table_party import check_held_categorical, per_party
 from fedstream.deploy.host import FinishReply, model_digest
+from fedstream.deploy.psi import align_nodes
 from fedstream.deploy.records import Link
-from fedstream.errors import ProtocolError
+from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.parties import (
     build_server,
@@ -65,7 +66,11 @@ class NetworkVFL(OnlineRun):
         self.blocks = None if per_party(config) else feature_blocks(source.n_features, M)
         if per_party(config):
             config["rounds"] = table_rounds(config, source)  # as the simulator: rows x passes at most
-        self.ids = getattr(source, "ids", None)  # ServerTable: the digest of the server file's ids
+            source.place(align_nodes(config, link, source.id_list))  # the ids' private alignment (PSI)
+            if source.held is not None and config["activation.name"] == "fixed":
+                raise ConfigError('activation.name = "fixed" with clients that lack some ids is simulated '
+                                  "only: a node cannot pick k of the holders without knowing who holds what")
+        self.ids = getattr(source, "ids", None)  # ServerTable: the digest of its ids (aligned: per client)
         self._held: dict[int, list[str] | None] = {}  # ... and each node's columns of data.categorical
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
@@ -119,11 +124,10 @@ class NetworkVFL(OnlineRun):
         def accept(m: int, reply) -> int:
             got = SetupReply.read(reply.info, "setup reply")
             if self.blocks is None:
-                if got.client != m or got.ids != self.ids:
+                want = self.ids[m] if isinstance(self.ids, list) else self.ids
+                if got.client != m or got.ids != want:
                     raise ProtocolError(f"the node reports client {got.client} with ids {got.ids}, "
-                                        f"expected client {m} with the server file's ids in its order "
-                                        f"({self.ids}): in a deployment every party's file lists the same "
-                                        "ids in the same order")
+                                        f"expected client {m} with the ids the alignment placed ({want})")
                 self._held[m] = got.categorical
                 tr.check_behind(got.round, self.t)
                 return got.round
@@ -275,7 +279,10 @@ class NetworkVFL(OnlineRun):
         if j + n > CHUNK:
             raise ProtocolError(f"a batch of rounds {t0}..{t0 + n - 1} straddles the end of chunk {chunk}")
         if self._mask is None or self._mask[0] != chunk:
-            mask = self.activation.mask(chunk, np.zeros((CHUNK, len(self.clients)), np.float32))
+            held = getattr(self.stream.source, "held", None)  # PSI: who holds each row's id
+            if held is not None:
+                held = held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
+            mask = self.activation.mask_among(chunk, np.zeros((CHUNK, len(self.clients)), np.float32), held)
             if self.activation.queried(mask).any():
                 raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side "
                                     "policy that queries passive clients is not supported over the network")
@@ -329,8 +336,7 @@ class NetworkVFL(OnlineRun):
             got = FinishReply.read(reply.info, f"client {m}, finish reply", needs=FINISH_FIELDS)
             mine = (tr.ledger.up[m], tr.ledger.down[m], tr.ledger.messages[m])
             theirs = (got.up, got.down, got.messages)
-            if not tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = "):
-                raise ProtocolError(f"client {m}: {tr.faults[-1]['reason']}")  # online VFL's ends must agree
+            tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = ")  # else a dispute (serve)
             report = got.info() | {"server_counted": list(mine)}
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
@@ -370,4 +376,6 @@ class NetworkVFL(OnlineRun):
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
             | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
+            | ({"alignment": self.stream.source.alignment.summary()}  # PSI, apart from the training's bytes
+               if getattr(self.stream.source, "alignment", None) is not None else {})
         )

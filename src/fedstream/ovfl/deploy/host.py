@@ -121,8 +121,11 @@ class ClientHost(NodeHost):
         queries = self._queries(env.parts[g:], t0, fast)
         self._deliver(*grads)
         rows = self.rows.rows(t0, n)
-        active = (np.array(decided, bool) if decided is not None else
-                  own_activations(self.activation, self.index, self.config["vfl.clients"], t0, rows))
+        if decided is not None:
+            active = np.array(decided, bool)
+        else:  # its own policy; an id it lacks (per-party files): passive
+            active = own_activations(self.activation, self.index, self.config["vfl.clients"], t0, rows)
+            active &= np.array([self.rows.holds(t0 + i) for i in range(n)], bool)
         played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
         if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
             states = self.kernel.embed(rows)

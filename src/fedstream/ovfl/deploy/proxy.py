@@ -145,7 +145,7 @@ class LinkTransport(Session):
         node; return the replies that came back (a failed one is a fault)."""
         self._check_round_done()
         requests = {}
-        for m in sorted(self.ready & self.link.available()):
+        for m in self.reachable(self.ready, t, FINISH, once=True):
             held = self.outbox.pop(m, [])
             info = FinishRequest(grad_rounds=[r for r, _ in held], models=models).info()
             requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
@@ -195,7 +195,7 @@ class LinkTransport(Session):
         leaves passive throughout is sent its next request ahead (see the module doc)."""
         self._check_round_done()
         active = self._checked(active, n)
-        targets = sorted(self.ready & self.link.available())
+        targets = self.reachable(self.ready, t0, ROUND, once=True)  # every event it misses: a fault
         plan = (t0, n, keep, None if active is None else active.tobytes())
         early = self.ahead.sent
         prepared = self.ahead.prepared[1] if self.ahead.prepared and self.ahead.prepared[0] == plan else {}

@@ -63,6 +63,10 @@ class BlockRows:
             self.cache.save({"n_features": np.array(self.n_features)}, "meta")
         self.block = feature_blocks(self.n_features, M)[index]
 
+    def holds(self, t: int) -> bool:
+        """Whether it holds round t's row: always (the stream's every row has every block)."""
+        return True
+
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
         if self._stream is None:
@@ -99,10 +103,12 @@ class PartyRows:
     all of it, ``ids`` the digest of its ids (the server checks them against its own), ``categorical``
     the columns of ``data.categorical`` it holds."""
 
-    def __init__(self, config: dict, index: int):
+    def __init__(self, config: dict, index: int, placement: np.ndarray | None = None):
         check_client_index(index, config["vfl.clients"], "vfl.clients", name="data.client_index")
-        self.index = index
-        self.table = ClientTable(TableSpec.from_config(config), index)
+        self.index, self.config = index, config
+        self.table = ClientTable(TableSpec.from_config(config), index, placement=placement)
+        # placed: whether it holds each server row's id (an absent row's event never activates it)
+        self.held = None if placement is None else placement >= 0
         self.n_features = self.table.width
         self.block = slice(0, self.table.width)
         self.ids, self.categorical = self.table.ids, self.table.categorical
@@ -110,3 +116,11 @@ class PartyRows:
     def rows(self, t0: int, n: int) -> np.ndarray:
         """float32 (n, width): this client's features of rounds t0..t0+n-1."""
         return self.table.rows(t0, n)
+
+    def place(self, placement: np.ndarray) -> PartyRows:
+        """Its rows in the server's order, as the alignment placed them (:mod:`fedstream.deploy.psi`)."""
+        return PartyRows(self.config, self.index, placement)
+
+    def holds(self, t: int) -> bool:
+        """Whether it holds the id of round t's row (always, unless placed with absent rows)."""
+        return self.held is None or bool(self.held[t % len(self.held)])

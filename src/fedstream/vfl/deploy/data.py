@@ -138,6 +138,7 @@ class ServerLabels:
     n_classes: int = 10
     ids: str | None = None  # a table with one file per party: the digest of the server file's ids
     classes: list | None = None  # a table: the label value of each class
+    alignment: object | None = None  # one file per party: the PSI (fedstream.alignment.Alignment)
 
 
 LABEL_DIRS = {

@@ -50,7 +50,7 @@ from fedstream.vfl.deploy.data import (
 )
 from fedstream.vfl.deploy.proxy import RemoteCohort
 from fedstream.vfl.deploy.records import EVALUATION, boundary_of
-from fedstream.vfl.deploy.table import table_layout
+from fedstream.vfl.deploy.table import load_table_labels, table_layout
 from fedstream.vfl.deploy.vfps import check_size
 from fedstream.vfl.selection import Participation
 from fedstream.vfl.trainer import (
@@ -70,8 +70,10 @@ class NetworkBatchVFL:
     def __init__(self, config: dict, link: Link, *, labels: ServerLabels, out: Path | None = None,
                  progress: Callable[[dict], None] | None = None):
         check_deployable(config)
-        self.config, self.labels, self.out, self.progress = config, labels, out, progress
         self.settings = s = batch_settings(config)
+        if s.own_draws and labels.alignment is None:  # one file per party: align the ids first (PSI)
+            labels = load_table_labels(config, link)
+        self.config, self.labels, self.out, self.progress = config, labels, out, progress
         self.seed = config["seed"]
         if s.own_draws:  # a table with one file per party: the server draws its model alone
             self.server = build_parties(s, table_layout(s.clients, labels.n_classes, {}), self.seed)[1]
@@ -149,6 +151,9 @@ class NetworkBatchVFL:
                 "total": sum(b["up"] + b["down"] for b in c.selection_bytes),
             },
         } | ({} if self.labels.classes is None else {"classes": self.labels.classes})  # a table's labels
+        if self.labels.alignment is not None:  # PSI, apart from the training's bytes
+            self.summary["alignment"] = self.labels.alignment.summary() | {
+                "intersection": int(self.labels.alignment.kept.size)}
         writer.summary(self.summary)
         return self.summary
 

@@ -15,14 +15,14 @@ No party knows another's width, so each draws its own model from its own seed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from fedstream.data.table_party import ClientTable, ServerTable, holdout_rows
 from fedstream.data.table_source import TableSpec
-from fedstream.deploy.records import check_client_index
+from fedstream.deploy.records import Link, check_client_index
 from fedstream.errors import ConfigError
 from fedstream.vfl.deploy.data import Layout, ServerLabels, batch_settings
 from fedstream.vfl.table_data import ALL_ROWS
@@ -47,6 +47,7 @@ class TableBlock:
     test_x: np.ndarray
     ids: str
     categorical: list[str]  # the columns of data.categorical it holds
+    config: dict | None = field(default=None, repr=False, compare=False)  # to place it (PSI)
 
     def inputs(self, split: str, rows: np.ndarray) -> torch.Tensor:
         """float32 (len(rows), width): the input the simulator's client gets for these rows."""
@@ -59,25 +60,39 @@ class TableBlock:
         return {"shape": [1, 1, int(self.train_x.shape[1])], "n_train": int(self.train_x.shape[0]),
                 "n_test": int(self.test_x.shape[0]), "ids": self.ids, "categorical": self.categorical}
 
+    def place(self, placement: np.ndarray) -> TableBlock:
+        """Its rows of those every party holds, in the server's order, as the alignment placed them
+        (:mod:`fedstream.deploy.psi`)."""
+        return load_table_block(self.config, self.index, placement=placement)
 
-def load_table_block(config: dict, index: int) -> TableBlock:
-    """Client ``index``'s block, read from its own file (``data.path``'s file ``index + 1``)."""
+
+def load_table_block(config: dict, index: int, *, placement: np.ndarray | None = None) -> TableBlock:
+    """Client ``index``'s block, read from its own file (``data.path``'s file ``index + 1``); with
+    ``placement`` (from the alignment) the rows every party holds, in the server's order."""
     settings = batch_settings(config)
     check_client_index(index, settings.clients, "vfl.clients")
-    own = ClientTable(table_spec(config), index, holdout=dict(settings.table)["data.test_fraction"])
+    own = ClientTable(table_spec(config), index, holdout=dict(settings.table)["data.test_fraction"],
+                      placement=placement)
     cut = own.n_base - own.n_holdout
     return TableBlock(index, own.X[:cut][:settings.train_rows], own.X[cut:][:settings.test_rows], own.ids,
-                      own.categorical)
+                      own.categorical, config)
 
 
-def load_table_labels(config: dict) -> ServerLabels:
-    """The server's labels, from its own file, cut as the simulator cuts them."""
+def load_table_labels(config: dict, link: Link | None = None) -> ServerLabels:
+    """The server's labels, from its own file, cut as the simulator cuts them; with ``link`` (to the
+    client nodes) first aligned with the nodes' ids (:func:`fedstream.deploy.psi.align_nodes`): the
+    labels of the rows every party holds, and the alignment in ``alignment``."""
     settings = batch_settings(config)
     server = ServerTable(table_spec(config))
+    if link is not None:
+        from fedstream.deploy.psi import align_nodes
+
+        server.place(align_nodes(config, link, server.id_list, shared=True))
     cut = server.n_base - holdout_rows(server.n_base, dict(settings.table)["data.test_fraction"])
     y = server.base_labels
     return ServerLabels("table", y[:cut][:settings.train_rows], y[cut:][:settings.test_rows],
-                        n_classes=server.n_classes, ids=server.ids, classes=list(server.classes))
+                        n_classes=server.n_classes, ids=server.ids, classes=list(server.classes),
+                        alignment=server.alignment)
 
 
 def table_layout(n_clients: int, n_classes: int, own: dict[int, tuple[int, int, int]]) -> Layout:
