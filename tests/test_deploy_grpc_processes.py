@@ -253,3 +253,7 @@ def test_bench_network_grpc_measures_the_floor_around_every_batch_size(data_root
         assert row["faults"] == 0 and row["tcp_bytes_per_event"] > row["payload_bytes_per_event"]
     assert "before each B and after the last" in format_network_grpc(d)
     assert "*: the plain path" in format_network_grpc(d)
+    engines = d["engine_measured_events_per_second"]  # the engine before and after: x engine is to their mean
+    assert len(engines) == 2 and d["engine_events_per_second"] == sum(engines) / 2
+    for row in d["rows"]:
+        assert row["ratio_to_engine"] == row["events_per_second"] / d["engine_events_per_second"]

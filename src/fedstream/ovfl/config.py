@@ -106,7 +106,9 @@ FIELDS: dict[str, Field | Shared] = {
         str,
         "auto",
         "in-process simulator: auto (the fused compiled loop where it applies: no compression, "
-        "not topl) or messages (every message encoded, counted and decoded)",
+        "not topl) or messages (every message encoded, counted and decoded); deployed parties: auto "
+        "(a batch's events in compiled calls where they apply: no compression, not topl) or messages "
+        "(event by event)",
         choices=("auto", "messages"),
     ),
     "eval.interval": Field(int, 20000, "rounds per reported prequential error", min=1),

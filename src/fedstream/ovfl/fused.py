@@ -72,6 +72,29 @@ def _rows(X: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X, dtype=F32)
 
 
+def optimiser_arrays(opts: list, n_layers: int, dlr: bool) -> tuple:
+    """The compiled loops' view of the parties' optimisers ``opts`` (``n_layers`` layers in all):
+    (deferred, SW, AS, SB, U, V, alpha, alpha_l, scale), DLR's per-layer state (or placeholders, for
+    OGD and SLR), its scalars and each party's step size. The arrays are the optimisers' own."""
+    one2, one1 = np.zeros((1, 1), F32), np.zeros(1, F32)
+    if not dlr:
+        holders, shares = array_list([one2] * n_layers), array_list([one1] * n_layers)
+        return (np.zeros(n_layers, bool), holders, shares, shares, holders, holders, 0.0, 0.0,
+                np.array([o.lr for o in opts]))
+    SW, AS, SB, U, V, deferred = [], [], [], [], [], []
+    for o in opts:
+        for k in range(len(o.S_b)):
+            deferred.append(o.shares[k] is not None)
+            SW.append(one2 if o.S_W[k] is None else o.S_W[k])
+            AS.append(one1 if o.shares[k] is None else o.shares[k])
+            SB.append(o.S_b[k])
+            U.append(o.ring_delta[k])
+            V.append(o.ring_inp[k])
+    SW, AS, SB, U, V = (array_list(a) for a in (SW, AS, SB, U, V))
+    return (np.array(deferred), SW, AS, SB, U, V, opts[-1].alpha, opts[-1].alpha_l,
+            np.array([o.lr / o.norm for o in opts]))
+
+
 class FusedPath:
     """The arrays of one run's parties, laid out for :func:`play_segment`, and its bookkeeping."""
 
@@ -113,28 +136,8 @@ class FusedPath:
 
     def _dlr_state(self, opts: list) -> None:
         """DLR's per-layer state (or placeholders, for OGD and SLR), its scalars and step sizes."""
-        one2, one1 = np.zeros((1, 1), F32), np.zeros(1, F32)
-        if not self.dlr:
-            n = len(self.W)
-            self.deferred = np.zeros(n, bool)
-            self.SW = self.U = self.V = array_list([one2] * n)
-            self.AS = self.SB = array_list([one1] * n)
-            self.alpha = self.alpha_l = 0.0
-            self.scale = np.array([o.lr for o in opts])
-            return
-        SW, AS, SB, U, V, deferred = [], [], [], [], [], []
-        for o in opts:
-            for k in range(len(o.S_b)):
-                deferred.append(o.shares[k] is not None)
-                SW.append(one2 if o.S_W[k] is None else o.S_W[k])
-                AS.append(one1 if o.shares[k] is None else o.shares[k])
-                SB.append(o.S_b[k])
-                U.append(o.ring_delta[k])
-                V.append(o.ring_inp[k])
-        self.SW, self.AS, self.SB, self.U, self.V = (array_list(a) for a in (SW, AS, SB, U, V))
-        self.deferred = np.array(deferred)
-        self.alpha, self.alpha_l = opts[-1].alpha, opts[-1].alpha_l
-        self.scale = np.array([o.lr / o.norm for o in opts])
+        (self.deferred, self.SW, self.AS, self.SB, self.U, self.V, self.alpha, self.alpha_l,
+         self.scale) = optimiser_arrays(opts, len(self.W), self.dlr)
 
     def ready(self) -> bool:
         """True once every ring holds R rows (SLR's first l-1 rounds take the message path)."""

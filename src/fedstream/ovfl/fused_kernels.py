@@ -288,3 +288,88 @@ def floor_segment(j0, j1, X, cols, y, first, W, B, relu, deferred, OUT, DEL, GIN
                   scale[m])
             if dlr:
                 pos[m] = (pos[m] + 1) % U[lo].shape[0]
+
+
+# -- a deployed party's batch of events (fedstream.ovfl.party_kernels) ------------------------------
+@njit(cache=True)
+def _copy(dst, src):  # pragma: no cover (jit)
+    """dst[:, :] = src (2-D, same shape), as a loop."""
+    for r in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            dst[r, j] = src[r, j]
+
+
+@njit(cache=True)
+def client_embed(X, INBUF, XR, count, W, B, relu, deferred, U, V, AS, OUT, XS, ACTS):  # pragma: no cover
+    """A client node's batch of events at the weights of its start: for each row ``X[i]``, observe
+    it (the input ring ``INBUF``, ``count`` rows pushed, full) and run the forward pass on the
+    window; keep the pass's input in ``XS[i]`` and each layer's output in ``ACTS[k][i]`` (the last:
+    the embedding). Returns the rows pushed."""
+    R = INBUF.shape[0]
+    L = len(W)
+    for i in range(X.shape[0]):
+        _put_row(INBUF, count % R, X[i], 0, X.shape[1])
+        count += 1
+        x = _ordered(INBUF, count, XR)
+        _forward(0, L, x, W, B, relu, deferred, U, V, AS, OUT)
+        _copy(XS[i], x)
+        for k in range(L):
+            _copy(ACTS[k][i], OUT[k])
+    return count
+
+
+@njit(cache=True)
+def client_learn(order, G, XS, ACTS, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, ZD, ZX, pos, dlr,
+                 alpha, alpha_l, scale, GW):  # pragma: no cover (jit)
+    """A client node's pending events in round order: ``order[p]`` = -1, a skip (DLR: a zero into the
+    window); else the slot of the event's gradient ``G[s]`` and forward state (``XS[s]``, ``ACTS[k][s]``):
+    back-propagate (the gradient divided by the window's R rows when R > 1, in ``GW``) and step.
+    Returns DLR's ring position."""
+    L = len(W)
+    R = GW.shape[0]
+    for p in range(order.shape[0]):
+        s = order[p]
+        if s < 0:
+            if dlr:
+                _skip(0, L, W, B, ZD, ZX, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l)
+                pos = (pos + 1) % U[0].shape[0]
+            continue
+        _copy(GW, G[s])
+        if R > 1:
+            _divide(GW, np.float32(R))
+        for k in range(L):
+            _copy(OUT[k], ACTS[k][s])
+        _backward(0, L, GW, W, relu, deferred, U, V, AS, OUT, DEL, GIN, False)
+        _step(0, L, XS[s], W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l, scale)
+        if dlr:
+            pos = (pos + 1) % U[0].shape[0]
+    return pos
+
+
+@njit(cache=True)
+def server_events(HS, y, LBUF, LROWS, count, W, B, relu, deferred, OUT, DEL, GIN, SW, AS, SB, U, V, pos, dlr,
+                  alpha, alpha_l, scale, LOSS, GL, pred, GH):  # pragma: no cover (jit)
+    """The server's learning step of each event j of a batch, as :func:`play_segment`'s server part:
+    its stacked embeddings ``HS[j]`` (R rows), label ``y[j]`` into the label ring (``count`` pushed,
+    full); the prediction into ``pred[j]``, d loss / d input into ``GH[j]``. Returns (labels pushed,
+    DLR's ring position)."""
+    R = LBUF.shape[0]
+    L = len(W)
+    for j in range(HS.shape[0]):
+        LBUF[count % R, 0] = y[j]
+        count += 1
+        labels = _ordered(LBUF, count, LROWS)[:, 0]
+        h = HS[j]
+        logits = _forward(0, L, h, W, B, relu, deferred, U, V, AS, OUT)
+        pred[j] = argmax(logits[R - 1])
+        softmax_cross_entropy_into(logits, labels, LOSS, GL)
+        g_h = _backward(0, L, GL, W, relu, deferred, U, V, AS, OUT, DEL, GIN, True)
+        if R > 1:
+            inv = np.float32(1.0 / R)
+            for k in range(L):
+                _scale(DEL[k], inv)
+        _step(0, L, h, W, B, DEL, OUT, dlr, deferred, SW, AS, SB, U, V, pos, alpha, alpha_l, scale)
+        if dlr:
+            pos = (pos + 1) % U[0].shape[0]
+        _copy(GH[j], g_h)
+    return count, pos

@@ -29,11 +29,11 @@ from fedstream.errors import ConfigError, DivergedError, NonFiniteError
 from fedstream.fields import Field, FieldValueError, Shared
 from fedstream.metrics import Prequential
 from fedstream.ovfl.activation import activation_from_config
-from fedstream.ovfl.deploy.driver import NodePadding
 from fedstream.ovfl.engine import CHUNK
 from fedstream.ovfl.inference import client_embedding, server_logits, softmax
 from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
+from fedstream.ovfl.stand_in import NodePadding
 from fedstream.selection.padding import PADDINGS
 from fedstream.transport import CompressionSpec, InProcessTransport, make_transport
 from fedstream.transport.messages import Embedding

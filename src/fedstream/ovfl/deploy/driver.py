@@ -1,34 +1,21 @@
 """The server party of a deployed online VFL run: the simulator's loop over remote clients.
 
-:class:`NetworkVFL` holds the labels and the top model, and plays
-:func:`fedstream.ovfl.protocol.play_round` round after round with :class:`RemoteClient` stand-ins
-and a :class:`LinkTransport`; the clients live on their own nodes behind a link. B rounds
-(``network.batch``) cost one request to every node, all nodes in parallel: it carries the
-gradients of the node's previous batch and the queries of the B rounds; see
-:mod:`fedstream.ovfl.deploy.proxy`. With B = 1 the run is the simulator's, bit for bit; with B > 1 the
-clients compute a batch's embeddings with the weights of the batch's start (see
-:mod:`fedstream.ovfl.deploy.host`), the server still learns event by event. Each batch also tells
-the transport the next one's plan (:meth:`NetworkVFL._after`), so that on a link that sends
-requests ahead (gRPC) a node the batch leaves passive gets its next request at once
-(``ahead=False``: never).
+:class:`NetworkVFL` holds the labels and the top model and plays the engine's loop over client
+nodes behind a link (docs/deploy-protocol.md): one request per node for each batch of B rounds
+(``network.batch``, :mod:`fedstream.ovfl.deploy.proxy`), then the batch's rounds, in one compiled
+call when every node is live and the kernels apply (:mod:`fedstream.ovfl.party_kernels`), else
+round by round through :func:`fedstream.ovfl.protocol.play_round` with :class:`RemoteClient`
+stand-ins. With B = 1 the run is the simulator's, bit for bit; with B > 1 the clients embed a
+batch at the weights of its start and the server still learns event by event. Each batch tells
+the transport the next one's plan (:meth:`NetworkVFL._after`), for requests ahead.
 
-A server-side activation policy (``topl``, :mod:`fedstream.selection.online`) lives here, as in
-the simulator: the server computes a chunk's activation mask when the chunk starts, tells each node
-its activations with every batch request, pads the clients it leaves out with the policy's padding
-and shows the policy each complete chunk (``observe``). The policy learns only at chunk ends, so a
-batch never straddles one (:meth:`NetworkVFL.batch_size`): every B decides the very activations the
-simulator decides from the same estimate.
-
-Compression (``compression.*``) runs as in the simulator: the server keeps its end of every
-client's link in its transport (:class:`~fedstream.ovfl.deploy.proxy.ServerEnds`), each node the other
-end (:class:`~fedstream.ovfl.deploy.host.ClientHost`); with B = 1 the models and every message's
-compressed size are the simulator's.
-
-A node that is down for a batch (invalid reply, failed ClientApp, time-out) is played as a passive
-client the server does not query: :class:`NodePadding` stands in for its embedding. A node that
-comes back on a new SuperNode is set up again (``rejoin``) and resumes from its own checkpoint.
-:meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server at batch boundaries, the
-server's policy included.
+A server-side policy (``topl``) lives here, as in the simulator: a chunk's mask is computed when the
+chunk starts, each node is told its activations with its requests, the clients left out are padded
+by the policy and the policy sees each complete chunk; a batch never straddles a chunk's end
+(:meth:`NetworkVFL.batch_size`). A node that is down for a batch is played as a passive client the
+server does not query (:class:`NodePadding`); one that comes back is set up again and resumes
+from its own checkpoint. :meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server
+at batch boundaries.
 """
 
 from __future__ import annotations
@@ -44,9 +31,9 @@ from fedstream.deploy.host import FinishReply, model_digest
 from fedstream.deploy.psi import align_nodes
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
+from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.parties import (
     build_server,
-    build_server_activation,
     check_deployable,
     server_decides,
     server_labels,
@@ -54,46 +41,13 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
+from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
 from fedstream.ovfl.protocol import play_round
-from fedstream.selection.padding import make_padding
+from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
 
 FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
-
-
-class NodePadding:
-    """The server's stand-in for a client node that is down (``network.padding``, see
-    :mod:`fedstream.selection.padding`): its padding is the node's embedding while it is down."""
-
-    def __init__(self, name: str, n_clients: int, embedding: int):
-        self.padding = make_padding(name, n_clients, embedding)
-        self.learns = name != "zero"
-
-    def fill(self, client: int, rows: int) -> np.ndarray:
-        return self.padding.fill(client, rows).astype(np.float32)
-
-    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
-        if self.learns:
-            self.padding.update_rows(row.reshape(self.padding.n_clients, self.padding.dim), real)
-
-
-class PolicyStandIn:
-    """The server's stand-in when its policy pads the clients it leaves out (``topl``): a node that is
-    down this round (``down``) gets the node padding (``network.padding``), any other client the
-    policy's padding; both learn from every round's real embeddings, and the policy buffers the
-    rounds where every client sent, as in the simulator."""
-
-    def __init__(self, node: NodePadding, policy):
-        self.node, self.policy = node, policy
-        self.down = np.zeros(policy.n_clients, dtype=bool)
-
-    def fill(self, client: int, rows: int) -> np.ndarray:
-        return (self.node if self.down[client] else self.policy).fill(client, rows)
-
-    def received(self, y: int, row: np.ndarray, real: np.ndarray) -> None:
-        self.node.received(y, row, real)
-        self.policy.received(y, row, real)
 
 
 class NetworkVFL(OnlineRun):
@@ -123,7 +77,7 @@ class NetworkVFL(OnlineRun):
         self.server.stand_in = self.node_padding
         self.activation = None  # the server's own activation policy (topl), if it decides
         if server_decides(config):
-            self.activation = build_server_activation(config)
+            self.activation = activation_from_config(config)  # as the simulator builds it
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
@@ -132,6 +86,9 @@ class NetworkVFL(OnlineRun):
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
+        # the server's batches in compiled calls where they apply (not with its own policy, topl)
+        use = self.activation is None and kernels_apply(config, self.server)
+        self.kernel = PartyArrays(self.server) if use else None
         self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.reports: list[dict] = []
@@ -219,30 +176,63 @@ class NetworkVFL(OnlineRun):
         batch may go on into the next chunk); checkpoint at the end of a batch that is kept."""
         tic = time.perf_counter()
         base, path = chunk * CHUNK, hooks.checkpoint_path
-        x_blocks = [None] * len(self.clients)  # each node reads its own block
         while self.t < min(end, base + CHUNK):
             if self.t >= self._batch[0]:
                 self._begin_batch(end, hooks.checkpoint_every, path)
-            t = self.t
-            label = int(y[t - base])
-            active, live = self.transport.begin_round(t)
-            queried = live
-            if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
-                queried = np.zeros_like(live)
-                self.server.stand_in.down = ~live
-            result = play_round(
-                t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock, queried
-            )
-            self.metrics.update(label, result.prediction)
-            self.active_counts += active
-            if hooks.on_round is not None:
-                hooks.on_round(t, label, result.prediction)
-            self.t = t + 1
-            if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
-                self.activation.observe([], y)  # topl scores its buffer (no features)
+            if not self._play_events(y[self.t - base:min(end, base + CHUNK, self._batch[0]) - base], hooks):
+                self._play_event(y, base, hooks)
             if self.t == self._batch[0] and self._batch[1]:
                 self.save(path, wall=time.perf_counter() - tic)
         self.wall_seconds += time.perf_counter() - tic
+
+    def _play_events(self, y: np.ndarray, hooks: Hooks) -> bool:
+        """The next rounds of the batch (labels ``y``) in one compiled call
+        (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False
+        when they are to be played one by one."""
+        ready = self.kernel is not None and self.kernel.ready(len(y))
+        stacked = ready and self.transport.stacked(self.t, self.t + len(y))
+        if not stacked:
+            return False
+        H, active = stacked
+        t0, tic = self.t, self.clock.start()
+        pred, GH = self.kernel.serve(H, y)
+        self.clock.add_server(tic)
+        self.transport.learned(t0, GH, active)
+        if self.node_padding.learns:  # the server's input row of each round, every client real
+            for j in range(len(y)):
+                self.node_padding.received(int(y[j]), H[j, -1], np.ones(len(self.clients), bool))
+        i = 0
+        while i < len(y):  # the prequential metrics, interval by interval
+            k = min(len(y), i + self.metrics.interval - self.metrics.rounds % self.metrics.interval)
+            self.metrics.update_many(y[i:k], pred[i:k])
+            i = k
+        self.active_counts += active.sum(axis=0)
+        if hooks.on_round is not None:
+            for j, p in enumerate(pred.tolist()):
+                hooks.on_round(t0 + j, int(y[j]), p)
+        self.t = t0 + len(y)
+        return True
+
+    def _play_event(self, y: np.ndarray, base: int, hooks: Hooks) -> None:
+        """The next round of the batch (``y``: its chunk's labels, from round ``base``), message by
+        message (:func:`fedstream.ovfl.protocol.play_round`)."""
+        t = self.t
+        label = int(y[t - base])
+        active, live = self.transport.begin_round(t)
+        queried = live
+        if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
+            queried = np.zeros_like(live)
+            self.server.stand_in.down = ~live
+        x_blocks = [None] * len(self.clients)  # each node reads its own block
+        result = play_round(t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock,
+                            queried)
+        self.metrics.update(label, result.prediction)
+        self.active_counts += active
+        if hooks.on_round is not None:
+            hooks.on_round(t, label, result.prediction)
+        self.t = t + 1
+        if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
+            self.activation.observe([], y)  # topl scores its buffer (no features)
 
     def _begin_batch(self, end: int, every: int, checkpoint: Path | None) -> None:
         """Set up the nodes that came back, then send every node the batch at round ``self.t``."""

@@ -1,37 +1,26 @@
 """The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
-:class:`ClientHost` receives encoded fedstream messages, decodes them with
-:func:`fedstream.deploy.records.peek` (which validates them), hands them to its
-:class:`~fedstream.ovfl.client.Client`, and encodes what the client answers. It counts the bytes it
-receives and sends in its own ledger, so both ends of every link count.
+:class:`ClientHost` checks each request whole before it changes anything (parts decoded by
+:func:`fedstream.deploy.records.peek`, or per batch by :func:`fedstream.ovfl.party_kernels.unpack`),
+then plays it and encodes what the client answers; it counts the bytes it receives and sends in its
+own ledger, so both ends of every link count. A ``round`` request is a batch of B events
+(``network.batch``; the protocol, its staleness for B > 1 and the server's policy ``topl`` in
+docs/deploy-protocol.md, "Event batching"): first the previous batch's gradients and skips, in
+round order, each gradient through the forward state of its own event; then, event by event, the
+node observes its block, decides its activation (or reads the server's) and computes the
+embedding with the weights of the batch's start: pushed when activated, the answer to the query
+when passive. Where :func:`fedstream.ovfl.party_kernels.kernels_apply` says so, both steps run in
+one compiled call each (:class:`~fedstream.ovfl.party_kernels.PartyArrays`), else through the
+client's own methods (the per-event path, the reference).
 
-One ``round`` request is a batch of B events (``network.batch``, see :mod:`fedstream.deploy.records`).
-For each event, in order, the host observes the node's feature block, decides from it alone
-whether the event activates the node, and computes the embedding: pushed when activated, the
-answer to the server's query when passive. With a server-side policy (``topl``) the request says
-which events activate the node (``info["active"]``) and carries no query: an event that leaves
-the node out costs nothing, no message and no optimiser skip (the server pads it), as in the
-simulator, where the client is not part of that round. Embeddings are computed with the weights
-the node has at the start of the batch, because the gradients of the batch come back with the next request.
-There they are applied in round order, each through the forward state of its own event, and a
-passive event's "zero into the optimiser's window" (``optimizer.skip``) is applied at its place
-in that order too. With B = 1 this is exactly the simulator's sequence of operations: a passive
-client's skip and an activated client's step happen before its next observation either way.
-
-With compression (``compression.*``) the host holds the client's end of its link
-(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends
-with the uplink codec, and decodes every gradient it receives with the downlink codec when it
-applies it, which also shows it to ``topk-grad``'s ranking, so an embedding is ranked by the last
-gradient the node received: with B = 1 the previous round's, as in the simulator; with B > 1 the
-last one of the previous batch for every embedding of the batch. A request's gradients are first
-checked with a stateless decoder (:func:`fedstream.deploy.records.peek`), so a malformed request
-changes nothing, the ranking included.
+With compression the host holds the client's end of its link
+(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends and
+decodes every gradient as it applies it (which ``topk-grad``'s ranking sees).
 
 A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
-each message in a fresh ClientApp process): the state holds the client's model, optimiser window
-and input window, the round it is at, the events of the last batch with the forward state of the
-activated ones (copied: the model reuses its buffers), its end of the compressed link (the last
-gradient ``topk-grad`` ranks by) and its byte counts.
+each message in a fresh ClientApp process): the client's model, optimiser and input windows, the
+round, the last batch's events with the forward state of the activated ones, its end of the link
+and its byte counts.
 """
 
 from __future__ import annotations
@@ -41,17 +30,19 @@ import numpy as np
 from fedstream.deploy.host import FinishReply, NodeHost, model_digest
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, peek
 from fedstream.errors import ProtocolError
+from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.client import Ticket
 from fedstream.ovfl.deploy.parties import (
-    build_activation,
     build_client,
-    own_activation,
+    own_activations,
     server_decides,
 )
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest, SetupReply
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
+from fedstream.ovfl.party_kernels import PartyArrays, batched, kernels_apply, pack, unpack
+from fedstream.runs.state import collect, restore
 from fedstream.transport.compressed import ClientEndpoint, CompressionSpec, down_codec
-from fedstream.transport.messages import Gradient, Message, Query
+from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 class ClientHost(NodeHost):
@@ -66,7 +57,10 @@ class ClientHost(NodeHost):
         if rows.index != index:
             raise ProtocolError(f"client {index}: its feature rows are client {rows.index}'s")
         self.client = build_client(config, index, rows.n_features)  # validates the index
-        self.activation = build_activation(config)  # None: the server decides (topl)
+        # its own policy, as the simulator builds it; None: the server decides (topl)
+        self.activation = None if server_decides(config) else activation_from_config(config)
+        # plays its batches in compiled calls where they apply (fedstream.ovfl.party_kernels)
+        self.kernel = PartyArrays(self.client) if kernels_apply(config, self.client) else None
         spec = CompressionSpec.from_config(config)
         # its end of the link: encodes embeddings, decodes (and observes) gradients
         self.end = ClientEndpoint(index, spec)
@@ -99,7 +93,7 @@ class ClientHost(NodeHost):
 
     def on_finish(self, env: Envelope) -> Envelope:
         request = FinishRequest.read(env.info, f"client {self.index}")
-        self._deliver(self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
+        self._deliver(*self._gradients(env.parts, self._grad_rounds(request.grad_rounds, len(env.parts))))
         params = self.client.model.parameters()
         reply = FinishReply(client=self.index, round=self.round, up=self.up, down=self.down,
                             messages=self.messages, digest=model_digest(params))
@@ -123,32 +117,54 @@ class ClientHost(NodeHost):
                 f"for round {t0}, received {len(env.parts)} messages"
             )
         grads = self._gradients(env.parts[:g], rounds)
-        queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(env.parts[g:])]
-        self._deliver(grads)
+        fast = self.kernel is not None and self.kernel.ready(n)
+        queries = self._queries(env.parts[g:], t0, fast)
+        self._deliver(*grads)
         rows = self.rows.rows(t0, n)
-        embeddings, active = [], []
-        for i in range(n):
-            t = t0 + i
-            self.client.observe(t, rows[i])
-            self.round = t
-            if decided is not None:
-                on = bool(decided[i])
-            else:
-                on = own_activation(self.activation, self.index, self.config["vfl.clients"], t, rows[i:i + 1])
-                on = on and self.rows.holds(t)  # an id it lacks (per-party files): passive
-            if on:
-                msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
-                self.acts[t] = ticket.acts
-            elif decided is not None:  # left out by the server: not queried, no message, no optimiser skip
-                active.append(0)
-                continue
-            else:
+        if decided is not None:
+            active = np.array(decided, bool)
+        else:  # its own policy; an id it lacks (per-party files): passive
+            active = own_activations(self.activation, self.index, self.config["vfl.clients"], t0, rows)
+            active &= np.array([self.rows.holds(t0 + i) for i in range(n)], bool)
+        played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
+        if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
+            states = self.kernel.embed(rows)
+            parts = pack(Embedding, np.arange(t0, t0 + n), self.index, states[-1])
+            embeddings = [self.sent(parts[i]) for i in played]
+            self.acts |= {t0 + i: [s[i] for s in states] for i in played if active[i]}
+        else:
+            asked = queries or [None] * n  # None: the server decides, and asks nothing
+            embeddings = [self._send(msg) for i in range(n)
+                          if (msg := self._embed(t0 + i, rows[i], active[i], asked[i])) is not None]
+        for i in played:
+            if not active[i]:
                 self.received(env.parts[g + i])  # the query is used: it counts
-                msg = self.client.answer(queries[i])  # its skip waits for its place in the next request
-            active.append(int(on))
-            embeddings.append(self._send(msg))
-            self.pending.append((t, on))
-        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=active).info())
+        self.round = t0 + n - 1
+        self.pending += [(t0 + i, bool(active[i])) for i in played]
+        return Envelope(ROUND, t0, embeddings, info=RoundReply(active=[int(a) for a in active]).info())
+
+    def _embed(self, t: int, row: np.ndarray, active: bool, query: Query | None) -> Message | None:
+        """One event, observed: the embedding pushed when it activated the node (its forward state
+        kept for the gradient); else the answer to the server's ``query`` (its skip waits for its
+        place in the next request), or None when the server left the node out (no query)."""
+        self.client.observe(t, row)
+        if active:
+            msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
+            self.acts[t] = ticket.acts
+            return msg
+        return None if query is None else self.client.answer(query)
+
+    def _queries(self, parts: list[bytes], t0: int, fast: bool) -> list[Query]:
+        """The server's queries of rounds t0, t0 + 1, ... (checked at once when they are what the
+        compiled path answers, with the window's R rows; else one by one)."""
+        R = self.client.window
+        if fast and unpack(parts, Query, np.arange(t0, t0 + len(parts)), self.index, (R, 0)) is not None:
+            return []
+        queries = [self._decode(data, Query, t0 + i) for i, data in enumerate(parts)]
+        if fast and any(q.rows != R for q in queries):
+            raise ProtocolError(f"client {self.index}: the queries of rounds {t0}.. ask for "
+                                f"{sorted({q.rows for q in queries})} rows, its window holds {R}")
+        return queries
 
     def _decided(self, request: RoundRequest) -> list[int] | None:
         """The server's activation of each of the request's events (``active``) when the run's
@@ -178,8 +194,9 @@ class ClientHost(NodeHost):
             )
         return rounds
 
-    def _gradients(self, parts: list[bytes], rounds: list[int]) -> dict[int, tuple[Gradient, bytes]]:
-        """Decode and check the gradients of rounds ``rounds`` (activated events this node waits for)."""
+    def _gradients(self, parts: list[bytes], rounds: list[int]) -> tuple[dict[int, bytes], np.ndarray | None]:
+        """Check the gradients of rounds ``rounds`` (activated events this node waits for); return
+        each one's bytes and, when the compiled path applies them, their values (n, R, e)."""
         awaiting = self.awaiting
         if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
             raise ProtocolError(
@@ -187,7 +204,12 @@ class ClientHost(NodeHost):
                     :300
                 ]
             )
-        out = {}
+        shape = (self.client.window, self.client.model.n_out)
+        if (self.kernel is not None and batched(len(self.pending))
+                and all(self.acts[t][-1].shape == shape for t in awaiting)):
+            values = unpack(parts, Gradient, np.array(rounds, np.int64), self.index, shape)
+            if values is not None:
+                return dict(zip(rounds, parts, strict=True)), values
         for t, data in zip(rounds, parts, strict=True):
             want = self.acts[t][-1].shape
             grad = self._decode(data, Gradient, t, want)
@@ -196,21 +218,28 @@ class ClientHost(NodeHost):
                     f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
                     f"its embedding had {want}"
                 )
-            out[t] = (grad, data)
-        return out
+        return dict(zip(rounds, parts, strict=True)), None
 
-    def _deliver(self, grads: dict[int, tuple[Gradient, bytes]]) -> None:
-        """Apply the last batch's gradients and skips in round order. An activated event whose
-        gradient is not in ``grads`` was lost with a failed request: it counts as a skip too."""
+    def _deliver(self, grads: dict[int, bytes], values: np.ndarray | None) -> None:
+        """Apply the last batch's gradients (``values``: checked for the compiled path) and skips in
+        round order. An activated event whose gradient is not in ``grads`` was lost with a failed
+        request: it counts as a skip too."""
+        for t in grads:
+            self.received(grads[t])
+        if values is not None:  # in one compiled call (fedstream.ovfl.party_kernels)
+            slot = {t: s for s, t in enumerate(grads)}
+            order = np.array([slot[t] if active and t in slot else -1 for t, active in self.pending],
+                             np.int64)
+            states = [np.stack(layer) for layer in zip(*(self.acts[t] for t in grads))]
+            self.kernel.learn(order, values, states)
         for t, active in self.pending:
+            acts = self.acts.pop(t, None)
+            if values is not None:
+                continue
             if not active or t not in grads:
                 self.client.skip()
-                self.acts.pop(t, None)
-                continue
-            _, data = grads[t]
-            self.received(data)
-            grad = self.end.receive(data)  # checked already; a topk-grad link's ranking sees it now
-            self.client.apply(Ticket(t, self.acts.pop(t)), grad)
+            else:  # checked already; a topk-grad link's ranking sees it now
+                self.client.apply(Ticket(t, acts), self.end.receive(grads[t]))
         self.pending = []
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
@@ -230,25 +259,18 @@ class ClientHost(NodeHost):
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         meta = np.array([self.round, self.up, self.down, self.messages], np.int64)
-        pending = np.array(self.pending, np.int64).reshape(-1, 2)
         acts = {f"acts.{t}.{j}": a for t, layers in self.acts.items() for j, a in enumerate(layers)}
-        link = {f"link.{k}": v for k, v in self.end.state_dict().items()}
-        return {f"client.{k}": v for k, v in self.client.state_dict().items()} | {
-            "host": meta, "pending": pending} | acts | link
+        return collect({"client": self.client, "link": self.end}) | acts | {
+            "host": meta, "pending": np.array(self.pending, np.int64).reshape(-1, 2)}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.client.load_state_dict(
-            {k[len("client.") :]: v for k, v in state.items() if k.startswith("client.")}
-        )
+        restore({"client": self.client, "link": self.end}, state)
         self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
-        self.end.load_state_dict({k[len("link."):]: v for k, v in state.items() if k.startswith("link.")})
         self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
         self.acts = {}
-        for key in sorted(
-            (k for k in state if k.startswith("acts.")), key=lambda k: tuple(map(int, k.split(".")[1:]))
-        ):
-            _, t, _ = key.split(".")
-            self.acts.setdefault(int(t), []).append(np.array(state[key]))
+        keys = (k for k in state if k.startswith("acts."))  # acts.{round}.{layer}
+        for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
+            self.acts.setdefault(int(key.split(".")[1]), []).append(np.array(state[key]))
         if sorted(self.acts) != self.awaiting:
             raise ProtocolError(
                 f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "

@@ -1,37 +1,24 @@
 """Each party of a deployed online VFL run, built on its own machine from the shared config.
 
-A deployed party cannot ask the simulator for its model: it builds it. The functions here build
-exactly what :class:`fedstream.ovfl.engine.OnlineVFL` builds (same generator, same order: client 0's
-bottom model, client 1's, ..., then the server's top model), so that a network run and an
-in-process run with the same seed start from the same weights. Client m replays the draws of
-clients 0..m-1 without keeping their models; the server replays all client draws.
-
-Data: client m reads only its feature block of each round's sample (``client_rows``, cached on
-its node by :class:`fedstream.ovfl.deploy.rows.BlockRows`) and the server only the labels
-(:func:`server_stream`: for the image data sets it reads the label file and the image file's
-16-byte header, never a pixel; a tabular CSV holds labels and features in one file, so there the
-server parses the file and keeps only the labels). The sources compute whole rows (an image is
-decoded whole), so a client's "only its block" is what it keeps and uses. A table with one file per
-party (``data.path = "server.csv;bank.csv;..."``) is where a party's own file holds only its own
-columns: there each process opens its own file and no other (:mod:`fedstream.data.table_party`),
-and each party draws its initial weights alone (:func:`fedstream.ovfl.parties.own_draws`).
+A deployed party builds its model with the generator and draw order of
+:class:`fedstream.ovfl.engine.OnlineVFL` (client m replays the draws of clients 0..m-1, the server
+all of them; with one table file per party each draws alone, :func:`fedstream.ovfl.parties.own_draws`),
+so that a network run and an in-process run with the same seed start from the same weights. Each
+client reads only its feature block (:func:`client_rows`), the server only the labels
+(:func:`server_stream`); who reads what: docs/deploy-protocol.md, "Who reads what".
 """
 
 from __future__ import annotations
 
-import gzip
-
 import numpy as np
 
-from fedstream.data import Stream, resolve_data_root
-from fedstream.data.idx import read_idx_labels
-from fedstream.data.paths import find_file
-from fedstream.data.sources import FASHION_HINT, MNIST_HINT
+from fedstream.data import Stream
+from fedstream.data.labels import IMAGE_DIRS, image_labels
 from fedstream.data.table_party import ServerTable, per_party
 from fedstream.data.table_source import TableSpec
 from fedstream.deploy.records import check_client_index
 from fedstream.errors import ConfigError
-from fedstream.ovfl.activation import Activation, activation_from_config
+from fedstream.ovfl.activation import Activation
 from fedstream.ovfl.client import Client
 from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream
 from fedstream.ovfl.parties import build_client as build_own_client
@@ -92,23 +79,6 @@ def server_decides(config: dict) -> bool:
     return config["activation.name"] in SERVER_SIDE_ACTIVATIONS
 
 
-def build_activation(config: dict) -> Activation | None:
-    """A client node's own activation policy; None when the server decides (:func:`server_decides`)."""
-    if server_decides(config):
-        return None
-    return activation_from_config(config)
-
-
-def build_server_activation(config: dict) -> Activation:
-    """The server's policy (``topl``), built exactly as the simulator builds it
-    (:class:`fedstream.ovfl.engine.OnlineVFL`): same l, window, exploration period, padding and seed."""
-    if not server_decides(config):
-        raise ConfigError(
-            f"activation.name = {config['activation.name']!r} is decided by each client, not the server"
-        )
-    return activation_from_config(config)
-
-
 _STREAMS: dict[tuple, Stream] = {}
 
 
@@ -126,47 +96,6 @@ def party_stream(config: dict, data_root: str | None = None) -> Stream:
     return stream
 
 
-class LabelSource:
-    """An image data set's labels without its pixels: the server party's view of the source.
-
-    Index i is base item i mod n_base, as in :class:`fedstream.data.sources.ImageSource`, so a
-    :class:`Stream` over it draws the same indices (they depend on the labels, the seed and the
-    drift only)."""
-
-    def __init__(self, base_labels: np.ndarray, n_features: int, *, name: str, n_classes: int = 10):
-        self.name, self.n_features, self.n_classes = name, int(n_features), int(n_classes)
-        self.base_labels = np.asarray(base_labels, dtype=np.int64)
-        self.n_base = int(self.base_labels.shape[0])
-
-    def features(self, indices: np.ndarray) -> np.ndarray:
-        raise ConfigError(f"{self.name}: the server party holds the labels only, not the features")
-
-    def labels(self, indices: np.ndarray) -> np.ndarray:
-        return self.base_labels[np.asarray(indices, dtype=np.int64) % self.n_base]
-
-
-IMAGE_DIRS = {"mnist": ["mnist/", "", "MNIST/raw/"], "imnist": ["mnist/", "", "MNIST/raw/"],
-              "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]}
-
-
-def _image_labels(config: dict) -> LabelSource:
-    name = config["data.name"]
-    root = resolve_data_root(config["data.root"])
-    found = [f"{d}train-images-idx3-ubyte{ext}" for d in IMAGE_DIRS[name] for ext in (".gz", "")]
-    hint = FASHION_HINT if name == "fashion-mnist" else MNIST_HINT
-    images = find_file(root, found, dataset=name, hint=hint)
-    labels = find_file(images.parent, ["train-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte"], dataset=name,
-                       hint="the label file sits next to the image file")
-    with (gzip.open if images.suffix == ".gz" else open)(images, "rb") as f:
-        head = f.read(16)
-    magic, n, rows, cols = (int(v) for v in np.frombuffer(head, ">u4")) if len(head) == 16 else (0, 0, 0, 0)
-    y = read_idx_labels(labels)
-    if magic != 2051 or n != y.shape[0] or rows * cols == 0:
-        raise ConfigError(f"{images}: expected an IDX image header for {y.shape[0]} images, found "
-                          f"magic {magic}, {n} images of {rows}x{cols}")
-    return LabelSource(y, rows * cols, name=name)
-
-
 def server_stream(config: dict, data_root: str | None = None) -> Stream:
     """The stream as the server party sees it: labels only for the image data sets (see the module doc)."""
     if data_root:
@@ -176,7 +105,7 @@ def server_stream(config: dict, data_root: str | None = None) -> Stream:
     if config["data.name"] not in IMAGE_DIRS:
         return party_stream(config)
     return Stream(
-        _image_labels(config),
+        image_labels(config["data.name"], config["data.root"]),
         drift=config["stream.drift"],
         drift_every=config["stream.drift_every"],
         seed=config["seed"],
@@ -194,13 +123,22 @@ def server_labels(stream: Stream, t0: int, n: int) -> np.ndarray:
     return np.asarray(stream.source.labels(stream.indices(t0, n)), dtype=np.int64)
 
 
-def own_activation(activation: Activation, index: int, n_clients: int, t: int, rows: np.ndarray) -> bool:
-    """Whether round t's event activates client ``index``, decided from its own block alone.
+def own_activations(activation: Activation, index: int, n_clients: int, t0: int,
+                    rows: np.ndarray) -> np.ndarray:
+    """Whether each of rounds t0, t0 + 1, ... (``rows``: client ``index``'s blocks of them) activates the
+    client, decided from its own blocks alone.
 
-    The policy sees the chunk of round t, like the simulator's; the other clients' block means are
-    zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from the
-    chunk's key, ``event`` compares this client's own mean).
+    The policy sees the chunk of each round, like the simulator's; the other clients' block means
+    are zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from
+    the chunk's key, ``event`` compares this client's own mean).
     """
-    means = np.zeros((CHUNK, n_clients), np.float32)  # float32 like the simulator's, for the same comparisons
-    means[t % CHUNK, index] = rows.mean(axis=1)[0]
-    return bool(activation.mask(t // CHUNK, means)[t % CHUNK, index])
+    out = np.empty(rows.shape[0], bool)
+    i = 0
+    while i < rows.shape[0]:
+        chunk, j = divmod(t0 + i, CHUNK)
+        k = min(rows.shape[0] - i, CHUNK - j)  # the rounds of this chunk
+        means = np.zeros((CHUNK, n_clients), np.float32)  # float32 like the simulator's: same comparisons
+        means[j:j + k, index] = rows[i:i + k].mean(axis=1)
+        out[i:i + k] = activation.mask(chunk, means)[j:j + k, index]
+        i += k
+    return out

@@ -1,52 +1,31 @@
 """The server's side of the wire: stand-ins for remote clients and a transport over a link.
 
-:func:`fedstream.ovfl.protocol.play_round` calls its clients directly (``observe``, ``on_event``,
-``on_query``, ``on_gradient``) and moves every message through ``transport.up`` / ``down``. On
-the server's machine of a deployment the clients are :class:`RemoteClient` objects and the
-transport is a :class:`LinkTransport`, so the very same function runs the round:
+:func:`fedstream.ovfl.protocol.play_round` calls its clients directly and moves every message
+through ``transport.up`` / ``down``; on the server's machine the clients are :class:`RemoteClient`
+objects and the transport a :class:`LinkTransport`, so the very same function runs a round (the
+protocol, its batches, requests ahead, faults and compression: docs/deploy-protocol.md):
 
 * :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
-  (``network.batch``): the gradients held for it (their rounds in ``info["grad_rounds"]``) and
-  the server's Query of each of those rounds (see :mod:`fedstream.ovfl.deploy.records`). Each node answers
-  with one embedding per round and which rounds activated it. With a server-side policy
-  (``topl``) the server has decided the B rounds' activations itself: the request carries them
-  (``info["active"]``) and no query, and the node answers with the embeddings of its activated
-  rounds only; the others are padded by the policy, as in the simulator.
-* Every reply is validated before any of it is used (:meth:`LinkTransport._check_batch`): its kind
-  and round, the 0/1 activation list, and each embedding decoded by
-  :func:`fedstream.deploy.records.peek` (header, codec, length, finite values; no link state touched)
-  with the right sender, round and shape. A node whose reply fails, whose ClientApp failed, or which did not
-  answer in time is *down* for that batch: the fault is logged and recorded (``faults``), and
-  its events are played as passive without a query, the server using its padding
-  (``network.padding``) as the node's embedding, as for a client ``topl`` does not query. It gets
-  no gradient for those events; it is asked again at the next batch.
-* Requests ahead (:meth:`LinkTransport.begin_batch`'s ``after``, on a link that sends ahead: gRPC): a
-  node whose reply says no event of the batch activated it owes no gradient, so its next request
-  (the next batch's queries) is known; the link writes it as that reply arrives, and the node
-  computes while the server waits for the others and plays the batch. The next batch sends that
-  very request: the node sees the same requests in the same order (B = 1: the simulator's run).
-* :meth:`LinkTransport.begin_round` gives ``play_round`` round t's activation and which clients
-  the server can query.
-* ``transport.down(msg)`` encodes the message and counts its bytes. A Query must be the very
-  bytes already delivered with the batch (else :class:`ProtocolError`: a server bug, not a node's
-  fault): the node's answer is in the batch's reply. A Gradient is held and rides on the node's
-  next request.
-* ``RemoteClient.on_event`` / ``on_query`` return the node's embedding as it arrived (a
-  :class:`Wire`); ``transport.up`` counts its bytes.
+  (the gradients held for it and the server's Query of each round; with ``topl`` the server's
+  activations instead, :mod:`fedstream.ovfl.deploy.records`) and checks every reply whole before
+  any of it is used (:meth:`LinkTransport._check_batch`: per batch by
+  :func:`fedstream.ovfl.party_kernels.unpack` where it can, else part by part by
+  :func:`fedstream.deploy.records.peek`, which names what is wrong). A node whose reply fails,
+  whose process failed or which timed out is down for the batch: a recorded fault, its events
+  played as passive without a query, with the server's padding (``network.padding``).
+* On a link that sends ahead (gRPC), a node whose reply says no event activated it owes no
+  gradient, so its next request goes as that reply arrives (``after``): the very request it would
+  get otherwise.
+* Round by round, :meth:`LinkTransport.begin_round` gives ``play_round`` the round's activations
+  and whom the server can query; ``down`` checks a Query is the one the batch carried and holds a
+  Gradient for the node's next request; ``up`` counts an embedding as it arrived. With every
+  node live, :meth:`LinkTransport.stacked` and :meth:`LinkTransport.learned` give the server a
+  batch's events at once and count and hold their messages, in ``play_round``'s order.
 
-* ``observe`` and ``on_gradient`` do nothing here: the node observes its own data, and learns when
-  its gradient arrives.
-
-Compression (``compression.*``, :mod:`fedstream.transport.compressed`): the server keeps its end of
-every client's link (:class:`~fedstream.transport.compressed.ServerEnds`: one ``ServerEndpoint``
-per client, with its embedding cache and quantiser table), the node the other end. ``up`` decodes
-an embedding with the client's end when ``play_round`` takes it, in round order, so the cache is
-updated only from embeddings of replies that passed every check; ``down`` encodes a gradient with
-it, in the order the server produces them, exactly as the simulator's
-:class:`~fedstream.transport.compressed.CompressedTransport` does. The ledger counts the encoded
-(compressed) bytes. Nothing else needs matching between the two ends when a node is down or comes
-back: every compressed payload carries what its decoder needs (top-k's bitmap, the quantiser's mu
-and sigma); a cache row the server never received is zero (plain top-k for it).
+With compression the server keeps its end of every client's link
+(:class:`~fedstream.transport.compressed.ServerEnds`): ``up`` decodes an embedding with it when
+``play_round`` takes it and ``down`` encodes a gradient, in the simulator's order; the ledger
+counts the encoded bytes.
 """
 
 from __future__ import annotations
@@ -61,6 +40,7 @@ from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, pee
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
+from fedstream.ovfl.party_kernels import batched, pack, unpack
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEnds
 from fedstream.transport.ledger import ByteLedger
@@ -86,7 +66,9 @@ class Batch:
     size: int = 0
     decided: np.ndarray | None = None
     queries: dict[int, list[bytes]] = field(default_factory=dict)
-    replies: dict[int, tuple[list[int], list[Wire | None]]] = field(default_factory=dict)
+    replies: dict[int, tuple[list[int], list[Wire | None] | None]] = field(default_factory=dict)
+    # a node's reply checked at once (plain embeddings, every event): its parts and values (n, R, e)
+    values: dict[int, tuple[list[bytes], np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,8 +232,14 @@ class LinkTransport(Session):
         return active
 
     def _encode_queries(self, t0: int, n: int, m: int, active: np.ndarray | None) -> list[bytes]:
-        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides)."""
-        return [] if active is not None else [encode(self.query(t, m)) for t in range(t0, t0 + n)]
+        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides;
+        packed at once when they all ask for the same rows)."""
+        if active is not None:
+            return []
+        rows = self.query(t0, m).rows
+        if batched(n) and self.query(t0 + n - 1, m).rows == rows:
+            return pack(Query, np.arange(t0, t0 + n), m, np.empty((n, rows, 0), np.float32))
+        return [encode(self.query(t, m)) for t in range(t0, t0 + n)]
 
     @staticmethod
     def _request(t0: int, n: int, keep: bool, active: np.ndarray | None, m: int, held: list, queries: list
@@ -301,8 +289,15 @@ class LinkTransport(Session):
             events = [i for i in range(n) if decided[i]]  # the events it was left out of send nothing
         if len(reply.parts) != len(events):
             raise ProtocolError(f"expected {len(events)} embeddings, received {len(reply.parts)} messages")
-        wires: list[Wire | None] = [None] * n
         queries = self.batch.queries[m]
+        at_once = self.ends.probe is None and batched(len(queries))  # plain embeddings, every event
+        rows = decode(queries[0]).rows if queries else 0
+        if at_once and rows == decode(queries[-1]).rows:
+            values = unpack(reply.parts, Embedding, np.arange(t0, t0 + n), m, (rows, self.embedding))
+            if values is not None:
+                self.batch.values[m] = (reply.parts, values)
+                return list(active), None
+        wires: list[Wire | None] = [None] * n
         for i, data in zip(events, reply.parts):
             t = t0 + i
             rows = decode(queries[i]).rows if self.batch.decided is None else self.query(t, m).rows
@@ -328,6 +323,11 @@ class LinkTransport(Session):
         self._check_round_done()
         self.round = t
         M, replies = self.link.n_clients, self.batch.replies
+        rounds = range(self.batch.start, self.batch.start + self.batch.size)
+        for m, (parts, values) in self.batch.values.items():  # checked at once: its wires, now
+            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v))
+                                          for t, data, v in zip(rounds, parts, values)])
+        self.batch.values = {}
         live = np.array([m in replies for m in range(M)])
         active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
         self.missed += ~live
@@ -335,6 +335,43 @@ class LinkTransport(Session):
                          answers={m: replies[m][1][i] for m in replies
                                   if not active[m] and replies[m][1][i] is not None})
         return active, live
+
+    def stacked(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rounds t0..t1-1 of the batch at once, when every node is live and its reply was checked at
+        once: the server's stacked embeddings (n, R, M*e) and the activations (n, M); else None
+        (round by round: :meth:`begin_round`)."""
+        b, M = self.batch, self.link.n_clients
+        if t0 != self.round + 1 or len(b.values) != M or not self.now.done():
+            return None
+        i0, i1 = t0 - b.start, t1 - b.start
+        H = np.concatenate([b.values[m][1][i0:i1] for m in range(M)], axis=2)
+        return H, np.array([b.replies[m][0][i0:i1] for m in range(M)], bool).T
+
+    def learned(self, t0: int, GH: np.ndarray, active: np.ndarray) -> None:
+        """Rounds t0.. of :meth:`stacked`, played: count their embeddings and queries, and hold the
+        activated clients' gradients (from d loss / d input ``GH`` (n, R, M*e)) for their next
+        request: the messages of play_round, counted (and recorded) in its order."""
+        b, e = self.batch, self.embedding
+        n, M = active.shape
+        i0, rounds = t0 - b.start, np.arange(t0, t0 + n)
+        sizes = []  # per client: (embedding, query, gradient) bytes
+        for m in range(M):
+            on = np.flatnonzero(active[:, m])
+            grads = pack(Gradient, rounds[on], m, GH[on, :, m * e:(m + 1) * e])
+            self.outbox.setdefault(m, []).extend(zip(rounds[on].tolist(), grads))
+            if on.size:
+                self.last_gradient[m] = int(rounds[on[-1]])
+            sizes.append((len(b.values[m][0][i0]), len(b.queries[m][i0]), len(grads[0]) if grads else 0))
+            self.ledger.up[m] += n * sizes[m][0]
+            self.ledger.down[m] += (n - on.size) * sizes[m][1] + on.size * sizes[m][2]
+            self.ledger.messages[m] += 2 * n
+        if self.sizes is not None:
+            for row in active:
+                self.sizes += [("up", m, sizes[m][0]) for m in range(M) if row[m]]
+                for m in np.flatnonzero(~row).tolist():
+                    self.sizes += [("down", m, sizes[m][1]), ("up", m, sizes[m][0])]
+                self.sizes += [("down", m, sizes[m][2]) for m in range(M) if row[m]]
+        self.round = t0 + n - 1
 
     def _check_round_done(self) -> None:
         if not self.now.done():

@@ -34,7 +34,7 @@ MAX_BATCH = 4096  # events per request a host accepts (network.batch's upper bou
 
 
 def _zeros_and_ones(active: list[int] | None, n: int, where: str, what: str) -> None:
-    if active is not None and (len(active) != n or any(a not in (0, 1) for a in active)):
+    if active is not None and (len(active) != n or not set(active) <= {0, 1}):
         raise ProtocolError(f"{where}: {what} info 'active', a list of {n} zeros and ones, received "
                             f"{active!r}"[:300])
 
