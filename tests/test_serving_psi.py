@@ -80,7 +80,7 @@ def served_encoding(served, ids: np.ndarray) -> list[np.ndarray]:
     """What each deployed node embeds for ``ids``: its own file's rows, as it encodes them to serve."""
     out = []
     for m, host in sorted(served.link.hosts.items()):
-        out.append(host.encode(id_positions(host.table, host.config["data.id"], ids)))
+        out.append(host.encode(host.table, id_positions(host.table, host.config["data.id"], ids)))
     return out
 
 

@@ -65,7 +65,7 @@ class OvflParts:
 
     @staticmethod
     def client(config: dict, index: int, host, placement: np.ndarray) -> tuple[object, object, str]:
-        """(encode(positions in its own file) -> its rows as training encoded them, embed(X) ->
+        """(encode(own file, positions in it) -> its rows as training encoded them, embed(X) ->
         float32, its model's digest). ``host.rows`` holds the client's file placed as the training
         played it (``placement``), so its statistics are the training's."""
         from fedstream.ovfl.inference import client_embedding
@@ -172,7 +172,7 @@ class ServingHost:
 
     def __init__(self, index: int, folder: Path):
         self.index, self.folder = index, Path(folder)
-        self.encode = None  # positions in its own file -> its rows, encoded as the training encoded them
+        self.encode = None  # (own file, positions in it) -> its rows, encoded as the training encoded them
         self.embed = None
         self.keys: np.ndarray | None = None  # own file's ids, as keys
         self.table = None
@@ -190,7 +190,7 @@ class ServingHost:
         ids = id_keys(request.ids)
         positions = id_positions(self.table, self.config["data.id"], ids)
         held = positions >= 0
-        values = np.asarray(self.embed(self.encode(positions)), dtype=np.float32)
+        values = np.asarray(self.embed(self.encode(self.table, positions)), dtype=np.float32)
         self.requests += 1
         data = codec.encode(Embedding(env.round, self.index, values))
         return Envelope(ROUND, env.round, [data], info=PredictReply(held=held.astype(int).tolist()).info())
@@ -219,7 +219,7 @@ class ServingHost:
         host = adapter.host(config, self.index, data=data, state=state)
         self.encode, self.embed, digest = parts.client(config, self.index, host, psi.placement)
         self.table, self.config = own_table(config, self.index), config
-        width = int(np.asarray(self.embed(self.encode(np.full(1, -1)))).shape[1])
+        width = int(np.asarray(self.embed(self.encode(self.table, np.full(1, -1)))).shape[1])
         reply = PredictSetupReply(client=self.index, digest=digest, width=width, saved=str(store.latest))
         return Envelope(SETUP, env.round, info=reply.info())
 
