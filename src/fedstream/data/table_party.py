@@ -168,6 +168,7 @@ class ClientTable:
         columns, onehot = encode_columns(table, cols, rows, categorical, self.categories, head)
         X = np.concatenate(columns, axis=1)
         mean, std = scale_of(X, onehot, head)
+        self.mean, self.std = mean, std  # the training's statistics (own_rows encodes by them)
         if placement is None:
             self.X = (X.astype(np.float32) - mean) / std
             self.ids = id_digest(table, cid, f"client {index}")
@@ -184,3 +185,19 @@ class ClientTable:
     def rows(self, t0: int, n: int) -> np.ndarray:
         """float32 (n, width): the rows of rounds t0..t0+n-1 (round t is row t mod rows)."""
         return np.ascontiguousarray(self.X[np.arange(t0, t0 + n) % self.n_base])
+
+    def own_rows(self, table: Table, positions: np.ndarray) -> np.ndarray:
+        """float32 (len(positions), width): the rows of its own file (``table``, read again: the
+        columns are not kept) at ``positions`` (file order; -1: an id it lacks, a row of zeros, its
+        columns' means), encoded and standardised exactly as its training rows (:attr:`X`): the
+        training's categories, mean and std. An id of its file that the training never played
+        (outside the intersection) is encoded the same way."""
+        positions = np.asarray(positions, dtype=np.int64)
+        held = positions >= 0
+        out = np.zeros((len(positions), self.width), np.float32)
+        if held.any():
+            cols = column_positions(table, self.columns, "its columns")
+            columns, _ = encode_columns(table, cols, positions[held], set(self.categorical),
+                                        self.categories, 0)
+            out[held] = (np.concatenate(columns, axis=1).astype(np.float32) - self.mean) / self.std
+        return out

@@ -14,10 +14,15 @@ the node loads its saved state of that run (:class:`ServingHost`), answers with 
 model it loaded (:class:`~fedstream.deploy.serving_records.PredictSetupReply`), and the server
 refuses a node whose digest is not the one the run recorded. Then, for each request
 (:meth:`ServedRun.predict`): the server sends every node the ids (``PredictRequest``); node m looks
-them up in its own file (:func:`fedstream.predict.ids.id_positions`), takes its training encoding of
-those rows (its :class:`~fedstream.data.table_party.ClientTable`) and sends one embedding up
-(``PredictReply`` says which ids it holds); the server stacks the embeddings and scores them with its
-top model. Nothing is learnt: a served model is frozen (docs/deploy.md, "Serving").
+them up in its own file (:func:`fedstream.predict.ids.id_positions`), encodes those rows exactly as
+its training encoded them and sends one embedding up (``PredictReply`` says which ids it holds); the
+server stacks the embeddings and scores them with its top model. Nothing is learnt: a served model is
+frozen (docs/deploy.md, "Serving").
+
+The training's encoding is that of the client's file *placed* by the alignment the node saved in its
+folder when it trained (:class:`~fedstream.deploy.psi.PsiNode`): one-hot categories, mean and std
+of the training rows it held, in the server's order
+(:meth:`~fedstream.data.table_party.ClientTable.own_rows`), not of its file's own first rows.
 
 An id a client does not hold: online VFL pads it (the client embeds its columns at their training
 means, as the simulator's training rows of an id it lacks); batch VFL trained only on the ids every
@@ -38,6 +43,7 @@ import numpy as np
 
 from fedstream.deploy.adapters import adapter_for
 from fedstream.deploy.host import model_digest
+from fedstream.deploy.psi import PsiNode
 from fedstream.deploy.records import ROUND, SETUP, Envelope, Failure, Setup
 from fedstream.deploy.serving_records import MAX_REQUEST, PredictReply, PredictRequest, PredictSetupReply
 from fedstream.deploy.session import NodeStore
@@ -58,12 +64,14 @@ class OvflParts:
     refuses_absent = False
 
     @staticmethod
-    def client(config: dict, index: int, host) -> tuple[np.ndarray, object, str]:
-        """(the party's standardised rows in file order, embed(X) -> float32, its model's digest)."""
+    def client(config: dict, index: int, host, placement: np.ndarray) -> tuple[object, object, str]:
+        """(encode(own file, positions in it) -> its rows as training encoded them, embed(X) ->
+        float32, its model's digest). ``host.rows`` holds the client's file placed as the training
+        played it (``placement``), so its statistics are the training's."""
         from fedstream.ovfl.inference import client_embedding
 
         client = host.client
-        return (host.rows.table.X, lambda X: client_embedding(client, 0, X).values,
+        return (host.rows.table.own_rows, lambda X: client_embedding(client, 0, X).values,
                 model_digest(client.model.parameters()))
 
     @staticmethod
@@ -90,7 +98,7 @@ class VflParts:
     refuses_absent = True
 
     @staticmethod
-    def client(config: dict, index: int, host) -> tuple[np.ndarray, object, str]:
+    def client(config: dict, index: int, host, placement: np.ndarray) -> tuple[object, object, str]:
         import torch
 
         from fedstream.data.table_party import ClientTable
@@ -99,7 +107,8 @@ class VflParts:
         from fedstream.vfl.deploy.table import table_spec
 
         holdout = dict(batch_settings(config).table)["data.test_fraction"]
-        own = ClientTable(table_spec(config), index, holdout=holdout)  # as load_table_block encodes it
+        # placed as the training placed it (load_table_block): the training rows' statistics
+        own = ClientTable(table_spec(config), index, holdout=holdout, placement=placement)
         client = host.client
 
         def embed(X: np.ndarray) -> np.ndarray:
@@ -107,7 +116,7 @@ class VflParts:
                 return client.infer(0, torch.from_numpy(np.array(X, dtype=np.float32))).values
 
         state = client.model.state_dict()
-        return own.X, embed, model_digest({k: v.detach().numpy() for k, v in state.items()})
+        return own.own_rows, embed, model_digest({k: v.detach().numpy() for k, v in state.items()})
 
     @staticmethod
     def server(config: dict, run_dir: Path, n_classes: int):
@@ -163,7 +172,7 @@ class ServingHost:
 
     def __init__(self, index: int, folder: Path):
         self.index, self.folder = index, Path(folder)
-        self.rows: np.ndarray | None = None
+        self.encode = None  # (own file, positions in it) -> its rows, encoded as the training encoded them
         self.embed = None
         self.keys: np.ndarray | None = None  # own file's ids, as keys
         self.table = None
@@ -181,9 +190,7 @@ class ServingHost:
         ids = id_keys(request.ids)
         positions = id_positions(self.table, self.config["data.id"], ids)
         held = positions >= 0
-        X = np.zeros((len(ids), self.rows.shape[1]), np.float32)
-        X[held] = self.rows[positions[held]]
-        values = np.asarray(self.embed(X), dtype=np.float32)
+        values = np.asarray(self.embed(self.encode(self.table, positions)), dtype=np.float32)
         self.requests += 1
         data = codec.encode(Embedding(env.round, self.index, values))
         return Envelope(ROUND, env.round, [data], info=PredictReply(held=held.astype(int).tolist()).info())
@@ -202,10 +209,17 @@ class ServingHost:
                                 f"{store.latest.name}: the node's --cache-dir when it trained)")
         adapter = adapter_for(config["task"])
         data = adapter.node_data(config, self.index, data_root=None, cache_dir=self.folder)
+        psi = PsiNode(self.index, self.folder)  # the alignment it trained with, saved in its folder
+        try:
+            data = psi.place(data, config)
+        except ProtocolError:
+            raise ProtocolError(f"{where}: no saved alignment of the run's files in {self.folder} (the "
+                                "node writes it there when the server aligns the ids before training)"
+                                ) from None
         host = adapter.host(config, self.index, data=data, state=state)
-        self.rows, self.embed, digest = parts.client(config, self.index, host)
+        self.encode, self.embed, digest = parts.client(config, self.index, host, psi.placement)
         self.table, self.config = own_table(config, self.index), config
-        width = int(np.asarray(self.embed(self.rows[:1])).shape[1])
+        width = int(np.asarray(self.embed(self.encode(self.table, np.full(1, -1)))).shape[1])
         reply = PredictSetupReply(client=self.index, digest=digest, width=width, saved=str(store.latest))
         return Envelope(SETUP, env.round, info=reply.info())
 
