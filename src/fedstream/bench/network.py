@@ -27,12 +27,12 @@ import pstats
 import time
 from pathlib import Path
 
+from fedstream.bench.relay import RelayProcess, TcpRelay
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
-from fedstream.bench.relay import RelayProcess, TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
