@@ -45,6 +45,7 @@ from collections.abc import Collection, Iterator, Sequence
 import numpy as np
 
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import recent_faults
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -140,7 +141,7 @@ class RemoteCohort(Session):
         if missing:
             raise ProtocolError(
                 f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
-                f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})"
+                f"none that passed the checks {recent_faults(self)}"
             )
         return out
 
@@ -240,8 +241,7 @@ class RemoteCohort(Session):
             if out[m] is None and (selected is None or m in selected):
                 self.missed[m] += 1
         if all(e is None for e in out):
-            raise ProtocolError(f"step {t}: no client node answered validly (faults: "
-                                f"{[f['reason'] for f in self.faults[-3:]]})")
+            raise ProtocolError(f"step {t}: no client node answered validly {recent_faults(self)}")
         return out
 
     def gradients(self, gradients: Sequence[Gradient]) -> None:
