@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedstream.bench.network import _row, bench_network, format_network_bench
-from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay, TokenBucket
+from fedstream.bench.relay import RelayProcess, TcpRelay, TokenBucket
 
 
 def echo_server(reverse: bool = True, chunk: int = 4096) -> tuple[socket.socket, int]:

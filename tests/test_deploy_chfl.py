@@ -110,7 +110,7 @@ def _nan(tensors):
 
 
 SPOILS = {
-    "shape": (lambda r: _respoil(r, tensors=_shrink), r"do not match the global common column"),
+    "shape": (lambda r: _respoil(r, tensors=_shrink), r"do not fit the global common column"),
     "nan": (lambda r: _respoil(r, tensors=_nan), r"holds NaN or inf"),
     "round": (
         lambda r: _respoil(r, round=0),
@@ -195,11 +195,11 @@ def test_a_node_refuses_a_malformed_request_and_changes_nothing(covertype_root):
         "nan": (Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, _nan(theta), 0))], good), "NaN"),
         "recipient": (
             Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 1, theta, 0))], good),
-            "for client 1, round 0",
+            "received client 1's for round 0",
         ),
         "round": (
             Envelope(ROUND, 1, [encode_update(ModelUpdate(0, 0, theta, 0))], good),
-            "for client 0, round 0",
+            "received client 0's for round 0",
         ),
         "lr_index": (
             Envelope(ROUND, 0, [encode_update(ModelUpdate(0, 0, theta, 0))], good | {"lr_index": 5}),

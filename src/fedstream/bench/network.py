@@ -4,7 +4,7 @@ echo round to the same client processes, the floor).
 
 One SuperLink and one SuperNode per client run as subprocesses on 127.0.0.1 (the deployment of
 ``fedstream deploy local``); the SuperNodes reach the SuperLink through a byte-counting TCP relay
-(:class:`fedstream.deploy.runtimes.relay.TcpRelay`). For each ``network.batch`` B the same run is submitted
+(:class:`fedstream.bench.relay.TcpRelay`). For each ``network.batch`` B the same run is submitted
 with ``flwr run`` for ``requests`` batches (B x requests events), and reported:
 
 * events/s over the rounds (setup and the final report excluded) and seconds per request;
@@ -27,12 +27,12 @@ import pstats
 import time
 from pathlib import Path
 
+from fedstream.bench.relay import RelayProcess, TcpRelay
 from fedstream.config import load_config
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.runtimes.grpc_wire import message_limit
 from fedstream.deploy.runtimes.loopback import LoopbackLink
-from fedstream.deploy.runtimes.relay import RelayProcess, TcpRelay
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream

@@ -31,6 +31,10 @@ from fedstream.errors import DataError
 
 IMAGE_DATASETS = ("mnist", "fashion-mnist", "cifar10")
 SPLITS = ("train", "test")
+MNIST_DIRS = {  # where an MNIST-like set's IDX files may sit under the data root
+    "mnist": ["mnist/", "", "MNIST/raw/"],
+    "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"],
+}
 
 
 def load_image_split(root: str | Path, dataset: str, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -51,12 +55,8 @@ def load_image_split(root: str | Path, dataset: str, split: str) -> tuple[np.nda
 def _mnist_like_test(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
     """The 10,000 ``t10k`` images and labels, from the folder that holds the training images."""
     hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
-    dirs = (
-        ["mnist/", "", "MNIST/raw/"]
-        if dataset == "mnist"
-        else ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"]
-    )
-    train = find_file(root, _idx_candidates(dirs, "train-images-idx3-ubyte"), dataset=dataset, hint=hint)
+    train = find_file(root, _idx_candidates(MNIST_DIRS[dataset], "train-images-idx3-ubyte"), dataset=dataset,
+                      hint=hint)
     img_path = find_file(
         train.parent, _idx_candidates([""], "t10k-images-idx3-ubyte"), dataset=dataset, hint=hint
     )
@@ -75,6 +75,21 @@ def _mnist_like_test(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
         return images, labels
 
     return cached_load([img_path, lab_path], (), load)
+
+
+def load_image_labels(root: str | Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """The train and test labels of ``dataset`` under ``root``, reading as few pixels as the files
+    allow: an MNIST-like set's two IDX label files only (beside the training images, where the image
+    loaders look them up), never an image; CIFAR-10's python batches pickle labels and pixels
+    together, so there they are unpickled and the labels kept."""
+    if dataset == "cifar10":
+        return tuple(load_image_split(root, "cifar10", split)[1] for split in SPLITS)
+    hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
+    images = find_file(Path(root), _idx_candidates(MNIST_DIRS[dataset], "train-images-idx3-ubyte"),
+                       dataset=dataset, hint=hint)
+    beside = (find_file(images.parent, _idx_candidates([""], stem), dataset=dataset, hint=hint)
+              for stem in ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"))
+    return tuple(read_idx_labels(path) for path in beside)
 
 
 def channel_stats(dataset: str) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,7 @@ from fedstream.chfl.cohort import (
     validate_client,
 )
 from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
-from fedstream.chfl.deploy.records import RoundReply, RoundRequest, SetupReply
+from fedstream.chfl.deploy.records import RoundReply, RoundRequest, SetupReply, check_update
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
@@ -56,7 +56,7 @@ from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
 from fedstream.errors import ProtocolError
-from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
 STATE = "chfl"  # the key of the node's state archive in state_dict()
@@ -112,21 +112,8 @@ class CHFLHost(NodeHost):
 
     def _model(self, data: bytes, t: int, client: Client) -> ModelUpdate:
         """Decode θ^t (header, length, finite values) and check it fits this client's common column."""
-        msg = decode_update(data)
-        if msg.client != self.index or msg.round != t:
-            raise ProtocolError(
-                f"client {self.index}: expected the global model for client {self.index}, round "
-                f"{t}, received one for client {msg.client}, round {msg.round}"
-            )
-        want = {k: v.shape for k, v in state_arrays(client.common).items()}
-        got = {k: v.shape for k, v in msg.tensors.items()}
-        if got != want:
-            raise ProtocolError(
-                f"client {self.index}: the global model's tensors {got} do not fit its common column {want}"[
-                    :500
-                ]
-            )
-        return msg
+        return check_update(data, f"client {self.index}: ", client=self.index, round=t,
+                            fits=state_arrays(client.common), column="its common column")
 
     def on_round(self, env: Envelope) -> Envelope:
         i, validate, epochs = self._check_round(env)

@@ -53,17 +53,19 @@ from fedstream.chfl.deploy.records import (
     RoundReply,
     RoundRequest,
     SetupReply,
+    check_update,
 )
 from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import agree, check_client, counts_report, unchanged
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
-from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
 REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node's choice, per variant
@@ -115,14 +117,7 @@ class RemoteCohort(Session):
                 self.record_rejoin(m, resume, got["position"])
         self.require_all(self.nodes, K, f"a CHFL run needs all chfl.clients = {K}")
         self.ready = set(self.nodes)
-        first = self.nodes[0]
-        for m, got in self.nodes.items():
-            diff = {k: (got[k], first[k]) for k in (*SHARED_SIZES, "common") if got[k] != first[k]}
-            if diff:
-                raise ProtocolError(
-                    f"client {m} reports {diff} (its value, client 0's): the nodes do not hold the "
-                    "same data set or settings"
-                )
+        first = agree(self.nodes, (*SHARED_SIZES, "common"))
         want_classes = SPECS[s.dataset].n_classes
         try:
             want_common = n_common_features(first["n_features"], K, s.common_ratio)
@@ -146,12 +141,7 @@ class RemoteCohort(Session):
         ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
-            diff = {k: (got[k], self.nodes[m][k]) for k in (*SIZES, "common", "unique")
-                    if got[k] != self.nodes[m][k]}
-            if diff:
-                raise ProtocolError(
-                    f"the node reports {diff} (now, at the first setup): not the same data or settings"
-                )
+            unchanged(got, self.nodes[m], (*SIZES, "common", "unique"))
             self.check_behind(got["position"], at)
             return got
 
@@ -171,8 +161,7 @@ class RemoteCohort(Session):
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         got = SetupReply.read(reply.info, "setup reply")
-        if got.client != m:
-            raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
+        check_client(got.client, m)
         return {"position": (got.lr_index, got.round)} | {
             k: getattr(got, k) for k in (*SIZES, "common", "unique")
         }
@@ -238,22 +227,12 @@ class RemoteCohort(Session):
         if not want:
             return float(val) if validate else math.nan, None, 0
         data = reply.parts[0]
-        msg = decode_update(data)  # header, length and finite values
-        if msg.client != m or msg.round != t:
-            raise ProtocolError(
-                f"expected client {m}'s model for round {t}, received client {msg.client}'s for "
-                f"round {msg.round}"
-            )
+        msg = check_update(data, "", client=m, round=t, fits=sent.tensors, column="the global common column")
         n_train = self.nodes[m]["n_train"]
         if msg.n_samples != n_train:
             raise ProtocolError(
                 f"the model says {msg.n_samples} samples, the node reported {n_train} train rows"
             )
-        want_shapes = [(k, v.shape) for k, v in sent.tensors.items()]
-        got_shapes = [(k, v.shape) for k, v in msg.tensors.items()]
-        if got_shapes != want_shapes:
-            raise ProtocolError(f"the model's tensors {got_shapes} do not match the global common column "
-                                f"{want_shapes}"[:500])
         return float(val) if validate else math.nan, msg, len(data)
 
     def test_choices(self, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, list[Choice]]:
@@ -266,16 +245,12 @@ class RemoteCohort(Session):
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                reply = self.reply(reply, FINISH, t)
-                picks[m] = self._check_choices(reply, variants)
+                got = FinishReply.read(self.reply(reply, FINISH, t).info, "finish reply", needs=("choices",))
+                picks[m] = self._check_choices(got, variants)
             except FedstreamError as exc:
                 self.fault(m, t, FINISH, str(exc))
                 continue
-            counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
-            theirs = [reply.info.get(k) for k in ("up", "down", "messages")]
-            self.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
-            self.reports.append({"client": m, "up": theirs[0], "down": theirs[1], "messages": theirs[2],
-                                 "server_counted": counted})
+            self.reports.append(counts_report(self, m, t, got, self.ledger))
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
@@ -295,10 +270,10 @@ class RemoteCohort(Session):
         """Nothing: each node went back to its own state of the checkpoint's boundary at setup."""
 
     def _check_choices(
-        self, reply: Envelope, variants: Mapping[str, Callable[[str], bool]]
+        self, reply: FinishReply, variants: Mapping[str, Callable[[str], bool]]
     ) -> dict[str, Choice]:
         try:
-            raw = json.loads(FinishReply.read(reply.info, "finish reply", needs=("choices",)).choices)
+            raw = json.loads(reply.choices)
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"info 'choices' is not JSON ({exc})"[:300]) from None
         if not isinstance(raw, dict) or set(raw) != set(variants):

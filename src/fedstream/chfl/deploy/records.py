@@ -17,13 +17,36 @@ finish     nothing                                           :class:`FinishReply
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from fedstream.deploy.records import Keep, Record
 from fedstream.errors import ProtocolError
+from fedstream.transport.tensors import decode_update
+from fedstream.transport.updates import ModelUpdate
 
 SHARED_SIZES = ("n_rows", "n_classes", "n_features", "n_common", "n_test")  # every node must report the same
 SIZES = (*SHARED_SIZES, "n_unique", "n_train", "n_val")
+
+
+def check_update(data: bytes, where: str, *, client: int, round: int | None,
+                 fits: Mapping[str, np.ndarray], column: str) -> ModelUpdate:
+    """Decode a common column sent either way (header, length, finite values: :func:`~fedstream.
+    transport.tensors.decode_update`) and check that it is ``client``'s, for ``round`` (None: any),
+    with the tensor names and shapes of ``fits`` (``column`` names them in the error)."""
+    msg = decode_update(data)
+    if msg.client != client or (round is not None and msg.round != round):
+        want = f"client {client}'s model" + ("" if round is None else f" for round {round}")
+        raise ProtocolError(f"{where}expected {want}, received client {msg.client}'s for round {msg.round}")
+    want_shapes = [(k, v.shape) for k, v in fits.items()]
+    got_shapes = [(k, v.shape) for k, v in msg.tensors.items()]
+    if got_shapes != want_shapes:
+        raise ProtocolError(
+            f"{where}the model's tensors {got_shapes} do not fit {column} {want_shapes}"[:500]
+        )
+    return msg
 
 
 @dataclass(kw_only=True)

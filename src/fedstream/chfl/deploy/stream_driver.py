@@ -50,7 +50,7 @@ from fedstream.chfl.checkpoint import (
     read_checkpoint,
     tensors_to_arrays,
 )
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply, check_update
 from fedstream.chfl.deploy.stream_node import stream_config_settings
 from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.models import state_arrays
@@ -63,11 +63,12 @@ from fedstream.chfl.stream import (
 )
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import COUNTS, agree, check_client, counts_report, unchanged
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
 from fedstream.transport.ledger import ByteLedger
-from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
 _SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")
@@ -109,8 +110,7 @@ class NetworkStream(Session):
     # -- setup -------------------------------------------------------------------------------------
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         got = StreamSetupReply.read(reply.info, "setup reply")
-        if got.client != m:
-            raise ProtocolError(f"the node reports client {got.client!r}, expected {m}")
+        check_client(got.client, m)
         return got.info()
 
     def _setup(self, at: int) -> tuple[list[int], int]:
@@ -119,12 +119,7 @@ class NetworkStream(Session):
         self.nodes = self.set_up(self.link.available(), at, info, self._rejoin_check(at) if at else
                                  self._check_setup)
         self.require_all(self.nodes, K, f"a streaming CHFL run needs all chfl.clients = {K}")
-        first = self.nodes[0]
-        for m, got in self.nodes.items():
-            diff = {k: (got[k], first[k]) for k in _SHARED if got[k] != first[k]}
-            if diff:
-                raise ProtocolError(f"client {m} reports {diff} (its value, client 0's): the nodes do not "
-                                    "hold the same data set or settings")
+        first = agree(self.nodes, _SHARED)
         if first["n_classes"] != SPECS[s.dataset].n_classes:
             raise ProtocolError(f"the nodes report {first['n_classes']} classes, expected "
                                 f"{SPECS[s.dataset].n_classes} for data.name = {s.dataset!r}")
@@ -277,10 +272,7 @@ class NetworkStream(Session):
             self.check_behind(got["tick"], a)
             if not self.nodes:  # a resumed server's first setup: nothing to compare with yet
                 return got
-            diff = {k: (got[k], self.nodes[m][k]) for k in (*_SHARED, "join_tick")
-                    if got[k] != self.nodes[m][k]}
-            if diff:
-                raise ProtocolError(f"the node reports {diff} (now, at the first setup): not the same data")
+            unchanged(got, self.nodes[m], (*_SHARED, "join_tick"))
             return got
         return accept
 
@@ -295,10 +287,8 @@ class NetworkStream(Session):
             raise ProtocolError(f"expected {int(upload)} model message(s), received {len(reply.parts)}")
         if not upload:
             return counts, by_class, None, 0
-        msg = decode_update(reply.parts[0])  # header, length, finite values
-        if msg.client != m or msg.round != self.server.round:
-            raise ProtocolError(f"expected client {m}'s model for FedAvg round {self.server.round}, received "
-                                f"client {msg.client}'s for round {msg.round}")
+        msg = check_update(reply.parts[0], "", client=m, round=self.server.round, fits=self.server.state,
+                           column="the global column")
         rows = learnt + (b - a) * s.batch
         # a node that had a fault (or came back) may have learnt rows the server did not count (a
         # segment whose reply was refused), or lost some: any positive number of whole batches is taken
@@ -306,10 +296,6 @@ class NetworkStream(Session):
         if msg.n_samples != rows and not (self.troubled(m) and whole):
             raise ProtocolError(f"the model says {msg.n_samples} samples, the node learnt {rows} rows since "
                                 "its last update")
-        want = [(k, v.shape) for k, v in self.server.state.items()]
-        got = [(k, v.shape) for k, v in msg.tensors.items()]
-        if got != want:
-            raise ProtocolError(f"the model's tensors {got} do not match the global column {want}"[:500])
         return counts, by_class, msg, len(reply.parts[0])
 
     def _by_class(self, reply: Envelope, ticks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -336,16 +322,11 @@ class NetworkStream(Session):
         self.reports = []
         for m, reply in sorted(replies.items()):
             try:
-                got = FinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply",
-                                       needs=("up", "down", "messages"))
+                got = FinishReply.read(self.reply(reply, FINISH, n_ticks).info, "finish reply", needs=COUNTS)
             except FedstreamError as exc:
                 self.fault(m, n_ticks, FINISH, str(exc))
                 continue
-            counted = [self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m]]
-            theirs = [got.up, got.down, got.messages]
-            self.cross_check(m, n_ticks, theirs, counted, "(up, down, messages) = ")
-            self.reports.append({"client": m, "up": got.up, "down": got.down, "messages": got.messages,
-                                 "server_counted": counted})
+            self.reports.append(counts_report(self, m, n_ticks, got, self.ledger))
 
     # -- as deploy.serve runs it ------------------------------------------------------------------
     def where(self) -> str:

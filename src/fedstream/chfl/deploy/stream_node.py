@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstream.chfl.client import Client, View
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply, check_update
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.runner import stream_settings
 from fedstream.chfl.settings import named_by_config
@@ -56,7 +56,7 @@ from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
 from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, check_client_index
 from fedstream.errors import ConfigError, ProtocolError
-from fedstream.transport.tensors import decode_update, encode_update
+from fedstream.transport.tensors import encode_update
 
 STATE = "chfl-stream"
 
@@ -134,12 +134,8 @@ class StreamHost(NodeHost):
                                 f"received {len(env.parts)}")
         if not env.parts:
             return
-        msg = decode_update(env.parts[0])  # header, length, finite values
-        want = {k: v.shape for k, v in state_arrays(self.client.common).items()}
-        got = {k: v.shape for k, v in msg.tensors.items()}
-        if msg.client != self.index or got != want:
-            raise ProtocolError(f"{where}: expected the global column for client {self.index} with tensors "
-                                f"{want}, received one for client {msg.client} with {got}"[:500])
+        msg = check_update(env.parts[0], f"{where}: ", client=self.index, round=None,
+                           fits=state_arrays(self.client.common), column="its common column")
         self.received(env.parts[0])
         self.client.receive(msg)
 

@@ -95,15 +95,14 @@ class GridLink:
         self.nodes = dict(nodes)  # client index -> node ID
         self.messages = 0
         # per reply, seconds (see runtimes.flower.TIMINGS): Flower delivering the message and starting
-        # a ClientApp
-        # process, the process importing Flower and fedstream, to the handler, in the handler, reply back here
+        # a ClientApp process, the process importing Flower and fedstream, to the handler, in the
+        # handler, reply back here
         self.timings: list[tuple[float, ...]] = []
         self.bytes_down = self.bytes_up = 0  # Flower's serialised messages (objects of each Message)
         self._inflight: dict[int, str] = {}  # client -> ID of a timed-out message whose reply is still due
         self._known: set[int] = set(self.nodes.values())  # node IDs already asked their client index
-        self._claims: dict[
-            int, int
-        ] = {}  # new node ID -> the client it claims, while that client's node is fine
+        # new node ID -> the client it claims, while that client's node is fine
+        self._claims: dict[int, int] = {}
         self._connected: set[int] = set(self.nodes.values())
         self._pulled_at: dict[int, float] = {}
 
@@ -158,12 +157,8 @@ class GridLink:
             if 0 <= m < self.n_clients:
                 self._claims[node] = m
             else:
-                log.warning(
-                    "SuperNode %d reports client index %d, expected 0..%d: ignored",
-                    node,
-                    m,
-                    self.n_clients - 1,
-                )
+                log.warning("SuperNode %d reports client index %d, expected 0..%d: ignored", node, m,
+                            self.n_clients - 1)
         back = set()
         for node, m in sorted(self._claims.items()):
             old = self.nodes.get(m)

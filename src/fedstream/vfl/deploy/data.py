@@ -11,7 +11,7 @@
   file name is a digest of everything that decides the block).
 * The server (:func:`load_labels`) keeps the labels only: for MNIST and Fashion-MNIST it reads the
   two label files and never a pixel; CIFAR-10's python batches pickle labels and pixels together,
-  so there it unpickles them and keeps the labels.
+  so there it unpickles them and keeps the labels (:func:`fedstream.data.images.load_image_labels`).
 * Models: :func:`build_party` runs the simulator's :func:`fedstream.vfl.trainer.build_parties`
   from the image layout (:func:`layout`: strip shapes from the data set's image size, no data), so
   every party starts from the simulator's weights; a client keeps its own bottom model, the server
@@ -26,10 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedstream.data.idx import read_idx_labels
-from fedstream.data.images import load_image_split, standardise
-from fedstream.data.paths import find_file, resolve_data_root
-from fedstream.data.sources import FASHION_HINT, MNIST_HINT
+from fedstream.data.images import load_image_labels, standardise
+from fedstream.data.paths import resolve_data_root
 from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
 from fedstream.errors import DataError
@@ -141,33 +139,11 @@ class ServerLabels:
     alignment: object | None = None  # one file per party: the PSI (fedstream.alignment.Alignment)
 
 
-LABEL_DIRS = {
-    "mnist": ["mnist/", "", "MNIST/raw/"],
-    "fashion-mnist": ["fashion_mnist/", "fashion-mnist/", "FashionMNIST/raw/"],
-}
-
-
 def load_labels(config: dict, data_root: str | None = None) -> ServerLabels:
     """The server's labels (int64), cut to ``data.train_rows`` / ``data.test_rows`` as the simulator
-    cuts them."""
+    cuts them (:func:`~fedstream.data.images.load_image_labels`: MNIST-like sets without a pixel)."""
     settings = batch_settings(config)
     root = resolve_data_root(data_root or config["data.root"])
-    if settings.dataset == "cifar10":
-        train_y, test_y = (load_image_split(root, "cifar10", split)[1] for split in ("train", "test"))
-    else:
-        train_y, test_y = _idx_labels(root, settings.dataset)
+    train_y, test_y = load_image_labels(root, settings.dataset)
     return ServerLabels(settings.dataset, np.asarray(train_y[:settings.train_rows], np.int64),
                         np.asarray(test_y[:settings.test_rows], np.int64))
-
-
-def _idx_labels(root: Path, dataset: str) -> tuple[np.ndarray, np.ndarray]:
-    """MNIST-like train and test labels from their IDX files (the folder of the training images, as
-    the simulator's loaders look them up; the image files are not opened)."""
-
-    hint = MNIST_HINT if dataset == "mnist" else FASHION_HINT
-    names = lambda dirs, stem: [f"{d}{stem}{ext}" for d in dirs for ext in (".gz", "")]
-    images = find_file(
-        root, names(LABEL_DIRS[dataset], "train-images-idx3-ubyte"), dataset=dataset, hint=hint
-    )
-    return tuple(read_idx_labels(find_file(images.parent, names([""], stem), dataset=dataset, hint=hint))
-                 for stem in ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"))

@@ -45,6 +45,7 @@ from collections.abc import Collection, Iterator, Sequence
 import numpy as np
 
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import recent_faults
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -85,17 +86,15 @@ class RemoteCohort(Session):
         self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
-        self.outbox: dict[
-            int, tuple[int, bytes]
-        ] = {}  # client -> (step, its encoded gradient) riding with its next request
+        # client -> (step, its encoded gradient) riding with its next request
+        self.outbox: dict[int, tuple[int, bytes]] = {}
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
         self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
         self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
         self.at: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
-        self.missed = [
-            0
-        ] * M  # per client: training steps it was selected for and padded (down, faulty, rejoining)
+        # per client: training steps it was selected for and padded (down, faulty, rejoining)
+        self.missed = [0] * M
         self.keeping = False  # the server checkpoints: epoch ends (and VF-PS selections) are node boundaries
         self.epoch: int | None = None  # the epoch being played (the driver's loop sets it): its boundaries
         self.reports: list[dict] = []  # the nodes' byte counts at the end
@@ -109,11 +108,8 @@ class RemoteCohort(Session):
         (:mod:`fedstream.vfl.deploy.vfps`). Each reply is checked (sender, epoch, kind, shape
         Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
         reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
-        M, n, Q = (
-            self.settings.clients,
-            (self.nodes[0]["n_train"] if rows is None else len(rows)),
-            len(queries),
-        )
+        M, Q = self.settings.clients, len(queries)
+        n = self.nodes[0]["n_train"] if rows is None else len(rows)
         keep = self.keeping  # the node keeps its state after the selection that opens the epoch
         info = SelectRequest(split=SELECT, queries=Q, rows=None if rows is None else [int(r) for r in rows],
                              keep=keep or None, boundary=boundary_of(epoch, SELECT) if keep else None).info()
@@ -140,7 +136,7 @@ class RemoteCohort(Session):
         if missing:
             raise ProtocolError(
                 f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
-                f"none that passed the checks (faults: {[f['reason'] for f in self.faults[-3:]]})"
+                f"none that passed the checks {recent_faults(self)}"
             )
         return out
 
@@ -240,8 +236,7 @@ class RemoteCohort(Session):
             if out[m] is None and (selected is None or m in selected):
                 self.missed[m] += 1
         if all(e is None for e in out):
-            raise ProtocolError(f"step {t}: no client node answered validly (faults: "
-                                f"{[f['reason'] for f in self.faults[-3:]]})")
+            raise ProtocolError(f"step {t}: no client node answered validly {recent_faults(self)}")
         return out
 
     def gradients(self, gradients: Sequence[Gradient]) -> None:

@@ -78,11 +78,8 @@ class SelectRequest(Request):
         super().check(where, n=n)
         avail = n if self.rows is None else len(self.rows)
         if self.queries is None or not 1 <= self.queries <= avail:
-            raise ProtocolError(
-                f"{where}: info 'queries' must count 1..{avail} query samples, received {self.queries!r}"[
-                    :300
-                ]
-            )
+            raise ProtocolError(f"{where}: info 'queries' must count 1..{avail} query samples, received "
+                                f"{self.queries!r}"[:300])
 
 
 EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS selection that opens one)

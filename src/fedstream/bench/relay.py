@@ -21,7 +21,7 @@ or kernel modules (no ``tc netem``):
 One thread runs an asyncio event loop for all connections: a connection costs no threads, and a
 chunk's timer is the loop's (``asyncio.sleep`` until its due time, never earlier).
 :class:`RelayProcess` runs the same relay in a process of its own (``python -m
-fedstream.deploy.runtimes.relay``), so that its loop never waits for the interpreter lock of the
+fedstream.bench.relay``), so that its loop never waits for the interpreter lock of the
 process it measures (a gRPC server's threads), and the relay's CPU shows apart.
 """
 
@@ -251,7 +251,7 @@ class RelayProcess:
     def __init__(self, target: tuple[str, int], *, delay: float = 0.0, mbit: float | None = None):
         self.target = target
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "fedstream.deploy.runtimes.relay", target[0], str(target[1])],
+            [sys.executable, "-m", "fedstream.bench.relay", target[0], str(target[1])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.port = int(self._ask("port"))
         self.set_link(delay, mbit)
@@ -308,7 +308,7 @@ class RelayProcess:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m fedstream.deploy.runtimes.relay HOST PORT``: a relay to HOST:PORT, driven by
+    """``python -m fedstream.bench.relay HOST PORT``: a relay to HOST:PORT, driven by
     lines on stdin: ``port``, ``link DELAY MBIT|none``, ``reset``, ``in_flight``, ``close``; each
     answered by one line on stdout, ``ok [VALUE]`` or ``error MESSAGE``."""
     host, port = argv

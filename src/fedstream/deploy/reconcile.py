@@ -1,0 +1,61 @@
+"""What a task's server checks of its nodes' reports, whatever the task: every node reports the same
+data set and settings, a node set up again reports what it did at its first setup, each node is the
+client it was asked to be, and at the end each node's own byte counts equal the server's.
+
+Each raises :class:`~fedstream.errors.ProtocolError` with one message in the user's terms (the
+values shown as the nodes reported them); a task's server (``fedstream.<task>.deploy``) calls them
+from the setup and finish of its :class:`~fedstream.deploy.session.Session`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from fedstream.deploy.host import FinishReply
+from fedstream.deploy.session import Session
+from fedstream.errors import ProtocolError
+from fedstream.transport.ledger import ByteLedger
+
+COUNTS = ("up", "down", "messages")  # a node's byte counts, as its FinishReply has them
+
+
+def check_client(reported: object, m: int) -> None:
+    """The node set up as client ``m`` must report client ``m``."""
+    if reported != m:
+        raise ProtocolError(f"the node reports client {reported!r}, expected {m}")
+
+
+def agree(nodes: Mapping[int, Mapping], keys: Iterable[str]) -> Mapping:
+    """Every node must report client 0's values of ``keys`` (the same data set and settings); return
+    the lowest-numbered node's report."""
+    keys = tuple(keys)
+    first = nodes[min(nodes)]
+    for m, got in sorted(nodes.items()):
+        diff = {k: (got[k], first[k]) for k in keys if got[k] != first[k]}
+        if diff:
+            raise ProtocolError(f"client {m} reports {diff} (its value, client 0's): the nodes do not hold "
+                                "the same data set or settings")
+    return first
+
+
+def unchanged(got: Mapping, first: Mapping, keys: Iterable[str]) -> None:
+    """A node set up again must report what it reported at its first setup for ``keys``."""
+    diff = {k: (got[k], first[k]) for k in keys if got[k] != first[k]}
+    if diff:
+        raise ProtocolError(
+            f"the node reports {diff} (now, at the first setup): not the same data or settings"
+        )
+
+
+def recent_faults(session: Session) -> str:
+    """The reasons of the session's last three faults, for an error that ends the run."""
+    return f"(faults: {[f['reason'] for f in session.faults[-3:]]})"
+
+
+def counts_report(session: Session, m: int, t: int, got: FinishReply, ledger: ByteLedger) -> dict:
+    """Client m's finish report: its own byte counts (up, down, messages) beside the server's,
+    cross-checked (:meth:`~fedstream.deploy.session.Session.cross_check`: a difference is a fault)."""
+    counted = [ledger.up[m], ledger.down[m], ledger.messages[m]]
+    theirs = [getattr(got, k) for k in COUNTS]
+    session.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
+    return {"client": m, **dict(zip(COUNTS, theirs)), "server_counted": counted}
