@@ -15,9 +15,10 @@ checkpoints and resume are the session layer's and the task's (:mod:`fedstream.d
   at once and waits (no polling: futures on the server's event loop) for the replies, a node that
   did not answer within ``reply-timeout`` seconds gets a :class:`~fedstream.deploy.records.Failure`
   and is sent nothing until its late reply arrives (a setup request, which loads the node's data,
-  waits ``setup-timeout`` seconds instead, default 600, never less than ``reply-timeout``); a node whose stream closed is gone; a node of
-  the same client that connects while the old one is gone or hangs takes its place and is
-  reported by :meth:`GrpcLink.rejoined` (the server sets it up with ``rejoin``).
+  waits ``setup-timeout`` seconds instead, default 600, never less than ``reply-timeout``); a node
+  whose stream closed is gone; a node of the same client that connects while the old one is gone
+  or hangs takes its place and is reported by :meth:`GrpcLink.rejoined` (the server sets it up
+  with ``rejoin``).
 * Requests ahead (``exchange(requests, ahead=...)``): when a node's reply arrives, ``ahead(m,
   reply)`` may give the request the server will send that node in its next exchange (online VFL: a
   client the event left passive owes no gradient, so its next request is known); it is written at
