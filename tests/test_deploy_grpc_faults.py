@@ -129,7 +129,8 @@ def test_a_setup_has_its_own_time_out_longer_than_a_rounds(tmp_path, config):
     from fedstream.deploy.records import SETUP
 
     timeout = scaled_timeout(2.0)
-    assert GrpcLink("127.0.0.1:0", 2, limit=1 << 20, timeout=timeout, setup_timeout=1.0).setup_timeout == timeout
+    short = GrpcLink("127.0.0.1:0", 2, limit=1 << 20, timeout=timeout, setup_timeout=1.0)
+    assert short.setup_timeout == timeout  # never shorter than a round's
     with grpc_nodes(config, tmp_path, timeout=timeout, setup_timeout=4 * timeout) as (link, nodes):
         slow = threading.Event()
 
