@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,52 +65,52 @@ def test_deploy_local_over_grpc_equals_the_simulator(tmp_path, secure):
 
 
 def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
+    """Client 1's process is SIGKILLed by the server's own thread just before an exchange once the
+    first checkpoint is written (so the kill falls inside the run however loaded the machine is); a
+    new process is started once the server saw the old stream close, and the server waits for it
+    to connect before it goes on (events, no sleeps)."""
+    import threading
+
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+    from tests.helpers.crashing import scaled_timeout
 
     values = overrides(write_learnable_mnist(tmp_path), 3000) | {"checkpoint.every": 500}
     config = load_config(None, values)
     out = tmp_path / "out"
     nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment",
-                                retry_for=60)
-
-    import threading
-
+                                retry_for=120)
     killed, gone, back = threading.Event(), threading.Event(), threading.Event()
 
     def start_and_harm(link):
         nodes.start(f"127.0.0.1:{link.port}")
         exchange = link.exchange
 
-        def until_back(requests, ahead=None):
-            """Once client 1 is killed, hold the server after each exchange until its new process has
-            connected: the run must not end before it rejoins, however fast it goes."""
+        def harm(requests, ahead=None):
+            if not killed.is_set() and (out / "checkpoint.npz").exists():
+                nodes.kill_node(1)  # SIGKILL: its stream closes
+                killed.set()
             replies = exchange(requests, ahead)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled_timeout(300)
             while killed.is_set() and not back.is_set() and time.monotonic() < deadline:
                 if 1 not in link.available():
-                    gone.set()  # the old stream closed
+                    if not gone.is_set():  # the old stream closed: a new process of client 1
+                        gone.set()
+                        nodes.start_node(1)
                 elif gone.is_set():
                     back.set()
                 time.sleep(0.02)
             return replies
 
-        link.exchange = until_back
-
-        def harm():
-            _wait_for(out / "checkpoint.npz")
-            nodes.kill_node(1)  # SIGKILL: its stream closes
-            killed.set()
-            time.sleep(0.5)
-            nodes.start_node(1)
-
-        threading.Thread(target=harm, daemon=True).start()
+        link.exchange = harm
 
     with nodes:
-        serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=30)
+        serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm,
+                     reply_timeout=scaled_timeout(30))
+    assert killed.is_set() and gone.is_set() and back.is_set()
     s = json.loads((out / "summary.json").read_text())
     # killed between two requests its stream just closes (no request failed): it is left out, padded,
     # and that is a fault of its own (issue 31: every missed event has a fault)
-    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}
+    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}, s["faults"]
     assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
     assert [r["client"] for r in s["rejoins"]] == [1] and s["rejoins"][0]["node_round"] >= 0
     assert len(s["clients"]) == 2
@@ -194,9 +195,11 @@ def test_a_killed_server_resumes_bit_for_bit_with_the_same_client_processes(tmp_
         assert not (out / "summary.json").exists()
         done = _cli(*server, "--resume")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "resuming at round 1000" in done.stdout
+    # the last checkpoint before the kill: round 1000, or 2000 on a machine slow to see the first
+    at = int(re.search(r"resuming at round (\d+)", done.stdout).group(1))
+    assert at in (1000, 2000), done.stdout
     got = json.loads((out / "summary.json").read_text())
-    assert got["restarts"] == [{"round": 1000}] and got["status"] == "succeeded"  # issue 31: recorded
+    assert got["restarts"] == [{"round": at}] and got["status"] == "succeeded"  # issue 31: recorded
     assert "since its last start" in got["grpc"]["counts"]  # the frames of the resumed process only
     assert got["accumulated_error"] == summary["accumulated_error"] and got["bytes"] == summary["bytes"]
     assert_same_as_simulator(engine, load_models(out / "models.npz"))
