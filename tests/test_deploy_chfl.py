@@ -36,6 +36,7 @@ from tests.helpers.chfl_deploy import (
     deploy_chfl,
     simulate_chfl,
 )
+from tests.helpers.crashing import scaled_timeout
 from tests.helpers.flower import simulated_summary
 from tests.helpers.links import spoiling
 
@@ -260,7 +261,7 @@ def test_flower_simulation_runtime_equals_the_simulator(covertype_root, simulate
         "chfl-covertype",
         CHFL_TINY | {"data.root": str(covertype_root)},
         config["chfl.clients"],
-        timeout=200,
+        timeout=scaled_timeout(600),
         tmp_path=tmp_path,
     )
     assert_same_result(got, json.loads(json.dumps(want)))  # the summary went through JSON
@@ -281,10 +282,11 @@ def test_real_local_flower_deployment_equals_the_simulator(covertype_root, simul
     out = tmp_path / "out"
     sets = " ".join(f"{k}={v}" for k, v in (CHFL_TINY | {"data.root": str(covertype_root)}).items())
     app = write_app(
-        tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True}
+        tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True,
+                            "reply-timeout": scaled_timeout(120.0)}
     )
     with LocalDeployment(config["chfl.clients"], tmp_path / "deployment") as deployment:
-        result = deployment.run(app, timeout=220)
+        result = deployment.run(app, timeout=scaled_timeout(900))
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-3000:]
     got = json.loads((out / "summary.json").read_text())

@@ -43,7 +43,7 @@ from fedstream.transport.compressed import (
 )
 from fedstream.transport.messages import Gradient, Query
 from fedstream.transport.wire import FRAME_SIZE
-from tests.helpers.crashing import crash_then_load
+from tests.helpers.crashing import crash_then_load, scaled_timeout
 from tests.helpers.data import write_learnable_mnist
 from tests.helpers.flower import needs_flower, run_simulation
 from tests.helpers.links import spoiling
@@ -312,7 +312,7 @@ def test_flower_simulation_runtime_with_compression_equals_the_simulator(tmp_pat
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 100) | ALL_STATES
-    result = run_simulation("", as_set(values), out, 2, timeout=240, cwd=tmp_path)
+    result = run_simulation("", as_set(values), out, 2, timeout=scaled_timeout(600), cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]
     engine, sizes, summary = simulate(load_config(None, values))
     got = json.loads((out / "summary.json").read_text())

@@ -35,6 +35,7 @@ from fedstream.ovfl.deploy.parties import (
 from fedstream.ovfl.deploy.rows import BlockRows
 from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
+from tests.helpers.crashing import scaled_timeout
 from tests.helpers.data import write_learnable_mnist
 from tests.helpers.flower import needs_flower, run_simulation
 from tests.helpers.models import assert_same_models
@@ -176,7 +177,7 @@ def test_flower_simulation_runtime_equals_the_simulator(tmp_path):
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 200)
-    result = run_simulation("", as_set(values), out, 2, timeout=240, cwd=tmp_path)
+    result = run_simulation("", as_set(values), out, 2, timeout=scaled_timeout(600), cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]
     engine, sizes, summary = simulate(load_config(None, values))
     got = json.loads((out / "summary.json").read_text())
@@ -203,9 +204,9 @@ def test_real_local_flower_deployment_equals_the_simulator(tmp_path):
     root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 2, seed=2)
     app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
-                                       "reply-timeout": 120.0})
+                                       "reply-timeout": scaled_timeout(120.0)})
     with LocalDeployment(2, tmp_path / "deployment") as deployment:
-        result = deployment.run(app, timeout=200)
+        result = deployment.run(app, timeout=scaled_timeout(600))
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-3000:]
     engine, sizes, summary = simulate(load_config(None, values))

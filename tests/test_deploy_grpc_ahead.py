@@ -16,6 +16,7 @@ import pytest
 from fedstream.config import load_config
 from fedstream.deploy.records import ROUND
 from fedstream.errors import ProtocolError
+from tests.helpers.crashing import scaled_timeout
 from tests.helpers.data import write_learnable_mnist
 from tests.helpers.grpc_deploy import grpc_nodes
 from tests.helpers.ovfl_deploy import assert_same_as_simulator, overrides, party_models, simulate, topl_config
@@ -38,7 +39,7 @@ def grpc_run(config: dict, tmp, *, ahead: bool, before=None):
                          stream=server_stream(config), record_sizes=True, ahead=ahead)
 
         def back(t, y, prediction):  # a node that dropped its stream reconnects before the run ends
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + scaled_timeout(120)
             while t == 60 and len(link.available()) < len(nodes) and time.monotonic() < deadline:
                 time.sleep(0.05)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,91 +65,111 @@ def test_deploy_local_over_grpc_equals_the_simulator(tmp_path, secure):
 
 
 def test_a_killed_client_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
+    """Client 1's process is SIGKILLed by the server's own thread just before an exchange once the
+    first checkpoint is written (so the kill falls inside the run however loaded the machine is); a
+    new process is started once the server saw the old stream close, and the server waits for it
+    to connect before it goes on (events, no sleeps)."""
+    import threading
+
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+    from tests.helpers.crashing import scaled_timeout
 
     values = overrides(write_learnable_mnist(tmp_path), 3000) | {"checkpoint.every": 500}
     config = load_config(None, values)
     out = tmp_path / "out"
     nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment",
-                                retry_for=60)
-
-    import threading
-
+                                retry_for=120)
     killed, gone, back = threading.Event(), threading.Event(), threading.Event()
 
     def start_and_harm(link):
         nodes.start(f"127.0.0.1:{link.port}")
         exchange = link.exchange
 
-        def until_back(requests, ahead=None):
-            """Once client 1 is killed, hold the server after each exchange until its new process has
-            connected: the run must not end before it rejoins, however fast it goes."""
+        def harm(requests, ahead=None):
+            if not killed.is_set() and (out / "checkpoint.npz").exists():
+                nodes.kill_node(1)  # SIGKILL: its stream closes
+                killed.set()
             replies = exchange(requests, ahead)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled_timeout(300)
             while killed.is_set() and not back.is_set() and time.monotonic() < deadline:
                 if 1 not in link.available():
-                    gone.set()  # the old stream closed
+                    if not gone.is_set():  # the old stream closed: a new process of client 1
+                        gone.set()
+                        nodes.start_node(1)
                 elif gone.is_set():
                     back.set()
                 time.sleep(0.02)
             return replies
 
-        link.exchange = until_back
-
-        def harm():
-            _wait_for(out / "checkpoint.npz")
-            nodes.kill_node(1)  # SIGKILL: its stream closes
-            killed.set()
-            time.sleep(0.5)
-            nodes.start_node(1)
-
-        threading.Thread(target=harm, daemon=True).start()
+        link.exchange = harm
 
     with nodes:
-        serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=30)
+        serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm,
+                     reply_timeout=scaled_timeout(30))
+    assert killed.is_set() and gone.is_set() and back.is_set()
     s = json.loads((out / "summary.json").read_text())
     # killed between two requests its stream just closes (no request failed): it is left out, padded,
     # and that is a fault of its own (issue 31: every missed event has a fault)
-    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}
+    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}, s["faults"]
     assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
     assert [r["client"] for r in s["rejoins"]] == [1] and s["rejoins"][0]["node_round"] >= 0
     assert len(s["clients"]) == 2
 
 
 def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_path):
-    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+    """Client 1's process is SIGSTOPped by the server's own thread just before an exchange (so the
+    hang falls inside the run, however fast or slow the machine): it is timed out because it really
+    hangs, never because the machine is busy (the reply time-out is scaled to the load, and a setup
+    has its own, longer one). A new process of client 1 is started once the server recorded the
+    time-out, and the server waits for it to connect before it goes on (event-driven, no sleeps)."""
+    import threading
 
-    # long enough for the new process to start and join before the end (about 700 events/s here)
-    values = overrides(write_learnable_mnist(tmp_path), 20000) | {"checkpoint.every": 500,
-                                                                 "network.max_missed": 1.0}
+    from fedstream.deploy.records import Failure
+    from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
+    from tests.helpers.crashing import scaled_timeout
+
+    reply_timeout = scaled_timeout(20.0)  # a healthy node answers a round in milliseconds
+    values = overrides(write_learnable_mnist(tmp_path), 3000) | {"checkpoint.every": 500,
+                                                                "network.max_missed": 1.0}
     config = load_config(None, values)
     out = tmp_path / "out"
-    nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment", retry_for=60)
-    hung = []
+    nodes = GrpcLocalDeployment(_base(tmp_path), _sets(values), 2, tmp_path / "deployment", retry_for=120)
+    hung: list[subprocess.Popen] = []
+    timed_out, back = threading.Event(), threading.Event()
 
     def start_and_harm(link):
         nodes.start(f"127.0.0.1:{link.port}")
-        import threading
+        exchange = link.exchange
 
-        def harm():
-            _wait_for(out / "checkpoint.npz")
-            hung.append(nodes.nodes[1])
-            nodes.kill_node(1, signal.SIGSTOP)  # it hangs: its stream stays open, nothing answers
-            time.sleep(3)  # past the reply time-out
-            nodes.start_node(1)  # a new process of client 1 takes the hung one's place
+        def harm(requests, ahead=None):
+            if not hung and (out / "checkpoint.npz").exists():
+                hung.append(nodes.nodes[1])
+                nodes.kill_node(1, signal.SIGSTOP)  # it hangs: its stream stays open, nothing answers
+            replies = exchange(requests, ahead)
+            if hung and not timed_out.is_set() and isinstance(replies.get(1), Failure):
+                timed_out.set()
+                nodes.start_node(1)  # a new process of client 1 takes the hung one's place
+            deadline = time.monotonic() + scaled_timeout(300)
+            while timed_out.is_set() and not back.is_set() and time.monotonic() < deadline:
+                if 1 in link.available():  # the new process connected: the server sets it up next
+                    back.set()
+                time.sleep(0.02)
+            return replies
 
-        threading.Thread(target=harm, daemon=True).start()
+        link.exchange = harm
 
     try:
         with nodes:
-            serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm, reply_timeout=1.5)
+            serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm,
+                         reply_timeout=reply_timeout)
     finally:
         for proc in hung:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert hung and timed_out.is_set() and back.is_set()
     s = json.loads((out / "summary.json").read_text())
-    assert s["rounds"] == 20000 and {f["client"] for f in s["faults"]} == {1}
-    assert any("no reply within 1.5 s" in f["reason"] for f in s["faults"])
+    assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}, s["faults"]
+    assert any(f"no reply within {reply_timeout} s" in f["reason"] for f in s["faults"]), s["faults"]
     assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
     assert [r["client"] for r in s["rejoins"]] == [1]
 
@@ -174,9 +195,11 @@ def test_a_killed_server_resumes_bit_for_bit_with_the_same_client_processes(tmp_
         assert not (out / "summary.json").exists()
         done = _cli(*server, "--resume")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "resuming at round 1000" in done.stdout
+    # the last checkpoint before the kill: round 1000, or 2000 on a machine slow to see the first
+    at = int(re.search(r"resuming at round (\d+)", done.stdout).group(1))
+    assert at in (1000, 2000), done.stdout
     got = json.loads((out / "summary.json").read_text())
-    assert got["restarts"] == [{"round": 1000}] and got["status"] == "succeeded"  # issue 31: recorded
+    assert got["restarts"] == [{"round": at}] and got["status"] == "succeeded"  # issue 31: recorded
     assert "since its last start" in got["grpc"]["counts"]  # the frames of the resumed process only
     assert got["accumulated_error"] == summary["accumulated_error"] and got["bytes"] == summary["bytes"]
     assert_same_as_simulator(engine, load_models(out / "models.npz"))

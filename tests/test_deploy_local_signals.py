@@ -35,8 +35,8 @@ def _processes_of(folder: Path) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_deploy_local_leaves_no_client_process(tmp_path, sig):
     out = tmp_path / "out"
-    sets = [item for k, v in overrides(write_learnable_mnist(tmp_path), 10**6).items()
-            for item in ("--set", f"{k}={v}")]
+    values = overrides(write_learnable_mnist(tmp_path), 10**6) | {"checkpoint.every": 500}
+    sets = [item for k, v in values.items() for item in ("--set", f"{k}={v}")]
     (tmp_path / "base.toml").write_text("")
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     args = [sys.executable, "-m", "fedstream", "deploy", "local", str(tmp_path / "base.toml"), *sets,
@@ -47,7 +47,9 @@ def test_a_stopped_deploy_local_leaves_no_client_process(tmp_path, sig):
         while len(children := [p for p in _processes_of(out) if p != parent.pid]) < 2:
             assert parent.poll() is None and time.monotonic() < deadline, parent.stdout.read()
             time.sleep(0.1)
-        time.sleep(3)  # the nodes connect and the run goes on
+        while not (out / "checkpoint.npz").exists():  # the nodes connected and the run goes on
+            assert parent.poll() is None and time.monotonic() < deadline, parent.stdout.read()
+            time.sleep(0.1)
         parent.send_signal(sig)
         output, _ = parent.communicate(timeout=120)
         assert parent.returncode != 0, output

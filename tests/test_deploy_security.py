@@ -18,6 +18,7 @@ from cryptography.x509.oid import ExtensionOID
 
 from fedstream.deploy.credentials import write_credentials
 from fedstream.errors import ConfigError
+from tests.helpers.crashing import scaled_timeout
 from tests.helpers.flower import needs_flower
 
 
@@ -87,7 +88,7 @@ def test_only_a_supernode_with_registered_credentials_is_admitted(tmp_path):
     other = tmp_path / "other"  # a second CA, which the SuperLink's certificate does not come from
     write_credentials(other, 1)
     with LocalDeployment(1, tmp_path / "deployment", credentials=creds) as deployment:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled_timeout(90)
         while _online(_flwr_nodes(deployment)) < 1:  # node 0: registered key, trusts the CA
             assert time.monotonic() < deadline, "the registered SuperNode did not come online"
             time.sleep(2)
@@ -124,7 +125,7 @@ def test_only_a_supernode_with_registered_credentials_is_admitted(tmp_path):
         # wait until every intruder has been refused (its log says so), not for a fixed time
         logs = {"unregistered key": "intruder-key.log", "untrusted CA": "intruder-ca.log",
                 "no TLS": "intruder-insecure.log"}
-        _wait_for_refusals(tmp_path / "deployment", logs, intruders, timeout=180)
+        _wait_for_refusals(tmp_path / "deployment", logs, intruders, timeout=scaled_timeout(180))
         nodes = _flwr_nodes(deployment)
         assert _online(nodes) == 1, nodes  # still only node 0
         assert len(nodes) == 1  # only the registered key is known to the SuperLink

@@ -46,12 +46,13 @@ class NodeThread:
 
 @contextmanager
 def grpc_nodes(config: dict, tmp: Path, *, tls_dir: Path | None = None, timeout: float = 30.0,
-               clients: list[int] | None = None):
-    """A started :class:`GrpcLink` for ``config``'s clients and a :class:`NodeThread` for each of
-    ``clients`` (default all); closed (bye to every node) at the end."""
+               setup_timeout: float = 600.0, clients: list[int] | None = None):
+    """A started :class:`GrpcLink` for ``config``'s clients (reply time-out ``timeout``, a setup's
+    ``setup_timeout``) and a :class:`NodeThread` for each of ``clients`` (default all); closed (bye
+    to every node) at the end."""
     M = adapter_for(config["task"]).n_nodes(config)
     link = GrpcLink("127.0.0.1:0", M, limit=message_limit(config, audit=True), tls_dir=tls_dir,
-                    timeout=timeout).start()
+                    timeout=timeout, setup_timeout=setup_timeout).start()
     nodes = [NodeThread(m, link.port, config, tmp, tls_dir=tls_dir) for m in (range(M) if clients is None
                                                                                 else clients)]
     try:

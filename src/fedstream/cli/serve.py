@@ -34,6 +34,9 @@ def add_parsers(sub) -> None:
                              "a checkpoint or a finished run is refused)")
     server.add_argument("--reply-timeout", type=float, default=120.0,
                         help="seconds before a node that has not answered is down for that request")
+    server.add_argument("--setup-timeout", type=float, default=600.0,
+                        help="seconds a node has to answer a setup request (it loads its data); never "
+                             "less than --reply-timeout")
     server.add_argument("--node-timeout", type=float, default=120.0,
                         help="seconds to wait for every client node at the start")
     client = actions.add_parser("client", help="client party M: connect and answer until the run ends")
@@ -76,7 +79,7 @@ def cmd_serve(args) -> int:
     if args.action == "server":
         serve_server(config, listen=args.listen, out=args.out, tls_dir=args.tls_dir, audit=args.audit,
                      resume=args.resume, data_root=args.data_root, reply_timeout=args.reply_timeout,
-                     node_timeout=args.node_timeout)
+                     node_timeout=args.node_timeout, setup_timeout=args.setup_timeout)
     else:
         serve_client(config, args.index, args.connect, tls_dir=args.tls_dir, data_root=args.data_root,
                      cache_dir=args.cache_dir, retry_for=args.retry_for, server_name=args.server_name)

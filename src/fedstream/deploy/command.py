@@ -45,6 +45,9 @@ def add_deploy_parser(sub) -> argparse.ArgumentParser:
     local.add_argument("--timeout", type=float, default=3600, help="seconds before a Flower run is stopped")
     local.add_argument("--reply-timeout", type=float, default=120.0,
                        help="gRPC: seconds before a node that has not answered is down for that request")
+    local.add_argument("--setup-timeout", type=float, default=600.0,
+                       help="gRPC: seconds a node has to answer a setup request (it loads its data); never "
+                            "less than --reply-timeout")
     local.add_argument(
         "--secure", action="store_true", help="mutual TLS (gRPC); TLS and SuperNode authentication (Flower)"
     )
@@ -188,6 +191,7 @@ def _local_grpc(args) -> int:
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,
+                     setup_timeout=args.setup_timeout,
                      on_listen=lambda link: nodes.start(f"127.0.0.1:{link.port}"))
     summary = args.out / "summary.json"
     if not summary.exists():

@@ -14,9 +14,11 @@ checkpoints and resume are the session layer's and the task's (:mod:`fedstream.d
 * :class:`GrpcLink` is a :class:`~fedstream.deploy.records.Link`: ``exchange`` writes every request
   at once and waits (no polling: futures on the server's event loop) for the replies, a node that
   did not answer within ``reply-timeout`` seconds gets a :class:`~fedstream.deploy.records.Failure`
-  and is sent nothing until its late reply arrives; a node whose stream closed is gone; a node of
-  the same client that connects while the old one is gone or hangs takes its place and is
-  reported by :meth:`GrpcLink.rejoined` (the server sets it up with ``rejoin``).
+  and is sent nothing until its late reply arrives (a setup request, which loads the node's data,
+  waits ``setup-timeout`` seconds instead, default 600, never less than ``reply-timeout``); a node
+  whose stream closed is gone; a node of the same client that connects while the old one is gone
+  or hangs takes its place and is reported by :meth:`GrpcLink.rejoined` (the server sets it up
+  with ``rejoin``).
 * Requests ahead (``exchange(requests, ahead=...)``): when a node's reply arrives, ``ahead(m,
   reply)`` may give the request the server will send that node in its next exchange (online VFL: a
   client the event left passive owes no gradient, so its next request is known); it is written at
@@ -42,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fedstream.deploy.records import Envelope, Failure
+from fedstream.deploy.records import SETUP, Envelope, Failure
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc_tls import certificate_index, server_credentials
 from fedstream.errors import ConfigError, ProtocolError
@@ -95,8 +97,11 @@ class GrpcLink:
     sends_ahead = True  # exchange takes ``ahead`` (see the module doc)
 
     def __init__(self, listen: str, n_clients: int, *, limit: int, tls_dir: Path | None = None,
-                 timeout: float = 120.0, services: tuple = ()):
+                 timeout: float = 120.0, setup_timeout: float = 600.0, services: tuple = ()):
         self.listen, self.n_clients, self.limit, self.timeout = listen, n_clients, limit, timeout
+        # a setup loads the node's data (and may import and compile): it gets its own, longer
+        # time-out, never shorter than a round's
+        self.setup_timeout = max(setup_timeout, timeout)
         self.services = services  # more gRPC handlers on the same port (serving's Predictor)
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.port: int | None = None
@@ -351,15 +356,16 @@ class GrpcLink:
                     self._send_ahead(peer, ahead, fut.result())
         # a node that does not take its request within the time-out (it stopped reading: its
         # flow-control window is full) is cut off
-        deadline = self._loop.time() + self.timeout
+        timeout = self.setup_timeout if any(env.kind == SETUP for env in requests.values()) else self.timeout
+        deadline = self._loop.time() + timeout
         if writes:
-            await asyncio.wait(writes.values(), timeout=self.timeout)
+            await asyncio.wait(writes.values(), timeout=timeout)
         for m, task in writes.items():
             failed = None
             if not task.done():
                 task.cancel()
                 sent[m][0].task.cancel()  # its stream ends; started again, the node rejoins
-                failed = f"the node did not take the request within {self.timeout} s"
+                failed = f"the node did not take the request within {timeout} s"
             elif task.cancelled() or task.exception() is not None:  # the stream broke: that node's fault
                 failed = f"could not send to the node: {None if task.cancelled() else task.exception()}"
             if failed:
@@ -378,7 +384,7 @@ class GrpcLink:
                 peer.waiting.pop(seq, None)
                 peer.then.pop(seq, None)
                 peer.inflight = seq
-                out[m] = Failure(f"no reply within {self.timeout} s")
+                out[m] = Failure(f"no reply within {timeout} s")
         return out
 
 

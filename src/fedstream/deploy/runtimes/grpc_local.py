@@ -33,14 +33,14 @@ from fedstream.tasks import get_task
 
 def serve_server(config: dict, *, listen: str, out: Path | None, tls_dir: Path | None = None,
                  audit: bool = False, resume: bool = False, data_root: str | None = None,
-                 reply_timeout: float = 120.0, node_timeout: float = 120.0,
+                 reply_timeout: float = 120.0, node_timeout: float = 120.0, setup_timeout: float = 600.0,
                  on_listen: Callable[[GrpcLink], None] | None = None) -> GrpcRuntime:
     """Run the server party of ``config`` on ``listen``; ``on_listen(link)`` is called once the server
     listens (its port in ``link.port``). Returns the runtime (its link's counts)."""
     adapter = check_deployable(config)
     check_out(out, resume, get_task(config["task"]).checkpoint_name)  # before any node is waited for
     link = GrpcLink(listen, adapter.n_nodes(config), limit=message_limit(config, audit=audit),
-                    tls_dir=tls_dir, timeout=reply_timeout).start()
+                    tls_dir=tls_dir, timeout=reply_timeout, setup_timeout=setup_timeout).start()
     host, security = listen.rsplit(":", 1)[0], "mutual TLS" if tls_dir else "plaintext"
     print(f"fedstream: serving {config['task']} on {host}:{link.port} ({security}), waiting for "
           f"{link.n_clients} client nodes", flush=True)
