@@ -135,7 +135,7 @@ def scaled_timeout(seconds: float) -> float:
         load = os.getloadavg()[0] / (os.cpu_count() or 1)
     except OSError:  # no load average on this platform
         load = 1.0
-    return seconds * max(1.0, load)
+    return round(seconds * max(1.0, load), 1)  # a tenth of a second: messages quote it
 
 
 def fault_logged(log: Path, client: int) -> Callable[[], bool]:

@@ -249,7 +249,7 @@ class GridLink:
                 if time.monotonic() > deadline:
                     for mid in waiting:
                         node = node_of[mid]
-                        out[node] = Failure(f"no reply within {self.timeout} s")
+                        out[node] = Failure(f"no reply within {self.timeout:g} s")
                         client = next((m for m, n in self.nodes.items() if n == node), None)
                         if client is not None:
                             self._inflight[client] = mid

@@ -384,7 +384,7 @@ class GrpcLink:
                 peer.waiting.pop(seq, None)
                 peer.then.pop(seq, None)
                 peer.inflight = seq
-                out[m] = Failure(f"no reply within {timeout} s")
+                out[m] = Failure(f"no reply within {timeout:g} s")
         return out
 
 
