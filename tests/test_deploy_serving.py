@@ -378,3 +378,16 @@ def test_predict_method_over_grpc_with_mutual_tls_in_one_process(ovfl_run, tmp_p
         for t in nodes:
             t.join(timeout=10)
     assert not any(t.is_alive() for t in nodes)
+
+
+def test_bench_serving_says_in_one_line_why_it_could_not_train(tmp_path, capsys, monkeypatch):
+    """Run from another folder, the default config's relative data paths are not there: one line
+    naming the command and the cause, exit 2 (it was a traceback)."""
+    from fedstream.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "serving", "--workdir", str(tmp_path / "w"), "--requests", "1"]) == 2
+    said = capsys.readouterr()
+    err = (said.out + said.err).strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: bench serving: `fedstream deploy local "), err
+    assert "customers-parties-ovfl.toml" in err[0] and "no such config file" in err[0], err

@@ -29,6 +29,7 @@ from fedstream.deploy.serving_grpc import (
     local_serving,
     start_server,
 )
+from fedstream.errors import FedstreamError
 from fedstream.predict.files import run_summary
 from fedstream.predict.ids import id_keys, own_table
 
@@ -41,8 +42,10 @@ def train(config: str, workdir: Path, sets: list[str]) -> Path:
     args = [sys.executable, "-m", "fedstream", "deploy", "local", config, "--secure", "--out", str(run)]
     args += [x for s in sets for x in ("--set", s)]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"fedstream deploy local failed: {done.stdout[-500:]}{done.stderr[-1000:]}")
+    if done.returncode != 0:  # its own one-line error, as the user would have read it
+        said = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+        raise FedstreamError(f"bench serving: `fedstream deploy local {config}` failed: "
+                             f"{said.removeprefix('error: ')}")
     return run
 
 

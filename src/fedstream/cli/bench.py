@@ -328,7 +328,8 @@ def _psi(args) -> int:
 def _serving_options(p) -> None:
     p.add_argument("config", nargs="?", default="examples/customers-parties-ovfl.toml",
                    help="config of the deployment to train and serve (one file per party; default "
-                        "examples/customers-parties-ovfl.toml)")
+                        "examples/customers-parties-ovfl.toml: run from the repository's root, as its "
+                        "data.path is relative to it)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the training (repeatable)")
     p.add_argument("--run", type=Path, default=None,
