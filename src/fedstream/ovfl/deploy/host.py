@@ -125,7 +125,7 @@ class ClientHost(NodeHost):
             active = np.array(decided, bool)
         else:  # its own policy; an id it lacks (per-party files): passive
             active = own_activations(self.activation, self.index, self.config["vfl.clients"], t0, rows)
-            active &= np.array([self.rows.holds(t0 + i) for i in range(n)], bool)
+            active &= self.rows.holds(t0, n)
         played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
         if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
             states = self.kernel.embed(rows)

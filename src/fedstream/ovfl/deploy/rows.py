@@ -63,9 +63,10 @@ class BlockRows:
             self.cache.save({"n_features": np.array(self.n_features)}, "meta")
         self.block = feature_blocks(self.n_features, M)[index]
 
-    def holds(self, t: int) -> bool:
-        """Whether it holds round t's row: always (the stream's every row has every block)."""
-        return True
+    def holds(self, t0: int, n: int) -> np.ndarray:
+        """bool (n,): whether it holds the rows of rounds t0..t0+n-1: always (the stream's every row
+        has every block)."""
+        return np.ones(n, bool)
 
     def stream(self):
         """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
@@ -121,6 +122,9 @@ class PartyRows:
         """Its rows in the server's order, as the alignment placed them (:mod:`fedstream.deploy.psi`)."""
         return PartyRows(self.config, self.index, placement)
 
-    def holds(self, t: int) -> bool:
-        """Whether it holds the id of round t's row (always, unless placed with absent rows)."""
-        return self.held is None or bool(self.held[t % len(self.held)])
+    def holds(self, t0: int, n: int) -> np.ndarray:
+        """bool (n,): whether it holds the ids of rounds t0..t0+n-1 (always, unless placed with
+        absent rows; the stream wraps around the file)."""
+        if self.held is None:
+            return np.ones(n, bool)
+        return self.held[np.arange(t0, t0 + n) % len(self.held)]
