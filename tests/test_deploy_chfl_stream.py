@@ -98,16 +98,15 @@ def test_grpc_deployment_equals_the_simulator(covertype_root, tmp_path):
     assert_same(got, want, net, column)
 
 
+def _client_1_at_tick_5(m: int, request: Envelope) -> bool:
+    return m == 1 and request.kind == ROUND and request.round == 5
+
+
 def test_a_malformed_reply_is_a_fault_and_its_ticks_are_missed(covertype_root, tmp_path):
     config = stream_config(covertype_root)
 
-    class Spoilt(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            r = replies.get(1)
-            if isinstance(r, Envelope) and r.kind == ROUND and r.round == 5:
-                replies[1] = Envelope(ROUND, 5, r.parts, {"correct": [9] * 5})  # > batch: impossible
-            return replies
+    Spoilt = spoiling(_client_1_at_tick_5,  # 'correct' > batch: impossible
+                      lambda r: Envelope(ROUND, 5, r.parts, {"correct": [9] * 5}))
 
     net = NetworkStream(Spoilt(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3,
                                persist=False), config)
@@ -218,13 +217,7 @@ def test_the_server_writes_and_says_that_a_deployed_run_ended_collapsed(covertyp
 def test_malformed_class_counts_are_a_fault(covertype_root, arrays, expected):
     config = stream_config(covertype_root)
 
-    class Spoilt(LoopbackLink):
-        def exchange(self, requests):
-            replies = super().exchange(requests)
-            r = replies.get(1)
-            if isinstance(r, Envelope) and r.kind == ROUND and r.round == 5:
-                replies[1] = Envelope(ROUND, 5, r.parts, r.info, arrays(r.arrays))
-            return replies
+    Spoilt = spoiling(_client_1_at_tick_5, lambda r: Envelope(ROUND, 5, r.parts, r.info, arrays(r.arrays)))
 
     got = NetworkStream(Spoilt(lambda cfg, m: load_stream_part(cfg, m, data_root=str(covertype_root)), 3,
                                persist=False), config).run()
