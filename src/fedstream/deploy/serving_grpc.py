@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -160,15 +159,11 @@ class ServingNodes(GrpcLocalDeployment):
     def __init__(self, folder: Path, n_clients: int, workdir: Path, *, tls_dir: Path | None = None):
         super().__init__(str(Path(folder).resolve()), [], n_clients, workdir, tls_dir=tls_dir)
 
-    def start_node(self, m: int) -> subprocess.Popen:
-        args = [sys.executable, "-m", "fedstream", "serve", "client", self.config, "--predict", "--index",
-                str(m), "--connect", self.target, "--retry-for", str(self.retry_for)]
-        if self.tls_dir is not None:
-            args += ["--tls-dir", str(self.tls_dir)]
-        with open(self.workdir / f"serve-client{m}.log", "ab") as log:
-            self.nodes[m] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                             start_new_session=True)
-        return self.nodes[m]
+    log_name = "serve-client{m}.log"
+
+    def node_args(self, m: int) -> list[str]:
+        return [sys.executable, "-m", "fedstream", "serve", "client", self.config, "--predict",
+                "--index", str(m)]
 
 
 def local_serving(run_dir: Path):

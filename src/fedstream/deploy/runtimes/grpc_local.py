@@ -101,15 +101,19 @@ class GrpcLocalDeployment:
         for m in range(self.n_clients):
             self.start_node(m)
 
+    log_name = "client{m}.log"  # each node's log in the work folder
+
+    def node_args(self, m: int) -> list[str]:
+        """The command line of client m's node (without the connection's own options)."""
+        return [sys.executable, "-m", "fedstream", "serve", "client", self.config, "--index", str(m),
+                "--cache-dir", str(self.workdir / "cache"), *(x for s in self.sets for x in ("--set", s))]
+
     def start_node(self, m: int) -> subprocess.Popen:
-        """Start (or restart) client m's node; its log ``client{m}.log`` is appended to."""
-        args = [sys.executable, "-m", "fedstream", "serve", "client", self.config, "--index", str(m),
-                "--connect", self.target, "--cache-dir", str(self.workdir / "cache"),
-                "--retry-for", str(self.retry_for)]
-        args += [item for s in self.sets for item in ("--set", s)]
+        """Start (or restart) client m's node; its log (:attr:`log_name`) is appended to."""
+        args = [*self.node_args(m), "--connect", self.target, "--retry-for", str(self.retry_for)]
         if self.tls_dir is not None:
             args += ["--tls-dir", str(self.tls_dir)]
-        with open(self.workdir / f"client{m}.log", "ab") as log:
+        with open(self.workdir / self.log_name.format(m=m), "ab") as log:
             self.nodes[m] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                              start_new_session=True)
         return self.nodes[m]
