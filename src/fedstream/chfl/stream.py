@@ -477,7 +477,8 @@ class StreamRun:
                 "carried": list(self.carried), "ledger": ledger_state(self.cohort.ledger),
                 "predicted": torch.from_numpy(self.predicted.copy()),
                 "labels": torch.from_numpy(self.labels.copy()),
-                "elapsed": self.elapsed + time.perf_counter() - self.started, **self.cohort.checkpoint_state()}
+                "elapsed": self.elapsed + time.perf_counter() - self.started,
+                **self.cohort.checkpoint_state()}
 
     def _load(self, v: dict) -> None:
         self.tick, self.elapsed = int(v["tick"]), float(v["elapsed"])
