@@ -1,42 +1,11 @@
-"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort`
-over a link.
+"""The server's side of a deployed CHFL run: the client nodes as the simulator's cohort.
 
-:class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
-loop, unchanged) talks to when the clients live on their own nodes
-(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once (the
-requests and replies: :mod:`fedstream.chfl.deploy.records`).
-
-The ledger counts the encoded ModelUpdates exactly as the simulator's
-:class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
-accepted), so a run without faults has the simulator's byte counts per client and direction. At
-the finish each node's own counts must equal the server's; a difference is a fault, except for a
-client that had a fault or a rejoin (:meth:`~fedstream.deploy.session.Session.troubled`: a
-message lost on the way, or a node gone back to an older state, counts on one end only).
-
-Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
-in [0, 1]), the sample count (the one the node reported at setup), and the model: decoded (header,
-length, finite values), from this client, for this round, with the tensor names and shapes of the
-global column sent. A node whose reply fails a check, whose ClientApp failed or which did not
-answer in time is logged and recorded (``faults``) and left out of that round: FedAvg averages
-the other clients' updates (weighted by their counts) and the node gets θ^{t+1} with the next
-round. A round with no valid update at all (every node's reply lost: each one's fault) keeps θ^t
-(``carried_over``; a second in a row ends the run: BatchRun). A setup that does not agree ends
-the run with a :class:`~fedstream.errors.ProtocolError` that says why.
-
-A node that comes back (a new SuperNode in the place of one that crashed or hangs:
-``link.rejoined()``, asked before every round and before the finish) is set up again with
-``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.session`) and
-reports where it is (federation, round). The server checks its sizes and columns against its
-first setup and that it is not ahead of the run, records the rejoin (``rejoins``) and from the
-next round request on it takes part again: θ^t replaces its common column, its unique column and
-heads continue from its checkpoint. A node that lost everything comes back as a fresh party
-(position -1, -1): fresh, identically seeded weights for the current federation and no
-validation records before the rejoin, so its choice is among the rounds it played since.
-
-With ``keep`` set (the server checkpoints, :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`),
-a round request after which the server checkpoints (:func:`~fedstream.chfl.trainer.checkpointed_after`)
-carries ``keep`` and the boundary (:func:`~fedstream.chfl.trainer.boundary`): each node keeps its
-state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
+:class:`RemoteClients` is what both CHFL servers share (the nodes' setup and their reports, a node
+set up again, θ sent and counted, the finish reports); :class:`RemoteCohort` is the
+:class:`~fedstream.chfl.cohort.Cohort` that :class:`fedstream.chfl.rounds.BatchRun` (the simulator's
+round loop, unchanged) talks to when the clients live on their own nodes
+(:mod:`fedstream.chfl.deploy.host`): one request per node per round, all nodes at once. The
+requests, replies, checks, faults and rejoins: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations
@@ -72,52 +41,133 @@ REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node'
 SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
 
 
-class RemoteCohort(Session):
-    """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
+class RemoteClients(Session):
+    """Client nodes 0..K-1 of a CHFL run behind ``link``, as both CHFL servers see them.
 
-    position = ("lr_index", "round")  # a run's position: (federation, round)
+    ``nodes``: what each node reported at its first setup (with its ``position``); ``ready``: the
+    nodes set up (a failed rejoin leaves one out until it is set up again). A subclass names the
+    reports every node shares (``shared``), those a node set up again must repeat (``kept``) and
+    checks a setup reply (:meth:`_check_setup`)."""
 
-    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+    run_name = "CHFL"
+    shared: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+    def __init__(self, link: Link, config: dict, settings, *, run_token: str | None = None):
         super().__init__(link, config, run_token=run_token)
-        self.settings = chfl_config_settings(config)
-        K = self.settings.clients
+        self.settings = settings
+        K = settings.clients
         if link.n_clients != K:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, chfl.clients = {K}")
         self.ledger = ByteLedger(K)
-        self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
-        self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
+        self.nodes: dict[int, dict] = {}
+        self.ready: set[int] = set()
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        self.lr_index = -1
-        self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
-    # -- setup -----------------------------------------------------------------------------------
-    def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
-        """Send every node the config; return the sizes they agree on (``n_common``, ``n_classes``,
-        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client).
+    def _check_setup(self, m: int, reply: Envelope) -> dict:
+        raise NotImplementedError
 
-        ``resume``: the server restarts from its checkpoint at this position (federation, next
-        round); each node goes back to its state of that boundary (``rejoin``, ``resume``). A node
-        found elsewhere (it kept no state of that boundary) is recorded as a rejoin and goes on
-        from where it is; one ahead of the run is a fault.
-        """
-        K, s = self.settings.clients, self.settings
-        info = self.setup_request() if resume is None else self.setup_request(
-            rejoin=True, resume=boundary(*resume, s.rounds))
-        t = 0 if resume is None else resume[1]
+    def _before(self, at):
+        """The position a node last played when the run is at ``at``."""
+        raise NotImplementedError
+
+    def _expected(self, at):
+        """Where a resumed node is expected, for the error (None: "before ``at``")."""
+        return None
+
+    def set_up_all(self, t: int, *, resume=None, boundary: int | None = None) -> Mapping:
+        """Send every node the config (request number ``t``); return client 0's report, which every
+        node shares. ``resume``: the server restarts from its checkpoint at this position and
+        ``boundary``; a node found elsewhere than just before it is recorded as a rejoin, one
+        ahead of it is a fault."""
+        info = self.setup_request() if resume is None else self.setup_request(rejoin=True, resume=boundary)
 
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
             if resume is not None:
-                self.check_behind(got["position"], resume, expected=self._before(resume))
+                self.check_behind(got["position"], resume, expected=self._expected(resume))
             return got
 
         for m, got in self.set_up(self.link.available(), t, info, accept).items():
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
                 self.record_rejoin(m, resume, got["position"])
-        self.require_all(self.nodes, K, f"a CHFL run needs all chfl.clients = {K}")
+        K = self.settings.clients
+        self.require_all(self.nodes, K, f"a {self.run_name} run needs all chfl.clients = {K}")
         self.ready = set(self.nodes)
-        first = agree(self.nodes, (*SHARED_SIZES, "common"))
+        return agree(self.nodes, self.shared)
+
+    def come_back(self, at, t: int) -> set[int]:
+        """Before request ``t`` (the run at ``at``): set up the nodes that came back, and retry those
+        not set up; each resumes from its latest checkpoint. Return those set up again."""
+        back = self.link.rejoined() | (set(self.nodes) - self.ready)
+        back &= self.link.available() & set(self.nodes)
+        if not back:
+            return set()
+
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            unchanged(got, self.nodes[m], self.kept)
+            self.check_behind(got["position"], at)
+            return got
+
+        self.ready -= back
+        came = self.set_up(back, t, self.setup_request(rejoin=True), accept, refused="rejoin refused: ")
+        for m, got in came.items():
+            self.ready.add(m)
+            self.record_rejoin(m, at, got["position"])
+        return set(came)
+
+    def sendable(self, clients, t: int) -> list[int]:
+        """The clients of ``clients`` to send request ``t``: reachable and set up (a fault for the others)."""
+        reachable = set(self.reachable(clients, t, ROUND))
+        for m in sorted(reachable - self.ready):
+            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
+        return sorted(reachable & self.ready)
+
+    def send(self, m: int, msg: ModelUpdate) -> bytes:
+        """θ for client m, encoded and counted as sent."""
+        data = encode_update(msg)
+        self.ledger.add(m, "down", len(data))
+        return data
+
+    def finish(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
+               read: Callable[[FinishReply], object] = lambda got: None) -> dict[int, object]:
+        """Send the finish requests; check each reply (``read`` it), record the node's byte counts
+        (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
+        out: dict[int, object] = {}
+        self.reports = []
+        for m, reply in sorted(self.exchange(requests).items()):
+            try:
+                got = FinishReply.read(self.reply(reply, FINISH, t).info, "finish reply", needs=needs)
+                out[m] = read(got)
+            except FedstreamError as exc:
+                self.fault(m, t, FINISH, str(exc))
+                continue
+            self.reports.append(counts_report(self, m, t, got, self.ledger))
+        return out
+
+
+class RemoteCohort(RemoteClients):
+    """Client nodes 0..K-1 of a CHFL run behind ``link``, as a :class:`~fedstream.chfl.cohort.Cohort`."""
+
+    position = ("lr_index", "round")  # a run's position: (federation, round)
+    shared = (*SHARED_SIZES, "common")
+    kept = (*SIZES, "common", "unique")
+
+    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+        super().__init__(link, config, chfl_config_settings(config), run_token=run_token)
+        self.lr_index = -1
+        self.keep = False  # the server checkpoints: the nodes keep their state at the same points
+
+    def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
+        """Send every node the config; return the sizes they agree on (``n_common``, ``n_classes``,
+        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client).
+        ``resume``: the server restarts from its checkpoint at this position (federation, next
+        round); each node goes back to its state of that boundary."""
+        K, s = self.settings.clients, self.settings
+        first = self.set_up_all(0 if resume is None else resume[1], resume=resume,
+                                boundary=None if resume is None else boundary(*resume, s.rounds))
         want_classes = SPECS[s.dataset].n_classes
         try:
             want_common = n_common_features(first["n_features"], K, s.common_ratio)
@@ -136,28 +186,7 @@ class RemoteCohort(Session):
         i, t = at
         return (i, t - 1) if t > 0 else (i - 1, self.settings.rounds if i > 0 else -1)
 
-    def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
-        """Set ``clients`` up again (their node is new, or was not set up) before the run's position
-        ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
-        def accept(m: int, reply: Envelope) -> dict:
-            got = self._check_setup(m, reply)
-            unchanged(got, self.nodes[m], (*SIZES, "common", "unique"))
-            self.check_behind(got["position"], at)
-            return got
-
-        self.ready -= set(clients)
-        for m, got in self.set_up(clients, at[1], self.setup_request(rejoin=True), accept,
-                                  refused="rejoin refused: ").items():
-            self.ready.add(m)
-            self.record_rejoin(m, at, got["position"])
-
-    def _come_back(self, at: tuple[int, int]) -> None:
-        """Before a request to every node: set up those that came back, and retry those not set up."""
-        back = (
-            (self.link.rejoined() | (set(self.nodes) - self.ready)) & self.link.available() & set(self.nodes)
-        )
-        if back:
-            self.rejoin(back, at)
+    _expected = _before
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         got = SetupReply.read(reply.info, "setup reply")
@@ -178,12 +207,7 @@ class RemoteCohort(Session):
 
     def round(self, lr: float, t: int, models: Sequence[ModelUpdate] | None, *, validate: bool,
               epochs: int) -> RoundResult:
-        sent: dict[int, ModelUpdate | None] = {}
-        requests = {}
-        self._come_back((self.lr_index, t))
-        reachable = set(self.reachable(self.nodes, t, ROUND))
-        for m in sorted(reachable - self.ready):
-            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
+        self.come_back((self.lr_index, t), t)
         keep = self.keep and checkpointed_after(t, self.settings.rounds)
         info = RoundRequest(
             lr_index=self.lr_index,
@@ -192,14 +216,10 @@ class RemoteCohort(Session):
             keep=keep or None,
             boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None,
         ).info()
-        for m in sorted(set(self.nodes) & reachable & self.ready):
-            parts = []
-            if models is not None:
-                sent[m] = models[m]
-                data = encode_update(models[m])
-                self.ledger.add(m, "down", len(data))
-                parts.append(data)
-            requests[m] = Envelope(ROUND, t, parts, info.copy())
+        to = self.sendable(self.nodes, t)
+        sent = {m: models[m] for m in to} if models is not None else {}
+        requests = {m: Envelope(ROUND, t, [self.send(m, sent[m])] if m in sent else [], info.copy())
+                    for m in to}
         out = RoundResult()
         ups: dict[int, ModelUpdate] = {}
         for m, reply in self.exchange(requests).items():
@@ -238,19 +258,10 @@ class RemoteCohort(Session):
     def test_choices(self, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, list[Choice]]:
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
-        self._come_back((len(self.settings.lrs), 0))
-        replies = self.exchange({m: Envelope(FINISH, t, [], {})
-                                  for m in sorted(set(self.nodes) & self.link.available() & self.ready)})
-        picks: dict[int, dict[str, Choice]] = {}
-        self.reports = []
-        for m, reply in sorted(replies.items()):
-            try:
-                got = FinishReply.read(self.reply(reply, FINISH, t).info, "finish reply", needs=("choices",))
-                picks[m] = self._check_choices(got, variants)
-            except FedstreamError as exc:
-                self.fault(m, t, FINISH, str(exc))
-                continue
-            self.reports.append(counts_report(self, m, t, got, self.ledger))
+        self.come_back((len(self.settings.lrs), 0), 0)
+        requests = {m: Envelope(FINISH, t, [], {})
+                    for m in sorted(set(self.nodes) & self.link.available() & self.ready)}
+        picks = self.finish(requests, t, ("choices",), lambda got: self._check_choices(got, variants))
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
