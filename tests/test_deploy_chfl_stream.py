@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedstream.chfl.deploy.stream_driver import NetworkStream
+from fedstream.chfl.deploy.stream_driver import NetworkStream, RemoteStreamCohort
 from fedstream.chfl.deploy.stream_node import StreamHost, load_stream_part, stream_config_settings
 from fedstream.chfl.stream import play_stream, run_stream, stream_rows
 from fedstream.config import load_config
@@ -273,7 +273,7 @@ def test_the_session_refuses_nodes_of_other_data(covertype_root, tmp_path):
                                                         data_root=str(covertype_root)), 3, persist=False)
     with pytest.raises(ProtocolError, match="client 2 reports"):
         NetworkStream(link, config).run()
-    assert issubclass(NetworkStream, Session)
+    assert issubclass(RemoteStreamCohort, Session)
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ class RemoteClients(Session):
         self.ready = set(self.nodes)
         return agree(self.nodes, self.shared)
 
-    def come_back(self, at, t: int) -> set[int]:
+    def set_up_again(self, at, t: int) -> set[int]:
         """Before request ``t`` (the run at ``at``): set up the nodes that came back, and retry those
         not set up; each resumes from its latest checkpoint. Return those set up again."""
         back = self.link.rejoined() | (set(self.nodes) - self.ready)
@@ -131,7 +131,7 @@ class RemoteClients(Session):
         self.ledger.add(m, "down", len(data))
         return data
 
-    def finish(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
+    def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
                read: Callable[[FinishReply], object] = lambda got: None) -> dict[int, object]:
         """Send the finish requests; check each reply (``read`` it), record the node's byte counts
         (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
@@ -207,7 +207,7 @@ class RemoteCohort(RemoteClients):
 
     def round(self, lr: float, t: int, models: Sequence[ModelUpdate] | None, *, validate: bool,
               epochs: int) -> RoundResult:
-        self.come_back((self.lr_index, t), t)
+        self.set_up_again((self.lr_index, t), t)
         keep = self.keep and checkpointed_after(t, self.settings.rounds)
         info = RoundRequest(
             lr_index=self.lr_index,
@@ -258,10 +258,10 @@ class RemoteCohort(RemoteClients):
     def test_choices(self, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, list[Choice]]:
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
-        self.come_back((len(self.settings.lrs), 0), 0)
+        self.set_up_again((len(self.settings.lrs), 0), 0)
         requests = {m: Envelope(FINISH, t, [], {})
                     for m in sorted(set(self.nodes) & self.link.available() & self.ready)}
-        picks = self.finish(requests, t, ("choices",), lambda got: self._check_choices(got, variants))
+        picks = self.finish_reports(requests, t, ("choices",), lambda got: self._check_choices(got, variants))
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
