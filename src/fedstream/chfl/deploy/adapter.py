@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedstream.chfl.deploy.data import NodePart, load_part
+from fedstream.chfl.deploy.data import NodePart, StreamPart, load_part, load_stream_part
 from fedstream.chfl.deploy.driver import NetworkCHFL
 from fedstream.chfl.deploy.host import CHFLHost
 from fedstream.chfl.deploy.stream_driver import NetworkStream
-from fedstream.chfl.deploy.stream_node import StreamHost, StreamPart, load_stream_part
+from fedstream.chfl.deploy.stream_node import StreamHost
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.errors import ConfigError
 

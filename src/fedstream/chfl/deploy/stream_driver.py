@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fedstream.chfl.checkpoint import DEPLOYED, CheckpointError, RunFolder, check_identity, read_checkpoint
+from fedstream.chfl.checkpoint import CheckpointError
+from fedstream.chfl.deploy.data import stream_config_settings
+from fedstream.chfl.deploy.driver import CHFLServer
 from fedstream.chfl.deploy.proxy import RemoteClients
 from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply, check_update
-from fedstream.chfl.deploy.stream_node import stream_config_settings
 from fedstream.chfl.stream import (
     METRIC_COLUMNS,
     Played,
@@ -155,31 +156,16 @@ class RemoteStreamCohort(RemoteClients):
         self.load_session_state(state["network"], before=True)
 
 
-class NetworkStream:
+class NetworkStream(CHFLServer):
     """The server's side of one deployed streaming CHFL run; ``link`` reaches nodes 0..K-1."""
 
     def __init__(self, link: Link, config: dict):
-        self.cohort = RemoteStreamCohort(link, config)
-        self.settings = self.cohort.settings
-        self.method, self.seed = config["chfl.method"], config["seed"]
-        self.stream: StreamRun | None = None
-        self.saved: dict | None = None  # the checkpoint load() read
-        self.loaded: Path | None = None
+        super().__init__(config, RemoteStreamCohort(link, config))
 
     def identity(self, n_rows: int | None, n_classes: int | None) -> dict:
         """Which run a checkpoint is of (the simulator's stream identity; the kind tells them apart)."""
         return {"task": "chfl-stream", "settings": asdict(self.settings), "method": self.method,
                 "seed": self.seed, "n_rows": n_rows, "n_classes": n_classes}
-
-    def load(self, path: Path) -> None:
-        """Resume from the checkpoint ``run(checkpoint=path)`` wrote (another run's or the simulator's
-        is refused); :meth:`run` then sets the nodes up with ``resume`` and goes on from there."""
-        path = Path(path)
-        saved = read_checkpoint(path, kind=DEPLOYED)
-        ident = saved["identity"]
-        check_identity(path, ident, self.identity(ident.get("n_rows"), ident.get("n_classes")))
-        self.saved, self.loaded = saved["state"], path
-        self.cohort.run_token = self.saved["network"]["run"]
 
     def run(self, checkpoint: Path | None = None) -> dict:
         """Set up, play every (remaining) segment, collect the nodes' byte counts; return the result.
@@ -187,33 +173,16 @@ class NetworkStream:
         t0 = time.perf_counter()
         s, cohort = self.settings, self.cohort
         first, layout = cohort.setup(resume=int(self.saved["tick"]) if self.saved is not None else None)
-        path = Path(checkpoint) if checkpoint is not None else self.loaded
-        folder = None if path is None else RunFolder(
-            path.parent, self.identity(first["n_rows"], first["n_classes"]), METRIC_COLUMNS,
-            resume=self.saved is not None, name=path.name, kind=DEPLOYED)
+        folder = self.folder(checkpoint, first["n_rows"], first["n_classes"], METRIC_COLUMNS)
         initial, _ = draw_parties(layout, s, self.method, self.seed, first["n_classes"], 0)
-        self.stream = run = StreamRun(s, layout, first["n_classes"], initial, cohort, folder)
+        self.loop = run = StreamRun(s, layout, first["n_classes"], initial, cohort, folder)
         if self.saved is not None and run.resumed is None:
-            raise CheckpointError(f"{path}: gone since it was loaded")
+            raise CheckpointError(f"{folder.checkpoint}: gone since it was loaded")
         run.run()
         return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
                 **run.summary(), "bytes": cohort.ledger.summary(),
-                "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": self.saved is not None,
-                "missed_ticks": run.missed(), "faults": cohort.faults, "rejoins": cohort.rejoins,
-                "exchanges": cohort.exchanges, "clients": cohort.reports, "carried_over": run.carried}
+                "wall_seconds": run.elapsed + time.perf_counter() - t0, "missed_ticks": run.missed(),
+                **self.network()}
 
-    # -- as deploy.serve runs it ------------------------------------------------------------------
     def where(self) -> str:
         return f"at tick {self.saved['tick']}"
-
-    def play(self, checkpoint: Path | None, *, audit: bool) -> dict:
-        return self.run(checkpoint=checkpoint)
-
-    def audit(self) -> dict:
-        """The final global common column (``models``)."""
-        return {"models": {f"global.{k}": v for k, v in self.global_common().items()}}
-
-    def global_common(self) -> dict[str, np.ndarray]:
-        """The final global common column (empty for Local)."""
-        server = self.stream.server if self.stream is not None else None
-        return dict(server.state) if server is not None else {}

@@ -1,109 +1,35 @@
 """A streaming CHFL client party on its own node (``chfl.mode = "stream"``).
 
-The node builds its :class:`~fedstream.chfl.client.Client` exactly as the simulator's stream does
-(:mod:`fedstream.chfl.stream`): from the data set's rows (the same ``max_rows`` subset) it computes
-the run's layout (:func:`~fedstream.chfl.stream.stream_layout`: feature split, each client's part
-of the row permutation, ticks, join ticks) and keeps only its own part, through the common
-features and its own unique block, standardised on its first ``stats_rows`` rows. Its weights
-come from the run's generator: the server's initial column is drawn first, then every client's
-heads and column in order, so node k replays the draws of clients 0..k-1 and keeps its own
-(:func:`~fedstream.chfl.stream.draw_parties`).
-
-Requests (:mod:`fedstream.chfl.deploy.records`):
-
-* ``setup``: its sizes and where it stands (``tick``: the last tick played, -1 fresh);
-* ``round`` t (a segment, ticks [t, ``until``)): with a part, the global column θ (the server's
-  broadcast when the node joins, after a synchronisation, or when it came back), loaded first;
-  then each tick's batch is predicted (the prequential test) and learnt
-  (:func:`~fedstream.chfl.stream.learn_tick`); the reply carries the correct counts per tick, the
-  counts of its predictions and of the batch's labels per tick and class (``arrays``: ``predicted``,
-  ``labels``; the server's collapse measure, :mod:`fedstream.metrics.collapse`) and, with
-  ``upload``, the common column as an encoded ModelUpdate whose ``n_samples`` are the rows learnt
-  since the previous upload;
-* ``finish``: with a part, the last broadcast; the reply carries the node's byte counts.
-
-A segment's ticks need nothing from the server between them (a client learns from its own rows
-only until the next synchronisation), so one request covers them all: one round trip per FedAvg
-round, not per tick, with the simulator's arithmetic. Every request is checked before anything
-changes. The state (client, tick, rows since the last upload, byte counts) is one ``torch.save``
-archive (:meth:`StreamHost.state_dict`).
+:class:`StreamHost` builds its :class:`~fedstream.chfl.client.Client` exactly as the simulator's
+stream does (node k replays the run generator's draws of clients 0..k-1,
+:func:`~fedstream.chfl.stream.draw_parties`) and answers one request per segment of ticks: θ (when
+sent) loaded first, then each tick's batch predicted and learnt (:func:`~fedstream.chfl.stream.
+learn_tick`), and at a synchronisation its common column sent up. What each request carries:
+docs/deploy-protocol.md, "Streaming CHFL".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from fedstream.chfl.client import Client, View
-from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply, check_update
-from fedstream.chfl.models import state_arrays
-from fedstream.chfl.runner import stream_settings
-from fedstream.chfl.settings import named_by_config
-from fedstream.chfl.stream import (
-    StreamLayout,
-    StreamSettings,
-    draw_parties,
-    learn_tick,
-    stream_client,
-    stream_layout,
-    stream_rows,
-    stream_view,
-)
-from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
-from fedstream.data.paths import resolve_data_root
-from fedstream.deploy.archive import pack_state, unpack_state
-from fedstream.deploy.host import FinishReply, NodeHost
-from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope, check_client_index
-from fedstream.errors import ConfigError, ProtocolError
+from fedstream.chfl.client import Client
+from fedstream.chfl.deploy.data import StreamPart, stream_config_settings
+from fedstream.chfl.deploy.host import ClientNode
+from fedstream.chfl.deploy.records import SegmentReply, SegmentRequest, StreamSetupReply
+from fedstream.chfl.stream import draw_parties, learn_tick, stream_client
+from fedstream.deploy.host import FinishReply
+from fedstream.deploy.records import FINISH, ROUND, SETUP, Envelope
+from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import encode_update
 
-STATE = "chfl-stream"
 
-
-def stream_config_settings(config: dict) -> StreamSettings:
-    """The run's streaming settings; a bad value is reported by its config key (``chfl.*``)."""
-    with named_by_config():
-        return stream_settings(config)
-
-
-@dataclass
-class StreamPart:
-    """Client ``index``'s rows of a streaming run, and the run's layout (sizes and indices only)."""
-
-    index: int
-    view: View
-    layout: StreamLayout
-    n_rows: int
-    n_features: int
-    n_classes: int
-
-
-def load_stream_part(config: dict, index: int, *, data_root: str | None = None) -> StreamPart:
-    """Client ``index``'s part of ``config``'s data set (see the module doc)."""
-    s = stream_config_settings(config)
-    check_client_index(index, s.clients, "chfl.clients")
-    table = load_chfl_dataset(s.dataset, resolve_data_root(data_root or config["data.root"])).table
-    X, y = stream_rows(table.X, table.y, s, config["seed"])
-    layout = stream_layout(len(y), X.shape[1], s, config["seed"])
-    if layout.n_ticks < 1:
-        raise ConfigError(f"chfl.stream_batch = {s.batch}: expected at most {len(y) // s.clients} (the rows "
-                          "per client)")
-    fs = layout.features
-    view = stream_view(X, y, layout.parts[index], fs.common, fs.unique[index], s.stats_rows)
-    return StreamPart(index, view, layout, len(y), int(X.shape[1]), SPECS[s.dataset].n_classes)
-
-
-class StreamHost(NodeHost):
+class StreamHost(ClientNode):
     """Client party ``index`` of a streaming CHFL run, holding only its own rows (``rows``)."""
 
-    single_thread = True  # as the simulator runs: the same float sums in the same order
+    state_key = "chfl-stream"
 
     def __init__(self, config: dict, index: int, *, rows: StreamPart, state: dict | None = None):
-        if rows.index != index:
-            raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
-        super().__init__(index)
-        self.part = rows
+        super().__init__(index, rows)
         self.settings = s = stream_config_settings(config)
         method, seed = config["chfl.method"], config["seed"]
         self.federated = method != "local"
@@ -134,8 +60,7 @@ class StreamHost(NodeHost):
                                 f"received {len(env.parts)}")
         if not env.parts:
             return
-        msg = check_update(env.parts[0], f"{where}: ", client=self.index, round=None,
-                           fits=state_arrays(self.client.common), column="its common column")
+        msg = self.global_column(env.parts[0], f"{where}: ", self.client, None)
         self.received(env.parts[0])
         self.client.receive(msg)
 
@@ -158,12 +83,9 @@ class StreamHost(NodeHost):
                         arrays={"predicted": np.stack([c.predicted for c in scores]).astype(np.int64),
                                 "labels": np.stack([c.labels for c in scores]).astype(np.int64)})
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return pack_state(STATE, {"tick": self.tick, "since": self.since, "client": self.client.state(),
-                                  "counters": self.counts()})
+    def node_state(self) -> dict:
+        return {"tick": self.tick, "since": self.since, "client": self.client.state()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        saved = unpack_state(STATE, state, f"client {self.index}")
+    def load_node_state(self, saved: dict) -> None:
         self.tick, self.since = int(saved["tick"]), int(saved["since"])
-        self.load_counts(saved["counters"])
         self.client.load_state(saved["client"])
