@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from fedstream.chfl.cohort import RoundResult
 from fedstream.chfl.deploy.data import chfl_config_settings
@@ -37,6 +38,7 @@ from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
+T = TypeVar("T")
 REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node's choice, per variant
 SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
 
@@ -131,21 +133,31 @@ class RemoteClients(Session):
         self.ledger.add(m, "down", len(data))
         return data
 
-    def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
-               read: Callable[[FinishReply], object] = lambda got: None) -> dict[int, object]:
-        """Send the finish requests; check each reply (``read`` it), record the node's byte counts
-        (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
-        out: dict[int, object] = {}
-        self.reports = []
+    def answers(self, requests: dict[int, Envelope], kind: str, t: int,
+                check: Callable[[int, Envelope], T]) -> dict[int, T]:
+        """Send ``requests`` (all at once); check each node's ``kind`` reply to request ``t`` with
+        ``check(m, reply)``; a node whose reply fails is a fault. What ``check`` made of each other."""
+        out = {}
         for m, reply in sorted(self.exchange(requests).items()):
             try:
-                got = FinishReply.read(self.reply(reply, FINISH, t).info, "finish reply", needs=needs)
-                out[m] = read(got)
-            except FedstreamError as exc:
-                self.fault(m, t, FINISH, str(exc))
-                continue
-            self.reports.append(counts_report(self, m, t, got, self.ledger))
+                out[m] = check(m, self.reply(reply, kind, t))
+            except FedstreamError as exc:  # every check of a node's reply raises one of these
+                self.fault(m, t, kind, str(exc))
         return out
+
+    def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
+                       read: Callable[[FinishReply], T] = lambda got: None) -> dict[int, T]:
+        """Send the finish requests; check each reply (``read`` it) and record the node's byte counts
+        (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
+        self.reports = []
+
+        def check(m: int, reply: Envelope) -> T:
+            got = FinishReply.read(reply.info, "finish reply", needs=needs)
+            out = read(got)
+            self.reports.append(counts_report(self, m, t, got, self.ledger))
+            return out
+
+        return self.answers(requests, FINISH, t, check)
 
 
 class RemoteCohort(RemoteClients):
@@ -221,20 +233,14 @@ class RemoteCohort(RemoteClients):
         requests = {m: Envelope(ROUND, t, [self.send(m, sent[m])] if m in sent else [], info.copy())
                     for m in to}
         out = RoundResult()
-        ups: dict[int, ModelUpdate] = {}
-        for m, reply in self.exchange(requests).items():
-            try:
-                val, update, size = self._check_round(m, self.reply(reply, ROUND, t), t, validate, epochs,
-                                                      sent.get(m))
-            except FedstreamError as exc:  # every check of a node's reply raises one of these
-                self.fault(m, t, ROUND, str(exc))
-                continue
+        got = self.answers(requests, ROUND, t,
+                           lambda m, reply: self._check_round(m, reply, t, validate, epochs, sent.get(m)))
+        for m, (val, update, size) in got.items():
             if validate:
                 out.val[m] = val
             if update is not None:
                 self.ledger.add(m, "up", size)
-                ups[m] = update
-        out.updates = [ups[m] for m in sorted(ups)]
+                out.updates.append(update)
         return out  # no valid reply at all: every node's fault; θ carries over (BatchRun)
 
     def _check_round(self, m: int, reply: Envelope, t: int, validate: bool, epochs: int,

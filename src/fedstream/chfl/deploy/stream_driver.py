@@ -33,7 +33,7 @@ from fedstream.chfl.stream import (
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.reconcile import COUNTS, check_client
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
-from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.errors import ProtocolError
 from fedstream.transport.updates import ModelUpdate
 
 _SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")
@@ -90,39 +90,31 @@ class RemoteStreamCohort(RemoteClients):
                               boundary=b if seg.keep else None).info()
         requests = {m: Envelope(ROUND, a, [self.send(m, seg.models[m])] if m in seg.models else [],
                                 info.copy()) for m in self.sendable(seg.clients, a)}
-        out = {}
-        for m, reply in sorted(self.exchange(requests).items()):
-            try:
-                out[m] = self._check(m, self.reply(reply, ROUND, a), seg)
-            except FedstreamError as exc:
-                self.fault(m, a, ROUND, str(exc))
-                continue
-            self.learnt[m] += (b - a) * self.settings.batch
-            if out[m].update is not None:
-                self.ledger.add(m, "up", len(reply.parts[0]))
-                self.learnt[m] = 0
-        return out
+        return self.answers(requests, ROUND, a, lambda m, reply: self._accept(m, reply, seg))
 
-    def _check(self, m: int, reply: Envelope, seg: Segment) -> Played:
-        """Validate client m's reply to the segment: its counts per tick, its predictions and labels per
-        tick and class, and (at a synchronisation) its update."""
+    def _accept(self, m: int, reply: Envelope, seg: Segment) -> Played:
+        """Validate client m's reply to the segment (its counts per tick, its predictions and labels per
+        tick and class, and at a synchronisation its update) and count what it learnt and sent."""
         s, a, b, server = self.settings, seg.start, seg.until, seg.upload
         counts = SegmentReply.read(reply.info, f"ticks from {a}, reply", ticks=b - a, batch=s.batch).correct
         predicted, labels = self._by_class(reply, b - a)
         if len(reply.parts) != int(server is not None):
             raise ProtocolError(f"expected {int(server is not None)} model message(s), received "
                                 f"{len(reply.parts)}")
+        rows = self.learnt[m] + (b - a) * s.batch
         if server is None:
+            self.learnt[m] = rows
             return Played(np.array(counts), predicted, labels, None)
         msg = check_update(reply.parts[0], "", client=m, round=server.round, fits=server.state,
                            column="the global column")
-        rows = self.learnt[m] + (b - a) * s.batch
         # a node that had a fault (or came back) may have learnt rows the server did not count (a
         # segment whose reply was refused), or lost some: any positive number of whole batches is taken
         whole = msg.n_samples > 0 and msg.n_samples % s.batch == 0
         if msg.n_samples != rows and not (self.troubled(m) and whole):
             raise ProtocolError(f"the model says {msg.n_samples} samples, the node learnt {rows} rows since "
                                 "its last update")
+        self.ledger.add(m, "up", len(reply.parts[0]))
+        self.learnt[m] = 0
         return Played(np.array(counts), predicted, labels, msg)
 
     def _by_class(self, reply: Envelope, ticks: int) -> tuple[np.ndarray, np.ndarray]:
