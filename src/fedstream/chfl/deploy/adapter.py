@@ -1,14 +1,10 @@
 """CHFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``chfl``.
 
-Streaming mode (``chfl.mode = "stream"``) has its own node (:mod:`~fedstream.chfl.deploy.stream_node`)
-and server (:mod:`~fedstream.chfl.deploy.stream_driver`), on the gRPC runtime by default: one
-request per FedAvg round of ``chfl.stream_sync_every`` ticks, thousands of them in a stream.
-
-Node side: the node's rows and columns (:class:`~fedstream.chfl.deploy.data.NodePart`) and its party
-(:class:`~fedstream.chfl.deploy.host.CHFLHost`). Server side:
-:class:`~fedstream.chfl.deploy.driver.NetworkCHFL` (no data at all: the nodes report their sizes),
-which :func:`fedstream.deploy.serve.serve` runs (``metrics.csv`` and ``checkpoint.pt`` after every
-FedAvg round in ``out``; with ``audit`` the final global common column, ``models.npz``).
+Batch mode: node data :func:`~fedstream.chfl.deploy.data.load_part`, party
+:class:`~fedstream.chfl.deploy.host.CHFLHost`, server :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`
+(on Flower by default). Stream mode (``chfl.mode = "stream"``): :func:`~fedstream.chfl.deploy.data.
+load_stream_part`, :class:`~fedstream.chfl.deploy.stream_node.StreamHost`,
+:class:`~fedstream.chfl.deploy.stream_driver.NetworkStream` (on gRPC by default).
 """
 
 from __future__ import annotations
