@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from fedstream.chfl.deploy.data import load_stream_part, stream_config_settings
-from fedstream.chfl.deploy.stream_driver import NetworkStream, RemoteStreamCohort
-from fedstream.chfl.deploy.stream_node import StreamHost
+from fedstream.chfl.deploy.driver import NetworkStream
+from fedstream.chfl.deploy.host import StreamHost
+from fedstream.chfl.deploy.proxy import RemoteStreamCohort
 from fedstream.chfl.stream import play_stream, run_stream, stream_rows
 from fedstream.config import load_config
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset

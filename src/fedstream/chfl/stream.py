@@ -285,7 +285,7 @@ class Segment:
 class StreamCohort(Protocol):
     """The clients of a streaming run as :class:`StreamRun` sees them, whatever carries the messages.
 
-    :class:`LocalStreamCohort` holds them in this process; ``fedstream.chfl.deploy.stream_driver.
+    :class:`LocalStreamCohort` holds them in this process; ``fedstream.chfl.deploy.proxy.
     RemoteStreamCohort`` sends each one request per segment over a link. Every model crosses as
     encoded :class:`ModelUpdate` bytes counted in ``ledger``; ``faults`` lists the clients' failures
     (remote only)."""

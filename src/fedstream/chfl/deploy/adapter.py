@@ -3,8 +3,8 @@
 Batch mode: node data :func:`~fedstream.chfl.deploy.data.load_part`, party
 :class:`~fedstream.chfl.deploy.host.CHFLHost`, server :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`
 (on Flower by default). Stream mode (``chfl.mode = "stream"``): :func:`~fedstream.chfl.deploy.data.
-load_stream_part`, :class:`~fedstream.chfl.deploy.stream_node.StreamHost`,
-:class:`~fedstream.chfl.deploy.stream_driver.NetworkStream` (on gRPC by default).
+load_stream_part`, :class:`~fedstream.chfl.deploy.host.StreamHost`,
+:class:`~fedstream.chfl.deploy.driver.NetworkStream` (on gRPC by default).
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedstream.chfl.deploy.data import NodePart, StreamPart, load_part, load_stream_part
-from fedstream.chfl.deploy.driver import NetworkCHFL
-from fedstream.chfl.deploy.host import CHFLHost
-from fedstream.chfl.deploy.stream_driver import NetworkStream
-from fedstream.chfl.deploy.stream_node import StreamHost
+from fedstream.chfl.deploy.driver import NetworkCHFL, NetworkStream
+from fedstream.chfl.deploy.host import CHFLHost, StreamHost
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.errors import ConfigError
 

@@ -1,21 +1,22 @@
 """The server party of a deployed CHFL run: the simulator's loop over remote clients.
 
-:class:`NetworkCHFL` (batch mode) sets the nodes up (:class:`~fedstream.chfl.deploy.proxy.RemoteCohort`),
-learns from them the width of the common column (the server holds no data), draws the initial
-global column as the simulator does and runs :class:`fedstream.chfl.rounds.BatchRun`, the
-simulator's loop; the streaming server (:mod:`fedstream.chfl.deploy.stream_driver`) runs the
-simulator's :class:`~fedstream.chfl.stream.StreamRun` the same way. :class:`CHFLServer` is what
-both share: their checkpoint (``kind = "deployed-server"``, so that neither this server nor the
-simulator resumes the other's), and what :func:`fedstream.deploy.serve.serve` calls. The result
-has the simulator's keys plus what the network adds (``faults``, ``rejoins``, ``exchanges``, the
-nodes' own byte counts in ``clients``, ``carried_over``); without faults it equals the
-simulator's, timings aside (docs/deploy-protocol.md, "CHFL").
+The server holds no data: it learns the run's sizes from the nodes' setup
+(:mod:`fedstream.chfl.deploy.proxy`), draws the initial global column as the simulator does and
+runs the simulator's own loop over the remote cohort: :class:`NetworkCHFL` (batch mode)
+:class:`fedstream.chfl.rounds.BatchRun`, :class:`NetworkStream` (``chfl.mode = "stream"``)
+:class:`fedstream.chfl.stream.StreamRun`. :class:`CHFLServer` is what both share: their
+checkpoint (``kind = "deployed-server"``, so that neither this server nor the simulator resumes
+the other's) and what :func:`fedstream.deploy.serve.serve` calls. The result has the simulator's
+keys plus what the network adds (``faults``, ``rejoins``, ``exchanges``, the nodes' own byte counts
+in ``clients``, ``carried_over``); without faults it equals the simulator's, timings aside
+(docs/deploy-protocol.md, "CHFL").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +28,12 @@ from fedstream.chfl.checkpoint import (
     check_identity,
     read_checkpoint,
 )
-from fedstream.chfl.deploy.proxy import RemoteClients, RemoteCohort
+from fedstream.chfl.deploy.proxy import RemoteClients, RemoteCohort, RemoteStreamCohort
 from fedstream.chfl.plan import Plan
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.splits import FeatureSplit
+from fedstream.chfl.stream import METRIC_COLUMNS as STREAM_COLUMNS
+from fedstream.chfl.stream import StreamRun, draw_parties
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, variants_of
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.records import Link
@@ -136,3 +139,35 @@ class NetworkCHFL(CHFLServer):
         if lr_index < len(self.settings.lrs):
             return f"at federation {lr_index} (lr {self.settings.lrs[lr_index]:g}), round {rnd}"
         return "at the end of the last federation"
+
+
+class NetworkStream(CHFLServer):
+    """The server's side of one deployed streaming CHFL run; ``link`` reaches nodes 0..K-1."""
+
+    def __init__(self, link: Link, config: dict):
+        super().__init__(config, RemoteStreamCohort(link, config))
+
+    def identity(self, n_rows: int | None, n_classes: int | None) -> dict:
+        """Which run a checkpoint is of (the simulator's stream identity; the kind tells them apart)."""
+        return {"task": "chfl-stream", "settings": asdict(self.settings), "method": self.method,
+                "seed": self.seed, "n_rows": n_rows, "n_classes": n_classes}
+
+    def run(self, checkpoint: Path | None = None) -> dict:
+        """Set up, play every (remaining) segment, collect the nodes' byte counts; return the result.
+        ``checkpoint``: save the server's state there (default: where :meth:`load` read it)."""
+        t0 = time.perf_counter()
+        s, cohort = self.settings, self.cohort
+        first, layout = cohort.setup(resume=int(self.saved["tick"]) if self.saved is not None else None)
+        folder = self.folder(checkpoint, first["n_rows"], first["n_classes"], STREAM_COLUMNS)
+        initial, _ = draw_parties(layout, s, self.method, self.seed, first["n_classes"], 0)
+        self.loop = run = StreamRun(s, layout, first["n_classes"], initial, cohort, folder)
+        if self.saved is not None and run.resumed is None:
+            raise CheckpointError(f"{folder.checkpoint}: gone since it was loaded")
+        run.run()
+        return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
+                **run.summary(), "bytes": cohort.ledger.summary(),
+                "wall_seconds": run.elapsed + time.perf_counter() - t0, "missed_ticks": run.missed(),
+                **self.network()}
+
+    def where(self) -> str:
+        return f"at tick {self.saved['tick']}"

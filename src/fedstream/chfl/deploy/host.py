@@ -1,12 +1,14 @@
-"""A CHFL client party on its own node: one :class:`fedstream.chfl.client.Client` behind envelopes.
+"""CHFL's client parties on their nodes: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
-:class:`ClientNode` is what the batch and the streaming party share (the data part's check, θ
-checked against the node's common column, the state archive with the byte counts);
-:class:`CHFLHost` answers the batch server's requests (:mod:`fedstream.chfl.deploy.proxy`) with the
-simulator's code for one client's side of a round (:mod:`fedstream.chfl.cohort`). What each
-request carries, and what stays on the node: docs/deploy-protocol.md, "CHFL". Every request is
-checked before anything changes. The state is one ``torch.save`` archive (a uint8 array, read
-back with ``weights_only=True``): Flower runs each message in a fresh process.
+:class:`ClientNode` is what both parties share (the data part's check, θ checked against the
+node's common column, the state archive with the byte counts). :class:`CHFLHost` (batch mode)
+answers with the simulator's code for one client's side of a round (:mod:`fedstream.chfl.cohort`);
+:class:`StreamHost` (``chfl.mode = "stream"``) builds its client as the simulator's stream does
+(node k replays the run generator's draws of clients 0..k-1, :func:`~fedstream.chfl.stream.
+draw_parties`) and plays one segment of ticks per request (:func:`~fedstream.chfl.stream.learn_tick`).
+Every request is checked before anything changes. The state is one ``torch.save`` archive (a
+uint8 array, read back with ``weights_only=True``): Flower runs each message in a fresh process.
+What each request carries: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations
@@ -25,11 +27,20 @@ from fedstream.chfl.cohort import (
     train_and_upload,
     validate_client,
 )
-from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
-from fedstream.chfl.deploy.records import RoundReply, RoundRequest, SetupReply, check_update
+from fedstream.chfl.deploy.data import NodePart, StreamPart, chfl_config_settings, stream_config_settings
+from fedstream.chfl.deploy.records import (
+    RoundReply,
+    RoundRequest,
+    SegmentReply,
+    SegmentRequest,
+    SetupReply,
+    StreamSetupReply,
+    check_update,
+)
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
+from fedstream.chfl.stream import draw_parties, learn_tick, stream_client
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
@@ -168,3 +179,71 @@ class CHFLHost(ClientNode):
             self.client = self._fresh(self.settings.lrs[self.lr_index])
             self.client.load_state(saved["client"])
         self.commons = load_records(self.selector, saved)
+
+
+class StreamHost(ClientNode):
+    """Client party ``index`` of a streaming CHFL run, holding only its own rows (``rows``)."""
+
+    state_key = "chfl-stream"
+
+    def __init__(self, config: dict, index: int, *, rows: StreamPart, state: dict | None = None):
+        super().__init__(index, rows)
+        self.settings = s = stream_config_settings(config)
+        method, seed = config["chfl.method"], config["seed"]
+        self.federated = method != "local"
+        _, drawn = draw_parties(rows.layout, s, method, seed, rows.n_classes, index + 1)
+        self.client: Client = stream_client(index, rows.view, drawn[index], s, method, seed)
+        self.join = rows.layout.join_tick[index]
+        self.tick = -1  # the last tick played
+        self.since = 0  # rows learnt since the last upload
+        if state:
+            self.load_state_dict(state)
+
+    def on_setup(self, env: Envelope) -> Envelope:
+        p = self.part
+        return Envelope(SETUP, env.round, info=StreamSetupReply(
+            client=self.index, tick=self.tick, n_rows=p.n_rows, n_features=p.n_features,
+            n_common=len(p.layout.features.common), n_classes=p.n_classes,
+            n_ticks=p.layout.n_ticks, join_tick=self.join).info())
+
+    def on_finish(self, env: Envelope) -> Envelope:
+        self._global(env, f"client {self.index}, finish request")
+        reply = FinishReply(up=self.up, down=self.down, messages=self.messages)
+        return Envelope(FINISH, env.round, [], reply.info())
+
+    def _global(self, env: Envelope, where: str) -> None:
+        """Load the global column the request carries (if any), after checking it."""
+        if len(env.parts) > (1 if self.federated else 0):
+            raise ProtocolError(f"{where}: expected at most {int(self.federated)} model message(s), "
+                                f"received {len(env.parts)}")
+        if not env.parts:
+            return
+        msg = self.global_column(env.parts[0], f"{where}: ", self.client, None)
+        self.received(env.parts[0])
+        self.client.receive(msg)
+
+    def on_round(self, env: Envelope) -> Envelope:
+        a, where = env.round, f"client {self.index}, ticks from {env.round}"
+        s, n_ticks = self.settings, self.part.layout.n_ticks
+        request = SegmentRequest.read(env.info, where, t=a, n_ticks=n_ticks, federated=self.federated)
+        if a < self.join or a <= self.tick:
+            raise ProtocolError(f"{where}: the node joins at tick {self.join} and played up to tick "
+                                f"{self.tick}: requests must move forward")
+        self._global(env, where)  # the last check: from here on the request changes the node
+        scores = [learn_tick(self.client, t, self.join, s.batch) for t in range(a, request.until)]
+        self.since += len(scores) * s.batch
+        self.tick = request.until - 1
+        parts = []
+        if request.upload:
+            parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
+            self.since = 0
+        return Envelope(ROUND, a, parts, SegmentReply(correct=[int(c.correct) for c in scores]).info(),
+                        arrays={"predicted": np.stack([c.predicted for c in scores]).astype(np.int64),
+                                "labels": np.stack([c.labels for c in scores]).astype(np.int64)})
+
+    def node_state(self) -> dict:
+        return {"tick": self.tick, "since": self.since, "client": self.client.state()}
+
+    def load_node_state(self, saved: dict) -> None:
+        self.tick, self.since = int(saved["tick"]), int(saved["since"])
+        self.client.load_state(saved["client"])
