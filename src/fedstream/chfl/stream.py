@@ -499,6 +499,19 @@ class StreamRun:
         self.cohort.load_checkpoint(v)
 
 
+def stream_identity(s: StreamSettings, method: str, seed: int, n_rows: int | None,
+                    n_classes: int | None) -> dict:
+    """What makes two streaming runs the same run (a checkpoint of one resumes only the same)."""
+    return {"task": "chfl-stream", "settings": asdict(s), "method": method, "seed": seed, "n_rows": n_rows,
+            "n_classes": n_classes}
+
+
+def stream_result(run: StreamRun, method: str, seed: int) -> dict:
+    """The result dict of a finished streaming run (timings aside), simulated or deployed alike."""
+    return {"task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(run.s), **run.summary(),
+            "bytes": run.cohort.ledger.summary()}
+
+
 def play_stream(X: np.ndarray, y: np.ndarray, s: StreamSettings, method: str, seed: int, n_classes: int,
                 folder: RunFolder | None = None) -> StreamRun:
     """The simulator's streaming run on ``X``, ``y`` (the run's rows), in this process, played."""
@@ -529,15 +542,11 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
     X, y = stream_rows(X, y, settings, seed)
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     with one_torch_thread():
-        folder = None if run_dir is None else RunFolder(
-            run_dir, {"task": "chfl-stream", "settings": asdict(settings), "method": method, "seed": seed,
-                      "n_rows": len(y), "n_classes": n_classes}, METRIC_COLUMNS, resume=resume)
+        ident = stream_identity(settings, method, seed, len(y), n_classes)
+        folder = None if run_dir is None else RunFolder(run_dir, ident, METRIC_COLUMNS, resume=resume)
         run = play_stream(X, y, settings, method, seed, n_classes, folder)
-    return {
-        "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
-        **run.summary(), "bytes": run.cohort.ledger.summary(),
-        "wall_seconds": run.elapsed + time.perf_counter() - t0, "resumed": run.elapsed > 0,
-    }
+    return stream_result(run, method, seed) | {"wall_seconds": run.elapsed + time.perf_counter() - t0,
+                                                "resumed": run.elapsed > 0}
 
 
 def run_stream(settings: StreamSettings, data_root: str | os.PathLike[str] | None, *,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from fedstream.chfl.plan import Plan
 from fedstream.chfl.rounds import BatchRun
 from fedstream.chfl.splits import FeatureSplit
 from fedstream.chfl.stream import METRIC_COLUMNS as STREAM_COLUMNS
-from fedstream.chfl.stream import StreamRun, draw_parties
+from fedstream.chfl.stream import StreamRun, draw_parties, stream_identity, stream_result
 from fedstream.chfl.trainer import METRIC_COLUMNS, identity, result_of, variants_of
 from fedstream.deploy.adapters import check_deployable
 from fedstream.deploy.records import Link
@@ -148,9 +147,7 @@ class NetworkStream(CHFLServer):
         super().__init__(config, RemoteStreamCohort(link, config))
 
     def identity(self, n_rows: int | None, n_classes: int | None) -> dict:
-        """Which run a checkpoint is of (the simulator's stream identity; the kind tells them apart)."""
-        return {"task": "chfl-stream", "settings": asdict(self.settings), "method": self.method,
-                "seed": self.seed, "n_rows": n_rows, "n_classes": n_classes}
+        return stream_identity(self.settings, self.method, self.seed, n_rows, n_classes)
 
     def run(self, checkpoint: Path | None = None) -> dict:
         """Set up, play every (remaining) segment, collect the nodes' byte counts; return the result.
@@ -164,10 +161,8 @@ class NetworkStream(CHFLServer):
         if self.saved is not None and run.resumed is None:
             raise CheckpointError(f"{folder.checkpoint}: gone since it was loaded")
         run.run()
-        return {"task": "chfl-stream", "method": self.method, "seed": self.seed, "settings": asdict(s),
-                **run.summary(), "bytes": cohort.ledger.summary(),
-                "wall_seconds": run.elapsed + time.perf_counter() - t0, "missed_ticks": run.missed(),
-                **self.network()}
+        played = {"wall_seconds": run.elapsed + time.perf_counter() - t0, "missed_ticks": run.missed()}
+        return stream_result(run, self.method, self.seed) | played | self.network()
 
     def where(self) -> str:
         return f"at tick {self.saved['tick']}"
