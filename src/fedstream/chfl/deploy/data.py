@@ -1,13 +1,9 @@
 """A CHFL client node's own part of the data set: its rows and its columns, nothing else.
 
-Batch mode (:func:`load_part`): the node applies the simulator's splits
-(:func:`fedstream.chfl.plan.prepare_client`: the same ``max_rows`` subset, feature split and row
-split, from the same seeds) and keeps only client ``index``'s view (its train and validation rows
-and the shared test rows, through the common features and its own unique block) and the feature
-split's column indices, cached in the node's cache folder (digest-named: a changed config never
-reads a stale part). Stream mode (:func:`load_stream_part`): the node computes the stream's
-layout as the simulator does (:func:`fedstream.chfl.stream.stream_layout`) and keeps its own part
-of the row permutation, standardised on its first ``stats_rows`` rows.
+Batch mode (:func:`load_part`): the simulator's splits from the same seeds
+(:func:`fedstream.chfl.plan.prepare_client`), client ``index``'s view kept and cached in the node's
+cache folder under a digest of what decides it. Stream mode (:func:`load_stream_part`): the
+simulator's layout (:func:`fedstream.chfl.stream.stream_layout`) and the node's part of it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""The server party of a deployed CHFL run: the simulator's loop over remote clients.
+"""The server party of a deployed CHFL run: the simulator's own loop over remote clients.
 
-The server holds no data: it learns the run's sizes from the nodes' setup
-(:mod:`fedstream.chfl.deploy.proxy`), draws the initial global column as the simulator does and
-runs the simulator's own loop over the remote cohort: :class:`NetworkCHFL` (batch mode)
-:class:`fedstream.chfl.rounds.BatchRun`, :class:`NetworkStream` (``chfl.mode = "stream"``)
-:class:`fedstream.chfl.stream.StreamRun`. :class:`CHFLServer` is what both share: their
-checkpoint (``kind = "deployed-server"``, so that neither this server nor the simulator resumes
-the other's) and what :func:`fedstream.deploy.serve.serve` calls. The result has the simulator's
-keys plus what the network adds (``faults``, ``rejoins``, ``exchanges``, the nodes' own byte counts
-in ``clients``, ``carried_over``); without faults it equals the simulator's, timings aside
-(docs/deploy-protocol.md, "CHFL").
+The server holds no data: it learns the run's sizes from the nodes, draws the initial global
+column as the simulator does and runs :class:`fedstream.chfl.rounds.BatchRun` (:class:`NetworkCHFL`)
+or :class:`fedstream.chfl.stream.StreamRun` (:class:`NetworkStream`) over the remote cohort
+(:mod:`fedstream.chfl.deploy.proxy`). :class:`CHFLServer` is what both share: the checkpoint and
+what :func:`fedstream.deploy.serve.serve` calls. Without faults the result is the simulator's.
 """
 
 from __future__ import annotations

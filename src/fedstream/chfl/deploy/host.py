@@ -1,14 +1,10 @@
 """CHFL's client parties on their nodes: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
-:class:`ClientNode` is what both parties share (the data part's check, θ checked against the
-node's common column, the state archive with the byte counts). :class:`CHFLHost` (batch mode)
-answers with the simulator's code for one client's side of a round (:mod:`fedstream.chfl.cohort`);
-:class:`StreamHost` (``chfl.mode = "stream"``) builds its client as the simulator's stream does
-(node k replays the run generator's draws of clients 0..k-1, :func:`~fedstream.chfl.stream.
-draw_parties`) and plays one segment of ticks per request (:func:`~fedstream.chfl.stream.learn_tick`).
-Every request is checked before anything changes. The state is one ``torch.save`` archive (a
-uint8 array, read back with ``weights_only=True``): Flower runs each message in a fresh process.
-What each request carries: docs/deploy-protocol.md, "CHFL".
+:class:`ClientNode` is what both share (the data part's check, θ checked against the common column,
+the state archive with the byte counts); :class:`CHFLHost` plays batch rounds with the simulator's
+code for one client (:mod:`fedstream.chfl.cohort`), :class:`StreamHost` segments of ticks with the
+simulator's stream code (:mod:`fedstream.chfl.stream`). Every request is checked before anything
+changes. What each request carries: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The server's side of a deployed CHFL run: the client nodes as the simulator's cohort.
 
-:class:`RemoteClients` is what both CHFL servers share (the nodes' setup and their reports, a node
-set up again, θ sent and counted, the replies checked, the finish reports). :class:`RemoteCohort`
-is the :class:`~fedstream.chfl.cohort.Cohort` that :class:`fedstream.chfl.rounds.BatchRun` (the
-simulator's round loop, unchanged) talks to, one request per node per round;
-:class:`RemoteStreamCohort` the :class:`~fedstream.chfl.stream.StreamCohort` of the simulator's
-:class:`~fedstream.chfl.stream.StreamRun`, one request per node and segment of ticks. The nodes:
-:mod:`fedstream.chfl.deploy.host`. The requests, replies, checks, faults and rejoins:
-docs/deploy-protocol.md, "CHFL".
+:class:`RemoteClients` is what both CHFL servers share (setup, a node set up again, θ sent and
+counted, replies checked, finish reports); :class:`RemoteCohort` is the batch loop's
+:class:`~fedstream.chfl.cohort.Cohort` (one request per node and round), :class:`RemoteStreamCohort`
+the stream loop's :class:`~fedstream.chfl.stream.StreamCohort` (one per node and segment of ticks).
+The requests, checks, faults and rejoins: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations
