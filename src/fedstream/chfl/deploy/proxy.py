@@ -49,6 +49,13 @@ REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node'
 SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
 
 
+def _fraction(v: object, *, nan: bool = False) -> bool:
+    """Whether ``v`` is a number in [0, 1] (``nan``: or NaN)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    return 0.0 <= v <= 1.0 or (nan and math.isnan(v))
+
+
 class RemoteClients(Session):
     """Client nodes 0..K-1 of a CHFL run behind ``link``, as both CHFL servers see them.
 
@@ -313,15 +320,9 @@ class RemoteCohort(RemoteClients):
                 and not isinstance(ch["round"], bool)
                 and isinstance(ch["round"], int)
                 and 1 <= ch["round"] <= s.rounds
-                and all(
-                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool) and 0.0 <= ch[k] <= 1.0
-                    for k in ("val_acc", "test_acc")
-                )
-                and all(  # collapse shares (fedstream.metrics.collapse): NaN when a node could not tell
-                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool)
-                    and (math.isnan(ch[k]) or 0.0 <= ch[k] <= 1.0)
-                    for k in SHARES & set(ch)
-                )
+                and all(_fraction(ch[k]) for k in ("val_acc", "test_acc"))
+                # collapse shares (fedstream.metrics.collapse): NaN when a node could not tell
+                and all(_fraction(ch[k], nan=True) for k in SHARES & set(ch))
             )
             if not ok:
                 raise ProtocolError(f"variant {name!r}: malformed choice {ch!r}"[:300])
