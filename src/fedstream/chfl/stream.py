@@ -19,7 +19,9 @@ its labels' skew (``top_class_client``), that share and its labels' (``top_class
 (:mod:`fedstream.metrics.collapse`: ``collapsed`` and a warning in the summary).
 Given a run folder, the curve's rows (tick, acc, top_class_share) are written as they complete and
 a checkpoint after every synchronisation; a checkpoint found there is resumed
-(:mod:`fedstream.chfl.checkpoint`).
+(:mod:`fedstream.chfl.checkpoint`). The loop (:class:`StreamRun`) plays over a :class:`StreamCohort`:
+the clients in this process (:class:`LocalStreamCohort`) or deployed nodes
+(``fedstream.chfl.deploy.proxy.RemoteStreamCohort``).
 """
 
 from __future__ import annotations
