@@ -148,7 +148,7 @@ def test_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, monkeypat
     s = StreamSettings(**STREAM)
     whole = run_stream_on_table(X, y, s, method=method, seed=1, run_dir=tmp_path / "whole")
     with monkeypatch.context() as m:
-        _crash_after(m, stream_mod._Stream, "tick", ticks)
+        _crash_after(m, stream_mod.LocalStreamCohort, "tick", ticks)
         with pytest.raises(Crash):
             run_stream_on_table(X, y, s, method=method, seed=1, run_dir=tmp_path / "part")
     resumed = run_stream_on_table(X, y, s, method=method, seed=1, run_dir=tmp_path / "part")

@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedstream.chfl.deploy.stream_driver import NetworkStream
-from fedstream.chfl.deploy.stream_node import StreamHost, load_stream_part, stream_config_settings
-from fedstream.chfl.stream import _Stream, run_stream, stream_rows
+from fedstream.chfl.deploy.data import load_stream_part, stream_config_settings
+from fedstream.chfl.deploy.driver import NetworkStream
+from fedstream.chfl.deploy.host import StreamHost
+from fedstream.chfl.deploy.proxy import RemoteStreamCohort
+from fedstream.chfl.stream import play_stream, run_stream, stream_rows
 from fedstream.config import load_config
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.deploy.adapters import default_runtime
@@ -47,9 +49,7 @@ def simulate(config: dict) -> tuple[dict, dict[str, np.ndarray]]:
     want = run_stream(s, config["data.root"], method=method, seed=seed)
     table = load_chfl_dataset(s.dataset, config["data.root"]).table
     with one_torch_thread():
-        st = _Stream(*stream_rows(table.X, table.y, s, seed), s, method, seed, SPECS[s.dataset].n_classes)
-        for t in range(st.n_ticks):
-            st.tick(t)
+        st = play_stream(*stream_rows(table.X, table.y, s, seed), s, method, seed, SPECS[s.dataset].n_classes)
     return want, ({} if st.server is None else st.server.state)
 
 
@@ -275,7 +275,7 @@ def test_the_session_refuses_nodes_of_other_data(covertype_root, tmp_path):
                                                         data_root=str(covertype_root)), 3, persist=False)
     with pytest.raises(ProtocolError, match="client 2 reports"):
         NetworkStream(link, config).run()
-    assert issubclass(NetworkStream, Session)
+    assert issubclass(RemoteStreamCohort, Session)
 
 
 @pytest.mark.slow

@@ -19,7 +19,9 @@ its labels' skew (``top_class_client``), that share and its labels' (``top_class
 (:mod:`fedstream.metrics.collapse`: ``collapsed`` and a warning in the summary).
 Given a run folder, the curve's rows (tick, acc, top_class_share) are written as they complete and
 a checkpoint after every synchronisation; a checkpoint found there is resumed
-(:mod:`fedstream.chfl.checkpoint`).
+(:mod:`fedstream.chfl.checkpoint`). The loop (:class:`StreamRun`) plays over a :class:`StreamCohort`:
+the clients in this process (:class:`LocalStreamCohort`) or deployed nodes
+(``fedstream.chfl.deploy.proxy.RemoteStreamCohort``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -53,9 +56,12 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
+from fedstream.errors import ProtocolError
 from fedstream.metrics.collapse import collapse_fields, count_share, most_collapsed
 from fedstream.runs.threads import one_torch_thread
+from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import ModelTransport
+from fedstream.transport.updates import ModelUpdate
 
 
 @dataclass(frozen=True)
@@ -248,91 +254,281 @@ def stream_summary(correct: np.ndarray, join_tick: list[int], s: StreamSettings,
     return out
 
 
-class _Stream:
-    """The clients, the server and the bookkeeping of one streaming run."""
+class Played(NamedTuple):
+    """A client's segment: its correct predictions per tick, its predictions and the batch's labels
+    per tick and class, and (at a synchronisation) its common column."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, s: StreamSettings, method: str, seed: int,
-                 n_classes: int):
-        self.s, self.method = s, method
-        layout = stream_layout(len(y), X.shape[1], s, seed)
-        fs, self.n_ticks, self.join_tick = layout.features, layout.n_ticks, list(layout.join_tick)
-        initial, drawn = draw_parties(layout, s, method, seed, n_classes, s.clients)
-        self.server = FedAvgServer(state_arrays(initial)) if initial is not None else None
-        self.clients: list[Client] = [
-            stream_client(k, stream_view(X, y, layout.parts[k], fs.common, fs.unique[k], s.stats_rows),
-                          drawn[k], s, method, seed)
-            for k in range(s.clients)]
-        self.transport = ModelTransport(s.clients)
-        self.correct = np.zeros((s.clients, self.n_ticks))
-        # predictions and labels per client, tick and class (the collapse fields: share_fields)
-        self.predicted = np.zeros((s.clients, self.n_ticks, n_classes), dtype=np.int64)
-        self.labels = np.zeros_like(self.predicted)
-        self.since_sync = [0] * s.clients
+    correct: np.ndarray
+    predicted: np.ndarray
+    labels: np.ndarray
+    update: ModelUpdate | None
 
-    def active(self, t: int) -> list[int]:
-        return [k for k in range(self.s.clients) if t >= self.join_tick[k]]
 
-    def _down(self, ks: list[int]) -> None:
-        for msg in self.server.broadcast(ks):
-            self.clients[msg.client].receive(self.transport.down(msg))
+def played(scores: list[TickScore], update: ModelUpdate | None) -> Played:
+    return Played(np.array([s.correct for s in scores]), np.stack([s.predicted for s in scores]),
+                  np.stack([s.labels for s in scores]), update)
 
-    def _sync(self, ks: list[int]) -> None:
-        """FedAvg over the active clients that learnt since the last sync, then θ down to all."""
-        ups = []
-        for k in ks:
-            if self.since_sync[k] > 0:
-                u = self.clients[k].upload()
-                ups.append(self.transport.up(u._replace(n_samples=self.since_sync[k])))
+
+@dataclass(frozen=True)
+class Segment:
+    """Ticks [``start``, ``until``) of the active ``clients``: first ``models`` (θ for the clients that
+    need it: joining, after a synchronisation, back after a fault); ``upload``: the FedAvg server
+    the segment's updates go to (None: no synchronisation ends it); ``keep``: the run checkpoints
+    after it."""
+
+    start: int
+    until: int
+    clients: list[int]
+    models: dict[int, ModelUpdate]
+    upload: FedAvgServer | None
+    keep: bool
+
+
+class StreamCohort(Protocol):
+    """The clients of a streaming run as :class:`StreamRun` sees them, whatever carries the messages.
+
+    :class:`LocalStreamCohort` holds them in this process; ``fedstream.chfl.deploy.proxy.
+    RemoteStreamCohort`` sends each one request per segment over a link. Every model crosses as
+    encoded :class:`ModelUpdate` bytes counted in ``ledger``; ``faults`` lists the clients' failures
+    (remote only)."""
+
+    ledger: ByteLedger
+    faults: list[dict]
+
+    def come_back(self, t: int) -> set[int]:
+        """Before tick ``t``: the clients set up again since, who need θ with their next segment."""
+        ...
+
+    def play(self, seg: Segment) -> dict[int, Played]:
+        """Deliver ``seg.models``, then every client of ``seg.clients`` predicts and learns its ticks;
+        what each one that did reports (a remote client that failed is missing)."""
+        ...
+
+    def finish(self, t: int, models: dict[int, ModelUpdate]) -> None:
+        """The end of the stream (``t``: its ticks): the last broadcast."""
+        ...
+
+    def checkpoint_state(self) -> dict:
+        """What the clients' side adds to the run's checkpoint."""
+        ...
+
+    def load_checkpoint(self, state: Mapping) -> None:
+        """Restore :meth:`checkpoint_state`'s part of ``state``."""
+        ...
+
+
+class LocalStreamCohort:
+    """The clients in this process, behind a :class:`ModelTransport` (every update really encoded,
+    counted and decoded); tick by tick, as the stream arrives."""
+
+    def __init__(self, clients: list[Client], join_tick: list[int], batch: int):
+        self.clients, self.join_tick, self.batch = clients, join_tick, batch
+        self.transport = ModelTransport(len(clients))
+        self.ledger = self.transport.ledger
+        self.faults: list[dict] = []
+        self.since_sync = [0] * len(clients)  # rows each client learnt since its last upload
+
+    def come_back(self, t: int) -> set[int]:
+        return set()
+
+    def _deliver(self, models: dict[int, ModelUpdate]) -> None:
+        for k, msg in models.items():
+            self.clients[k].receive(self.transport.down(msg))
+
+    def tick(self, t: int, ks: list[int]) -> list[TickScore]:
+        """Every client of ``ks`` predicts its batch of tick ``t``, is scored, then learns from it."""
+        return [learn_tick(self.clients[k], t, self.join_tick[k], self.batch) for k in ks]
+
+    def play(self, seg: Segment) -> dict[int, Played]:
+        self._deliver(seg.models)
+        scores: dict[int, list[TickScore]] = {k: [] for k in seg.clients}
+        for t in range(seg.start, seg.until):
+            for k, score in zip(seg.clients, self.tick(t, seg.clients)):
+                scores[k].append(score)
+        out = {}
+        for k in seg.clients:
+            self.since_sync[k] += (seg.until - seg.start) * self.batch
+            update = None
+            if seg.upload is not None:
+                update = self.transport.up(self.clients[k].upload()._replace(n_samples=self.since_sync[k]))
                 self.since_sync[k] = 0
-        self.server.aggregate(ups)
-        self._down(ks)
+            out[k] = played(scores[k], update)
+        return out
 
-    def tick(self, t: int) -> None:
-        """Every active client predicts its next batch, is scored, then learns from it."""
-        ks = self.active(t)
-        if self.server is not None:
-            joining = [k for k in ks if self.join_tick[k] == t]
-            if joining:
-                self._down(joining)
-        for k in ks:
-            score = learn_tick(self.clients[k], t, self.join_tick[k], self.s.batch)
-            self.correct[k, t], self.predicted[k, t], self.labels[k, t] = score
-            self.since_sync[k] += self.s.batch
-        if self.server is not None and (t + 1) % self.s.sync_every == 0:
-            self._sync(ks)
+    def finish(self, t: int, models: dict[int, ModelUpdate]) -> None:
+        self._deliver(models)
 
-    def point(self, a: int, b: int) -> dict:
-        """Prequential accuracy over ticks [a, b), per client (None: not active yet) and mean."""
-        return prequential_point(self.correct, self.join_tick, self.s.batch, a, b,
-                                 counts=(self.predicted, self.labels))
+    def checkpoint_state(self) -> dict:
+        return {"clients": [c.state() for c in self.clients], "since_sync": list(self.since_sync)}
 
-    def state(self, t: int) -> dict:
-        """Everything after tick ``t - 1`` (for a checkpoint): clients, server, scores, ledger."""
-        return {
-            "tick": t, "clients": [c.state() for c in self.clients], "since_sync": list(self.since_sync),
-            "server": None if self.server is None else {
-                "round": self.server.round, "tensors": arrays_to_tensors(self.server.state)},
-            "correct": torch.from_numpy(self.correct.copy()), "ledger": ledger_state(self.transport.ledger),
-            "predicted": torch.from_numpy(self.predicted.copy()),
-            "labels": torch.from_numpy(self.labels.copy()),
-        }
-
-    def load(self, state: dict) -> int:
-        """Put back a :meth:`state`; returns the tick to continue from."""
+    def load_checkpoint(self, state: Mapping) -> None:
         for c, cs in zip(self.clients, state["clients"]):
             c.load_state(cs)
         self.since_sync = [int(v) for v in state["since_sync"]]
-        if self.server is not None:
-            self.server.state = tensors_to_arrays(state["server"]["tensors"])
-            self.server.round = int(state["server"]["round"])
-        self.correct = state["correct"].numpy().copy()
-        if "predicted" in state:  # (a checkpoint from before the counts were kept: none before it)
-            self.predicted, self.labels = state["predicted"].numpy().copy(), state["labels"].numpy().copy()
-        load_ledger(self.transport.ledger, state["ledger"])
-        return int(state["tick"])
 
 
 METRIC_COLUMNS = ["tick", "acc", "top_class_share"]  # top_class_share: the curve point's (share_fields)
+
+
+class StreamRun:
+    """The server's side of a streaming run over a :class:`StreamCohort`: the FedAvg server, the
+    scores per client, tick and class, and the loop.
+
+    The stream is cut into segments at every synchronisation (each ``sync_every`` ticks), at every
+    join tick and at the end; a segment's ticks need nothing from the server, so a remote client
+    plays one segment per request. After a synchronisation θ goes to every active client with its
+    next segment (after the last one, with the finish). A client that missed a segment
+    (``seen``) gets θ again with its next one; a synchronisation without any update keeps θ
+    (``carried``; a second in a row ends the run). With ``folder`` the run writes the metrics rows
+    (tick, acc, top_class_share), checkpoints after every synchronisation before the end, and
+    resumes from a checkpoint found there."""
+
+    def __init__(self, s: StreamSettings, layout: StreamLayout, n_classes: int, initial: Column | None,
+                 cohort: StreamCohort, folder: RunFolder | None = None):
+        self.s, self.cohort, self.folder = s, cohort, folder
+        self.join_tick, self.n_ticks = list(layout.join_tick), layout.n_ticks
+        self.server = FedAvgServer(state_arrays(initial)) if initial is not None else None
+        shape = (s.clients, self.n_ticks)
+        self.correct, self.seen = np.zeros(shape), np.zeros(shape, dtype=bool)
+        # predictions and labels per client, tick and class (the collapse fields: share_fields)
+        self.predicted = np.zeros((*shape, n_classes), dtype=np.int64)
+        self.labels = np.zeros_like(self.predicted)
+        self.need: set[int] = set()  # clients to send θ with their next segment
+        self.carried: list[int] = []  # the synchronisations (their tick) without any update
+        self.tick, self.elapsed = 0, 0.0
+        self.resumed = folder.resume() if folder is not None else None
+        if self.resumed is not None:
+            self._load(self.resumed)
+        self.started = time.perf_counter()
+
+    def run(self) -> None:
+        """Every remaining segment, then the finish."""
+        s, n, server = self.s, self.n_ticks, self.server
+        cuts = sorted(set(range(0, n, s.sync_every)) | set(self.join_tick) | {n})
+        for a, b in zip(cuts, cuts[1:]):
+            if a < self.tick:
+                continue
+            self.need |= self.cohort.come_back(a)
+            active = [k for k in range(s.clients) if self.join_tick[k] <= a]
+            self.need |= {k for k in active if self.join_tick[k] == a}
+            upload = server is not None and b % s.sync_every == 0
+            keep = self.folder is not None and upload and b < n
+            played = self.cohort.play(Segment(a, b, active, self._models(set(active)),
+                                              server if upload else None, keep))
+            ups = []
+            for k, p in sorted(played.items()):
+                self.correct[k, a:b], self.predicted[k, a:b], self.labels[k, a:b] = p[:3]
+                self.seen[k, a:b] = True
+                self.need.discard(k)
+                if p.update is not None:
+                    ups.append(p.update)
+            if upload:
+                if ups:
+                    server.aggregate(ups)
+                else:  # every client's reply lost (each one's fault): θ carries over to the next round
+                    self._carry_over(b)
+                self.need |= set(active)
+            self.tick = b
+            if self.folder is not None:
+                self._metrics(a, b)
+            if keep:
+                self.folder.save(self.state())
+        self.cohort.finish(n, self._models(set(range(s.clients))))
+
+    def _models(self, among: set[int]) -> dict[int, ModelUpdate]:
+        """θ for the clients of ``among`` that need it (none for Local)."""
+        ks = sorted(self.need & among) if self.server is not None else []
+        return dict(zip(ks, self.server.broadcast(ks))) if ks else {}
+
+    def _carry_over(self, b: int) -> None:
+        """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``). Twice in
+        a row, or the run's only synchronisation: ProtocolError (the run cannot learn)."""
+        every = self.s.sync_every
+        if b - every in self.carried or self.n_ticks // every == 1:
+            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
+                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
+        self.server.carry_over()
+        self.carried.append(b)
+
+    def missed(self) -> list[int]:
+        """Per client, the ticks it did not play (a remote client that failed)."""
+        return [int((self.n_ticks - j) - self.seen[k].sum()) for k, j in enumerate(self.join_tick)]
+
+    def summary(self) -> dict:
+        """The result's accuracy keys (:func:`stream_summary`)."""
+        seen = self.seen if any(self.missed()) else None
+        return stream_summary(self.correct, self.join_tick, self.s, seen, (self.predicted, self.labels))
+
+    def _metrics(self, a: int, b: int) -> None:
+        """The metrics rows (tick, acc, top_class_share) of the points that end in ticks [a, b)."""
+        every, join = self.s.eval_every, self.join_tick
+        played = all(self.seen[k, join[k]:b].all() for k in range(len(join)))  # no tick missed so far
+        for end in range(a + 1, b + 1):
+            if end % every == 0 or end == self.n_ticks:
+                p = prequential_point(self.correct, join, self.s.batch, ((end - 1) // every) * every, end,
+                                      None if played else self.seen, (self.predicted, self.labels))
+                self.folder.append({k: p.get(k) for k in METRIC_COLUMNS})
+
+    def state(self) -> dict:
+        """Everything after tick ``tick - 1`` (a checkpoint), with the cohort's part."""
+        server = None if self.server is None else {"round": self.server.round,
+                                                   "tensors": arrays_to_tensors(self.server.state)}
+        return {"tick": self.tick, "server": server, "correct": torch.from_numpy(self.correct.copy()),
+                "seen": torch.from_numpy(self.seen.astype(np.uint8)), "need": sorted(self.need),
+                "carried": list(self.carried), "ledger": ledger_state(self.cohort.ledger),
+                "predicted": torch.from_numpy(self.predicted.copy()),
+                "labels": torch.from_numpy(self.labels.copy()),
+                "elapsed": self.elapsed + time.perf_counter() - self.started,
+                **self.cohort.checkpoint_state()}
+
+    def _load(self, v: dict) -> None:
+        self.tick, self.elapsed = int(v["tick"]), float(v["elapsed"])
+        if self.server is not None:
+            self.server.state = tensors_to_arrays(v["server"]["tensors"])
+            self.server.round = int(v["server"]["round"])
+        self.correct = v["correct"].numpy().copy()
+        if "seen" in v:
+            self.seen = v["seen"].numpy().astype(bool)
+        else:  # (a simulator's checkpoint from before ``seen`` was kept: every tick played)
+            for k, j in enumerate(self.join_tick):
+                self.seen[k, j:self.tick] = True
+        if "predicted" in v:  # (a checkpoint from before the counts were kept: none before it)
+            self.predicted, self.labels = v["predicted"].numpy().copy(), v["labels"].numpy().copy()
+        self.need = {int(m) for m in v.get("need", [])}
+        self.carried = [int(x) for x in v.get("carried", [])]
+        load_ledger(self.cohort.ledger, v["ledger"])
+        self.cohort.load_checkpoint(v)
+
+
+def stream_identity(s: StreamSettings, method: str, seed: int, n_rows: int | None,
+                    n_classes: int | None) -> dict:
+    """What makes two streaming runs the same run (a checkpoint of one resumes only the same)."""
+    return {"task": "chfl-stream", "settings": asdict(s), "method": method, "seed": seed, "n_rows": n_rows,
+            "n_classes": n_classes}
+
+
+def stream_result(run: StreamRun, method: str, seed: int) -> dict:
+    """The result dict of a finished streaming run (timings aside), simulated or deployed alike."""
+    return {"task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(run.s), **run.summary(),
+            "bytes": run.cohort.ledger.summary()}
+
+
+def play_stream(X: np.ndarray, y: np.ndarray, s: StreamSettings, method: str, seed: int, n_classes: int,
+                folder: RunFolder | None = None) -> StreamRun:
+    """The simulator's streaming run on ``X``, ``y`` (the run's rows), in this process, played."""
+    layout = stream_layout(len(y), X.shape[1], s, seed)
+    if layout.n_ticks < 1:
+        raise SettingError("batch", f"expected at most {len(y) // s.clients} (the rows per "
+                           f"client), found {s.batch}")
+    fs = layout.features
+    initial, drawn = draw_parties(layout, s, method, seed, n_classes, s.clients)
+    clients = [stream_client(k, stream_view(X, y, layout.parts[k], fs.common, fs.unique[k], s.stats_rows),
+                             drawn[k], s, method, seed) for k in range(s.clients)]
+    run = StreamRun(s, layout, n_classes, initial, LocalStreamCohort(clients, layout.join_tick, s.batch),
+                    folder)
+    run.run()
+    return run
 
 
 def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, *,
@@ -348,31 +544,11 @@ def run_stream_on_table(X: np.ndarray, y: np.ndarray, settings: StreamSettings, 
     X, y = stream_rows(X, y, settings, seed)
     n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     with one_torch_thread():
-        st = _Stream(X, y, settings, method, seed, n_classes)
-        if st.n_ticks < 1:
-            raise SettingError("batch", f"expected at most {len(y) // settings.clients} (the rows per "
-                               f"client), found {settings.batch}")
-        folder = None if run_dir is None else RunFolder(
-            run_dir, {"task": "chfl-stream", "settings": asdict(settings), "method": method, "seed": seed,
-                      "n_rows": len(y), "n_classes": n_classes}, METRIC_COLUMNS, resume=resume)
-        saved = folder.resume() if folder is not None else None
-        start, elapsed = (st.load(saved), float(saved["elapsed"])) if saved is not None else (0, 0.0)
-        every = settings.eval_every
-        for t in range(start, st.n_ticks):
-            st.tick(t)
-            if folder is None:
-                continue
-            if (t + 1) % every == 0 or t + 1 == st.n_ticks:
-                p = st.point((t // every) * every, t + 1)
-                folder.append({k: p.get(k) for k in METRIC_COLUMNS})
-            if st.server is not None and (t + 1) % settings.sync_every == 0 and t + 1 < st.n_ticks:
-                folder.save(st.state(t + 1) | {"elapsed": elapsed + time.perf_counter() - t0})
-    return {
-        "task": "chfl-stream", "method": method, "seed": seed, "settings": asdict(settings),
-        **stream_summary(st.correct, st.join_tick, settings, counts=(st.predicted, st.labels)),
-        "bytes": st.transport.ledger.summary(), "wall_seconds": elapsed + time.perf_counter() - t0,
-        "resumed": elapsed > 0,
-    }
+        ident = stream_identity(settings, method, seed, len(y), n_classes)
+        folder = None if run_dir is None else RunFolder(run_dir, ident, METRIC_COLUMNS, resume=resume)
+        run = play_stream(X, y, settings, method, seed, n_classes, folder)
+    return stream_result(run, method, seed) | {"wall_seconds": run.elapsed + time.perf_counter() - t0,
+                                                "resumed": run.elapsed > 0}
 
 
 def run_stream(settings: StreamSettings, data_root: str | os.PathLike[str] | None, *,

@@ -1,25 +1,19 @@
 """CHFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``chfl``.
 
-Streaming mode (``chfl.mode = "stream"``) has its own node (:mod:`~fedstream.chfl.deploy.stream_node`)
-and server (:mod:`~fedstream.chfl.deploy.stream_driver`), on the gRPC runtime by default: one
-request per FedAvg round of ``chfl.stream_sync_every`` ticks, thousands of them in a stream.
-
-Node side: the node's rows and columns (:class:`~fedstream.chfl.deploy.data.NodePart`) and its party
-(:class:`~fedstream.chfl.deploy.host.CHFLHost`). Server side:
-:class:`~fedstream.chfl.deploy.driver.NetworkCHFL` (no data at all: the nodes report their sizes),
-which :func:`fedstream.deploy.serve.serve` runs (``metrics.csv`` and ``checkpoint.pt`` after every
-FedAvg round in ``out``; with ``audit`` the final global common column, ``models.npz``).
+Batch mode: node data :func:`~fedstream.chfl.deploy.data.load_part`, party
+:class:`~fedstream.chfl.deploy.host.CHFLHost`, server :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`
+(on Flower by default). Stream mode (``chfl.mode = "stream"``): :func:`~fedstream.chfl.deploy.data.
+load_stream_part`, :class:`~fedstream.chfl.deploy.host.StreamHost`,
+:class:`~fedstream.chfl.deploy.driver.NetworkStream` (on gRPC by default).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fedstream.chfl.deploy.data import NodePart, load_part
-from fedstream.chfl.deploy.driver import NetworkCHFL
-from fedstream.chfl.deploy.host import CHFLHost
-from fedstream.chfl.deploy.stream_driver import NetworkStream
-from fedstream.chfl.deploy.stream_node import StreamHost, StreamPart, load_stream_part
+from fedstream.chfl.deploy.data import NodePart, StreamPart, load_part, load_stream_part
+from fedstream.chfl.deploy.driver import NetworkCHFL, NetworkStream
+from fedstream.chfl.deploy.host import CHFLHost, StreamHost
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.errors import ConfigError
 

@@ -1,17 +1,9 @@
 """A CHFL client node's own part of the data set: its rows and its columns, nothing else.
 
-A node reads the data set file (a CSV holds every column of every row, so it is parsed whole),
-applies the simulator's splits (:func:`fedstream.chfl.trainer.prepare_client`: the same
-``max_rows`` subset, feature split and row split, from the same seeds) and keeps only client
-``index``'s view: its train and validation rows and the shared test rows, through the common
-features and its own unique block, standardised with its own train mean/std. It also keeps the
-feature split's column indices (which columns are common, how many unique ones each client
-has): no data, but what it needs to replay the weight draws of the clients before it.
-
-Flower runs every message in a fresh process, so the part is saved in the node's cache folder
-(``--node-config 'cache-dir="PATH"'``) once and memory-mapped by later messages; the file name
-is a digest of everything that decides the part (data set, data root, seed, the split settings,
-client index), so a changed config never reads a stale part.
+Batch mode (:func:`load_part`): the simulator's splits from the same seeds
+(:func:`fedstream.chfl.plan.prepare_client`), client ``index``'s view kept and cached in the node's
+cache folder under a digest of what decides it. Stream mode (:func:`load_stream_part`): the
+simulator's layout (:func:`fedstream.chfl.stream.stream_layout`) and the node's part of it.
 """
 
 from __future__ import annotations
@@ -24,14 +16,16 @@ import numpy as np
 import torch
 
 from fedstream.chfl.client import ClientData, View
-from fedstream.chfl.runner import chfl_settings
+from fedstream.chfl.runner import chfl_settings, stream_settings
 from fedstream.chfl.settings import CHFLSettings, named_by_config
 from fedstream.chfl.splits import FeatureSplit
+from fedstream.chfl.stream import StreamLayout, StreamSettings, stream_layout, stream_rows, stream_view
 from fedstream.chfl.trainer import prepare_client
 from fedstream.data.chfl_datasets import SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
 from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
+from fedstream.errors import ConfigError
 
 FORMAT = 1
 
@@ -71,6 +65,12 @@ def chfl_config_settings(config: dict) -> CHFLSettings:
     parties compute on the CPU (``device`` applies to the simulator)."""
     with named_by_config():
         return replace(chfl_settings(config), device="cpu")
+
+
+def stream_config_settings(config: dict) -> StreamSettings:
+    """The run's streaming settings; a bad value is reported by its config key (``chfl.*``)."""
+    with named_by_config():
+        return stream_settings(config)
 
 
 SPLIT_FIELDS = ("dataset", "clients", "common_ratio", "split", "split_index", "max_rows")
@@ -130,3 +130,30 @@ def _read(z: dict[str, np.ndarray], index: int) -> NodePart:
     if meta["index"] != index:
         raise ValueError(f"the node's cache holds client {meta['index']}'s part, not client {index}'s")
     return NodePart(index, fs, ClientData(*views), meta["n_rows"], meta["n_classes"], meta["n_features"])
+
+
+@dataclass
+class StreamPart:
+    """Client ``index``'s rows of a streaming run, and the run's layout (sizes and indices only)."""
+
+    index: int
+    view: View
+    layout: StreamLayout
+    n_rows: int
+    n_features: int
+    n_classes: int
+
+
+def load_stream_part(config: dict, index: int, *, data_root: str | None = None) -> StreamPart:
+    """Client ``index``'s part of ``config``'s data set in a streaming run (see the module doc)."""
+    s = stream_config_settings(config)
+    check_client_index(index, s.clients, "chfl.clients")
+    table = load_chfl_dataset(s.dataset, resolve_data_root(data_root or config["data.root"])).table
+    X, y = stream_rows(table.X, table.y, s, config["seed"])
+    layout = stream_layout(len(y), X.shape[1], s, config["seed"])
+    if layout.n_ticks < 1:
+        raise ConfigError(f"chfl.stream_batch = {s.batch}: expected at most {len(y) // s.clients} (the rows "
+                          "per client)")
+    fs = layout.features
+    view = stream_view(X, y, layout.parts[index], fs.common, fs.unique[index], s.stats_rows)
+    return StreamPart(index, view, layout, len(y), int(X.shape[1]), SPECS[s.dataset].n_classes)

@@ -1,33 +1,10 @@
-"""A CHFL client party on its own node: one :class:`fedstream.chfl.client.Client` behind envelopes.
+"""CHFL's client parties on their nodes: one :class:`fedstream.chfl.client.Client` behind envelopes.
 
-:class:`CHFLHost` answers the server's requests (see :mod:`fedstream.chfl.deploy.proxy` for the
-server's side) with the simulator's code for one client's side of a round
-(:mod:`fedstream.chfl.trainer`: :func:`~fedstream.chfl.trainer.build_clients`,
-:func:`~fedstream.chfl.trainer.validate_client`, :func:`~fedstream.chfl.trainer.keep_common`,
-:func:`~fedstream.chfl.trainer.train_and_upload`, :func:`~fedstream.chfl.trainer.score_choices`):
-
-* ``setup``: the node's sizes (rows per split, features, classes) and its column indices: the
-  server needs the common width to draw the initial global column, and no data. Also where the
-  node is (``lr_index``, ``round``: the federation and round it last played, -1 and -1 for a
-  fresh party): a node set up with ``rejoin`` resumes from its checkpoint
-  (:mod:`fedstream.deploy.session`) and the server checks it is not ahead of the run.
-* ``round`` (round t of the federation ``info["lr_index"]``): the part is θ^t, an encoded
-  :class:`~fedstream.transport.updates.ModelUpdate` (none for the Local baseline). The node loads it,
-  with ``info["validate"]`` scores its candidates on its validation rows and keeps the best
-  (lr, candidate, round) snapshot, with ``info["epochs"]`` trains that many local epochs and
-  replies its common column (encoded) and its best validation accuracy (a number). A request of
-  a new ``lr_index`` starts a new federation with fresh, identically seeded weights.
-* ``finish``: each result variant's choice scored on the test rows: numbers only (learning rate,
-  candidate, round, validation and test accuracy), and the node's byte counts.
-
-The validation rows, the snapshots and the choice never leave the node. Every request is
-checked before anything changes (kind, round order, learning-rate index, flags, the model's
-sender, round, tensor names and shapes against the node's common column, finite values).
-
-Flower runs each message in a fresh process: :meth:`CHFLHost.state_dict` holds everything
-(the client's columns, heads, Adam states and shuffling generator, the validation records with
-their snapshots, the global columns they were scored with, the position and byte counts) as one
-``torch.save`` archive (a uint8 array), read back with ``weights_only=True``.
+:class:`ClientNode` is what both share (the data part's check, θ checked against the common column,
+the state archive with the byte counts); :class:`CHFLHost` plays batch rounds with the simulator's
+code for one client (:mod:`fedstream.chfl.cohort`), :class:`StreamHost` segments of ticks with the
+simulator's stream code (:mod:`fedstream.chfl.stream`). Every request is checked before anything
+changes. What each request carries: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations
@@ -46,11 +23,20 @@ from fedstream.chfl.cohort import (
     train_and_upload,
     validate_client,
 )
-from fedstream.chfl.deploy.data import NodePart, chfl_config_settings
-from fedstream.chfl.deploy.records import RoundReply, RoundRequest, SetupReply, check_update
+from fedstream.chfl.deploy.data import NodePart, StreamPart, chfl_config_settings, stream_config_settings
+from fedstream.chfl.deploy.records import (
+    RoundReply,
+    RoundRequest,
+    SegmentReply,
+    SegmentRequest,
+    SetupReply,
+    StreamSetupReply,
+    check_update,
+)
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
+from fedstream.chfl.stream import draw_parties, learn_tick, stream_client
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
@@ -59,21 +45,50 @@ from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
-STATE = "chfl"  # the key of the node's state archive in state_dict()
+
+class ClientNode(NodeHost):
+    """Client party ``index`` of a CHFL run holding its part of the data (``rows``); a subclass keeps
+    its state under ``state_key`` (:meth:`node_state`, :meth:`load_node_state`)."""
+
+    single_thread = True  # as the simulator runs: the same float sums in the same order
+    state_key = ""
+
+    def __init__(self, index: int, rows):
+        if rows.index != index:
+            raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
+        super().__init__(index)
+        self.part = rows
+
+    def global_column(self, data: bytes, where: str, client: Client, round: int | None) -> ModelUpdate:
+        """Decode θ (header, length, finite values) and check it fits ``client``'s common column."""
+        return check_update(data, where, client=self.index, round=round, fits=state_arrays(client.common),
+                            column="its common column")
+
+    def node_state(self) -> dict:
+        raise NotImplementedError
+
+    def load_node_state(self, saved: dict) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything the node needs for its next request, as one uint8 array."""
+        return pack_state(self.state_key, self.node_state() | {"counters": self.counts()})
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        saved = unpack_state(self.state_key, state, f"client {self.index}")
+        self.load_counts(saved["counters"])
+        self.load_node_state(saved)
 
 
-class CHFLHost(NodeHost):
+class CHFLHost(ClientNode):
     """Client party ``index`` of a CHFL run, holding only its own part of the data (``rows``)."""
 
-    single_thread = True  # as the simulator runs (run_on_table): the same float sums in the same order
+    state_key = "chfl"
 
     def __init__(
         self, config: dict, index: int, *, rows: NodePart, state: dict[str, np.ndarray] | None = None
     ):
-        if rows.index != index:
-            raise ProtocolError(f"client {index}: its data part is client {rows.index}'s")
-        super().__init__(index)
-        self.config, self.part = config, rows
+        super().__init__(index, rows)
         self.settings = chfl_config_settings(config)
         self.plan = Plan(self.settings, config["chfl.method"], config["seed"], len(rows.features.common),
                          rows.n_classes)
@@ -110,16 +125,12 @@ class CHFLHost(NodeHost):
             raise ProtocolError(f"{where}: expected {want} model message(s), received {len(env.parts)}")
         return i, validate, epochs
 
-    def _model(self, data: bytes, t: int, client: Client) -> ModelUpdate:
-        """Decode θ^t (header, length, finite values) and check it fits this client's common column."""
-        return check_update(data, f"client {self.index}: ", client=self.index, round=t,
-                            fits=state_arrays(client.common), column="its common column")
-
     def on_round(self, env: Envelope) -> Envelope:
         i, validate, epochs = self._check_round(env)
         t, lr = env.round, self.settings.lrs[i]
         client = self._fresh(lr) if i != self.lr_index else self.client
-        msg = self._model(env.parts[0], t, client) if self.plan.federated else None
+        where = f"client {self.index}: "
+        msg = self.global_column(env.parts[0], where, client, t) if self.plan.federated else None
         # every check passed: from here on the request changes the node
         self.client, self.lr_index, self.round = client, i, t
         if msg is not None:
@@ -151,21 +162,84 @@ class CHFLHost(NodeHost):
         return Envelope(FINISH, env.round, [], reply.info())
 
     # -- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
-        state = {
-            "lr_index": self.lr_index,
-            "round": self.round,
-            "counters": self.counts(),
-            "client": None if self.client is None else self.client.state(),
-        } | records_state(self.selector, self.commons)
-        return pack_state(STATE, state)
+    def node_state(self) -> dict:
+        """The position, the client (its columns, heads, Adam states and shuffling generator) and the
+        validation records with their snapshots and the global columns they were scored with."""
+        return {"lr_index": self.lr_index, "round": self.round,
+                "client": None if self.client is None else self.client.state(),
+                } | records_state(self.selector, self.commons)
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        saved = unpack_state(STATE, state, f"client {self.index}")
+    def load_node_state(self, saved: dict) -> None:
         self.lr_index, self.round = int(saved["lr_index"]), int(saved["round"])
-        self.load_counts(saved["counters"])
         if saved["client"] is not None:
             self.client = self._fresh(self.settings.lrs[self.lr_index])
             self.client.load_state(saved["client"])
         self.commons = load_records(self.selector, saved)
+
+
+class StreamHost(ClientNode):
+    """Client party ``index`` of a streaming CHFL run, holding only its own rows (``rows``)."""
+
+    state_key = "chfl-stream"
+
+    def __init__(self, config: dict, index: int, *, rows: StreamPart, state: dict | None = None):
+        super().__init__(index, rows)
+        self.settings = s = stream_config_settings(config)
+        method, seed = config["chfl.method"], config["seed"]
+        self.federated = method != "local"
+        _, drawn = draw_parties(rows.layout, s, method, seed, rows.n_classes, index + 1)
+        self.client: Client = stream_client(index, rows.view, drawn[index], s, method, seed)
+        self.join = rows.layout.join_tick[index]
+        self.tick = -1  # the last tick played
+        self.since = 0  # rows learnt since the last upload
+        if state:
+            self.load_state_dict(state)
+
+    def on_setup(self, env: Envelope) -> Envelope:
+        p = self.part
+        return Envelope(SETUP, env.round, info=StreamSetupReply(
+            client=self.index, tick=self.tick, n_rows=p.n_rows, n_features=p.n_features,
+            n_common=len(p.layout.features.common), n_classes=p.n_classes,
+            n_ticks=p.layout.n_ticks, join_tick=self.join).info())
+
+    def on_finish(self, env: Envelope) -> Envelope:
+        self._global(env, f"client {self.index}, finish request")
+        reply = FinishReply(up=self.up, down=self.down, messages=self.messages)
+        return Envelope(FINISH, env.round, [], reply.info())
+
+    def _global(self, env: Envelope, where: str) -> None:
+        """Load the global column the request carries (if any), after checking it."""
+        if len(env.parts) > (1 if self.federated else 0):
+            raise ProtocolError(f"{where}: expected at most {int(self.federated)} model message(s), "
+                                f"received {len(env.parts)}")
+        if not env.parts:
+            return
+        msg = self.global_column(env.parts[0], f"{where}: ", self.client, None)
+        self.received(env.parts[0])
+        self.client.receive(msg)
+
+    def on_round(self, env: Envelope) -> Envelope:
+        a, where = env.round, f"client {self.index}, ticks from {env.round}"
+        s, n_ticks = self.settings, self.part.layout.n_ticks
+        request = SegmentRequest.read(env.info, where, t=a, n_ticks=n_ticks, federated=self.federated)
+        if a < self.join or a <= self.tick:
+            raise ProtocolError(f"{where}: the node joins at tick {self.join} and played up to tick "
+                                f"{self.tick}: requests must move forward")
+        self._global(env, where)  # the last check: from here on the request changes the node
+        scores = [learn_tick(self.client, t, self.join, s.batch) for t in range(a, request.until)]
+        self.since += len(scores) * s.batch
+        self.tick = request.until - 1
+        parts = []
+        if request.upload:
+            parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
+            self.since = 0
+        return Envelope(ROUND, a, parts, SegmentReply(correct=[int(c.correct) for c in scores]).info(),
+                        arrays={"predicted": np.stack([c.predicted for c in scores]).astype(np.int64),
+                                "labels": np.stack([c.labels for c in scores]).astype(np.int64)})
+
+    def node_state(self) -> dict:
+        return {"tick": self.tick, "since": self.since, "client": self.client.state()}
+
+    def load_node_state(self, saved: dict) -> None:
+        self.tick, self.since = int(saved["tick"]), int(saved["since"])
+        self.client.load_state(saved["client"])

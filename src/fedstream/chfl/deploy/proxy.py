@@ -1,42 +1,10 @@
-"""The server's side of a deployed CHFL run: the clients as a :class:`~fedstream.chfl.trainer.Cohort`
-over a link.
+"""The server's side of a deployed CHFL run: the client nodes as the simulator's cohort.
 
-:class:`RemoteCohort` is what :class:`fedstream.chfl.trainer.BatchRun` (the simulator's round
-loop, unchanged) talks to when the clients live on their own nodes
-(:mod:`fedstream.chfl.deploy.host`). One request per node per round, all nodes at once (the
-requests and replies: :mod:`fedstream.chfl.deploy.records`).
-
-The ledger counts the encoded ModelUpdates exactly as the simulator's
-:class:`~fedstream.transport.tensors.ModelTransport` does (θ^t down when sent, θ_k^t up when
-accepted), so a run without faults has the simulator's byte counts per client and direction. At
-the finish each node's own counts must equal the server's; a difference is a fault, except for a
-client that had a fault or a rejoin (:meth:`~fedstream.deploy.session.Session.troubled`: a
-message lost on the way, or a node gone back to an older state, counts on one end only).
-
-Every reply is validated before any of it is used: kind and round, the accuracy (a finite number
-in [0, 1]), the sample count (the one the node reported at setup), and the model: decoded (header,
-length, finite values), from this client, for this round, with the tensor names and shapes of the
-global column sent. A node whose reply fails a check, whose ClientApp failed or which did not
-answer in time is logged and recorded (``faults``) and left out of that round: FedAvg averages
-the other clients' updates (weighted by their counts) and the node gets θ^{t+1} with the next
-round. A round with no valid update at all (every node's reply lost: each one's fault) keeps θ^t
-(``carried_over``; a second in a row ends the run: BatchRun). A setup that does not agree ends
-the run with a :class:`~fedstream.errors.ProtocolError` that says why.
-
-A node that comes back (a new SuperNode in the place of one that crashed or hangs:
-``link.rejoined()``, asked before every round and before the finish) is set up again with
-``rejoin``: it reloads its latest state from its cache folder (:mod:`fedstream.deploy.session`) and
-reports where it is (federation, round). The server checks its sizes and columns against its
-first setup and that it is not ahead of the run, records the rejoin (``rejoins``) and from the
-next round request on it takes part again: θ^t replaces its common column, its unique column and
-heads continue from its checkpoint. A node that lost everything comes back as a fresh party
-(position -1, -1): fresh, identically seeded weights for the current federation and no
-validation records before the rejoin, so its choice is among the rounds it played since.
-
-With ``keep`` set (the server checkpoints, :class:`~fedstream.chfl.deploy.driver.NetworkCHFL`),
-a round request after which the server checkpoints (:func:`~fedstream.chfl.trainer.checkpointed_after`)
-carries ``keep`` and the boundary (:func:`~fedstream.chfl.trainer.boundary`): each node keeps its
-state of that point, and a server resumed from its checkpoint sets the nodes up with ``resume``.
+:class:`RemoteClients` is what both CHFL servers share (setup, a node set up again, θ sent and
+counted, replies checked, finish reports); :class:`RemoteCohort` is the batch loop's
+:class:`~fedstream.chfl.cohort.Cohort` (one request per node and round), :class:`RemoteStreamCohort`
+the stream loop's :class:`~fedstream.chfl.stream.StreamCohort` (one per node and segment of ticks).
+The requests, checks, faults and rejoins: docs/deploy-protocol.md, "CHFL".
 """
 
 from __future__ import annotations
@@ -44,23 +12,30 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import numpy as np
 
 from fedstream.chfl.cohort import RoundResult
-from fedstream.chfl.deploy.data import chfl_config_settings
+from fedstream.chfl.deploy.data import chfl_config_settings, stream_config_settings
 from fedstream.chfl.deploy.records import (
     SHARED_SIZES,
     SIZES,
     RoundReply,
     RoundRequest,
+    SegmentReply,
+    SegmentRequest,
     SetupReply,
+    StreamSetupReply,
     check_update,
 )
 from fedstream.chfl.rounds import boundary, checkpointed_after
 from fedstream.chfl.selection import Choice
 from fedstream.chfl.splits import SettingError, n_common_features
+from fedstream.chfl.stream import Played, Segment, StreamLayout, stream_layout
 from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.host import FinishReply
-from fedstream.deploy.reconcile import agree, check_client, counts_report, unchanged
+from fedstream.deploy.reconcile import COUNTS, agree, check_client, counts_report, unchanged
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -68,56 +43,156 @@ from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
+T = TypeVar("T")
+STREAM_SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")  # every streaming node's
 REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node's choice, per variant
 SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
 
 
-class RemoteCohort(Session):
-    """Client nodes 0..K-1 of a CHFL run behind ``link`` (see the module doc)."""
+def _fraction(v: object, *, nan: bool = False) -> bool:
+    """Whether ``v`` is a number in [0, 1] (``nan``: or NaN)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    return 0.0 <= v <= 1.0 or (nan and math.isnan(v))
 
-    position = ("lr_index", "round")  # a run's position: (federation, round)
 
-    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+class RemoteClients(Session):
+    """Client nodes 0..K-1 of a CHFL run behind ``link``, as both CHFL servers see them.
+
+    ``nodes``: what each node reported at its first setup (with its ``position``); ``ready``: the
+    nodes set up (a failed rejoin leaves one out until it is set up again). A subclass names the
+    reports every node shares (``shared``), those a node set up again must repeat (``kept``) and
+    checks a setup reply (:meth:`_check_setup`)."""
+
+    run_name = "CHFL"
+    shared: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+    def __init__(self, link: Link, config: dict, settings, *, run_token: str | None = None):
         super().__init__(link, config, run_token=run_token)
-        self.settings = chfl_config_settings(config)
-        K = self.settings.clients
+        self.settings = settings
+        K = settings.clients
         if link.n_clients != K:
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, chfl.clients = {K}")
         self.ledger = ByteLedger(K)
-        self.nodes: dict[int, dict] = {}  # client -> what its node reported at its first setup
-        self.ready: set[int] = set()  # clients whose node is set up (a failed rejoin leaves one out)
+        self.nodes: dict[int, dict] = {}
+        self.ready: set[int] = set()
         self.reports: list[dict] = []  # the nodes' byte counts at the end
-        self.lr_index = -1
-        self.keep = False  # the server checkpoints: the nodes keep their state at the same points
 
-    # -- setup -----------------------------------------------------------------------------------
-    def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
-        """Send every node the config; return the sizes they agree on (``n_common``, ``n_classes``,
-        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client).
+    def _check_setup(self, m: int, reply: Envelope) -> dict:
+        raise NotImplementedError
 
-        ``resume``: the server restarts from its checkpoint at this position (federation, next
-        round); each node goes back to its state of that boundary (``rejoin``, ``resume``). A node
-        found elsewhere (it kept no state of that boundary) is recorded as a rejoin and goes on
-        from where it is; one ahead of the run is a fault.
-        """
-        K, s = self.settings.clients, self.settings
-        info = self.setup_request() if resume is None else self.setup_request(
-            rejoin=True, resume=boundary(*resume, s.rounds))
-        t = 0 if resume is None else resume[1]
+    def _before(self, at):
+        """The position a node last played when the run is at ``at``."""
+        raise NotImplementedError
+
+    def _expected(self, at):
+        """Where a resumed node is expected, for the error (None: "before ``at``")."""
+        return None
+
+    def set_up_all(self, t: int, *, resume=None, boundary: int | None = None) -> Mapping:
+        """Send every node the config (request number ``t``); return client 0's report, which every
+        node shares. ``resume``: the server restarts from its checkpoint at this position and
+        ``boundary``; a node found elsewhere than just before it is recorded as a rejoin, one
+        ahead of it is a fault."""
+        info = self.setup_request() if resume is None else self.setup_request(rejoin=True, resume=boundary)
 
         def accept(m: int, reply: Envelope) -> dict:
             got = self._check_setup(m, reply)
             if resume is not None:
-                self.check_behind(got["position"], resume, expected=self._before(resume))
+                self.check_behind(got["position"], resume, expected=self._expected(resume))
             return got
 
         for m, got in self.set_up(self.link.available(), t, info, accept).items():
             self.nodes[m] = got
             if resume is not None and got["position"] != self._before(resume):
                 self.record_rejoin(m, resume, got["position"])
-        self.require_all(self.nodes, K, f"a CHFL run needs all chfl.clients = {K}")
+        K = self.settings.clients
+        self.require_all(self.nodes, K, f"a {self.run_name} run needs all chfl.clients = {K}")
         self.ready = set(self.nodes)
-        first = agree(self.nodes, (*SHARED_SIZES, "common"))
+        return agree(self.nodes, self.shared)
+
+    def set_up_again(self, at, t: int) -> set[int]:
+        """Before request ``t`` (the run at ``at``): set up the nodes that came back, and retry those
+        not set up; each resumes from its latest checkpoint. Return those set up again."""
+        back = self.link.rejoined() | (set(self.nodes) - self.ready)
+        back &= self.link.available() & set(self.nodes)
+        if not back:
+            return set()
+
+        def accept(m: int, reply: Envelope) -> dict:
+            got = self._check_setup(m, reply)
+            unchanged(got, self.nodes[m], self.kept)
+            self.check_behind(got["position"], at)
+            return got
+
+        self.ready -= back
+        came = self.set_up(back, t, self.setup_request(rejoin=True), accept, refused="rejoin refused: ")
+        for m, got in came.items():
+            self.ready.add(m)
+            self.record_rejoin(m, at, got["position"])
+        return set(came)
+
+    def sendable(self, clients, t: int) -> list[int]:
+        """The clients of ``clients`` to send request ``t``: reachable and set up (a fault for the others)."""
+        reachable = set(self.reachable(clients, t, ROUND))
+        for m in sorted(reachable - self.ready):
+            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
+        return sorted(reachable & self.ready)
+
+    def send(self, m: int, msg: ModelUpdate) -> bytes:
+        """θ for client m, encoded and counted as sent."""
+        data = encode_update(msg)
+        self.ledger.add(m, "down", len(data))
+        return data
+
+    def answers(self, requests: dict[int, Envelope], kind: str, t: int,
+                check: Callable[[int, Envelope], T]) -> dict[int, T]:
+        """Send ``requests`` (all at once); check each node's ``kind`` reply to request ``t`` with
+        ``check(m, reply)``; a node whose reply fails is a fault. What ``check`` made of each other."""
+        out = {}
+        for m, reply in sorted(self.exchange(requests).items()):
+            try:
+                out[m] = check(m, self.reply(reply, kind, t))
+            except FedstreamError as exc:  # every check of a node's reply raises one of these
+                self.fault(m, t, kind, str(exc))
+        return out
+
+    def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
+                       read: Callable[[FinishReply], T] = lambda got: None) -> dict[int, T]:
+        """Send the finish requests; check each reply (``read`` it) and record the node's byte counts
+        (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
+        self.reports = []
+
+        def check(m: int, reply: Envelope) -> T:
+            got = FinishReply.read(reply.info, "finish reply", needs=needs)
+            out = read(got)
+            self.reports.append(counts_report(self, m, t, got, self.ledger))
+            return out
+
+        return self.answers(requests, FINISH, t, check)
+
+
+class RemoteCohort(RemoteClients):
+    """Client nodes 0..K-1 of a CHFL run behind ``link``, as a :class:`~fedstream.chfl.cohort.Cohort`."""
+
+    position = ("lr_index", "round")  # a run's position: (federation, round)
+    shared = (*SHARED_SIZES, "common")
+    kept = (*SIZES, "common", "unique")
+
+    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+        super().__init__(link, config, chfl_config_settings(config), run_token=run_token)
+        self.lr_index = -1
+        self.keep = False  # the server checkpoints: the nodes keep their state at the same points
+
+    def setup(self, *, resume: tuple[int, int] | None = None) -> dict:
+        """Send every node the config; return the sizes they agree on (``n_common``, ``n_classes``,
+        ``n_rows``, ...) and the feature split's indices (``common``, ``unique`` per client).
+        ``resume``: the server restarts from its checkpoint at this position (federation, next
+        round); each node goes back to its state of that boundary."""
+        K, s = self.settings.clients, self.settings
+        first = self.set_up_all(0 if resume is None else resume[1], resume=resume,
+                                boundary=None if resume is None else boundary(*resume, s.rounds))
         want_classes = SPECS[s.dataset].n_classes
         try:
             want_common = n_common_features(first["n_features"], K, s.common_ratio)
@@ -136,28 +211,7 @@ class RemoteCohort(Session):
         i, t = at
         return (i, t - 1) if t > 0 else (i - 1, self.settings.rounds if i > 0 else -1)
 
-    def rejoin(self, clients: set[int], at: tuple[int, int]) -> None:
-        """Set ``clients`` up again (their node is new, or was not set up) before the run's position
-        ``at`` (federation, next round): each resumes from its latest checkpoint (see the module doc)."""
-        def accept(m: int, reply: Envelope) -> dict:
-            got = self._check_setup(m, reply)
-            unchanged(got, self.nodes[m], (*SIZES, "common", "unique"))
-            self.check_behind(got["position"], at)
-            return got
-
-        self.ready -= set(clients)
-        for m, got in self.set_up(clients, at[1], self.setup_request(rejoin=True), accept,
-                                  refused="rejoin refused: ").items():
-            self.ready.add(m)
-            self.record_rejoin(m, at, got["position"])
-
-    def _come_back(self, at: tuple[int, int]) -> None:
-        """Before a request to every node: set up those that came back, and retry those not set up."""
-        back = (
-            (self.link.rejoined() | (set(self.nodes) - self.ready)) & self.link.available() & set(self.nodes)
-        )
-        if back:
-            self.rejoin(back, at)
+    _expected = _before
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         got = SetupReply.read(reply.info, "setup reply")
@@ -178,12 +232,7 @@ class RemoteCohort(Session):
 
     def round(self, lr: float, t: int, models: Sequence[ModelUpdate] | None, *, validate: bool,
               epochs: int) -> RoundResult:
-        sent: dict[int, ModelUpdate | None] = {}
-        requests = {}
-        self._come_back((self.lr_index, t))
-        reachable = set(self.reachable(self.nodes, t, ROUND))
-        for m in sorted(reachable - self.ready):
-            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
+        self.set_up_again((self.lr_index, t), t)
         keep = self.keep and checkpointed_after(t, self.settings.rounds)
         info = RoundRequest(
             lr_index=self.lr_index,
@@ -192,29 +241,19 @@ class RemoteCohort(Session):
             keep=keep or None,
             boundary=boundary(self.lr_index, t + 1, self.settings.rounds) if keep else None,
         ).info()
-        for m in sorted(set(self.nodes) & reachable & self.ready):
-            parts = []
-            if models is not None:
-                sent[m] = models[m]
-                data = encode_update(models[m])
-                self.ledger.add(m, "down", len(data))
-                parts.append(data)
-            requests[m] = Envelope(ROUND, t, parts, info.copy())
+        to = self.sendable(self.nodes, t)
+        sent = {m: models[m] for m in to} if models is not None else {}
+        requests = {m: Envelope(ROUND, t, [self.send(m, sent[m])] if m in sent else [], info.copy())
+                    for m in to}
         out = RoundResult()
-        ups: dict[int, ModelUpdate] = {}
-        for m, reply in self.exchange(requests).items():
-            try:
-                val, update, size = self._check_round(m, self.reply(reply, ROUND, t), t, validate, epochs,
-                                                      sent.get(m))
-            except FedstreamError as exc:  # every check of a node's reply raises one of these
-                self.fault(m, t, ROUND, str(exc))
-                continue
+        got = self.answers(requests, ROUND, t,
+                           lambda m, reply: self._check_round(m, reply, t, validate, epochs, sent.get(m)))
+        for m, (val, update, size) in got.items():
             if validate:
                 out.val[m] = val
             if update is not None:
                 self.ledger.add(m, "up", size)
-                ups[m] = update
-        out.updates = [ups[m] for m in sorted(ups)]
+                out.updates.append(update)
         return out  # no valid reply at all: every node's fault; θ carries over (BatchRun)
 
     def _check_round(self, m: int, reply: Envelope, t: int, validate: bool, epochs: int,
@@ -238,19 +277,10 @@ class RemoteCohort(Session):
     def test_choices(self, variants: Mapping[str, Callable[[str], bool]]) -> dict[str, list[Choice]]:
         """Each node scores its own choices on its test rows; only the numbers come back."""
         t = self.settings.rounds
-        self._come_back((len(self.settings.lrs), 0))
-        replies = self.exchange({m: Envelope(FINISH, t, [], {})
-                                  for m in sorted(set(self.nodes) & self.link.available() & self.ready)})
-        picks: dict[int, dict[str, Choice]] = {}
-        self.reports = []
-        for m, reply in sorted(replies.items()):
-            try:
-                got = FinishReply.read(self.reply(reply, FINISH, t).info, "finish reply", needs=("choices",))
-                picks[m] = self._check_choices(got, variants)
-            except FedstreamError as exc:
-                self.fault(m, t, FINISH, str(exc))
-                continue
-            self.reports.append(counts_report(self, m, t, got, self.ledger))
+        self.set_up_again((len(self.settings.lrs), 0), 0)
+        requests = {m: Envelope(FINISH, t, [], {})
+                    for m in sorted(set(self.nodes) & self.link.available() & self.ready)}
+        picks = self.finish_reports(requests, t, ("choices",), lambda got: self._check_choices(got, variants))
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
@@ -290,15 +320,9 @@ class RemoteCohort(Session):
                 and not isinstance(ch["round"], bool)
                 and isinstance(ch["round"], int)
                 and 1 <= ch["round"] <= s.rounds
-                and all(
-                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool) and 0.0 <= ch[k] <= 1.0
-                    for k in ("val_acc", "test_acc")
-                )
-                and all(  # collapse shares (fedstream.metrics.collapse): NaN when a node could not tell
-                    isinstance(ch[k], (int, float)) and not isinstance(ch[k], bool)
-                    and (math.isnan(ch[k]) or 0.0 <= ch[k] <= 1.0)
-                    for k in SHARES & set(ch)
-                )
+                and all(_fraction(ch[k]) for k in ("val_acc", "test_acc"))
+                # collapse shares (fedstream.metrics.collapse): NaN when a node could not tell
+                and all(_fraction(ch[k], nan=True) for k in SHARES & set(ch))
             )
             if not ok:
                 raise ProtocolError(f"variant {name!r}: malformed choice {ch!r}"[:300])
@@ -306,3 +330,112 @@ class RemoteCohort(Session):
                                float(ch["test_acc"]), float(ch.get("top_class_share", math.nan)),
                                float(ch.get("label_top_class_share", math.nan)))
         return out
+
+
+class RemoteStreamCohort(RemoteClients):
+    """Client nodes 0..K-1 of a streaming run behind ``link``, as a
+    :class:`~fedstream.chfl.stream.StreamCohort`."""
+
+    position = ("tick",)  # a run's position: the tick a segment starts at
+    run_name = "streaming CHFL"
+    shared = STREAM_SHARED
+    kept = (*STREAM_SHARED, "join_tick")
+
+    def __init__(self, link: Link, config: dict, *, run_token: str | None = None):
+        super().__init__(link, config, stream_config_settings(config), run_token=run_token)
+        self.learnt = [0] * self.settings.clients  # rows each node learnt since its last accepted upload
+        self.behind: set[int] = set()  # nodes a resumed server found behind its checkpoint
+
+    def setup(self, *, resume: int | None = None) -> tuple[dict, StreamLayout]:
+        """Set every node up (``resume``: at that tick, from the server's checkpoint); return client 0's
+        report and the run's layout, checked against every node's."""
+        s, K, seed = self.settings, self.settings.clients, self.config["seed"]
+        first = self.set_up_all(resume or 0, resume=resume, boundary=resume)
+        self.behind = {m for m, got in self.nodes.items() if resume is not None and got["tick"] != resume - 1}
+        if first["n_classes"] != SPECS[s.dataset].n_classes:
+            raise ProtocolError(f"the nodes report {first['n_classes']} classes, expected "
+                                f"{SPECS[s.dataset].n_classes} for data.name = {s.dataset!r}")
+        layout = stream_layout(first["n_rows"], first["n_features"], s, seed)
+        mine = {"n_common": len(layout.features.common), "n_ticks": layout.n_ticks}
+        joins = [self.nodes[m]["join_tick"] for m in range(K)]
+        if any(first[k] != v for k, v in mine.items()) or joins != layout.join_tick:
+            raise ProtocolError(f"the nodes report {[first[k] for k in mine]} common features and ticks "
+                                f"and join ticks {joins}; the settings give {list(mine.values())} and "
+                                f"{layout.join_tick}")
+        return first, layout
+
+    def _before(self, at: int) -> int:
+        return at - 1
+
+    def _check_setup(self, m: int, reply: Envelope) -> dict:
+        got = StreamSetupReply.read(reply.info, "setup reply")
+        check_client(got.client, m)
+        return got.info() | {"position": got.tick}
+
+    # -- the StreamCohort interface ------------------------------------------------------------------
+    def come_back(self, t: int) -> set[int]:
+        back, self.behind = self.behind, set()
+        return back | self.set_up_again(t, t)
+
+    def play(self, seg: Segment) -> dict[int, Played]:
+        a, b = seg.start, seg.until
+        info = SegmentRequest(until=b, upload=seg.upload is not None, keep=seg.keep or None,
+                              boundary=b if seg.keep else None).info()
+        requests = {m: Envelope(ROUND, a, [self.send(m, seg.models[m])] if m in seg.models else [],
+                                info.copy()) for m in self.sendable(seg.clients, a)}
+        return self.answers(requests, ROUND, a, lambda m, reply: self._accept(m, reply, seg))
+
+    def _accept(self, m: int, reply: Envelope, seg: Segment) -> Played:
+        """Validate client m's reply to the segment (its counts per tick, its predictions and labels per
+        tick and class, and at a synchronisation its update) and count what it learnt and sent."""
+        s, a, b, server = self.settings, seg.start, seg.until, seg.upload
+        counts = SegmentReply.read(reply.info, f"ticks from {a}, reply", ticks=b - a, batch=s.batch).correct
+        predicted, labels = self._by_class(reply, b - a)
+        if len(reply.parts) != int(server is not None):
+            raise ProtocolError(f"expected {int(server is not None)} model message(s), received "
+                                f"{len(reply.parts)}")
+        rows = self.learnt[m] + (b - a) * s.batch
+        if server is None:
+            self.learnt[m] = rows
+            return Played(np.array(counts), predicted, labels, None)
+        msg = check_update(reply.parts[0], "", client=m, round=server.round, fits=server.state,
+                           column="the global column")
+        # a node that had a fault (or came back) may have learnt rows the server did not count (a
+        # segment whose reply was refused), or lost some: any positive number of whole batches is taken
+        whole = msg.n_samples > 0 and msg.n_samples % s.batch == 0
+        if msg.n_samples != rows and not (self.troubled(m) and whole):
+            raise ProtocolError(f"the model says {msg.n_samples} samples, the node learnt {rows} rows since "
+                                "its last update")
+        self.ledger.add(m, "up", len(reply.parts[0]))
+        self.learnt[m] = 0
+        return Played(np.array(counts), predicted, labels, msg)
+
+    def _by_class(self, reply: Envelope, ticks: int) -> tuple[np.ndarray, np.ndarray]:
+        """The reply's ``predicted`` and ``labels`` arrays: per tick and class, counts that sum to the
+        batch in every tick."""
+        want = (ticks, self.nodes[0]["n_classes"])
+        if set(reply.arrays) != {"predicted", "labels"}:
+            raise ProtocolError(f"expected arrays ['labels', 'predicted'], received "
+                                f"{sorted(reply.arrays)}"[:300])
+        for name in ("predicted", "labels"):
+            v = reply.arrays[name]
+            if (v.shape != want or v.dtype.kind not in "iu" or (v < 0).any()
+                    or (v.sum(axis=1) != self.settings.batch).any()):
+                raise ProtocolError(f"array {name!r} must be {want[0]} x {want[1]} counts (ticks x classes) "
+                                    f"summing to {self.settings.batch} per tick, received {v.dtype} "
+                                    f"{v.shape}"[:300])
+        return reply.arrays["predicted"], reply.arrays["labels"]
+
+    def finish(self, t: int, models: dict[int, ModelUpdate]) -> None:
+        """The last broadcast (after a synchronisation at the very end) and every node's byte counts."""
+        requests = {m: Envelope(FINISH, t, [self.send(m, models[m])] if m in models else [], {})
+                    for m in sorted(set(self.nodes) & self.link.available())}
+        self.finish_reports(requests, t, COUNTS)
+
+    def checkpoint_state(self) -> dict:
+        """What the server knows of its nodes; the nodes keep their own state of the same tick."""
+        return {"learnt": list(self.learnt), "network": self.session_state()}
+
+    def load_checkpoint(self, state) -> None:
+        self.learnt = [int(x) for x in state["learnt"]]
+        self.load_session_state(state["network"], before=True)

@@ -1,18 +1,7 @@
-"""CHFL's requests and replies (the typed ``info`` that goes with the encoded ModelUpdates of their
-``parts``, see :mod:`fedstream.deploy.records`):
-
-=========  ================================================  ====================================
-request    carries (server -> node)                          reply (node -> server)
-=========  ================================================  ====================================
-setup      the run's config (JSON) and token                 :class:`SetupReply`: the node's sizes,
-                                                             column indices and position
-round t    θ^t, an encoded ModelUpdate (none for Local);     θ_k^t, an encoded ModelUpdate (when
-           :class:`RoundRequest`                             trained); :class:`RoundReply`
-finish     nothing                                           :class:`FinishReply`: per variant lr,
-                                                             candidate, round, validation and test
-                                                             accuracy; the node's byte counts
-=========  ================================================  ====================================
-(:class:`FinishReply` is every task's: :class:`fedstream.deploy.host.FinishReply`.)
+"""CHFL's requests and replies: the typed ``info`` that goes with the encoded ModelUpdates of their
+``parts`` (:mod:`fedstream.deploy.records`), batch mode's and the stream's, and the check of a
+common column sent either way. What each request carries: docs/deploy-protocol.md, "CHFL"
+(every task's finish reply is :class:`fedstream.deploy.host.FinishReply`).
 """
 
 from __future__ import annotations
