@@ -34,7 +34,6 @@ from fedstream.vfl.deploy.table import TableBlock, table_layout
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, local_distances
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
-from fedstream.vfl.settings import MAX_U16
 from fedstream.vfl.trainer import build_parties
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
@@ -160,10 +159,6 @@ class BatchVFLHost(NodeHost):
 
     def _train(self, env: Envelope, rows: np.ndarray) -> Envelope:
         step = env.round
-        if len(rows) > MAX_U16:
-            raise ProtocolError(
-                f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch"
-            )
         if step <= self.last_step:
             raise ProtocolError(
                 f"client {self.index}: training step {step} after step {self.last_step}: steps must "

@@ -109,9 +109,10 @@ class RemoteCohort(Session):
         return out
 
     def _targets(self, t: int, selected: Collection[int] | None, request: str) -> list[int]:
-        """The selected clients whose node is set up and reachable now (faults for the others); first
-        sets up again the nodes that came back (:meth:`rejoin`)."""
-        self.rejoin()
+        """The selected clients whose node is set up and reachable now (faults for the others), after
+        setting up again (``rejoin``) the nodes the link reports back since the last request."""
+        if self.expected and (back := self.link.rejoined()):
+            self.setup(self.expected, back, rejoin=True)
         return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
     def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
@@ -182,11 +183,6 @@ class RemoteCohort(Session):
         if rejoin or dropped or step != self.at.get(m, -1):
             self.record_rejoin(m, self.t, step, dropped=dropped)
         self.at[m] = step
-
-    def rejoin(self) -> None:
-        """Set up again (``rejoin``) the nodes the link reports back since the last call."""
-        if self.expected and (back := self.link.rejoined()):
-            self.setup(self.expected, back, rejoin=True)
 
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:

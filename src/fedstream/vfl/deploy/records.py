@@ -1,20 +1,8 @@
-"""Batch VFL's requests and replies (the typed ``info`` that goes with the encoded messages of
-their ``parts``, see :mod:`fedstream.deploy.records`). A ``round`` request's ``split`` says which:
-
-* :class:`TrainRequest` (``train``, training step s): ``rows`` are the step's rows; the part, if
-  any, is the gradient of the node's previous step. The reply's part is the embedding.
-* :class:`TestRequest` (``test``): one evaluation, ``rows`` cut into batches of ``sizes``,
-  numbered ``steps`` from the request's round; one embedding per batch comes back.
-* :class:`SelectRequest` (``select``, VF-PS): the part is the query message, ``queries`` their
-  number Q, ``rows`` the epoch's available training rows (None: all); the reply's part is the
-  node's local distances.
-* ``finish`` (:class:`FinishRequest`): the last due gradient; the reply
-  (:class:`~fedstream.deploy.host.FinishReply`) reports the node's byte counts and its model's digest
-  (the model itself only with ``models``).
-
-``setup``'s reply (:class:`SetupReply`) gives the node's strip shape and row counts (no data) and
-where it stands: ``step``, the last training step it embedded (-1: none), and ``pending``, the step
-whose gradient it awaits (-1: none).
+"""Batch VFL's requests and replies: the typed ``info`` beside the encoded messages of their
+``parts`` (:mod:`fedstream.deploy.records`). A ``round`` request's ``split`` says which:
+:class:`TrainRequest`, :class:`TestRequest` or :class:`SelectRequest` (VF-PS); ``finish`` is a
+:class:`FinishRequest`, the setup reply a :class:`SetupReply`. The table of what each carries:
+docs/deploy-protocol.md, "Batch VFL".
 """
 
 from __future__ import annotations
@@ -49,6 +37,8 @@ class TrainRequest(Request):
         if self.rows is None:
             raise ProtocolError(f"{where}: info 'rows' must list the step's train rows")
         super().check(where, **context)
+        if len(self.rows) > MAX_U16:
+            raise ProtocolError(f"{where}: {len(self.rows)} rows, at most {MAX_U16} per batch")
 
 
 @dataclass(kw_only=True)
