@@ -293,8 +293,6 @@ class RemoteCohort(Session):
         meta = {
             "eval_up": self.eval_up,
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
-            "nodes": {str(m): v for m, v in self.nodes.items()},
-            "ready": sorted(self.ready),
             "position": {str(m): t for m, t in self.at.items()},
             "t": self.t,
             "missed": self.missed,
@@ -303,7 +301,8 @@ class RemoteCohort(Session):
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_dict` saved (the nodes are then set up with ``resume``)."""
+        """Restore what :meth:`state_dict` saved; the nodes are then set up again with ``resume``
+        (which makes ``nodes`` and ``ready`` anew)."""
         self.ends.load_state_dict({k[len("end"):]: v for k, v in arrays.items() if k.startswith("end")})
         self.ledger.load_state_dict(
             {k[len("ledger.") :]: v for k, v in arrays.items() if k.startswith("ledger.")}
@@ -312,8 +311,6 @@ class RemoteCohort(Session):
             int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
         }
         self.eval_up = [int(v) for v in meta["eval_up"]]
-        self.nodes = {int(m): v for m, v in meta["nodes"].items()}
-        self.ready = set(meta["ready"])
         self.at = {int(m): int(t) for m, t in meta["position"].items()}
         self.t, self.missed = int(meta["t"]), list(meta["missed"])
         self.load_session_state(meta)
