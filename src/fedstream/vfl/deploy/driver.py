@@ -76,11 +76,7 @@ class NetworkBatchVFL:
         remaining epochs, collect the nodes' counts (``models``: and their models); the summary.
         ``checkpoint`` (default ``out/checkpoint.pt`` with ``out``): written at every epoch end."""
         s, c = self.settings, self.cohort
-        path = (
-            Path(checkpoint)
-            if checkpoint is not None
-            else (self.out / NAME if self.out is not None else None)
-        )
+        path = self.out / NAME if checkpoint is None and self.out is not None else checkpoint
         c.keeping = path is not None
         tic = time.perf_counter() - self.seconds
         rows = {"n_train": len(self.labels.train_y), "n_test": len(self.labels.test_y)}

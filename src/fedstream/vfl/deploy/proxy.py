@@ -74,9 +74,8 @@ class RemoteCohort(Session):
     # -- VF-PS ---------------------------------------------------------------------------------------
     def distances(self, epoch: int, rows: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
         """(M, Q, n) every node's local squared distances from each query to every available training
-        row (``rows``: those rows, None for all), for the VF-PS selection of ``epoch``
-        (:mod:`fedstream.vfl.deploy.vfps`). VF-PS needs every client's distances: a node whose reply
-        fails a check is a fault, and the selection ends the run with a ProtocolError."""
+        row (``rows``: those rows, None for all) for the VF-PS selection of ``epoch``; a node whose
+        reply fails a check is a fault, and ends the run (VF-PS needs every client's distances)."""
         M, Q = self.settings.clients, len(queries)
         n = self.nodes[0]["n_train"] if rows is None else len(rows)
         keep = self.keeping  # the node keeps its state after the selection that opens the epoch

@@ -76,10 +76,9 @@ EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS s
 
 
 def boundary_of(epoch: int, kind: str) -> int:
-    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
-    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
-    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
-    that what a node keeps and what the server later asks it back for cannot drift apart."""
+    """The node boundary kept at ``kind``'s request of ``epoch``: 2 epoch - 1 after the VF-PS selection
+    (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that ends it; the one
+    formula for what a node keeps and what a resumed server asks it back for."""
     if kind not in (SELECT, EVALUATION):
         raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
     first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
@@ -128,10 +127,9 @@ class SetupReply(Record):
 
 def check_message(data: bytes, probe, kind: type, setting: str, shape: tuple[int, int], *, client: int,
                   step: int, what: str) -> Message:
-    """One received part decoded (:func:`~fedstream.deploy.records.peek`: compression, codec, a
-    frame's shape before its payload, length, finite values) and checked: a ``kind`` for ``client``,
-    of ``step`` and ``shape`` (``what`` names it in the error: "client 1's embedding"). The server's
-    embeddings and the node's gradients alike; raises ProtocolError saying what is wrong."""
+    """One received part (the server's embeddings, the node's gradients) decoded by
+    :func:`~fedstream.deploy.records.peek` and checked: a ``kind`` for ``client``, of ``step`` and
+    ``shape`` (``what`` names it in the error); ProtocolError saying what is wrong."""
     try:
         msg = peek(data, probe, kind, setting, shape)
     except ProtocolError:  # header, codec, shape, length, finite: already says what is wrong
