@@ -100,8 +100,7 @@ class BatchVFLHost(NodeHost):
 
     def on_finish(self, env: Envelope) -> Envelope:
         request = FinishRequest.read(env.info, f"client {self.index}, finish")
-        grad = self._gradient(env)
-        self._settle(env, grad)
+        self._settle(env)
         state = self.client.model.state_dict()
         reply = FinishReply(client=self.index, up=self.up, down=self.down, eval_up=self.eval_up,
                             select_up=self.select_up, select_down=self.select_down,
@@ -130,9 +129,10 @@ class BatchVFLHost(NodeHost):
             raise ProtocolError(f"{where}: {exc}"[:500]) from None
 
     # -- what changes the node ---------------------------------------------------------------------
-    def _settle(self, env: Envelope, grad: Gradient | None) -> None:
-        """Apply the due gradient (recomputing its forward pass if this process did not run it), or
-        drop the due step when none came."""
+    def _settle(self, env: Envelope) -> None:
+        """Check the gradient riding with ``env`` (:meth:`_gradient`), then apply it (recomputing its
+        forward pass if this process did not run it), or drop the due step when none came."""
+        grad = self._gradient(env)
         if self.pending is None:
             return
         step, rows = self.pending
@@ -164,9 +164,8 @@ class BatchVFLHost(NodeHost):
                 f"client {self.index}: training step {step} after step {self.last_step}: steps must "
                 "move forward"
             )
-        grad = self._gradient(env)
-        # every check passed: from here on the request changes the node
-        self._settle(env, grad)
+        # the last check is the gradient's (in _settle): from there on the request changes the node
+        self._settle(env)
         self.before = self._snapshot()
         data = self.end.send(self.client.embed(step, self.block.inputs("train", rows)), samples=rows)
         self.up += len(data)
@@ -175,8 +174,7 @@ class BatchVFLHost(NodeHost):
 
     def _evaluate(self, env: Envelope, rows: np.ndarray, request: TestRequest) -> Envelope:
         sizes, steps = request.sizes, request.steps
-        grad = self._gradient(env)
-        self._settle(env, grad)
+        self._settle(env)
         parts, n_train = [], self.block.sizes()["n_train"]
         for step, chunk in zip(steps, np.split(rows, np.cumsum(sizes)[:-1])):
             # sample ids as the simulator's (test rows after the training ones): error feedback's key

@@ -37,6 +37,7 @@ from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
 
 FINISH_FIELDS = ("client", "up", "down", "eval_up", "select_up", "select_down", "digest")  # a node's report
+SAVED = ("t", "missed", "eval_up", "selection_bytes")  # what the cohort's checkpoint holds as it is (JSON)
 
 
 class RemoteCohort(Session):
@@ -289,13 +290,9 @@ class RemoteCohort(Session):
         arrays |= {
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
         }
-        meta = {
-            "eval_up": self.eval_up,
+        meta = {k: getattr(self, k) for k in SAVED} | {
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
             "position": {str(m): t for m, t in self.at.items()},
-            "t": self.t,
-            "missed": self.missed,
-            "selection_bytes": self.selection_bytes,
         } | self.session_state()  # the run's token, faults, rejoins and requests sent
         return meta, arrays
 
@@ -309,8 +306,7 @@ class RemoteCohort(Session):
         self.outbox = {
             int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
         }
-        self.eval_up = [int(v) for v in meta["eval_up"]]
         self.at = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed = int(meta["t"]), list(meta["missed"])
+        for k in SAVED:
+            setattr(self, k, meta[k])
         self.load_session_state(meta)
-        self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]
