@@ -81,9 +81,15 @@ def save(folder: Path, *, config: dict, state: RunState, clients, server, transp
 def header(config: dict, state: RunState, *, kind: str | None = None) -> dict:
     """A checkpoint's first entries: format, ``kind`` (None: the simulator's, no entry), the run's
     config and where the run is (:class:`RunState`)."""
-    return {"format": FORMAT, **({} if kind is None else {"kind": kind}),
-            "config": json.dumps(config, sort_keys=True, default=str), "epoch": state.epoch,
-            "step": state.step, "rows": json.dumps(state.rows), "seconds": state.seconds}
+    return {
+        "format": FORMAT,
+        **({} if kind is None else {"kind": kind}),
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "epoch": state.epoch,
+        "step": state.step,
+        "rows": json.dumps(state.rows),
+        "seconds": state.seconds,
+    }
 
 
 def run_state(payload: dict) -> RunState:
@@ -96,8 +102,11 @@ def run_state(payload: dict) -> RunState:
 def server_payload(server) -> dict:
     """The server party's entries: top model, optimiser and padding (None: none)."""
     pad = server.padding
-    return {"server": server.model.state_dict(), "server_optimizer": server.optimizer.state_dict(),
-            "padding": None if pad is None else to_tensors({"value": pad.value, "seen": pad.seen})}
+    return {
+        "server": server.model.state_dict(),
+        "server_optimizer": server.optimizer.state_dict(),
+        "padding": None if pad is None else to_tensors({"value": pad.value, "seen": pad.seen}),
+    }
 
 
 def load_server(payload: dict, server) -> None:
