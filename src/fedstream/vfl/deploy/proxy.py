@@ -115,10 +115,15 @@ class RemoteCohort(Session):
             self.setup(self.expected, back, rejoin=True)
         return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
-    def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
-        """Client m's request, with the gradient due to it (it rides along)."""
-        held = self.outbox.pop(m, None)
-        return Envelope(kind, t, [] if held is None else [held[1]], info)
+    def _ask(self, kind: str, t: int, info: dict, selected: Collection[int] | None, request: str,
+             check: Callable[[int, Envelope], object]) -> dict[int, object]:
+        """Send the selected nodes a ``kind`` request with ``info``, each with the gradient due to it
+        (it rides along); what ``check`` makes of their replies (:meth:`_collect`)."""
+        requests = {}
+        for m in self._targets(t, selected, request):
+            held = self.outbox.pop(m, None)
+            requests[m] = Envelope(kind, t, [] if held is None else [held[1]], info.copy())
+        return self._collect(requests, t, request, check)
 
     def _collect(self, requests: dict[int, Envelope], t: int, request: str,
                  check: Callable[[int, Envelope], object]) -> dict[int, object]:
@@ -188,14 +193,13 @@ class RemoteCohort(Session):
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
         t, out = batch.step, [None] * self.settings.clients
         info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
-        requests = {m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "train")}
 
         def check(m: int, reply: Envelope) -> bytes:
             data = self.reply(reply, ROUND, t, 1).parts[0]
             self.check_embedding(m, data, t, len(batch))
             return data
 
-        for m, data in self._collect(requests, t, "train", check).items():
+        for m, data in self._ask(ROUND, t, info, selected, "train", check).items():
             out[m] = self._accept(m, data, batch.samples)
             self.at[m] = t
         self.t = t + 1
@@ -223,9 +227,6 @@ class RemoteCohort(Session):
                            sizes=[len(b) for b in batches], steps=[b.step for b in batches],
                            keep=self.keeping or None,
                            boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
-        requests = {
-            m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "evaluation")
-        }
 
         def check(m: int, reply: Envelope) -> list[bytes]:
             parts = self.reply(reply, ROUND, t, len(batches)).parts
@@ -233,7 +234,7 @@ class RemoteCohort(Session):
                 self.check_embedding(m, data, b.step, len(b))
             return parts
 
-        got = self._collect(requests, t, "evaluation", check)
+        got = self._ask(ROUND, t, info, selected, "evaluation", check)
         for j, b in enumerate(batches):
             yield [self._accept(m, got[m][j], b.samples, evaluation=True) if m in got else None
                    for m in range(self.settings.clients)]
@@ -257,17 +258,14 @@ class RemoteCohort(Session):
     # -- the end ---------------------------------------------------------------------------------------
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
-        requests = {
-            m: self._request(m, FINISH, t, FinishRequest(models=models).info())
-            for m in self._targets(t, None, FINISH)
-        }
 
         def check(m: int, reply: Envelope) -> tuple[Envelope, FinishReply]:
             reply = self.reply(reply, FINISH, t, 0)
             return reply, FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
 
         self.reports = []
-        for m, (reply, got) in self._collect(requests, t, FINISH, check).items():
+        info = FinishRequest(models=models).info()
+        for m, (reply, got) in self._ask(FINISH, t, info, None, FINISH, check).items():
             mine = {"up": self.ledger.up[m], "down": self.ledger.down[m], "eval_up": self.eval_up[m]}
             theirs = {"up": got.up, "down": got.down, "eval_up": got.eval_up}
             theirs_select = {"up": got.select_up, "down": got.select_down}
