@@ -65,25 +65,57 @@ def to_arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 def save(folder: Path, *, config: dict, state: RunState, clients, server, transport, part=None) -> Path:
     """Write ``folder/checkpoint.pt`` atomically; return its path. ``part``: the run's
     :class:`~fedstream.vfl.selection.Participation` (None without selection)."""
-    padding = server.padding
     payload = {
-        "format": FORMAT,
-        "config": json.dumps(config, sort_keys=True, default=str),
-        "epoch": state.epoch,
-        "step": state.step,
-        "rows": json.dumps(state.rows),
-        "seconds": state.seconds,
+        **header(config, state),
         "clients": [c.model.state_dict() for c in clients],
         "client_optimizers": [c.optimizer.state_dict() for c in clients],
-        "server": server.model.state_dict(),
-        "server_optimizer": server.optimizer.state_dict(),
-        "padding": None if padding is None else to_tensors({"value": padding.value, "seen": padding.seen}),
+        **server_payload(server),
         "links": to_tensors(transport.state_dict()) if hasattr(transport, "state_dict") else {},
         "ledger": to_tensors(transport.ledger.state_dict()),
         **selection_payload(part),
         "torch_rng": torch.get_rng_state(),
     }
     return write(folder / NAME, payload)
+
+
+def header(config: dict, state: RunState, *, kind: str | None = None) -> dict:
+    """A checkpoint's first entries: format, ``kind`` (None: the simulator's, no entry), the run's
+    config and where the run is (:class:`RunState`)."""
+    return {
+        "format": FORMAT,
+        **({} if kind is None else {"kind": kind}),
+        "config": json.dumps(config, sort_keys=True, default=str),
+        "epoch": state.epoch,
+        "step": state.step,
+        "rows": json.dumps(state.rows),
+        "seconds": state.seconds,
+    }
+
+
+def run_state(payload: dict) -> RunState:
+    """Where the run of a checkpoint's ``payload`` (:func:`header`) is."""
+    return RunState(
+        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])
+    )
+
+
+def server_payload(server) -> dict:
+    """The server party's entries: top model, optimiser and padding (None: none)."""
+    pad = server.padding
+    return {
+        "server": server.model.state_dict(),
+        "server_optimizer": server.optimizer.state_dict(),
+        "padding": None if pad is None else to_tensors({"value": pad.value, "seen": pad.seen}),
+    }
+
+
+def load_server(payload: dict, server) -> None:
+    """Restore what :func:`server_payload` saved into ``server`` in place."""
+    server.model.load_state_dict(payload["server"])
+    server.optimizer.load_state_dict(payload["server_optimizer"])
+    if server.padding is not None and payload["padding"] is not None:
+        server.padding.value[...] = payload["padding"]["value"].numpy()
+        server.padding.seen[...] = payload["padding"]["seen"].numpy()
 
 
 def write(path: Path, payload: dict) -> Path:
@@ -131,19 +163,13 @@ def load(path: Path, *, config: dict, clients, server, transport, part=None) -> 
     for c, model, opt in zip(clients, payload["clients"], payload["client_optimizers"]):
         c.model.load_state_dict(model)
         c.optimizer.load_state_dict(opt)
-    server.model.load_state_dict(payload["server"])
-    server.optimizer.load_state_dict(payload["server_optimizer"])
-    if server.padding is not None and payload["padding"] is not None:
-        server.padding.value[...] = payload["padding"]["value"].numpy()
-        server.padding.seen[...] = payload["padding"]["seen"].numpy()
+    load_server(payload, server)
     if hasattr(transport, "load_state_dict"):
         transport.load_state_dict(to_arrays(payload["links"]))
     transport.ledger.load_state_dict(to_arrays(payload["ledger"]))
     torch.set_rng_state(payload["torch_rng"])
     load_selection(path, payload, part)
-    return RunState(
-        int(payload["epoch"]), int(payload["step"]), json.loads(payload["rows"]), float(payload["seconds"])
-    )
+    return run_state(payload)
 
 
 def selection_payload(part) -> dict:

@@ -59,6 +59,10 @@ class VerticalImages:
     def _cut(self, x: np.ndarray, s: slice) -> np.ndarray:
         return x[:, :, s] if self.axis == 2 else x[:, :, :, s]
 
+    def strip(self, images: np.ndarray, m: int) -> np.ndarray:
+        """Client m's strip of ``images`` (a view: uint8, n x C x h x w)."""
+        return self._cut(images, self.strips[m])
+
     def encode(self, raw) -> np.ndarray:
         """New raw images (pixel values 0-255, (n, C, H, W) or flattened) as :meth:`client_inputs`
         takes them: uint8 (n, C, H, W); DataError if they are not images of this data set's shape."""

@@ -73,12 +73,18 @@ class VerticalTable:
         return out
 
 
+def table_spec(settings) -> TableSpec:
+    """The table that the ``data.*`` keys of ``settings`` name, every training row read."""
+    keys = dict(settings.table)
+    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
+                     keys["vfl.partition"], settings.clients, ALL_ROWS)
+
+
 def load_vertical_table(settings) -> VerticalTable:
     """The table of ``settings`` (a :class:`~fedstream.vfl.settings.BatchVFLSettings` with
     ``dataset = "table"``), cut to its first train/test rows when asked."""
     keys = dict(settings.table)
-    spec = TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
-                     keys["vfl.partition"], settings.clients, ALL_ROWS)
+    spec = table_spec(settings)
     if keys["data.test_path"]:
         train = TableSource(spec, shared=True)
         test = TableSource(replace(spec, path=keys["data.test_path"]), fit=train, shared=True)

@@ -1,12 +1,6 @@
-"""Batch VFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``vfl``.
-
-Node side: the node's strip of every image (:class:`~fedstream.vfl.deploy.data.ClientBlock`) and
-its party (:class:`~fedstream.vfl.deploy.host.BatchVFLHost`). Server side:
-:class:`~fedstream.vfl.deploy.driver.NetworkBatchVFL` with the labels only, which
-:func:`fedstream.deploy.serve.serve` runs (``metrics.csv`` and, at every epoch end,
-``checkpoint.pt`` in ``out``; each node keeps its own state of that epoch). Every selection
-method and dynamic setting deploys: the server plans, VF-PS asks the nodes for distances over the
-epoch's available rows (:mod:`fedstream.vfl.deploy.vfps`).
+"""Batch VFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``vfl``: a
+node's data and party (:mod:`.data` or :mod:`.table`, :mod:`.host`) and the server
+(:mod:`.driver`, which :func:`fedstream.deploy.serve.serve` runs).
 """
 
 from __future__ import annotations

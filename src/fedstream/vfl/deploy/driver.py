@@ -1,27 +1,8 @@
-"""The server party of a deployed batch VFL run: the simulator's epoch loop over remote clients.
-
-:class:`NetworkBatchVFL` holds the labels (nothing else of the data) and the top model, sets the
-nodes up (:class:`~fedstream.vfl.deploy.proxy.RemoteCohort`) and runs
-:func:`fedstream.vfl.trainer.play_epochs`, the simulator's loop: per epoch the (seed,
-epoch)-ordered mini-batches, one training step per batch, then the test accuracy. The summary has
-the simulator's keys (``per_epoch``, ``final_accuracy``, ``bytes``, ...) plus what the network adds
-(``faults``, ``exchanges``, the nodes' own byte counts in ``clients``). Without faults it equals the
-simulator's summary (timings aside) and the nodes end with the simulator's models.
-
-Participant selection runs on the server (``selection.method`` ``all``, ``fixed`` or ``random``, any
-``selection.dynamic``): it needs no client data. ``vfps`` (with any ``selection.dynamic``) asks
-every node for the local squared distances of its strip from the query samples to every training
-row available that epoch (:mod:`fedstream.vfl.deploy.vfps`) and scores the groups from those, as
-the VF-PS paper's protocol does; the summary's ``selection_bytes`` counts those messages per client
-and direction, apart from the training ``bytes``.
-
-Faults: a node that fails a request is padded for it (``missed_steps``); one that comes back on a
-new SuperNode is set up again and rejoins from its own latest checkpoint (``rejoins``; see
-:meth:`~fedstream.vfl.deploy.proxy.RemoteCohort.rejoin` for what the server drops). With a
-checkpoint path (``run(checkpoint=...)``, by default ``out/checkpoint.pt``) the server saves its
-state at every epoch end (:meth:`NetworkBatchVFL.save`) and the nodes keep theirs there;
-:meth:`NetworkBatchVFL.load` continues from it, the nodes going back to their own state of that
-epoch, and the run ends as the uninterrupted one (and the simulator) would.
+"""The server party of a deployed batch VFL run: :class:`NetworkBatchVFL` holds the labels and the
+top model and runs the simulator's epoch loop (:func:`fedstream.vfl.trainer.play_epochs`) over the
+remote clients (:class:`~fedstream.vfl.deploy.proxy.RemoteCohort`). Participant selection is
+planned here; VF-PS asks the nodes for distances (:mod:`fedstream.vfl.deploy.vfps`). The summary,
+the server's checkpoint and resume: docs/deploy-protocol.md, "Batch VFL".
 """
 
 from __future__ import annotations
@@ -42,12 +23,7 @@ from fedstream.runs.threads import one_torch_thread
 from fedstream.selection.padding import make_padding
 from fedstream.vfl import checkpoint
 from fedstream.vfl.checkpoint import NAME, to_arrays, to_tensors
-from fedstream.vfl.deploy.data import (
-    ServerLabels,
-    batch_settings,
-    build_party,
-    layout,
-)
+from fedstream.vfl.deploy.data import ServerLabels, batch_settings, layout
 from fedstream.vfl.deploy.proxy import RemoteCohort
 from fedstream.vfl.deploy.records import EVALUATION, boundary_of
 from fedstream.vfl.deploy.table import load_table_labels, table_layout
@@ -75,10 +51,9 @@ class NetworkBatchVFL:
             labels = load_table_labels(config, link)
         self.config, self.labels, self.out, self.progress = config, labels, out, progress
         self.seed = config["seed"]
-        if s.own_draws:  # a table with one file per party: the server draws its model alone
-            self.server = build_parties(s, table_layout(s.clients, labels.n_classes, {}), self.seed)[1]
-        else:
-            self.server = build_party(s, self.seed)[1]  # the top model; the client models are the nodes'
+        # the top model (the client models are the nodes'); one file per party: drawn alone
+        shapes = table_layout(s.clients, labels.n_classes, {}) if s.own_draws else layout(s)
+        self.server = build_parties(s, shapes, self.seed)[1]
         if self.server.padding is None:  # stands in for a node that is down (never used without a fault)
             self.server.padding = make_padding("zero", s.clients, s.embedding)
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
@@ -97,25 +72,18 @@ class NetworkBatchVFL:
         self.summary: dict | None = None
 
     def run(self, *, models: bool = False, checkpoint: Path | None = None) -> dict:
-        """Set up (a resumed run: each node back at its state of the checkpoint's epoch), play the
+        """Set up the nodes (a resumed run: each back at its state of the checkpoint's epoch), play the
         remaining epochs, collect the nodes' counts (``models``: and their models); the summary.
-
-        ``checkpoint`` (default ``out/checkpoint.pt`` when ``out`` is given, else none): the server's
-        state is written there atomically at every epoch end (:meth:`save`), and each node keeps its
-        own state of that boundary (the epoch's evaluation request says ``keep``)."""
+        ``checkpoint`` (default ``out/checkpoint.pt`` with ``out``): written at every epoch end."""
         s, c = self.settings, self.cohort
-        path = (
-            Path(checkpoint)
-            if checkpoint is not None
-            else (self.out / NAME if self.out is not None else None)
-        )
+        path = self.out / NAME if checkpoint is None and self.out is not None else checkpoint
         c.keeping = path is not None
         tic = time.perf_counter() - self.seconds
         rows = {"n_train": len(self.labels.train_y), "n_test": len(self.labels.test_y)}
         if s.own_draws:  # each node's own width; its file's ids must be the server's, in its order
             expected = {m: rows | {"ids": self.labels.ids} for m in range(s.clients)}
         else:
-            shapes = layout(s).shapes
+            shapes = layout(s).strip_shapes()
             expected = {m: {"shape": list(shapes[m])} | rows for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
         if s.own_draws:  # every node's columns of data.categorical: the simulator's check
@@ -177,18 +145,14 @@ class NetworkBatchVFL:
         return self.settings.to_config() | {"seed": self.seed}
 
     def save(self, path: Path, *, seconds: float = 0.0) -> None:
-        """Write the server's state at the end of epoch ``self.done`` to ``path`` atomically: top model,
-        optimiser and padding, the cohort (:meth:`RemoteCohort.state_dict`: the links' server ends,
-        ledger, held gradients, nodes' positions, faults, rejoins), the selection's state, the metrics
-        rows so far, the run token and the torch RNG (``torch.save``, read with ``weights_only``)."""
+        """Write the server's state at the end of epoch ``self.done`` to ``path`` atomically, in the
+        simulator's checkpoint format (:mod:`fedstream.vfl.checkpoint`) with the cohort's state
+        (:meth:`RemoteCohort.state_dict`) in place of the clients."""
         cohort, cohort_arrays = self.cohort.state_dict()
-        pad = self.server.padding
+        state = checkpoint.RunState(self.done, self.step, self.rows, seconds)
         payload = {
-            "format": checkpoint.FORMAT, "kind": KIND,
-            "config": json.dumps(self._config(), sort_keys=True, default=str),
-            "epoch": self.done, "step": self.step, "rows": json.dumps(self.rows), "seconds": seconds,
-            "server": self.server.model.state_dict(), "server_optimizer": self.server.optimizer.state_dict(),
-            "padding": to_tensors({"value": pad.value, "seen": pad.seen}),
+            **checkpoint.header(self._config(), state, kind=KIND),
+            **checkpoint.server_payload(self.server),
             "cohort": json.dumps(cohort), "cohort_arrays": to_tensors(cohort_arrays),
             **checkpoint.selection_payload(self.part),
             "torch_rng": torch.get_rng_state(),
@@ -199,15 +163,11 @@ class NetworkBatchVFL:
 
     def load(self, path: Path) -> None:
         """Continue from :meth:`save`'s checkpoint: the same settings (``train.epochs`` may grow,
-        ConfigError naming the keys otherwise); :meth:`run` then sets the nodes up with ``resume``,
-        each going back to its own state of that epoch's end, and plays the remaining epochs."""
+        ConfigError naming the keys otherwise); :meth:`run` then sets the nodes up with ``resume``."""
         path = Path(path)
         payload = checkpoint.read(path, config=self._config(), kind=KIND)
         try:
-            self.server.model.load_state_dict(payload["server"])
-            self.server.optimizer.load_state_dict(payload["server_optimizer"])
-            self.server.padding.value[...] = payload["padding"]["value"].numpy()
-            self.server.padding.seen[...] = payload["padding"]["seen"].numpy()
+            checkpoint.load_server(payload, self.server)
             self.cohort.load_state_dict(json.loads(payload["cohort"]), to_arrays(payload["cohort_arrays"]))
         except (KeyError, ValueError, RuntimeError) as exc:
             raise ConfigError(
@@ -215,13 +175,11 @@ class NetworkBatchVFL:
             ) from None
         checkpoint.load_selection(path, payload, self.part, stored=True)
         torch.set_rng_state(payload["torch_rng"])
-        self.done, self.step = int(payload["epoch"]), int(payload["step"])
-        self.rows, self.seconds = json.loads(payload["rows"]), float(payload["seconds"])
+        state = checkpoint.run_state(payload)
+        self.done, self.step, self.rows, self.seconds = state.epoch, state.step, state.rows, state.seconds
         self.resumed = True
 
 
 def boundary(epoch: int) -> int:
-    """The nodes' boundary at the end of ``epoch`` (after its evaluation), where a resumed server sets
-    them back to: :func:`~fedstream.vfl.deploy.records.boundary_of`, the formula the cohort's
-    requests use too."""
+    """The nodes' boundary at the end of ``epoch``, where a resumed server sets them back to."""
     return boundary_of(epoch, EVALUATION)

@@ -1,47 +1,10 @@
-"""A batch VFL client party on its own node: one :class:`~fedstream.vfl.parties.BatchClient` behind envelopes.
-
-:class:`BatchVFLHost` answers the server's requests (the server's side:
-:mod:`fedstream.vfl.deploy.proxy`) with the simulator's party and the client's end of the
-compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`: the uplink codec, with
-``topk-grad``'s ranking state, and the downlink decoder):
-
-* ``setup``: the node's strip shape and row counts (no data), and where it stands: ``step``, the
-  last training step it embedded (-1: none), and ``pending``, the step whose gradient it awaits
-  (-1: none). A node that crashed and is set up again with ``rejoin`` (or, with ``resume = B``,
-  goes back to its state kept at boundary B; :mod:`fedstream.deploy.session`) reports the position
-  of the state it reloaded, so that the server can tell what it still holds for it.
-* ``round`` with ``info["split"] = "train"`` (training step s): ``info["rows"]`` are the step's
-  rows. The part, if any, is the gradient of the node's previous step s' (it rides with this
-  request instead of costing a round trip of its own): the node applies it first
-  (:meth:`BatchClient.on_gradient`), then embeds step s; the reply's part is the encoded embedding.
-  That is exactly the simulator's sequence (forward s', backward s', forward s). A request
-  without a gradient while one is due (the server rejected the node's embedding) drops the step.
-* ``round`` with ``info["split"] = "test"``: one evaluation, ``info["rows"]`` cut into batches of
-  ``info["sizes"]``, steps ``info["steps"]``; the due gradient first, then one embedding per batch
-  (nothing comes back down in evaluation).
-* ``round`` with ``info["split"] = "select"`` (VF-PS, :mod:`fedstream.vfl.deploy.vfps`): the
-  part is the query message (the query ids), ``info["queries"]`` their number Q; the reply's part
-  is the node's (Q, n) local squared distances from each query to every training row. Nothing of
-  the node changes (a due gradient waits for the next training request).
-* ``finish``: the last due gradient; the reply reports the node's byte counts and the digest of
-  its model (the model itself only when ``info["models"]``, for tests and audits).
-
-Every request is checked before anything changes: its kind and split, step order (training steps
-move forward; evaluation steps count from its round), rows (integers within the node's rows, at
-most 65535 per batch), and the gradient, without touching the link's state
-(:func:`fedstream.deploy.records.peek`): compressed exactly when ``compression.down`` is, with its
-codec, a compressed frame's shape that of the due embedding *before* its payload is decoded (a
-forged header cannot make the node allocate), length, finite values; then for this client, for
-the step whose embedding is due, of that embedding's shape.
-
-Flower runs each message in a fresh process, and autograd's graph does not survive one: the node
-saves its model and optimiser as they were *before* the due step's forward pass, and when the
-gradient arrives recomputes that forward pass (same weights, same rows, same float operations,
-batch-norm statistics updated once) before back-propagating. A long-lived node (the gRPC runtime's
-:class:`~fedstream.deploy.session.LiveNode` keeps the host between requests) still holds the due
-step's graph and back-propagates through it, as the simulator does: it recomputes only after its
-state was reloaded (``recomputed`` counts the forward passes run again). :meth:`state_dict` is one
-``torch.save`` archive (a uint8 array), read back with ``weights_only=True``.
+"""A batch VFL client party on its own node: the simulator's :class:`~fedstream.vfl.parties.BatchClient`
+and the client's end of the compressed link (:class:`~fedstream.transport.compressed.ClientEndpoint`)
+answering the server's requests (:mod:`fedstream.vfl.deploy.records`). Every request is checked
+before anything changes. A node rebuilt from its state (a fresh process, a rejoin) has lost the due
+step's autograd graph: it saved its model as it was before that step's forward pass and recomputes
+it when the gradient arrives (``recomputed``); a long-lived node keeps the graph, as the simulator
+does. docs/deploy-protocol.md, "Batch VFL", has the requests, the checks and the state.
 """
 
 from __future__ import annotations
@@ -58,12 +21,7 @@ from fedstream.errors import ProtocolError
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import ClientEndpoint, down_codec
 from fedstream.transport.messages import Gradient
-from fedstream.vfl.deploy.data import (
-    ClientBlock,
-    batch_settings,
-    build_party,
-    layout,
-)
+from fedstream.vfl.deploy.data import ClientBlock, batch_settings, layout
 from fedstream.vfl.deploy.records import (
     FinishRequest,
     SetupReply,
@@ -76,17 +34,14 @@ from fedstream.vfl.deploy.table import TableBlock, table_layout
 from fedstream.vfl.deploy.vfps import DISTANCES, QUERIES, local_distances
 from fedstream.vfl.deploy.vfps import decode as decode_vfps
 from fedstream.vfl.deploy.vfps import encode as encode_vfps
-from fedstream.vfl.settings import MAX_U16
 from fedstream.vfl.trainer import build_parties
 
 STATE = "vfl"  # the key of the node's state archive in state_dict()
 
 
 def warm_up(index: int) -> None:
-    """Decode one tiny gradient, as every training request after the first does: the process's
-    first decode loads numba's compiled finiteness check (about 0.2 s, up to a second with four
-    nodes starting at once on two cores), a one-off cost that belongs to the setup, not to the
-    first training step's round trip (the server waits on the slowest node)."""
+    """Decode one tiny gradient at setup: the process's first decode loads compiled code, a one-off
+    cost that belongs to the setup, not to the first training step's round trip."""
     decode(encode(Gradient(0, index, np.zeros((1, 1), np.float32))))
 
 
@@ -105,15 +60,15 @@ class BatchVFLHost(NodeHost):
         self.config, self.block = config, rows
         self.settings = s = batch_settings(config)
         if s.own_draws:  # a table with one file per party: its own width, its own draw (n_classes unused)
-            own = table_layout(s.clients, 2, {index: tuple(rows.sizes()["shape"])})
-            self.client = build_parties(s, own, config["seed"])[0][index]
+            shapes = table_layout(s.clients, 2, {index: tuple(rows.sizes()["shape"])})
         else:
-            want = list(layout(s).shapes[index])
+            shapes = layout(s)
+            want = list(shapes.strip_shapes()[index])
             if rows.sizes()["shape"] != want:
                 raise ProtocolError(
                     f"client {index}: its block has images of shape {rows.sizes()['shape']}, expected {want}"
                 )
-            self.client = build_party(s, config["seed"])[0][index]  # the simulator's initial weights
+        self.client = build_parties(s, shapes, config["seed"])[0][index]  # the simulator's initial weights
         self.end = ClientEndpoint(index, s.compression)
         down = down_codec(s.compression)
         self.probe = None if down is None else down[1]  # stateless: checks a gradient before anything changes
@@ -145,8 +100,7 @@ class BatchVFLHost(NodeHost):
 
     def on_finish(self, env: Envelope) -> Envelope:
         request = FinishRequest.read(env.info, f"client {self.index}, finish")
-        grad = self._gradient(env)
-        self._settle(env, grad)
+        self._settle(env)
         state = self.client.model.state_dict()
         reply = FinishReply(client=self.index, up=self.up, down=self.down, eval_up=self.eval_up,
                             select_up=self.select_up, select_down=self.select_down,
@@ -175,9 +129,10 @@ class BatchVFLHost(NodeHost):
             raise ProtocolError(f"{where}: {exc}"[:500]) from None
 
     # -- what changes the node ---------------------------------------------------------------------
-    def _settle(self, env: Envelope, grad: Gradient | None) -> None:
-        """Apply the due gradient (recomputing its forward pass if this process did not run it), or
-        drop the due step when none came."""
+    def _settle(self, env: Envelope) -> None:
+        """Check the gradient riding with ``env`` (:meth:`_gradient`), then apply it (recomputing its
+        forward pass if this process did not run it), or drop the due step when none came."""
+        grad = self._gradient(env)
         if self.pending is None:
             return
         step, rows = self.pending
@@ -204,18 +159,13 @@ class BatchVFLHost(NodeHost):
 
     def _train(self, env: Envelope, rows: np.ndarray) -> Envelope:
         step = env.round
-        if len(rows) > MAX_U16:
-            raise ProtocolError(
-                f"client {self.index}, step {step}: {len(rows)} rows, at most {MAX_U16} per batch"
-            )
         if step <= self.last_step:
             raise ProtocolError(
                 f"client {self.index}: training step {step} after step {self.last_step}: steps must "
                 "move forward"
             )
-        grad = self._gradient(env)
-        # every check passed: from here on the request changes the node
-        self._settle(env, grad)
+        # the last check is the gradient's (in _settle): from there on the request changes the node
+        self._settle(env)
         self.before = self._snapshot()
         data = self.end.send(self.client.embed(step, self.block.inputs("train", rows)), samples=rows)
         self.up += len(data)
@@ -224,8 +174,7 @@ class BatchVFLHost(NodeHost):
 
     def _evaluate(self, env: Envelope, rows: np.ndarray, request: TestRequest) -> Envelope:
         sizes, steps = request.sizes, request.steps
-        grad = self._gradient(env)
-        self._settle(env, grad)
+        self._settle(env)
         parts, n_train = [], self.block.sizes()["n_train"]
         for step, chunk in zip(steps, np.split(rows, np.cumsum(sizes)[:-1])):
             # sample ids as the simulator's (test rows after the training ones): error feedback's key
@@ -257,7 +206,8 @@ class BatchVFLHost(NodeHost):
 
     # -- between messages ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything the node needs for its next request, as one uint8 array (see the module doc)."""
+        """Everything the node needs for its next request: one ``torch.save`` archive as a uint8
+        array (read back with ``weights_only=True``)."""
         saved = self.before if self.pending is not None else self._snapshot()
         state = {
             **saved,

@@ -1,46 +1,14 @@
-"""The server's side of a deployed batch VFL run: the clients as a
-:class:`~fedstream.vfl.protocol.Cohort` over a link.
-
-:class:`RemoteCohort` is what the simulator's step loop (:func:`fedstream.vfl.trainer.play_epochs`,
-unchanged) talks to when the client parties live on their own nodes
-(:mod:`fedstream.vfl.deploy.host`). The server keeps its end of every compressed link
-(:class:`~fedstream.transport.compressed.ServerEndpoint`: the uplink decoder with the per-sample
-embedding cache, the downlink encoder with the quantiser's mu/sigma table), the node the other.
-One request per node per training step, all nodes at once (the requests and replies:
-:mod:`fedstream.vfl.deploy.records`).
-
-The gradient of step s rides with the request of step s + 1 (or the evaluation or finish that
-comes next), so a step costs one round trip; the node applies it before it embeds anything else:
-the sequential algorithm, unchanged. The ledger counts each embedding when accepted and each
-gradient when encoded, exactly as the simulator's transport counts them; row ids and the other
-``info`` fields are control data, not counted (in the simulator the server's end knows the rows
-without their travelling).
-
-Every reply is validated before any of it is used: kind and step, the number of parts, and each
-embedding checked first without touching the link's state (:func:`fedstream.deploy.records.peek`:
-compressed exactly when ``compression.up`` is, with its codec; a compressed frame's shape must be
-(rows, embedding) *before* its payload is decoded, so a forged header cannot make the server
-allocate; length, finite values; then sender, step and shape) and only then decoded by the
-server's end of the link, whose cache it updates. A node whose reply fails a check, whose ClientApp
-failed or which did not answer in time is logged and recorded (``faults``); the server pads its
-embedding for that step (``selection.padding``; zeros without selection) and sends it no gradient,
-so the node drops that step (``missed``). A step with no valid embedding at all ends the run with
-a :class:`ProtocolError`.
-
-A node that comes back on a new SuperNode (:meth:`Link.rejoined`, asked before every request) is
-set up again with ``rejoin`` and reports the position of the state it reloaded (``step``,
-``pending``); the server drops a held gradient that is not for the node's pending step
-(:meth:`RemoteCohort._reconcile` says why nothing else must be matched) and records the rejoin.
-When the server checkpoints (``keeping``), the evaluation that ends epoch e asks every node to keep
-its state at boundary 2e, a VF-PS selection opening epoch e at 2e - 1; a resumed server sets the
-nodes up with ``resume = 2e`` (:meth:`state_dict` is the server's side of it). All three come from
-one formula, :func:`boundary_of`, and from the epoch the driver's loop is playing
-(:attr:`RemoteCohort.epoch`, set by the driver; a selection gets its epoch as an argument).
+"""The server's side of a deployed batch VFL run: the client nodes as a
+:class:`~fedstream.vfl.protocol.Cohort` over a link, which the simulator's step loop
+(:func:`fedstream.vfl.trainer.play_epochs`) drives unchanged. What crosses the wire, the checks on
+each reply, faults, rejoins and resume: docs/deploy-protocol.md, "Batch VFL"; the requests and
+replies: :mod:`fedstream.vfl.deploy.records`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import asdict
 
 import numpy as np
 
@@ -69,10 +37,13 @@ from fedstream.vfl.protocol import Batch
 from fedstream.vfl.settings import BatchVFLSettings
 
 FINISH_FIELDS = ("client", "up", "down", "eval_up", "select_up", "select_down", "digest")  # a node's report
+SAVED = ("t", "missed", "eval_up", "selection_bytes")  # what the cohort's checkpoint holds as it is (JSON)
 
 
 class RemoteCohort(Session):
-    """Client nodes 0..M-1 of a batch VFL run behind ``link`` (see the module doc)."""
+    """Client nodes 0..M-1 of a batch VFL run behind ``link``. The server keeps its end of every
+    compressed link (``ends``: the embedding cache, the quantiser's table), each node the other; the
+    gradient of a node's step rides with its next request (``outbox``), so a step is one round trip."""
 
     unit = "step"
     payload = "embedding(s)"  # what _reply (Session) calls the parts of a reply
@@ -85,7 +56,7 @@ class RemoteCohort(Session):
             raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
         self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
         self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
-        self.counted = [{"up": 0, "down": 0, "eval_up": 0} for _ in range(M)]  # per node, whatever the ledger
+        self.eval_up = [0] * M  # per node: the bytes of its evaluation embeddings (not in ``ledger``)
         # client -> (step, its encoded gradient) riding with its next request
         self.outbox: dict[int, tuple[int, bytes]] = {}
         self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
@@ -104,10 +75,8 @@ class RemoteCohort(Session):
     # -- VF-PS ---------------------------------------------------------------------------------------
     def distances(self, epoch: int, rows: np.ndarray | None, queries: np.ndarray) -> np.ndarray:
         """(M, Q, n) every node's local squared distances from each query to every available training
-        row (``rows``: those rows, None for all), for the VF-PS selection of ``epoch``
-        (:mod:`fedstream.vfl.deploy.vfps`). Each reply is checked (sender, epoch, kind, shape
-        Q x n, finite, non-negative) before use; VF-PS needs every client's distances, so a node whose
-        reply fails is recorded (``faults``) and the selection ends the run with a ProtocolError."""
+        row (``rows``: those rows, None for all) for the VF-PS selection of ``epoch``; a node whose
+        reply fails a check is a fault, and ends the run (VF-PS needs every client's distances)."""
         M, Q = self.settings.clients, len(queries)
         n = self.nodes[0]["n_train"] if rows is None else len(rows)
         keep = self.keeping  # the node keeps its state after the selection that opens the epoch
@@ -119,20 +88,19 @@ class RemoteCohort(Session):
             part = encode_vfps(QUERIES, epoch, m, ids)
             self.selection_bytes[m]["down"] += len(part)
             requests[m] = Envelope(ROUND, epoch, [part], info.copy())  # a due gradient stays in the outbox
-        out, got = np.empty((M, Q, n)), set()
-        for m, reply in self.exchange(requests).items():
-            try:
-                parts = self.reply(reply, ROUND, epoch, None).parts
-                if len(parts) != 1:
-                    raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
-                data = parts[0]
-                out[m] = decode_vfps(data, kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
-            except FedstreamError as exc:
-                self.fault(m, epoch, SELECT, str(exc))
-                continue
+
+        def check(m: int, reply: Envelope) -> tuple[bytes, np.ndarray]:
+            parts = self.reply(reply, ROUND, epoch, None).parts
+            if len(parts) != 1:
+                raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
+            return parts[0], decode_vfps(parts[0], kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
+
+        out = np.empty((M, Q, n))
+        got = self._collect(requests, epoch, SELECT, check)
+        for m, (data, values) in got.items():
+            out[m] = values
             self.selection_bytes[m]["up"] += len(data)
-            got.add(m)
-        missing = sorted(set(range(M)) - got)
+        missing = sorted(set(range(M)) - set(got))
         if missing:
             raise ProtocolError(
                 f"epoch {epoch}: VF-PS needs every client's local distances; clients {missing} sent "
@@ -141,15 +109,33 @@ class RemoteCohort(Session):
         return out
 
     def _targets(self, t: int, selected: Collection[int] | None, request: str) -> list[int]:
-        """The selected clients whose node is set up and reachable now (faults for the others); first
-        sets up again the nodes that came back (:meth:`rejoin`)."""
-        self.rejoin()
+        """The selected clients whose node is set up and reachable now (faults for the others), after
+        setting up again (``rejoin``) the nodes the link reports back since the last request."""
+        if self.expected and (back := self.link.rejoined()):
+            self.setup(self.expected, back, rejoin=True)
         return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
-    def _request(self, m: int, kind: str, t: int, info: dict) -> Envelope:
-        """Client m's request, with the gradient due to it (it rides along)."""
-        held = self.outbox.pop(m, None)
-        return Envelope(kind, t, [] if held is None else [held[1]], info)
+    def _ask(self, kind: str, t: int, info: dict, selected: Collection[int] | None, request: str,
+             check: Callable[[int, Envelope], object]) -> dict[int, object]:
+        """Send the selected nodes a ``kind`` request with ``info``, each with the gradient due to it
+        (it rides along); what ``check`` makes of their replies (:meth:`_collect`)."""
+        requests = {}
+        for m in self._targets(t, selected, request):
+            held = self.outbox.pop(m, None)
+            requests[m] = Envelope(kind, t, [] if held is None else [held[1]], info.copy())
+        return self._collect(requests, t, request, check)
+
+    def _collect(self, requests: dict[int, Envelope], t: int, request: str,
+                 check: Callable[[int, Envelope], object]) -> dict[int, object]:
+        """Send ``requests``; what ``check(m, reply)`` makes of each reply that passes it (raising a
+        FedstreamError otherwise: a fault, and nothing of that reply is used)."""
+        got = {}
+        for m, reply in self.exchange(requests).items():
+            try:
+                got[m] = check(m, reply)
+            except FedstreamError as exc:
+                self.fault(m, t, request, str(exc))
+        return got
 
     # -- setup, rejoin, resume ----------------------------------------------------------------------
     def setup(
@@ -173,10 +159,8 @@ class RemoteCohort(Session):
 
         def accept(m: int, reply: Envelope) -> tuple[dict, int, int]:
             r = SetupReply.read(reply.info, "setup reply", t=self.t)
-            got = {"client": r.client, "shape": r.shape, "n_train": r.n_train, "n_test": r.n_test,
-                   "ids": r.ids}
             want = {"client": m} | expected[m]
-            got = {k: got[k] for k in want}  # a table with one file per party: no shape, its ids' digest
+            got = {k: v for k, v in asdict(r).items() if k in want}  # one file per party: ids, no shape
             if got != want:
                 raise ProtocolError(
                     f"the node reports {got}, expected {want}: it does not hold this run's data set or "
@@ -193,15 +177,9 @@ class RemoteCohort(Session):
             self.require_all(self.ready, M, f"a batch VFL run needs all vfl.clients = {M}")
 
     def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
-        """Match what the server holds for client m to the state its node came back with.
-
-        The gradient held for m goes out only if it is for the step the node awaits a gradient for;
-        otherwise it is dropped (the node never embedded that step, or already settled it) and
-        counted. Nothing else needs matching: every compressed payload carries what its decoder
-        needs (top-k's bitmap, the quantiser's mu and sigma), so the server's embedding cache (the
-        last values received per sample) and its quantiser's table stay valid, and the node's own
-        codec state (topk-grad's ranking) came back with its model. A rejoin, or a resumed node
-        that is not where the server's checkpoint says, is recorded in ``rejoins``."""
+        """Match what the server holds for client m to the state its node came back with: the held
+        gradient goes out only if it is for the node's ``pending`` step, else it is dropped; a rejoin,
+        a dropped gradient or a node not where the server expects it is recorded in ``rejoins``."""
         held = self.outbox.get(m)
         dropped = 0
         if held is not None and held[0] != pending:
@@ -211,25 +189,18 @@ class RemoteCohort(Session):
             self.record_rejoin(m, self.t, step, dropped=dropped)
         self.at[m] = step
 
-    def rejoin(self) -> None:
-        """Set up again (``rejoin``) the nodes the link reports back since the last call (a crashed
-        node restarted on a new SuperNode, having lost Flower's context.state)."""
-        if self.expected and (back := self.link.rejoined()):
-            self.setup(self.expected, back, rejoin=True)
-
     # -- the Cohort interface ----------------------------------------------------------------------
     def embeddings(self, batch: Batch, selected: Collection[int] | None) -> list[Embedding | None]:
         t, out = batch.step, [None] * self.settings.clients
         info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
-        requests = {m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "train")}
-        for m, reply in self.exchange(requests).items():
-            try:
-                data = self.reply(reply, ROUND, t, 1).parts[0]
-                self.check_embedding(m, data, t, len(batch))
-            except FedstreamError as exc:
-                self.fault(m, t, "train", str(exc))
-                continue
-            out[m] = self._accept(m, data, batch.samples, "up")
+
+        def check(m: int, reply: Envelope) -> bytes:
+            data = self.reply(reply, ROUND, t, 1).parts[0]
+            self.check_embedding(m, data, t, len(batch))
+            return data
+
+        for m, data in self._ask(ROUND, t, info, selected, "train", check).items():
+            out[m] = self._accept(m, data, batch.samples)
             self.at[m] = t
         self.t = t + 1
         for m in range(self.settings.clients):
@@ -244,7 +215,6 @@ class RemoteCohort(Session):
             m = grad.client
             data = self.ends[m].send(grad)
             self.ledger.add(m, "down", len(data))
-            self.counted[m]["down"] += len(data)
             self.outbox[m] = (grad.round, data)
 
     def inferences(
@@ -253,100 +223,80 @@ class RemoteCohort(Session):
         if not batches:
             return
         t = batches[0].step
-        if self.keeping and self.epoch is None:  # one evaluation ends each epoch: its last request to a node
-            raise RuntimeError("RemoteCohort.epoch is not set: the driver must say which epoch it plays "
-                               "before the evaluation that ends it")
         info = TestRequest(split="test", rows=[int(r) for b in batches for r in b.rows],
                            sizes=[len(b) for b in batches], steps=[b.step for b in batches],
                            keep=self.keeping or None,
                            boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
-        requests = {
-            m: self._request(m, ROUND, t, info.copy()) for m in self._targets(t, selected, "evaluation")
-        }
-        got: dict[int, list[bytes]] = {}
-        for m, reply in self.exchange(requests).items():
-            try:
-                parts = self.reply(reply, ROUND, t, len(batches)).parts
-                for b, data in zip(batches, parts):  # every batch valid before any is used
-                    self.check_embedding(m, data, b.step, len(b))
-            except FedstreamError as exc:
-                self.fault(m, t, "evaluation", str(exc))
-                continue
-            got[m] = parts
+
+        def check(m: int, reply: Envelope) -> list[bytes]:
+            parts = self.reply(reply, ROUND, t, len(batches)).parts
+            for b, data in zip(batches, parts):  # every batch valid before any is used
+                self.check_embedding(m, data, b.step, len(b))
+            return parts
+
+        got = self._ask(ROUND, t, info, selected, "evaluation", check)
         for j, b in enumerate(batches):
-            yield [self._accept(m, got[m][j], b.samples, "eval_up") if m in got else None
+            yield [self._accept(m, got[m][j], b.samples, evaluation=True) if m in got else None
                    for m in range(self.settings.clients)]
 
     # -- replies -----------------------------------------------------------------------------------
     def check_embedding(self, m: int, data: bytes, t: int, rows: int) -> None:
-        """Check client m's embedding of step t without touching m's end of the link; raise ProtocolError.
-
-        :func:`~fedstream.deploy.records.peek` checks compressed-or-not and the codec against
-        ``compression.up``, a compressed frame's shape against (rows, embedding) *before* decoding its
-        payload (a forged 14-byte header claiming a huge shape must not make the server allocate),
-        the length and finite values; then the sender, type, step and shape
-        (:func:`~fedstream.vfl.deploy.records.check_message`)."""
+        """Check client m's embedding of step t (shape (rows, embedding)) without touching m's end of
+        the link (:func:`~fedstream.vfl.deploy.records.check_message`); raise ProtocolError."""
         shape = (rows, self.settings.embedding)
         check_message(data, self.ends.probe, Embedding, self.ends.setting, shape, client=m, step=t,
                       what=f"client {m}'s embedding")
 
-    def _accept(self, m: int, data: bytes, samples: np.ndarray | None, direction: str) -> Embedding:
+    def _accept(self, m: int, data: bytes, samples: np.ndarray | None, *,
+                evaluation: bool = False) -> Embedding:
         """Decode a checked embedding with the server's end of m's link (its cache) and count it."""
         self.ledger.add(m, "up", len(data))
-        self.counted[m][direction] += len(data)
+        if evaluation:
+            self.eval_up[m] += len(data)
         return self.ends[m].receive(data, samples)
 
     # -- the end ---------------------------------------------------------------------------------------
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
-        requests = {
-            m: self._request(m, FINISH, t, FinishRequest(models=models).info())
-            for m in self._targets(t, None, FINISH)
-        }
+
+        def check(m: int, reply: Envelope) -> tuple[Envelope, FinishReply]:
+            reply = self.reply(reply, FINISH, t, 0)
+            return reply, FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
+
         self.reports = []
-        for m, reply in sorted(self.exchange(requests).items()):
-            try:
-                reply = self.reply(reply, FINISH, t, 0)
-                got = FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
-            except FedstreamError as exc:
-                self.fault(m, t, FINISH, str(exc))
-                continue
+        info = FinishRequest(models=models).info()
+        for m, (reply, got) in self._ask(FINISH, t, info, None, FINISH, check).items():
+            mine = {"up": self.ledger.up[m], "down": self.ledger.down[m], "eval_up": self.eval_up[m]}
             theirs = {"up": got.up, "down": got.down, "eval_up": got.eval_up}
             theirs_select = {"up": got.select_up, "down": got.select_down}
             excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
-            self.cross_check(m, t, theirs, self.counted[m], excused=excused)
+            self.cross_check(m, t, theirs, mine, excused=excused)
             self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
             self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
                                  "select_down": theirs_select["down"], "digest": got.digest,
-                                 "server_counted": dict(self.counted[m])})
+                                 "server_counted": mine})
             if models:
                 self.models[m] = dict(reply.arrays)
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> tuple[dict, dict[str, np.ndarray]]:
-        """The server's side of every link at an epoch end, as (JSON-able values, named arrays): each
-        ServerEndpoint's state (embedding cache, quantiser table), the ledger and per-node counters,
-        the gradients held for the nodes, where each node stands, and the record (faults, rejoins,
-        missed steps, exchanges, VF-PS bytes)."""
+        """The server's side of every link at an epoch end, as (JSON-able values, named arrays): the
+        server's ends, the ledger, the gradients held for the nodes, where each node stands, and the
+        record (faults, rejoins, missed steps, exchanges, evaluation and VF-PS bytes)."""
         arrays = {f"end{k}": np.asarray(v) for k, v in self.ends.state_dict().items()}
         arrays |= {f"ledger.{k}": v for k, v in self.ledger.state_dict().items()}
         arrays |= {
             f"outbox.{m}": np.frombuffer(data, np.uint8).copy() for m, (_, data) in self.outbox.items()
         }
-        meta = {
-            "counted": self.counted,
+        meta = {k: getattr(self, k) for k in SAVED} | {
             "outbox_steps": {str(m): t for m, (t, _) in self.outbox.items()},
-            "nodes": {str(m): v for m, v in self.nodes.items()},
-            "ready": sorted(self.ready),
             "position": {str(m): t for m, t in self.at.items()},
-            "t": self.t,
-            "missed": self.missed,
-            "selection_bytes": self.selection_bytes,
         } | self.session_state()  # the run's token, faults, rejoins and requests sent
         return meta, arrays
 
     def load_state_dict(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_dict` saved (the nodes are then set up with ``resume``)."""
+        """Restore what :meth:`state_dict` saved; the nodes are then set up again with ``resume``
+        (which makes ``nodes`` and ``ready`` anew)."""
         self.ends.load_state_dict({k[len("end"):]: v for k, v in arrays.items() if k.startswith("end")})
         self.ledger.load_state_dict(
             {k[len("ledger.") :]: v for k, v in arrays.items() if k.startswith("ledger.")}
@@ -354,10 +304,7 @@ class RemoteCohort(Session):
         self.outbox = {
             int(m): (int(t), arrays[f"outbox.{m}"].tobytes()) for m, t in meta["outbox_steps"].items()
         }
-        self.counted = [dict(c) for c in meta["counted"]]
-        self.nodes = {int(m): v for m, v in meta["nodes"].items()}
-        self.ready = set(meta["ready"])
         self.at = {int(m): int(t) for m, t in meta["position"].items()}
-        self.t, self.missed = int(meta["t"]), list(meta["missed"])  # (older checkpoints hold "evaluations")
+        for k in SAVED:
+            setattr(self, k, meta[k])
         self.load_session_state(meta)
-        self.selection_bytes = [dict(b) for b in meta["selection_bytes"]]

@@ -1,20 +1,8 @@
-"""Batch VFL's requests and replies (the typed ``info`` that goes with the encoded messages of
-their ``parts``, see :mod:`fedstream.deploy.records`). A ``round`` request's ``split`` says which:
-
-* :class:`TrainRequest` (``train``, training step s): ``rows`` are the step's rows; the part, if
-  any, is the gradient of the node's previous step. The reply's part is the embedding.
-* :class:`TestRequest` (``test``): one evaluation, ``rows`` cut into batches of ``sizes``,
-  numbered ``steps`` from the request's round; one embedding per batch comes back.
-* :class:`SelectRequest` (``select``, VF-PS): the part is the query message, ``queries`` their
-  number Q, ``rows`` the epoch's available training rows (None: all); the reply's part is the
-  node's local distances.
-* ``finish`` (:class:`FinishRequest`): the last due gradient; the reply
-  (:class:`~fedstream.deploy.host.FinishReply`) reports the node's byte counts and its model's digest
-  (the model itself only with ``models``).
-
-``setup``'s reply (:class:`SetupReply`) gives the node's strip shape and row counts (no data) and
-where it stands: ``step``, the last training step it embedded (-1: none), and ``pending``, the step
-whose gradient it awaits (-1: none).
+"""Batch VFL's requests and replies: the typed ``info`` beside the encoded messages of their
+``parts`` (:mod:`fedstream.deploy.records`). A ``round`` request's ``split`` says which:
+:class:`TrainRequest`, :class:`TestRequest` or :class:`SelectRequest` (VF-PS); ``finish`` is a
+:class:`FinishRequest`, the setup reply a :class:`SetupReply`. The table of what each carries:
+docs/deploy-protocol.md, "Batch VFL".
 """
 
 from __future__ import annotations
@@ -49,6 +37,8 @@ class TrainRequest(Request):
         if self.rows is None:
             raise ProtocolError(f"{where}: info 'rows' must list the step's train rows")
         super().check(where, **context)
+        if len(self.rows) > MAX_U16:
+            raise ProtocolError(f"{where}: {len(self.rows)} rows, at most {MAX_U16} per batch")
 
 
 @dataclass(kw_only=True)
@@ -86,10 +76,9 @@ EVALUATION = "evaluation"  # the request that ends an epoch (SELECT: the VF-PS s
 
 
 def boundary_of(epoch: int, kind: str) -> int:
-    """The node boundary kept at ``kind``'s request of ``epoch`` (1, 2, ...): 2 epoch - 1 after the
-    VF-PS selection (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that
-    ends it. The one formula the selection, the evaluation and a resumed server's ``resume`` use, so
-    that what a node keeps and what the server later asks it back for cannot drift apart."""
+    """The node boundary kept at ``kind``'s request of ``epoch``: 2 epoch - 1 after the VF-PS selection
+    (``SELECT``) that opens it, 2 epoch after the evaluation (``EVALUATION``) that ends it; the one
+    formula for what a node keeps and what a resumed server asks it back for."""
     if kind not in (SELECT, EVALUATION):
         raise ValueError(f"boundary kind {kind!r}: expected {SELECT!r} or {EVALUATION!r}")
     first = 1 if kind == SELECT else 0  # epoch 0 ends before any training: boundary 0, the start
@@ -138,10 +127,9 @@ class SetupReply(Record):
 
 def check_message(data: bytes, probe, kind: type, setting: str, shape: tuple[int, int], *, client: int,
                   step: int, what: str) -> Message:
-    """One received part decoded (:func:`~fedstream.deploy.records.peek`: compression, codec, a
-    frame's shape before its payload, length, finite values) and checked: a ``kind`` for ``client``,
-    of ``step`` and ``shape`` (``what`` names it in the error: "client 1's embedding"). The server's
-    embeddings and the node's gradients alike; raises ProtocolError saying what is wrong."""
+    """One received part (the server's embeddings, the node's gradients) decoded by
+    :func:`~fedstream.deploy.records.peek` and checked: a ``kind`` for ``client``, of ``step`` and
+    ``shape`` (``what`` names it in the error); ProtocolError saying what is wrong."""
     try:
         msg = peek(data, probe, kind, setting, shape)
     except ProtocolError:  # header, codec, shape, length, finite: already says what is wrong

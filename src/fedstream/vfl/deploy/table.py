@@ -1,16 +1,8 @@
-"""Batch VFL deployed on a table with one file per party (``data.path = "server.csv;bank.csv;..."``).
-
-Each process opens its own file and no other (:mod:`fedstream.data.table_party`):
-
-* client m (:func:`load_table_block`): its columns, encoded and standardised by its own training
-  rows, cut into train and test rows as the simulator cuts the table (the last
-  ``data.test_fraction`` of the rows are the test rows); it reports their shape, counts and the
-  digest of its ids at setup;
-* the server (:func:`load_table_labels`): the labels, their classes and the digest of its ids.
-
-No party knows another's width, so each draws its own model from its own seed
-(:func:`fedstream.vfl.models.build_models_alone`; the simulator does the same on these files):
-:func:`table_layout` gives a party the shapes it knows, None for the others.
+"""Batch VFL deployed on a table with one file per party (``data.path = "server.csv;bank.csv;..."``):
+each process opens its own file and no other (:mod:`fedstream.data.table_party`). A client node
+holds its columns of the train and test rows (:func:`load_table_block`), the server the labels
+(:func:`load_table_labels`); no party knows another's width, so each draws its own model from its
+own seed, as the simulator does on these files (:func:`table_layout`).
 """
 
 from __future__ import annotations
@@ -24,18 +16,17 @@ from fedstream.data.table_party import ClientTable, ServerTable, holdout_rows
 from fedstream.data.table_source import TableSpec
 from fedstream.deploy.records import Link, check_client_index
 from fedstream.errors import ConfigError
-from fedstream.vfl.deploy.data import Layout, ServerLabels, batch_settings
-from fedstream.vfl.table_data import ALL_ROWS
+from fedstream.vfl import table_data
+from fedstream.vfl.deploy.data import ServerLabels, batch_settings
 
 
 def table_spec(config: dict) -> TableSpec:
+    """The table of ``config``: a deployed one holds its test rows out by ``data.test_fraction``."""
     settings = batch_settings(config)
-    keys = dict(settings.table)
-    if keys["data.test_path"]:
+    if dict(settings.table)["data.test_path"]:
         raise ConfigError("data.test_path: a deployed table with one file per party holds out its test rows "
                           "by data.test_fraction; leave data.test_path out")
-    return TableSpec(keys["data.path"], keys["data.label"], keys["data.id"], keys["data.categorical"],
-                     keys["vfl.partition"], settings.clients, ALL_ROWS)
+    return table_data.table_spec(settings)
 
 
 @dataclass
@@ -95,6 +86,17 @@ def load_table_labels(config: dict, link: Link | None = None) -> ServerLabels:
                         alignment=server.alignment)
 
 
-def table_layout(n_clients: int, n_classes: int, own: dict[int, tuple[int, int, int]]) -> Layout:
+@dataclass(frozen=True)
+class TableLayout:
+    """What a party knows of the inputs (:func:`~fedstream.vfl.trainer.build_parties` reads it)."""
+
+    shapes: list[tuple[int, int, int] | None]  # None: a client whose width this party does not know
+    n_classes: int
+
+    def strip_shapes(self) -> list[tuple[int, int, int] | None]:
+        return list(self.shapes)
+
+
+def table_layout(n_clients: int, n_classes: int, own: dict[int, tuple[int, int, int]]) -> TableLayout:
     """What a party knows of the inputs: its own shape (``own``), None for every other client."""
-    return Layout([], [own.get(m) for m in range(n_clients)], 2, n_classes)
+    return TableLayout([own.get(m) for m in range(n_clients)], n_classes)

@@ -1,24 +1,13 @@
-"""VF-PS participant selection of a deployed batch VFL run: the paper's protocol, distances only.
-
-When :class:`~fedstream.vfl.selection.Participation` needs a VF-PS selection, the server
-draws the groups and the query samples (:meth:`~fedstream.selection.methods.VFPSSelector.plan`,
-the simulator's draws), sends every node a *query message* (the query sample ids) in a ``round``
-request with ``info["split"] = "select"``, and each node answers with a *distance message*: the
-local squared Euclidean distances of its own strip (raw uint8 pixels, what the simulator scores)
-from each query to every available training sample, a (Q, n) array. The server validates each
-reply, adds the local distances per group and estimates eq. (1)'s KNN MI with its labels
-(:meth:`~fedstream.selection.methods.VFPSSelector.select_distances`): the simulator's selection.
-No feature leaves a node.
-
-Wire format (little-endian), both messages::
+"""VF-PS participant selection over the network, the paper's protocol: the server sends each node the
+query sample ids (a *query message*), each node answers with the local squared distances of its own
+strip from each query to every available training row (a *distance message*), and the server
+scores the groups from those (:meth:`~fedstream.selection.methods.VFPSSelector.select_distances`).
+No feature leaves a node. Both messages (little-endian)::
 
     kind:u8 round:u32 client:u16 rows:u32 cols:u32 dtype:u8 | rows*cols values
 
-``kind`` 6 = query ids (dtype 1: uint32, rows = 1, cols = Q), 7 = local distances (dtype 4:
-float32, or 8: float64 when a distance is not exactly a float32, rows = Q, cols = n); ``round``
-is the epoch whose selection it is. The header is :data:`HEADER` (16 bytes), so a client sends
-16 + 4·Q·n bytes per selection (float32) and receives 16 + 4·Q. The bytes are counted from the
-encoded messages, per client and direction, apart from the training bytes.
+``kind`` 6 = query ids (uint32, 1 x Q), 7 = local distances (float32, or float64 when a distance is
+not exactly a float32; Q x n); ``round`` is the epoch. docs/deploy-protocol.md, "Batch VFL".
 """
 
 from __future__ import annotations
@@ -90,11 +79,6 @@ def local_distances(block: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return small if np.array_equal(small, dist) else dist
 
 
-def message_bytes(q: int, n: int, itemsize: int = 4) -> int:
-    """Bytes of one distance message of Q x n values."""
-    return HEADER.size + itemsize * q * n
-
-
 # = deploy/runtimes/flower_grid.py MAX_PAYLOAD: the largest reply a Flower message may carry
 MAX_MESSAGE = 64 * 2**20
 
@@ -103,7 +87,7 @@ def check_size(spec, n: int) -> None:
     """ConfigError naming selection.queries when a node's distance message would exceed a Flower
     message (``spec``: the run's SelectionSpec, ``n``: training rows)."""
     q = n if spec.queries is None else min(spec.queries, n)
-    size = message_bytes(q, n)
+    size = HEADER.size + 4 * q * n  # a distance message of Q x n float32
     if size > MAX_MESSAGE:
         most = max(1, (MAX_MESSAGE - HEADER.size) // (4 * n))
         raise ConfigError(
