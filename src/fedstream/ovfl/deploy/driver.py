@@ -1,21 +1,11 @@
-"""The server party of a deployed online VFL run: the simulator's loop over remote clients.
+"""The server party of a deployed online VFL run: the simulator's own loop over remote clients.
 
-:class:`NetworkVFL` holds the labels and the top model and plays the engine's loop over client
-nodes behind a link (docs/deploy-protocol.md): one request per node for each batch of B rounds
-(``network.batch``, :mod:`fedstream.ovfl.deploy.proxy`), then the batch's rounds, in one compiled
-call when every node is live and the kernels apply (:mod:`fedstream.ovfl.party_kernels`), else
-round by round through :func:`fedstream.ovfl.protocol.play_round` with :class:`RemoteClient`
-stand-ins. With B = 1 the run is the simulator's, bit for bit; with B > 1 the clients embed a
-batch at the weights of its start and the server still learns event by event. Each batch tells
-the transport the next one's plan (:meth:`NetworkVFL._after`), for requests ahead.
-
-A server-side policy (``topl``) lives here, as in the simulator: a chunk's mask is computed when the
-chunk starts, each node is told its activations with its requests, the clients left out are padded
-by the policy and the policy sees each complete chunk; a batch never straddles a chunk's end
-(:meth:`NetworkVFL.batch_size`). A node that is down for a batch is played as a passive client the
-server does not query (:class:`NodePadding`); one that comes back is set up again and resumes
-from its own checkpoint. :meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server
-at batch boundaries.
+:class:`NetworkVFL` holds the labels and the top model and runs the engine's loop
+(:class:`~fedstream.ovfl.engine.OnlineVFL`: chunks, segments, bookkeeping, checkpoints) with
+:class:`~fedstream.ovfl.deploy.proxy.RemoteClient` stand-ins over a
+:class:`~fedstream.ovfl.deploy.proxy.LinkTransport`. What it adds is the batch: one request per node
+for each B = ``network.batch`` rounds, sent when a segment starts one. With B = 1 the run is the
+simulator's, bit for bit; the rest (staleness, ``topl``, faults, resume): docs/deploy-protocol.md.
 """
 
 from __future__ import annotations
@@ -40,9 +30,8 @@ from fedstream.ovfl.deploy.parties import (
 )
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
-from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
+from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, OnlineVFL, feature_blocks, table_rounds
 from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
-from fedstream.ovfl.protocol import play_round
 from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
@@ -50,9 +39,8 @@ from fedstream.transport.messages import Query
 FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
 
 
-class NetworkVFL(OnlineRun):
-    """The server's side of one run; ``link`` reaches client nodes 0..M-1. It plays the engine's
-    loop (:class:`~fedstream.ovfl.engine.OnlineRun`: chunks, bookkeeping, checkpoints) over the nodes."""
+class NetworkVFL(OnlineVFL):
+    """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
 
     def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False,
                  ahead: bool = True):
@@ -75,9 +63,9 @@ class NetworkVFL(OnlineRun):
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
         self.server.stand_in = self.node_padding
-        self.activation = None  # the server's own activation policy (topl), if it decides
-        if server_decides(config):
-            self.activation = activation_from_config(config)  # as the simulator builds it
+        self.activation = activation_from_config(config)  # as the simulator builds it; the nodes' own
+        self.decides = server_decides(config)  # ... unless the server decides every node's (topl)
+        if self.decides:
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
         self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
@@ -87,23 +75,21 @@ class NetworkVFL(OnlineRun):
                                        config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         # the server's batches in compiled calls where they apply (not with its own policy, topl)
-        use = self.activation is None and kernels_apply(config, self.server)
+        use = not self.decides and kernels_apply(config, self.server)
         self.kernel = PartyArrays(self.server) if use else None
         self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.reports: list[dict] = []
         self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
         self._set_up = False
+        self._end = 0  # the round the run plays to
+        # the chunk's rows played so far: whom they activated and whom the server queries, and up to where
+        self._rows = (np.zeros((CHUNK, M), bool), np.ones((CHUNK, M), bool), 0)
 
     @property
     def run_token(self) -> str:
         """The run's token (it names the nodes' checkpoints of this run)."""
         return self.transport.run_token
-
-    @property
-    def rejoins(self) -> list[dict]:
-        """{"round", "client", "node_round", "dropped_gradients"} per node set up again."""
-        return self.transport.rejoins
 
     def _query(self, t: int, m: int) -> Query:
         """The query the server will send client m in round t of the coming batch: the server's own,
@@ -156,6 +142,7 @@ class NetworkVFL(OnlineRun):
         their last gradients). With ``checkpoint``, save there at the first batch boundary past every
         multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their own state of
         those boundaries (they are told in the batch's request) for :meth:`load`."""
+        self._end = self.config["rounds"] if rounds is None else rounds
         return super().run(rounds, on_round=on_round, checkpoint_path=checkpoint,
                            checkpoint_every=self.config["checkpoint.every"])
 
@@ -167,80 +154,51 @@ class NetworkVFL(OnlineRun):
             self.setup_seconds += time.perf_counter() - tic
             self._set_up = True
 
+    def close(self, hooks: Hooks) -> None:
+        """Nothing: the last batch's end was checkpointed (``keep``), as every kept boundary."""
+
     def chunk_rows(self, chunk: int) -> tuple[None, np.ndarray]:
         """The chunk's labels: the server holds no features (each node reads its own block)."""
         return None, server_labels(self.stream, chunk * CHUNK, CHUNK)
 
-    def play_chunk(self, chunk: int, X: None, y: np.ndarray, end: int, hooks: Hooks) -> None:
-        """Play the chunk's rounds up to ``end`` over the nodes, a batch of B events per request (a
-        batch may go on into the next chunk); checkpoint at the end of a batch that is kept."""
-        tic = time.perf_counter()
-        base, path = chunk * CHUNK, hooks.checkpoint_path
-        while self.t < min(end, base + CHUNK):
-            if self.t >= self._batch[0]:
-                self._begin_batch(end, hooks.checkpoint_every, path)
-            if not self._play_events(y[self.t - base:min(end, base + CHUNK, self._batch[0]) - base], hooks):
-                self._play_event(y, base, hooks)
-            if self.t == self._batch[0] and self._batch[1]:
-                self.save(path, wall=time.perf_counter() - tic)
-        self.wall_seconds += time.perf_counter() - tic
+    def chunk_inputs(self, chunk: int, X: None) -> tuple[list[np.ndarray], np.ndarray]:
+        """No features (empty blocks) and the chunk's activations, filled in as its batches' replies
+        arrive (:meth:`segment_end`)."""
+        activated, queried, _ = self._rows
+        activated[:], queried[:] = False, True
+        self._rows = (activated, queried, chunk * CHUNK)
+        return [np.empty((CHUNK, 0), np.float32)] * len(self.clients), activated
 
-    def _play_events(self, y: np.ndarray, hooks: Hooks) -> bool:
-        """The next rounds of the batch (labels ``y``) in one compiled call
-        (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False
-        when they are to be played one by one."""
-        ready = self.kernel is not None and self.kernel.ready(len(y))
-        stacked = ready and self.transport.stacked(self.t, self.t + len(y))
-        if not stacked:
-            return False
-        H, active = stacked
-        t0, tic = self.t, self.clock.start()
-        pred, GH = self.kernel.serve(H, y)
-        self.clock.add_server(tic)
-        self.transport.learned(t0, GH, active)
-        if self.node_padding.learns:  # the server's input row of each round, every client real
-            for j in range(len(y)):
-                self.node_padding.received(int(y[j]), H[j, -1], np.ones(len(self.clients), bool))
-        i = 0
-        while i < len(y):  # the prequential metrics, interval by interval
-            k = min(len(y), i + self.metrics.interval - self.metrics.rounds % self.metrics.interval)
-            self.metrics.update_many(y[i:k], pred[i:k])
-            i = k
-        self.active_counts += active.sum(axis=0)
-        if hooks.on_round is not None:
-            for j, p in enumerate(pred.tolist()):
-                hooks.on_round(t0 + j, int(y[j]), p)
-        self.t = t0 + len(y)
-        return True
+    def chunk_paths(self, mask: np.ndarray) -> tuple[KernelPath | None, np.ndarray]:
+        """The server's compiled batches (where they apply) and whom it queries: the live nodes."""
+        return (None if self.kernel is None else KernelPath(self)), self._rows[1]
 
-    def _play_event(self, y: np.ndarray, base: int, hooks: Hooks) -> None:
-        """The next round of the batch (``y``: its chunk's labels, from round ``base``), message by
-        message (:func:`fedstream.ovfl.protocol.play_round`)."""
-        t = self.t
-        label = int(y[t - base])
-        active, live = self.transport.begin_round(t)
-        queried = live
-        if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
-            queried = np.zeros_like(live)
-            self.server.stand_in.down = ~live
-        x_blocks = [None] * len(self.clients)  # each node reads its own block
-        result = play_round(t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock,
-                            queried)
-        self.metrics.update(label, result.prediction)
-        self.active_counts += active
-        if hooks.on_round is not None:
-            hooks.on_round(t, label, result.prediction)
-        self.t = t + 1
-        if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
-            self.activation.observe([], y)  # topl scores its buffer (no features)
+    def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
+        """Send the next batch's requests when row j starts one; a segment ends with its batch."""
+        if base + j >= self._batch[0]:
+            self._begin_batch(h)
+        activated, queried, filled = self._rows
+        if base + j >= filled:  # the batch's rounds in this chunk, as its replies say
+            upto = min(self._batch[0], base + CHUNK)
+            activated[j:upto - base] = self.transport.activations(base + j, upto)
+            queried[j:upto - base] = False if self.decides else self.transport.live()
+            self._rows = (activated, queried, upto)
+        return min(super().segment_end(j, base, stop, h), self._batch[0] - base)
 
-    def _begin_batch(self, end: int, every: int, checkpoint: Path | None) -> None:
+    def checkpoint_due(self, h: Hooks) -> bool:
+        """At the end of a batch that is kept."""
+        return h.checkpoint_path is not None and self.t == self._batch[0] and self._batch[1]
+
+    def _begin_batch(self, hooks: Hooks) -> None:
         """Set up the nodes that came back, then send every node the batch at round ``self.t``."""
         if back := self.transport.link.rejoined():
             self.setup(back, rejoin=True)
+        end, every, checkpoint = self._end, hooks.checkpoint_every, hooks.checkpoint_path
         n, keep = self._plan(self.t, end, every, checkpoint)
         self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
                                    after=self._after(self.t + n, end, every, checkpoint))
+        if self.decides:  # the policy pads whom it leaves out; the node padding, a node that is down
+            self.server.stand_in.down = ~self.transport.live()
         self._batch = (self.t + n, keep)
 
     def batch_size(self, end: int, t: int | None = None) -> int:
@@ -249,7 +207,7 @@ class NetworkVFL(OnlineRun):
         next chunk's activations can be decided only afterwards)."""
         t = self.t if t is None else t
         n = min(self.batch, end - t)
-        if self.activation is not None:
+        if self.decides:
             n = min(n, CHUNK - t % CHUNK)
         return n
 
@@ -264,7 +222,7 @@ class NetworkVFL(OnlineRun):
         the policy learns at the chunk's end). Its request may then go ahead to a node this batch
         leaves passive (:meth:`~fedstream.ovfl.deploy.proxy.LinkTransport.begin_batch`): the same
         request the node gets otherwise, so the run is the same, bit for bit."""
-        if not self.ahead or t1 >= end or (self.activation is not None and t1 % CHUNK == 0):
+        if not self.ahead or t1 >= end or (self.decides and t1 % CHUNK == 0):
             return None
         n1, keep1 = self._plan(t1, end, every, checkpoint)
         return n1, keep1, self.decide(t1, n1)
@@ -273,15 +231,13 @@ class NetworkVFL(OnlineRun):
         """The server's activations (n, clients) bool of rounds t0..t0+n-1 (all in one chunk), or None
         when each node decides its own. The policy computes a chunk's mask from its estimate at the
         chunk's start, as the simulator does (the estimate changes only at chunk ends)."""
-        if self.activation is None:
+        if not self.decides:
             return None
         chunk, j = divmod(t0, CHUNK)
         if j + n > CHUNK:
             raise ProtocolError(f"a batch of rounds {t0}..{t0 + n - 1} straddles the end of chunk {chunk}")
-        if self._mask is None or self._mask[0] != chunk:
-            held = getattr(self.stream.source, "held", None)  # PSI: who holds each row's id
-            if held is not None:
-                held = held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
+        if self._mask is None or self._mask[0] != chunk:  # PSI: among those who hold each row's id
+            held = self.chunk_held(chunk)
             mask = self.activation.mask_among(chunk, np.zeros((CHUNK, len(self.clients)), np.float32), held)
             if self.activation.queried(mask).any():
                 raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side "
@@ -293,7 +249,7 @@ class NetworkVFL(OnlineRun):
     def _parts(self) -> dict[str, object]:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger,
                                     "metrics": self.metrics}
-        if self.activation is not None:  # topl: its estimate, exploration buffer and padding
+        if self.decides:  # topl: its estimate, exploration buffer and padding
             parts["activation"] = self.activation
         if not self.transport.ends.spec.is_none:  # the server's ends of the links: caches, quantiser tables
             parts["codecs"] = self.transport.ends
@@ -304,11 +260,9 @@ class NetworkVFL(OnlineRun):
         each node missed, the gradients held for the nodes, the session (the run's token, faults,
         rejoins, requests) and the times. The nodes keep their own state of the boundary."""
         tr = self.transport
-        outbox, held = tr.state()
-        arrays = outbox | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
-                           "padding.seen": self.node_padding.padding.seen}
-        return arrays, held | tr.session_state() | {"setup_seconds": self.setup_seconds,
-                                                    "wire_bytes": tr.wire_bytes}
+        arrays = tr.state() | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
+                               "padding.seen": self.node_padding.padding.seen}
+        return arrays, tr.session_state() | {"setup_seconds": self.setup_seconds, "wire_bytes": tr.wire_bytes}
 
     def restored(self, state: dict[str, np.ndarray], meta: dict) -> None:
         """Take back :meth:`saved`'s part; the nodes are set up again with ``resume`` when the run
@@ -317,7 +271,7 @@ class NetworkVFL(OnlineRun):
         tr.missed[:] = state["missed"]
         self.node_padding.padding.value[...] = state["padding.value"]
         self.node_padding.padding.seen[...] = state["padding.seen"]
-        tr.load_state(state, meta)
+        tr.load_state(state)
         tr.load_session_state(meta)
         tr.wire_bytes, self.setup_seconds = meta["wire_bytes"], float(meta["setup_seconds"])
         self._mask = None  # recomputed from the restored policy
@@ -361,9 +315,12 @@ class NetworkVFL(OnlineRun):
             arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
         return {"models": arrays, "message_sizes": self.transport.sizes}
 
+    def models(self) -> dict[str, object]:
+        return {"server": self.server.model}
+
     def summary(self) -> dict:
         return (
-            super().summary()
+            OnlineRun.summary(self)
             | {
                 "setup_seconds": self.setup_seconds,
                 "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
@@ -379,3 +336,28 @@ class NetworkVFL(OnlineRun):
             | ({"alignment": self.stream.source.alignment.summary()}  # PSI, apart from the training's bytes
                if getattr(self.stream.source, "alignment", None) is not None else {})
         )
+
+
+class KernelPath:
+    """The server's step for a segment of a batch's rounds in one compiled call
+    (:meth:`fedstream.ovfl.party_kernels.PartyArrays.serve`), when every node is live and each reply
+    was checked at once; the transport counts and holds their messages in ``play_round``'s order."""
+
+    def __init__(self, net: NetworkVFL):
+        self.net = net
+
+    def ready(self, rounds: int) -> bool:
+        net = self.net
+        return net.kernel.ready(rounds) and net.transport.at_once(net.t, net.t + rounds)
+
+    def play(self, X: None, y: np.ndarray, mask: np.ndarray, j0: int, j1: int) -> tuple[np.ndarray, int]:
+        net, t0, y = self.net, self.net.t, y[j0:j1]
+        H = net.transport.stacked(t0, t0 + len(y))
+        tic = net.clock.start()
+        pred, GH = net.kernel.serve(H, y)
+        net.clock.add_server(tic)
+        net.transport.learned(t0, GH, mask[j0:j1])
+        if net.node_padding.learns:  # the server's input row of each round, every client real
+            for j in range(len(y)):
+                net.node_padding.received(int(y[j]), H[j, -1], np.ones(len(net.clients), bool))
+        return pred, -1

@@ -1,31 +1,11 @@
-"""The server's side of the wire: stand-ins for remote clients and a transport over a link.
+"""The server's side of the wire: a transport over a link and stand-ins for the remote clients.
 
-:func:`fedstream.ovfl.protocol.play_round` calls its clients directly and moves every message
-through ``transport.up`` / ``down``; on the server's machine the clients are :class:`RemoteClient`
-objects and the transport a :class:`LinkTransport`, so the very same function runs a round (the
-protocol, its batches, requests ahead, faults and compression: docs/deploy-protocol.md):
-
-* :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
-  (the gradients held for it and the server's Query of each round; with ``topl`` the server's
-  activations instead, :mod:`fedstream.ovfl.deploy.records`) and checks every reply whole before
-  any of it is used (:meth:`LinkTransport._check_batch`: per batch by
-  :func:`fedstream.ovfl.party_kernels.unpack` where it can, else part by part by
-  :func:`fedstream.deploy.records.peek`, which names what is wrong). A node whose reply fails,
-  whose process failed or which timed out is down for the batch: a recorded fault, its events
-  played as passive without a query, with the server's padding (``network.padding``).
-* On a link that sends ahead (gRPC), a node whose reply says no event activated it owes no
-  gradient, so its next request goes as that reply arrives (``after``): the very request it would
-  get otherwise.
-* Round by round, :meth:`LinkTransport.begin_round` gives ``play_round`` the round's activations
-  and whom the server can query; ``down`` checks a Query is the one the batch carried and holds a
-  Gradient for the node's next request; ``up`` counts an embedding as it arrived. With every
-  node live, :meth:`LinkTransport.stacked` and :meth:`LinkTransport.learned` give the server a
-  batch's events at once and count and hold their messages, in ``play_round``'s order.
-
-With compression the server keeps its end of every client's link
-(:class:`~fedstream.transport.compressed.ServerEnds`): ``up`` decodes an embedding with it when
-``play_round`` takes it and ``down`` encodes a gradient, in the simulator's order; the ledger
-counts the encoded bytes.
+On the server's machine the engine's loop plays :func:`fedstream.ovfl.protocol.play_round` with
+:class:`RemoteClient` stand-ins over a :class:`LinkTransport`. :meth:`LinkTransport.begin_batch`
+sends each node one request for a batch of rounds and checks every reply whole before any of it is
+used; ``up`` and ``down`` then count each message in ``play_round``'s order, and
+:meth:`LinkTransport.learned` counts a batch played at once the same way. The protocol, requests
+ahead, faults and compression: docs/deploy-protocol.md.
 """
 
 from __future__ import annotations
@@ -72,19 +52,6 @@ class Batch:
 
 
 @dataclass
-class Round:
-    """The round being played: the embeddings of its activated clients (``pushed``), those of its
-    passive ones (``answers``, not yet asked for) and the passive clients the server queried."""
-
-    pushed: dict[int, Wire] = field(default_factory=dict)
-    answers: dict[int, Wire] = field(default_factory=dict)
-    asked: set[int] = field(default_factory=set)
-
-    def done(self) -> bool:
-        return not self.pushed and not set(self.answers) - self.asked
-
-
-@dataclass
 class Ahead:
     """Requests a link that sends ahead may have sent: the next batch's request per node (``sent``),
     those counted in ``wire_bytes`` as they went (``counted``), and the next batch's plan with the
@@ -100,7 +67,7 @@ class LinkTransport(Session):
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
-    of an embedding row, for validating replies; ``spec`` the run's compression (default none)."""
+    of an embedding row; ``spec`` the run's compression (default none)."""
 
     def __init__(
         self,
@@ -119,19 +86,16 @@ class LinkTransport(Session):
         self.ledger = ByteLedger(M)
         # (direction, client, bytes)
         self.sizes: list[tuple[str, int, int]] | None = ([] if record_sizes else None)
-        self.round = -1
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self.outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
-        self.last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
-        self.batch, self.now, self.ahead = Batch(), Round(), Ahead()
+        self.batch, self.ahead = Batch(), Ahead()
 
     # -- setup and finish --------------------------------------------------------------------
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
         """The session's setup of the reachable ones of ``clients`` between batches; those it accepts
         are ready, the others must be set up again."""
-        self._check_round_done()
         targets = set(clients) & self.link.available()
         self.ready -= targets
         for m in targets:  # a node set up again starts from a setup: nothing went ahead
@@ -143,7 +107,6 @@ class LinkTransport(Session):
     def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
         """The ``finish`` request (the gradients still held for each node) to every ready, reachable
         node; return the replies that came back (a failed one is a fault)."""
-        self._check_round_done()
         requests = {}
         for m in self.reachable(self.ready, t, FINISH, once=True):
             held = self.outbox.pop(m, [])
@@ -160,26 +123,23 @@ class LinkTransport(Session):
 
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
-        self.last_gradient.pop(m, None)
         self.ahead.sent.pop(m, None)
         return len(self.outbox.pop(m, []))
 
     # -- state at a batch boundary ------------------------------------------------------------
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """The transport's part of a server checkpoint at a batch boundary: the gradients held for
-        the nodes (arrays ``outbox.{client}.{round}``) and the round of each client's last one."""
-        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self.outbox.items()
-                  for r, g in held}
-        return arrays, {"last_gradient": {str(m): r for m, r in self.last_gradient.items()}}
+        the nodes (arrays ``outbox.{client}.{round}``)."""
+        return {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8)
+                for m, held in self.outbox.items() for r, g in held}
 
-    def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Go back to :meth:`state`'s boundary (other keys of ``arrays`` are ignored)."""
         self.outbox = {}
         keys = (k for k in arrays if k.startswith("outbox."))
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             _, m, r = key.split(".")
             self.outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
-        self.last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
         self.ahead.sent, self.ahead.prepared = {}, None
 
     # -- batches and rounds ------------------------------------------------------------------
@@ -192,8 +152,7 @@ class LinkTransport(Session):
         so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
         activations the server's policy decided (``topl``); the requests carry them and no query.
         ``after``: the next batch's (events, keep, active), when it is known now: a node this batch
-        leaves passive throughout is sent its next request ahead (see the module doc)."""
-        self._check_round_done()
+        leaves passive throughout is sent its next request ahead."""
         active = self._checked(active, n)
         targets = self.reachable(self.ready, t0, ROUND, once=True)  # every event it misses: a fault
         plan = (t0, n, keep, None if active is None else active.tobytes())
@@ -219,7 +178,7 @@ class LinkTransport(Session):
                 batch.replies[m] = self._check_batch(m, reply, t0, n)
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t0, ROUND, str(exc))
-        self.round = t0 - 1
+        self.missed += n * ~self.live()
         return set(batch.replies)
 
     def _checked(self, active: np.ndarray | None, n: int) -> np.ndarray | None:
@@ -312,40 +271,28 @@ class LinkTransport(Session):
             wires[i] = Wire(m, data, msg)
         return list(active), wires
 
-    def begin_round(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Round t (the next of the batch) starts: which clients it activated and which ones the
-        server can query (the others are down this batch and get padded)."""
-        i = t - self.batch.start
-        if t != self.round + 1 or not 0 <= i < self.batch.size:
-            raise ProtocolError(
-                f"round {t} is not the next round of the batch that starts at {self.batch.start}"
-            )
-        self._check_round_done()
-        self.round = t
-        M, replies = self.link.n_clients, self.batch.replies
-        rounds = range(self.batch.start, self.batch.start + self.batch.size)
-        for m, (parts, values) in self.batch.values.items():  # checked at once: its wires, now
-            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v))
-                                          for t, data, v in zip(rounds, parts, values)])
-        self.batch.values = {}
-        live = np.array([m in replies for m in range(M)])
-        active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
-        self.missed += ~live
-        self.now = Round(pushed={m: replies[m][1][i] for m in replies if active[m]},
-                         answers={m: replies[m][1][i] for m in replies
-                                  if not active[m] and replies[m][1][i] is not None})
-        return active, live
+    def live(self) -> np.ndarray:
+        """bool (clients,): whose reply to the batch was valid (the others are padded in it)."""
+        return np.array([m in self.batch.replies for m in range(self.link.n_clients)])
 
-    def stacked(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rounds t0..t1-1 of the batch at once, when every node is live and its reply was checked at
-        once: the server's stacked embeddings (n, R, M*e) and the activations (n, M); else None
-        (round by round: :meth:`begin_round`)."""
-        b, M = self.batch, self.link.n_clients
-        if t0 != self.round + 1 or len(b.values) != M or not self.now.done():
-            return None
-        i0, i1 = t0 - b.start, t1 - b.start
-        H = np.concatenate([b.values[m][1][i0:i1] for m in range(M)], axis=2)
-        return H, np.array([b.replies[m][0][i0:i1] for m in range(M)], bool).T
+    def activations(self, t0: int, t1: int) -> np.ndarray:
+        """bool (t1 - t0, clients): which live clients rounds t0..t1-1 of the batch activated."""
+        b = self.batch
+        active = np.zeros((t1 - t0, self.link.n_clients), bool)
+        for m, (flags, _) in b.replies.items():
+            active[:, m] = flags[t0 - b.start:t1 - b.start]
+        return active
+
+    def at_once(self, t0: int, t1: int) -> bool:
+        """Whether rounds t0..t1-1 of the batch can be played at once: every node live, its reply
+        checked at once (:meth:`stacked`)."""
+        return len(self.batch.values) == self.link.n_clients and t1 <= self.batch.start + self.batch.size
+
+    def stacked(self, t0: int, t1: int) -> np.ndarray:
+        """The server's stacked embeddings (n, R, M*e) of rounds t0..t1-1 (see :meth:`at_once`)."""
+        b = self.batch
+        return np.concatenate([b.values[m][1][t0 - b.start:t1 - b.start] for m in range(self.link.n_clients)],
+                              axis=2)
 
     def learned(self, t0: int, GH: np.ndarray, active: np.ndarray) -> None:
         """Rounds t0.. of :meth:`stacked`, played: count their embeddings and queries, and hold the
@@ -359,8 +306,6 @@ class LinkTransport(Session):
             on = np.flatnonzero(active[:, m])
             grads = pack(Gradient, rounds[on], m, GH[on, :, m * e:(m + 1) * e])
             self.outbox.setdefault(m, []).extend(zip(rounds[on].tolist(), grads))
-            if on.size:
-                self.last_gradient[m] = int(rounds[on[-1]])
             sizes.append((len(b.values[m][0][i0]), len(b.queries[m][i0]), len(grads[0]) if grads else 0))
             self.ledger.up[m] += n * sizes[m][0]
             self.ledger.down[m] += (n - on.size) * sizes[m][1] + on.size * sizes[m][2]
@@ -371,13 +316,6 @@ class LinkTransport(Session):
                 for m in np.flatnonzero(~row).tolist():
                     self.sizes += [("down", m, sizes[m][1]), ("up", m, sizes[m][0])]
                 self.sizes += [("down", m, sizes[m][2]) for m in range(M) if row[m]]
-        self.round = t0 + n - 1
-
-    def _check_round_done(self) -> None:
-        if not self.now.done():
-            left = sorted(set(self.now.answers) - self.now.asked)
-            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self.now.pushed)} were "
-                                f"not taken and passive clients {left} were not queried")
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
@@ -395,38 +333,24 @@ class LinkTransport(Session):
 
     # -- the transport play_round uses -------------------------------------------------------
     def down(self, msg: Message) -> Message:
-        """Server -> client ``msg.client``: a query was delivered with the batch; gradients go with the
-        next request, encoded (compressed) by the server's end of the client's link."""
+        """Server -> client ``msg.client``: a query was delivered with the batch (it must be the one
+        the batch carried); a gradient goes with the node's next request, encoded by the server's end
+        of the client's link."""
         m = msg.client
         if isinstance(msg, Query):
             data = encode(msg)
-            i = msg.round - self.batch.start
-            if msg.round != self.round or m not in self.now.answers or m in self.now.asked:
-                raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, "
-                                    "or was asked already")
-            if data != self.batch.queries[m][i]:
+            if data != self.batch.queries[m][msg.round - self.batch.start]:
                 raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the "
                                     "one the batch carried")
-            self.now.asked.add(m)
-        elif isinstance(msg, Gradient):
-            if msg.round <= self.last_gradient.get(m, -1):
-                raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
-                                    f"{self.last_gradient[m]}")
-            self.last_gradient[m] = msg.round
-            # after the checks: a compressing end's state moves on once per gradient
+        else:  # a compressing end's state moves on once per gradient
             data = self.ends[m].send(msg)
             self.outbox.setdefault(m, []).append((msg.round, data))
-        else:
-            raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
         self._count(m, "down", len(data))
         return msg
 
     def up(self, wire: Wire) -> Embedding:
-        """Client -> server: the embedding validated with its batch; count its bytes. A compressed one
-        is decoded now by the server's end of the client's link (its cache: see the module doc)."""
-        if wire.msg.round != self.round:
-            raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round "
-                                f"{self.round}")
+        """Client -> server: the embedding checked with its batch; count its bytes. A compressed one
+        is decoded now by the server's end of the client's link."""
         self._count(wire.client, "up", len(wire.data))
         if self.ends.probe is None:
             return wire.msg  # plain: what the check decoded is what the server's end would
@@ -437,35 +361,32 @@ class LinkTransport(Session):
         if self.sizes is not None:
             self.sizes.append((direction, client, n))
 
-    # -- what RemoteClient reads -------------------------------------------------------------
-    def pushed(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self.now.pushed:
-            raise ProtocolError(f"client {m}: no embedding pushed for round {t}")
-        return self.now.pushed.pop(m)
-
-    def answer(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self.now.asked or m not in self.now.answers:
-            raise ProtocolError(f"client {m}: no answer to the query of round {t}")
-        return self.now.answers.pop(m)
+    def wire(self, m: int, t: int) -> Wire:
+        """Client m's embedding of round t, as its reply to the batch brought it."""
+        b = self.batch
+        i = t - b.start
+        flags, wires = b.replies[m]
+        if wires is None:  # checked at once
+            parts, values = b.values[m]
+            return Wire(m, parts[i], Embedding(t, m, values[i]))
+        return wires[i]
 
 
 class RemoteClient:
-    """Stands in, on the server's machine, for the client party on node ``index``."""
+    """Stands in, on the server's machine, for the client party on node ``index``: its embeddings are
+    those its node sent with the batch; its gradients go with its next request."""
 
     def __init__(self, index: int, transport: LinkTransport):
         self.index, self.transport = index, transport
 
     def observe(self, t: int, x) -> None:
-        """The node reads its own features; here only check that the round was announced."""
-        if t != self.transport.round:
-            raise ProtocolError(f"client {self.index}: round {t} was not announced (at "
-                                f"{self.transport.round})")
+        """Nothing: the node reads its own features."""
 
     def on_event(self, t: int) -> Wire:
-        return self.transport.pushed(self.index, t)
+        return self.transport.wire(self.index, t)
 
     def on_query(self, query: Query) -> Wire:
-        return self.transport.answer(self.index, query.round)
+        return self.transport.wire(self.index, query.round)
 
     def on_gradient(self, grad: Gradient) -> None:
-        """Nothing: the gradient reaches the node with its next request (see LinkTransport.down)."""
+        """Nothing: the gradient reaches the node with its next request (:meth:`LinkTransport.down`)."""
