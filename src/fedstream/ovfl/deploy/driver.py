@@ -22,12 +22,7 @@ from fedstream.deploy.psi import align_nodes
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.activation import activation_from_config
-from fedstream.ovfl.deploy.parties import (
-    build_server,
-    check_deployable,
-    server_decides,
-    server_labels,
-)
+from fedstream.ovfl.deploy.parties import build_server, check_deployable, server_decides, server_labels
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
 from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, OnlineVFL, feature_blocks, table_rounds
@@ -63,13 +58,12 @@ class NetworkVFL(OnlineVFL):
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
         self.server.stand_in = self.node_padding
-        self.activation = activation_from_config(config)  # as the simulator builds it; the nodes' own
-        self.decides = server_decides(config)  # ... unless the server decides every node's (topl)
+        self.activation = activation_from_config(config)  # as the simulator builds it (the nodes' own)
+        self.decides = server_decides(config)  # topl: the server decides every node's activations
         if self.decides:
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
-        self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
-        self.ahead = ahead  # send a node its next request ahead when the protocol allows (see run)
+        self.ahead = ahead  # send a node its next request ahead when the protocol allows
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
@@ -80,11 +74,13 @@ class NetworkVFL(OnlineVFL):
         self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.reports: list[dict] = []
-        self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
         self._set_up = False
         self._end = 0  # the round the run plays to
-        # the chunk's rows played so far: whom they activated and whom the server queries, and up to where
-        self._rows = (np.zeros((CHUNK, M), bool), np.ones((CHUNK, M), bool), 0)
+        self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
+        # the current chunk: the policy's activations (topl); whom its rounds activated and whom the
+        # server queries in them, as the replies of its batches say, filled up to round ``_filled``
+        self._decided = np.zeros((CHUNK, M), bool)
+        self._active, self._queried, self._filled = np.zeros((CHUNK, M), bool), np.ones((CHUNK, M), bool), 0
 
     @property
     def run_token(self) -> str:
@@ -93,18 +89,16 @@ class NetworkVFL(OnlineVFL):
 
     def _query(self, t: int, m: int) -> Query:
         """The query the server will send client m in round t of the coming batch: the server's own,
-        with the label count it will have then (rounds before t of the batch not yet played)."""
+        with the label count it will have then."""
         query = self.server.query(t, m)
-        rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
-        return query._replace(rows=rows)
+        return query._replace(rows=min(self.server.labels.count + (t - self.t) + 1, self.server.window))
 
-    def setup(
-        self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
-    ) -> set[int]:
+    def setup(self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
+              ) -> set[int]:
         """Send the config to ``clients`` (default all); keep those whose node holds the block the
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
-        (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
-        them; the gradients held for a node that comes back at another round are dropped."""
+        from its state of the checkpoint's round; the gradients held for a node that comes back at
+        another round are dropped."""
         tr = self.transport
 
         def accept(m: int, reply) -> int:
@@ -115,13 +109,12 @@ class NetworkVFL(OnlineVFL):
                     raise ProtocolError(f"the node reports client {got.client} with ids {got.ids}, "
                                         f"expected client {m} with the ids the alignment placed ({want})")
                 self._held[m] = got.categorical
-                tr.check_behind(got.round, self.t)
-                return got.round
-            block = self.blocks[m]
-            if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
-                raise ProtocolError(f"the node reports client {got.client} with features {got.block_start}:"
-                                    f"{got.block_stop}, expected client {m} with features "
-                                    f"{block.start}:{block.stop}")
+            else:
+                block = self.blocks[m]
+                if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
+                    raise ProtocolError(f"the node reports client {got.client} with features "
+                                        f"{got.block_start}:{got.block_stop}, expected client {m} with "
+                                        f"features {block.start}:{block.stop}")
             tr.check_behind(got.round, self.t)
             return got.round
 
@@ -131,17 +124,17 @@ class NetworkVFL(OnlineVFL):
             check_held_categorical(self.config, list(self._held.values()))
         for m, node_round in rounds.items():
             if rejoin or (resume and node_round != self.t - 1):
-                # a node back at round t - 1 (its checkpoint is its state after its last reply) still
-                # waits for the gradients held for it; one further back never asked for them
+                # a node back at round t - 1 (its state after its last reply) still waits for the
+                # gradients held for it; one further back never asked for them
                 dropped = tr.forget(m) if node_round != self.t - 1 else 0
                 tr.record_rejoin(m, self.t, node_round, dropped=dropped)
         return set(rounds)
 
+    # -- the engine's loop, over the nodes ---------------------------------------------------------
     def run(self, rounds: int | None = None, *, on_round=None, checkpoint: Path | None = None) -> dict:
         """Play rounds ``self.t .. rounds-1`` and return the summary (:meth:`finish` sends the nodes
         their last gradients). With ``checkpoint``, save there at the first batch boundary past every
-        multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their own state of
-        those boundaries (they are told in the batch's request) for :meth:`load`."""
+        multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their state there too."""
         self._end = self.config["rounds"] if rounds is None else rounds
         return super().run(rounds, on_round=on_round, checkpoint_path=checkpoint,
                            checkpoint_every=self.config["checkpoint.every"])
@@ -155,34 +148,34 @@ class NetworkVFL(OnlineVFL):
             self._set_up = True
 
     def close(self, hooks: Hooks) -> None:
-        """Nothing: the last batch's end was checkpointed (``keep``), as every kept boundary."""
+        """Nothing: the last batch was kept (:meth:`checkpoint_due`)."""
 
     def chunk_rows(self, chunk: int) -> tuple[None, np.ndarray]:
         """The chunk's labels: the server holds no features (each node reads its own block)."""
         return None, server_labels(self.stream, chunk * CHUNK, CHUNK)
 
     def chunk_inputs(self, chunk: int, X: None) -> tuple[list[np.ndarray], np.ndarray]:
-        """No features (empty blocks) and the chunk's activations, filled in as its batches' replies
-        arrive (:meth:`segment_end`)."""
-        activated, queried, _ = self._rows
-        activated[:], queried[:] = False, True
-        self._rows = (activated, queried, chunk * CHUNK)
-        return [np.empty((CHUNK, 0), np.float32)] * len(self.clients), activated
+        """No features (empty blocks) and the chunk's activations, filled in by :meth:`segment_end`.
+        A server-side policy decides the chunk's activations now, as the simulator does."""
+        if self.decides:  # among those who hold each round's id (PSI)
+            zeros = np.zeros((CHUNK, len(self.clients)), np.float32)
+            self._decided = self.activation.mask_among(chunk, zeros, self.chunk_held(chunk))
+        self._active[:], self._queried[:], self._filled = False, True, chunk * CHUNK
+        return [np.empty((CHUNK, 0), np.float32)] * len(self.clients), self._active
 
     def chunk_paths(self, mask: np.ndarray) -> tuple[KernelPath | None, np.ndarray]:
         """The server's compiled batches (where they apply) and whom it queries: the live nodes."""
-        return (None if self.kernel is None else KernelPath(self)), self._rows[1]
+        return (None if self.kernel is None else KernelPath(self)), self._queried
 
     def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
         """Send the next batch's requests when row j starts one; a segment ends with its batch."""
         if base + j >= self._batch[0]:
             self._begin_batch(h)
-        activated, queried, filled = self._rows
-        if base + j >= filled:  # the batch's rounds in this chunk, as its replies say
+        if base + j >= self._filled:  # the batch's rounds in this chunk, as its replies say
             upto = min(self._batch[0], base + CHUNK)
-            activated[j:upto - base] = self.transport.activations(base + j, upto)
-            queried[j:upto - base] = False if self.decides else self.transport.live()
-            self._rows = (activated, queried, upto)
+            self._active[j:upto - base] = self.transport.activations(base + j, upto)
+            self._queried[j:upto - base] = False if self.decides else self.transport.live()
+            self._filled = upto
         return min(super().segment_end(j, base, stop, h), self._batch[0] - base)
 
     def checkpoint_due(self, h: Hooks) -> bool:
@@ -193,57 +186,30 @@ class NetworkVFL(OnlineVFL):
         """Set up the nodes that came back, then send every node the batch at round ``self.t``."""
         if back := self.transport.link.rejoined():
             self.setup(back, rejoin=True)
-        end, every, checkpoint = self._end, hooks.checkpoint_every, hooks.checkpoint_path
-        n, keep = self._plan(self.t, end, every, checkpoint)
-        self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
-                                   after=self._after(self.t + n, end, every, checkpoint))
+        t, end, every, path = self.t, self._end, hooks.checkpoint_every, hooks.checkpoint_path
+        n, keep = self._plan(t, end, every, path)
+        # the batch after this one, when known now (a policy's next chunk is decided at its start):
+        # its request may go ahead to a node this one leaves passive, the very request it gets otherwise
+        after = None
+        if self.ahead and t + n < end and not (self.decides and (t + n) % CHUNK == 0):
+            n1, keep1 = self._plan(t + n, end, every, path)
+            after = (n1, keep1, self.decide(t + n, n1))
+        self.transport.begin_batch(t, n, keep=keep, active=self.decide(t, n), after=after)
         if self.decides:  # the policy pads whom it leaves out; the node padding, a node that is down
             self.server.stand_in.down = ~self.transport.live()
-        self._batch = (self.t + n, keep)
+        self._batch = (t + n, keep)
 
-    def batch_size(self, end: int, t: int | None = None) -> int:
-        """Events of the batch at round t (default: the next): ``network.batch``, fewer at the end of
-        the run and, with a server-side policy, at the end of a chunk (the policy learns there: the
-        next chunk's activations can be decided only afterwards)."""
-        t = self.t if t is None else t
+    def _plan(self, t: int, end: int, every: int, path: Path | None) -> tuple[int, bool]:
+        """The batch at round t: its events (``network.batch``, fewer at the end of the run and, with a
+        server-side policy, of the chunk) and whether the server checkpoints after it (``keep``)."""
         n = min(self.batch, end - t)
         if self.decides:
             n = min(n, CHUNK - t % CHUNK)
-        return n
-
-    def _plan(self, t: int, end: int, every: int, checkpoint: Path | None) -> tuple[int, bool]:
-        """The batch at round t: its events and whether the server checkpoints after it (``keep``)."""
-        n = self.batch_size(end, t)
-        return n, checkpoint is not None and (t + n == end or bool(every and (t + n) // every > t // every))
-
-    def _after(self, t1: int, end: int, every: int, checkpoint: Path | None) -> tuple | None:
-        """The batch after this one, (events, keep, the server's activations), when it is known now:
-        within the run and, with a server-side policy, within the chunk (its next mask comes from what
-        the policy learns at the chunk's end). Its request may then go ahead to a node this batch
-        leaves passive (:meth:`~fedstream.ovfl.deploy.proxy.LinkTransport.begin_batch`): the same
-        request the node gets otherwise, so the run is the same, bit for bit."""
-        if not self.ahead or t1 >= end or (self.decides and t1 % CHUNK == 0):
-            return None
-        n1, keep1 = self._plan(t1, end, every, checkpoint)
-        return n1, keep1, self.decide(t1, n1)
+        return n, path is not None and (t + n == end or bool(every and (t + n) // every > t // every))
 
     def decide(self, t0: int, n: int) -> np.ndarray | None:
-        """The server's activations (n, clients) bool of rounds t0..t0+n-1 (all in one chunk), or None
-        when each node decides its own. The policy computes a chunk's mask from its estimate at the
-        chunk's start, as the simulator does (the estimate changes only at chunk ends)."""
-        if not self.decides:
-            return None
-        chunk, j = divmod(t0, CHUNK)
-        if j + n > CHUNK:
-            raise ProtocolError(f"a batch of rounds {t0}..{t0 + n - 1} straddles the end of chunk {chunk}")
-        if self._mask is None or self._mask[0] != chunk:  # PSI: among those who hold each row's id
-            held = self.chunk_held(chunk)
-            mask = self.activation.mask_among(chunk, np.zeros((CHUNK, len(self.clients)), np.float32), held)
-            if self.activation.queried(mask).any():
-                raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side "
-                                    "policy that queries passive clients is not supported over the network")
-            self._mask = (chunk, mask)
-        return self._mask[1][j:j + n]
+        """The server's activations (n, clients) of rounds t0..t0+n-1, or None when each node decides."""
+        return self._decided[t0 % CHUNK:t0 % CHUNK + n] if self.decides else None
 
     # -- checkpoints (the frame: OnlineRun.save / load) -------------------------------------------
     def _parts(self) -> dict[str, object]:
@@ -257,16 +223,14 @@ class NetworkVFL(OnlineVFL):
 
     def saved(self) -> tuple[dict[str, np.ndarray], dict]:
         """The server's state at a batch boundary besides its parties': the node padding, the events
-        each node missed, the gradients held for the nodes, the session (the run's token, faults,
-        rejoins, requests) and the times. The nodes keep their own state of the boundary."""
+        each node missed, the gradients held for the nodes, the session and the times."""
         tr = self.transport
         arrays = tr.state() | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
                                "padding.seen": self.node_padding.padding.seen}
         return arrays, tr.session_state() | {"setup_seconds": self.setup_seconds, "wire_bytes": tr.wire_bytes}
 
     def restored(self, state: dict[str, np.ndarray], meta: dict) -> None:
-        """Take back :meth:`saved`'s part; the nodes are set up again with ``resume`` when the run
-        goes on: each goes back to its own state of that boundary."""
+        """Take back :meth:`saved`'s part; the run then sets the nodes up with ``resume``."""
         tr = self.transport
         tr.missed[:] = state["missed"]
         self.node_padding.padding.value[...] = state["padding.value"]
@@ -274,15 +238,12 @@ class NetworkVFL(OnlineVFL):
         tr.load_state(state)
         tr.load_session_state(meta)
         tr.wire_bytes, self.setup_seconds = meta["wire_bytes"], float(meta["setup_seconds"])
-        self._mask = None  # recomputed from the restored policy
         self._batch = (0, False)
         self._set_up = False
 
     def finish(self, *, models: bool = False) -> list[dict]:
-        """Deliver the last gradients and collect each node's report (its model too if ``models``).
-
-        Each node counts the bytes it received and sent; they must equal the server's counts.
-        """
+        """Deliver the last gradients and collect each node's report (its model too if ``models``);
+        each node's byte counts must equal the server's."""
         tr = self.transport
         replies = tr.finish(self.t - 1, models=models)
         self.reports = []
@@ -319,22 +280,22 @@ class NetworkVFL(OnlineVFL):
         return {"server": self.server.model}
 
     def summary(self) -> dict:
+        tr, source = self.transport, self.stream.source
         return (
             OnlineRun.summary(self)
             | {
                 "setup_seconds": self.setup_seconds,
-                "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
-                "faults": self.transport.faults,
-                "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
-                "rejoins": self.transport.rejoins,
+                "exchanges": tr.exchanges,  # requests to the nodes, setup and finish included
+                "faults": tr.faults,
+                "missed_events": tr.missed.tolist(),  # per client: events played with its padding
+                "rejoins": tr.rejoins,
                 "network_batch": self.batch,
-                # payload plus the unused queries of activated events
-                "wire_part_bytes": self.transport.wire_bytes,
+                "wire_part_bytes": tr.wire_bytes,  # payload plus the unused queries of activated events
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
-            | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
-            | ({"alignment": self.stream.source.alignment.summary()}  # PSI, apart from the training's bytes
-               if getattr(self.stream.source, "alignment", None) is not None else {})
+            | ({} if self.blocks is not None else {"classes": list(source.classes)})  # a table's
+            | ({"alignment": source.alignment.summary()}  # PSI, apart from the training's bytes
+               if getattr(source, "alignment", None) is not None else {})
         )
 
 

@@ -28,7 +28,7 @@ from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 class Wire(NamedTuple):
-    """An embedding as it arrived from client ``client``: its bytes and the validated message."""
+    """An embedding as it arrived from client ``client``: its bytes and the checked message."""
 
     client: int
     data: bytes
@@ -38,24 +38,21 @@ class Wire(NamedTuple):
 @dataclass
 class Batch:
     """The batch being played: rounds ``start .. start + size - 1``, the server's activations
-    (``decided``, events x clients; None: each node decides), the queries each request carried and
-    each live node's checked reply (its activation flags and embeddings: None for an event the
-    server's policy left it out of)."""
+    (``decided``; None: each node decides), the queries each request carried and each live node's
+    checked reply: its activation flags and embeddings, or its parts and values when checked at once."""
 
     start: int = 0
     size: int = 0
     decided: np.ndarray | None = None
     queries: dict[int, list[bytes]] = field(default_factory=dict)
     replies: dict[int, tuple[list[int], list[Wire | None] | None]] = field(default_factory=dict)
-    # a node's reply checked at once (plain embeddings, every event): its parts and values (n, R, e)
     values: dict[int, tuple[list[bytes], np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass
 class Ahead:
-    """Requests a link that sends ahead may have sent: the next batch's request per node (``sent``),
-    those counted in ``wire_bytes`` as they went (``counted``), and the next batch's plan with the
-    queries prepared for it (``prepared``)."""
+    """Requests sent ahead: the next batch's request per node (``sent``), those counted in
+    ``wire_bytes`` as they went (``counted``), and the next batch's plan with its queries (``prepared``)."""
 
     sent: dict[int, Envelope] = field(default_factory=dict)
     counted: dict[int, Envelope] = field(default_factory=dict)
@@ -84,18 +81,16 @@ class LinkTransport(Session):
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
-        # (direction, client, bytes)
-        self.sizes: list[tuple[str, int, int]] | None = ([] if record_sizes else None)
+        # (direction, client, bytes) of every message, when recorded
+        self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self.outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
         self.batch, self.ahead = Batch(), Ahead()
 
-    # -- setup and finish --------------------------------------------------------------------
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
-        """The session's setup of the reachable ones of ``clients`` between batches; those it accepts
-        are ready, the others must be set up again."""
+        """The session's setup of the reachable ones of ``clients``; those it accepts are ready."""
         targets = set(clients) & self.link.available()
         self.ready -= targets
         for m in targets:  # a node set up again starts from a setup: nothing went ahead
@@ -105,8 +100,8 @@ class LinkTransport(Session):
         return accepted
 
     def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
-        """The ``finish`` request (the gradients still held for each node) to every ready, reachable
-        node; return the replies that came back (a failed one is a fault)."""
+        """The ``finish`` request (the gradients still held for it) to every ready, reachable node;
+        return the replies that came back (a failed one is a fault)."""
         requests = {}
         for m in self.reachable(self.ready, t, FINISH, once=True):
             held = self.outbox.pop(m, [])
@@ -126,10 +121,8 @@ class LinkTransport(Session):
         self.ahead.sent.pop(m, None)
         return len(self.outbox.pop(m, []))
 
-    # -- state at a batch boundary ------------------------------------------------------------
-    def state(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The transport's part of a server checkpoint at a batch boundary: the gradients held for
-        the nodes (arrays ``outbox.{client}.{round}``)."""
+    def state(self) -> dict[str, np.ndarray]:
+        """Its part of a server checkpoint: the gradients held for the nodes (``outbox.{client}.{round}``)."""
         return {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8)
                 for m, held in self.outbox.items() for r, g in held}
 
@@ -142,18 +135,14 @@ class LinkTransport(Session):
             self.outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
         self.ahead.sent, self.ahead.prepared = {}, None
 
-    # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
         self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None,
         after: tuple[int, bool, np.ndarray | None] | None = None,
     ) -> set[int]:
-        """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
-        replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
-        so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
-        activations the server's policy decided (``topl``); the requests carry them and no query.
-        ``after``: the next batch's (events, keep, active), when it is known now: a node this batch
-        leaves passive throughout is sent its next request ahead."""
-        active = self._checked(active, n)
+        """One request to every ready, reachable node for rounds t0..t0+n-1; return the live ones.
+        ``keep``: the nodes keep their state of the batch's end; ``active`` (n, clients): the server's
+        activations (``topl``), carried instead of queries; ``after``: the next batch's (events, keep,
+        active), when known: a node this batch leaves passive is sent that request as it replies."""
         targets = self.reachable(self.ready, t0, ROUND, once=True)  # every event it misses: a fault
         plan = (t0, n, keep, None if active is None else active.tobytes())
         early = self.ahead.sent
@@ -181,18 +170,8 @@ class LinkTransport(Session):
         self.missed += n * ~self.live()
         return set(batch.replies)
 
-    def _checked(self, active: np.ndarray | None, n: int) -> np.ndarray | None:
-        if active is None:
-            return None
-        active = np.asarray(active, dtype=bool)
-        if active.shape != (n, self.link.n_clients):
-            raise ProtocolError(f"the server's activations of a batch of {n} events have shape "
-                                f"{active.shape}, expected {(n, self.link.n_clients)}")
-        return active
-
     def _encode_queries(self, t0: int, n: int, m: int, active: np.ndarray | None) -> list[bytes]:
-        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides;
-        packed at once when they all ask for the same rows)."""
+        """The queries of rounds t0..t0+n-1 for client m (none when the server decides)."""
         if active is not None:
             return []
         rows = self.query(t0, m).rows
@@ -211,11 +190,8 @@ class LinkTransport(Session):
 
     def _prepare(self, t1: int, n1: int, keep1: bool, active1: np.ndarray | None, targets: list[int],
                  *, zero: list[int], t0: int) -> Callable[[int, Envelope], Envelope | None]:
-        """The next batch's queries (rounds t1..t1+n1-1) for each target; return what the link calls with
-        each reply of this batch: the node's next request (as it is when the node gets no gradient
-        from this batch) when the reply says no event activated it, else None. The link's event loop
-        calls it: it reads only what is built here, and records what went ahead."""
-        active1 = self._checked(active1, n1)
+        """Prepare the next batch's queries; return what the link calls with each reply of this batch:
+        the node's next request when no event of this batch activated it (it awaits no gradient)."""
         queries = {m: self._encode_queries(t1, n1, m, active1) for m in targets}
         self.ahead.prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
         sent = self.ahead.sent
@@ -290,14 +266,12 @@ class LinkTransport(Session):
 
     def stacked(self, t0: int, t1: int) -> np.ndarray:
         """The server's stacked embeddings (n, R, M*e) of rounds t0..t1-1 (see :meth:`at_once`)."""
-        b = self.batch
-        return np.concatenate([b.values[m][1][t0 - b.start:t1 - b.start] for m in range(self.link.n_clients)],
-                              axis=2)
+        i0, i1 = t0 - self.batch.start, t1 - self.batch.start
+        return np.concatenate([self.batch.values[m][1][i0:i1] for m in range(self.link.n_clients)], axis=2)
 
     def learned(self, t0: int, GH: np.ndarray, active: np.ndarray) -> None:
-        """Rounds t0.. of :meth:`stacked`, played: count their embeddings and queries, and hold the
-        activated clients' gradients (from d loss / d input ``GH`` (n, R, M*e)) for their next
-        request: the messages of play_round, counted (and recorded) in its order."""
+        """Rounds t0.. of :meth:`stacked`, played: count their messages in play_round's order and hold
+        the activated clients' gradients (d loss / d input ``GH``) for their next request."""
         b, e = self.batch, self.embedding
         n, M = active.shape
         i0, rounds = t0 - b.start, np.arange(t0, t0 + n)
@@ -319,9 +293,8 @@ class LinkTransport(Session):
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
-        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``):
-        the queries of activated events too, and a request sent ahead (counted as it went) that a new
-        setup dropped; not a reply the link discarded (to a request dropped), which never reaches here."""
+        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``);
+        a request sent ahead was counted as it went."""
         counted, self.ahead.counted = self.ahead.counted, {}
         self.wire_bytes += sum(len(p) for m, env in requests.items() if counted.get(m) is not env
                                for p in env.parts)
