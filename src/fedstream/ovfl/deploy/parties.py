@@ -1,12 +1,6 @@
-"""Each party of a deployed online VFL run, built on its own machine from the shared config.
-
-A deployed party builds its model with the generator and draw order of
-:class:`fedstream.ovfl.engine.OnlineVFL` (client m replays the draws of clients 0..m-1, the server
-all of them; with one table file per party each draws alone, :func:`fedstream.ovfl.parties.own_draws`),
-so that a network run and an in-process run with the same seed start from the same weights. Each
-client reads only its feature block (:func:`client_rows`), the server only the labels
-(:func:`server_stream`); who reads what: docs/deploy-protocol.md, "Who reads what".
-"""
+"""Each party of a deployed online VFL run, built on its own machine from the shared config, with
+the simulator's initial weights (client m replays the draws of clients 0..m-1, the server all of
+them) and only its own data: who reads what is in docs/deploy-protocol.md."""
 
 from __future__ import annotations
 

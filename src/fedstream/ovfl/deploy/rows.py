@@ -1,17 +1,8 @@
-"""A client node's own feature block of the stream, kept on the node between ClientApp processes.
+"""A client node's own feature block of the stream, kept on the node between requests.
 
-Flower 1.41 runs every message in a fresh ClientApp process. Rebuilding the stream there costs
-about 0.8 s of CPU per message for i-MNIST (its deformation field bank), more than the
-fedstream work of a 256-event batch. :class:`BlockRows` builds the stream at most once per
-``CHUNK`` rounds: it computes the rows of a whole chunk, keeps only this client's columns
-(``data.client_index``: the party never keeps another party's features) and saves them, float32,
-in the node's cache folder (the chunk before the current one is kept, older ones are deleted)
-(``--node-config "cache-dir=PATH"``, default a ``fedstream-node`` folder in the system's
-temporary folder). Later processes memory-map the saved block.
-
-The cache (:class:`~fedstream.deploy.cache.NodeCache`) names its files by a digest of everything
-that decides the rows (data set, root, seed, statistics rows, drift, clients, client index), and the
-chunk.
+:class:`BlockRows` computes a chunk's rows at most once, keeps only this client's columns and saves
+them in the node's cache (:class:`~fedstream.deploy.cache.NodeCache`, named by a digest of what
+decides the rows); :class:`PartyRows` reads a party's own table file.
 """
 
 from __future__ import annotations
