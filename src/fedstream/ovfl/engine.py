@@ -96,12 +96,12 @@ def table_rounds(config: dict, source: TableSource) -> int:
 
 
 class OnlineRun:
-    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`; the deployment's
-    server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the stream's chunks, the
-    run-level bookkeeping (round, prequential metrics, activation counts, compute clocks, wall time)
-    and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend builds its parties and plays
-    the rounds of a chunk (:meth:`play_chunk`); it adds what else its checkpoint holds
-    (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
+    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`, and through it the
+    deployment's server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the
+    stream's chunks, the run-level bookkeeping (round, prequential metrics, activation counts,
+    compute clocks, wall time) and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend
+    builds its parties and plays the rounds of a chunk (:meth:`play_chunk`); it adds what else its
+    checkpoint holds (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
 
     config: dict
     stream: Stream
@@ -294,7 +294,7 @@ class OnlineVFL(OnlineRun):
 
         The stream rows are passed in so that several runs over the same stream can share one
         generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's. Rounds
-        are played in segments that end where bookkeeping is due (:meth:`_segment_end`): by the
+        are played in segments that end where bookkeeping is due (:meth:`segment_end`): by the
         fused path where it applies (:mod:`fedstream.ovfl.fused`), else one round at a time by
         the message path (:func:`fedstream.ovfl.protocol.play_round`).
         """
