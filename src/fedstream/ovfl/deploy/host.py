@@ -83,18 +83,15 @@ class ClientHost(NodeHost):
         request = RoundRequest.read(env.info, f"client {self.index}")
         t0, n = env.round, request.events
         if t0 <= self.round:
-            raise ProtocolError(
-                f"client {self.index}: request for round {t0}, but it is already at round {self.round}"
-            )
+            raise ProtocolError(f"client {self.index}: request for round {t0}, but it is already at round "
+                                f"{self.round}")
         decided = self._decided(request)
         n_queries = 0 if decided is not None else n
         rounds = self._grad_rounds(request.grad_rounds, len(env.parts) - n_queries)
         g = len(rounds)
         if len(env.parts) != g + n_queries:
-            raise ProtocolError(
-                f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in the request "
-                f"for round {t0}, received {len(env.parts)} messages"
-            )
+            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in "
+                                f"the request for round {t0}, received {len(env.parts)} messages")
         grads = self._gradients(env.parts[:g], rounds)
         fast = self.kernel is not None and self.kernel.ready(n)
         queries = self._queries(env.parts[g:], t0, fast)
@@ -150,25 +147,19 @@ class ClientHost(NodeHost):
         name = self.config["activation.name"]
         if not server_decides(self.config):
             if request.active is not None:
-                raise ProtocolError(
-                    f"client {self.index}: activation.name = {name!r} is decided by the node, "
-                    "but the request carries info 'active'"
-                )
+                raise ProtocolError(f"client {self.index}: activation.name = {name!r} is decided by the "
+                                    "node, but the request carries info 'active'")
             return None
         if request.active is None:
-            raise ProtocolError(
-                f"client {self.index}: activation.name = {name!r} is the server's: the request "
-                f"needs info 'active', a list of {request.events} zeros and ones"
-            )
+            raise ProtocolError(f"client {self.index}: activation.name = {name!r} is the server's: the "
+                                f"request needs info 'active', a list of {request.events} zeros and ones")
         return request.active
 
     def _grad_rounds(self, rounds: list[int], most: int) -> list[int]:
         """The rounds of the gradients that lead the request's parts (at most ``most``)."""
         if len(rounds) > max(most, 0):
-            raise ProtocolError(
-                f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
-                f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300]
-            )
+            raise ProtocolError(f"client {self.index}: info 'grad_rounds' must list the rounds of the "
+                                f"request's gradients (at most {max(most, 0)}), received {rounds!r}"[:300])
         return rounds
 
     def _gradients(self, parts: list[bytes], rounds: list[int]) -> tuple[dict[int, bytes], np.ndarray | None]:
@@ -176,11 +167,8 @@ class ClientHost(NodeHost):
         path applies them, their values (n, R, e)."""
         awaiting = self.awaiting
         if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
-            raise ProtocolError(
-                f"client {self.index}: gradients for rounds {rounds}, but it waits for rounds {awaiting}"[
-                    :300
-                ]
-            )
+            raise ProtocolError(f"client {self.index}: gradients for rounds {rounds}, but it waits for "
+                                f"rounds {awaiting}"[:300])
         shape = (self.client.window, self.client.model.n_out)
         if (self.kernel is not None and batched(len(self.pending))
                 and all(self.acts[t][-1].shape == shape for t in awaiting)):
@@ -191,10 +179,8 @@ class ClientHost(NodeHost):
             want = self.acts[t][-1].shape
             grad = self._decode(data, Gradient, t, want)
             if grad.values.shape != want:
-                raise ProtocolError(
-                    f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
-                    f"its embedding had {want}"
-                )
+                raise ProtocolError(f"client {self.index}: gradient for round {t} has shape "
+                                    f"{grad.values.shape}, its embedding had {want}")
         return dict(zip(rounds, parts, strict=True)), None
 
     def _deliver(self, grads: dict[int, bytes], values: np.ndarray | None) -> None:
@@ -222,10 +208,9 @@ class ClientHost(NodeHost):
         """Decode without changing any state; check type, recipient and round."""
         msg = peek(data, self._probe, Gradient, self._setting, shape)
         if type(msg) is not kind or msg.client != self.index or msg.round != t:
-            raise ProtocolError(
-                f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
-                f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}"
-            )
+            raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, "
+                                f"round {t}, received a {type(msg).__name__} for client {msg.client}, "
+                                f"round {msg.round}")
         return msg
 
     def _send(self, msg: Message) -> bytes:
@@ -246,7 +231,5 @@ class ClientHost(NodeHost):
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             self.acts.setdefault(int(key.split(".")[1]), []).append(np.array(state[key]))
         if sorted(self.acts) != self.awaiting:
-            raise ProtocolError(
-                f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
-                f"expected {self.awaiting}"
-            )
+            raise ProtocolError(f"client {self.index}: saved state holds forward states for rounds "
+                                f"{sorted(self.acts)}, expected {self.awaiting}")
