@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -26,21 +26,10 @@ from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
+from fedstream.seams import SegmentPath
 from fedstream.transport import CompressionSpec, make_transport
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
-
-
-class SegmentPath(Protocol):
-    """Plays a segment of a chunk's rounds at once: the simulator's fused path
-    (:class:`~fedstream.ovfl.fused.FusedPath`), a deployed server's compiled batches."""
-
-    def ready(self, rounds: int) -> bool:
-        """Whether the next ``rounds`` rounds play here."""
-
-    def play(self, X: np.ndarray | None, y: np.ndarray, mask: np.ndarray, j0: int, j1: int
-             ) -> tuple[np.ndarray, int]:
-        """Rows j0..j1-1 of the chunk: their predictions, and -1 or the row where a NaN appeared."""
 
 
 @dataclass
