@@ -324,6 +324,26 @@ class OnlineServerParty(Stateful, Protocol):
 
 
 @runtime_checkable
+class SegmentPath(Protocol):
+    """Plays a segment of a chunk's online VFL rounds at once, in the engine's loop
+    (:meth:`fedstream.ovfl.engine.OnlineVFL.play_chunk`): the simulator's fused path, a deployed
+    server's compiled batches.
+
+    Contract: when ``ready(j1 - j0)``, ``play(X, y, mask, j0, j1)`` plays rows j0..j1-1 of the
+    chunk (features ``X``, None where the nodes hold them; labels ``y``; activations ``mask``) and
+    leaves the models, the ledger's counts and the predictions it returns exactly as
+    :func:`fedstream.ovfl.protocol.play_round` would, round by round; it returns -1, or the first
+    row whose messages held NaN or inf (the rows before it played).
+    """
+
+    def ready(self, rounds: int) -> bool: ...
+
+    def play(
+        self, X: np.ndarray | None, y: np.ndarray, mask: np.ndarray, j0: int, j1: int
+    ) -> tuple[np.ndarray, int]: ...
+
+
+@runtime_checkable
 class BatchClientParty(Protocol):
     """A client of batch VFL (:class:`fedstream.vfl.parties.BatchClient`): embed a batch, later
     back-propagate the gradient received for it. Contract: a gradient for another round, client

@@ -26,6 +26,7 @@ from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.protocol import ComputeClock, play_round
 from fedstream.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedstream.runs.state import collect, restore
+from fedstream.seams import SegmentPath
 from fedstream.transport import CompressionSpec, make_transport
 
 CHUNK = 4096  # rounds fetched from the stream (and activation draws made) at a time
@@ -84,12 +85,12 @@ def table_rounds(config: dict, source: TableSource) -> int:
 
 
 class OnlineRun:
-    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`; the deployment's
-    server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the stream's chunks, the
-    run-level bookkeeping (round, prequential metrics, activation counts, compute clocks, wall time)
-    and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend builds its parties and plays
-    the rounds of a chunk (:meth:`play_chunk`); it adds what else its checkpoint holds
-    (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
+    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`, and through it the
+    deployment's server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the
+    stream's chunks, the run-level bookkeeping (round, prequential metrics, activation counts,
+    compute clocks, wall time) and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend
+    builds its parties and plays the rounds of a chunk (:meth:`play_chunk`); it adds what else its
+    checkpoint holds (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
 
     config: dict
     stream: Stream
@@ -282,21 +283,20 @@ class OnlineVFL(OnlineRun):
 
         The stream rows are passed in so that several runs over the same stream can share one
         generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's. Rounds
-        are played in segments that end where bookkeeping is due (:meth:`_segment_end`): by the
+        are played in segments that end where bookkeeping is due (:meth:`segment_end`): by the
         fused path where it applies (:mod:`fedstream.ovfl.fused`), else one round at a time by
         the message path (:func:`fedstream.ovfl.protocol.play_round`).
         """
         watch = Stopwatch()
         blocks, mask = self.chunk_inputs(chunk, X)
-        queried = self.activation.queried(mask)  # None: every passive client is queried
-        fused = self.fused if queried is None else None
+        fused, queried = self.chunk_paths(mask)
         h, base = hooks, chunk * CHUNK
         first, stop = self.t - base, min(CHUNK, end - base)
         counted = first  # rows of ``mask`` already added to active_counts
         j = first
         while j < stop:
-            if fused is not None and fused.ready():
-                upto = self._segment_end(j, base, stop, h)
+            upto = self.segment_end(j, base, stop, h)
+            if fused is not None and fused.ready(upto - j):
                 preds, bad = fused.play(X, y, mask, j, upto)
                 self.metrics.update_many(y[j:j + len(preds)], preds)
                 if h.on_round is not None:
@@ -324,6 +324,12 @@ class OnlineVFL(OnlineRun):
         self.active_counts += mask[counted:stop].sum(axis=0)
         self.add_time(watch)
 
+    def chunk_paths(self, mask: np.ndarray) -> tuple[SegmentPath | None, np.ndarray | None]:
+        """The path that plays a chunk's segments at once (None: each round by :func:`play_round`)
+        and which passive clients the server queries in each round (None: all of them)."""
+        queried = self.activation.queried(mask)
+        return (self.fused if queried is None else None), queried
+
     @property
     def fused(self) -> FusedPath | None:
         """The fused path of this run, or None where it does not apply (checked on each chunk:
@@ -334,9 +340,10 @@ class OnlineVFL(OnlineRun):
             self._fused = FusedPath(self.clients, self.server, self.clock, self.transport.ledger, self.blocks)
         return self._fused
 
-    def _segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
+    def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
         """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
-        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1)."""
+        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1).
+        A deployed server also starts its next batch of requests here."""
         t = base + j
         if h.on_round is not None:  # the callback sees the state after its round (it may change it)
             return j + 1
@@ -354,7 +361,8 @@ class OnlineVFL(OnlineRun):
         self.t = base + j + 1
         if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
             self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
-        if self.t % self.metrics.interval == 0 or (h.checkpoint_every and self.t % h.checkpoint_every == 0):
+        save = self.checkpoint_due(h)
+        if self.t % self.metrics.interval == 0 or save:
             self.active_counts += mask[counted:j + 1].sum(axis=0)
             counted = j + 1
         if self.t % self.metrics.interval == 0:
@@ -362,10 +370,14 @@ class OnlineVFL(OnlineRun):
             self.record_interval(self.wall_seconds + watch.seconds(), h.on_interval)
         if h.on_progress is not None and self.t % h.progress_every == 0:
             h.on_progress(self)
-        if h.checkpoint_path is not None and h.checkpoint_every and self.t % h.checkpoint_every == 0:
+        if save:
             self.check_finite()
             self.save(h.checkpoint_path, wall=watch.seconds(), compiled=watch.compile())
         return counted
+
+    def checkpoint_due(self, h: Hooks) -> bool:
+        """Whether the run checkpoints after round ``self.t - 1``: every ``checkpoint_every`` rounds."""
+        return h.checkpoint_path is not None and bool(h.checkpoint_every) and self.t % h.checkpoint_every == 0
 
     def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
         """The error to raise when a party produced a NaN/inf message in round t."""

@@ -139,7 +139,7 @@ class FusedPath:
         (self.deferred, self.SW, self.AS, self.SB, self.U, self.V, self.alpha, self.alpha_l,
          self.scale) = optimiser_arrays(opts, len(self.W), self.dlr)
 
-    def ready(self) -> bool:
+    def ready(self, rounds: int = 1) -> bool:
         """True once every ring holds R rows (SLR's first l-1 rounds take the message path)."""
         return self.server.labels.count + 1 >= self.rows
 

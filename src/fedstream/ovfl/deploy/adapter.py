@@ -1,11 +1,5 @@
-"""Online VFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``ovfl``.
-
-Node side: the node's feature block (:class:`~fedstream.ovfl.deploy.rows.BlockRows`) and its party
-(:class:`~fedstream.ovfl.deploy.host.ClientHost`). Server side:
-:class:`~fedstream.ovfl.deploy.driver.NetworkVFL` over a runtime's link, which
-:func:`fedstream.deploy.serve.serve` runs (``checkpoint.npz`` every ``checkpoint.every`` rounds and at
-the end).
-"""
+"""Online VFL's deployment adapter: what :mod:`fedstream.deploy` needs to know of task ``ovfl``
+(a node's feature block and party; the server, which :func:`fedstream.deploy.serve.serve` runs)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
-"""The server party of a deployed online VFL run: the simulator's loop over remote clients.
+"""The server party of a deployed online VFL run: the simulator's own loop over remote clients.
 
-:class:`NetworkVFL` holds the labels and the top model and plays the engine's loop over client
-nodes behind a link (docs/deploy-protocol.md): one request per node for each batch of B rounds
-(``network.batch``, :mod:`fedstream.ovfl.deploy.proxy`), then the batch's rounds, in one compiled
-call when every node is live and the kernels apply (:mod:`fedstream.ovfl.party_kernels`), else
-round by round through :func:`fedstream.ovfl.protocol.play_round` with :class:`RemoteClient`
-stand-ins. With B = 1 the run is the simulator's, bit for bit; with B > 1 the clients embed a
-batch at the weights of its start and the server still learns event by event. Each batch tells
-the transport the next one's plan (:meth:`NetworkVFL._after`), for requests ahead.
-
-A server-side policy (``topl``) lives here, as in the simulator: a chunk's mask is computed when the
-chunk starts, each node is told its activations with its requests, the clients left out are padded
-by the policy and the policy sees each complete chunk; a batch never straddles a chunk's end
-(:meth:`NetworkVFL.batch_size`). A node that is down for a batch is played as a passive client the
-server does not query (:class:`NodePadding`); one that comes back is set up again and resumes
-from its own checkpoint. :meth:`NetworkVFL.save` / :meth:`NetworkVFL.load` checkpoint the server
-at batch boundaries.
+:class:`NetworkVFL` holds the labels and the top model and runs the engine's loop
+(:class:`~fedstream.ovfl.engine.OnlineVFL`: chunks, segments, bookkeeping, checkpoints) with
+:class:`~fedstream.ovfl.deploy.proxy.RemoteClient` stand-ins over a
+:class:`~fedstream.ovfl.deploy.proxy.LinkTransport`. What it adds is the batch: one request per node
+for each B = ``network.batch`` rounds, sent when a segment starts one. With B = 1 the run is the
+simulator's, bit for bit; the rest (staleness, ``topl``, faults, resume): docs/deploy-protocol.md.
 """
 
 from __future__ import annotations
@@ -32,17 +22,11 @@ from fedstream.deploy.psi import align_nodes
 from fedstream.deploy.records import Link
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.activation import activation_from_config
-from fedstream.ovfl.deploy.parties import (
-    build_server,
-    check_deployable,
-    server_decides,
-    server_labels,
-)
+from fedstream.ovfl.deploy.parties import build_server, check_deployable, server_decides, server_labels
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
-from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
+from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, OnlineVFL, feature_blocks, table_rounds
 from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
-from fedstream.ovfl.protocol import play_round
 from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
@@ -50,9 +34,8 @@ from fedstream.transport.messages import Query
 FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
 
 
-class NetworkVFL(OnlineRun):
-    """The server's side of one run; ``link`` reaches client nodes 0..M-1. It plays the engine's
-    loop (:class:`~fedstream.ovfl.engine.OnlineRun`: chunks, bookkeeping, checkpoints) over the nodes."""
+class NetworkVFL(OnlineVFL):
+    """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
 
     def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False,
                  ahead: bool = True):
@@ -75,50 +58,47 @@ class NetworkVFL(OnlineRun):
         self.server = build_server(config, source.n_features, source.n_classes)
         self.node_padding = NodePadding(config["network.padding"], M, config["model.embedding"])
         self.server.stand_in = self.node_padding
-        self.activation = None  # the server's own activation policy (topl), if it decides
-        if server_decides(config):
-            self.activation = activation_from_config(config)  # as the simulator builds it
+        self.activation = activation_from_config(config)  # as the simulator builds it (the nodes' own)
+        self.decides = server_decides(config)  # topl: the server decides every node's activations
+        if self.decides:
             self.server.stand_in = PolicyStandIn(self.node_padding, self.activation)
-        self._mask: tuple[int, np.ndarray] | None = None  # (chunk, the policy's mask of that chunk)
         self.batch = config["network.batch"]
-        self.ahead = ahead  # send a node its next request ahead when the protocol allows (see run)
+        self.ahead = ahead  # send a node its next request ahead when the protocol allows
         self.transport = LinkTransport(link, self._query, embedding=config["model.embedding"],
                                        record_sizes=record_sizes, spec=CompressionSpec.from_config(config),
                                        config=config)
         self.clients = [RemoteClient(m, self.transport) for m in range(M)]
         # the server's batches in compiled calls where they apply (not with its own policy, topl)
-        use = self.activation is None and kernels_apply(config, self.server)
+        use = not self.decides and kernels_apply(config, self.server)
         self.kernel = PartyArrays(self.server) if use else None
         self._bookkeeping(M)  # wall_seconds: playing rounds (setup and finish not included)
         self.setup_seconds = 0.0
         self.reports: list[dict] = []
-        self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
         self._set_up = False
+        self._end = 0  # the round the run plays to
+        self._batch: tuple[int, bool] = (0, False)  # the batch being played: (its end, whether it is kept)
+        # the current chunk: the policy's activations (topl); whom its rounds activated and whom the
+        # server queries in them, as the replies of its batches say, filled up to round ``_filled``
+        self._decided = np.zeros((CHUNK, M), bool)
+        self._active, self._queried, self._filled = np.zeros((CHUNK, M), bool), np.ones((CHUNK, M), bool), 0
 
     @property
     def run_token(self) -> str:
         """The run's token (it names the nodes' checkpoints of this run)."""
         return self.transport.run_token
 
-    @property
-    def rejoins(self) -> list[dict]:
-        """{"round", "client", "node_round", "dropped_gradients"} per node set up again."""
-        return self.transport.rejoins
-
     def _query(self, t: int, m: int) -> Query:
         """The query the server will send client m in round t of the coming batch: the server's own,
-        with the label count it will have then (rounds before t of the batch not yet played)."""
+        with the label count it will have then."""
         query = self.server.query(t, m)
-        rows = min(self.server.labels.count + (t - self.t) + 1, self.server.window)
-        return query._replace(rows=rows)
+        return query._replace(rows=min(self.server.labels.count + (t - self.t) + 1, self.server.window))
 
-    def setup(
-        self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
-    ) -> set[int]:
+    def setup(self, clients: set[int] | None = None, *, rejoin: bool = False, resume: bool = False
+              ) -> set[int]:
         """Send the config to ``clients`` (default all); keep those whose node holds the block the
         server expects. A rejoining node resumes from its latest state of this run, a resuming one
-        (the server restarted from its checkpoint at round t) from its state of boundary t, if it has
-        them; the gradients held for a node that comes back at another round are dropped."""
+        from its state of the checkpoint's round; the gradients held for a node that comes back at
+        another round are dropped."""
         tr = self.transport
 
         def accept(m: int, reply) -> int:
@@ -129,13 +109,12 @@ class NetworkVFL(OnlineRun):
                     raise ProtocolError(f"the node reports client {got.client} with ids {got.ids}, "
                                         f"expected client {m} with the ids the alignment placed ({want})")
                 self._held[m] = got.categorical
-                tr.check_behind(got.round, self.t)
-                return got.round
-            block = self.blocks[m]
-            if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
-                raise ProtocolError(f"the node reports client {got.client} with features {got.block_start}:"
-                                    f"{got.block_stop}, expected client {m} with features "
-                                    f"{block.start}:{block.stop}")
+            else:
+                block = self.blocks[m]
+                if (got.client, got.block_start, got.block_stop) != (m, block.start, block.stop):
+                    raise ProtocolError(f"the node reports client {got.client} with features "
+                                        f"{got.block_start}:{got.block_stop}, expected client {m} with "
+                                        f"features {block.start}:{block.stop}")
             tr.check_behind(got.round, self.t)
             return got.round
 
@@ -145,17 +124,18 @@ class NetworkVFL(OnlineRun):
             check_held_categorical(self.config, list(self._held.values()))
         for m, node_round in rounds.items():
             if rejoin or (resume and node_round != self.t - 1):
-                # a node back at round t - 1 (its checkpoint is its state after its last reply) still
-                # waits for the gradients held for it; one further back never asked for them
+                # a node back at round t - 1 (its state after its last reply) still waits for the
+                # gradients held for it; one further back never asked for them
                 dropped = tr.forget(m) if node_round != self.t - 1 else 0
                 tr.record_rejoin(m, self.t, node_round, dropped=dropped)
         return set(rounds)
 
+    # -- the engine's loop, over the nodes ---------------------------------------------------------
     def run(self, rounds: int | None = None, *, on_round=None, checkpoint: Path | None = None) -> dict:
         """Play rounds ``self.t .. rounds-1`` and return the summary (:meth:`finish` sends the nodes
         their last gradients). With ``checkpoint``, save there at the first batch boundary past every
-        multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their own state of
-        those boundaries (they are told in the batch's request) for :meth:`load`."""
+        multiple of ``checkpoint.every`` rounds and at the end; the nodes keep their state there too."""
+        self._end = self.config["rounds"] if rounds is None else rounds
         return super().run(rounds, on_round=on_round, checkpoint_path=checkpoint,
                            checkpoint_every=self.config["checkpoint.every"])
 
@@ -167,133 +147,75 @@ class NetworkVFL(OnlineRun):
             self.setup_seconds += time.perf_counter() - tic
             self._set_up = True
 
+    def close(self, hooks: Hooks) -> None:
+        """Nothing: the last batch was kept (:meth:`checkpoint_due`)."""
+
     def chunk_rows(self, chunk: int) -> tuple[None, np.ndarray]:
         """The chunk's labels: the server holds no features (each node reads its own block)."""
         return None, server_labels(self.stream, chunk * CHUNK, CHUNK)
 
-    def play_chunk(self, chunk: int, X: None, y: np.ndarray, end: int, hooks: Hooks) -> None:
-        """Play the chunk's rounds up to ``end`` over the nodes, a batch of B events per request (a
-        batch may go on into the next chunk); checkpoint at the end of a batch that is kept."""
-        tic = time.perf_counter()
-        base, path = chunk * CHUNK, hooks.checkpoint_path
-        while self.t < min(end, base + CHUNK):
-            if self.t >= self._batch[0]:
-                self._begin_batch(end, hooks.checkpoint_every, path)
-            if not self._play_events(y[self.t - base:min(end, base + CHUNK, self._batch[0]) - base], hooks):
-                self._play_event(y, base, hooks)
-            if self.t == self._batch[0] and self._batch[1]:
-                self.save(path, wall=time.perf_counter() - tic)
-        self.wall_seconds += time.perf_counter() - tic
+    def chunk_inputs(self, chunk: int, X: None) -> tuple[list[np.ndarray], np.ndarray]:
+        """No features (empty blocks) and the chunk's activations, filled in by :meth:`segment_end`.
+        A server-side policy decides the chunk's activations now, as the simulator does."""
+        if self.decides:  # among those who hold each round's id (PSI)
+            zeros = np.zeros((CHUNK, len(self.clients)), np.float32)
+            self._decided = self.activation.mask_among(chunk, zeros, self.chunk_held(chunk))
+        self._active[:], self._queried[:], self._filled = False, True, chunk * CHUNK
+        return [np.empty((CHUNK, 0), np.float32)] * len(self.clients), self._active
 
-    def _play_events(self, y: np.ndarray, hooks: Hooks) -> bool:
-        """The next rounds of the batch (labels ``y``) in one compiled call
-        (:mod:`fedstream.ovfl.party_kernels`), when every node is live and the kernels apply; False
-        when they are to be played one by one."""
-        ready = self.kernel is not None and self.kernel.ready(len(y))
-        stacked = ready and self.transport.stacked(self.t, self.t + len(y))
-        if not stacked:
-            return False
-        H, active = stacked
-        t0, tic = self.t, self.clock.start()
-        pred, GH = self.kernel.serve(H, y)
-        self.clock.add_server(tic)
-        self.transport.learned(t0, GH, active)
-        if self.node_padding.learns:  # the server's input row of each round, every client real
-            for j in range(len(y)):
-                self.node_padding.received(int(y[j]), H[j, -1], np.ones(len(self.clients), bool))
-        i = 0
-        while i < len(y):  # the prequential metrics, interval by interval
-            k = min(len(y), i + self.metrics.interval - self.metrics.rounds % self.metrics.interval)
-            self.metrics.update_many(y[i:k], pred[i:k])
-            i = k
-        self.active_counts += active.sum(axis=0)
-        if hooks.on_round is not None:
-            for j, p in enumerate(pred.tolist()):
-                hooks.on_round(t0 + j, int(y[j]), p)
-        self.t = t0 + len(y)
-        return True
+    def chunk_paths(self, mask: np.ndarray) -> tuple[KernelPath | None, np.ndarray]:
+        """The server's compiled batches (where they apply) and whom it queries: the live nodes."""
+        return (None if self.kernel is None else KernelPath(self)), self._queried
 
-    def _play_event(self, y: np.ndarray, base: int, hooks: Hooks) -> None:
-        """The next round of the batch (``y``: its chunk's labels, from round ``base``), message by
-        message (:func:`fedstream.ovfl.protocol.play_round`)."""
-        t = self.t
-        label = int(y[t - base])
-        active, live = self.transport.begin_round(t)
-        queried = live
-        if self.activation is not None:  # the policy queries nobody: it pads whom it leaves out
-            queried = np.zeros_like(live)
-            self.server.stand_in.down = ~live
-        x_blocks = [None] * len(self.clients)  # each node reads its own block
-        result = play_round(t, x_blocks, label, active, self.server, self.clients, self.transport, self.clock,
-                            queried)
-        self.metrics.update(label, result.prediction)
-        self.active_counts += active
-        if hooks.on_round is not None:
-            hooks.on_round(t, label, result.prediction)
-        self.t = t + 1
-        if self.activation is not None and self.t % CHUNK == 0:  # a complete chunk, as simulated
-            self.activation.observe([], y)  # topl scores its buffer (no features)
+    def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
+        """Send the next batch's requests when row j starts one; a segment ends with its batch."""
+        if base + j >= self._batch[0]:
+            self._begin_batch(h)
+        if base + j >= self._filled:  # the batch's rounds in this chunk, as its replies say
+            upto = min(self._batch[0], base + CHUNK)
+            self._active[j:upto - base] = self.transport.activations(base + j, upto)
+            self._queried[j:upto - base] = False if self.decides else self.transport.live()
+            self._filled = upto
+        return min(super().segment_end(j, base, stop, h), self._batch[0] - base)
 
-    def _begin_batch(self, end: int, every: int, checkpoint: Path | None) -> None:
+    def checkpoint_due(self, h: Hooks) -> bool:
+        """At the end of a batch that is kept."""
+        return h.checkpoint_path is not None and self.t == self._batch[0] and self._batch[1]
+
+    def _begin_batch(self, hooks: Hooks) -> None:
         """Set up the nodes that came back, then send every node the batch at round ``self.t``."""
         if back := self.transport.link.rejoined():
             self.setup(back, rejoin=True)
-        n, keep = self._plan(self.t, end, every, checkpoint)
-        self.transport.begin_batch(self.t, n, keep=keep, active=self.decide(self.t, n),
-                                   after=self._after(self.t + n, end, every, checkpoint))
-        self._batch = (self.t + n, keep)
+        t, end, every, path = self.t, self._end, hooks.checkpoint_every, hooks.checkpoint_path
+        n, keep = self._plan(t, end, every, path)
+        # the batch after this one, when known now (a policy's next chunk is decided at its start):
+        # its request may go ahead to a node this one leaves passive, the very request it gets otherwise
+        after = None
+        if self.ahead and t + n < end and not (self.decides and (t + n) % CHUNK == 0):
+            n1, keep1 = self._plan(t + n, end, every, path)
+            after = (n1, keep1, self.decide(t + n, n1))
+        self.transport.begin_batch(t, n, keep=keep, active=self.decide(t, n), after=after)
+        if self.decides:  # the policy pads whom it leaves out; the node padding, a node that is down
+            self.server.stand_in.down = ~self.transport.live()
+        self._batch = (t + n, keep)
 
-    def batch_size(self, end: int, t: int | None = None) -> int:
-        """Events of the batch at round t (default: the next): ``network.batch``, fewer at the end of
-        the run and, with a server-side policy, at the end of a chunk (the policy learns there: the
-        next chunk's activations can be decided only afterwards)."""
-        t = self.t if t is None else t
+    def _plan(self, t: int, end: int, every: int, path: Path | None) -> tuple[int, bool]:
+        """The batch at round t: its events (``network.batch``, fewer at the end of the run and, with a
+        server-side policy, of the chunk) and whether the server checkpoints after it (``keep``)."""
         n = min(self.batch, end - t)
-        if self.activation is not None:
+        if self.decides:
             n = min(n, CHUNK - t % CHUNK)
-        return n
-
-    def _plan(self, t: int, end: int, every: int, checkpoint: Path | None) -> tuple[int, bool]:
-        """The batch at round t: its events and whether the server checkpoints after it (``keep``)."""
-        n = self.batch_size(end, t)
-        return n, checkpoint is not None and (t + n == end or bool(every and (t + n) // every > t // every))
-
-    def _after(self, t1: int, end: int, every: int, checkpoint: Path | None) -> tuple | None:
-        """The batch after this one, (events, keep, the server's activations), when it is known now:
-        within the run and, with a server-side policy, within the chunk (its next mask comes from what
-        the policy learns at the chunk's end). Its request may then go ahead to a node this batch
-        leaves passive (:meth:`~fedstream.ovfl.deploy.proxy.LinkTransport.begin_batch`): the same
-        request the node gets otherwise, so the run is the same, bit for bit."""
-        if not self.ahead or t1 >= end or (self.activation is not None and t1 % CHUNK == 0):
-            return None
-        n1, keep1 = self._plan(t1, end, every, checkpoint)
-        return n1, keep1, self.decide(t1, n1)
+        return n, path is not None and (t + n == end or bool(every and (t + n) // every > t // every))
 
     def decide(self, t0: int, n: int) -> np.ndarray | None:
-        """The server's activations (n, clients) bool of rounds t0..t0+n-1 (all in one chunk), or None
-        when each node decides its own. The policy computes a chunk's mask from its estimate at the
-        chunk's start, as the simulator does (the estimate changes only at chunk ends)."""
-        if self.activation is None:
-            return None
-        chunk, j = divmod(t0, CHUNK)
-        if j + n > CHUNK:
-            raise ProtocolError(f"a batch of rounds {t0}..{t0 + n - 1} straddles the end of chunk {chunk}")
-        if self._mask is None or self._mask[0] != chunk:
-            held = getattr(self.stream.source, "held", None)  # PSI: who holds each row's id
-            if held is not None:
-                held = held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
-            mask = self.activation.mask_among(chunk, np.zeros((CHUNK, len(self.clients)), np.float32), held)
-            if self.activation.queried(mask).any():
-                raise ProtocolError(f"activation.name = {self.config['activation.name']!r}: a server-side "
-                                    "policy that queries passive clients is not supported over the network")
-            self._mask = (chunk, mask)
-        return self._mask[1][j:j + n]
+        """The server's activations (n, clients) of rounds t0..t0+n-1, or None when each node decides."""
+        return self._decided[t0 % CHUNK:t0 % CHUNK + n] if self.decides else None
 
     # -- checkpoints (the frame: OnlineRun.save / load) -------------------------------------------
     def _parts(self) -> dict[str, object]:
         parts: dict[str, object] = {"server": self.server, "ledger": self.transport.ledger,
                                     "metrics": self.metrics}
-        if self.activation is not None:  # topl: its estimate, exploration buffer and padding
+        if self.decides:  # topl: its estimate, exploration buffer and padding
             parts["activation"] = self.activation
         if not self.transport.ends.spec.is_none:  # the server's ends of the links: caches, quantiser tables
             parts["codecs"] = self.transport.ends
@@ -301,34 +223,27 @@ class NetworkVFL(OnlineRun):
 
     def saved(self) -> tuple[dict[str, np.ndarray], dict]:
         """The server's state at a batch boundary besides its parties': the node padding, the events
-        each node missed, the gradients held for the nodes, the session (the run's token, faults,
-        rejoins, requests) and the times. The nodes keep their own state of the boundary."""
+        each node missed, the gradients held for the nodes, the session and the times."""
         tr = self.transport
-        outbox, held = tr.state()
-        arrays = outbox | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
-                           "padding.seen": self.node_padding.padding.seen}
-        return arrays, held | tr.session_state() | {"setup_seconds": self.setup_seconds,
-                                                    "wire_bytes": tr.wire_bytes}
+        arrays = tr.state() | {"missed": tr.missed, "padding.value": self.node_padding.padding.value,
+                               "padding.seen": self.node_padding.padding.seen}
+        return arrays, tr.session_state() | {"setup_seconds": self.setup_seconds, "wire_bytes": tr.wire_bytes}
 
     def restored(self, state: dict[str, np.ndarray], meta: dict) -> None:
-        """Take back :meth:`saved`'s part; the nodes are set up again with ``resume`` when the run
-        goes on: each goes back to its own state of that boundary."""
+        """Take back :meth:`saved`'s part; the run then sets the nodes up with ``resume``."""
         tr = self.transport
         tr.missed[:] = state["missed"]
         self.node_padding.padding.value[...] = state["padding.value"]
         self.node_padding.padding.seen[...] = state["padding.seen"]
-        tr.load_state(state, meta)
+        tr.load_state(state)
         tr.load_session_state(meta)
         tr.wire_bytes, self.setup_seconds = meta["wire_bytes"], float(meta["setup_seconds"])
-        self._mask = None  # recomputed from the restored policy
         self._batch = (0, False)
         self._set_up = False
 
     def finish(self, *, models: bool = False) -> list[dict]:
-        """Deliver the last gradients and collect each node's report (its model too if ``models``).
-
-        Each node counts the bytes it received and sent; they must equal the server's counts.
-        """
+        """Deliver the last gradients and collect each node's report (its model too if ``models``);
+        each node's byte counts must equal the server's."""
         tr = self.transport
         replies = tr.finish(self.t - 1, models=models)
         self.reports = []
@@ -361,21 +276,49 @@ class NetworkVFL(OnlineRun):
             arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
         return {"models": arrays, "message_sizes": self.transport.sizes}
 
+    def models(self) -> dict[str, object]:
+        return {"server": self.server.model}
+
     def summary(self) -> dict:
+        tr, source = self.transport, self.stream.source
         return (
-            super().summary()
+            OnlineRun.summary(self)
             | {
                 "setup_seconds": self.setup_seconds,
-                "exchanges": self.transport.exchanges,  # requests to the nodes, setup and finish included
-                "faults": self.transport.faults,
-                "missed_events": self.transport.missed.tolist(),  # per client: events played with its padding
-                "rejoins": self.transport.rejoins,
+                "exchanges": tr.exchanges,  # requests to the nodes, setup and finish included
+                "faults": tr.faults,
+                "missed_events": tr.missed.tolist(),  # per client: events played with its padding
+                "rejoins": tr.rejoins,
                 "network_batch": self.batch,
-                # payload plus the unused queries of activated events
-                "wire_part_bytes": self.transport.wire_bytes,
+                "wire_part_bytes": tr.wire_bytes,  # payload plus the unused queries of activated events
                 "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
-            | ({} if self.blocks is not None else {"classes": list(self.stream.source.classes)})  # a table's
-            | ({"alignment": self.stream.source.alignment.summary()}  # PSI, apart from the training's bytes
-               if getattr(self.stream.source, "alignment", None) is not None else {})
+            | ({} if self.blocks is not None else {"classes": list(source.classes)})  # a table's
+            | ({"alignment": source.alignment.summary()}  # PSI, apart from the training's bytes
+               if getattr(source, "alignment", None) is not None else {})
         )
+
+
+class KernelPath:
+    """The server's step for a segment of a batch's rounds in one compiled call
+    (:meth:`fedstream.ovfl.party_kernels.PartyArrays.serve`), when every node is live and each reply
+    was checked at once; the transport counts and holds their messages in ``play_round``'s order."""
+
+    def __init__(self, net: NetworkVFL):
+        self.net = net
+
+    def ready(self, rounds: int) -> bool:
+        net = self.net
+        return net.kernel.ready(rounds) and net.transport.at_once(net.t, net.t + rounds)
+
+    def play(self, X: None, y: np.ndarray, mask: np.ndarray, j0: int, j1: int) -> tuple[np.ndarray, int]:
+        net, t0, y = self.net, self.net.t, y[j0:j1]
+        H = net.transport.stacked(t0, t0 + len(y))
+        tic = net.clock.start()
+        pred, GH = net.kernel.serve(H, y)
+        net.clock.add_server(tic)
+        net.transport.learned(t0, GH, mask[j0:j1])
+        if net.node_padding.learns:  # the server's input row of each round, every client real
+            for j in range(len(y)):
+                net.node_padding.received(int(y[j]), H[j, -1], np.ones(len(net.clients), bool))
+        return pred, -1

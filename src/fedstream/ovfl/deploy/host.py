@@ -1,26 +1,10 @@
 """The client party on its own node: a real :class:`fedstream.ovfl.client.Client` behind envelopes.
 
-:class:`ClientHost` checks each request whole before it changes anything (parts decoded by
-:func:`fedstream.deploy.records.peek`, or per batch by :func:`fedstream.ovfl.party_kernels.unpack`),
-then plays it and encodes what the client answers; it counts the bytes it receives and sends in its
-own ledger, so both ends of every link count. A ``round`` request is a batch of B events
-(``network.batch``; the protocol, its staleness for B > 1 and the server's policy ``topl`` in
-docs/deploy-protocol.md, "Event batching"): first the previous batch's gradients and skips, in
-round order, each gradient through the forward state of its own event; then, event by event, the
-node observes its block, decides its activation (or reads the server's) and computes the
-embedding with the weights of the batch's start: pushed when activated, the answer to the query
-when passive. Where :func:`fedstream.ovfl.party_kernels.kernels_apply` says so, both steps run in
-one compiled call each (:class:`~fedstream.ovfl.party_kernels.PartyArrays`), else through the
-client's own methods (the per-event path, the reference).
-
-With compression the host holds the client's end of its link
-(:class:`~fedstream.transport.compressed.ClientEndpoint`): it encodes every embedding it sends and
-decodes every gradient as it applies it (which ``topk-grad``'s ranking sees).
-
-A host can be rebuilt from :meth:`ClientHost.state_dict` for every request (a Flower SuperNode runs
-each message in a fresh ClientApp process): the client's model, optimiser and input windows, the
-round, the last batch's events with the forward state of the activated ones, its end of the link
-and its byte counts.
+:class:`ClientHost` checks each request whole before it changes anything, then plays its batch:
+first the previous batch's gradients and skips in round order, then each event's embedding at the
+weights of the batch's start, in compiled calls where :func:`~fedstream.ovfl.party_kernels.kernels_apply`
+says so, else through the client's own methods (the reference). The protocol:
+docs/deploy-protocol.md, "Event batching".
 """
 
 from __future__ import annotations
@@ -59,14 +43,11 @@ class ClientHost(NodeHost):
         self.client = build_client(config, index, rows.n_features)  # validates the index
         # its own policy, as the simulator builds it; None: the server decides (topl)
         self.activation = None if server_decides(config) else activation_from_config(config)
-        # plays its batches in compiled calls where they apply (fedstream.ovfl.party_kernels)
         self.kernel = PartyArrays(self.client) if kernels_apply(config, self.client) else None
         spec = CompressionSpec.from_config(config)
-        # its end of the link: encodes embeddings, decodes (and observes) gradients
-        self.end = ClientEndpoint(index, spec)
-        down = down_codec(spec)
-        # stateless: checks a gradient before the link sees it
-        self._probe = (None if down is None else down[1])
+        self.end = ClientEndpoint(index, spec)  # its end of the link: encodes embeddings, decodes gradients
+        down = down_codec(spec)  # its stateless decoder checks a gradient before the link sees it
+        self._probe = None if down is None else down[1]
         self._setting = f"compression.down = {spec.down!r}"
         self.round = -1  # last round observed
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
@@ -80,7 +61,6 @@ class ClientHost(NodeHost):
         """Rounds whose gradient this node waits for."""
         return [t for t, active in self.pending if active]
 
-    # -- requests ----------------------------------------------------------------------------
     def on_setup(self, env: Envelope) -> Envelope:
         self.rows.rows(env.round, 1)  # read (and cache) the block of the first rounds now, not in round time
         reply = SetupReply(client=self.index, round=self.round, n_features=self.rows.n_features,
@@ -88,8 +68,6 @@ class ClientHost(NodeHost):
                            ids=self.rows.ids, categorical=self.rows.categorical)
         return Envelope(SETUP, env.round, info=reply.info())
 
-    def on_round(self, env: Envelope) -> Envelope:
-        return self._on_batch(env, RoundRequest.read(env.info, f"client {self.index}"))
 
     def on_finish(self, env: Envelope) -> Envelope:
         request = FinishRequest.read(env.info, f"client {self.index}")
@@ -100,22 +78,20 @@ class ClientHost(NodeHost):
         arrays = {f"param{i}": p for i, p in enumerate(params)} if request.models else {}
         return Envelope(FINISH, self.round, info=reply.info(), arrays=arrays)
 
-    def _on_batch(self, env: Envelope, request: RoundRequest) -> Envelope:
+    def on_round(self, env: Envelope) -> Envelope:
         """Check the whole request first (nothing changes if it is malformed), then play the batch."""
+        request = RoundRequest.read(env.info, f"client {self.index}")
         t0, n = env.round, request.events
         if t0 <= self.round:
-            raise ProtocolError(
-                f"client {self.index}: request for round {t0}, but it is already at round {self.round}"
-            )
+            raise ProtocolError(f"client {self.index}: request for round {t0}, but it is already at round "
+                                f"{self.round}")
         decided = self._decided(request)
         n_queries = 0 if decided is not None else n
         rounds = self._grad_rounds(request.grad_rounds, len(env.parts) - n_queries)
         g = len(rounds)
         if len(env.parts) != g + n_queries:
-            raise ProtocolError(
-                f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in the request "
-                f"for round {t0}, received {len(env.parts)} messages"
-            )
+            raise ProtocolError(f"client {self.index}: expected {g} gradient(s) and {n_queries} queries in "
+                                f"the request for round {t0}, received {len(env.parts)} messages")
         grads = self._gradients(env.parts[:g], rounds)
         fast = self.kernel is not None and self.kernel.ready(n)
         queries = self._queries(env.parts[g:], t0, fast)
@@ -145,8 +121,7 @@ class ClientHost(NodeHost):
 
     def _embed(self, t: int, row: np.ndarray, active: bool, query: Query | None) -> Message | None:
         """One event, observed: the embedding pushed when it activated the node (its forward state
-        kept for the gradient); else the answer to the server's ``query`` (its skip waits for its
-        place in the next request), or None when the server left the node out (no query)."""
+        kept for the gradient), the answer to ``query``, or None when the server left it out."""
         self.client.observe(t, row)
         if active:
             msg, ticket = self.client.embed(t, copy=True)  # copied: the model reuses its buffers
@@ -155,8 +130,8 @@ class ClientHost(NodeHost):
         return None if query is None else self.client.answer(query)
 
     def _queries(self, parts: list[bytes], t0: int, fast: bool) -> list[Query]:
-        """The server's queries of rounds t0, t0 + 1, ... (checked at once when they are what the
-        compiled path answers, with the window's R rows; else one by one)."""
+        """The server's queries of rounds t0, t0 + 1, ... (none returned when checked at once for the
+        compiled path)."""
         R = self.client.window
         if fast and unpack(parts, Query, np.arange(t0, t0 + len(parts)), self.index, (R, 0)) is not None:
             return []
@@ -167,43 +142,33 @@ class ClientHost(NodeHost):
         return queries
 
     def _decided(self, request: RoundRequest) -> list[int] | None:
-        """The server's activation of each of the request's events (``active``) when the run's
-        policy is the server's; None when this node decides itself. A request that does not match
-        the run's policy is refused."""
+        """The server's activation of each event (``active``) when the run's policy is the server's;
+        None when this node decides itself."""
         name = self.config["activation.name"]
         if not server_decides(self.config):
             if request.active is not None:
-                raise ProtocolError(
-                    f"client {self.index}: activation.name = {name!r} is decided by the node, "
-                    "but the request carries info 'active'"
-                )
+                raise ProtocolError(f"client {self.index}: activation.name = {name!r} is decided by the "
+                                    "node, but the request carries info 'active'")
             return None
         if request.active is None:
-            raise ProtocolError(
-                f"client {self.index}: activation.name = {name!r} is the server's: the request "
-                f"needs info 'active', a list of {request.events} zeros and ones"
-            )
+            raise ProtocolError(f"client {self.index}: activation.name = {name!r} is the server's: the "
+                                f"request needs info 'active', a list of {request.events} zeros and ones")
         return request.active
 
     def _grad_rounds(self, rounds: list[int], most: int) -> list[int]:
         """The rounds of the gradients that lead the request's parts (at most ``most``)."""
         if len(rounds) > max(most, 0):
-            raise ProtocolError(
-                f"client {self.index}: info 'grad_rounds' must list the rounds of the request's "
-                f"gradients (at most {max(most, 0)}), received {rounds!r}"[:300]
-            )
+            raise ProtocolError(f"client {self.index}: info 'grad_rounds' must list the rounds of the "
+                                f"request's gradients (at most {max(most, 0)}), received {rounds!r}"[:300])
         return rounds
 
     def _gradients(self, parts: list[bytes], rounds: list[int]) -> tuple[dict[int, bytes], np.ndarray | None]:
-        """Check the gradients of rounds ``rounds`` (activated events this node waits for); return
-        each one's bytes and, when the compiled path applies them, their values (n, R, e)."""
+        """Check the gradients of rounds ``rounds``; return each one's bytes and, when the compiled
+        path applies them, their values (n, R, e)."""
         awaiting = self.awaiting
         if not set(rounds) <= set(awaiting) or rounds != sorted(set(rounds)):
-            raise ProtocolError(
-                f"client {self.index}: gradients for rounds {rounds}, but it waits for rounds {awaiting}"[
-                    :300
-                ]
-            )
+            raise ProtocolError(f"client {self.index}: gradients for rounds {rounds}, but it waits for "
+                                f"rounds {awaiting}"[:300])
         shape = (self.client.window, self.client.model.n_out)
         if (self.kernel is not None and batched(len(self.pending))
                 and all(self.acts[t][-1].shape == shape for t in awaiting)):
@@ -214,16 +179,13 @@ class ClientHost(NodeHost):
             want = self.acts[t][-1].shape
             grad = self._decode(data, Gradient, t, want)
             if grad.values.shape != want:
-                raise ProtocolError(
-                    f"client {self.index}: gradient for round {t} has shape {grad.values.shape}, "
-                    f"its embedding had {want}"
-                )
+                raise ProtocolError(f"client {self.index}: gradient for round {t} has shape "
+                                    f"{grad.values.shape}, its embedding had {want}")
         return dict(zip(rounds, parts, strict=True)), None
 
     def _deliver(self, grads: dict[int, bytes], values: np.ndarray | None) -> None:
-        """Apply the last batch's gradients (``values``: checked for the compiled path) and skips in
-        round order. An activated event whose gradient is not in ``grads`` was lost with a failed
-        request: it counts as a skip too."""
+        """Apply the last batch's gradients and skips in round order (an activated event whose
+        gradient was lost with a failed request is a skip too)."""
         for t in grads:
             self.received(grads[t])
         if values is not None:  # in one compiled call (fedstream.ovfl.party_kernels)
@@ -243,20 +205,17 @@ class ClientHost(NodeHost):
         self.pending = []
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
-        """Decode (header, codec, length, finite values; a compressed gradient's ``shape`` before its
-        payload) without changing any state, and check type, recipient and round."""
+        """Decode without changing any state; check type, recipient and round."""
         msg = peek(data, self._probe, Gradient, self._setting, shape)
         if type(msg) is not kind or msg.client != self.index or msg.round != t:
-            raise ProtocolError(
-                f"client {self.index}: expected a {kind.__name__} for client {self.index}, round {t}, "
-                f"received a {type(msg).__name__} for client {msg.client}, round {msg.round}"
-            )
+            raise ProtocolError(f"client {self.index}: expected a {kind.__name__} for client {self.index}, "
+                                f"round {t}, received a {type(msg).__name__} for client {msg.client}, "
+                                f"round {msg.round}")
         return msg
 
     def _send(self, msg: Message) -> bytes:
         return self.sent(self.end.send(msg))  # compressed when the uplink compresses
 
-    # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         meta = np.array([self.round, self.up, self.down, self.messages], np.int64)
         acts = {f"acts.{t}.{j}": a for t, layers in self.acts.items() for j, a in enumerate(layers)}
@@ -272,7 +231,5 @@ class ClientHost(NodeHost):
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             self.acts.setdefault(int(key.split(".")[1]), []).append(np.array(state[key]))
         if sorted(self.acts) != self.awaiting:
-            raise ProtocolError(
-                f"client {self.index}: saved state holds forward states for rounds {sorted(self.acts)}, "
-                f"expected {self.awaiting}"
-            )
+            raise ProtocolError(f"client {self.index}: saved state holds forward states for rounds "
+                                f"{sorted(self.acts)}, expected {self.awaiting}")

@@ -1,12 +1,6 @@
-"""Each party of a deployed online VFL run, built on its own machine from the shared config.
-
-A deployed party builds its model with the generator and draw order of
-:class:`fedstream.ovfl.engine.OnlineVFL` (client m replays the draws of clients 0..m-1, the server
-all of them; with one table file per party each draws alone, :func:`fedstream.ovfl.parties.own_draws`),
-so that a network run and an in-process run with the same seed start from the same weights. Each
-client reads only its feature block (:func:`client_rows`), the server only the labels
-(:func:`server_stream`); who reads what: docs/deploy-protocol.md, "Who reads what".
-"""
+"""Each party of a deployed online VFL run, built on its own machine from the shared config, with
+the simulator's initial weights (client m replays the draws of clients 0..m-1, the server all of
+them) and only its own data: who reads what is in docs/deploy-protocol.md."""
 
 from __future__ import annotations
 
@@ -74,20 +68,20 @@ def build_server(config: dict, n_features: int, n_classes: int) -> Server:
 
 
 def server_decides(config: dict) -> bool:
-    """Whether the run's activation policy is the server's (``topl``): then the server decides every
-    event's activation for every node and pads, without a query, the clients it leaves out."""
+    """Whether the run's activation policy is the server's (``topl``): it decides every node's."""
     return config["activation.name"] in SERVER_SIDE_ACTIVATIONS
 
 
 _STREAMS: dict[tuple, Stream] = {}
+STREAM_KEYS = ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift", "stream.drift_every")
+"""What decides a data set's stream (its rows and their order)."""
 
 
 def party_stream(config: dict, data_root: str | None = None) -> Stream:
     """The run's stream, from ``data_root`` if this machine keeps the data elsewhere (cached per process)."""
     if data_root:
         config = dict(config, **{"data.root": data_root})
-    key = tuple(config[k] for k in ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift",
-                                    "stream.drift_every"))
+    key = tuple(config[k] for k in STREAM_KEYS)
     stream = _STREAMS.get(key)
     if stream is None:
         if len(_STREAMS) > 4:
@@ -126,12 +120,8 @@ def server_labels(stream: Stream, t0: int, n: int) -> np.ndarray:
 def own_activations(activation: Activation, index: int, n_clients: int, t0: int,
                     rows: np.ndarray) -> np.ndarray:
     """Whether each of rounds t0, t0 + 1, ... (``rows``: client ``index``'s blocks of them) activates the
-    client, decided from its own blocks alone.
-
-    The policy sees the chunk of each round, like the simulator's; the other clients' block means
-    are zeros, which no policy reads for this client's column (``random`` and ``fixed`` draw from
-    the chunk's key, ``event`` compares this client's own mean).
-    """
+    client, decided as the simulator's policy decides it from the round's chunk; the other clients'
+    block means are zeros, which no client-side policy reads for this client's column."""
     out = np.empty(rows.shape[0], bool)
     i = 0
     while i < rows.shape[0]:

@@ -1,31 +1,11 @@
-"""The server's side of the wire: stand-ins for remote clients and a transport over a link.
+"""The server's side of the wire: a transport over a link and stand-ins for the remote clients.
 
-:func:`fedstream.ovfl.protocol.play_round` calls its clients directly and moves every message
-through ``transport.up`` / ``down``; on the server's machine the clients are :class:`RemoteClient`
-objects and the transport a :class:`LinkTransport`, so the very same function runs a round (the
-protocol, its batches, requests ahead, faults and compression: docs/deploy-protocol.md):
-
-* :meth:`LinkTransport.begin_batch` sends every reachable node one request for the next B rounds
-  (the gradients held for it and the server's Query of each round; with ``topl`` the server's
-  activations instead, :mod:`fedstream.ovfl.deploy.records`) and checks every reply whole before
-  any of it is used (:meth:`LinkTransport._check_batch`: per batch by
-  :func:`fedstream.ovfl.party_kernels.unpack` where it can, else part by part by
-  :func:`fedstream.deploy.records.peek`, which names what is wrong). A node whose reply fails,
-  whose process failed or which timed out is down for the batch: a recorded fault, its events
-  played as passive without a query, with the server's padding (``network.padding``).
-* On a link that sends ahead (gRPC), a node whose reply says no event activated it owes no
-  gradient, so its next request goes as that reply arrives (``after``): the very request it would
-  get otherwise.
-* Round by round, :meth:`LinkTransport.begin_round` gives ``play_round`` the round's activations
-  and whom the server can query; ``down`` checks a Query is the one the batch carried and holds a
-  Gradient for the node's next request; ``up`` counts an embedding as it arrived. With every
-  node live, :meth:`LinkTransport.stacked` and :meth:`LinkTransport.learned` give the server a
-  batch's events at once and count and hold their messages, in ``play_round``'s order.
-
-With compression the server keeps its end of every client's link
-(:class:`~fedstream.transport.compressed.ServerEnds`): ``up`` decodes an embedding with it when
-``play_round`` takes it and ``down`` encodes a gradient, in the simulator's order; the ledger
-counts the encoded bytes.
+On the server's machine the engine's loop plays :func:`fedstream.ovfl.protocol.play_round` with
+:class:`RemoteClient` stand-ins over a :class:`LinkTransport`. :meth:`LinkTransport.begin_batch`
+sends each node one request for a batch of rounds and checks every reply whole before any of it is
+used; ``up`` and ``down`` then count each message in ``play_round``'s order, and
+:meth:`LinkTransport.learned` counts a batch played at once the same way. The protocol, requests
+ahead, faults and compression: docs/deploy-protocol.md.
 """
 
 from __future__ import annotations
@@ -48,7 +28,7 @@ from fedstream.transport.messages import Embedding, Gradient, Message, Query
 
 
 class Wire(NamedTuple):
-    """An embedding as it arrived from client ``client``: its bytes and the validated message."""
+    """An embedding as it arrived from client ``client``: its bytes and the checked message."""
 
     client: int
     data: bytes
@@ -58,37 +38,21 @@ class Wire(NamedTuple):
 @dataclass
 class Batch:
     """The batch being played: rounds ``start .. start + size - 1``, the server's activations
-    (``decided``, events x clients; None: each node decides), the queries each request carried and
-    each live node's checked reply (its activation flags and embeddings: None for an event the
-    server's policy left it out of)."""
+    (``decided``; None: each node decides), the queries each request carried and each live node's
+    checked reply: its activation flags and embeddings, or its parts and values when checked at once."""
 
     start: int = 0
     size: int = 0
     decided: np.ndarray | None = None
     queries: dict[int, list[bytes]] = field(default_factory=dict)
     replies: dict[int, tuple[list[int], list[Wire | None] | None]] = field(default_factory=dict)
-    # a node's reply checked at once (plain embeddings, every event): its parts and values (n, R, e)
     values: dict[int, tuple[list[bytes], np.ndarray]] = field(default_factory=dict)
 
 
 @dataclass
-class Round:
-    """The round being played: the embeddings of its activated clients (``pushed``), those of its
-    passive ones (``answers``, not yet asked for) and the passive clients the server queried."""
-
-    pushed: dict[int, Wire] = field(default_factory=dict)
-    answers: dict[int, Wire] = field(default_factory=dict)
-    asked: set[int] = field(default_factory=set)
-
-    def done(self) -> bool:
-        return not self.pushed and not set(self.answers) - self.asked
-
-
-@dataclass
 class Ahead:
-    """Requests a link that sends ahead may have sent: the next batch's request per node (``sent``),
-    those counted in ``wire_bytes`` as they went (``counted``), and the next batch's plan with the
-    queries prepared for it (``prepared``)."""
+    """Requests sent ahead: the next batch's request per node (``sent``), those counted in
+    ``wire_bytes`` as they went (``counted``), and the next batch's plan with its queries (``prepared``)."""
 
     sent: dict[int, Envelope] = field(default_factory=dict)
     counted: dict[int, Envelope] = field(default_factory=dict)
@@ -100,7 +64,7 @@ class LinkTransport(Session):
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
     them ahead; :meth:`down` checks the server sends exactly those); ``embedding`` is the width
-    of an embedding row, for validating replies; ``spec`` the run's compression (default none)."""
+    of an embedding row; ``spec`` the run's compression (default none)."""
 
     def __init__(
         self,
@@ -117,21 +81,16 @@ class LinkTransport(Session):
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
         self.ledger = ByteLedger(M)
-        # (direction, client, bytes)
-        self.sizes: list[tuple[str, int, int]] | None = ([] if record_sizes else None)
-        self.round = -1
+        # (direction, client, bytes) of every message, when recorded
+        self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
         self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self.outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
-        self.last_gradient: dict[int, int] = {}  # round of the last gradient held for each client
-        self.batch, self.now, self.ahead = Batch(), Round(), Ahead()
+        self.batch, self.ahead = Batch(), Ahead()
 
-    # -- setup and finish --------------------------------------------------------------------
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
-        """The session's setup of the reachable ones of ``clients`` between batches; those it accepts
-        are ready, the others must be set up again."""
-        self._check_round_done()
+        """The session's setup of the reachable ones of ``clients``; those it accepts are ready."""
         targets = set(clients) & self.link.available()
         self.ready -= targets
         for m in targets:  # a node set up again starts from a setup: nothing went ahead
@@ -141,9 +100,8 @@ class LinkTransport(Session):
         return accepted
 
     def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
-        """The ``finish`` request (the gradients still held for each node) to every ready, reachable
-        node; return the replies that came back (a failed one is a fault)."""
-        self._check_round_done()
+        """The ``finish`` request (the gradients still held for it) to every ready, reachable node;
+        return the replies that came back (a failed one is a fault)."""
         requests = {}
         for m in self.reachable(self.ready, t, FINISH, once=True):
             held = self.outbox.pop(m, [])
@@ -160,41 +118,31 @@ class LinkTransport(Session):
 
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
-        self.last_gradient.pop(m, None)
         self.ahead.sent.pop(m, None)
         return len(self.outbox.pop(m, []))
 
-    # -- state at a batch boundary ------------------------------------------------------------
-    def state(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The transport's part of a server checkpoint at a batch boundary: the gradients held for
-        the nodes (arrays ``outbox.{client}.{round}``) and the round of each client's last one."""
-        arrays = {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8) for m, held in self.outbox.items()
-                  for r, g in held}
-        return arrays, {"last_gradient": {str(m): r for m, r in self.last_gradient.items()}}
+    def state(self) -> dict[str, np.ndarray]:
+        """Its part of a server checkpoint: the gradients held for the nodes (``outbox.{client}.{round}``)."""
+        return {f"outbox.{m}.{r}": np.frombuffer(g, np.uint8)
+                for m, held in self.outbox.items() for r, g in held}
 
-    def load_state(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Go back to :meth:`state`'s boundary (other keys of ``arrays`` are ignored)."""
         self.outbox = {}
         keys = (k for k in arrays if k.startswith("outbox."))
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             _, m, r = key.split(".")
             self.outbox.setdefault(int(m), []).append((int(r), arrays[key].tobytes()))
-        self.last_gradient = {int(m): r for m, r in meta["last_gradient"].items()}
         self.ahead.sent, self.ahead.prepared = {}, None
 
-    # -- batches and rounds ------------------------------------------------------------------
     def begin_batch(
         self, t0: int, n: int, *, keep: bool = False, active: np.ndarray | None = None,
         after: tuple[int, bool, np.ndarray | None] | None = None,
     ) -> set[int]:
-        """One request to every ready, reachable node for rounds t0..t0+n-1; return the clients whose
-        replies are valid (live for this batch). ``keep``: the server checkpoints after this batch,
-        so the nodes keep their state of that boundary too. ``active`` (n, clients) bool: the
-        activations the server's policy decided (``topl``); the requests carry them and no query.
-        ``after``: the next batch's (events, keep, active), when it is known now: a node this batch
-        leaves passive throughout is sent its next request ahead (see the module doc)."""
-        self._check_round_done()
-        active = self._checked(active, n)
+        """One request to every ready, reachable node for rounds t0..t0+n-1; return the live ones.
+        ``keep``: the nodes keep their state of the batch's end; ``active`` (n, clients): the server's
+        activations (``topl``), carried instead of queries; ``after``: the next batch's (events, keep,
+        active), when known: a node this batch leaves passive is sent that request as it replies."""
         targets = self.reachable(self.ready, t0, ROUND, once=True)  # every event it misses: a fault
         plan = (t0, n, keep, None if active is None else active.tobytes())
         early = self.ahead.sent
@@ -219,21 +167,11 @@ class LinkTransport(Session):
                 batch.replies[m] = self._check_batch(m, reply, t0, n)
             except FedstreamError as exc:  # every check of a node's reply raises one of these
                 self.fault(m, t0, ROUND, str(exc))
-        self.round = t0 - 1
+        self.missed += n * ~self.live()
         return set(batch.replies)
 
-    def _checked(self, active: np.ndarray | None, n: int) -> np.ndarray | None:
-        if active is None:
-            return None
-        active = np.asarray(active, dtype=bool)
-        if active.shape != (n, self.link.n_clients):
-            raise ProtocolError(f"the server's activations of a batch of {n} events have shape "
-                                f"{active.shape}, expected {(n, self.link.n_clients)}")
-        return active
-
     def _encode_queries(self, t0: int, n: int, m: int, active: np.ndarray | None) -> list[bytes]:
-        """The queries a request for rounds t0..t0+n-1 carries to client m (none when the server decides;
-        packed at once when they all ask for the same rows)."""
+        """The queries of rounds t0..t0+n-1 for client m (none when the server decides)."""
         if active is not None:
             return []
         rows = self.query(t0, m).rows
@@ -252,11 +190,8 @@ class LinkTransport(Session):
 
     def _prepare(self, t1: int, n1: int, keep1: bool, active1: np.ndarray | None, targets: list[int],
                  *, zero: list[int], t0: int) -> Callable[[int, Envelope], Envelope | None]:
-        """The next batch's queries (rounds t1..t1+n1-1) for each target; return what the link calls with
-        each reply of this batch: the node's next request (as it is when the node gets no gradient
-        from this batch) when the reply says no event activated it, else None. The link's event loop
-        calls it: it reads only what is built here, and records what went ahead."""
-        active1 = self._checked(active1, n1)
+        """Prepare the next batch's queries; return what the link calls with each reply of this batch:
+        the node's next request when no event of this batch activated it (it awaits no gradient)."""
         queries = {m: self._encode_queries(t1, n1, m, active1) for m in targets}
         self.ahead.prepared = ((t1, n1, keep1, None if active1 is None else active1.tobytes()), queries)
         sent = self.ahead.sent
@@ -312,45 +247,31 @@ class LinkTransport(Session):
             wires[i] = Wire(m, data, msg)
         return list(active), wires
 
-    def begin_round(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Round t (the next of the batch) starts: which clients it activated and which ones the
-        server can query (the others are down this batch and get padded)."""
-        i = t - self.batch.start
-        if t != self.round + 1 or not 0 <= i < self.batch.size:
-            raise ProtocolError(
-                f"round {t} is not the next round of the batch that starts at {self.batch.start}"
-            )
-        self._check_round_done()
-        self.round = t
-        M, replies = self.link.n_clients, self.batch.replies
-        rounds = range(self.batch.start, self.batch.start + self.batch.size)
-        for m, (parts, values) in self.batch.values.items():  # checked at once: its wires, now
-            replies[m] = (replies[m][0], [Wire(m, data, Embedding(t, m, v))
-                                          for t, data, v in zip(rounds, parts, values)])
-        self.batch.values = {}
-        live = np.array([m in replies for m in range(M)])
-        active = np.array([live[m] and bool(replies[m][0][i]) for m in range(M)])
-        self.missed += ~live
-        self.now = Round(pushed={m: replies[m][1][i] for m in replies if active[m]},
-                         answers={m: replies[m][1][i] for m in replies
-                                  if not active[m] and replies[m][1][i] is not None})
-        return active, live
+    def live(self) -> np.ndarray:
+        """bool (clients,): whose reply to the batch was valid (the others are padded in it)."""
+        return np.array([m in self.batch.replies for m in range(self.link.n_clients)])
 
-    def stacked(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rounds t0..t1-1 of the batch at once, when every node is live and its reply was checked at
-        once: the server's stacked embeddings (n, R, M*e) and the activations (n, M); else None
-        (round by round: :meth:`begin_round`)."""
-        b, M = self.batch, self.link.n_clients
-        if t0 != self.round + 1 or len(b.values) != M or not self.now.done():
-            return None
-        i0, i1 = t0 - b.start, t1 - b.start
-        H = np.concatenate([b.values[m][1][i0:i1] for m in range(M)], axis=2)
-        return H, np.array([b.replies[m][0][i0:i1] for m in range(M)], bool).T
+    def activations(self, t0: int, t1: int) -> np.ndarray:
+        """bool (t1 - t0, clients): which live clients rounds t0..t1-1 of the batch activated."""
+        b = self.batch
+        active = np.zeros((t1 - t0, self.link.n_clients), bool)
+        for m, (flags, _) in b.replies.items():
+            active[:, m] = flags[t0 - b.start:t1 - b.start]
+        return active
+
+    def at_once(self, t0: int, t1: int) -> bool:
+        """Whether rounds t0..t1-1 of the batch can be played at once: every node live, its reply
+        checked at once (:meth:`stacked`)."""
+        return len(self.batch.values) == self.link.n_clients and t1 <= self.batch.start + self.batch.size
+
+    def stacked(self, t0: int, t1: int) -> np.ndarray:
+        """The server's stacked embeddings (n, R, M*e) of rounds t0..t1-1 (see :meth:`at_once`)."""
+        i0, i1 = t0 - self.batch.start, t1 - self.batch.start
+        return np.concatenate([self.batch.values[m][1][i0:i1] for m in range(self.link.n_clients)], axis=2)
 
     def learned(self, t0: int, GH: np.ndarray, active: np.ndarray) -> None:
-        """Rounds t0.. of :meth:`stacked`, played: count their embeddings and queries, and hold the
-        activated clients' gradients (from d loss / d input ``GH`` (n, R, M*e)) for their next
-        request: the messages of play_round, counted (and recorded) in its order."""
+        """Rounds t0.. of :meth:`stacked`, played: count their messages in play_round's order and hold
+        the activated clients' gradients (d loss / d input ``GH``) for their next request."""
         b, e = self.batch, self.embedding
         n, M = active.shape
         i0, rounds = t0 - b.start, np.arange(t0, t0 + n)
@@ -359,8 +280,6 @@ class LinkTransport(Session):
             on = np.flatnonzero(active[:, m])
             grads = pack(Gradient, rounds[on], m, GH[on, :, m * e:(m + 1) * e])
             self.outbox.setdefault(m, []).extend(zip(rounds[on].tolist(), grads))
-            if on.size:
-                self.last_gradient[m] = int(rounds[on[-1]])
             sizes.append((len(b.values[m][0][i0]), len(b.queries[m][i0]), len(grads[0]) if grads else 0))
             self.ledger.up[m] += n * sizes[m][0]
             self.ledger.down[m] += (n - on.size) * sizes[m][1] + on.size * sizes[m][2]
@@ -371,19 +290,11 @@ class LinkTransport(Session):
                 for m in np.flatnonzero(~row).tolist():
                     self.sizes += [("down", m, sizes[m][1]), ("up", m, sizes[m][0])]
                 self.sizes += [("down", m, sizes[m][2]) for m in range(M) if row[m]]
-        self.round = t0 + n - 1
-
-    def _check_round_done(self) -> None:
-        if not self.now.done():
-            left = sorted(set(self.now.answers) - self.now.asked)
-            raise ProtocolError(f"round {self.round}: embeddings of clients {sorted(self.now.pushed)} were "
-                                f"not taken and passive clients {left} were not queried")
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
-        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``):
-        the queries of activated events too, and a request sent ahead (counted as it went) that a new
-        setup dropped; not a reply the link discarded (to a request dropped), which never reaches here."""
+        """The session's exchange, counting the bytes of every part sent or received (``wire_bytes``);
+        a request sent ahead was counted as it went."""
         counted, self.ahead.counted = self.ahead.counted, {}
         self.wire_bytes += sum(len(p) for m, env in requests.items() if counted.get(m) is not env
                                for p in env.parts)
@@ -395,38 +306,24 @@ class LinkTransport(Session):
 
     # -- the transport play_round uses -------------------------------------------------------
     def down(self, msg: Message) -> Message:
-        """Server -> client ``msg.client``: a query was delivered with the batch; gradients go with the
-        next request, encoded (compressed) by the server's end of the client's link."""
+        """Server -> client ``msg.client``: a query was delivered with the batch (it must be the one
+        the batch carried); a gradient goes with the node's next request, encoded by the server's end
+        of the client's link."""
         m = msg.client
         if isinstance(msg, Query):
             data = encode(msg)
-            i = msg.round - self.batch.start
-            if msg.round != self.round or m not in self.now.answers or m in self.now.asked:
-                raise ProtocolError(f"client {m}: query for round {msg.round}, which left it active, down, "
-                                    "or was asked already")
-            if data != self.batch.queries[m][i]:
+            if data != self.batch.queries[m][msg.round - self.batch.start]:
                 raise ProtocolError(f"client {m}: the server's query for round {msg.round} differs from the "
                                     "one the batch carried")
-            self.now.asked.add(m)
-        elif isinstance(msg, Gradient):
-            if msg.round <= self.last_gradient.get(m, -1):
-                raise ProtocolError(f"client {m}: a gradient for round {msg.round} after one for round "
-                                    f"{self.last_gradient[m]}")
-            self.last_gradient[m] = msg.round
-            # after the checks: a compressing end's state moves on once per gradient
+        else:  # a compressing end's state moves on once per gradient
             data = self.ends[m].send(msg)
             self.outbox.setdefault(m, []).append((msg.round, data))
-        else:
-            raise ProtocolError(f"the server cannot send a {type(msg).__name__}")
         self._count(m, "down", len(data))
         return msg
 
     def up(self, wire: Wire) -> Embedding:
-        """Client -> server: the embedding validated with its batch; count its bytes. A compressed one
-        is decoded now by the server's end of the client's link (its cache: see the module doc)."""
-        if wire.msg.round != self.round:
-            raise ProtocolError(f"client {wire.client}: embedding for round {wire.msg.round} in round "
-                                f"{self.round}")
+        """Client -> server: the embedding checked with its batch; count its bytes. A compressed one
+        is decoded now by the server's end of the client's link."""
         self._count(wire.client, "up", len(wire.data))
         if self.ends.probe is None:
             return wire.msg  # plain: what the check decoded is what the server's end would
@@ -437,35 +334,32 @@ class LinkTransport(Session):
         if self.sizes is not None:
             self.sizes.append((direction, client, n))
 
-    # -- what RemoteClient reads -------------------------------------------------------------
-    def pushed(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self.now.pushed:
-            raise ProtocolError(f"client {m}: no embedding pushed for round {t}")
-        return self.now.pushed.pop(m)
-
-    def answer(self, m: int, t: int) -> Wire:
-        if t != self.round or m not in self.now.asked or m not in self.now.answers:
-            raise ProtocolError(f"client {m}: no answer to the query of round {t}")
-        return self.now.answers.pop(m)
+    def wire(self, m: int, t: int) -> Wire:
+        """Client m's embedding of round t, as its reply to the batch brought it."""
+        b = self.batch
+        i = t - b.start
+        flags, wires = b.replies[m]
+        if wires is None:  # checked at once
+            parts, values = b.values[m]
+            return Wire(m, parts[i], Embedding(t, m, values[i]))
+        return wires[i]
 
 
 class RemoteClient:
-    """Stands in, on the server's machine, for the client party on node ``index``."""
+    """Stands in, on the server's machine, for the client party on node ``index``: its embeddings are
+    those its node sent with the batch; its gradients go with its next request."""
 
     def __init__(self, index: int, transport: LinkTransport):
         self.index, self.transport = index, transport
 
     def observe(self, t: int, x) -> None:
-        """The node reads its own features; here only check that the round was announced."""
-        if t != self.transport.round:
-            raise ProtocolError(f"client {self.index}: round {t} was not announced (at "
-                                f"{self.transport.round})")
+        """Nothing: the node reads its own features."""
 
     def on_event(self, t: int) -> Wire:
-        return self.transport.pushed(self.index, t)
+        return self.transport.wire(self.index, t)
 
     def on_query(self, query: Query) -> Wire:
-        return self.transport.answer(self.index, query.round)
+        return self.transport.wire(self.index, query.round)
 
     def on_gradient(self, grad: Gradient) -> None:
-        """Nothing: the gradient reaches the node with its next request (see LinkTransport.down)."""
+        """Nothing: the gradient reaches the node with its next request (:meth:`LinkTransport.down`)."""

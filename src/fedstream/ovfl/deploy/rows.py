@@ -1,17 +1,8 @@
-"""A client node's own feature block of the stream, kept on the node between ClientApp processes.
+"""A client node's own feature block of the stream, kept on the node between requests.
 
-Flower 1.41 runs every message in a fresh ClientApp process. Rebuilding the stream there costs
-about 0.8 s of CPU per message for i-MNIST (its deformation field bank), more than the
-fedstream work of a 256-event batch. :class:`BlockRows` builds the stream at most once per
-``CHUNK`` rounds: it computes the rows of a whole chunk, keeps only this client's columns
-(``data.client_index``: the party never keeps another party's features) and saves them, float32,
-in the node's cache folder (the chunk before the current one is kept, older ones are deleted)
-(``--node-config "cache-dir=PATH"``, default a ``fedstream-node`` folder in the system's
-temporary folder). Later processes memory-map the saved block.
-
-The cache (:class:`~fedstream.deploy.cache.NodeCache`) names its files by a digest of everything
-that decides the rows (data set, root, seed, statistics rows, drift, clients, client index), and the
-chunk.
+:class:`BlockRows` computes a chunk's rows at most once, keeps only this client's columns and saves
+them in the node's cache (:class:`~fedstream.deploy.cache.NodeCache`, named by a digest of what
+decides the rows); :class:`PartyRows` reads a party's own table file.
 """
 
 from __future__ import annotations
@@ -24,18 +15,8 @@ from fedstream.data.table_party import ClientTable
 from fedstream.data.table_source import TableSpec
 from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
-from fedstream.ovfl.deploy.parties import client_rows, party_stream
+from fedstream.ovfl.deploy.parties import STREAM_KEYS, client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, feature_blocks
-
-ROW_KEYS = (
-    "data.name",
-    "data.root",
-    "seed",
-    "data.stats_rows",
-    "stream.drift",
-    "stream.drift_every",
-    "vfl.clients",
-)
 
 
 class BlockRows:
@@ -52,27 +33,20 @@ class BlockRows:
         check_client_index(index, M, "vfl.clients", name="data.client_index")
         self.config = dict(config, **{"data.root": data_root}) if data_root else dict(config)
         self.index = index
-        self.cache = NodeCache(cache_dir, "ovfl", [self.config[k] for k in ROW_KEYS] + [index])
-        self._stream = None
+        key = [self.config[k] for k in (*STREAM_KEYS, "vfl.clients")] + [index]
+        self.cache = NodeCache(cache_dir, "ovfl", key)
         self._chunk: tuple[int, np.ndarray] | None = None
         meta = self.cache.load("meta")
         if meta is not None:
             self.n_features = int(meta["n_features"])
         else:
-            self.n_features = self.stream().source.n_features
+            self.n_features = party_stream(self.config).source.n_features
             self.cache.save({"n_features": np.array(self.n_features)}, "meta")
         self.block = feature_blocks(self.n_features, M)[index]
 
     def holds(self, t0: int, n: int) -> np.ndarray:
-        """bool (n,): whether it holds the rows of rounds t0..t0+n-1: always (the stream's every row
-        has every block)."""
+        """bool (n,): whether it holds the rows of rounds t0..t0+n-1: always."""
         return np.ones(n, bool)
-
-    def stream(self):
-        """The run's stream, built on first use (cached per process by :func:`party_stream`)."""
-        if self._stream is None:
-            self._stream = party_stream(self.config)
-        return self._stream
 
     def rows(self, t0: int, n: int) -> np.ndarray:
         """float32 (n, block width): this client's features of rounds t0..t0+n-1."""
@@ -91,7 +65,7 @@ class BlockRows:
             return self._chunk[1]
         block = self.cache.array(f"chunk{chunk}")
         if block is None:
-            block = client_rows(self.stream(), chunk * CHUNK, CHUNK, self.block)
+            block = client_rows(party_stream(self.config), chunk * CHUNK, CHUNK, self.block)
             self.cache.save_array(f"chunk{chunk}", block)
             self.cache.drop_before("chunk", chunk - 1)  # the run has moved past them
         self._chunk = (chunk, block)
