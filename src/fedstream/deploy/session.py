@@ -1,27 +1,12 @@
 """The deployment session layer, written once for every task: a node's side and the server's.
 
-A *node* (:func:`handle_on_node`, whatever runs it: a Flower ClientApp or the loopback runtime)
-hosts the party its task's adapter builds (:func:`fedstream.deploy.adapters.adapter_for`). Between
-requests it keeps the run's config, the run's token and its party's state (named arrays; on
-Flower in ``context.state``), and writes that state to its cache folder (:class:`NodeStore`) so
-that it survives the node itself:
-
-* ``ckpt-RUN-M.npz``: the latest state, after every request. A SuperNode that crashed and
-  restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
-  resumes from this file (the server drops what it holds for it that the node no longer awaits).
-* ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
-  (:func:`kept_boundary`, the one boundary rule; the server checkpoints at T too). When the
-  server restarts from its checkpoint at T, it sets the nodes up with ``resume = T``: each goes
-  back to its state at T, or at the latest boundary before T it has. The last three boundaries
-  are kept (KEEP_BOUNDARIES): a batch VFL epoch that re-selects with VF-PS marks two (the
-  selection and the evaluation), and the server's checkpoint is at the one before them until it
-  has written the next.
-
-RUN is a token the server draws for each run, so a new run never picks up an old run's state.
-
-The *server's* side (:class:`Session`) holds the token, sends the setup requests, exchanges
-requests with the nodes, keeps the fault log and the rejoins, makes the end-of-run byte
-cross-check and gives the session part of the server's checkpoint; each task's server
+A :class:`Node` (every runtime's client side) hosts the party its task's adapter builds and keeps
+its state in its cache folder (:class:`NodeStore`): ``ckpt-RUN-M.npz``, the latest state, from
+which a node started again rejoins; ``ckpt-RUN-M-atT.npz``, its state at each boundary T a request
+said to keep (:func:`kept_boundary`), from which it resumes when the server restarts from its
+checkpoint at T. RUN is a token the server draws for each run, so a new run never picks up an old
+run's state. The server's :class:`Session` holds the token, sets the nodes up, exchanges requests,
+keeps the fault log and the rejoins and makes the end-of-run byte cross-check; each task's server
 (``fedstream.<task>.deploy``) is a Session with the task's protocol on top.
 """
 
@@ -63,7 +48,9 @@ class NodeMemory:
 
 
 class NodeStore:
-    """Client ``index``'s checkpoints of run ``run`` in ``folder``."""
+    """Client ``index``'s checkpoints of run ``run`` in ``folder``: the latest state and the last
+    KEEP_BOUNDARIES kept boundaries (a batch VFL epoch that re-selects marks two, and the server's
+    checkpoint is at the one before them until it has written the next)."""
 
     def __init__(self, folder: Path, run: str, index: int):
         if not run.isalnum():
@@ -127,96 +114,84 @@ def kept_boundary(env: Envelope) -> int | None:
     return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
-def _setup(env: Envelope, index: int, store: Path | None) -> tuple[NodeMemory, dict, Adapter, dict | None]:
-    """A setup request's run (config, token), its task's adapter and the state the node starts from:
-    with ``rejoin`` its latest state of this run, with ``resume`` its state kept at that boundary."""
-    setup = Setup.read(env.info, f"client {index}")
-    config = json.loads(setup.config)
-    adapter = check_deployable(config)
-    state = None
-    if setup.rejoin is True and store is not None:
-        kept = NodeStore(store, setup.run, index)
-        state = kept.load(resume=setup.resume)
-        if setup.resume is not None:
-            kept.forget_after(setup.resume)
-    return NodeMemory(setup.config, setup.run, {}), config, adapter, state
+class Node:
+    """Client ``index``'s node, on every runtime: answers ``psi``, ``setup``, ``round`` and ``finish``
+    requests and keeps, between them, the run's config and token and the party of the run's task
+    (:func:`fedstream.deploy.adapters.adapter_for`). Raises ProtocolError on a malformed request.
 
+    A setup request builds the party from ``data(adapter, config, index)`` (the node's data, placed
+    as the server's alignment said: :class:`~fedstream.deploy.psi.PsiNode`; ``psi=False``: no
+    alignment, as on Flower) and, with ``rejoin`` / ``resume``, from its checkpoint in ``store``
+    (None: none); every request after it goes to that party. A node kept in memory (gRPC, loopback)
+    holds the party itself; one started per message (Flower) gets the :class:`NodeMemory` the
+    previous request left (:meth:`memory`, :meth:`restore`) and rebuilds the party from it.
 
-def handle_on_node(
-    env: Envelope,
-    index: int,
-    memory: NodeMemory | None,
-    *,
-    data: Callable[[Adapter, dict, int], object],
-    store: Path | None,
-) -> tuple[Envelope, NodeMemory]:
-    """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
-
-    ``data(adapter, config, index)`` gives the node's data (usually ``adapter.node_data``: online
-    VFL its feature block, CHFL its rows and columns, batch VFL its strips); ``store`` is its cache
-    folder for checkpoints (None: none). The party is the one the task's adapter hosts
-    (:mod:`fedstream.deploy.adapters`). Raises ProtocolError on a malformed request, leaving
-    ``memory`` as it was.
-    """
-    if env.kind == SETUP:
-        memory, config, adapter, state = _setup(env, index, store)
-    else:
-        if memory is None:
-            raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
-        config, state = json.loads(memory.config), memory.state
-        adapter = adapter_for(config["task"])
-    boundary = kept_boundary(env)  # checked before the request changes anything
-    host = adapter.host(config, index, data=data(adapter, config, index), state=state)
-    reply = host.handle(env)
-    kept = NodeMemory(memory.config, memory.run, host.state_dict())
-    if store is not None:
-        NodeStore(store, kept.run, index).save(kept.state, boundary)
-    return reply, kept
-
-
-class LiveNode:
-    """Client ``index``'s node as a long-lived process (the gRPC runtime): :func:`handle_on_node`'s
-    rules with the party kept in memory between requests instead of rebuilt from its state. A setup
-    request builds the party (from its checkpoint with ``rejoin`` / ``resume``); every request
-    after it goes to that party. Raises ProtocolError on a malformed request.
-
-    With ``store`` the node writes its state of a boundary when a request says ``keep`` (as
-    :func:`handle_on_node` does), and its latest state after a setup, a finish, a ``keep`` request
-    and any request at least ``save_every`` seconds after the previous write (0: after every
-    request, as :func:`handle_on_node`). Writing an archive costs milliseconds, more than an event:
-    a node that crashes loses at most ``save_every`` seconds of progress and rejoins from its latest
-    write, further back than the server's round, so the server drops the gradients it held for it
-    (as for any node that comes back further back)."""
+    With ``store`` the node writes its state of a boundary when a request says ``keep``, and its
+    latest state after a setup, a finish, a ``keep`` request and any request at least
+    ``save_every`` seconds after the previous write (0: after every request). A node that crashes
+    rejoins from its latest write; the server drops what it held for it that the node no longer
+    awaits."""
 
     def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None,
-                 save_every: float = 0.0):
+                 save_every: float = 0.0, psi: bool = True):
         self.index, self.store, self._data, self.save_every = index, store, data, save_every
         self.host = None
         self.run: str | None = None
+        self.config: str | None = None  # the run's config, JSON
+        self._state: dict | None = None  # the party's state: restored (no host yet), or last written
         self._saved_at = -float("inf")
-        self.psi = PsiNode(index, store)  # one file per party: the ids' alignment, before setup
+        self.psi = PsiNode(index, store) if psi else None  # one file per party: the ids' alignment
+
+    def restore(self, memory: NodeMemory | None) -> None:
+        """Forget the party; the next request rebuilds it from ``memory`` (None: not set up)."""
+        self.host, self._state = None, None if memory is None else memory.state
+        self.config, self.run = (None, None) if memory is None else (memory.config, memory.run)
+
+    def memory(self) -> NodeMemory:
+        """What the node keeps after its last request (the party as its state)."""
+        state = self._state if self._state is not None else self.host.state_dict()
+        return NodeMemory(self.config, self.run, state)
 
     def handle(self, env: Envelope) -> Envelope:
-        if env.kind == PSI:
+        """Answer one request from the server."""
+        if env.kind == PSI and self.psi is not None:
             return self.psi.handle(env)
         if env.kind == SETUP:
-            memory, config, adapter, state = _setup(env, self.index, self.store)
-            boundary = kept_boundary(env)
-            data = self.psi.place(self._data(adapter, config, self.index), config)
-            host = adapter.host(config, self.index, data=data, state=state)
-            reply = host.handle(env)
-            self.host, self.run = host, memory.run
-        else:
-            if self.host is None:
-                raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
+            setup = Setup.read(env.info, f"client {self.index}")
+            config = json.loads(setup.config)
+            adapter = check_deployable(config)
+            state = None
+            if setup.rejoin is True and self.store is not None:
+                kept = NodeStore(self.store, setup.run, self.index)
+                state = kept.load(resume=setup.resume)
+                if setup.resume is not None:
+                    kept.forget_after(setup.resume)
             boundary = kept_boundary(env)  # checked before the request changes anything
+            host = self._host(adapter, config, state)
+            reply = host.handle(env)
+            self.host, self.run, self.config = host, setup.run, setup.config
+        else:
+            if self.config is None:
+                raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
+            boundary = kept_boundary(env)
+            if self.host is None:  # restored: rebuilt from its state
+                config = json.loads(self.config)
+                self.host = self._host(adapter_for(config["task"]), config, self._state)
             reply = self.host.handle(env)
+        self._state = None
         now = time.monotonic()
         due = env.kind != ROUND or boundary is not None or now - self._saved_at >= self.save_every
         if self.store is not None and due:
-            NodeStore(self.store, self.run, self.index).save(self.host.state_dict(), boundary)
+            self._state = self.host.state_dict()
+            NodeStore(self.store, self.run, self.index).save(self._state, boundary)
             self._saved_at = now
         return reply
+
+    def _host(self, adapter: Adapter, config: dict, state: dict | None):
+        data = self._data(adapter, config, self.index)
+        if self.psi is not None:
+            data = self.psi.place(data, config)
+        return adapter.host(config, self.index, data=data, state=state)
 
 
 # -- the server's side ---------------------------------------------------------------------------

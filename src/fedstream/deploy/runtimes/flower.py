@@ -51,7 +51,7 @@ from fedstream.config import load_config
 from fedstream.config.loader import parse_override
 from fedstream.deploy.records import KINDS
 from fedstream.deploy.serve import serve
-from fedstream.deploy.session import NodeMemory, default_cache_dir, handle_on_node
+from fedstream.deploy.session import Node, NodeMemory, default_cache_dir
 from fedstream.errors import ConfigError
 
 # Flower reports usage to its servers and checks for updates unless told not to; a library that
@@ -189,21 +189,16 @@ def _handle(msg: Message, context: Context) -> Message:
     start = time.time()
     index = client_index(context.node_config)
     env = from_record(msg.content, f"message to client {index}")
-    memory = None
+    store = node_store(context.node_config)
+    data_root = str(context.node_config.get("data-root", "")) or None
+    node = Node(index, store=store, psi=False, data=lambda adapter, config, m: adapter.node_data(
+        config, m, data_root=data_root, cache_dir=store))
     if CONFIG in context.state and STATE in context.state:
         head = context.state[CONFIG]
-        memory = NodeMemory(str(head["json"]), str(head["run"]),
-                            {k: np.array(v.numpy()) for k, v in context.state[STATE].items()})
-    data_root = str(context.node_config.get("data-root", "")) or None
-    reply, memory = handle_on_node(
-        env,
-        index,
-        memory,
-        store=node_store(context.node_config),
-        data=lambda adapter, config, m: adapter.node_data(
-            config, m, data_root=data_root, cache_dir=node_store(context.node_config)
-        ),
-    )
+        node.restore(NodeMemory(str(head["json"]), str(head["run"]),
+                                {k: np.array(v.numpy()) for k, v in context.state[STATE].items()}))
+    reply = node.handle(env)
+    memory = node.memory()
     context.state[CONFIG] = ConfigRecord({"json": memory.config, "run": memory.run})
     context.state[STATE] = ArrayRecord(
         {k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()}
