@@ -148,20 +148,22 @@ def cmd_deploy(args) -> int:
         return 0
     config = load_config(args.config, args.sets)
     check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
-    if (args.runtime or default_runtime(config)) == "grpc":
-        return _local_grpc(args)
-    settings, config = _settings(args, args.out)
+    grpc = (args.runtime or default_runtime(config)) == "grpc"
+    settings, config = _settings(args, args.out, flower=not grpc)
     adapter = adapter_for(config["task"])
-    app = write_app(args.out / "app", settings)
     credentials = None
     if args.secure:
-        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
+        from fedstream.deploy.credentials import write_credentials  # cryptography: an optional dependency
 
         credentials = args.out / "credentials"
         write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
-    folder = args.out / "deployment"
-    with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
-        deployment.run(app, timeout=args.timeout)
+    if grpc:
+        _local_grpc(args, settings, credentials)
+    else:
+        app = write_app(args.out / "app", settings)
+        folder = args.out / "deployment"
+        with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
+            deployment.run(app, timeout=args.timeout)
     summary = args.out / "summary.json"
     if not summary.exists():
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
@@ -171,30 +173,17 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _local_grpc(args) -> int:
+def _local_grpc(args, settings: dict, tls: Path | None) -> None:
     """``deploy local`` on the gRPC runtime: the server party here, one client process per client."""
-    # gRPC (and cryptography for --secure) are optional dependencies: imported when a deployment runs
+    # gRPC is an optional dependency: imported when a deployment runs
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
 
-    settings, config = _settings(args, args.out, flower=False)
     root = [s for s in settings["set"].split() if s.startswith("data.root=")]  # pinned for the processes
     sets = [s for s in args.sets if not s.startswith("data.root=")] + root
     config = load_config(settings["config"], sets)
-    adapter = adapter_for(config["task"])
-    M = adapter.n_nodes(config)
-    tls = None
-    if args.secure:
-        from fedstream.deploy.credentials import write_credentials
-
-        tls = args.out / "credentials"
-        write_credentials(tls, M, force=True)  # this run's own
+    M = adapter_for(config["task"]).n_nodes(config)
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,
                      setup_timeout=args.setup_timeout,
                      on_listen=lambda link: nodes.start(f"127.0.0.1:{link.port}"))
-    summary = args.out / "summary.json"
-    if not summary.exists():
-        raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
-    print(f"{adapter.report(json.loads(summary.read_text()))}; summary in {summary}")
-    return 0
