@@ -301,8 +301,9 @@ class GrpcLink:
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
-        """Send every request at once (one sent ahead, the same object, is not sent again); ``ahead(m, reply)``, called on
-        the event loop as each reply arrives, may give node m's next request to write at once."""
+        """Send every request at once (one sent ahead, the same object, is not sent again);
+        ``ahead(m, reply)``, called on the event loop as each reply arrives, may give node m's next
+        request to write at once."""
         return self._call(self._exchange(wire.REQUEST, requests, ahead))
 
     def echo(self, payload: bytes) -> dict[int, Envelope | Failure]:
