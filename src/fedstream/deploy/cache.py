@@ -1,14 +1,7 @@
-"""A node's data cache, whatever the task: what the node derived from its data, saved once and read
-by later requests.
-
-Flower runs every message in a fresh ClientApp process, and a gRPC node restarts after a crash:
-rebuilding a node's part of the data (a stream's chunk, an image strip, a table's rows) there costs
-more than the request itself. :class:`NodeCache` keeps such arrays in the node's cache folder
-(``--cache-dir``, Flower's ``--node-config 'cache-dir="PATH"'``) under a name made of the task and a
-digest of everything that decides them (data set, data root, seed, split settings, client index:
-the caller's ``key``), so a changed config never reads stale data. Files are written atomically:
-a process that reads one never sees it half written.
-"""
+"""A node's data cache, whatever the task (:class:`NodeCache`): arrays a node derived from its data,
+saved once in its cache folder under a digest of everything that decides them, so that a fresh
+process (Flower's per message, a restarted gRPC node) does not rebuild them and a changed config
+never reads stale ones."""
 
 from __future__ import annotations
 

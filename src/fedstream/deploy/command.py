@@ -1,21 +1,10 @@
-"""``fedstream deploy``: run the parties of online VFL, batch VFL or CHFL in separate processes.
+"""``fedstream deploy``: run the parties of a run in separate processes (docs/deploy.md).
 
-    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
-                           [--timeout S] [--audit] [--resume]
-    fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force] [--requester]
-    fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
-
-``local`` runs a whole deployment on this machine's loopback and stops every process it started:
-on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
-the server party in this process and one long-lived ``fedstream serve client`` process per client;
-on Flower (``--runtime flower``, the default for CHFL's batch mode) a SuperLink, one SuperNode per client and
-``flwr run``. ``--secure``: mutual TLS (gRPC) or TLS and SuperNode authentication (Flower), from
-test credentials written to ``DIR/credentials``. ``app`` writes the folder to give ``flwr run``
-(any SuperLink, any machines); ``credentials`` writes a test CA, the server's certificate, one
-client certificate (gRPC) and one key pair (Flower SuperNode) per party
-(:mod:`fedstream.deploy.credentials`). Flower and gRPC are imported only when a subcommand runs.
-"""
+``local`` runs a whole deployment on this machine's loopback (gRPC: the server here and one
+``fedstream serve client`` process per client; Flower: a SuperLink, SuperNodes and ``flwr run``),
+``app`` writes the folder to give ``flwr run``, ``credentials`` writes test credentials and
+``predict`` has a finished run's parties predict together. Flower and gRPC are imported only when
+a subcommand runs."""
 
 from __future__ import annotations
 

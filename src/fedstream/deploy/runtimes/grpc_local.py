@@ -1,17 +1,6 @@
-"""The gRPC runtime's two commands and a whole deployment on this machine's loopback.
-
-* :func:`serve_server` (``fedstream serve server CONFIG --listen HOST:PORT --out DIR``): the
-  server party. It listens, waits for one node per client, hands the run to its task's adapter
-  (the same ``serve`` as on Flower: ``summary.json`` and the checkpoint in ``out``, ``resume``)
-  and says bye to the nodes at the end.
-* :func:`serve_client` (``fedstream serve client CONFIG --index M --connect HOST:PORT``): client
-  party M, a long-lived :class:`~fedstream.deploy.runtimes.grpc_node.GrpcNode`. It reads only its
-  own block of the data (from the config the server sends at setup; its data root and cache
-  folder are its own).
-* :class:`GrpcLocalDeployment`: the client nodes as subprocesses (``python -m fedstream serve
-  client ...`` with this interpreter) on 127.0.0.1, for ``fedstream deploy local --runtime grpc``
-  and ``fedstream bench network``; the server party runs in the calling process.
-"""
+"""The gRPC runtime's two commands (:func:`serve_server`: ``fedstream serve server``;
+:func:`serve_client`: ``fedstream serve client``) and :class:`GrpcLocalDeployment`, the client nodes
+as processes on 127.0.0.1 (``fedstream deploy local``, ``fedstream bench network``)."""
 
 from __future__ import annotations
 
