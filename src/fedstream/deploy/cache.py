@@ -15,6 +15,21 @@ import numpy as np
 from fedstream.runs.files import atomic_open
 
 
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Named arrays as one ``.npz`` at ``path``, written atomically (its folder made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
+    """The named arrays :func:`save_arrays` wrote at ``path``, read whole (None: no such file)."""
+    if path is None or not path.exists():
+        return None
+    with np.load(path) as saved:
+        return {k: saved[k] for k in saved.files}
+
+
 class NodeCache:
     """Arrays a node derived from its data, in ``folder`` (None: no cache, nothing is kept), named
     ``KIND-DIGEST[.PART].npz`` (or ``.npy``), DIGEST a digest of ``key`` (JSON-able values)."""
@@ -30,18 +45,11 @@ class NodeCache:
 
     def load(self, part: str = "") -> dict[str, np.ndarray] | None:
         """The named arrays saved as ``part`` (read whole), or None: none saved, or no cache."""
-        path = self._path(part, ".npz")
-        if path is None or not path.exists():
-            return None
-        with np.load(path) as saved:
-            return {k: saved[k] for k in saved.files}
+        return load_arrays(self._path(part, ".npz"))
 
     def save(self, arrays: dict[str, np.ndarray], part: str = "") -> None:
-        path = self._path(part, ".npz")
-        if path is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with atomic_open(path, "wb") as f:
-                np.savez(f, **arrays)
+        if self.folder is not None:
+            save_arrays(self._path(part, ".npz"), arrays)
 
     def array(self, part: str) -> np.ndarray | None:
         """The one array saved as ``part``, memory-mapped (None: none saved, or no cache)."""

@@ -1,14 +1,8 @@
-"""A Flower app folder for ``flwr run``, and whole deployments on this machine's loopback.
-
-:func:`write_app` writes the folder ``flwr run`` takes: ``pyproject.toml`` (the app's components
-and default settings) and ``fedstream_app.py`` (two lines: the ServerApp and the ClientApp). The
-parties' machines need ``fedstream[flower]`` installed: Flower's own runtime installation of app
-dependencies is switched off (``--disable-runtime-dependency-installation`` on the SuperLink).
-
-:class:`Processes` starts a deployment's processes and stops every one of them, also when something
-fails; :class:`LocalDeployment` is a SuperLink and one SuperNode per client on 127.0.0.1 that
-submits a run with ``flwr run`` (the gRPC runtime's: :mod:`fedstream.deploy.runtimes.grpc_local`).
-"""
+"""Deployments on this machine's loopback: :class:`Processes` (a deployment's processes, every one
+stopped at the end, also when something fails), :class:`LocalDeployment` (a SuperLink and one
+SuperNode per client, a run submitted with ``flwr run``; the gRPC runtime's is
+:class:`fedstream.deploy.runtimes.grpc_local.GrpcLocalDeployment`) and :func:`write_app`, the
+folder ``flwr run`` takes."""
 
 from __future__ import annotations
 
@@ -119,6 +113,13 @@ class Processes:
         self.procs.append(proc)
         return proc
 
+    def _finish(self, args: list[str], log: str, timeout: float) -> subprocess.CompletedProcess:
+        """Run ``args`` in ``workdir`` to its end (``timeout`` seconds at most), its output appended
+        to ``workdir/log``."""
+        with open(self.workdir / log, "ab") as out:
+            return subprocess.run(args, check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                  timeout=timeout, cwd=self.workdir)
+
     def kill_node(self, m: int, sig: int = signal.SIGKILL) -> None:
         """Send client m's node and what it started ``sig`` (default SIGKILL: a crash, waited for)."""
         proc = self.nodes[m]
@@ -158,19 +159,11 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 
 class LocalDeployment(Processes):
-    """SuperLink + ``n_clients`` SuperNodes on loopback, as subprocesses; a context manager.
-
-    ``workdir`` receives the Flower home (connection config, installed apps) and one log file per
-    process. SuperNode m gets ``--node-config 'client-index=m cache-dir="WORKDIR/cache"'`` (plus
-    ``node_config`` entries).
-
-    With ``credentials`` (a folder written by :func:`fedstream.deploy.credentials.write_credentials`)
-    the deployment is secure the Flower way: the SuperLink serves TLS (``--ssl-ca-certfile``,
-    ``--ssl-certfile``, ``--ssl-keyfile``) and admits only registered SuperNodes
-    (``--enable-supernode-auth``); each node's public key is registered with ``flwr supernode
-    register``; SuperNode m checks the SuperLink's certificate (``--root-certificates``) and signs
-    its requests with ``node-m.key`` (``--auth-supernode-private-key``).
-    """
+    """SuperLink + ``n_clients`` SuperNodes on 127.0.0.1, as subprocesses; a context manager.
+    ``workdir`` holds the Flower home and a log per process; SuperNode m gets ``--node-config
+    'client-index=m cache-dir="WORKDIR/cache"'`` and ``node_config``. With ``credentials`` (from
+    :func:`fedstream.deploy.credentials.write_credentials`) the SuperLink serves TLS and admits only
+    the registered SuperNodes (``flwr supernode register``), each signing with its ``node-m.key``."""
 
     def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None,
                  port: int | None = None, credentials: Path | None = None):
@@ -217,15 +210,8 @@ class LocalDeployment(Processes):
 
     def register(self, public_key: Path) -> None:
         """``flwr supernode register KEY``: let the SuperNode holding the matching private key in."""
-        with open(self.workdir / "register.log", "ab") as out:
-            done = subprocess.run(
-                [_bin("flwr"), "supernode", "register", str(public_key), "fedstream-local"],
-                check=False,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                timeout=120,
-            )
+        done = self._finish([_bin("flwr"), "supernode", "register", str(Path(public_key).resolve()),
+                             "fedstream-local"], "register.log", 120)
         if done.returncode != 0:
             raise RuntimeError(
                 f"flwr supernode register {public_key} failed; see {self.workdir / 'register.log'}"
@@ -280,16 +266,7 @@ class LocalDeployment(Processes):
         args = [_bin("flwr"), "run", str(Path(app).resolve()), "fedstream-local", "--stream"]
         for key, value in (run_config or {}).items():
             args += ["--run-config", f"{key}={_toml_value(value)}"]
-        with open(self.workdir / "flwr-run.log", "ab") as out:
-            return subprocess.run(
-                args,
-                check=False,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                timeout=timeout,
-                cwd=self.workdir,
-            )
+        return self._finish(args, "flwr-run.log", timeout)
 
     def stop(self, grace: float = 10.0, *, terminate: bool = True) -> None:
         super().stop(grace, terminate=terminate)

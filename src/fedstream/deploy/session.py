@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
+from fedstream.deploy.cache import load_arrays, save_arrays
 from fedstream.deploy.psi import PsiNode
 from fedstream.deploy.records import FINISH, PSI, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.runs.files import atomic_open
 
 log = logging.getLogger("fedstream.deploy")
 KEEP_BOUNDARIES = 3
@@ -70,10 +70,9 @@ class NodeStore:
                       if p.name[len(prefix):-4].isdigit())
 
     def save(self, state: dict[str, np.ndarray], boundary: int | None = None) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        _save(self.latest, state)
+        save_arrays(self.latest, state)
         if boundary is not None:
-            _save(self.at(boundary), state)
+            save_arrays(self.at(boundary), state)
             for old in self.boundaries()[:-KEEP_BOUNDARIES]:
                 self.at(old).unlink(missing_ok=True)
 
@@ -91,46 +90,26 @@ class NodeStore:
         else:
             kept = [t for t in self.boundaries() if t <= resume]
             path = self.at(kept[-1]) if kept else None
-        if path is None or not path.exists():
-            return None
-        with np.load(path) as saved:
-            return {k: saved[k] for k in saved.files}
-
-
-def _save(path: Path, state: dict[str, np.ndarray]) -> None:
-    with atomic_open(path, "wb") as f:
-        np.savez(f, **state)
+        return load_arrays(path)
 
 
 def kept_boundary(env: Envelope) -> int | None:
-    """The boundary whose state the node keeps after answering ``env`` (None: none).
-
-    One rule for every task: a request with ``keep`` names the boundary (:class:`~fedstream.deploy.
-    records.Keep`), a number the task's server gives to the points where it checkpoints (online
-    VFL: rounds done; CHFL: :func:`fedstream.chfl.trainer.boundary`; batch VFL:
-    :func:`fedstream.vfl.deploy.proxy.boundary_of`), and a resumed server sets the nodes up with
-    ``resume`` = the boundary of its checkpoint (:class:`~fedstream.deploy.records.Setup`).
-    """
+    """The boundary whose state the node keeps after answering ``env`` (None: none): one rule for
+    every task, the number its server gives to the points where it checkpoints (:class:`~fedstream.
+    deploy.records.Keep`); a resumed server sets the nodes up with ``resume`` = that number."""
     return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
 class Node:
-    """Client ``index``'s node, on every runtime: answers ``psi``, ``setup``, ``round`` and ``finish``
-    requests and keeps, between them, the run's config and token and the party of the run's task
-    (:func:`fedstream.deploy.adapters.adapter_for`). Raises ProtocolError on a malformed request.
+    """Client ``index``'s node on every runtime: answers ``psi``, ``setup``, ``round`` and ``finish``
+    requests, keeping the run's config, token and party between them; ProtocolError for a malformed one.
 
-    A setup request builds the party from ``data(adapter, config, index)`` (the node's data, placed
-    as the server's alignment said: :class:`~fedstream.deploy.psi.PsiNode`; ``psi=False``: no
-    alignment, as on Flower) and, with ``rejoin`` / ``resume``, from its checkpoint in ``store``
-    (None: none); every request after it goes to that party. A node kept in memory (gRPC, loopback)
-    holds the party itself; one started per message (Flower) gets the :class:`NodeMemory` the
-    previous request left (:meth:`memory`, :meth:`restore`) and rebuilds the party from it.
-
-    With ``store`` the node writes its state of a boundary when a request says ``keep``, and its
-    latest state after a setup, a finish, a ``keep`` request and any request at least
-    ``save_every`` seconds after the previous write (0: after every request). A node that crashes
-    rejoins from its latest write; the server drops what it held for it that the node no longer
-    awaits."""
+    A setup builds the party of the run's task from ``data(adapter, config, index)`` (placed as the
+    ids' alignment said, :class:`~fedstream.deploy.psi.PsiNode`; ``psi=False``: none, as on Flower)
+    and, with ``rejoin`` / ``resume``, its checkpoint in ``store``. A node started per message
+    (Flower) gets the previous one's :meth:`memory` (:meth:`restore`). With ``store`` the node
+    writes its state at every ``keep`` boundary, and its latest state after a setup, a finish, a
+    ``keep`` and any request ``save_every`` seconds after the last write (0: after every request)."""
 
     def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None,
                  save_every: float = 0.0, psi: bool = True):
@@ -197,18 +176,13 @@ class Node:
 # -- the server's side ---------------------------------------------------------------------------
 class Session:
     """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
-    ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run
-    never picks up an old run's state), the setup requests, one exchange of requests at a time,
-    the fault log, the rejoins, the end-of-run byte cross-check and the session part of the
-    server's checkpoint.
+    ``link`` (any runtime's), the run's token, the setups, one exchange at a time, the fault log,
+    the rejoins, the end-of-run byte cross-check and the session part of the server's checkpoint.
+    A node's failed request never raises past the session: it is logged and recorded in ``faults``.
 
-    A node's failed request never raises past the session: it is logged (logger
-    ``fedstream.deploy``) and recorded in ``faults`` for ``summary.json``. ``unit`` names what a
-    request's number counts in the log and in errors ("round"; batch VFL: "step"), ``payload``
-    what a reply's parts are called when their count is wrong. ``position`` names the parts of
-    the run's position, where a node set up again is reconciled with the run (:meth:`check_behind`,
-    :meth:`record_rejoin`): one number (default: ``unit``) or a tuple (CHFL: federation and round).
-    """
+    ``unit`` names what a request's number counts ("round"; batch VFL: "step"), ``payload`` a
+    reply's parts, ``position`` the parts of the run's position a node set up again is reconciled
+    with (:meth:`check_behind`, :meth:`record_rejoin`; default: ``unit``; CHFL: federation, round)."""
 
     unit = "round"
     payload = "part(s)"
@@ -233,12 +207,9 @@ class Session:
         """Send ``clients`` a setup request (``info``: :meth:`setup_request`) as request number ``t``;
         ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
         node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
-        its reason). Return what each accepted node reported.
-
-        The run's own setup (a fresh run, or a restarted server's with ``resume``; not a node set
-        up again mid-run with ``rejoin`` alone) needs every node: one that fails it stops the run
-        before it starts, with the node's reason (its data error, in the simulator's words). A
-        restart is recorded in ``restarts`` with the boundary it resumes from."""
+        its reason). Return what each accepted node reported. The run's own setup (not a node's
+        ``rejoin`` alone) needs every node: one that fails stops the run with the node's reason. A
+        restart (``resume``) is recorded in ``restarts``."""
         rejoin, resume = info.get("rejoin"), info.get("resume")  # (Setup's keys; the nodes check them)
         if resume is not None:
             key = "round" if self.unit == "round" and not self.position else "boundary"
