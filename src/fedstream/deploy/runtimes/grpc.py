@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -377,7 +376,6 @@ class GrpcRuntime:
 
     def __init__(self, link: GrpcLink, *, node_timeout: float = 120.0):
         self.link, self.node_timeout = link, node_timeout
-        self._started = time.perf_counter()
 
     def connect(self, n_clients: int) -> GrpcLink:
         if n_clients != self.link.n_clients:
