@@ -66,6 +66,15 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
     C = d.shape[0]
     u = _kth_of_minima(d, mins, k)
     worst = top[k - 1]
+    if worst <= 0 or u <= 0:  # the radius is 0 (already, or K columns of this tile are at 0)
+        z = _n_within(d, 0)  # the zero distances, vectorised (the own column holds BIG)
+        if worst > 0:  # the K smallest become zeros; the zeros beyond K are counted
+            for i in range(k):
+                if top[i] > 0:
+                    z -= 1
+                    top[i] = 0
+        zeros[g, a] += z
+        return
     n = (C + STRETCH - 1) // STRETCH
     for s in range(n):
         lo_val = mins[s]
