@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.selection._kernels import _apply_plan, _credit, _fill_dots, _n_within, insert_sorted
+from fedstream.selection._kernels import _apply_plan, _credit, _n_within, insert_sorted
 
 STRETCH = 16
 BIG = np.iinfo(np.int32).max
@@ -88,17 +88,50 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
                 zeros[g, a] += 1
 
 
+@njit(cache=True, inline="always")
+def form(dots, geo, nr, nc, fr, fc, j, a, s, out):  # pragma: no cover (jit)
+    """out[b] = client j's exact squared distance from tile row a to tile column s + b.
+
+    Client j's dot products cover only the rectangle of the tile that holds its non-blank rows
+    and columns (``geo[j]`` = first row, end row, first column, end column, offset in ``dots``;
+    rows of the rectangle are ``end column − first column`` long). Outside it, a row or a column
+    is blank (every feature at the client's minimum) and the distance is the other sample's
+    squared distance to the blank sample: ``fc`` (m, C) for a blank row, ``fr`` (m, R) for a
+    blank column. Inside, it is |x_a|² + |x_b|² − 2 x_a·x_b from the norms ``nr``/``nc``.
+    """
+    w = out.shape[0]
+    lr, hr, lc, hc, off = geo[j, 0], geo[j, 1], geo[j, 2], geo[j, 3], geo[j, 4]
+    if a < lr or a >= hr:  # a blank row
+        src = fc[j, s:s + w]
+        for b in range(w):
+            out[b] = src[b]
+        return
+    x0, x1 = min(max(lc, s), s + w), max(min(hc, s + w), s)
+    x1 = max(x1, x0)
+    ea = fr[j, a]
+    for b in range(x0 - s):
+        out[b] = ea
+    base = nr[j, a]
+    row = off + (a - lr) * (hc - lc) - lc
+    dj, nj, o = dots[row + x0:row + x1], nc[j, x0:x1], out[x0 - s:x1 - s]
+    for b in range(x1 - x0):
+        o[b] = base + nj[b] - np.int32(2) * dj[b]
+    for b in range(x1 - s, w):
+        out[b] = ea
+
+
 @njit(nogil=True, cache=True)
-def topk_int(dots, nr, nc, r0, c0, parent, client, grow, top, zeros, buf, mins):  # pragma: no cover (jit)
-    """Update top (G, R, K) int32 and zeros (G, R) with the tile's exact int32 distances: dots
-    (m, R, C) int32 dot products, nr (m, R) and nc (m, C) int32 squared norms, buf a flat work
-    buffer, mins a (C // STRETCH + 1,) int32 scratch."""
-    m, R, C = dots.shape
+def topk_int(dots, geo, nr, nc, fr, fc, r0, c0, parent, client, grow, top, zeros, buf,
+             mins):  # pragma: no cover (jit)
+    """Update top (G, R, K) int32 and zeros (G, R) with the tile's exact int32 distances: dots and
+    geo the clients' int32 dot products (see :func:`form`), nr (m, R) and nc (m, C) int32 squared
+    norms, fr (m, R) and fc (m, C) the distances to the blank sample, buf a flat work buffer, mins
+    a (C // STRETCH + 1,) int32 scratch."""
+    m, R, C = geo.shape[0], top.shape[1], nc.shape[1]
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
-    placeholder = np.zeros((1, 1), dtype=np.float32)
-    offsets = np.zeros(1, dtype=np.int64)
     for a in range(R):
-        _fill_dots(dots, nr, nc, a, work, True, placeholder, offsets, r0 + a, c0)
+        for j in range(m):
+            form(dots, geo, nr, nc, fr, fc, j, a, 0, work[j])
         _apply_plan(work, m, parent, client)
         own = r0 + a - c0
         for g in range(grow.shape[0]):
@@ -129,8 +162,8 @@ def _count4(d0, d1, d2, d3, b0, b1, b2, b3, bound, cnt):  # pragma: no cover (ji
 
 
 @njit(nogil=True, cache=True)
-def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetric, row_cnt, col_cnt,
-              work):  # pragma: no cover (jit)
+def count_int(dots, geo, nr, nc, fr, fc, row_bound, col_bound, parent, client, grow, symmetric, row_cnt,
+              col_cnt, work):  # pragma: no cover (jit)
     """Phase 2 of the int8 path on one tile whose rows and columns are of different classes: add to
     row_cnt (G, R) the columns within each row's bound (d <= row_bound (G, R)) and, when
     ``symmetric``, to col_cnt (G, C) the rows within each column's bound (col_bound (G, C)).
@@ -142,7 +175,7 @@ def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetri
     counts and the columns' credits, each column's bound and credit once per block of rows.
     ``work`` is a (ROW_BLOCK, m + plan rows, CHUNK) int32 scratch.
     """
-    m, R, C = dots.shape
+    m, R, C = geo.shape[0], row_cnt.shape[1], nc.shape[1]
     P, G = parent.shape[0], grow.shape[0]
     for a0 in range(0, R, ROW_BLOCK):
         nb = min(ROW_BLOCK, R - a0)
@@ -152,10 +185,7 @@ def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetri
                 a = a0 + r
                 buf = work[r]
                 for j in range(m):
-                    base = nr[j, a]
-                    out, dj, nj = buf[j], dots[j, a, s:s + w], nc[j, s:s + w]
-                    for b in range(w):
-                        out[b] = base + nj[b] - np.int32(2) * dj[b]
+                    form(dots, geo, nr, nc, fr, fc, j, a, s, buf[j, :w])
                 for p in range(P):
                     out, x, y = buf[m + p], buf[parent[p]], buf[client[p]]
                     for b in range(w):
