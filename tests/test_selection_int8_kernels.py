@@ -102,3 +102,20 @@ def test_topk_int_keeps_the_k_smallest(blank_share, cuts):
             want = np.concatenate([v[:k], np.full(max(0, k - v.size), BIG)])
             np.testing.assert_array_equal(top[g, a], want)
             assert zeros[g, a] == (max(0, int((v == 0).sum()) - k) if v.size >= k and v[k - 1] == 0 else 0)
+
+
+@pytest.mark.parametrize("shares", [(0.5, 0.3, 0.0), (0.0, 0.0, 0.2), (0.0, 0.0, 0.0), (0.6, 0.1, 0.4)])
+def test_blank_order_keeps_the_two_blankest_clients_non_blank_samples_contiguous(shares):
+    from fedstream.selection._layout import blank_order
+
+    rng = np.random.default_rng(3)
+    blank = np.stack([rng.random(500) < s for s in shares])
+    key = blank_order(blank)
+    assert key.shape == (500,)
+    order = np.argsort(key, kind="stable")
+    ranked = np.argsort(-blank.mean(axis=1), kind="stable")[:2]
+    for j in ranked:
+        if not blank[j].any():
+            continue
+        nonblank = np.flatnonzero(~blank[j][order])
+        assert nonblank.size == 0 or nonblank[-1] - nonblank[0] + 1 == nonblank.size
