@@ -79,7 +79,7 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
             continue
         for b in range(s, C, n):
             v = d[b]
-            if v < worst:
+            if v < worst and v <= u:  # above u a column cannot be among the K smallest
                 worst = insert_sorted(top, v)
             elif v <= 0:  # the K-th is 0: v ties at the zero radius
                 zeros[g, a] += 1
