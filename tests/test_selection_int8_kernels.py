@@ -1,37 +1,65 @@
-"""The int8 path's phase-2 kernel (``count_int``) counts exactly what the generic kernel counts."""
+"""The int8 path's kernels count exactly what the generic kernel and the plain definition count,
+also when a client's rows or columns are blank (its GEMM then covers only a part of the tile)."""
 
 import numpy as np
 import pytest
 
 from fedstream.selection import _kernels as K
-from fedstream.selection._engine import sum_plan
-from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, count_int
+from fedstream.selection._engine import int8_tile_dots, sum_plan
+from fedstream.selection._int8_kernels import BIG, CHUNK, ROW_BLOCK, count_int, topk_int
+from fedstream.selection._layout import int8_norms
+
+WIDTHS = (3, 5, 2, 4)
+GROUPS = [(0,), (1,), (2,), (3,), (1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2), (0, 1, 2, 3), (1, 3)]
 
 
-def _tile(rows, cols, seed):
-    """Int32 dot products and norms of small integer features (many tied distances), and bounds
-    drawn around the distances so that counts are neither 0 nor everything."""
+def _features(n, seed, blank_share):
+    """Shifted int8 features (small values, many tied distances) with some samples blank (every
+    feature at -128, the client's minimum) for clients 0 and 3, as the layout lays them out."""
     rng = np.random.default_rng(seed)
-    widths = (3, 5, 2, 4)
-    a = [rng.integers(-3, 4, (rows, w)) for w in widths]
-    b = [rng.integers(-3, 4, (cols, w)) for w in widths]
-    dots = np.stack([x @ z.T for x, z in zip(a, b)]).astype(np.int32)
-    nr = np.stack([(x * x).sum(axis=1) for x in a]).astype(np.int32)
-    nc = np.stack([(z * z).sum(axis=1) for z in b]).astype(np.int32)
-    return rng, dots, nr, nc
+    feats = [rng.integers(-128, -124, (n, w)).astype(np.int8) for w in WIDTHS]
+    blank = np.zeros((len(WIDTHS), n), dtype=bool)
+    for j in (0, 3):
+        blank[j] = rng.random(n) < blank_share
+        feats[j][blank[j]] = -128
+    for j in range(len(WIDTHS)):  # a sample can be blank without being marked so (the GEMM covers it)
+        blank[j] &= rng.random(n) < 0.9
+    return rng, feats, blank
+
+
+def _tile(feats, blank, r0, r1, c0, c1):
+    flat = np.empty(len(feats) * (r1 - r0) * (c1 - c0), np.int32)
+    geo = np.zeros((len(feats), 5), np.int64)
+    int8_tile_dots(feats, [np.ascontiguousarray(f.T) for f in feats], blank, r0, r1, c0, c1, flat, geo)
+    norms, floor = int8_norms(feats)
+    part = [a[:, lo:hi].copy() for a in (norms, floor) for lo, hi in ((r0, r1), (c0, c1))]
+    return flat, geo, part[0], part[1], part[2], part[3]
+
+
+def _distances(feats, r0, r1, c0, c1):
+    """(m, R, C) client distances by the definition."""
+    return np.stack([((f[r0:r1, None, :].astype(np.int64) - f[None, c0:c1, :]) ** 2).sum(axis=2)
+                     for f in feats])
 
 
 @pytest.mark.parametrize(
     "rows,cols", [(ROW_BLOCK * 3, CHUNK * 2 + 37), (ROW_BLOCK * 2 + 3, 19), (1, CHUNK + 1)]
 )
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_count_int_equals_generic_kernel(rows, cols, symmetric):
-    rng, dots, nr, nc = _tile(rows, cols, seed=rows + cols)
-    groups = [(0,), (1,), (2,), (3,), (1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2), (0, 1, 2, 3), (1, 3)]
-    parent, client, grow = sum_plan(groups, 4)
-    G = len(groups)
-    row_bound = rng.integers(0, 60, (G, rows)).astype(np.int32)
-    col_bound = rng.integers(0, 60, (G, cols)).astype(np.int32)
+@pytest.mark.parametrize("blank_share", [0.0, 0.5, 1.0])
+def test_count_int_equals_generic_kernel(rows, cols, symmetric, blank_share):
+    rng, feats, blank = _features(rows + cols, seed=rows + cols, blank_share=blank_share)
+    r0, r1, c0, c1 = 0, rows, rows, rows + cols
+    tile = _tile(feats, blank, r0, r1, c0, c1)
+    parent, client, grow = sum_plan(GROUPS, 4)
+    G = len(GROUPS)
+    row_bound = rng.integers(0, 30, (G, rows)).astype(np.int32)
+    col_bound = rng.integers(0, 30, (G, cols)).astype(np.int32)
+    d = _distances(feats, r0, r1, c0, c1)
+    # the generic kernel, on dot products recovered from the definition
+    norms = [np.stack([(f.astype(np.int64) ** 2).sum(axis=1) for f in feats])]
+    nr, nc = norms[0][:, r0:r1].astype(np.int32), norms[0][:, c0:c1].astype(np.int32)
+    dots = ((nr[:, :, None] + nc[:, None, :] - d) // 2).astype(np.int32)
     want_rows, want_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
     work = np.empty((4 + parent.shape[0]) * cols, np.int32)
     labels = (np.zeros(rows, np.int64), np.ones(cols, np.int64))  # rows and columns of two classes
@@ -39,14 +67,55 @@ def test_count_int_equals_generic_kernel(rows, cols, symmetric):
                  row_bound, col_bound, parent, client, grow, symmetric, want_rows, want_cols, work)
     got_rows, got_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
     block = np.empty((ROW_BLOCK, 4 + parent.shape[0], CHUNK), np.int32)
-    count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetric, got_rows, got_cols, block)
+    count_int(*tile, row_bound, col_bound, parent, client, grow, symmetric, got_rows, got_cols, block)
     np.testing.assert_array_equal(got_rows, want_rows)
     np.testing.assert_array_equal(got_cols, want_cols)
-    # and the plain definition: d = |a|² + |b|² − 2 a·b per client, summed over the group
-    d = nr[:, :, None] + nc[:, None, :] - 2 * dots.astype(np.int64)
-    for g, members in enumerate(groups):
+    for g, members in enumerate(GROUPS):  # and the plain definition, summed over the group
         dg = d[list(members)].sum(axis=0)
         np.testing.assert_array_equal(got_rows[g], (dg <= row_bound[g][:, None]).sum(axis=1))
         if symmetric:
             np.testing.assert_array_equal(got_cols[g], (dg <= col_bound[g][None, :]).sum(axis=0))
     assert 0 < got_rows.sum() < G * rows * cols
+
+
+@pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
+@pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61)])
+def test_topk_int_keeps_the_k_smallest(blank_share, cuts):
+    """One tile of phase 1 (the row's own sample excluded): the K smallest group distances and
+    the further zeros beyond K, against a sort of the definition."""
+    k = 5
+    _, feats, blank = _features(90, seed=7, blank_share=blank_share)
+    r0, r1, c0, c1 = cuts
+    parent, client, grow = sum_plan(GROUPS, 4)
+    G, R, C = len(GROUPS), r1 - r0, c1 - c0
+    top = np.full((G, R, k), BIG, np.int32)
+    zeros = np.zeros((G, R), np.int64)
+    buf = np.empty((4 + parent.shape[0]) * C, np.int32)
+    topk_int(*_tile(feats, blank, r0, r1, c0, c1), r0, c0, parent, client, grow, top, zeros, buf,
+             np.empty(C // 16 + 2, np.int32))
+    d = _distances(feats, r0, r1, c0, c1)
+    for g, members in enumerate(GROUPS):
+        dg = d[list(members)].sum(axis=0)
+        for a in range(R):
+            own = r0 + a - c0
+            v = np.sort(np.delete(dg[a], own) if 0 <= own < C else dg[a])
+            want = np.concatenate([v[:k], np.full(max(0, k - v.size), BIG)])
+            np.testing.assert_array_equal(top[g, a], want)
+            assert zeros[g, a] == (max(0, int((v == 0).sum()) - k) if v.size >= k and v[k - 1] == 0 else 0)
+
+
+@pytest.mark.parametrize("shares", [(0.5, 0.3, 0.0), (0.0, 0.0, 0.2), (0.0, 0.0, 0.0), (0.6, 0.1, 0.4)])
+def test_blank_order_keeps_the_two_blankest_clients_non_blank_samples_contiguous(shares):
+    from fedstream.selection._layout import blank_order
+
+    rng = np.random.default_rng(3)
+    blank = np.stack([rng.random(500) < s for s in shares])
+    key = blank_order(blank)
+    assert key.shape == (500,)
+    order = np.argsort(key, kind="stable")
+    ranked = np.argsort(-blank.mean(axis=1), kind="stable")[:2]
+    for j in ranked:
+        if not blank[j].any():
+            continue
+        nonblank = np.flatnonzero(~blank[j][order])
+        assert nonblank.size == 0 or nonblank[-1] - nonblank[0] + 1 == nonblank.size

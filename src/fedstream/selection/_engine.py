@@ -138,6 +138,35 @@ def int8_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     torch._int_mm(torch.from_numpy(a), torch.from_numpy(b.copy()), out=torch.from_numpy(out))
 
 
+def _nonblank_span(blank: np.ndarray) -> tuple[int, int]:
+    """[first, end) of the non-blank entries of ``blank`` ((0, 0) when there are none)."""
+    keep = ~blank
+    if not keep.any():
+        return 0, 0
+    return int(keep.argmax()), int(keep.size - keep[::-1].argmax())
+
+
+def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo) -> np.ndarray:
+    """The int8 GEMMs of a tile, rows r0..r1 against columns c0..c1: for each client only the
+    rectangle spanning its non-blank rows and columns (a blank sample's distance is known
+    without one, ``_int8_kernels.form``). Fills ``geo`` (m, 5) with each rectangle's first row,
+    end row, first column, end column (tile-relative) and offset in ``flat``; returns ``flat``.
+    """
+    off = 0
+    for j, (f, ft) in enumerate(zip(feats, feats_t)):
+        lr, hr = _nonblank_span(blank[j, r0:r1])
+        lc, hc = _nonblank_span(blank[j, c0:c1])
+        if hc == lc:  # every column blank: the non-blank rows read their own distance to blank
+            lc = hc = 0
+        geo[j] = (lr, hr, lc, hc, off)
+        size = (hr - lr) * (hc - lc)
+        if size:
+            out = flat[off:off + size].reshape(hr - lr, hc - lc)
+            int8_matmul(f[r0 + lr:r0 + hr], ft[:, c0 + lc:c0 + hc], out)
+        off += size
+    return flat
+
+
 def default_workers() -> int:
     """Worker threads: the cores this process may run on."""
     try:
@@ -171,6 +200,13 @@ class Engine:
                 loc.dots = np.empty(self.prep.n_clients * self.rows * max(self.cols, self.rows),
                                     dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
+
+    def _int8_dots(self, r0, r1, c0, c1) -> tuple[np.ndarray, np.ndarray]:
+        p, loc = self.prep, self._buffers()
+        if not hasattr(loc, "geo"):
+            loc.geo = np.zeros((p.n_clients, 5), dtype=np.int64)
+        int8_tile_dots(p.feats, p.feats_t, p.blank, r0, r1, c0, c1, loc.dots, loc.geo)
+        return loc.dots, loc.geo
 
     def _dots(self, r0, r1, c0, c1) -> np.ndarray:
         feats, loc = self.prep.feats, self._buffers()
@@ -226,8 +262,9 @@ class Engine:
         mins = np.empty(self.cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
         for c0, c1 in cols:
             if p.int8:
-                topk_int(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
-                         self.parent, self.client, self.grow, top, zeros, loc.work, mins)
+                topk_int(*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
+                         _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), r0, c0, self.parent, self.client,
+                         self.grow, top, zeros, loc.work, mins)
             elif p.mode == "dots":
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
                             p.int_mode, p.rows, p.offsets, self.parent, self.client, self.grow, top, zeros,
@@ -292,8 +329,9 @@ class Engine:
         if p.int8 and lab[r0] == lab[r1 - 1] and lab[c0] == lab[c1 - 1]:  # rows and columns of two classes
             if not hasattr(loc, "block"):
                 loc.block = np.empty((ROW_BLOCK, p.n_clients + self.parent.shape[0], CHUNK), dtype=np.int32)
-            count_int(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), row_rad,
-                      col_rad, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
+            count_int(*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
+                      _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), row_rad, col_rad, self.parent,
+                      self.client, self.grow, symmetric, row_cnt, credit, loc.block)
             return symmetric
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)

@@ -23,34 +23,31 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.selection._kernels import _apply_plan, _credit, _fill_dots, _n_within, insert_sorted
+from fedstream.selection._kernels import _credit, _n_within, insert_sorted
 
 STRETCH = 16
 BIG = np.iinfo(np.int32).max
+U = np.uint64  # an unsigned index: numba skips the wrap-around of negative indices, loops vectorise
 
 
 @njit(cache=True)
-def _min_into(acc, x):  # pragma: no cover (jit)
-    """acc[s] = min(acc[s], x[s]) (whole unit-stride arrays, so the loop vectorises)."""
-    for s in range(acc.shape[0]):
-        acc[s] = min(acc[s], x[s])
-
-
-@njit(cache=True)
-def _kth_of_minima(d, mins, k):  # pragma: no cover (jit)
+def _kth_of_minima(d, mins, k, cap):  # pragma: no cover (jit)
     """Fill mins[s] = min(d[s::n]) for s < n = ceil(C / STRETCH) and return the k-th smallest of
-    them (BIG when there are fewer than k sets)."""
+    them (BIG when there are fewer than k sets), or ``cap`` without selecting when cap < BIG (the
+    row's K-th so far, from an earlier tile: already a bound as good)."""
     C = d.shape[0]
     n = (C + STRETCH - 1) // STRETCH
-    mins[:n] = d[:n]
+    for b in range(n):
+        mins[U(b)] = d[U(b)]
     for i in range(1, STRETCH):
         lo = i * n
         if lo >= C:
             break
-        length = min(n, C - lo)
-        _min_into(mins[:length], d[lo:lo + length])
-    if n < k:
-        return np.int32(BIG)
+        u0 = U(lo)
+        for b in range(min(n, C - lo)):
+            mins[U(b)] = min(mins[U(b)], d[u0 + U(b)])
+    if n < k or cap < BIG:
+        return cap
     best = np.full(k, BIG, dtype=np.int32)
     for s in range(n):
         if mins[s] < best[k - 1]:
@@ -64,8 +61,17 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
     smallest; once the K-th is 0, count each further distance 0 in ``zeros[g, a]``."""
     k = top.shape[0]
     C = d.shape[0]
-    u = _kth_of_minima(d, mins, k)
     worst = top[k - 1]
+    u = _kth_of_minima(d, mins, k, worst)
+    if worst <= 0 or u <= 0:  # the radius is 0 (already, or K columns of this tile are at 0)
+        z = _n_within(d, 0)  # the zero distances, vectorised (the own column holds BIG)
+        if worst > 0:  # the K smallest become zeros; the zeros beyond K are counted
+            for i in range(k):
+                if top[i] > 0:
+                    z -= 1
+                    top[i] = 0
+        zeros[g, a] += z
+        return
     n = (C + STRETCH - 1) // STRETCH
     for s in range(n):
         lo_val = mins[s]
@@ -73,24 +79,68 @@ def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
             continue
         for b in range(s, C, n):
             v = d[b]
-            if v < worst:
+            if v < worst and v <= u:  # above u a column cannot be among the K smallest
                 worst = insert_sorted(top, v)
             elif v <= 0:  # the K-th is 0: v ties at the zero radius
                 zeros[g, a] += 1
 
 
+@njit(cache=True, inline="always")
+def form(dots, geo, nr, nc, fr, fc, j, a, s, w, out):  # pragma: no cover (jit)
+    """out[j, b] = client j's exact squared distance from tile row a to tile column s + b, b < w.
+
+    Client j's dot products cover only the rectangle of the tile that holds its non-blank rows
+    and columns (``geo[j]`` = first row, end row, first column, end column, offset in ``dots``;
+    rows of the rectangle are ``end column − first column`` long). Outside it, a row or a column
+    is blank (every feature at the client's minimum) and the distance is the other sample's
+    squared distance to the blank sample: ``fc`` (m, C) for a blank row, ``fr`` (m, R) for a
+    blank column. Inside, it is |x_a|² + |x_b|² − 2 x_a·x_b from the norms ``nr``/``nc``.
+    Indices are unsigned (:data:`U`): numba then drops its negative-index check, and the loops
+    vectorise without slicing (a slice costs more than a short loop here).
+    """
+    lr, hr, lc, hc, off = geo[j, 0], geo[j, 1], geo[j, 2], geo[j, 3], geo[j, 4]
+    uj, us = U(j), U(s)
+    if a < lr or a >= hr:  # a blank row
+        for b in range(w):
+            out[uj, U(b)] = fc[uj, us + U(b)]
+        return
+    x0 = min(max(lc, s), s + w)
+    x1 = max(max(min(hc, s + w), s), x0)
+    ea = fr[uj, U(a)]
+    for b in range(x0 - s):
+        out[uj, U(b)] = ea
+    base = nr[uj, U(a)]
+    o, c, d = U(x0 - s), U(x0), U(off + (a - lr) * (hc - lc) + x0 - lc)
+    for b in range(x1 - x0):
+        i = U(b)
+        out[uj, o + i] = base + nc[uj, c + i] - np.int32(2) * dots[d + i]
+    for b in range(x1 - s, w):
+        out[uj, U(b)] = ea
+
+
+@njit(cache=True, inline="always")
+def add_plan(buf, m, parent, client, w):  # pragma: no cover (jit)
+    """buf[m + p, :w] = buf[parent[p], :w] + buf[client[p], :w] (the sum plan, unsigned indices)."""
+    for p in range(parent.shape[0]):
+        o, x, y = U(m + p), U(parent[p]), U(client[p])
+        for b in range(w):
+            i = U(b)
+            buf[o, i] = buf[x, i] + buf[y, i]
+
+
 @njit(nogil=True, cache=True)
-def topk_int(dots, nr, nc, r0, c0, parent, client, grow, top, zeros, buf, mins):  # pragma: no cover (jit)
-    """Update top (G, R, K) int32 and zeros (G, R) with the tile's exact int32 distances: dots
-    (m, R, C) int32 dot products, nr (m, R) and nc (m, C) int32 squared norms, buf a flat work
-    buffer, mins a (C // STRETCH + 1,) int32 scratch."""
-    m, R, C = dots.shape
+def topk_int(dots, geo, nr, nc, fr, fc, r0, c0, parent, client, grow, top, zeros, buf,
+             mins):  # pragma: no cover (jit)
+    """Update top (G, R, K) int32 and zeros (G, R) with the tile's exact int32 distances: dots and
+    geo the clients' int32 dot products (see :func:`form`), nr (m, R) and nc (m, C) int32 squared
+    norms, fr (m, R) and fc (m, C) the distances to the blank sample, buf a flat work buffer, mins
+    a (C // STRETCH + 1,) int32 scratch."""
+    m, R, C = geo.shape[0], top.shape[1], nc.shape[1]
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
-    placeholder = np.zeros((1, 1), dtype=np.float32)
-    offsets = np.zeros(1, dtype=np.int64)
     for a in range(R):
-        _fill_dots(dots, nr, nc, a, work, True, placeholder, offsets, r0 + a, c0)
-        _apply_plan(work, m, parent, client)
+        for j in range(m):
+            form(dots, geo, nr, nc, fr, fc, j, a, 0, C, work)
+        add_plan(work, m, parent, client, C)
         own = r0 + a - c0
         for g in range(grow.shape[0]):
             d = work[grow[g]]
@@ -100,7 +150,7 @@ def topk_int(dots, nr, nc, r0, c0, parent, client, grow, top, zeros, buf, mins):
 
 
 ROW_BLOCK = 4  # rows whose distances are formed before the columns' credits are taken (one load of each)
-CHUNK = 512  # columns per step: the block's work rows, (ROW_BLOCK, m + plan rows, CHUNK) int32, stay in L2
+CHUNK = 1024  # columns per step: the block's work rows, (ROW_BLOCK, m + plan rows, CHUNK) int32, stay in L2
 
 
 @njit(cache=True)
@@ -120,8 +170,8 @@ def _count4(d0, d1, d2, d3, b0, b1, b2, b3, bound, cnt):  # pragma: no cover (ji
 
 
 @njit(nogil=True, cache=True)
-def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetric, row_cnt, col_cnt,
-              work):  # pragma: no cover (jit)
+def count_int(dots, geo, nr, nc, fr, fc, row_bound, col_bound, parent, client, grow, symmetric, row_cnt,
+              col_cnt, work):  # pragma: no cover (jit)
     """Phase 2 of the int8 path on one tile whose rows and columns are of different classes: add to
     row_cnt (G, R) the columns within each row's bound (d <= row_bound (G, R)) and, when
     ``symmetric``, to col_cnt (G, C) the rows within each column's bound (col_bound (G, C)).
@@ -133,8 +183,8 @@ def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetri
     counts and the columns' credits, each column's bound and credit once per block of rows.
     ``work`` is a (ROW_BLOCK, m + plan rows, CHUNK) int32 scratch.
     """
-    m, R, C = dots.shape
-    P, G = parent.shape[0], grow.shape[0]
+    m, R, C = geo.shape[0], row_cnt.shape[1], nc.shape[1]
+    G = grow.shape[0]
     for a0 in range(0, R, ROW_BLOCK):
         nb = min(ROW_BLOCK, R - a0)
         for s in range(0, C, CHUNK):
@@ -143,14 +193,8 @@ def count_int(dots, nr, nc, row_bound, col_bound, parent, client, grow, symmetri
                 a = a0 + r
                 buf = work[r]
                 for j in range(m):
-                    base = nr[j, a]
-                    out, dj, nj = buf[j], dots[j, a, s:s + w], nc[j, s:s + w]
-                    for b in range(w):
-                        out[b] = base + nj[b] - np.int32(2) * dj[b]
-                for p in range(P):
-                    out, x, y = buf[m + p], buf[parent[p]], buf[client[p]]
-                    for b in range(w):
-                        out[b] = x[b] + y[b]
+                    form(dots, geo, nr, nc, fr, fc, j, a, s, w, buf)
+                add_plan(buf, m, parent, client, w)
             for g in range(G):
                 h = grow[g]
                 if symmetric and nb == ROW_BLOCK:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from fedstream.errors import ConfigError
 
@@ -37,6 +38,8 @@ class Prepared:
     feats: list[np.ndarray] | None = None  # dots: per-client (n, d_j) in sorted order
     feats_t: list[np.ndarray] | None = None  # int8: per-client (d_j, n), the GEMM's column operand
     norms: np.ndarray | None = None  # dots: (m, n) squared norms (int32 in int_mode, else float64)
+    blank: np.ndarray | None = None  # int8: (m, n) bool, the sample's features all at the client's minimum
+    floor: np.ndarray | None = None  # int8: (m, n) int32 client j's squared distance to its blank sample
     rows: np.ndarray | None = None  # dots, float mode: (n, D) features (feats are views of its columns)
     XT: np.ndarray | None = None  # direct: (D, n) features, column-major (float32 or float64)
     offsets: np.ndarray | None = None  # (m+1,) feature offsets of the clients in XT (direct) / rows (dots)
@@ -104,6 +107,50 @@ def shifted_int8(a: np.ndarray, shift: int) -> np.ndarray:
     return np.ascontiguousarray(a.astype(np.int64) - shift, dtype=np.int8)
 
 
+def blank_order(blank: np.ndarray) -> np.ndarray:
+    """A sort key (within a class) that makes each of the two clients with the most blank samples
+    (every feature at the client's minimum) hold its non-blank samples in one contiguous run.
+
+    The int8 engine skips a client's GEMM on blank rows and columns (its distance to a blank
+    sample is a precomputed vector, ``Prepared.floor``), and takes the GEMM of the smallest
+    rectangle of a tile that holds the non-blank rows and columns: with A and B the two clients,
+    the order (A non-blank, B blank), (neither blank), (A blank, B non-blank), (both blank) keeps
+    A's non-blank samples first and B's in the middle.
+    """
+    share = blank.mean(axis=1)
+    top = [int(j) for j in np.argsort(-share, kind="stable")[:2] if share[j] > 0]
+    if not top:
+        return np.zeros(blank.shape[1], dtype=np.int64)
+    a = blank[top[0]].astype(np.int64)
+    if len(top) == 1:
+        return a
+    b = blank[top[1]]
+    return np.where(a == 0, np.where(b, 0, 1), np.where(b, 3, 2))
+
+
+@njit(cache=True)
+def _int8_norms(f, norms, floor):  # pragma: no cover (jit)
+    for i in range(f.shape[0]):
+        s = np.int32(0)
+        t = np.int32(0)
+        for c in range(f.shape[1]):
+            x = np.int32(f[i, c])
+            s += x * x
+            t += (x + 128) * (x + 128)
+        norms[i] = s
+        floor[i] = t
+
+
+def int8_norms(feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(m, n) int32 squared norms of the shifted int8 features, and (m, n) int32 squared distances
+    to each client's blank sample (every shifted feature at −128)."""
+    n = feats[0].shape[0]
+    norms, floor = np.empty((len(feats), n), np.int32), np.empty((len(feats), n), np.int32)
+    for j, f in enumerate(feats):
+        _int8_norms(f, norms[j], floor[j])
+    return norms, floor
+
+
 def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
     """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here;
     ``"int8"`` comes back as mode ``"dots"`` with an int8 feature dtype).
@@ -141,20 +188,26 @@ def prepare(
     n = y.shape[0]
     is_query = np.zeros(n, dtype=bool)
     is_query[queries] = True
-    perm = np.lexsort((y, ~is_query))
-    inv = np.empty(n, dtype=np.int64)
-    inv[perm] = np.arange(n)
     blocks = [informative_columns(b) for b in blocks]
     mode, dtype, int_mode = choose(blocks, backend, precision)
+    blank = None
+    if dtype is np.int8:  # blank samples last within their class (see blank_order)
+        blank = np.stack([(b == b.min()).all(axis=1) for b in blocks])
+        perm = np.lexsort((blank_order(blank), y, ~is_query))
+    else:
+        perm = np.lexsort((y, ~is_query))
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
     prep = Prepared(labels=y[perm], pos_of_query=inv[queries], n_queries=queries.size, n_clients=len(blocks),
                     mode=mode, int_mode=int_mode, int8=dtype is np.int8)
     prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     if prep.int8:  # shifted into int8; exact integer norms of the shifted features
         prep.feats = [shifted_int8(b[perm], s) for b, s in zip(blocks, int8_shifts(blocks))]
-        # int32 is exact: a client's norm is at most d_j 128² < 2³¹ (int8_shifts checks it)
-        wide = [f.astype(np.int32) for f in prep.feats]
-        prep.norms = np.stack([np.einsum("ij,ij->i", f, f) for f in wide])
+        # int32 is exact: a client's norm is at most d_j 128² < 2³¹ and its distance to the blank
+        # sample at most d_j 255² (int8_shifts checks both)
+        prep.norms, prep.floor = int8_norms(prep.feats)
         prep.feats_t = [np.ascontiguousarray(f.T) for f in prep.feats]
+        prep.blank = np.ascontiguousarray(blank[:, perm])
         prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
     elif mode == "dots":
         feats = []
