@@ -14,7 +14,11 @@ from fedstream.tasks import TASKS, get_task
 
 
 class Adapter(Protocol):
-    """What a task brings to a deployment (see the module doc)."""
+    """What a task brings to a deployment (see the module doc).
+
+    Optional: ``runtime_for(config)`` where the task's modes fit different runtimes, and
+    ``frame_limit(config)`` where its frames grow with the config's shapes (the gRPC runtime's
+    message limit, :func:`fedstream.deploy.runtimes.grpc_wire.message_limit`)."""
 
     task: str
     runtime: str  # the runtime `fedstream deploy local` uses unless --runtime says otherwise

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 from fedstream.deploy import protocol_pb2 as pb
 from fedstream.deploy import schema
+from fedstream.deploy.adapters import adapter_for
 from fedstream.deploy.records import KINDS, Envelope
 from fedstream.errors import ProtocolError
 
@@ -49,17 +50,12 @@ class Frame(NamedTuple):
 
 
 def message_limit(config: dict, *, audit: bool = False) -> int:
-    """The largest frame a party of this run sends or accepts, from the config's shapes.
-
-    Online VFL: a request carries at most B gradients and B queries, a reply B embeddings, each at
-    most (window x embedding) float32 values and a header; twice that, plus :data:`BASE_LIMIT`.
-    Batch VFL: :data:`VFL_LIMIT` (a VF-PS reply is Q x n distances, ``selection.queries`` is
-    checked against it). ``audit``: a node's final report carries its model too (16 MiB more)."""
-    if config.get("task") == "ovfl":
-        rows = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
-        limit = BASE_LIMIT + 4 * config["network.batch"] * (64 + 4 * rows * config["model.embedding"])
-    else:
-        limit = VFL_LIMIT
+    """The largest frame a party of this run sends or accepts: the task adapter's ``frame_limit``
+    where its frames scale with the config's shapes (online VFL), else :data:`VFL_LIMIT` (batch VFL's
+    VF-PS distances, evaluation embeddings and models; CHFL's models). ``audit``: a node's final report
+    carries its model too (16 MiB more)."""
+    sized = getattr(adapter_for(config["task"]), "frame_limit", None)
+    limit = sized(config) + BASE_LIMIT if sized is not None else VFL_LIMIT
     return limit + (16 * 2**20 if audit else 0)
 
 

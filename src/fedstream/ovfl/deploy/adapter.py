@@ -41,6 +41,13 @@ class OnlineVFLAdapter:
         print(f"fedstream: {config['rounds']} rounds with {config['vfl.clients']} client nodes", flush=True)
         return net
 
+    def frame_limit(self, config: dict) -> int:
+        """The bytes past the runtime's base a frame may carry: a request holds at most B gradients
+        and B queries, a reply B embeddings, each at most (window x embedding) float32 values and a
+        header; twice that."""
+        rows = config["optimizer.window"] if config["optimizer.name"] == "slr" else 1
+        return 4 * config["network.batch"] * (64 + 4 * rows * config["model.embedding"])
+
     def report(self, s: dict) -> str:
         return (
             f"{s['rounds']} rounds, accumulated error {s['accumulated_error']:.4f}, {s['bytes']['total']} "
