@@ -171,7 +171,11 @@ def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_pat
     assert hung and timed_out.is_set() and back.is_set()
     s = json.loads((out / "summary.json").read_text())
     assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}, s["faults"]
-    assert any(f"no reply within {reply_timeout:g} s" in f["reason"] for f in s["faults"]), s["faults"]
+    # The hang is found by whichever comes first: the reply time-out, or gRPC's keepalive (a stopped
+    # process answers no ping, so its stream is closed after 20 + 10 s). Under a heavy load the
+    # load-scaled reply time-out is the longer one; both are the hang, neither is the machine's load.
+    hang = (f"no reply within {reply_timeout:g} s", "the node's stream closed")
+    assert any(h in f["reason"] for f in s["faults"] for h in hang), s["faults"]
     assert s["missed_events"][1] > 0 and s["missed_events"][0] == 0
     assert [r["client"] for r in s["rejoins"]] == [1]
 
