@@ -163,9 +163,11 @@ def test_a_hung_client_is_timed_out_padded_and_replaced_by_a_new_process(tmp_pat
             serve_server(config, listen="127.0.0.1:0", out=out, on_listen=start_and_harm,
                          reply_timeout=reply_timeout)
     finally:
-        for proc in hung:
+        alive = [proc for proc in hung if proc.poll() is None]
+        for proc in alive:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    assert not alive, "the deployment left the replaced, hung process running"
     assert hung and timed_out.is_set() and back.is_set()
     s = json.loads((out / "summary.json").read_text())
     assert s["rounds"] == 3000 and {f["client"] for f in s["faults"]} == {1}, s["faults"]

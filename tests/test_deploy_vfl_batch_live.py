@@ -1,4 +1,4 @@
-"""A batch VFL node kept in memory between requests (the gRPC runtime's LiveNode) against one
+"""A batch VFL node kept in memory between requests (the gRPC runtime's Node) against one
 rebuilt from its state per request (Flower's process per message): same replies, same model."""
 
 from __future__ import annotations

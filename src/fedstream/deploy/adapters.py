@@ -1,20 +1,8 @@
 """The one place that maps a run's task to its deployment adapter.
 
-Each task package brings a small adapter (``ADAPTER`` in ``fedstream.<task>.deploy.adapter``)
-that the task-agnostic layers (:mod:`fedstream.deploy.session`, the runtimes, ``fedstream deploy``)
-drive without knowing the task:
-
-* node side: ``node_data(config, index, data_root=, cache_dir=)`` (the node's own data) and
-  ``host(config, index, data=, state=)`` (the party it hosts, which answers
-  :class:`~fedstream.deploy.records.Envelope` requests and saves its state as named arrays);
-* server side: ``server(config, settings, runtime)`` (the server party over a runtime's link, a
-  :class:`~fedstream.deploy.serve.DeployedServer` that :func:`fedstream.deploy.serve.serve` runs);
-* ``check(config)`` (what the network carries), ``n_nodes(config)`` and ``report(summary)`` (the line
-  ``fedstream deploy local`` prints).
-
-The adapter is found through the task registry (:attr:`fedstream.runs.task.Task.deploy` names its
-module); nothing in :mod:`fedstream.deploy` branches on ``config["task"]``.
-"""
+Each task package brings an :class:`Adapter` (``ADAPTER`` in ``fedstream.<task>.deploy.adapter``,
+named by the task registry's :attr:`fedstream.runs.task.Task.deploy`): its node's data and party,
+its server, its checks. Nothing else in :mod:`fedstream.deploy` branches on ``config["task"]``."""
 
 from __future__ import annotations
 

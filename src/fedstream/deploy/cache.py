@@ -1,14 +1,7 @@
-"""A node's data cache, whatever the task: what the node derived from its data, saved once and read
-by later requests.
-
-Flower runs every message in a fresh ClientApp process, and a gRPC node restarts after a crash:
-rebuilding a node's part of the data (a stream's chunk, an image strip, a table's rows) there costs
-more than the request itself. :class:`NodeCache` keeps such arrays in the node's cache folder
-(``--cache-dir``, Flower's ``--node-config 'cache-dir="PATH"'``) under a name made of the task and a
-digest of everything that decides them (data set, data root, seed, split settings, client index:
-the caller's ``key``), so a changed config never reads stale data. Files are written atomically:
-a process that reads one never sees it half written.
-"""
+"""A node's data cache, whatever the task (:class:`NodeCache`): arrays a node derived from its data,
+saved once in its cache folder under a digest of everything that decides them, so that a fresh
+process (Flower's per message, a restarted gRPC node) does not rebuild them and a changed config
+never reads stale ones."""
 
 from __future__ import annotations
 
@@ -20,6 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.runs.files import atomic_open
+
+
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Named arrays as one ``.npz`` at ``path``, written atomically (its folder made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def load_arrays(path: Path | None) -> dict[str, np.ndarray] | None:
+    """The named arrays :func:`save_arrays` wrote at ``path``, read whole (None: no such file)."""
+    if path is None or not path.exists():
+        return None
+    with np.load(path) as saved:
+        return {k: saved[k] for k in saved.files}
 
 
 class NodeCache:
@@ -37,18 +45,11 @@ class NodeCache:
 
     def load(self, part: str = "") -> dict[str, np.ndarray] | None:
         """The named arrays saved as ``part`` (read whole), or None: none saved, or no cache."""
-        path = self._path(part, ".npz")
-        if path is None or not path.exists():
-            return None
-        with np.load(path) as saved:
-            return {k: saved[k] for k in saved.files}
+        return load_arrays(self._path(part, ".npz"))
 
     def save(self, arrays: dict[str, np.ndarray], part: str = "") -> None:
-        path = self._path(part, ".npz")
-        if path is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with atomic_open(path, "wb") as f:
-                np.savez(f, **arrays)
+        if self.folder is not None:
+            save_arrays(self._path(part, ".npz"), arrays)
 
     def array(self, part: str) -> np.ndarray | None:
         """The one array saved as ``part``, memory-mapped (None: none saved, or no cache)."""

@@ -1,21 +1,10 @@
-"""``fedstream deploy``: run the parties of online VFL, batch VFL or CHFL in separate processes.
+"""``fedstream deploy``: run the parties of a run in separate processes (docs/deploy.md).
 
-    fedstream deploy local [CONFIG] [--set KEY=VALUE ...] --out DIR [--runtime grpc|flower] [--secure]
-                           [--timeout S] [--audit] [--resume]
-    fedstream deploy app DIR [CONFIG] [--set KEY=VALUE ...] [--out PATH] [--audit]
-    fedstream deploy credentials DIR --nodes M [--host NAME ...] [--days N] [--force] [--requester]
-    fedstream deploy predict RUN_DIR --ids FILE --out preds.csv
-
-``local`` runs a whole deployment on this machine's loopback and stops every process it started:
-on the gRPC runtime (the default for online and batch VFL; :mod:`fedstream.deploy.runtimes.grpc`)
-the server party in this process and one long-lived ``fedstream serve client`` process per client;
-on Flower (``--runtime flower``, the default for CHFL's batch mode) a SuperLink, one SuperNode per client and
-``flwr run``. ``--secure``: mutual TLS (gRPC) or TLS and SuperNode authentication (Flower), from
-test credentials written to ``DIR/credentials``. ``app`` writes the folder to give ``flwr run``
-(any SuperLink, any machines); ``credentials`` writes a test CA, the server's certificate, one
-client certificate (gRPC) and one key pair (Flower SuperNode) per party
-(:mod:`fedstream.deploy.credentials`). Flower and gRPC are imported only when a subcommand runs.
-"""
+``local`` runs a whole deployment on this machine's loopback (gRPC: the server here and one
+``fedstream serve client`` process per client; Flower: a SuperLink, SuperNodes and ``flwr run``),
+``app`` writes the folder to give ``flwr run``, ``credentials`` writes test credentials and
+``predict`` has a finished run's parties predict together. Flower and gRPC are imported only when
+a subcommand runs."""
 
 from __future__ import annotations
 
@@ -148,20 +137,22 @@ def cmd_deploy(args) -> int:
         return 0
     config = load_config(args.config, args.sets)
     check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
-    if (args.runtime or default_runtime(config)) == "grpc":
-        return _local_grpc(args)
-    settings, config = _settings(args, args.out)
+    grpc = (args.runtime or default_runtime(config)) == "grpc"
+    settings, config = _settings(args, args.out, flower=not grpc)
     adapter = adapter_for(config["task"])
-    app = write_app(args.out / "app", settings)
     credentials = None
     if args.secure:
-        from fedstream.deploy.credentials import write_credentials  # cryptography: with the flower extra
+        from fedstream.deploy.credentials import write_credentials  # cryptography: an optional dependency
 
         credentials = args.out / "credentials"
         write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
-    folder = args.out / "deployment"
-    with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
-        deployment.run(app, timeout=args.timeout)
+    if grpc:
+        _local_grpc(args, settings, credentials)
+    else:
+        app = write_app(args.out / "app", settings)
+        folder = args.out / "deployment"
+        with LocalDeployment(adapter.n_nodes(config), folder, credentials=credentials) as deployment:
+            deployment.run(app, timeout=args.timeout)
     summary = args.out / "summary.json"
     if not summary.exists():
         raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
@@ -171,30 +162,17 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _local_grpc(args) -> int:
+def _local_grpc(args, settings: dict, tls: Path | None) -> None:
     """``deploy local`` on the gRPC runtime: the server party here, one client process per client."""
-    # gRPC (and cryptography for --secure) are optional dependencies: imported when a deployment runs
+    # gRPC is an optional dependency: imported when a deployment runs
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
 
-    settings, config = _settings(args, args.out, flower=False)
     root = [s for s in settings["set"].split() if s.startswith("data.root=")]  # pinned for the processes
     sets = [s for s in args.sets if not s.startswith("data.root=")] + root
     config = load_config(settings["config"], sets)
-    adapter = adapter_for(config["task"])
-    M = adapter.n_nodes(config)
-    tls = None
-    if args.secure:
-        from fedstream.deploy.credentials import write_credentials
-
-        tls = args.out / "credentials"
-        write_credentials(tls, M, force=True)  # this run's own
+    M = adapter_for(config["task"]).n_nodes(config)
     with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,
                      setup_timeout=args.setup_timeout,
                      on_listen=lambda link: nodes.start(f"127.0.0.1:{link.port}"))
-    summary = args.out / "summary.json"
-    if not summary.exists():
-        raise ConfigError(f"the run wrote no summary; see the logs in {args.out / 'deployment'}")
-    print(f"{adapter.report(json.loads(summary.read_text()))}; summary in {summary}")
-    return 0

@@ -1,32 +1,17 @@
-"""Test credentials for a secure deployment: a CA, the server's TLS certificate, one identity per party.
+"""Test credentials for a secure deployment (``fedstream deploy credentials``; which file goes on
+which machine: docs/deploy.md, section 3), written with the ``cryptography`` package:
 
-``fedstream deploy credentials DIR --nodes M [--host NAME ...]`` writes, with the ``cryptography``
-package (a Flower dependency):
+* ``ca.crt`` / ``ca.key``: a self-signed CA (P-384) with a name of its own; ``ca.key`` stays with
+  the operator;
+* ``server.pem`` / ``server.key``: the server's certificate for ``localhost``, ``127.0.0.1`` and
+  every ``--host`` (the gRPC server's and Flower's SuperLink's);
+* ``client-M.pem`` / ``client-M.key``: client M's certificate for the gRPC runtime's mutual TLS,
+  common name ``fedstream client M`` (the server takes the client index from it);
+* ``node-M.key`` / ``node-M.pub``: SuperNode M's OpenSSH key pair (Flower's node authentication);
+* ``requester.pem`` / ``requester.key`` (:func:`write_requester`): the one identity a serving
+  server's ``Predict`` answers.
 
-* ``ca.crt`` / ``ca.key``: a self-signed certificate authority (P-384, valid ``days``). Every
-  SuperNode and the ``flwr`` CLI get ``ca.crt`` to check the SuperLink's certificate; keep
-  ``ca.key`` away from the parties.
-* ``server.pem`` / ``server.key``: the SuperLink's certificate, signed by the CA, for
-  ``localhost``, ``127.0.0.1`` and every ``--host`` (the names or IP addresses the SuperNodes use
-  to reach the SuperLink).
-* ``client-M.pem`` / ``client-M.key`` for M = 0..nodes-1: client party M's certificate for the
-  gRPC runtime's mutual TLS (:mod:`fedstream.deploy.runtimes.grpc`), signed by the CA, common name
-  ``fedstream client M`` (and the URI ``fedstream:client:M`` as its subject alternative name),
-  for client authentication only. The server takes a node's client index from this certificate.
-  ``server.pem`` is the gRPC server's certificate too.
-* ``node-M.key`` / ``node-M.pub`` for M = 0..nodes-1 (Flower): each SuperNode's P-384 key pair in OpenSSH
-  format. ``node-M.key`` stays on node M's machine (``flower-supernode
-  --auth-supernode-private-key``); ``node-M.pub`` is registered with the SuperLink (``flwr
-  supernode register``), which then admits only registered nodes (``--enable-supernode-auth``).
-
-* ``requester.pem`` / ``requester.key`` (``--requester``, on a folder that holds ``ca.key``): the
-  certificate ``fedstream requester``, the only identity a serving server's ``Predict`` method
-  answers (:mod:`fedstream.deploy.serving_grpc`); give it to the application that asks for
-  predictions.
-
-These are for tests and trials: in production use your organisation's PKI. Private keys are
-created with mode 0600. Each CA has a name of its own (a random suffix). A folder that holds
-credentials already is refused without ``--force`` (``force``).
+For tests and trials: in production use your organisation's PKI. Private keys get mode 0600.
 """
 
 from __future__ import annotations
@@ -71,26 +56,37 @@ def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
-def _write_client(folder: Path, stem: str, cn: str, issuer, start, end,
-                  san: x509.SubjectAlternativeName | None = None) -> dict[str, Path]:
-    """``stem.pem`` / ``stem.key``: a client-authentication certificate ``cn`` signed by ``issuer``
-    (the CA's certificate and key), valid from ``start`` to ``end``."""
-    ca, ca_key = issuer
-    key = ec.generate_private_key(ec.SECP384R1())
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-               .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+def _certificate(cn: str, key, issuer, start, end, extensions) -> x509.Certificate:
+    """A certificate of common name ``cn`` for ``key``, signed by ``issuer`` (a CA's certificate and
+    key; None: self-signed), valid from ``start`` to ``end``, with ``extensions`` (extension,
+    critical) in order."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    issuer_name, issuer_key = (name, key) if issuer is None else (issuer[0].subject, issuer[1])
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer_name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(start).not_valid_after(end))
-    if san is not None:
-        builder = builder.add_extension(san, critical=False)
-    cert = (builder
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA384()))
-    paths = {f"{stem}.pem": folder / f"{stem}.pem", f"{stem}.key": folder / f"{stem}.key"}
-    _write(paths[f"{stem}.pem"], cert.public_bytes(serialization.Encoding.PEM))
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(issuer_key, hashes.SHA384())
+
+
+def _write_pair(folder: Path, stem: str, cert: x509.Certificate, key, suffix: str = ".pem"
+                ) -> dict[str, Path]:
+    """``stem.pem`` (or ``suffix``) and ``stem.key``: a certificate and its private key."""
+    paths = {f"{stem}{suffix}": folder / f"{stem}{suffix}", f"{stem}.key": folder / f"{stem}.key"}
+    _write(paths[f"{stem}{suffix}"], cert.public_bytes(serialization.Encoding.PEM))
     _write(paths[f"{stem}.key"], _pem_key(key), private=True)
     return paths
+
+
+def _write_client(folder: Path, stem: str, cn: str, issuer, start, end, *san) -> dict[str, Path]:
+    """``stem.pem`` / ``stem.key``: a client-authentication certificate ``cn`` signed by ``issuer``
+    (the CA's certificate and key), valid from ``start`` to ``end``."""
+    key = ec.generate_private_key(ec.SECP384R1())
+    cert = _certificate(cn, key, issuer, start, end, [
+        *((name, False) for name in san), (x509.BasicConstraints(ca=False, path_length=None), True),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)])
+    return _write_pair(folder, stem, cert, key)
 
 
 def write_requester(folder: Path, *, days: int = 30, force: bool = False) -> dict[str, Path]:
@@ -137,65 +133,25 @@ def write_credentials(
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
     # a name of its own: another deployment's certificate shows as signed by an unknown CA
-    ca_cn = f"fedstream test CA {secrets.token_hex(6)}"
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_cn)])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA384())
-    )
-
+    usage = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                          key_encipherment=False, data_encipherment=False, key_agreement=False,
+                          encipher_only=False, decipher_only=False)
+    ca = _certificate(f"fedstream test CA {secrets.token_hex(6)}", ca_key, None, start, end,
+                      [(x509.BasicConstraints(ca=True, path_length=0), True), (usage, True)])
     server_key = ec.generate_private_key(ec.SECP384R1())
-    server = (x509.CertificateBuilder()
-              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedstream SuperLink")]))
-              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(start).not_valid_after(end)
-              .add_extension(_san(list(hosts or [])), critical=False)
-              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-              .sign(ca_key, hashes.SHA384()))
-
-    paths = {name: folder / name for name in ("ca.crt", "ca.key", "server.pem", "server.key")}
-    _write(paths["ca.crt"], ca.public_bytes(serialization.Encoding.PEM))
-    _write(paths["ca.key"], _pem_key(ca_key), private=True)
-    _write(paths["server.pem"], server.public_bytes(serialization.Encoding.PEM))
-    _write(paths["server.key"], _pem_key(server_key), private=True)
+    server = _certificate("fedstream SuperLink", server_key, (ca, ca_key), start, end, [
+        (_san(list(hosts or [])), False), (x509.BasicConstraints(ca=False, path_length=None), True),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)])
+    paths = _write_pair(folder, "ca", ca, ca_key, ".crt") | _write_pair(folder, "server", server, server_key)
     for m in range(nodes):
         uri = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(f"fedstream:client:{m}")])
         paths.update(_write_client(folder, f"client-{m}", f"{CLIENT_CN}{m}", (ca, ca_key), start, end, uri))
         key = ec.generate_private_key(ec.SECP384R1())
-        paths[f"node-{m}.key"] = folder / f"node-{m}.key"
-        paths[f"node-{m}.pub"] = folder / f"node-{m}.pub"
-        _write(
-            paths[f"node-{m}.key"],
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-            ),
-            private=True,
-        )
-        _write(
-            paths[f"node-{m}.pub"],
-            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-            + b"\n",
-        )
+        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                    serialization.NoEncryption())
+        ssh = serialization.Encoding.OpenSSH
+        public = key.public_key().public_bytes(ssh, serialization.PublicFormat.OpenSSH)
+        paths[f"node-{m}.key"], paths[f"node-{m}.pub"] = folder / f"node-{m}.key", folder / f"node-{m}.pub"
+        _write(paths[f"node-{m}.key"], private, private=True)
+        _write(paths[f"node-{m}.pub"], public + b"\n")
     return paths

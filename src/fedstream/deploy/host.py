@@ -1,15 +1,6 @@
-"""A client party on its node, whatever the task: the request dispatch, the byte counters and the
-one finish reply.
-
-:class:`NodeHost` is the base of every task's host (``fedstream.<task>.deploy.host``): it answers an
-:class:`~fedstream.deploy.records.Envelope` by its kind (``setup``, ``round``, ``finish``) with the
-task's :meth:`~NodeHost.on_setup`, :meth:`~NodeHost.on_round` and :meth:`~NodeHost.on_finish`, refuses any
-other kind, and counts what the node itself receives and sends (:meth:`~NodeHost.received`,
-:meth:`~NodeHost.sent`), so that both ends of every link count and the server can cross-check them
-at the end (:meth:`fedstream.deploy.session.Session.cross_check`). Every task's finish reply is one
-:class:`FinishReply`: the node's counts and, as the task has them, where it is, its model's digest,
-its choices.
-"""
+"""A client party on its node, whatever the task: :class:`NodeHost`, the base of every task's host
+(the request dispatch and the node's own byte counters, which the server cross-checks at the
+end), and :class:`FinishReply`, every task's reply to ``finish``."""
 
 from __future__ import annotations
 

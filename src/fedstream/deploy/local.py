@@ -1,14 +1,8 @@
-"""A Flower app folder for ``flwr run``, and a whole deployment on this machine's loopback.
-
-:func:`write_app` writes the folder ``flwr run`` takes: ``pyproject.toml`` (the app's components
-and default settings) and ``fedstream_app.py`` (two lines: the ServerApp and the ClientApp). The
-parties' machines need ``fedstream[flower]`` installed: Flower's own runtime installation of app
-dependencies is switched off (``--disable-runtime-dependency-installation`` on the SuperLink).
-
-:class:`LocalDeployment` starts a SuperLink and one SuperNode per client as subprocesses on
-127.0.0.1 (insecure: no TLS, no node authentication, for loopback only), submits a run with
-``flwr run`` and stops every process it started, also when something fails.
-"""
+"""Deployments on this machine's loopback: :class:`Processes` (a deployment's processes, every one
+stopped at the end, also when something fails), :class:`LocalDeployment` (a SuperLink and one
+SuperNode per client, a run submitted with ``flwr run``; the gRPC runtime's is
+:class:`fedstream.deploy.runtimes.grpc_local.GrpcLocalDeployment`) and :func:`write_app`, the
+folder ``flwr run`` takes."""
 
 from __future__ import annotations
 
@@ -101,52 +95,90 @@ def _bin(name: str) -> str:
     return str(path) if path.exists() else name
 
 
-class LocalDeployment:
-    """SuperLink + ``n_clients`` SuperNodes on loopback, as subprocesses; a context manager.
+class Processes:
+    """Processes started in ``workdir`` with environment ``env``, each logging to a file there and in
+    a process group of its own (stopped with its children); ``nodes``: client index -> its node's
+    process. A context manager: no process it started outlives it."""
 
-    ``workdir`` receives the Flower home (connection config, installed apps) and one log file per
-    process. SuperNode m gets ``--node-config 'client-index=m cache-dir="WORKDIR/cache"'`` (plus
-    ``node_config`` entries).
+    def __init__(self, workdir: Path, env: dict):
+        self.workdir, self.env = Path(workdir).resolve(), env  # the processes run in other folders
+        self.nodes: dict[int, subprocess.Popen] = {}
+        self.procs: list[subprocess.Popen] = []
 
-    With ``credentials`` (a folder written by :func:`fedstream.deploy.credentials.write_credentials`)
-    the deployment is secure the Flower way: the SuperLink serves TLS (``--ssl-ca-certfile``,
-    ``--ssl-certfile``, ``--ssl-keyfile``) and admits only registered SuperNodes
-    (``--enable-supernode-auth``); each node's public key is registered with ``flwr supernode
-    register``; SuperNode m checks the SuperLink's certificate (``--root-certificates``) and signs
-    its requests with ``node-m.key`` (``--auth-supernode-private-key``).
-    """
+    def _start(self, args: list[str], log: str) -> subprocess.Popen:
+        """Start ``args``, its output appended to ``workdir/log``."""
+        with open(self.workdir / log, "ab") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                    start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def _finish(self, args: list[str], log: str, timeout: float) -> subprocess.CompletedProcess:
+        """Run ``args`` in ``workdir`` to its end (``timeout`` seconds at most), its output appended
+        to ``workdir/log``."""
+        with open(self.workdir / log, "ab") as out:
+            return subprocess.run(args, check=False, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                  timeout=timeout, cwd=self.workdir)
+
+    def kill_node(self, m: int, sig: int = signal.SIGKILL) -> None:
+        """Send client m's node and what it started ``sig`` (default SIGKILL: a crash, waited for)."""
+        proc = self.nodes[m]
+        _signal(proc, sig)
+        if sig == signal.SIGKILL:
+            proc.wait()
+
+    def stop(self, grace: float = 10.0, *, terminate: bool = True) -> None:
+        """Wait up to ``grace`` seconds for every process to end (``terminate``: SIGTERM them first),
+        then SIGKILL each process group: children outlive their parent."""
+        for proc in self.procs if terminate else ():
+            if proc.poll() is None:
+                _signal(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.procs:
+            _signal(proc, signal.SIGKILL)
+            proc.wait()
+        self.procs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class LocalDeployment(Processes):
+    """SuperLink + ``n_clients`` SuperNodes on 127.0.0.1, as subprocesses; a context manager.
+    ``workdir`` holds the Flower home and a log per process; SuperNode m gets ``--node-config
+    'client-index=m cache-dir="WORKDIR/cache"'`` and ``node_config``. With ``credentials`` (from
+    :func:`fedstream.deploy.credentials.write_credentials`) the SuperLink serves TLS and admits only
+    the registered SuperNodes (``flwr supernode register``), each signing with its ``node-m.key``."""
 
     def __init__(self, n_clients: int, workdir: Path, *, node_config: str = "", env: dict | None = None,
                  port: int | None = None, credentials: Path | None = None):
-        # the processes run in other folders
-        self.n_clients, self.workdir = n_clients, Path(workdir).resolve()
-        self.node_config = node_config
+        self.n_clients, self.node_config = n_clients, node_config
         self.credentials = Path(credentials).resolve() if credentials is not None else None
         self.port = port or free_port()
         self.node_superlink = (
             f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
         )
-        self.nodes: dict[int, subprocess.Popen] = {}
-        self.home = self.workdir / "flwr-home"
         self.marker = f"{MARKER}={secrets.token_hex(8)}"  # in the environment of every process it starts
-        self.env = (
-            SUPEREXEC_POLL
-            | os.environ
-            | QUIET_FLOWER
-            | {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-            | {"PATH": beside_interpreter(os.environ.get("PATH", ""))}
-            | (env or {})
-            | dict([self.marker.split("=")])
-        )
-        self.procs: list[subprocess.Popen] = []
-
-    def _start(self, args: list[str], log: str) -> subprocess.Popen:
-        out = open(self.workdir / log, "ab")  # noqa: SIM115 - the child holds it; closed here after Popen
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True)  # its own process group: stopped with its children
-        out.close()
-        self.procs.append(proc)
-        return proc
+        self.home = Path(workdir).resolve() / "flwr-home"
+        own = {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "PATH": beside_interpreter(os.environ.get("PATH", ""))}
+        super().__init__(workdir, SUPEREXEC_POLL | os.environ | QUIET_FLOWER | own | (env or {})
+                         | dict([self.marker.split("=")]))
 
     def __enter__(self) -> LocalDeployment:  # noqa: PYI034
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -178,15 +210,8 @@ class LocalDeployment:
 
     def register(self, public_key: Path) -> None:
         """``flwr supernode register KEY``: let the SuperNode holding the matching private key in."""
-        with open(self.workdir / "register.log", "ab") as out:
-            done = subprocess.run(
-                [_bin("flwr"), "supernode", "register", str(public_key), "fedstream-local"],
-                check=False,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                timeout=120,
-            )
+        done = self._finish([_bin("flwr"), "supernode", "register", str(Path(public_key).resolve()),
+                             "fedstream-local"], "register.log", 120)
         if done.returncode != 0:
             raise RuntimeError(
                 f"flwr supernode register {public_key} failed; see {self.workdir / 'register.log'}"
@@ -221,15 +246,6 @@ class LocalDeployment:
         )
         return self.nodes[m]
 
-    def kill_node(self, m: int) -> None:
-        """SIGKILL client m's SuperNode and everything it started (a crash, as seen from the SuperLink)."""
-        proc = self.nodes.pop(m)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
     def _wait_for_port(self, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -250,38 +266,10 @@ class LocalDeployment:
         args = [_bin("flwr"), "run", str(Path(app).resolve()), "fedstream-local", "--stream"]
         for key, value in (run_config or {}).items():
             args += ["--run-config", f"{key}={_toml_value(value)}"]
-        with open(self.workdir / "flwr-run.log", "ab") as out:
-            return subprocess.run(
-                args,
-                check=False,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                timeout=timeout,
-                cwd=self.workdir,
-            )
+        return self._finish(args, "flwr-run.log", timeout)
 
-    def stop(self) -> None:
-        """SIGTERM each process group, then SIGKILL what is left."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self.procs:  # the group too: ClientApp and SuperExec children outlive their parent
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        self.procs.clear()
+    def stop(self, grace: float = 10.0, *, terminate: bool = True) -> None:
+        super().stop(grace, terminate=terminate)
         self._kill_strays()
 
     def _kill_strays(self) -> None:
@@ -296,6 +284,3 @@ class LocalDeployment:
                     os.kill(int(proc.name), signal.SIGKILL)
             except (OSError, ValueError):  # gone meanwhile, or not ours to read
                 pass
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

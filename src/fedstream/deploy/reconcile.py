@@ -1,11 +1,6 @@
-"""What a task's server checks of its nodes' reports, whatever the task: every node reports the same
-data set and settings, a node set up again reports what it did at its first setup, each node is the
-client it was asked to be, and at the end each node's own byte counts equal the server's.
-
-Each raises :class:`~fedstream.errors.ProtocolError` with one message in the user's terms (the
-values shown as the nodes reported them); a task's server (``fedstream.<task>.deploy``) calls them
-from the setup and finish of its :class:`~fedstream.deploy.session.Session`.
-"""
+"""What a task's server checks of its nodes' reports, whatever the task: the same data set and
+settings at every node and every setup, the client each node was asked to be, and at the end its
+own byte counts; each failure is one :class:`~fedstream.errors.ProtocolError` in the user's terms."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""What travels between the server's machine and a client node, whatever carries it.
+"""What travels between the server and a client node, whatever carries it.
 
-An :class:`Envelope` is one request (server -> client node) or its reply. Its ``parts`` are
-fedstream messages exactly as :func:`fedstream.transport.codec.encode` made them; these are the
-bytes the ledgers count. ``info`` and ``arrays`` hold control data that is not part of the
-algorithm's traffic. ``info`` is written from and read into typed :class:`Record` dataclasses:
-a record's fields are its keys, their types are checked once when it is read (by the field rules
-of :mod:`fedstream.fields`, which the config and the River keywords use too: an int is never a
-bool, a float is finite), and the record's one validator (:meth:`Record.check`) says what else must
-hold. The records of a session (a :class:`Setup` request, the :class:`Keep` fields of any request)
-are here; each task's requests and replies live with its adapter (``fedstream.<task>.deploy.records``).
-
-A *link* (a runtime's; :mod:`fedstream.deploy.runtimes`) moves envelopes and nothing else:
-request kinds are ``setup`` (the run's config: the node builds its party), ``round`` (one step of
-the task's protocol) and ``finish`` (the last pending gradients; the reply reports the node's byte
-counts, checked against the server's: :mod:`fedstream.deploy.session`).
-
-With compression (``compression.up`` / ``compression.down``) the embeddings and gradients among
-the parts are compressed frames (:mod:`fedstream.transport.wire`), made by the sender's end of the
-client's link (:class:`~fedstream.transport.compressed.ClientEndpoint` on the node,
-:class:`~fedstream.transport.compressed.ServerEndpoint` on the server). Each receiver first checks
-a part with :func:`peek` (no link state touched), and only a part of a request or reply that
-passed every check reaches its stateful end of the link.
-"""
+An :class:`Envelope` is one request or its reply: its ``parts`` are fedstream messages exactly as
+:func:`fedstream.transport.codec.encode` made them (the bytes the ledgers count), its ``info`` a
+typed :class:`Record` (checked by the field rules of :mod:`fedstream.fields`, as the config is),
+its ``arrays`` control data. The session's records (:class:`Setup`, :class:`Keep`) are here; each
+task's live in ``fedstream.<task>.deploy.records``. :func:`peek` checks a received part before it
+reaches the stateful end of its link; a :class:`Link` (a runtime's) moves envelopes."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""The server's run of a deployment, written once for every task: the ``--out`` / ``--resume`` rules,
-the run, and the run's outputs.
-
-:func:`serve` is what every runtime calls on the server's machine (``fedstream serve server``,
-``fedstream deploy local``, Flower's ServerApp). It follows ``fedstream run``'s rules for the
-server's folder ``out``:
-
-* ``resume`` needs ``out`` and the server's checkpoint in it (the task's ``checkpoint_name``);
-* a fresh run refuses a folder that holds a finished run (``summary.json``) or a checkpoint
-  (``resume`` continues that one);
-
-each broken rule is one line (a :class:`~fedstream.errors.ConfigError`: exit 2 in the CLI) before
-any node is waited for. Then it connects to the nodes, builds the task's server
-(:meth:`~fedstream.deploy.adapters.Adapter.server`, a :class:`DeployedServer`), continues it from
-its checkpoint when resuming, plays the run and writes the outputs (:func:`write_outputs`):
-``summary.json`` (the server's summary, the run's config under ``config``, what the runtime adds)
-and, with ``audit``, every party's model and what else the task audits.
-"""
+"""The server's run of a deployment, written once for every task: the ``--out`` / ``--resume`` rules
+(:func:`check_out`, as ``fedstream run`` has them), the run (:func:`serve`, what every runtime
+calls on the server's machine) and its outputs (:func:`write_outputs`: ``summary.json`` and, with
+``audit``, every party's model)."""
 
 from __future__ import annotations
 

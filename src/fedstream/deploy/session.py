@@ -1,27 +1,12 @@
 """The deployment session layer, written once for every task: a node's side and the server's.
 
-A *node* (:func:`handle_on_node`, whatever runs it: a Flower ClientApp or the loopback runtime)
-hosts the party its task's adapter builds (:func:`fedstream.deploy.adapters.adapter_for`). Between
-requests it keeps the run's config, the run's token and its party's state (named arrays; on
-Flower in ``context.state``), and writes that state to its cache folder (:class:`NodeStore`) so
-that it survives the node itself:
-
-* ``ckpt-RUN-M.npz``: the latest state, after every request. A SuperNode that crashed and
-  restarts has lost ``context.state``; when the server sets it up again with ``rejoin`` it
-  resumes from this file (the server drops what it holds for it that the node no longer awaits).
-* ``ckpt-RUN-M-atT.npz``: the state at boundary T, written when the request says ``keep``
-  (:func:`kept_boundary`, the one boundary rule; the server checkpoints at T too). When the
-  server restarts from its checkpoint at T, it sets the nodes up with ``resume = T``: each goes
-  back to its state at T, or at the latest boundary before T it has. The last three boundaries
-  are kept (KEEP_BOUNDARIES): a batch VFL epoch that re-selects with VF-PS marks two (the
-  selection and the evaluation), and the server's checkpoint is at the one before them until it
-  has written the next.
-
-RUN is a token the server draws for each run, so a new run never picks up an old run's state.
-
-The *server's* side (:class:`Session`) holds the token, sends the setup requests, exchanges
-requests with the nodes, keeps the fault log and the rejoins, makes the end-of-run byte
-cross-check and gives the session part of the server's checkpoint; each task's server
+A :class:`Node` (every runtime's client side) hosts the party its task's adapter builds and keeps
+its state in its cache folder (:class:`NodeStore`): ``ckpt-RUN-M.npz``, the latest state, from
+which a node started again rejoins; ``ckpt-RUN-M-atT.npz``, its state at each boundary T a request
+said to keep (:func:`kept_boundary`), from which it resumes when the server restarts from its
+checkpoint at T. RUN is a token the server draws for each run, so a new run never picks up an old
+run's state. The server's :class:`Session` holds the token, sets the nodes up, exchanges requests,
+keeps the fault log and the rejoins and makes the end-of-run byte cross-check; each task's server
 (``fedstream.<task>.deploy``) is a Session with the task's protocol on top.
 """
 
@@ -39,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from fedstream.deploy.adapters import Adapter, adapter_for, check_deployable
+from fedstream.deploy.cache import load_arrays, save_arrays
 from fedstream.deploy.psi import PsiNode
 from fedstream.deploy.records import FINISH, PSI, ROUND, SETUP, Envelope, Failure, Keep, Link, Setup
 from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.runs.files import atomic_open
 
 log = logging.getLogger("fedstream.deploy")
 KEEP_BOUNDARIES = 3
@@ -63,7 +48,9 @@ class NodeMemory:
 
 
 class NodeStore:
-    """Client ``index``'s checkpoints of run ``run`` in ``folder``."""
+    """Client ``index``'s checkpoints of run ``run`` in ``folder``: the latest state and the last
+    KEEP_BOUNDARIES kept boundaries (a batch VFL epoch that re-selects marks two, and the server's
+    checkpoint is at the one before them until it has written the next)."""
 
     def __init__(self, folder: Path, run: str, index: int):
         if not run.isalnum():
@@ -83,10 +70,9 @@ class NodeStore:
                       if p.name[len(prefix):-4].isdigit())
 
     def save(self, state: dict[str, np.ndarray], boundary: int | None = None) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        _save(self.latest, state)
+        save_arrays(self.latest, state)
         if boundary is not None:
-            _save(self.at(boundary), state)
+            save_arrays(self.at(boundary), state)
             for old in self.boundaries()[:-KEEP_BOUNDARIES]:
                 self.at(old).unlink(missing_ok=True)
 
@@ -104,136 +90,99 @@ class NodeStore:
         else:
             kept = [t for t in self.boundaries() if t <= resume]
             path = self.at(kept[-1]) if kept else None
-        if path is None or not path.exists():
-            return None
-        with np.load(path) as saved:
-            return {k: saved[k] for k in saved.files}
-
-
-def _save(path: Path, state: dict[str, np.ndarray]) -> None:
-    with atomic_open(path, "wb") as f:
-        np.savez(f, **state)
+        return load_arrays(path)
 
 
 def kept_boundary(env: Envelope) -> int | None:
-    """The boundary whose state the node keeps after answering ``env`` (None: none).
-
-    One rule for every task: a request with ``keep`` names the boundary (:class:`~fedstream.deploy.
-    records.Keep`), a number the task's server gives to the points where it checkpoints (online
-    VFL: rounds done; CHFL: :func:`fedstream.chfl.trainer.boundary`; batch VFL:
-    :func:`fedstream.vfl.deploy.proxy.boundary_of`), and a resumed server sets the nodes up with
-    ``resume`` = the boundary of its checkpoint (:class:`~fedstream.deploy.records.Setup`).
-    """
+    """The boundary whose state the node keeps after answering ``env`` (None: none): one rule for
+    every task, the number its server gives to the points where it checkpoints (:class:`~fedstream.
+    deploy.records.Keep`); a resumed server sets the nodes up with ``resume`` = that number."""
     return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
-def _setup(env: Envelope, index: int, store: Path | None) -> tuple[NodeMemory, dict, Adapter, dict | None]:
-    """A setup request's run (config, token), its task's adapter and the state the node starts from:
-    with ``rejoin`` its latest state of this run, with ``resume`` its state kept at that boundary."""
-    setup = Setup.read(env.info, f"client {index}")
-    config = json.loads(setup.config)
-    adapter = check_deployable(config)
-    state = None
-    if setup.rejoin is True and store is not None:
-        kept = NodeStore(store, setup.run, index)
-        state = kept.load(resume=setup.resume)
-        if setup.resume is not None:
-            kept.forget_after(setup.resume)
-    return NodeMemory(setup.config, setup.run, {}), config, adapter, state
+class Node:
+    """Client ``index``'s node on every runtime: answers ``psi``, ``setup``, ``round`` and ``finish``
+    requests, keeping the run's config, token and party between them; ProtocolError for a malformed one.
 
-
-def handle_on_node(
-    env: Envelope,
-    index: int,
-    memory: NodeMemory | None,
-    *,
-    data: Callable[[Adapter, dict, int], object],
-    store: Path | None,
-) -> tuple[Envelope, NodeMemory]:
-    """Answer ``env`` as client ``index``'s node; return the reply and what the node keeps.
-
-    ``data(adapter, config, index)`` gives the node's data (usually ``adapter.node_data``: online
-    VFL its feature block, CHFL its rows and columns, batch VFL its strips); ``store`` is its cache
-    folder for checkpoints (None: none). The party is the one the task's adapter hosts
-    (:mod:`fedstream.deploy.adapters`). Raises ProtocolError on a malformed request, leaving
-    ``memory`` as it was.
-    """
-    if env.kind == SETUP:
-        memory, config, adapter, state = _setup(env, index, store)
-    else:
-        if memory is None:
-            raise ProtocolError(f"client {index}: {env.kind!r} request before setup")
-        config, state = json.loads(memory.config), memory.state
-        adapter = adapter_for(config["task"])
-    boundary = kept_boundary(env)  # checked before the request changes anything
-    host = adapter.host(config, index, data=data(adapter, config, index), state=state)
-    reply = host.handle(env)
-    kept = NodeMemory(memory.config, memory.run, host.state_dict())
-    if store is not None:
-        NodeStore(store, kept.run, index).save(kept.state, boundary)
-    return reply, kept
-
-
-class LiveNode:
-    """Client ``index``'s node as a long-lived process (the gRPC runtime): :func:`handle_on_node`'s
-    rules with the party kept in memory between requests instead of rebuilt from its state. A setup
-    request builds the party (from its checkpoint with ``rejoin`` / ``resume``); every request
-    after it goes to that party. Raises ProtocolError on a malformed request.
-
-    With ``store`` the node writes its state of a boundary when a request says ``keep`` (as
-    :func:`handle_on_node` does), and its latest state after a setup, a finish, a ``keep`` request
-    and any request at least ``save_every`` seconds after the previous write (0: after every
-    request, as :func:`handle_on_node`). Writing an archive costs milliseconds, more than an event:
-    a node that crashes loses at most ``save_every`` seconds of progress and rejoins from its latest
-    write, further back than the server's round, so the server drops the gradients it held for it
-    (as for any node that comes back further back)."""
+    A setup builds the party of the run's task from ``data(adapter, config, index)`` (placed as the
+    ids' alignment said, :class:`~fedstream.deploy.psi.PsiNode`; ``psi=False``: none, as on Flower)
+    and, with ``rejoin`` / ``resume``, its checkpoint in ``store``. A node started per message
+    (Flower) gets the previous one's :meth:`memory` (:meth:`restore`). With ``store`` the node
+    writes its state at every ``keep`` boundary, and its latest state after a setup, a finish, a
+    ``keep`` and any request ``save_every`` seconds after the last write (0: after every request)."""
 
     def __init__(self, index: int, *, data: Callable[[Adapter, dict, int], object], store: Path | None,
-                 save_every: float = 0.0):
+                 save_every: float = 0.0, psi: bool = True):
         self.index, self.store, self._data, self.save_every = index, store, data, save_every
         self.host = None
         self.run: str | None = None
+        self.config: str | None = None  # the run's config, JSON
+        self._state: dict | None = None  # the party's state: restored (no host yet), or last written
         self._saved_at = -float("inf")
-        self.psi = PsiNode(index, store)  # one file per party: the ids' alignment, before setup
+        self.psi = PsiNode(index, store) if psi else None  # one file per party: the ids' alignment
+
+    def restore(self, memory: NodeMemory | None) -> None:
+        """Forget the party; the next request rebuilds it from ``memory`` (None: not set up)."""
+        self.host, self._state = None, None if memory is None else memory.state
+        self.config, self.run = (None, None) if memory is None else (memory.config, memory.run)
+
+    def memory(self) -> NodeMemory:
+        """What the node keeps after its last request (the party as its state)."""
+        state = self._state if self._state is not None else self.host.state_dict()
+        return NodeMemory(self.config, self.run, state)
 
     def handle(self, env: Envelope) -> Envelope:
-        if env.kind == PSI:
+        """Answer one request from the server."""
+        if env.kind == PSI and self.psi is not None:
             return self.psi.handle(env)
         if env.kind == SETUP:
-            memory, config, adapter, state = _setup(env, self.index, self.store)
-            boundary = kept_boundary(env)
-            data = self.psi.place(self._data(adapter, config, self.index), config)
-            host = adapter.host(config, self.index, data=data, state=state)
-            reply = host.handle(env)
-            self.host, self.run = host, memory.run
-        else:
-            if self.host is None:
-                raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
+            setup = Setup.read(env.info, f"client {self.index}")
+            config = json.loads(setup.config)
+            adapter = check_deployable(config)
+            state = None
+            if setup.rejoin is True and self.store is not None:
+                kept = NodeStore(self.store, setup.run, self.index)
+                state = kept.load(resume=setup.resume)
+                if setup.resume is not None:
+                    kept.forget_after(setup.resume)
             boundary = kept_boundary(env)  # checked before the request changes anything
+            host = self._host(adapter, config, state)
+            reply = host.handle(env)
+            self.host, self.run, self.config = host, setup.run, setup.config
+        else:
+            if self.config is None:
+                raise ProtocolError(f"client {self.index}: {env.kind!r} request before setup")
+            boundary = kept_boundary(env)
+            if self.host is None:  # restored: rebuilt from its state
+                config = json.loads(self.config)
+                self.host = self._host(adapter_for(config["task"]), config, self._state)
             reply = self.host.handle(env)
+        self._state = None
         now = time.monotonic()
         due = env.kind != ROUND or boundary is not None or now - self._saved_at >= self.save_every
         if self.store is not None and due:
-            NodeStore(self.store, self.run, self.index).save(self.host.state_dict(), boundary)
+            self._state = self.host.state_dict()
+            NodeStore(self.store, self.run, self.index).save(self._state, boundary)
             self._saved_at = now
         return reply
+
+    def _host(self, adapter: Adapter, config: dict, state: dict | None):
+        data = self._data(adapter, config, self.index)
+        if self.psi is not None:
+            data = self.psi.place(data, config)
+        return adapter.host(config, self.index, data=data, state=state)
 
 
 # -- the server's side ---------------------------------------------------------------------------
 class Session:
     """The server's side of a deployment session, whatever the task: client nodes 0..M-1 behind
-    ``link`` (any runtime's), the run's token (it names the nodes' checkpoints, so that a new run
-    never picks up an old run's state), the setup requests, one exchange of requests at a time,
-    the fault log, the rejoins, the end-of-run byte cross-check and the session part of the
-    server's checkpoint.
+    ``link`` (any runtime's), the run's token, the setups, one exchange at a time, the fault log,
+    the rejoins, the end-of-run byte cross-check and the session part of the server's checkpoint.
+    A node's failed request never raises past the session: it is logged and recorded in ``faults``.
 
-    A node's failed request never raises past the session: it is logged (logger
-    ``fedstream.deploy``) and recorded in ``faults`` for ``summary.json``. ``unit`` names what a
-    request's number counts in the log and in errors ("round"; batch VFL: "step"), ``payload``
-    what a reply's parts are called when their count is wrong. ``position`` names the parts of
-    the run's position, where a node set up again is reconciled with the run (:meth:`check_behind`,
-    :meth:`record_rejoin`): one number (default: ``unit``) or a tuple (CHFL: federation and round).
-    """
+    ``unit`` names what a request's number counts ("round"; batch VFL: "step"), ``payload`` a
+    reply's parts, ``position`` the parts of the run's position a node set up again is reconciled
+    with (:meth:`check_behind`, :meth:`record_rejoin`; default: ``unit``; CHFL: federation, round)."""
 
     unit = "round"
     payload = "part(s)"
@@ -258,12 +207,9 @@ class Session:
         """Send ``clients`` a setup request (``info``: :meth:`setup_request`) as request number ``t``;
         ``accept(m, reply)`` checks client m's reply (raising a FedstreamError) and says what the
         node reported. A node that fails, or whose reply is refused, is a fault (``refused`` leads
-        its reason). Return what each accepted node reported.
-
-        The run's own setup (a fresh run, or a restarted server's with ``resume``; not a node set
-        up again mid-run with ``rejoin`` alone) needs every node: one that fails it stops the run
-        before it starts, with the node's reason (its data error, in the simulator's words). A
-        restart is recorded in ``restarts`` with the boundary it resumes from."""
+        its reason). Return what each accepted node reported. The run's own setup (not a node's
+        ``rejoin`` alone) needs every node: one that fails stops the run with the node's reason. A
+        restart (``resume``) is recorded in ``restarts``."""
         rejoin, resume = info.get("rejoin"), info.get("resume")  # (Setup's keys; the nodes check them)
         if resume is not None:
             key = "round" if self.unit == "round" and not self.position else "boundary"

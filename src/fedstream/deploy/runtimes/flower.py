@@ -1,41 +1,11 @@
-"""The Flower runtime: a ServerApp for the server party, a ClientApp for each client party.
+"""The Flower runtime (tested with ``flwr==1.41.0``; ``pip install 'fedstream[flower]'``).
 
-It only moves bytes. The server's app hands the run to its task's adapter
-(:func:`fedstream.deploy.adapters.check_deployable`) with a :class:`FlowerRuntime` that connects
-a :class:`~fedstream.deploy.runtimes.flower_grid.GridLink` to the nodes; the client's app answers
-every request with :func:`fedstream.deploy.session.handle_on_node`, which builds the party of the
-run's task from the node's state.
-
-Tested with ``flwr==1.41.0`` (``pip install 'fedstream[flower]'``), Message API:
-
-* :func:`make_server_app` returns a ``ServerApp`` whose main function finds the client nodes, sends
-  them the run's config and runs the task's server (online VFL:
-  :class:`fedstream.ovfl.deploy.driver.NetworkVFL`) over a
-  :class:`~fedstream.deploy.runtimes.flower_grid.GridLink`: every request of the protocol is one Flower
-  ``Message`` to one node (``message_type = "train.<kind>"``).
-* :func:`make_client_app` returns a ``ClientApp`` that answers ``query.hello`` with its client
-  index (``--node-config "client-index=M"``; the simulation runtime's ``partition-id`` also works)
-  and ``train.setup|round|finish`` with a :class:`fedstream.ovfl.deploy.host.ClientHost`. Flower
-  runs each message in a fresh ClientApp process, so the host is rebuilt from ``context.state``
-  (an ``ArrayRecord``) and saved back after every message, and the node's feature block is read
-  from its cache folder (:mod:`fedstream.ovfl.deploy.rows`) instead of rebuilding the stream. The node
-  also keeps checkpoints there (:mod:`fedstream.deploy.session`): a SuperNode that crashed and
-  restarts has lost Flower's ``context.state`` and resumes from them.
-
-Records and the server's link: :mod:`fedstream.deploy.runtimes.flower_grid`.
-
-Settings (the app's ``[tool.flwr.app.config]``, overridable with ``flwr run --run-config``):
-``config`` (preset name or config file on the server's machine), ``set`` (space-separated
-``KEY=VALUE`` overrides), ``out`` (folder on the server's machine for ``summary.json``),
-``audit`` (also write every party's model and each message's size), ``data-root``,
-``poll-seconds``, ``reply-timeout`` (seconds before a node that has not answered a request is
-treated as down for it), ``node-timeout`` (seconds to wait for the nodes at the start),
-``resume`` (continue from the server's checkpoint in ``out`` and each node from its own state of
-that point: online VFL ``checkpoint.npz``, written every ``checkpoint.every`` rounds and at the end;
-CHFL ``checkpoint.pt`` after every FedAvg round; batch VFL ``checkpoint.pt`` at every epoch end).
-Node settings (``--node-config``):
-``client-index`` (or ``data.client_index``), ``data-root``, ``cache-dir`` (the node's feature-block
-cache; ``none``: no cache).
+:func:`make_server_app` is a ServerApp that runs the task's server (:func:`fedstream.deploy.serve.
+serve`) over a :class:`~fedstream.deploy.runtimes.flower_grid.GridLink`, one Flower ``Message``
+per request (``train.<kind>``). :func:`make_client_app` is a ClientApp that answers ``query.hello``
+with its client index and every request with a :class:`fedstream.deploy.session.Node` rebuilt from
+``context.state``: Flower runs each message in a fresh process. The app's settings
+(:data:`SETTINGS`) and a node's (``--node-config``): docs/deploy.md, "Flower".
 """
 
 from __future__ import annotations
@@ -51,7 +21,7 @@ from fedstream.config import load_config
 from fedstream.config.loader import parse_override
 from fedstream.deploy.records import KINDS
 from fedstream.deploy.serve import serve
-from fedstream.deploy.session import NodeMemory, default_cache_dir, handle_on_node
+from fedstream.deploy.session import Node, NodeMemory, default_cache_dir
 from fedstream.errors import ConfigError
 
 # Flower reports usage to its servers and checks for updates unless told not to; a library that
@@ -189,21 +159,16 @@ def _handle(msg: Message, context: Context) -> Message:
     start = time.time()
     index = client_index(context.node_config)
     env = from_record(msg.content, f"message to client {index}")
-    memory = None
+    store = node_store(context.node_config)
+    data_root = str(context.node_config.get("data-root", "")) or None
+    node = Node(index, store=store, psi=False, data=lambda adapter, config, m: adapter.node_data(
+        config, m, data_root=data_root, cache_dir=store))
     if CONFIG in context.state and STATE in context.state:
         head = context.state[CONFIG]
-        memory = NodeMemory(str(head["json"]), str(head["run"]),
-                            {k: np.array(v.numpy()) for k, v in context.state[STATE].items()})
-    data_root = str(context.node_config.get("data-root", "")) or None
-    reply, memory = handle_on_node(
-        env,
-        index,
-        memory,
-        store=node_store(context.node_config),
-        data=lambda adapter, config, m: adapter.node_data(
-            config, m, data_root=data_root, cache_dir=node_store(context.node_config)
-        ),
-    )
+        node.restore(NodeMemory(str(head["json"]), str(head["run"]),
+                                {k: np.array(v.numpy()) for k, v in context.state[STATE].items()}))
+    reply = node.handle(env)
+    memory = node.memory()
     context.state[CONFIG] = ConfigRecord({"json": memory.config, "run": memory.run})
     context.state[STATE] = ArrayRecord(
         {k: Array(np.require(v, requirements="C")) for k, v in memory.state.items()}

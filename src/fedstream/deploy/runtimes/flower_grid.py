@@ -1,20 +1,10 @@
 """The server's link over a Flower ``Grid``: envelopes as Flower Messages, faults as :class:`Failure`.
 
-Payload layout of a ``RecordDict``: ``"fedstream"`` is a ``ConfigRecord`` with ``kind`` (str),
-``round`` (int) and ``parts`` (list of bytes: fedstream messages exactly as
-:func:`fedstream.transport.codec.encode` made them, see :mod:`fedstream.deploy.records`); optional
-``"info"`` (``ConfigRecord``, control data) and ``"arrays"`` (``ArrayRecord``, only the final
-report of an audited run).
-
-:class:`GridLink` pushes one Message per node with ``grid.push_messages`` and polls
-``grid.pull_messages`` (every ``poll`` seconds; ``grid.send_and_receive`` sleeps 3 s between
-polls). It never raises for a node's fault: a ClientApp error reply, a reply from the wrong node,
-a record that does not parse (:func:`from_record`), an oversized one, or no reply within
-``timeout`` seconds becomes a :class:`~fedstream.deploy.records.Failure`, which the transport logs,
-records and pads. A node that timed out is not sent anything until its late reply has arrived
-(a SuperNode runs one message at a time); a node that left the SuperLink is not sent anything;
-a new node is asked its client index (``query.hello``) and takes that client's place when the
-client's old node has gone (it rejoins: see :meth:`GridLink.rejoined`).
+An envelope travels as a ``RecordDict``: ``"fedstream"`` (a ``ConfigRecord`` of ``kind``,
+``round`` and ``parts``, the fedstream messages the ledgers count), optional ``"info"``
+(``ConfigRecord``) and ``"arrays"`` (``ArrayRecord``, only an audited run's final report).
+:class:`GridLink` pushes one Message per node and polls for the replies; a node's fault (an error
+reply, a reply that does not parse, none within ``timeout``) is a Failure, never an exception.
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """The gRPC runtime, server side: long-lived client nodes on one bidirectional stream each.
 
-For the per-event and per-step protocols (online VFL, batch VFL), where a Flower message costs
-seconds (a fresh ClientApp process per message, fixed polls). The server party (labels, top model)
-is the gRPC server; each client party is a long-lived process (:mod:`fedstream.deploy.runtimes.
-grpc_node`) that connects, says hello, and answers the server's requests on its open stream. Like
-every runtime this one only moves bytes: the parties, the protocol, validation, faults,
-checkpoints and resume are the session layer's and the task's (:mod:`fedstream.deploy.session`).
-
-* The party protocol (``fedstream/deploy/protocol.proto``): its one stream-stream method,
-  ``/fedstream.deploy.Node/Session``, each message one ``Frame`` (an envelope, or hello / error /
-  bye / echo); the runtime takes the frames as bytes and checks each with
-  :mod:`~fedstream.deploy.runtimes.grpc_wire` (size first) before it decodes it.
-* :class:`GrpcLink` is a :class:`~fedstream.deploy.records.Link`: ``exchange`` writes every request
-  at once and waits (no polling: futures on the server's event loop) for the replies, a node that
-  did not answer within ``reply-timeout`` seconds gets a :class:`~fedstream.deploy.records.Failure`
-  and is sent nothing until its late reply arrives (a setup request, which loads the node's data,
-  waits ``setup-timeout`` seconds instead, default 600, never less than ``reply-timeout``); a node
-  whose stream closed is gone; a node of the same client that connects while the old one is gone
-  or hangs takes its place and is reported by :meth:`GrpcLink.rejoined` (the server sets it up
-  with ``rejoin``).
-* Requests ahead (``exchange(requests, ahead=...)``): when a node's reply arrives, ``ahead(m,
-  reply)`` may give the request the server will send that node in its next exchange (online VFL: a
-  client the event left passive owes no gradient, so its next request is known); it is written at
-  once, from the event loop, and the next exchange that sends that very request (the same object)
-  takes its reply instead of sending it again. A node's stream carries one write at a time, in order.
-* Mutual TLS (``tls_dir``, :mod:`fedstream.deploy.credentials`): the server presents
-  ``server.pem`` and requires a client certificate signed by the deployment's ``ca.crt``; the
-  client index is the one in the certificate's common name (``fedstream client M``), never the
-  message's. A node of another index than its certificate's, of an index the run does not have, or
-  of a client already connected and answering is refused; without ``tls_dir`` the hello's index is
-  taken (loopback and trials only).
-* Sockets: gRPC's TCP sockets have Nagle off (gRPC core sets TCP_NODELAY on every connection); the
-  message size limit is :func:`~fedstream.deploy.runtimes.grpc_wire.message_limit` of the config;
-  keepalive pings every 20 s (a dead peer is noticed within 30 s even when idle).
+The server party is the gRPC server; each client party is a long-lived process
+(:mod:`fedstream.deploy.runtimes.grpc_node`) that connects, says hello and answers the requests on
+its stream (``/fedstream.deploy.Node/Session`` of ``protocol.proto``, each message one ``Frame``:
+:mod:`~fedstream.deploy.runtimes.grpc_wire`). :class:`GrpcLink` only moves bytes: the parties,
+validation, faults and resume are the session layer's (:mod:`fedstream.deploy.session`). How it
+times nodes out, lets a node rejoin, sends requests ahead and checks certificates:
+docs/deploy-protocol.md, "The gRPC runtime".
 """
 
 from __future__ import annotations
@@ -40,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,6 +54,11 @@ class _Peer:
         self.writing: asyncio.Task | None = None  # the last write on this stream
         self.dropped: set[int] = set()  # requests sent ahead that the server did not use
 
+    def forget(self, seq: int) -> None:
+        """Stop waiting for the reply to request ``seq``."""
+        self.waiting.pop(seq, None)
+        self.then.pop(seq, None)
+
     def fail(self, reason: str) -> None:
         for fut in self.waiting.values():
             if not fut.done():
@@ -91,22 +69,27 @@ class _Peer:
 
 class GrpcLink:
     """The server's end: a gRPC server on ``listen`` (``HOST:PORT``; port 0: any free one) and a
-    :class:`~fedstream.deploy.records.Link` to client nodes 0..``n_clients``-1 (see the module doc).
-    :meth:`start` it, :meth:`wait_for` the nodes, :meth:`close` at the end."""
+    :class:`~fedstream.deploy.records.Link` to client nodes 0..``n_clients``-1. :meth:`start` it,
+    :meth:`wait_for` the nodes, :meth:`close` at the end.
 
-    sends_ahead = True  # exchange takes ``ahead`` (see the module doc)
+    A node that does not answer within ``timeout`` seconds (a setup, which loads the node's data:
+    ``setup_timeout``, never less) gets a :class:`~fedstream.deploy.records.Failure` and is sent
+    nothing until its late reply arrives; a node of the same client that connects while the old one
+    is gone or hangs takes its place (:meth:`rejoined`). With ``tls_dir`` (mutual TLS) a node's
+    client index is its certificate's, never its message's; a node of another index, of an index
+    the run does not have, or of a client connected and answering is refused."""
+
+    sends_ahead = True  # exchange takes ``ahead``
 
     def __init__(self, listen: str, n_clients: int, *, limit: int, tls_dir: Path | None = None,
                  timeout: float = 120.0, setup_timeout: float = 600.0, services: tuple = ()):
         self.listen, self.n_clients, self.limit, self.timeout = listen, n_clients, limit, timeout
-        # a setup loads the node's data (and may import and compile): it gets its own, longer
-        # time-out, never shorter than a round's
         self.setup_timeout = max(setup_timeout, timeout)
         self.services = services  # more gRPC handlers on the same port (serving's Predictor)
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.port: int | None = None
         self.frames = self.bytes_down = self.bytes_up = 0  # frames sent; bytes of frames each way
-        self.frames_ahead = 0  # requests written ahead (see the module doc), counted in frames too
+        self.frames_ahead = 0  # requests written ahead (exchange), counted in frames too
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-server", daemon=True)
         self._cond = threading.Condition()
@@ -317,8 +300,9 @@ class GrpcLink:
 
     def exchange(self, requests: dict[int, Envelope], ahead: Callable | None = None
                  ) -> dict[int, Envelope | Failure]:
-        """Send every request at once (one sent ahead is not sent again); ``ahead(m, reply)``, called on
-        the event loop as each reply arrives, may give node m's next request to write at once."""
+        """Send every request at once (one sent ahead, the same object, is not sent again);
+        ``ahead(m, reply)``, called on the event loop as each reply arrives, may give node m's next
+        request to write at once."""
         return self._call(self._exchange(wire.REQUEST, requests, ahead))
 
     def echo(self, payload: bytes) -> dict[int, Envelope | Failure]:
@@ -370,8 +354,7 @@ class GrpcLink:
                 failed = f"could not send to the node: {None if task.cancelled() else task.exception()}"
             if failed:
                 peer, seq, _ = sent.pop(m)
-                peer.waiting.pop(seq, None)
-                peer.then.pop(seq, None)
+                peer.forget(seq)
                 out[m] = Failure(failed[:500])
         if sent:
             left = max(0.0, deadline - self._loop.time())
@@ -381,8 +364,7 @@ class GrpcLink:
                 out[m] = fut.result()
             else:
                 fut.cancel()
-                peer.waiting.pop(seq, None)
-                peer.then.pop(seq, None)
+                peer.forget(seq)
                 peer.inflight = seq
                 out[m] = Failure(f"no reply within {timeout:g} s")
         return out
@@ -394,7 +376,6 @@ class GrpcRuntime:
 
     def __init__(self, link: GrpcLink, *, node_timeout: float = 120.0):
         self.link, self.node_timeout = link, node_timeout
-        self._started = time.perf_counter()
 
     def connect(self, n_clients: int) -> GrpcLink:
         if n_clients != self.link.n_clients:

@@ -1,22 +1,10 @@
-"""The gRPC runtime's two commands and a whole deployment on this machine's loopback.
-
-* :func:`serve_server` (``fedstream serve server CONFIG --listen HOST:PORT --out DIR``): the
-  server party. It listens, waits for one node per client, hands the run to its task's adapter
-  (the same ``serve`` as on Flower: ``summary.json`` and the checkpoint in ``out``, ``resume``)
-  and says bye to the nodes at the end.
-* :func:`serve_client` (``fedstream serve client CONFIG --index M --connect HOST:PORT``): client
-  party M, a long-lived :class:`~fedstream.deploy.runtimes.grpc_node.GrpcNode`. It reads only its
-  own block of the data (from the config the server sends at setup; its data root and cache
-  folder are its own).
-* :class:`GrpcLocalDeployment`: the client nodes as subprocesses (``python -m fedstream serve
-  client ...`` with this interpreter) on 127.0.0.1, for ``fedstream deploy local --runtime grpc``
-  and ``fedstream bench network``; the server party runs in the calling process.
-"""
+"""The gRPC runtime's two commands (:func:`serve_server`: ``fedstream serve server``;
+:func:`serve_client`: ``fedstream serve client``) and :class:`GrpcLocalDeployment`, the client nodes
+as processes on 127.0.0.1 (``fedstream deploy local``, ``fedstream bench network``)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,6 +12,7 @@ from pathlib import Path
 
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import check_deployable
+from fedstream.deploy.local import Processes
 from fedstream.deploy.runtimes.grpc import GrpcLink, GrpcRuntime
 from fedstream.deploy.runtimes.grpc_node import GrpcNode
 from fedstream.deploy.runtimes.grpc_wire import message_limit
@@ -78,7 +67,7 @@ def serve_client(config: dict, index: int, connect: str, *, tls_dir: Path | None
     return node
 
 
-class GrpcLocalDeployment:
+class GrpcLocalDeployment(Processes):
     """One client node per client as subprocesses on 127.0.0.1 (a context manager: every process it
     started is stopped at the end). ``config`` and ``sets`` are what ``fedstream serve client``
     gets (a preset name or a file, and ``KEY=VALUE`` overrides); node m logs to
@@ -86,13 +75,11 @@ class GrpcLocalDeployment:
 
     def __init__(self, config: str, sets: list[str], n_clients: int, workdir: Path, *,
                  tls_dir: Path | None = None, retry_for: float = 60.0):
+        super().__init__(workdir, os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
         self.config, self.sets, self.n_clients = config, list(sets), n_clients
-        self.workdir = Path(workdir).resolve()
         self.tls_dir = Path(tls_dir).resolve() if tls_dir is not None else None
         self.retry_for = retry_for
         self.target: str | None = None
-        self.nodes: dict[int, subprocess.Popen] = {}
-        self.env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
     def start(self, target: str) -> None:
         """Start every client's node, each connecting to ``target`` (``HOST:PORT``)."""
@@ -113,45 +100,9 @@ class GrpcLocalDeployment:
         args = [*self.node_args(m), "--connect", self.target, "--retry-for", str(self.retry_for)]
         if self.tls_dir is not None:
             args += ["--tls-dir", str(self.tls_dir)]
-        with open(self.workdir / self.log_name.format(m=m), "ab") as log:
-            self.nodes[m] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                             start_new_session=True)
+        self.nodes[m] = self._start(args, self.log_name.format(m=m))
         return self.nodes[m]
 
-    def kill_node(self, m: int, sig: int = signal.SIGKILL) -> None:
-        """Send client m's node ``sig`` (default SIGKILL: a crash); with SIGKILL wait for it."""
-        proc = self.nodes[m]
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        if sig == signal.SIGKILL:
-            proc.wait()
-
-    def stop(self, grace: float = 10.0, *, terminate: bool = False) -> None:
-        """Wait up to ``grace`` seconds for the nodes to end (they do at the server's bye; with
-        ``terminate`` SIGTERM them first), then SIGKILL what is left."""
-        for proc in self.nodes.values() if terminate else ():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self.nodes.values():
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-            grace = 0.5
-
-    def __enter__(self) -> GrpcLocalDeployment:  # noqa: PYI034
-        return self
-
     def __exit__(self, exc_type, *exc) -> None:
-        self.stop(terminate=exc_type is not None)  # stopped or failed (SIGTERM, Ctrl-C): no node outlives it
+        # the nodes end at the server's bye; stopped or failed (SIGTERM, Ctrl-C): no node outlives it
+        self.stop(terminate=exc_type is not None)

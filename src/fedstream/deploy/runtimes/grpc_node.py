@@ -1,20 +1,10 @@
 """The gRPC runtime, client side: one long-lived process per client party.
 
-:func:`run_node` connects to the server (:mod:`fedstream.deploy.runtimes.grpc`), says hello (its
-client index; with mutual TLS its certificate ``client-M.pem`` says it too, and only that counts)
-and answers every request on the open stream with a :class:`~fedstream.deploy.session.LiveNode`:
-the party of the run's task, kept in memory, its state written to the cache folder every
-``save_every`` seconds at most, at every boundary the server checkpoints, at setup and at finish
-(a node started again rejoins from it). No process start, no polling, no sleep on the request
-path: the node blocks on the stream's next frame.
-
-A dropped connection (the server restarting, the network) is retried with backoff (0.1 s doubling
-to 5 s) for ``retry_for`` seconds since the last contact, not treated as fatal; a refusal (another
-client's index, an index the run does not have) and a TLS failure (a certificate of another
-deployment or expired, TLS against plaintext: named at the first attempt by
-:func:`~fedstream.deploy.runtimes.grpc_tls.tls_failure`) end the node with an error. The node ends
-when the server says bye (the run is over); a bye that says the server's run failed ends it with
-that error.
+A :class:`GrpcNode` connects to the server (:mod:`fedstream.deploy.runtimes.grpc`), says hello and
+answers every request on its stream with a :class:`~fedstream.deploy.session.Node` (the party kept
+in memory, its state written at most every ``save_every`` seconds and at every boundary). A
+dropped connection is retried with backoff for ``retry_for`` seconds; a refusal or a TLS failure
+ends the node with an error, as does a bye saying the server's run failed.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from fedstream.deploy.records import SETUP
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc import PATH, channel_options
 from fedstream.deploy.runtimes.grpc_tls import client_credentials, tls_failure
-from fedstream.deploy.session import LiveNode, default_cache_dir
+from fedstream.deploy.session import Node, default_cache_dir
 from fedstream.errors import FedstreamError, ProtocolError
 
 try:
@@ -56,8 +46,8 @@ class GrpcNode:
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.server_name = server_name
         store = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.node = LiveNode(index, store=store, save_every=save_every, data=lambda adapter, config, m:
-                             adapter.node_data(config, m, data_root=data_root, cache_dir=store))
+        self.node = Node(index, store=store, save_every=save_every, data=lambda adapter, config, m:
+                         adapter.node_data(config, m, data_root=data_root, cache_dir=store))
         self.requests = 0  # requests answered
         self.server_failed: str | None = None  # why the server's run failed, as its bye said
         self.last_contact = time.monotonic()  # when the server last sent a frame

@@ -1,14 +1,6 @@
-"""Mutual TLS of the gRPC runtime (:mod:`fedstream.deploy.runtimes.grpc`): the credentials of both
-ends from a ``--tls-dir`` (written by ``fedstream deploy credentials``,
-:mod:`fedstream.deploy.credentials`), the client index a peer's certificate names, and why a node's
-connection failed when TLS is the reason (:func:`tls_failure`).
-
-An expired (or not yet valid) certificate of a party's own is refused before it connects, naming
-the file and the date. gRPC reports every failed connection as UNAVAILABLE; :func:`tls_failure`
-reads the handshake's error in its details (the server's certificate of an unknown CA or expired,
-a plaintext server) and, where gRPC says only "Socket closed", asks the server itself with one TLS
-handshake of Python's :mod:`ssl` (a TLS server met in plaintext; a server that hangs up on this
-node's certificate)."""
+"""Mutual TLS of the gRPC runtime: both ends' credentials from a ``--tls-dir``
+(:mod:`fedstream.deploy.credentials`), the client index a peer's certificate names, and why a
+node's connection failed when TLS is the reason (:func:`tls_failure`)."""
 
 from __future__ import annotations
 
