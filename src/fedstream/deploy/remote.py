@@ -25,9 +25,9 @@ def check_reach(link: Link, key: str, clients: int) -> None:
 
 class RemoteNodes(Session):
     """Client nodes 0..M-1 behind ``link`` as a task's server sees them: ``nodes``, what each node
-    reported at its last accepted setup; ``ready``, the nodes set up (they get requests); ``ledger``,
-    the bytes the server counted per node; ``reports``, the nodes' finish reports. ``clients``: the
-    config key and value that set M, which the link must reach (:func:`check_reach`)."""
+    reported at setup (the task's server keeps it); ``ready``, the nodes set up (they get requests);
+    ``ledger``, the bytes the server counted per node; ``reports``, the nodes' finish reports.
+    ``clients``: the config key and value that set M, which the link must reach (:func:`check_reach`)."""
 
     def __init__(self, link: Link, config: dict | None = None, *, clients: tuple[str, int] | None = None,
                  run_token: str | None = None):

@@ -56,10 +56,9 @@ def _fraction(v: object, *, nan: bool = False) -> bool:
 class RemoteClients(RemoteNodes):
     """Client nodes 0..K-1 of a CHFL run behind ``link``, as both CHFL servers see them.
 
-    ``nodes`` holds each node's setup report with its ``position``; a failed rejoin leaves a node
-    out of ``ready`` until it is set up again. A subclass names the reports every node shares
-    (``shared``), those a node set up again must repeat (``kept``) and checks a setup reply
-    (:meth:`_check_setup`)."""
+    ``nodes`` holds each node's report at its first setup, with its ``position``. A subclass names
+    the reports every node shares (``shared``), those a node set up again must repeat (``kept``)
+    and checks a setup reply (:meth:`_check_setup`)."""
 
     run_name = "CHFL"
     shared: tuple[str, ...] = ()

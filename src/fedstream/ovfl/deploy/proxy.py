@@ -110,8 +110,10 @@ class LinkTransport(RemoteNodes):
         def report(m: int, reply: Envelope, got: FinishReply) -> dict:
             mine = (self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m])
             self.cross_check(m, t, (got.up, got.down, got.messages), mine, "(up, down, messages) = ")
-            params = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
-            return got.info() | {"server_counted": list(mine)} | ({"params": params} if models else {})
+            report = got.info() | {"server_counted": list(mine)}
+            if models:
+                report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
+            return report
 
         self.finish_reports(requests, t, FINISH_FIELDS, report)
         return self.reports

@@ -42,14 +42,15 @@ SAVED = ("t", "missed", "eval_up", "selection_bytes")  # what the cohort's check
 class RemoteCohort(RemoteNodes):
     """Client nodes 0..M-1 of a batch VFL run behind ``link``. The server keeps its end of every
     compressed link (``ends``: the embedding cache, the quantiser's table), each node the other; the
-    gradient of a node's step rides with its next request (``outbox``), so a step is one round trip."""
+    gradient of a node's step rides with its next request (``outbox``), so a step is one round trip.
+    The trainer sets ``ledger`` aside for a fresh one while it evaluates."""
 
     unit = "step"
     payload = "embedding(s)"  # what _reply (Session) calls the parts of a reply
 
     def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str | None = None):
         super().__init__(link, config, clients=("vfl.clients", settings.clients), run_token=run_token)
-        self.settings = settings  # (the trainer sets ``ledger`` aside for a fresh one while it evaluates)
+        self.settings = settings
         M, spec = settings.clients, settings.compression
         self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
         self.eval_up = [0] * M  # per node: the bytes of its evaluation embeddings (not in ``ledger``)
