@@ -74,9 +74,8 @@ class CHFLServer:
 
     def network(self) -> dict:
         """What the network adds to the result."""
-        c = self.cohort
-        return {"resumed": self.loaded is not None, "exchanges": c.exchanges, "faults": c.faults,
-                "rejoins": c.rejoins, "clients": c.reports, "carried_over": self.loop.carried}
+        resumed = {"resumed": self.loaded is not None}
+        return resumed | self.cohort.record() | {"carried_over": self.loop.carried}
 
     # -- as deploy.serve runs it ------------------------------------------------------------------
     def play(self, checkpoint: Path | None, *, audit: bool) -> dict:

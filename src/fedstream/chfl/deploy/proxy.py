@@ -1,7 +1,7 @@
 """The server's side of a deployed CHFL run: the client nodes as the simulator's cohort.
 
-:class:`RemoteClients` is what both CHFL servers share (setup, a node set up again, θ sent and
-counted, replies checked, finish reports); :class:`RemoteCohort` is the batch loop's
+:class:`RemoteClients` is what both CHFL servers share (setup of every node, a node set up again,
+θ sent and counted); :class:`RemoteCohort` is the batch loop's
 :class:`~fedstream.chfl.cohort.Cohort` (one request per node and round), :class:`RemoteStreamCohort`
 the stream loop's :class:`~fedstream.chfl.stream.StreamCohort` (one per node and segment of ticks).
 The requests, checks, faults and rejoins: docs/deploy-protocol.md, "CHFL".
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
 
 import numpy as np
 
@@ -37,13 +36,11 @@ from fedstream.data.chfl_datasets import SPECS
 from fedstream.deploy.host import FinishReply
 from fedstream.deploy.reconcile import COUNTS, agree, check_client, counts_report, unchanged
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
-from fedstream.deploy.session import Session
-from fedstream.errors import FedstreamError, ProtocolError
-from fedstream.transport.ledger import ByteLedger
+from fedstream.deploy.remote import RemoteNodes
+from fedstream.errors import ProtocolError
 from fedstream.transport.tensors import encode_update
 from fedstream.transport.updates import ModelUpdate
 
-T = TypeVar("T")
 STREAM_SHARED = ("n_rows", "n_features", "n_common", "n_classes", "n_ticks")  # every streaming node's
 REQUIRED_CHOICE = {"lr", "candidate", "round", "val_acc", "test_acc"}  # a node's choice, per variant
 SHARES = {"top_class_share", "label_top_class_share"}  # and, from nodes that report them, its collapse shares
@@ -56,28 +53,20 @@ def _fraction(v: object, *, nan: bool = False) -> bool:
     return 0.0 <= v <= 1.0 or (nan and math.isnan(v))
 
 
-class RemoteClients(Session):
+class RemoteClients(RemoteNodes):
     """Client nodes 0..K-1 of a CHFL run behind ``link``, as both CHFL servers see them.
 
-    ``nodes``: what each node reported at its first setup (with its ``position``); ``ready``: the
-    nodes set up (a failed rejoin leaves one out until it is set up again). A subclass names the
-    reports every node shares (``shared``), those a node set up again must repeat (``kept``) and
-    checks a setup reply (:meth:`_check_setup`)."""
+    ``nodes`` holds each node's report at its first setup, with its ``position``. A subclass names
+    the reports every node shares (``shared``), those a node set up again must repeat (``kept``)
+    and checks a setup reply (:meth:`_check_setup`)."""
 
     run_name = "CHFL"
     shared: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()
 
     def __init__(self, link: Link, config: dict, settings, *, run_token: str | None = None):
-        super().__init__(link, config, run_token=run_token)
+        super().__init__(link, config, clients=("chfl.clients", settings.clients), run_token=run_token)
         self.settings = settings
-        K = settings.clients
-        if link.n_clients != K:
-            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, chfl.clients = {K}")
-        self.ledger = ByteLedger(K)
-        self.nodes: dict[int, dict] = {}
-        self.ready: set[int] = set()
-        self.reports: list[dict] = []  # the nodes' byte counts at the end
 
     def _check_setup(self, m: int, reply: Envelope) -> dict:
         raise NotImplementedError
@@ -103,13 +92,12 @@ class RemoteClients(Session):
                 self.check_behind(got["position"], resume, expected=self._expected(resume))
             return got
 
-        for m, got in self.set_up(self.link.available(), t, info, accept).items():
+        for m, got in self.set_up(self.link.available(), t, info, accept, fresh=True).items():
             self.nodes[m] = got
-            if resume is not None and got["position"] != self._before(resume):
-                self.record_rejoin(m, resume, got["position"])
+            if resume is not None:
+                self.reconcile(m, resume, got["position"], self._before(resume))
         K = self.settings.clients
         self.require_all(self.nodes, K, f"a {self.run_name} run needs all chfl.clients = {K}")
-        self.ready = set(self.nodes)
         return agree(self.nodes, self.shared)
 
     def set_up_again(self, at, t: int) -> set[int]:
@@ -126,51 +114,16 @@ class RemoteClients(Session):
             self.check_behind(got["position"], at)
             return got
 
-        self.ready -= back
         came = self.set_up(back, t, self.setup_request(rejoin=True), accept, refused="rejoin refused: ")
         for m, got in came.items():
-            self.ready.add(m)
             self.record_rejoin(m, at, got["position"])
         return set(came)
-
-    def sendable(self, clients, t: int) -> list[int]:
-        """The clients of ``clients`` to send request ``t``: reachable and set up (a fault for the others)."""
-        reachable = set(self.reachable(clients, t, ROUND))
-        for m in sorted(reachable - self.ready):
-            self.fault(m, t, ROUND, "not sent: the node is not set up (its rejoin failed)")
-        return sorted(reachable & self.ready)
 
     def send(self, m: int, msg: ModelUpdate) -> bytes:
         """θ for client m, encoded and counted as sent."""
         data = encode_update(msg)
         self.ledger.add(m, "down", len(data))
         return data
-
-    def answers(self, requests: dict[int, Envelope], kind: str, t: int,
-                check: Callable[[int, Envelope], T]) -> dict[int, T]:
-        """Send ``requests`` (all at once); check each node's ``kind`` reply to request ``t`` with
-        ``check(m, reply)``; a node whose reply fails is a fault. What ``check`` made of each other."""
-        out = {}
-        for m, reply in sorted(self.exchange(requests).items()):
-            try:
-                out[m] = check(m, self.reply(reply, kind, t))
-            except FedstreamError as exc:  # every check of a node's reply raises one of these
-                self.fault(m, t, kind, str(exc))
-        return out
-
-    def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
-                       read: Callable[[FinishReply], T] = lambda got: None) -> dict[int, T]:
-        """Send the finish requests; check each reply (``read`` it) and record the node's byte counts
-        (``reports``, cross-checked); return what ``read`` made of each accepted reply."""
-        self.reports = []
-
-        def check(m: int, reply: Envelope) -> T:
-            got = FinishReply.read(reply.info, "finish reply", needs=needs)
-            out = read(got)
-            self.reports.append(counts_report(self, m, t, got, self.ledger))
-            return out
-
-        return self.answers(requests, FINISH, t, check)
 
 
 class RemoteCohort(RemoteClients):
@@ -246,8 +199,8 @@ class RemoteCohort(RemoteClients):
         requests = {m: Envelope(ROUND, t, [self.send(m, sent[m])] if m in sent else [], info.copy())
                     for m in to}
         out = RoundResult()
-        got = self.answers(requests, ROUND, t,
-                           lambda m, reply: self._check_round(m, reply, t, validate, epochs, sent.get(m)))
+        got = self.answers(requests, t, lambda m, reply: self._check_round(m, reply, t, validate, epochs,
+                                                                         sent.get(m)), kind=ROUND)
         for m, (val, update, size) in got.items():
             if validate:
                 out.val[m] = val
@@ -280,7 +233,13 @@ class RemoteCohort(RemoteClients):
         self.set_up_again((len(self.settings.lrs), 0), 0)
         requests = {m: Envelope(FINISH, t, [], {})
                     for m in sorted(set(self.nodes) & self.link.available() & self.ready)}
-        picks = self.finish_reports(requests, t, ("choices",), lambda got: self._check_choices(got, variants))
+        picks = {}
+
+        def report(m: int, reply: Envelope, got: FinishReply) -> dict:
+            picks[m] = self._check_choices(got, variants)
+            return counts_report(self, m, t, got, self.ledger)
+
+        self.finish_reports(requests, t, ("choices",), report)
         if not picks:
             raise ProtocolError("no client node reported its choices (see faults)")
         return {name: [picks[m][name] for m in sorted(picks)] for name in variants}
@@ -383,7 +342,7 @@ class RemoteStreamCohort(RemoteClients):
                               boundary=b if seg.keep else None).info()
         requests = {m: Envelope(ROUND, a, [self.send(m, seg.models[m])] if m in seg.models else [],
                                 info.copy()) for m in self.sendable(seg.clients, a)}
-        return self.answers(requests, ROUND, a, lambda m, reply: self._accept(m, reply, seg))
+        return self.answers(requests, a, lambda m, reply: self._accept(m, reply, seg), kind=ROUND)
 
     def _accept(self, m: int, reply: Envelope, seg: Segment) -> Played:
         """Validate client m's reply to the segment (its counts per tick, its predictions and labels per
@@ -430,7 +389,8 @@ class RemoteStreamCohort(RemoteClients):
         """The last broadcast (after a synchronisation at the very end) and every node's byte counts."""
         requests = {m: Envelope(FINISH, t, [self.send(m, models[m])] if m in models else [], {})
                     for m in sorted(set(self.nodes) & self.link.available())}
-        self.finish_reports(requests, t, COUNTS)
+        self.finish_reports(requests, t, COUNTS,
+                            lambda m, reply, got: counts_report(self, m, t, got, self.ledger))
 
     def checkpoint_state(self) -> dict:
         """What the server knows of its nodes; the nodes keep their own state of the same tick."""

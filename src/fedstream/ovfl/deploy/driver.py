@@ -17,9 +17,10 @@ import numpy as np
 
 from fedstream.data import Stream
 from fedstream.data.table_party import check_held_categorical, per_party
-from fedstream.deploy.host import FinishReply, model_digest
+from fedstream.deploy.host import model_digest
 from fedstream.deploy.psi import align_nodes
 from fedstream.deploy.records import Link
+from fedstream.deploy.remote import check_reach
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.parties import build_server, check_deployable, server_decides, server_labels
@@ -31,8 +32,6 @@ from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
 
-FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
-
 
 class NetworkVFL(OnlineVFL):
     """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
@@ -41,8 +40,7 @@ class NetworkVFL(OnlineVFL):
                  ahead: bool = True):
         check_deployable(config)
         M = config["vfl.clients"]
-        if link.n_clients != M:
-            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
+        check_reach(link, "vfl.clients", M)
         self.config, self.stream = config, stream
         source = stream.source
         # one table file per party: the server knows neither the clients' widths nor their columns
@@ -123,11 +121,10 @@ class NetworkVFL(OnlineVFL):
         if len(self._held) == len(self.clients):  # every client's file: data.categorical, as the simulator
             check_held_categorical(self.config, list(self._held.values()))
         for m, node_round in rounds.items():
-            if rejoin or (resume and node_round != self.t - 1):
-                # a node back at round t - 1 (its state after its last reply) still waits for the
-                # gradients held for it; one further back never asked for them
-                dropped = tr.forget(m) if node_round != self.t - 1 else 0
-                tr.record_rejoin(m, self.t, node_round, dropped=dropped)
+            # a node back at round t - 1 (its state after its last reply) still waits for the
+            # gradients held for it; one further back never asked for them
+            dropped = tr.forget(m) if node_round != self.t - 1 else 0
+            tr.reconcile(m, self.t, node_round, self.t - 1, rejoin=rejoin, dropped=dropped)
         return set(rounds)
 
     # -- the engine's loop, over the nodes ---------------------------------------------------------
@@ -244,18 +241,7 @@ class NetworkVFL(OnlineVFL):
     def finish(self, *, models: bool = False) -> list[dict]:
         """Deliver the last gradients and collect each node's report (its model too if ``models``);
         each node's byte counts must equal the server's."""
-        tr = self.transport
-        replies = tr.finish(self.t - 1, models=models)
-        self.reports = []
-        for m, reply in sorted(replies.items()):
-            got = FinishReply.read(reply.info, f"client {m}, finish reply", needs=FINISH_FIELDS)
-            mine = (tr.ledger.up[m], tr.ledger.down[m], tr.ledger.messages[m])
-            theirs = (got.up, got.down, got.messages)
-            tr.cross_check(m, self.t - 1, theirs, mine, "(up, down, messages) = ")  # else a dispute (serve)
-            report = got.info() | {"server_counted": list(mine)}
-            if models:
-                report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
-            self.reports.append(report)
+        self.reports = self.transport.finish(self.t - 1, models=models)
         return self.reports
 
     # -- as deploy.serve runs it ------------------------------------------------------------------
@@ -285,14 +271,12 @@ class NetworkVFL(OnlineVFL):
             OnlineRun.summary(self)
             | {
                 "setup_seconds": self.setup_seconds,
-                "exchanges": tr.exchanges,  # requests to the nodes, setup and finish included
-                "faults": tr.faults,
                 "missed_events": tr.missed.tolist(),  # per client: events played with its padding
-                "rejoins": tr.rejoins,
                 "network_batch": self.batch,
                 "wire_part_bytes": tr.wire_bytes,  # payload plus the unused queries of activated events
-                "clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports],
             }
+            | tr.record()
+            | {"clients": [{k: v for k, v in r.items() if k != "params"} for r in self.reports]}
             | ({} if self.blocks is not None else {"classes": list(source.classes)})  # a table's
             | ({"alignment": source.alignment.summary()}  # PSI, apart from the training's bytes
                if getattr(source, "alignment", None) is not None else {})

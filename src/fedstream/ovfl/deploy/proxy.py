@@ -16,15 +16,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedstream.deploy.host import FinishReply
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
-from fedstream.deploy.session import Session
-from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.deploy.remote import RemoteNodes
+from fedstream.errors import ProtocolError
 from fedstream.ovfl.deploy.records import FinishRequest, RoundReply, RoundRequest
 from fedstream.ovfl.party_kernels import batched, pack, unpack
 from fedstream.transport.codec import decode, encode
 from fedstream.transport.compressed import CompressionSpec, ServerEnds
-from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient, Message, Query
+
+FINISH_FIELDS = ("client", "round", "up", "down", "messages", "digest")  # what an online VFL node reports
 
 
 class Wire(NamedTuple):
@@ -59,7 +61,7 @@ class Ahead:
     prepared: tuple[tuple, dict[int, list[bytes]]] | None = None
 
 
-class LinkTransport(Session):
+class LinkTransport(RemoteNodes):
     """Carries play_round's messages to client nodes over a :class:`~fedstream.deploy.records.Link`.
 
     ``query(t, m)`` gives the Query the server will send client m in round t (the batch carries
@@ -80,41 +82,41 @@ class LinkTransport(Session):
         self.query, self.embedding = query, embedding
         M = link.n_clients
         self.ends = ServerEnds(M, spec or CompressionSpec())
-        self.ledger = ByteLedger(M)
         # (direction, client, bytes) of every message, when recorded
         self.sizes: list[tuple[str, int, int]] | None = [] if record_sizes else None
         self.wire_bytes = 0  # bytes of every part sent or received, used or not (see exchange)
         self.missed = np.zeros(M, dtype=np.int64)  # events each client was down for (padded)
-        self.ready: set[int] = set()  # clients set up and not failed since (a failed setup must be redone)
         self.outbox: dict[int, list[tuple[int, bytes]]] = {}  # (round, gradient) for the next request
         self.batch, self.ahead = Batch(), Ahead()
 
     def set_up(self, clients: Iterable[int], t: int, info: dict, accept: Callable, **kwargs) -> dict:
-        """The session's setup of the reachable ones of ``clients``; those it accepts are ready."""
+        """The setup (:meth:`RemoteNodes.set_up <fedstream.deploy.remote.RemoteNodes.set_up>`) of the
+        reachable ones of ``clients``."""
         targets = set(clients) & self.link.available()
-        self.ready -= targets
         for m in targets:  # a node set up again starts from a setup: nothing went ahead
             self.ahead.sent.pop(m, None)
-        accepted = super().set_up(targets, t, info, accept, **kwargs)
-        self.ready |= set(accepted)
-        return accepted
+        return super().set_up(targets, t, info, accept, **kwargs)
 
-    def finish(self, t: int, *, models: bool = False) -> dict[int, Envelope]:
+    def finish(self, t: int, *, models: bool = False) -> list[dict]:
         """The ``finish`` request (the gradients still held for it) to every ready, reachable node;
-        return the replies that came back (a failed one is a fault)."""
+        return the nodes' reports (their models too if ``models``, as ``params``), whose byte counts
+        must equal the server's."""
         requests = {}
         for m in self.reachable(self.ready, t, FINISH, once=True):
             held = self.outbox.pop(m, [])
             info = FinishRequest(grad_rounds=[r for r, _ in held], models=models).info()
             requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
-        good = {}
-        for m, reply in self.exchange(requests).items():
-            try:
-                good[m] = self.reply(reply, FINISH, t)
-            except ProtocolError as exc:
-                self.fault(m, t, FINISH, str(exc))
-                self.ready.discard(m)
-        return good
+
+        def report(m: int, reply: Envelope, got: FinishReply) -> dict:
+            mine = (self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m])
+            self.cross_check(m, t, (got.up, got.down, got.messages), mine, "(up, down, messages) = ")
+            report = got.info() | {"server_counted": list(mine)}
+            if models:
+                report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
+            return report
+
+        self.finish_reports(requests, t, FINISH_FIELDS, report)
+        return self.reports
 
     def forget(self, m: int) -> int:
         """A node rejoined with an older state: drop what was held for it; return how many gradients."""
@@ -160,13 +162,8 @@ class LinkTransport(Session):
         self.ahead.sent, self.ahead.prepared = {}, None
         ahead = after is not None and getattr(self.link, "sends_ahead", False)
         then = self._prepare(t0 + n, *after, targets, zero=[0] * n, t0=t0) if ahead else None
-        for m, reply in self.exchange(requests, ahead=then).items():
-            try:
-                if isinstance(reply, Failure):
-                    raise ProtocolError(reply.reason)
-                batch.replies[m] = self._check_batch(m, reply, t0, n)
-            except FedstreamError as exc:  # every check of a node's reply raises one of these
-                self.fault(m, t0, ROUND, str(exc))
+        batch.replies = self.answers(requests, t0, lambda m, reply: self._check_batch(m, reply, t0, n),
+                                     kind=ROUND, ahead=then)
         self.missed += n * ~self.live()
         return set(batch.replies)
 
@@ -208,10 +205,7 @@ class LinkTransport(Session):
         return then
 
     def _check_batch(self, m: int, reply: Envelope, t0: int, n: int) -> tuple[list[int], list[Wire | None]]:
-        """Validate a node's reply to a batch request; raise ProtocolError naming what is wrong."""
-        if reply.kind != ROUND or reply.round != t0:
-            raise ProtocolError(f"expected a 'round' reply for round {t0}, received a {reply.kind!r} reply "
-                                f"for round {reply.round}")
+        """Validate a node's ``round`` reply to a batch request; raise ProtocolError naming what is wrong."""
         active = RoundReply.read(reply.info, f"the reply for round {t0}", events=n).active
         if self.batch.decided is None:
             events = list(range(n))  # an embedding for every event: pushed or the answer to its query

@@ -107,13 +107,8 @@ class NetworkBatchVFL:
         c.finish(steps, models=models)
         self.summary = run_summary(
             s, self.seed, rows, c.ledger.summary(), time.perf_counter() - tic, self.part
-        ) | {
-            "deployed": True,
-            "exchanges": c.exchanges,
-            "faults": c.faults,
-            "rejoins": c.rejoins,
+        ) | {"deployed": True} | c.record() | {
             "missed_steps": c.missed,
-            "clients": c.reports,
             "selection_bytes": {
                 "per_client": c.selection_bytes,
                 "total": sum(b["up"] + b["down"] for b in c.selection_bytes),

@@ -7,7 +7,7 @@ replies: :mod:`fedstream.vfl.deploy.records`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -15,10 +15,9 @@ import numpy as np
 from fedstream.deploy.host import FinishReply
 from fedstream.deploy.reconcile import recent_faults
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Link
-from fedstream.deploy.session import Session
-from fedstream.errors import FedstreamError, ProtocolError
+from fedstream.deploy.remote import RemoteNodes
+from fedstream.errors import ProtocolError
 from fedstream.transport.compressed import ServerEnds
-from fedstream.transport.ledger import ByteLedger
 from fedstream.transport.messages import Embedding, Gradient
 from fedstream.vfl.deploy.records import (
     EVALUATION,
@@ -40,27 +39,23 @@ FINISH_FIELDS = ("client", "up", "down", "eval_up", "select_up", "select_down", 
 SAVED = ("t", "missed", "eval_up", "selection_bytes")  # what the cohort's checkpoint holds as it is (JSON)
 
 
-class RemoteCohort(Session):
+class RemoteCohort(RemoteNodes):
     """Client nodes 0..M-1 of a batch VFL run behind ``link``. The server keeps its end of every
     compressed link (``ends``: the embedding cache, the quantiser's table), each node the other; the
-    gradient of a node's step rides with its next request (``outbox``), so a step is one round trip."""
+    gradient of a node's step rides with its next request (``outbox``), so a step is one round trip.
+    The trainer sets ``ledger`` aside for a fresh one while it evaluates."""
 
     unit = "step"
     payload = "embedding(s)"  # what _reply (Session) calls the parts of a reply
 
     def __init__(self, link: Link, config: dict, settings: BatchVFLSettings, *, run_token: str | None = None):
-        super().__init__(link, config, run_token=run_token)
+        super().__init__(link, config, clients=("vfl.clients", settings.clients), run_token=run_token)
         self.settings = settings
         M, spec = settings.clients, settings.compression
-        if link.n_clients != M:
-            raise ProtocolError(f"the link reaches {link.n_clients} client nodes, vfl.clients = {M}")
         self.ends = ServerEnds(M, spec)  # with the probe that checks an embedding before its end sees it
-        self.ledger = ByteLedger(M)  # the trainer sets it aside for a fresh one while it evaluates
         self.eval_up = [0] * M  # per node: the bytes of its evaluation embeddings (not in ``ledger``)
         # client -> (step, its encoded gradient) riding with its next request
         self.outbox: dict[int, tuple[int, bytes]] = {}
-        self.nodes: dict[int, dict] = {}  # client -> what its node reported at setup
-        self.ready: set[int] = set()  # clients whose node passed its (last) setup: they get requests
         self.expected: dict[int, dict] = {}  # client -> the strip shape and rows its node must report
         self.at: dict[int, int] = {}  # client -> the last training step its node answered validly
         self.t = 0  # the next training step
@@ -68,7 +63,6 @@ class RemoteCohort(Session):
         self.missed = [0] * M
         self.keeping = False  # the server checkpoints: epoch ends (and VF-PS selections) are node boundaries
         self.epoch: int | None = None  # the epoch being played (the driver's loop sets it): its boundaries
-        self.reports: list[dict] = []  # the nodes' byte counts at the end
         self.models: dict[int, dict[str, np.ndarray]] = {}  # the nodes' models, when asked for at finish
         self.selection_bytes = [{"up": 0, "down": 0} for _ in range(M)]  # VF-PS messages, apart from training
 
@@ -90,13 +84,13 @@ class RemoteCohort(Session):
             requests[m] = Envelope(ROUND, epoch, [part], info.copy())  # a due gradient stays in the outbox
 
         def check(m: int, reply: Envelope) -> tuple[bytes, np.ndarray]:
-            parts = self.reply(reply, ROUND, epoch, None).parts
+            parts = reply.parts
             if len(parts) != 1:
                 raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
             return parts[0], decode_vfps(parts[0], kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
 
         out = np.empty((M, Q, n))
-        got = self._collect(requests, epoch, SELECT, check)
+        got = self.answers(requests, epoch, check, request=SELECT, kind=ROUND)
         for m, (data, values) in got.items():
             out[m] = values
             self.selection_bytes[m]["up"] += len(data)
@@ -115,27 +109,15 @@ class RemoteCohort(Session):
             self.setup(self.expected, back, rejoin=True)
         return self.reachable([m for m in self.ready if selected is None or m in selected], t, request)
 
-    def _ask(self, kind: str, t: int, info: dict, selected: Collection[int] | None, request: str,
-             check: Callable[[int, Envelope], object]) -> dict[int, object]:
-        """Send the selected nodes a ``kind`` request with ``info``, each with the gradient due to it
-        (it rides along); what ``check`` makes of their replies (:meth:`_collect`)."""
+    def _requests(self, kind: str, t: int, info: dict, selected: Collection[int] | None, request: str
+                  ) -> dict[int, Envelope]:
+        """The selected nodes' ``kind`` requests with ``info`` (:meth:`_targets`), each with the
+        gradient due to it (it rides along)."""
         requests = {}
         for m in self._targets(t, selected, request):
             held = self.outbox.pop(m, None)
             requests[m] = Envelope(kind, t, [] if held is None else [held[1]], info.copy())
-        return self._collect(requests, t, request, check)
-
-    def _collect(self, requests: dict[int, Envelope], t: int, request: str,
-                 check: Callable[[int, Envelope], object]) -> dict[int, object]:
-        """Send ``requests``; what ``check(m, reply)`` makes of each reply that passes it (raising a
-        FedstreamError otherwise: a fault, and nothing of that reply is used)."""
-        got = {}
-        for m, reply in self.exchange(requests).items():
-            try:
-                got[m] = check(m, reply)
-            except FedstreamError as exc:
-                self.fault(m, t, request, str(exc))
-        return got
+        return requests
 
     # -- setup, rejoin, resume ----------------------------------------------------------------------
     def setup(
@@ -153,9 +135,7 @@ class RemoteCohort(Session):
         M = self.settings.clients
         self.expected = expected
         info = self.setup_request(rejoin=True if rejoin or resume is not None else None, resume=resume)
-        targets = sorted(self.link.available() if clients is None else clients)
-        if not rejoin:  # a (re)started run: only the nodes that pass now take part
-            self.ready.clear()
+        targets = self.link.available() if clients is None else clients
 
         def accept(m: int, reply: Envelope) -> tuple[dict, int, int]:
             r = SetupReply.read(reply.info, "setup reply", t=self.t)
@@ -166,14 +146,14 @@ class RemoteCohort(Session):
                     f"the node reports {got}, expected {want}: it does not hold this run's data set or "
                     "settings"
                 )
-            return got | ({} if r.categorical is None else {"categorical": r.categorical}), r.step, r.pending
+            columns = {} if r.categorical is None else {"categorical": r.categorical}
+            return got | columns, r.step, r.pending
 
-        self.ready -= set(targets)  # a node that fails its setup must be set up again
-        for m, (got, step, pending) in self.set_up(targets, self.t, info, accept, parts=0).items():
+        accepted = self.set_up(targets, self.t, info, accept, fresh=not rejoin, parts=0)
+        for m, (got, step, pending) in accepted.items():
             self.nodes[m] = got
             self._reconcile(m, step, pending, rejoin)
-            self.ready.add(m)
-        if not rejoin:
+        if not rejoin:  # a (re)started run: only the nodes that pass now take part, and it needs them all
             self.require_all(self.ready, M, f"a batch VFL run needs all vfl.clients = {M}")
 
     def _reconcile(self, m: int, step: int, pending: int, rejoin: bool) -> None:
@@ -185,8 +165,7 @@ class RemoteCohort(Session):
         if held is not None and held[0] != pending:
             del self.outbox[m]
             dropped = 1
-        if rejoin or dropped or step != self.at.get(m, -1):
-            self.record_rejoin(m, self.t, step, dropped=dropped)
+        self.reconcile(m, self.t, step, self.at.get(m, -1), rejoin=rejoin, dropped=dropped)
         self.at[m] = step
 
     # -- the Cohort interface ----------------------------------------------------------------------
@@ -195,11 +174,11 @@ class RemoteCohort(Session):
         info = TrainRequest(split="train", rows=[int(r) for r in batch.rows]).info()
 
         def check(m: int, reply: Envelope) -> bytes:
-            data = self.reply(reply, ROUND, t, 1).parts[0]
-            self.check_embedding(m, data, t, len(batch))
-            return data
+            self.check_embedding(m, reply.parts[0], t, len(batch))
+            return reply.parts[0]
 
-        for m, data in self._ask(ROUND, t, info, selected, "train", check).items():
+        requests = self._requests(ROUND, t, info, selected, "train")
+        for m, data in self.answers(requests, t, check, request="train", kind=ROUND, parts=1).items():
             out[m] = self._accept(m, data, batch.samples)
             self.at[m] = t
         self.t = t + 1
@@ -229,12 +208,12 @@ class RemoteCohort(Session):
                            boundary=boundary_of(self.epoch, EVALUATION) if self.keeping else None).info()
 
         def check(m: int, reply: Envelope) -> list[bytes]:
-            parts = self.reply(reply, ROUND, t, len(batches)).parts
-            for b, data in zip(batches, parts):  # every batch valid before any is used
+            for b, data in zip(batches, reply.parts):  # every batch valid before any is used
                 self.check_embedding(m, data, b.step, len(b))
-            return parts
+            return reply.parts
 
-        got = self._ask(ROUND, t, info, selected, "evaluation", check)
+        requests = self._requests(ROUND, t, info, selected, "evaluation")
+        got = self.answers(requests, t, check, request="evaluation", kind=ROUND, parts=len(batches))
         for j, b in enumerate(batches):
             yield [self._accept(m, got[m][j], b.samples, evaluation=True) if m in got else None
                    for m in range(self.settings.clients)]
@@ -259,24 +238,20 @@ class RemoteCohort(Session):
     def finish(self, t: int, *, models: bool = False) -> None:
         """Deliver the last gradients; collect each node's byte counts (and with ``models`` its model)."""
 
-        def check(m: int, reply: Envelope) -> tuple[Envelope, FinishReply]:
-            reply = self.reply(reply, FINISH, t, 0)
-            return reply, FinishReply.read(reply.info, "finish reply", needs=FINISH_FIELDS)
-
-        self.reports = []
-        info = FinishRequest(models=models).info()
-        for m, (reply, got) in self._ask(FINISH, t, info, None, FINISH, check).items():
+        def report(m: int, reply: Envelope, got: FinishReply) -> dict:
             mine = {"up": self.ledger.up[m], "down": self.ledger.down[m], "eval_up": self.eval_up[m]}
             theirs = {"up": got.up, "down": got.down, "eval_up": got.eval_up}
             theirs_select = {"up": got.select_up, "down": got.select_down}
             excused = self.troubled(m)  # a fault or rejoin: the two ends differ by what was lost
             self.cross_check(m, t, theirs, mine, excused=excused)
             self.cross_check(m, t, theirs_select, self.selection_bytes[m], "VF-PS bytes ", excused=excused)
-            self.reports.append({"client": m, **theirs, "select_up": theirs_select["up"],
-                                 "select_down": theirs_select["down"], "digest": got.digest,
-                                 "server_counted": mine})
             if models:
                 self.models[m] = dict(reply.arrays)
+            return {"client": m, **theirs, "select_up": theirs_select["up"],
+                    "select_down": theirs_select["down"], "digest": got.digest, "server_counted": mine}
+
+        requests = self._requests(FINISH, t, FinishRequest(models=models).info(), None, FINISH)
+        self.finish_reports(requests, t, FINISH_FIELDS, report, parts=0)
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> tuple[dict, dict[str, np.ndarray]]:
