@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedstream.cli import build_parser
-from fedstream.deploy import command
+from fedstream.cli import deploy as command
 
 
 @pytest.mark.parametrize("config, runtime, want", [

@@ -328,7 +328,7 @@ def test_deploy_app_takes_resume_for_batch_vfl(data_root, tmp_path):
     """``fedstream deploy app|local ... --resume`` is accepted for batch VFL and reaches the ServerApp's
     settings."""
     from fedstream.cli import build_parser
-    from fedstream.deploy.command import _settings
+    from fedstream.cli.deploy import _settings
 
     args = build_parser().parse_args(["deploy", "app", str(tmp_path / "app"), "vfl-mnist", "--set",
                                       f"data.root={data_root}", "--out", str(tmp_path / "out"), "--resume"])
