@@ -36,7 +36,7 @@ from fedstream.chfl.deploy.records import (
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
-from fedstream.chfl.stream import draw_parties, learn_tick, stream_client
+from fedstream.chfl.stream import draw_parties, learn_tick, played, stream_client
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
@@ -233,9 +233,10 @@ class StreamHost(ClientNode):
         if request.upload:
             parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
             self.since = 0
-        return Envelope(ROUND, a, parts, SegmentReply(correct=[int(c.correct) for c in scores]).info(),
-                        arrays={"predicted": np.stack([c.predicted for c in scores]).astype(np.int64),
-                                "labels": np.stack([c.labels for c in scores]).astype(np.int64)})
+        p = played(scores, None)
+        return Envelope(ROUND, a, parts, SegmentReply(correct=p.correct.astype(int).tolist()).info(),
+                        arrays={"predicted": p.predicted.astype(np.int64),
+                                "labels": p.labels.astype(np.int64)})
 
     def node_state(self) -> dict:
         return {"tick": self.tick, "since": self.since, "client": self.client.state()}

@@ -310,7 +310,8 @@ class RemoteStreamCohort(RemoteClients):
         report and the run's layout, checked against every node's."""
         s, K, seed = self.settings, self.settings.clients, self.config["seed"]
         first = self.set_up_all(resume or 0, resume=resume, boundary=resume)
-        self.behind = {m for m, got in self.nodes.items() if resume is not None and got["tick"] != resume - 1}
+        self.behind = set() if resume is None else {
+            m for m, got in self.nodes.items() if got["tick"] != self._before(resume)}
         if first["n_classes"] != SPECS[s.dataset].n_classes:
             raise ProtocolError(f"the nodes report {first['n_classes']} classes, expected "
                                 f"{SPECS[s.dataset].n_classes} for data.name = {s.dataset!r}")
