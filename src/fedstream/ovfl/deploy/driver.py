@@ -262,8 +262,7 @@ class NetworkVFL(OnlineVFL):
             arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
         return {"models": arrays, "message_sizes": self.transport.sizes}
 
-    def models(self) -> dict[str, object]:
-        return {"server": self.server.model}
+    models = OnlineRun.models  # the server's model only: the clients' stay on their nodes
 
     def summary(self) -> dict:
         tr, source = self.transport, self.stream.source
