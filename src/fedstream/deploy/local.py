@@ -170,9 +170,7 @@ class LocalDeployment(Processes):
         self.n_clients, self.node_config = n_clients, node_config
         self.credentials = Path(credentials).resolve() if credentials is not None else None
         self.port = port or free_port()
-        self.node_superlink = (
-            f"127.0.0.1:{self.port}"  # what the SuperNodes connect to (a relay may sit between)
-        )
+        self.node_superlink = f"127.0.0.1:{self.port}"  # what the SuperNodes connect to
         self.marker = f"{MARKER}={secrets.token_hex(8)}"  # in the environment of every process it starts
         self.home = Path(workdir).resolve() / "flwr-home"
         own = {"FLWR_HOME": str(self.home), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",

@@ -156,8 +156,6 @@ def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo) -> np.ndarr
     for j, (f, ft) in enumerate(zip(feats, feats_t)):
         lr, hr = _nonblank_span(blank[j, r0:r1])
         lc, hc = _nonblank_span(blank[j, c0:c1])
-        if hc == lc:  # every column blank: the non-blank rows read their own distance to blank
-            lc = hc = 0
         geo[j] = (lr, hr, lc, hc, off)
         size = (hr - lr) * (hc - lc)
         if size:
