@@ -52,3 +52,17 @@ def test_a_flower_deployment_finds_its_executables_beside_the_interpreter(monkey
     dep = LocalDeployment(2, tmp_path)
     assert dep.env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert dep.env["PATH"].split(os.pathsep)[1:] == ["/usr/bin", "/bin"]
+
+
+def test_deploy_local_over_grpc_passes_a_data_root_with_spaces_whole(monkeypatch, tmp_path):
+    """The gRPC runtime takes --set values with spaces (Flower does not): the data root found from
+    here reaches the parties' processes whole, pinned to its absolute path."""
+    root = tmp_path / "my data"
+    root.mkdir()
+    got = {}
+    monkeypatch.setattr(command, "_local_grpc", lambda args, source, sets, tls: got.update(sets=sets))
+    argv = ["deploy", "local", "ovfl-imnist", "--set", f"data.root={root}", "--set", "rounds=10",
+            "--out", str(tmp_path / "out")]
+    with pytest.raises(Exception, match="summary"):  # the stand-in ran no server, so no summary
+        command.cmd_deploy(build_parser().parse_args(argv))
+    assert got["sets"] == ["rounds=10", f"data.root={root.resolve()}"]

@@ -92,17 +92,25 @@ def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dic
     check_deployable(config)
     if args.resume and out is None:  # the folder is the server's: only deploy local can look into it
         check_out(out, args.resume, get_task(config["task"]).checkpoint_name)
-    source = str(Path(args.config).resolve()) if Path(args.config).is_file() else args.config
-    sets = [s for s in args.sets if not s.startswith("data.root=")]
-    # Flower starts the parties' processes in folders of its own: pin the data root found from here
-    # (a node whose data sits elsewhere gives --node-config 'data-root="PATH"')
+    return {"config": _source(args.config), "set": " ".join(_pinned(args.sets, config)),
+            "out": str(out.resolve()) if out else "", "audit": args.audit, "resume": args.resume}, config
+
+
+def _source(config: str) -> str:
+    """The config as every party's process finds it: a file by its absolute path, else the preset."""
+    return str(Path(config).resolve()) if Path(config).is_file() else config
+
+
+def _pinned(sets: list[str], config: dict) -> list[str]:
+    """The ``--set`` overrides with the data root found from here pinned: the parties' processes
+    start in folders of their own (a node whose data sits elsewhere gives its own data root)."""
+    out = [s for s in sets if not s.startswith("data.root=")]
     root = resolve_data_root(config["data.root"])
     if root.is_dir():
-        sets.append(f"data.root={root.resolve()}")
+        out.append(f"data.root={root.resolve()}")
     elif config["data.root"]:
-        sets.append(f"data.root={config['data.root']}")
-    return {"config": source, "set": " ".join(sets), "out": str(out.resolve()) if out else "",
-            "audit": args.audit, "resume": args.resume}, config
+        out.append(f"data.root={config['data.root']}")
+    return out
 
 
 def cmd_deploy(args) -> int:
@@ -145,7 +153,7 @@ def cmd_deploy(args) -> int:
         credentials = args.out / "credentials"
         write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
     if grpc:
-        _local_grpc(args, settings, credentials)
+        _local_grpc(args, _source(args.config), _pinned(args.sets, config), credentials)
     else:
         app = write_app(args.out / "app", settings)
         folder = args.out / "deployment"
@@ -160,16 +168,15 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _local_grpc(args, settings: dict, tls: Path | None) -> None:
-    """``deploy local`` on the gRPC runtime: the server party here, one client process per client."""
+def _local_grpc(args, source: str, sets: list[str], tls: Path | None) -> None:
+    """``deploy local`` on the gRPC runtime: the server party here, one client process per client
+    (each given ``source`` and ``sets``, the data root pinned; values with spaces are fine here)."""
     # gRPC is an optional dependency: imported when a deployment runs
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
 
-    root = [s for s in settings["set"].split() if s.startswith("data.root=")]  # pinned for the processes
-    sets = [s for s in args.sets if not s.startswith("data.root=")] + root
-    config = load_config(settings["config"], sets)
+    config = load_config(source, sets)
     M = adapter_for(config["task"]).n_nodes(config)
-    with GrpcLocalDeployment(settings["config"], sets, M, args.out / "deployment", tls_dir=tls) as nodes:
+    with GrpcLocalDeployment(source, sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,
                      resume=args.resume, reply_timeout=args.reply_timeout,
                      setup_timeout=args.setup_timeout,
