@@ -326,7 +326,7 @@ class OnlineServerParty(Stateful, Protocol):
 @runtime_checkable
 class SegmentPath(Protocol):
     """Plays a segment of a chunk's online VFL rounds at once, in the engine's loop
-    (:meth:`fedstream.ovfl.engine.OnlineVFL.play_chunk`): the simulator's fused path, a deployed
+    (:meth:`fedstream.ovfl.engine.OnlineRun.play_chunk`): the simulator's fused path, a deployed
     server's compiled batches.
 
     Contract: when ``ready(j1 - j0)``, ``play(X, y, mask, j0, j1)`` plays rows j0..j1-1 of the

@@ -85,16 +85,18 @@ def table_rounds(config: dict, source: TableSource) -> int:
 
 
 class OnlineRun:
-    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`, and through it the
-    deployment's server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the
-    stream's chunks, the run-level bookkeeping (round, prequential metrics, activation counts,
-    compute clocks, wall time) and the checkpoint's frame (:meth:`save`, :meth:`load`). A backend
-    builds its parties and plays the rounds of a chunk (:meth:`play_chunk`); it adds what else its
-    checkpoint holds (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
+    """What every online VFL backend shares (the simulator, :class:`OnlineVFL`, and the deployment's
+    server, :class:`fedstream.ovfl.deploy.driver.NetworkVFL`): the loop over the stream's chunks and
+    their segments (:meth:`play_chunk`), the run-level bookkeeping (round, prequential metrics,
+    activation counts, compute clocks, wall time, divergence checks) and the checkpoint's frame
+    (:meth:`save`, :meth:`load`). A backend builds its parties and says what a chunk's rounds take
+    (:meth:`chunk_inputs`, :meth:`chunk_paths`) and what else its checkpoint holds
+    (:meth:`_parts`, :meth:`saved`, :meth:`restored`)."""
 
     config: dict
     stream: Stream
     server: Any
+    clients: list
     transport: Any
     activation: Any
 
@@ -139,8 +141,153 @@ class OnlineRun:
         X, y, _ = self.stream.batch(chunk * CHUNK, CHUNK)
         return X, y
 
-    def play_chunk(self, chunk: int, X: np.ndarray | None, y: np.ndarray, end: int, hooks: Hooks) -> None:
+    def chunk_inputs(self, chunk: int, X: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each client's feature block of a chunk (empty where the nodes hold them) and the chunk's
+        activation mask (CHUNK, clients)."""
         raise NotImplementedError
+
+    def chunk_paths(self, mask: np.ndarray) -> tuple[SegmentPath | None, np.ndarray | None]:
+        """The path that plays a chunk's segments at once (None: each round by :func:`play_round`)
+        and which passive clients the server queries in each round (None: all of them)."""
+        raise NotImplementedError
+
+    def play_chunk(self, chunk: int, X: np.ndarray | None, y: np.ndarray, end: int, hooks: Hooks) -> None:
+        """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
+
+        The stream rows are passed in so that several runs over the same stream can share one
+        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's. Rounds
+        are played in segments that end where bookkeeping is due (:meth:`segment_end`): by the
+        backend's :class:`~fedstream.seams.SegmentPath` where it is ready (the simulator's fused
+        path, a deployed server's compiled batches), else one round at a time by the message path
+        (:func:`fedstream.ovfl.protocol.play_round`).
+        """
+        watch = Stopwatch()
+        blocks, mask = self.chunk_inputs(chunk, X)
+        path, queried = self.chunk_paths(mask)
+        base = chunk * CHUNK
+        j, stop = self.t - base, min(CHUNK, end - base)
+        counted = j  # rows of ``mask`` already added to active_counts
+        while j < stop:
+            upto = self.segment_end(j, base, stop, hooks)
+            if path is not None and path.ready(upto - j):
+                self._play_segment(path, X, y, mask, (base, j, upto, counted), hooks)
+            else:
+                self._play_rounds(blocks, y, mask, queried, (base, j, upto, counted), hooks)
+            j = upto
+            counted = self._after_segment(j, base, (blocks, y, mask), counted, hooks, watch)
+        self.active_counts += mask[counted:stop].sum(axis=0)
+        self.add_time(watch)
+
+    def _play_segment(self, path: SegmentPath, X: np.ndarray | None, y: np.ndarray, mask: np.ndarray,
+                      rows: tuple[int, int, int, int], h: Hooks) -> None:
+        """Rows j..upto-1 of a chunk (``rows``: base, j, upto, counted) at once by ``path``."""
+        base, j, upto, counted = rows
+        preds, bad = path.play(X, y, mask, j, upto)
+        self.metrics.update_many(y[j:j + len(preds)], preds)
+        if h.on_round is not None:
+            for i, p in enumerate(preds.tolist()):
+                h.on_round(base + j + i, int(y[j + i]), p)
+        if bad >= 0:
+            self.t = base + bad
+            self.active_counts += mask[counted:bad].sum(axis=0)
+            raise self.diverged(self.t, NonFiniteError("a message holds NaN or inf"))
+
+    def _play_rounds(self, blocks: list[np.ndarray], y: np.ndarray, mask: np.ndarray,
+                     queried: np.ndarray | None, rows: tuple[int, int, int, int], h: Hooks) -> None:
+        """Rows j..upto-1 of a chunk (``rows``: base, j, upto, counted) one round at a time."""
+        base, j0, upto, counted = rows
+        for j in range(j0, upto):
+            t = base + j
+            try:
+                result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
+                                    self.clients, self.transport, self.clock,
+                                    None if queried is None else queried[j])
+            except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
+                self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
+                raise self.diverged(t, exc) from exc
+            self.metrics.update(int(y[j]), result.prediction)
+            if h.on_round is not None:
+                h.on_round(t, int(y[j]), result.prediction)
+            self.t = t + 1
+
+    def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
+        """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
+        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1).
+        A deployed server also starts its next batch of requests here."""
+        t = base + j
+        if h.on_round is not None:  # the callback sees the state after its round (it may change it)
+            return j + 1
+        every = [self.metrics.interval] + [n for n in (h.checkpoint_every,) if n]
+        if h.on_progress is not None:
+            every.append(h.progress_every)
+        upto = min((t // n + 1) * n for n in every) - base
+        return min(upto, stop)
+
+    def _after_segment(self, j: int, base: int, chunk: tuple, counted: int, h: Hooks,
+                       watch: Stopwatch) -> int:
+        """The bookkeeping once the rows of a chunk before row j (``chunk``: blocks, labels, mask)
+        have been played: the activation's view of a complete chunk, interval rows, progress,
+        checkpoints. Returns the rows of the mask now added to ``active_counts``."""
+        blocks, y, mask = chunk
+        self.t = base + j
+        if j == CHUNK:  # a complete chunk: a policy that learns from the data (topl) sees it
+            self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
+        save = self.checkpoint_due(h)
+        if self.t % self.metrics.interval == 0 or save:
+            self.active_counts += mask[counted:j].sum(axis=0)
+            counted = j
+        if self.t % self.metrics.interval == 0:
+            self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
+            self.record_interval(self.wall_seconds + watch.seconds(), h.on_interval)
+        if h.on_progress is not None and self.t % h.progress_every == 0:
+            h.on_progress(self)
+        if save:
+            self.check_finite()
+            self.save(h.checkpoint_path, wall=watch.seconds(), compiled=watch.compile())
+        return counted
+
+    def checkpoint_due(self, h: Hooks) -> bool:
+        """Whether the run checkpoints after round ``self.t - 1``: every ``checkpoint_every`` rounds."""
+        return h.checkpoint_path is not None and bool(h.checkpoint_every) and self.t % h.checkpoint_every == 0
+
+    def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
+        """The error to raise when a party produced a NaN/inf message in round t."""
+        bad = self.nonfinite_parties()
+        where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
+        return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
+                             f"{self.config['optimizer.lr']}; try a smaller one)", t)
+
+    def check_finite(self) -> None:
+        """DivergedError if a party's parameters hold NaN or inf (run at evaluation intervals and
+        checkpoints: a server whose output layer is NaN sends exactly-zero gradients, so the
+        message checks alone do not see it). One ``isfinite`` pass over the parameters."""
+        if self.nonfinite_parties():
+            raise self.diverged(self.t, NonFiniteError("a model holds NaN or inf"))
+
+    def chunk_held(self, chunk: int) -> np.ndarray | None:
+        """(CHUNK, clients) bool: which clients hold the id of each round of a chunk (per-party
+        files whose ids differ, :attr:`~fedstream.data.table_source.TableSource.held`); None: all.
+        A client that lacks a round's id is never activated in it; it is queried as a passive
+        client is, for the embedding of its zero row (its columns' means)."""
+        held = getattr(self.stream.source, "held", None)
+        if held is None:
+            return None
+        return held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
+
+    def record_interval(self, wall: float, on_interval) -> None:
+        row = {
+            "round": self.t,
+            "interval_error": self.metrics.intervals[-1],
+            "top_class_share": self.metrics.top_shares[-1],
+            "accumulated_error": self.metrics.accumulated_error,
+            "bytes_total": self.transport.ledger.total,
+            "client_compute_seconds": self.clock.client,
+            "client_cpu_seconds": self.clock.cpu()[0],
+            "wall_seconds": wall,
+        }
+        self.interval_rows.append(row)
+        if on_interval is not None:
+            on_interval(row)
 
     def close(self, hooks: Hooks) -> None:
         """What comes after the last round (the simulator: a last check and checkpoint)."""
@@ -278,55 +425,9 @@ class OnlineVFL(OnlineRun):
         if hooks.checkpoint_path is not None:
             self.save(hooks.checkpoint_path)
 
-    def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: Hooks) -> None:
-        """Play the rounds of stream chunk ``chunk`` (features ``X``, labels ``y``) up to ``end``.
-
-        The stream rows are passed in so that several runs over the same stream can share one
-        generated chunk (see :mod:`fedstream.ovfl.sweep`). Time spent here is this run's. Rounds
-        are played in segments that end where bookkeeping is due (:meth:`segment_end`): by the
-        fused path where it applies (:mod:`fedstream.ovfl.fused`), else one round at a time by
-        the message path (:func:`fedstream.ovfl.protocol.play_round`).
-        """
-        watch = Stopwatch()
-        blocks, mask = self.chunk_inputs(chunk, X)
-        fused, queried = self.chunk_paths(mask)
-        h, base = hooks, chunk * CHUNK
-        first, stop = self.t - base, min(CHUNK, end - base)
-        counted = first  # rows of ``mask`` already added to active_counts
-        j = first
-        while j < stop:
-            upto = self.segment_end(j, base, stop, h)
-            if fused is not None and fused.ready(upto - j):
-                preds, bad = fused.play(X, y, mask, j, upto)
-                self.metrics.update_many(y[j:j + len(preds)], preds)
-                if h.on_round is not None:
-                    for i, p in enumerate(preds.tolist()):
-                        h.on_round(base + j + i, int(y[j + i]), p)
-                if bad >= 0:
-                    self.t = base + bad
-                    self.active_counts += mask[counted:bad].sum(axis=0)
-                    raise self.diverged(self.t, NonFiniteError("a message holds NaN or inf"))
-                j = upto - 1
-            else:
-                t = base + j
-                try:
-                    result = play_round(t, [b[j] for b in blocks], int(y[j]), mask[j], self.server,
-                                        self.clients, self.transport, self.clock,
-                                        None if queried is None else queried[j])
-                except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
-                    self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
-                    raise self.diverged(t, exc) from exc
-                self.metrics.update(int(y[j]), result.prediction)
-                if h.on_round is not None:
-                    h.on_round(t, int(y[j]), result.prediction)
-            counted = self._after_round(j, base, (blocks, y, mask), counted, h, watch)
-            j += 1
-        self.active_counts += mask[counted:stop].sum(axis=0)
-        self.add_time(watch)
-
     def chunk_paths(self, mask: np.ndarray) -> tuple[SegmentPath | None, np.ndarray | None]:
-        """The path that plays a chunk's segments at once (None: each round by :func:`play_round`)
-        and which passive clients the server queries in each round (None: all of them)."""
+        """The fused path (where it applies and no client is left unqueried) and whom the policy
+        queries."""
         queried = self.activation.queried(mask)
         return (self.fused if queried is None else None), queried
 
@@ -340,61 +441,8 @@ class OnlineVFL(OnlineRun):
             self._fused = FusedPath(self.clients, self.server, self.clock, self.transport.ledger, self.blocks)
         return self._fused
 
-    def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
-        """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
-        checkpoint or progress report, or the chunk's ``stop`` (with an ``on_round`` hook: j + 1).
-        A deployed server also starts its next batch of requests here."""
-        t = base + j
-        if h.on_round is not None:  # the callback sees the state after its round (it may change it)
-            return j + 1
-        every = [self.metrics.interval] + [n for n in (h.checkpoint_every,) if n]
-        if h.on_progress is not None:
-            every.append(h.progress_every)
-        upto = min((t // n + 1) * n for n in every) - base
-        return min(upto, stop)
-
-    def _after_round(self, j: int, base: int, chunk: tuple, counted: int, h: Hooks, watch: Stopwatch) -> int:
-        """The bookkeeping after row j of a chunk (``chunk``: blocks, labels, mask) has been played:
-        the activation's view of a complete chunk, interval rows, progress, checkpoints. Returns
-        the rows of the mask now added to ``active_counts``."""
-        blocks, y, mask = chunk
-        self.t = base + j + 1
-        if j == CHUNK - 1:  # a complete chunk: a policy that learns from the data (topl) sees it
-            self.activation.observe(blocks, y)  # once, before a checkpoint at this round saves it
-        save = self.checkpoint_due(h)
-        if self.t % self.metrics.interval == 0 or save:
-            self.active_counts += mask[counted:j + 1].sum(axis=0)
-            counted = j + 1
-        if self.t % self.metrics.interval == 0:
-            self.check_finite()  # a NaN output layer has zero gradients: messages stay finite
-            self.record_interval(self.wall_seconds + watch.seconds(), h.on_interval)
-        if h.on_progress is not None and self.t % h.progress_every == 0:
-            h.on_progress(self)
-        if save:
-            self.check_finite()
-            self.save(h.checkpoint_path, wall=watch.seconds(), compiled=watch.compile())
-        return counted
-
-    def checkpoint_due(self, h: Hooks) -> bool:
-        """Whether the run checkpoints after round ``self.t - 1``: every ``checkpoint_every`` rounds."""
-        return h.checkpoint_path is not None and bool(h.checkpoint_every) and self.t % h.checkpoint_every == 0
-
-    def diverged(self, t: int, exc: NonFiniteError) -> DivergedError:
-        """The error to raise when a party produced a NaN/inf message in round t."""
-        bad = self.nonfinite_parties()
-        where = f"the model of {', '.join(bad)} holds NaN or inf" if bad else str(exc)
-        return DivergedError(f"training diverged at round {t}: {where} (optimizer.lr = "
-                             f"{self.config['optimizer.lr']}; try a smaller one)", t)
-
     def models(self) -> dict[str, object]:
         return {"server": self.server.model} | {f"client {m}": c.model for m, c in enumerate(self.clients)}
-
-    def check_finite(self) -> None:
-        """DivergedError if a party's parameters hold NaN or inf (run at evaluation intervals and
-        checkpoints: a server whose output layer is NaN sends exactly-zero gradients, so the
-        message checks alone do not see it). One ``isfinite`` pass over the parameters."""
-        if self.nonfinite_parties():
-            raise self.diverged(self.t, NonFiniteError("a model holds NaN or inf"))
 
     def chunk_blocks(self, X: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Each client's contiguous feature block of a chunk and the blocks' row means (n, M), the
@@ -407,31 +455,6 @@ class OnlineVFL(OnlineRun):
         chunk's own key, so resume-safe)."""
         blocks, means = self.chunk_blocks(X)
         return blocks, self.activation.mask_among(chunk, means, self.chunk_held(chunk))
-
-    def chunk_held(self, chunk: int) -> np.ndarray | None:
-        """(CHUNK, clients) bool: which clients hold the id of each round of a chunk (per-party
-        files whose ids differ, :attr:`~fedstream.data.table_source.TableSource.held`); None: all.
-        A client that lacks a round's id is never activated in it; it is queried as a passive
-        client is, for the embedding of its zero row (its columns' means)."""
-        held = getattr(self.stream.source, "held", None)
-        if held is None:
-            return None
-        return held[self.stream.indices(chunk * CHUNK, CHUNK) % held.shape[0]]
-
-    def record_interval(self, wall: float, on_interval) -> None:
-        row = {
-            "round": self.t,
-            "interval_error": self.metrics.intervals[-1],
-            "top_class_share": self.metrics.top_shares[-1],
-            "accumulated_error": self.metrics.accumulated_error,
-            "bytes_total": self.transport.ledger.total,
-            "client_compute_seconds": self.clock.client,
-            "client_cpu_seconds": self.clock.cpu()[0],
-            "wall_seconds": wall,
-        }
-        self.interval_rows.append(row)
-        if on_interval is not None:
-            on_interval(row)
 
     # -- results -----------------------------------------------------------------------------
     def summary(self) -> dict:

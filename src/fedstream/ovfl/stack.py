@@ -110,7 +110,7 @@ class RunStack:
 
     def play_chunk(self, chunk: int, X: np.ndarray, y: np.ndarray, end: int, hooks: list[Hooks]) -> None:
         """Play rounds ``self.t .. end-1`` of stream chunk ``chunk`` for every run (as
-        :meth:`OnlineVFL.play_chunk` does for one); raises :class:`StackDiverged` if runs blow up,
+        :meth:`OnlineRun.play_chunk` does for one); raises :class:`StackDiverged` if runs blow up,
         after writing every run's state back (the others can be stacked again and go on)."""
         tic = time.perf_counter()
         xb, means = self.runs[0].chunk_blocks(X)

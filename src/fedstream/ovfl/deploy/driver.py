@@ -1,7 +1,7 @@
 """The server party of a deployed online VFL run: the simulator's own loop over remote clients.
 
 :class:`NetworkVFL` holds the labels and the top model and runs the engine's loop
-(:class:`~fedstream.ovfl.engine.OnlineVFL`: chunks, segments, bookkeeping, checkpoints) with
+(:class:`~fedstream.ovfl.engine.OnlineRun`: chunks, segments, bookkeeping, checkpoints) with
 :class:`~fedstream.ovfl.deploy.proxy.RemoteClient` stand-ins over a
 :class:`~fedstream.ovfl.deploy.proxy.LinkTransport`. What it adds is the batch: one request per node
 for each B = ``network.batch`` rounds, sent when a segment starts one. With B = 1 the run is the
@@ -26,14 +26,14 @@ from fedstream.ovfl.activation import activation_from_config
 from fedstream.ovfl.deploy.parties import build_server, check_deployable, server_decides, server_labels
 from fedstream.ovfl.deploy.proxy import LinkTransport, RemoteClient
 from fedstream.ovfl.deploy.records import SetupReply
-from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, OnlineVFL, feature_blocks, table_rounds
+from fedstream.ovfl.engine import CHUNK, Hooks, OnlineRun, feature_blocks, table_rounds
 from fedstream.ovfl.party_kernels import PartyArrays, kernels_apply
 from fedstream.ovfl.stand_in import NodePadding, PolicyStandIn
 from fedstream.transport.compressed import CompressionSpec
 from fedstream.transport.messages import Query
 
 
-class NetworkVFL(OnlineVFL):
+class NetworkVFL(OnlineRun):
     """The server's side of one run; ``link`` reaches client nodes 0..M-1."""
 
     def __init__(self, config: dict, link: Link, *, stream: Stream, record_sizes: bool = False,
@@ -143,9 +143,6 @@ class NetworkVFL(OnlineVFL):
             self.setup(resume=self.t > 0)
             self.setup_seconds += time.perf_counter() - tic
             self._set_up = True
-
-    def close(self, hooks: Hooks) -> None:
-        """Nothing: the last batch was kept (:meth:`checkpoint_due`)."""
 
     def chunk_rows(self, chunk: int) -> tuple[None, np.ndarray]:
         """The chunk's labels: the server holds no features (each node reads its own block)."""
@@ -262,12 +259,10 @@ class NetworkVFL(OnlineVFL):
             arrays |= {f"client{r['client']}.{i}": p for i, p in enumerate(r["params"])}
         return {"models": arrays, "message_sizes": self.transport.sizes}
 
-    models = OnlineRun.models  # the server's model only: the clients' stay on their nodes
-
     def summary(self) -> dict:
         tr, source = self.transport, self.stream.source
         return (
-            OnlineRun.summary(self)
+            super().summary()
             | {
                 "setup_seconds": self.setup_seconds,
                 "missed_events": tr.missed.tolist(),  # per client: events played with its padding
