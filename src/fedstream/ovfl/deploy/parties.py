@@ -14,7 +14,7 @@ from fedstream.deploy.records import check_client_index
 from fedstream.errors import ConfigError
 from fedstream.ovfl.activation import Activation
 from fedstream.ovfl.client import Client
-from fedstream.ovfl.engine import CHUNK, feature_blocks, make_stream
+from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, feature_blocks, make_stream
 from fedstream.ovfl.parties import build_client as build_own_client
 from fedstream.ovfl.parties import build_parties
 from fedstream.ovfl.parties import build_server as build_own_server
@@ -73,8 +73,6 @@ def server_decides(config: dict) -> bool:
 
 
 _STREAMS: dict[tuple, Stream] = {}
-STREAM_KEYS = ("data.name", "data.root", "seed", "data.stats_rows", "stream.drift", "stream.drift_every")
-"""What decides a data set's stream (its rows and their order)."""
 
 
 def party_stream(config: dict, data_root: str | None = None) -> Stream:

@@ -15,8 +15,8 @@ from fedstream.data.table_party import ClientTable
 from fedstream.data.table_source import TableSpec
 from fedstream.deploy.cache import NodeCache
 from fedstream.deploy.records import check_client_index
-from fedstream.ovfl.deploy.parties import STREAM_KEYS, client_rows, party_stream
-from fedstream.ovfl.engine import CHUNK, feature_blocks
+from fedstream.ovfl.deploy.parties import client_rows, party_stream
+from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, feature_blocks
 
 
 class BlockRows:
