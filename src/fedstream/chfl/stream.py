@@ -44,7 +44,7 @@ from fedstream.chfl.checkpoint import (
     tensors_to_arrays,
 )
 from fedstream.chfl.client import Client, ClientData, View, make_heads
-from fedstream.chfl.fedavg import FedAvgServer
+from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
 from fedstream.chfl.models import Column, common_column, state_arrays
 from fedstream.chfl.settings import (
     METHODS,
@@ -56,7 +56,6 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.errors import ProtocolError
 from fedstream.metrics.collapse import collapse_fields, count_share, most_collapsed
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.ledger import ByteLedger
@@ -441,15 +440,14 @@ class StreamRun:
         return dict(zip(ks, self.server.broadcast(ks))) if ks else {}
 
     def _carry_over(self, b: int) -> None:
-        """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``). Twice in
-        a row, or the run's only synchronisation: ProtocolError (the run cannot learn)."""
+        """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``); twice in
+        a row, or the run's only synchronisation: ProtocolError
+        (:func:`~fedstream.chfl.fedavg.carry_over_or_stop`)."""
         every = self.s.sync_every
-        if b - every in self.carried or self.n_ticks // every == 1:
-            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
-                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
-                                f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
-        self.server.carry_over()
-        self.carried.append(b)
+        carry_over_or_stop(self.server, self.carried, b, b - every, only=self.n_ticks // every == 1,
+                           error=f"tick {b - 1}: no client node sent a valid model update"
+                                 f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                 f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
 
     def missed(self) -> list[int]:
         """Per client, the ticks it did not play (a remote client that failed)."""
