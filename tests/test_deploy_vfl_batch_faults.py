@@ -22,7 +22,7 @@ from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.vfl.deploy.data import load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
 from tests.helpers.crashing import CrashOnce, fault_logged, run_with_fault, scaled_timeout, wait_for
-from tests.helpers.data import write_idx_split
+from tests.helpers.data import write_learnable_mnist_splits
 from tests.helpers.flower import needs_flower
 from tests.helpers.vfl_deploy import COMPRESSED, deploy_vfl, vfl_link, vfl_tiny_config
 
@@ -117,18 +117,6 @@ def test_a_node_back_at_an_older_step_gets_no_stale_gradient(data_root, tmp_path
 
 
 # -- real processes -------------------------------------------------------------------------------
-def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) -> Path:
-    """A small learnable MNIST in IDX files (class prototypes plus noise), train and test, under
-    folder/mnist."""
-    rng = np.random.default_rng(seed)
-    proto = rng.integers(0, 256, (10, 28, 28))
-    for stem, rows in (("train", n), ("t10k", n_test)):
-        y = rng.integers(0, 10, rows).astype(np.uint8)
-        images = np.clip(proto[y] + rng.normal(0, 40, (rows, 28, 28)), 0, 255).astype(np.uint8)
-        write_idx_split(folder / "mnist", images, y, stem=stem)
-    return folder
-
-
 # seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
 REPLY_TIMEOUT = max(90.0, scaled_timeout(30.0))
 
@@ -153,7 +141,7 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     the node out, pads it, sets the new node up from the old one's checkpoint; the run ends."""
     from fedstream.deploy.local import write_app
 
-    data = write_mnist(tmp_path / "data", n=200)  # one epoch of 10 steps
+    data = write_learnable_mnist_splits(tmp_path / "data", n=200)  # one epoch of 10 steps
     values = {"data.root": str(data), "vfl.clients": 2, "data.train_rows": 200, "data.test_rows": 100,
               "train.epochs": 1, "train.batch_size": 20, "model.hidden": 16, "model.embedding": 8,
               "optimizer.lr": 0.1, "seed": 0}
