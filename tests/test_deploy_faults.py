@@ -30,11 +30,10 @@ from tests.helpers.crashing import (
     wait_for,
 )
 from tests.helpers.data import write_learnable_mnist
-from tests.helpers.flower import needs_flower
+from tests.helpers.flower import flower_app, needs_flower
 from tests.helpers.models import assert_same_models
 from tests.helpers.ovfl_deploy import (
     CrashAtRound30,
-    as_set,
     link_for,
     load_models,
     loopback_run,
@@ -150,11 +149,8 @@ REPLY_TIMEOUT = scaled_timeout(30.0)  # an idle 2-core machine takes up to ~20 s
 
 def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
     """A local deployment of 2 SuperNodes; ``fault(deployment, ended)`` runs in a thread during the run."""
-    from fedstream.deploy.local import write_app
-
     out = tmp_path / "out"
-    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out),
-                                       "reply-timeout": REPLY_TIMEOUT})
+    app = flower_app(tmp_path / "app", "", values, out, reply_timeout=REPLY_TIMEOUT)
     result, log = run_with_fault(tmp_path / "deployment", app, fault, timeout=scaled_timeout(900))
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     return json.loads((out / "summary.json").read_text())
@@ -230,15 +226,13 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     ``resume=true``: the server continues from its checkpoint, each node from its state of that
     boundary, and the run ends with the uninterrupted run's models and bytes (that of the deployment's
     code over a loopback link: with B = 5 it is not the simulator's), no fault and no rejoin."""
-    from fedstream.deploy.local import write_app
     from fedstream.errors import FedstreamError
     from fedstream.runs.checkpoint import load_checkpoint
 
     values = overrides(write_learnable_mnist(tmp_path / "data"), 40) | {"network.batch": 5,
                                                                         "checkpoint.every": 20}
     out = tmp_path / "out"
-    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
-                                       "reply-timeout": REPLY_TIMEOUT})
+    app = flower_app(tmp_path / "app", "", values, out, audit=True, reply_timeout=REPLY_TIMEOUT)
 
     def checkpointed() -> int:
         try:

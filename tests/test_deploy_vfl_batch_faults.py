@@ -23,7 +23,7 @@ from fedstream.vfl.deploy.data import load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
 from tests.helpers.crashing import CrashOnce, fault_logged, run_with_fault, scaled_timeout, wait_for
 from tests.helpers.data import write_learnable_mnist_splits
-from tests.helpers.flower import needs_flower
+from tests.helpers.flower import flower_app, needs_flower
 from tests.helpers.vfl_deploy import COMPRESSED, deploy_vfl, vfl_link, vfl_tiny_config
 
 
@@ -139,22 +139,12 @@ def _node_step(cache: Path, index: int) -> int:
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, sets the new node up from the old one's checkpoint; the run ends."""
-    from fedstream.deploy.local import write_app
-
     data = write_learnable_mnist_splits(tmp_path / "data", n=200)  # one epoch of 10 steps
     values = {"data.root": str(data), "vfl.clients": 2, "data.train_rows": 200, "data.test_rows": 100,
               "train.epochs": 1, "train.batch_size": 20, "model.hidden": 16, "model.embedding": 8,
               "optimizer.lr": 0.1, "seed": 0}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
-    app = write_app(
-        tmp_path / "app",
-        {
-            "config": "vfl-mnist",
-            "set": " ".join(f"{k}={v}" for k, v in values.items()),
-            "out": str(out),
-            "reply-timeout": REPLY_TIMEOUT,
-        },
-    )
+    app = flower_app(tmp_path / "app", "vfl-mnist", values, out, reply_timeout=REPLY_TIMEOUT)
 
     def crash(deployment, ended):
         wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
