@@ -16,10 +16,10 @@ import numpy as np
 
 from fedstream.chfl.checkpoint import (
     RunFolder,
-    arrays_to_tensors,
     ledger_state,
     load_ledger,
-    tensors_to_arrays,
+    load_server,
+    server_state,
 )
 from fedstream.chfl.cohort import Cohort
 from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
@@ -144,9 +144,7 @@ class BatchRun:
             "elapsed": self.elapsed + time.perf_counter() - self.started,
         }
         if mid_federation:
-            server = self.server
-            state["server"] = None if server is None else {
-                "round": server.round, "tensors": arrays_to_tensors(server.state)}
+            state["server"] = server_state(self.server)
         self.folder.save(state)
 
     def _load(self, state: dict) -> None:
@@ -160,6 +158,5 @@ class BatchRun:
 
     def _load_federation(self, state: dict) -> None:
         if self.server is not None:
-            self.server.state = tensors_to_arrays(state["server"]["tensors"])
-            self.server.round = int(state["server"]["round"])
+            load_server(self.server, state["server"])
         self.cohort.load_federation(state)

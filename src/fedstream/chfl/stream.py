@@ -38,10 +38,10 @@ import torch
 
 from fedstream.chfl.checkpoint import (
     RunFolder,
-    arrays_to_tensors,
     ledger_state,
     load_ledger,
-    tensors_to_arrays,
+    load_server,
+    server_state,
 )
 from fedstream.chfl.client import Client, ClientData, View, make_heads
 from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
@@ -494,9 +494,8 @@ class StreamRun:
 
     def state(self) -> dict:
         """Everything after tick ``tick - 1`` (a checkpoint), with the cohort's part."""
-        server = None if self.server is None else {"round": self.server.round,
-                                                   "tensors": arrays_to_tensors(self.server.state)}
-        return {"tick": self.tick, "server": server, "correct": torch.from_numpy(self.correct.copy()),
+        return {"tick": self.tick, "server": server_state(self.server),
+                "correct": torch.from_numpy(self.correct.copy()),
                 "seen": torch.from_numpy(self.seen.astype(np.uint8)), "need": sorted(self.need),
                 "carried": list(self.carried), "ledger": ledger_state(self.cohort.ledger),
                 "predicted": torch.from_numpy(self.predicted.copy()),
@@ -507,8 +506,7 @@ class StreamRun:
     def _load(self, v: dict) -> None:
         self.tick, self.elapsed = int(v["tick"]), float(v["elapsed"])
         if self.server is not None:
-            self.server.state = tensors_to_arrays(v["server"]["tensors"])
-            self.server.round = int(v["server"]["round"])
+            load_server(self.server, v["server"])
         self.correct = v["correct"].numpy().copy()
         if "seen" in v:
             self.seen = v["seen"].numpy().astype(bool)
