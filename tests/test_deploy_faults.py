@@ -23,6 +23,7 @@ from fedstream.ovfl.deploy.parties import server_stream
 from tests.helpers.crashing import (
     crash_then_load,
     fault_logged,
+    kill_then_replace,
     run_resumed,
     run_with_fault,
     scaled_timeout,
@@ -164,16 +165,9 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     values = overrides(write_learnable_mnist(tmp_path / "data"), 60) | {"network.batch": 5,
                                                                           "network.max_missed": 1.0}
     cache = tmp_path / "deployment" / "cache"
-
-    def crash(deployment, ended):
-        wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14", ended=ended)
-        deployment.kill_node(1)
-        # the server times it out and pads it meanwhile: the new node starts once that is logged
-        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * REPLY_TIMEOUT + 300,
-                 "the server to record client 1's fault", ended=ended)
-        deployment.start_node(1)
-
-    s = _deployed_run(tmp_path, values, crash)
+    # the server times the killed node out and pads it meanwhile: the new node starts once that is logged
+    s = _deployed_run(tmp_path, values, kill_then_replace(lambda: _node_round(cache, 1) >= 14,
+                                                           "client 1 to reach round 14", REPLY_TIMEOUT))
     assert s["rounds"] == 60
     assert any(f["client"] == 1 for f in s["faults"]) and s["missed_events"][1] > 0
     (rejoin,) = s["rejoins"]

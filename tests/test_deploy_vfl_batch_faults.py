@@ -21,7 +21,7 @@ from fedstream.deploy.records import ROUND
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.vfl.deploy.data import load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
-from tests.helpers.crashing import CrashOnce, fault_logged, run_with_fault, scaled_timeout, wait_for
+from tests.helpers.crashing import CrashOnce, kill_then_replace, run_with_fault, scaled_timeout
 from tests.helpers.data import write_learnable_mnist_splits
 from tests.helpers.flower import flower_app, needs_flower
 from tests.helpers.vfl_deploy import COMPRESSED, deploy_vfl, vfl_link, vfl_tiny_config
@@ -145,15 +145,7 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
               "optimizer.lr": 0.1, "seed": 0}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
     app = flower_app(tmp_path / "app", "vfl-mnist", values, out, reply_timeout=REPLY_TIMEOUT)
-
-    def crash(deployment, ended):
-        wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
-        deployment.kill_node(1)
-        # the new node takes client 1's place once the server has timed the old node out
-        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * REPLY_TIMEOUT + 300,
-                 "the server to record client 1's fault", ended=ended)
-        deployment.start_node(1)
-
+    crash = kill_then_replace(lambda: _node_step(cache, 1) >= 2, "client 1 reaching step 2", REPLY_TIMEOUT)
     result, log = run_with_fault(tmp_path / "deployment", app, crash, timeout=scaled_timeout(1200))
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())
