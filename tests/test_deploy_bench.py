@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -14,8 +15,9 @@ from fedstream.bench.network import _row, bench_network, format_network_bench
 from fedstream.bench.relay import RelayProcess, TcpRelay, TokenBucket
 
 
-def echo_server(reverse: bool = True, chunk: int = 4096) -> tuple[socket.socket, int]:
-    """A loopback server that sends back what it receives, each chunk reversed (or as it came)."""
+def loopback_server(handle: Callable[[socket.socket], None]) -> tuple[socket.socket, int]:
+    """A server on a free port of 127.0.0.1 that hands each connection it accepts, one after another,
+    to ``handle`` (in a thread of its own, until the server is closed); the server and its port."""
     server = socket.create_server(("127.0.0.1", 0))
 
     def serve():
@@ -25,11 +27,19 @@ def echo_server(reverse: bool = True, chunk: int = 4096) -> tuple[socket.socket,
             except OSError:
                 return
             with conn:
-                while data := conn.recv(chunk):
-                    conn.sendall(data[::-1] if reverse else data)
+                handle(conn)
 
     threading.Thread(target=serve, daemon=True).start()
     return server, server.getsockname()[1]
+
+
+def echo_server(reverse: bool = True, chunk: int = 4096) -> tuple[socket.socket, int]:
+    """A loopback server that sends back what it receives, each chunk reversed (or as it came)."""
+    def echo(conn: socket.socket) -> None:
+        while data := conn.recv(chunk):
+            conn.sendall(data[::-1] if reverse else data)
+
+    return loopback_server(echo)
 
 
 def test_the_relay_forwards_bytes_unchanged_and_counts_both_directions():
@@ -79,22 +89,14 @@ def test_bench_arguments_are_checked(tmp_path):
 # -- the wide-area relay (fedstream bench network --rtt-ms R --mbit BW) ---------------------------------
 def sink_server() -> tuple[socket.socket, int, list]:
     """A server that reads everything, records (time, bytes) of each read, then echoes a 1-byte ack."""
-    server = socket.create_server(("127.0.0.1", 0))
     reads: list = []
 
-    def serve():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                while data := conn.recv(65536):
-                    reads.append((time.perf_counter(), data))
-                conn.sendall(b"!")
+    def sink(conn: socket.socket) -> None:
+        while data := conn.recv(65536):
+            reads.append((time.perf_counter(), data))
+        conn.sendall(b"!")
 
-    threading.Thread(target=serve, daemon=True).start()
-    return server, server.getsockname()[1], reads
+    return *loopback_server(sink), reads
 
 
 def plain_echo_server() -> tuple[socket.socket, int]:

@@ -37,7 +37,7 @@ from tests.helpers.chfl_deploy import (
     simulate_chfl,
 )
 from tests.helpers.crashing import scaled_timeout
-from tests.helpers.flower import simulated_summary
+from tests.helpers.flower import flower_app, simulated_summary
 from tests.helpers.links import spoiling
 
 
@@ -276,15 +276,12 @@ def test_real_local_flower_deployment_equals_the_simulator(covertype_root, simul
     """SuperLink + 3 SuperNodes as subprocesses on 127.0.0.1, ``flwr run`` (a fresh ClientApp
     process per message: 5 requests per node, about 2.5 minutes here)."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import LocalDeployment
 
     config, want, want_common = simulated
     out = tmp_path / "out"
-    sets = " ".join(f"{k}={v}" for k, v in (CHFL_TINY | {"data.root": str(covertype_root)}).items())
-    app = write_app(
-        tmp_path / "app", {"config": "chfl-covertype", "set": sets, "out": str(out), "audit": True,
-                            "reply-timeout": scaled_timeout(120.0)}
-    )
+    app = flower_app(tmp_path / "app", "chfl-covertype", CHFL_TINY | {"data.root": str(covertype_root)}, out,
+                     audit=True, reply_timeout=scaled_timeout(120.0))
     with LocalDeployment(config["chfl.clients"], tmp_path / "deployment") as deployment:
         result = deployment.run(app, timeout=scaled_timeout(900))
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")

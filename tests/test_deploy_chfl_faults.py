@@ -38,6 +38,7 @@ from tests.helpers.crashing import (
     stop_when,
     wait_for,
 )
+from tests.helpers.flower import flower_app
 from tests.helpers.links import spoiling
 
 
@@ -178,20 +179,10 @@ def test_a_killed_supernode_rejoins_from_its_checkpoint(covertype_root, tmp_path
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times the
     node out and goes on with client 0, then sets the new node up from the old one's checkpoint."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.local import write_app
-
     values = CHFL_TINY | {"data.root": str(covertype_root), "chfl.clients": 2, "chfl.rounds": 6,
                           "chfl.lrs": "0.01"}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
-    app = write_app(
-        tmp_path / "app",
-        {
-            "config": "chfl-covertype",
-            "set": " ".join(f"{k}={v}" for k, v in values.items()),
-            "out": str(out),
-            "reply-timeout": REPLY_TIMEOUT,
-        },
-    )
+    app = flower_app(tmp_path / "app", "chfl-covertype", values, out, reply_timeout=REPLY_TIMEOUT)
 
     def crash(deployment, ended) -> None:
         wait_for(lambda: _node_position(cache, 1) >= (0, 1), scaled_timeout(600), "client 1 to play round 1",
@@ -227,23 +218,13 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(covertype_root,
     has checkpointed the first federation's end; start a new one on the same cache folders and run
     again with ``resume=true``: the result is the simulator's, with no fault and no rejoin."""
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
-    from fedstream.deploy.local import write_app
-
     values = CHFL_TINY | {"data.root": str(covertype_root), "chfl.clients": 2, "chfl.rounds": 2,
                           "chfl.lrs": "0.01,0.003"}
     want, _ = simulate_chfl(
         chfl_tiny_config(covertype_root, **{k: v for k, v in values.items() if k != "data.root"})
     )
     out = tmp_path / "out"
-    app = write_app(
-        tmp_path / "app",
-        {
-            "config": "chfl-covertype",
-            "set": " ".join(f"{k}={v}" for k, v in values.items()),
-            "out": str(out),
-            "reply-timeout": REPLY_TIMEOUT,
-        },
-    )
+    app = flower_app(tmp_path / "app", "chfl-covertype", values, out, reply_timeout=REPLY_TIMEOUT)
 
     def position() -> tuple[int, int]:
         try:

@@ -45,12 +45,11 @@ from fedstream.transport.messages import Gradient, Query
 from fedstream.transport.wire import FRAME_SIZE
 from tests.helpers.crashing import crash_then_load, scaled_timeout
 from tests.helpers.data import write_learnable_mnist
-from tests.helpers.flower import needs_flower, run_simulation
+from tests.helpers.flower import as_set, needs_flower, run_simulation
 from tests.helpers.links import spoiling
 from tests.helpers.models import assert_same_models
 from tests.helpers.ovfl_deploy import (
     CrashAtRound30,
-    as_set,
     assert_same_as_simulator,
     link_for,
     load_models,

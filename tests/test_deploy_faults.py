@@ -23,6 +23,7 @@ from fedstream.ovfl.deploy.parties import server_stream
 from tests.helpers.crashing import (
     crash_then_load,
     fault_logged,
+    kill_then_replace,
     run_resumed,
     run_with_fault,
     scaled_timeout,
@@ -30,11 +31,10 @@ from tests.helpers.crashing import (
     wait_for,
 )
 from tests.helpers.data import write_learnable_mnist
-from tests.helpers.flower import needs_flower
+from tests.helpers.flower import flower_app, needs_flower
 from tests.helpers.models import assert_same_models
 from tests.helpers.ovfl_deploy import (
     CrashAtRound30,
-    as_set,
     link_for,
     load_models,
     loopback_run,
@@ -150,11 +150,8 @@ REPLY_TIMEOUT = scaled_timeout(30.0)  # an idle 2-core machine takes up to ~20 s
 
 def _deployed_run(tmp_path: Path, values: dict, fault) -> dict:
     """A local deployment of 2 SuperNodes; ``fault(deployment, ended)`` runs in a thread during the run."""
-    from fedstream.deploy.local import write_app
-
     out = tmp_path / "out"
-    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out),
-                                       "reply-timeout": REPLY_TIMEOUT})
+    app = flower_app(tmp_path / "app", "", values, out, reply_timeout=REPLY_TIMEOUT)
     result, log = run_with_fault(tmp_path / "deployment", app, fault, timeout=scaled_timeout(900))
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     return json.loads((out / "summary.json").read_text())
@@ -168,16 +165,9 @@ def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     values = overrides(write_learnable_mnist(tmp_path / "data"), 60) | {"network.batch": 5,
                                                                           "network.max_missed": 1.0}
     cache = tmp_path / "deployment" / "cache"
-
-    def crash(deployment, ended):
-        wait_for(lambda: _node_round(cache, 1) >= 14, 600, "client 1 to reach round 14", ended=ended)
-        deployment.kill_node(1)
-        # the server times it out and pads it meanwhile: the new node starts once that is logged
-        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * REPLY_TIMEOUT + 300,
-                 "the server to record client 1's fault", ended=ended)
-        deployment.start_node(1)
-
-    s = _deployed_run(tmp_path, values, crash)
+    # the server times the killed node out and pads it meanwhile: the new node starts once that is logged
+    s = _deployed_run(tmp_path, values, kill_then_replace(lambda: _node_round(cache, 1) >= 14,
+                                                           "client 1 to reach round 14", REPLY_TIMEOUT))
     assert s["rounds"] == 60
     assert any(f["client"] == 1 for f in s["faults"]) and s["missed_events"][1] > 0
     (rejoin,) = s["rejoins"]
@@ -230,15 +220,13 @@ def test_a_killed_deployment_resumes_from_the_servers_checkpoint(tmp_path):
     ``resume=true``: the server continues from its checkpoint, each node from its state of that
     boundary, and the run ends with the uninterrupted run's models and bytes (that of the deployment's
     code over a loopback link: with B = 5 it is not the simulator's), no fault and no rejoin."""
-    from fedstream.deploy.local import write_app
     from fedstream.errors import FedstreamError
     from fedstream.runs.checkpoint import load_checkpoint
 
     values = overrides(write_learnable_mnist(tmp_path / "data"), 40) | {"network.batch": 5,
                                                                         "checkpoint.every": 20}
     out = tmp_path / "out"
-    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
-                                       "reply-timeout": REPLY_TIMEOUT})
+    app = flower_app(tmp_path / "app", "", values, out, audit=True, reply_timeout=REPLY_TIMEOUT)
 
     def checkpointed() -> int:
         try:

@@ -37,10 +37,9 @@ from fedstream.ovfl.engine import OnlineVFL
 from fedstream.transport import encode
 from tests.helpers.crashing import scaled_timeout
 from tests.helpers.data import write_learnable_mnist
-from tests.helpers.flower import needs_flower, run_simulation
+from tests.helpers.flower import as_set, flower_app, needs_flower, run_simulation
 from tests.helpers.models import assert_same_models
 from tests.helpers.ovfl_deploy import (
-    as_set,
     assert_same_as_simulator,
     load_models,
     loopback_run,
@@ -199,12 +198,11 @@ def test_real_local_flower_deployment_equals_the_simulator(tmp_path):
     pushed and queried embeddings, a gradient riding on the next round's request and one on the
     final request.
     """
-    from fedstream.deploy.local import LocalDeployment, write_app
+    from fedstream.deploy.local import LocalDeployment
 
     root, out = write_learnable_mnist(tmp_path / "data"), tmp_path / "out"
     values = overrides(root, 2, seed=2)
-    app = write_app(tmp_path / "app", {"config": "", "set": as_set(values), "out": str(out), "audit": True,
-                                       "reply-timeout": scaled_timeout(120.0)})
+    app = flower_app(tmp_path / "app", "", values, out, audit=True, reply_timeout=scaled_timeout(120.0))
     with LocalDeployment(2, tmp_path / "deployment") as deployment:
         result = deployment.run(app, timeout=scaled_timeout(600))
     log = (tmp_path / "deployment" / "flwr-run.log").read_text(errors="replace")

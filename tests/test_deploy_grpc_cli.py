@@ -60,7 +60,7 @@ def test_deploy_local_over_grpc_passes_a_data_root_with_spaces_whole(monkeypatch
     root = tmp_path / "my data"
     root.mkdir()
     got = {}
-    monkeypatch.setattr(command, "_local_grpc", lambda args, source, sets, tls: got.update(sets=sets))
+    monkeypatch.setattr(command, "_local_grpc", lambda args, config, sets, tls: got.update(sets=sets))
     argv = ["deploy", "local", "ovfl-imnist", "--set", f"data.root={root}", "--set", "rounds=10",
             "--out", str(tmp_path / "out")]
     with pytest.raises(Exception, match="summary"):  # the stand-in ran no server, so no summary

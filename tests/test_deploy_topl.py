@@ -40,12 +40,11 @@ from fedstream.transport import encode
 from fedstream.transport.codec import HEADER
 from fedstream.transport.messages import Gradient, Query
 from tests.helpers.crashing import crash_then_load
-from tests.helpers.flower import needs_flower, run_isolated
+from tests.helpers.flower import as_set, needs_flower, run_isolated
 from tests.helpers.links import RecordingLink, spoiling
 from tests.helpers.models import assert_same_models
 from tests.helpers.ovfl_deploy import (
     SMALL_CHUNK,
-    as_set,
     assert_same_as_simulator,
     link_for,
     load_models,

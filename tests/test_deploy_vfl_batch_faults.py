@@ -21,9 +21,9 @@ from fedstream.deploy.records import ROUND
 from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.vfl.deploy.data import load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
-from tests.helpers.crashing import CrashOnce, fault_logged, run_with_fault, scaled_timeout, wait_for
-from tests.helpers.data import write_idx_split
-from tests.helpers.flower import needs_flower
+from tests.helpers.crashing import CrashOnce, kill_then_replace, run_with_fault, scaled_timeout
+from tests.helpers.data import write_learnable_mnist_splits
+from tests.helpers.flower import flower_app, needs_flower
 from tests.helpers.vfl_deploy import COMPRESSED, deploy_vfl, vfl_link, vfl_tiny_config
 
 
@@ -117,18 +117,6 @@ def test_a_node_back_at_an_older_step_gets_no_stale_gradient(data_root, tmp_path
 
 
 # -- real processes -------------------------------------------------------------------------------
-def write_mnist(folder: Path, n: int = 400, n_test: int = 100, seed: int = 0) -> Path:
-    """A small learnable MNIST in IDX files (class prototypes plus noise), train and test, under
-    folder/mnist."""
-    rng = np.random.default_rng(seed)
-    proto = rng.integers(0, 256, (10, 28, 28))
-    for stem, rows in (("train", n), ("t10k", n_test)):
-        y = rng.integers(0, 10, rows).astype(np.uint8)
-        images = np.clip(proto[y] + rng.normal(0, 40, (rows, 28, 28)), 0, 255).astype(np.uint8)
-        write_idx_split(folder / "mnist", images, y, stem=stem)
-    return folder
-
-
 # seconds; a 2-core machine busy with other Flower runs took over 30 s for a healthy request
 REPLY_TIMEOUT = max(90.0, scaled_timeout(30.0))
 
@@ -151,31 +139,13 @@ def _node_step(cache: Path, index: int) -> int:
 def test_a_killed_supernode_is_padded_and_rejoins_from_its_checkpoint(tmp_path):
     """SIGKILL client 1's SuperNode (and its ClientApp) mid-run, start a new one: the server times
     the node out, pads it, sets the new node up from the old one's checkpoint; the run ends."""
-    from fedstream.deploy.local import write_app
-
-    data = write_mnist(tmp_path / "data", n=200)  # one epoch of 10 steps
+    data = write_learnable_mnist_splits(tmp_path / "data", n=200)  # one epoch of 10 steps
     values = {"data.root": str(data), "vfl.clients": 2, "data.train_rows": 200, "data.test_rows": 100,
               "train.epochs": 1, "train.batch_size": 20, "model.hidden": 16, "model.embedding": 8,
               "optimizer.lr": 0.1, "seed": 0}
     out, cache = tmp_path / "out", tmp_path / "deployment" / "cache"
-    app = write_app(
-        tmp_path / "app",
-        {
-            "config": "vfl-mnist",
-            "set": " ".join(f"{k}={v}" for k, v in values.items()),
-            "out": str(out),
-            "reply-timeout": REPLY_TIMEOUT,
-        },
-    )
-
-    def crash(deployment, ended):
-        wait_for(lambda: _node_step(cache, 1) >= 2, 600, "client 1 reaching step 2", ended=ended)
-        deployment.kill_node(1)
-        # the new node takes client 1's place once the server has timed the old node out
-        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * REPLY_TIMEOUT + 300,
-                 "the server to record client 1's fault", ended=ended)
-        deployment.start_node(1)
-
+    app = flower_app(tmp_path / "app", "vfl-mnist", values, out, reply_timeout=REPLY_TIMEOUT)
+    crash = kill_then_replace(lambda: _node_step(cache, 1) >= 2, "client 1 reaching step 2", REPLY_TIMEOUT)
     result, log = run_with_fault(tmp_path / "deployment", app, crash, timeout=scaled_timeout(1200))
     assert result.returncode == 0 and (out / "summary.json").exists(), log[-4000:]
     s = json.loads((out / "summary.json").read_text())

@@ -329,10 +329,12 @@ def test_deploy_app_takes_resume_for_batch_vfl(data_root, tmp_path):
     settings."""
     from fedstream.cli import build_parser
     from fedstream.cli.deploy import _settings
+    from fedstream.config import load_config
 
     args = build_parser().parse_args(["deploy", "app", str(tmp_path / "app"), "vfl-mnist", "--set",
                                       f"data.root={data_root}", "--out", str(tmp_path / "out"), "--resume"])
-    settings, config = _settings(args, args.out)
+    config = load_config(args.config, args.sets)
+    settings = _settings(args, config, args.out)
     assert (
         settings["resume"] is True
         and config["task"] == "vfl"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from fedstream.cli import main
@@ -19,7 +18,7 @@ from fedstream.experiments.definition import load_experiment, parse_experiment
 from fedstream.experiments.frontier import Comparison, best, compare, pareto
 from fedstream.experiments.report import Run, write_report
 from fedstream.experiments.runner import run_experiment
-from tests.helpers.data import write_idx_split
+from tests.helpers.data import write_learnable_mnist_splits
 
 BASE = load_config("vfl-mnist")
 REFERENCE = {"compression.up": "none", "compression.down": "none"}
@@ -147,14 +146,7 @@ def test_the_shipped_best_preset_is_the_configuration_the_best_experiment_measur
 @pytest.fixture(scope="module")
 def vfl_root(tmp_path_factory):
     """A small learnable MNIST, train (300 images) and test (100), for batch VFL runs of a second."""
-    root = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    proto = rng.integers(0, 256, (10, 28, 28))
-    for stem, rows in (("train", 300), ("t10k", 100)):
-        y = rng.integers(0, 10, rows).astype(np.uint8)
-        images = np.clip(proto[y] + rng.normal(0, 60, (rows, 28, 28)), 0, 255).astype(np.uint8)
-        write_idx_split(root / "mnist", images, y, stem=stem)
-    return root
+    return write_learnable_mnist_splits(tmp_path_factory.mktemp("data"), 300, noise=60)
 
 
 def _write(tmp_path, raw: dict):

@@ -13,7 +13,7 @@ from fedstream.vfl.data import load_vertical
 from fedstream.vfl.deploy.data import batch_settings
 from fedstream.vfl.trainer import build_parties
 from tests.helpers import own_models
-from tests.helpers.data import write_idx_split
+from tests.helpers.data import write_learnable_mnist_splits
 from tests.helpers.vfl_deploy import ATOL, assert_same_run, deploy_vfl, deployed_models, simulate_vfl
 
 CNN = "tests.helpers.own_models:strip_cnn"
@@ -26,14 +26,7 @@ TINY = {"vfl.clients": 2, "data.train_rows": 200, "data.test_rows": 100, "train.
 @pytest.fixture(scope="module")
 def mnist_root(tmp_path_factory):
     """A small learnable MNIST, both splits (class prototypes plus noise): 300 training, 100 test images."""
-    root = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    proto = rng.integers(0, 256, (10, 28, 28))
-    for stem, n in (("train", 300), ("t10k", 100)):
-        y = rng.integers(0, 10, n).astype(np.uint8)
-        images = np.clip(proto[y] + rng.normal(0, 40, (n, 28, 28)), 0, 255).astype(np.uint8)
-        write_idx_split(root / "mnist", images, y, stem=stem)
-    return root
+    return write_learnable_mnist_splits(tmp_path_factory.mktemp("data"), 300)
 
 
 def tiny(root, **extra):

@@ -103,6 +103,20 @@ def stop_when(condition: Callable[[], bool], what: str) -> Callable:
     return stop
 
 
+def kill_then_replace(reached: Callable[[], bool], what: str, reply_timeout: float) -> Callable:
+    """A fault for :func:`run_with_fault`: once ``reached()`` (``what`` names it if it never does),
+    SIGKILL client 1's SuperNode (and its ClientApp); the server times it out meanwhile (its
+    ``reply_timeout``), and once it has recorded client 1's fault a new node takes client 1's place."""
+    def crash(deployment, ended) -> None:
+        wait_for(reached, 600, what, ended=ended)
+        deployment.kill_node(1)
+        wait_for(fault_logged(deployment.workdir / "flwr-run.log", 1), 4 * reply_timeout + 300,
+                 "the server to record client 1's fault", ended=ended)
+        deployment.start_node(1)
+
+    return crash
+
+
 def run_resumed(workdir: Path, app: Path, *, nodes: int = 2,
                 timeout: float = 900) -> tuple[subprocess.CompletedProcess, str]:
     """Run ``app`` again with ``resume=true`` on a new local deployment over ``workdir``'s cache

@@ -81,6 +81,19 @@ def write_learnable_mnist(root: Path, n: int = 400, *, classes: int = 10, noise:
     return root
 
 
+def write_learnable_mnist_splits(root: Path, n: int = 400, n_test: int = 100, *, noise: float = 40,
+                                 seed: int = 0) -> Path:
+    """A small learnable MNIST under root/mnist, train (``n`` images) and test (``n_test``), both drawn
+    from the same 10 class prototypes plus noise; returns root."""
+    rng = np.random.default_rng(seed)
+    proto = rng.integers(0, 256, (10, 28, 28))
+    for stem, rows in (("train", n), ("t10k", n_test)):
+        y = rng.integers(0, 10, rows).astype(np.uint8)
+        images = np.clip(proto[y] + rng.normal(0, noise, (rows, 28, 28)), 0, 255).astype(np.uint8)
+        write_idx_split(root / "mnist", images, y, stem=stem)
+    return root
+
+
 # -- tables ----------------------------------------------------------------------------------------
 def uci_text(X: np.ndarray, y: np.ndarray) -> str:
     """UCI HIGGS/SUSY style: label then features, 1.000000000000000000e+00,8.69...e-01,..."""

@@ -66,6 +66,22 @@ def run_simulation(config: str, sets: str, out: Path, nodes: int, *, timeout: fl
     return run_isolated(script, timeout, cwd)
 
 
+def as_set(values: dict) -> str:
+    """``values`` as the space-separated ``key=value`` of a ServerApp's ``set``."""
+    return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+def flower_app(folder: Path, config: str, values: dict, out: Path, *, reply_timeout: float,
+               audit: bool = False) -> Path:
+    """A Flower app folder (``fedstream.deploy.local.write_app``) whose ServerApp runs ``config`` (a
+    preset; "": the defaults) with the overrides ``values``, writing to ``out``."""
+    from fedstream.deploy.local import write_app
+
+    audited = {"audit": True} if audit else {}
+    return write_app(folder, {"config": config, "set": as_set(values), "out": str(out), **audited,
+                              "reply-timeout": reply_timeout})
+
+
 def simulated_summary(
     config: str, values: dict, nodes: int, *, timeout: float, tmp_path: Path
 ) -> tuple[dict, Path]:
@@ -74,8 +90,7 @@ def simulated_summary(
     pytest.importorskip("flwr", reason="Flower is the optional extra: pip install 'fedstream[flower]'")
     pytest.importorskip("ray", reason="Flower's simulation runtime runs ClientApps on Ray")
     out = tmp_path / "out"
-    sets = " ".join(f"{k}={v}" for k, v in values.items())
-    result = run_simulation(config, sets, out, nodes, timeout=timeout, cwd=tmp_path)
+    result = run_simulation(config, as_set(values), out, nodes, timeout=timeout, cwd=tmp_path)
     assert (out / "summary.json").exists(), result.stdout[-3000:]
     got = json.loads((out / "summary.json").read_text())
     assert got["faults"] == []

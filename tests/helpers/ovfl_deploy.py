@@ -47,11 +47,6 @@ def topl_config(root: Path, rounds: int, **more) -> dict:
         "activation.window": 40, "activation.padding": "mean"} | more)
 
 
-def as_set(values: dict) -> str:
-    """``values`` as the space-separated ``key=value`` of a ServerApp's ``set``."""
-    return " ".join(f"{k}={v}" for k, v in values.items())
-
-
 # -- the simulator -------------------------------------------------------------------------------
 class RecordingTransport:
     """Wraps the simulator's transport; records (direction, client, bytes) of every message as its

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.settings import CONFIG_KEYS
 from fedstream.runs.batch import CHECKPOINT
 from fedstream.runs.checkpoint import CheckpointError
@@ -194,3 +195,14 @@ def arrays_to_tensors(arrays: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def tensors_to_arrays(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     return {k: v.numpy().copy() for k, v in tensors.items()}
+
+
+def server_state(server: FedAvgServer | None) -> dict[str, Any] | None:
+    """The FedAvg server's part of a checkpoint: its round and θ (None: a run without one, Local)."""
+    return None if server is None else {"round": server.round, "tensors": arrays_to_tensors(server.state)}
+
+
+def load_server(server: FedAvgServer, state: Mapping[str, Any]) -> None:
+    """Restore :func:`server_state`'s ``state`` into ``server``."""
+    server.state = tensors_to_arrays(state["tensors"])
+    server.round = int(state["round"])

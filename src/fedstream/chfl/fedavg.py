@@ -74,6 +74,18 @@ class FedAvgServer:
         self.round += 1
 
 
+def carry_over_or_stop(server: FedAvgServer, carried: list, this: object, before: object, *, only: bool,
+                       error: str) -> None:
+    """A round that brought no client's update (every node of a deployed run failed it, each one's
+    fault): θ carries over (:meth:`FedAvgServer.carry_over`) and ``this`` round is recorded in
+    ``carried``. Once is a lost reply; when the round ``before`` it was carried over too, or it is the
+    run's ``only`` one, the run cannot learn: ProtocolError(``error``)."""
+    if before in carried or only:
+        raise ProtocolError(error)
+    server.carry_over()
+    carried.append(this)
+
+
 def proximal_term(module: torch.nn.Module, anchor: Mapping[str, torch.Tensor], rho: float) -> torch.Tensor:
     """FedProx's (ρ/2) Σ ||w - w^t||² over the module's parameters, w^t the received global ones."""
     total = torch.zeros(())

@@ -16,17 +16,16 @@ import numpy as np
 
 from fedstream.chfl.checkpoint import (
     RunFolder,
-    arrays_to_tensors,
     ledger_state,
     load_ledger,
-    tensors_to_arrays,
+    load_server,
+    server_state,
 )
 from fedstream.chfl.cohort import Cohort
-from fedstream.chfl.fedavg import FedAvgServer
+from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, Progress, initial_column
 from fedstream.chfl.selection import summarize
-from fedstream.errors import ProtocolError
 from fedstream.transport.ledger import ByteLedger
 
 
@@ -121,15 +120,14 @@ class BatchRun:
                 self._checkpoint(mid_federation=True)
 
     def _carry_over(self, t: int) -> None:
-        """Round ``t`` brought no client's update (every node of a deployed run failed it, each one's
-        fault): θ^{t+1} = θ^t, recorded in :attr:`carried`. Once is a lost reply; a second round in a
-        row, or the only round of a federation, is a run that cannot learn: ProtocolError."""
-        if [self.lr_index, t - 1] in self.carried or self.plan.settings.rounds == 1:
-            before = f", nor in round {t - 1}" if t else ""
-            raise ProtocolError(f"federation {self.lr_index}, round {t}: no client sent a valid model "
-                                f"update{before}: the run cannot go on (the clients' faults say why)")
-        self.server.carry_over()
-        self.carried.append([self.lr_index, t])
+        """Round ``t`` brought no client's update: θ^{t+1} = θ^t, recorded in :attr:`carried`; a
+        second round in a row, or the only round of a federation: ProtocolError
+        (:func:`~fedstream.chfl.fedavg.carry_over_or_stop`)."""
+        before = f", nor in round {t - 1}" if t else ""
+        carry_over_or_stop(self.server, self.carried, [self.lr_index, t], [self.lr_index, t - 1],
+                           only=self.plan.settings.rounds == 1,
+                           error=f"federation {self.lr_index}, round {t}: no client sent a valid model "
+                                 f"update{before}: the run cannot go on (the clients' faults say why)")
 
     def test_choices(self, variants: dict[str, Callable[[str], bool]]) -> dict[str, dict]:
         """Each variant's per-client choice, scored on the test rows from its snapshot."""
@@ -146,9 +144,7 @@ class BatchRun:
             "elapsed": self.elapsed + time.perf_counter() - self.started,
         }
         if mid_federation:
-            server = self.server
-            state["server"] = None if server is None else {
-                "round": server.round, "tensors": arrays_to_tensors(server.state)}
+            state["server"] = server_state(self.server)
         self.folder.save(state)
 
     def _load(self, state: dict) -> None:
@@ -162,6 +158,5 @@ class BatchRun:
 
     def _load_federation(self, state: dict) -> None:
         if self.server is not None:
-            self.server.state = tensors_to_arrays(state["server"]["tensors"])
-            self.server.round = int(state["server"]["round"])
+            load_server(self.server, state["server"])
         self.cohort.load_federation(state)

@@ -38,13 +38,13 @@ import torch
 
 from fedstream.chfl.checkpoint import (
     RunFolder,
-    arrays_to_tensors,
     ledger_state,
     load_ledger,
-    tensors_to_arrays,
+    load_server,
+    server_state,
 )
 from fedstream.chfl.client import Client, ClientData, View, make_heads
-from fedstream.chfl.fedavg import FedAvgServer
+from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
 from fedstream.chfl.models import Column, common_column, state_arrays
 from fedstream.chfl.settings import (
     METHODS,
@@ -56,7 +56,6 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
-from fedstream.errors import ProtocolError
 from fedstream.metrics.collapse import collapse_fields, count_share, most_collapsed
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.ledger import ByteLedger
@@ -269,6 +268,34 @@ def played(scores: list[TickScore], update: ModelUpdate | None) -> Played:
                   np.stack([s.labels for s in scores]), update)
 
 
+class StreamParty:
+    """One client as it plays the stream: its ticks learnt (:func:`learn_tick`) and the rows it
+    learnt since its last upload (``since``), which weigh that upload in FedAvg. The same in this
+    process (:class:`LocalStreamCohort`) and on a deployed node
+    (``fedstream.chfl.deploy.host.StreamHost``)."""
+
+    def __init__(self, client: Client, join_tick: int, batch: int):
+        self.client, self.join_tick, self.batch = client, join_tick, batch
+        self.since = 0
+
+    def learn(self, t: int) -> TickScore:
+        """Tick ``t``: predict its batch (the prequential test), then learn from it."""
+        self.since += self.batch
+        return learn_tick(self.client, t, self.join_tick, self.batch)
+
+    def upload(self) -> ModelUpdate:
+        """The client's common column, weighted by the rows learnt since the last upload (then none)."""
+        update = self.client.upload()._replace(n_samples=self.since)
+        self.since = 0
+        return update
+
+    def play(self, start: int, until: int, upload: bool) -> Played:
+        """Ticks [``start``, ``until``), then (``upload``: the segment ends in a synchronisation) the
+        upload."""
+        scores = [self.learn(t) for t in range(start, until)]
+        return played(scores, self.upload() if upload else None)
+
+
 @dataclass(frozen=True)
 class Segment:
     """Ticks [``start``, ``until``) of the active ``clients``: first ``models`` (θ for the clients that
@@ -322,36 +349,31 @@ class LocalStreamCohort:
     counted and decoded); tick by tick, as the stream arrives."""
 
     def __init__(self, clients: list[Client], join_tick: list[int], batch: int):
-        self.clients, self.join_tick, self.batch = clients, join_tick, batch
+        self.parties = [StreamParty(c, j, batch) for c, j in zip(clients, join_tick)]
         self.transport = ModelTransport(len(clients))
         self.ledger = self.transport.ledger
         self.faults: list[dict] = []
-        self.since_sync = [0] * len(clients)  # rows each client learnt since its last upload
 
     def come_back(self, t: int) -> set[int]:
         return set()
 
     def _deliver(self, models: dict[int, ModelUpdate]) -> None:
         for k, msg in models.items():
-            self.clients[k].receive(self.transport.down(msg))
+            self.parties[k].client.receive(self.transport.down(msg))
 
     def tick(self, t: int, ks: list[int]) -> list[TickScore]:
         """Every client of ``ks`` predicts its batch of tick ``t``, is scored, then learns from it."""
-        return [learn_tick(self.clients[k], t, self.join_tick[k], self.batch) for k in ks]
+        return [self.parties[k].learn(t) for k in ks]
 
     def play(self, seg: Segment) -> dict[int, Played]:
         self._deliver(seg.models)
         scores: dict[int, list[TickScore]] = {k: [] for k in seg.clients}
-        for t in range(seg.start, seg.until):
+        for t in range(seg.start, seg.until):  # tick by tick, as the stream arrives
             for k, score in zip(seg.clients, self.tick(t, seg.clients)):
                 scores[k].append(score)
         out = {}
-        for k in seg.clients:
-            self.since_sync[k] += (seg.until - seg.start) * self.batch
-            update = None
-            if seg.upload is not None:
-                update = self.transport.up(self.clients[k].upload()._replace(n_samples=self.since_sync[k]))
-                self.since_sync[k] = 0
+        for k in seg.clients:  # at a synchronisation each one's update crosses the transport
+            update = self.transport.up(self.parties[k].upload()) if seg.upload is not None else None
             out[k] = played(scores[k], update)
         return out
 
@@ -359,12 +381,13 @@ class LocalStreamCohort:
         self._deliver(models)
 
     def checkpoint_state(self) -> dict:
-        return {"clients": [c.state() for c in self.clients], "since_sync": list(self.since_sync)}
+        return {"clients": [p.client.state() for p in self.parties],
+                "since_sync": [p.since for p in self.parties]}  # rows each learnt since its last upload
 
     def load_checkpoint(self, state: Mapping) -> None:
-        for c, cs in zip(self.clients, state["clients"]):
-            c.load_state(cs)
-        self.since_sync = [int(v) for v in state["since_sync"]]
+        for p, cs, since in zip(self.parties, state["clients"], state["since_sync"]):
+            p.client.load_state(cs)
+            p.since = int(since)
 
 
 METRIC_COLUMNS = ["tick", "acc", "top_class_share"]  # top_class_share: the curve point's (share_fields)
@@ -441,15 +464,14 @@ class StreamRun:
         return dict(zip(ks, self.server.broadcast(ks))) if ks else {}
 
     def _carry_over(self, b: int) -> None:
-        """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``). Twice in
-        a row, or the run's only synchronisation: ProtocolError (the run cannot learn)."""
+        """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``); twice in
+        a row, or the run's only synchronisation: ProtocolError
+        (:func:`~fedstream.chfl.fedavg.carry_over_or_stop`)."""
         every = self.s.sync_every
-        if b - every in self.carried or self.n_ticks // every == 1:
-            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
-                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
-                                f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
-        self.server.carry_over()
-        self.carried.append(b)
+        carry_over_or_stop(self.server, self.carried, b, b - every, only=self.n_ticks // every == 1,
+                           error=f"tick {b - 1}: no client node sent a valid model update"
+                                 f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                 f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
 
     def missed(self) -> list[int]:
         """Per client, the ticks it did not play (a remote client that failed)."""
@@ -472,9 +494,8 @@ class StreamRun:
 
     def state(self) -> dict:
         """Everything after tick ``tick - 1`` (a checkpoint), with the cohort's part."""
-        server = None if self.server is None else {"round": self.server.round,
-                                                   "tensors": arrays_to_tensors(self.server.state)}
-        return {"tick": self.tick, "server": server, "correct": torch.from_numpy(self.correct.copy()),
+        return {"tick": self.tick, "server": server_state(self.server),
+                "correct": torch.from_numpy(self.correct.copy()),
                 "seen": torch.from_numpy(self.seen.astype(np.uint8)), "need": sorted(self.need),
                 "carried": list(self.carried), "ledger": ledger_state(self.cohort.ledger),
                 "predicted": torch.from_numpy(self.predicted.copy()),
@@ -485,8 +506,7 @@ class StreamRun:
     def _load(self, v: dict) -> None:
         self.tick, self.elapsed = int(v["tick"]), float(v["elapsed"])
         if self.server is not None:
-            self.server.state = tensors_to_arrays(v["server"]["tensors"])
-            self.server.round = int(v["server"]["round"])
+            load_server(self.server, v["server"])
         self.correct = v["correct"].numpy().copy()
         if "seen" in v:
             self.seen = v["seen"].numpy().astype(bool)

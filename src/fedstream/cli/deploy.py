@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from fedstream.config import load_config
+from fedstream.config.loader import parse_override
 from fedstream.data import resolve_data_root
 from fedstream.deploy.adapters import adapter_for, check_deployable, default_runtime
 from fedstream.deploy.local import LocalDeployment, write_app
@@ -83,17 +84,22 @@ def add_parsers(sub) -> None:
     )
 
 
-def _settings(args, out: Path | None, *, flower: bool = True) -> tuple[dict, dict]:
-    if flower and any(" " in s for s in args.sets):
+def _flower_sets(sets: list[str]) -> None:
+    """Flower's run config carries the ``--set`` list as one string split on spaces."""
+    if any(" " in s for s in sets):
         raise ConfigError(
-            f"--set {next(s for s in args.sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
+            f"--set {next(s for s in sets if ' ' in s)!r}: values with spaces cannot be passed to Flower"
         )
-    config = load_config(args.config, args.sets)  # reject a bad config here, not on the server's machine
+
+
+def _settings(args, config: dict, out: Path | None) -> dict:
+    """The Flower app's settings for ``config`` (loaded from ``args.config`` and ``args.sets``), once it
+    is checked deployable: a bad config is rejected here, not on the server's machine."""
     check_deployable(config)
     if args.resume and out is None:  # the folder is the server's: only deploy local can look into it
         check_out(out, args.resume, get_task(config["task"]).checkpoint_name)
     return {"config": _source(args.config), "set": " ".join(_pinned(args.sets, config)),
-            "out": str(out.resolve()) if out else "", "audit": args.audit, "resume": args.resume}, config
+            "out": str(out.resolve()) if out else "", "audit": args.audit, "resume": args.resume}
 
 
 def _source(config: str) -> str:
@@ -103,14 +109,21 @@ def _source(config: str) -> str:
 
 def _pinned(sets: list[str], config: dict) -> list[str]:
     """The ``--set`` overrides with the data root found from here pinned: the parties' processes
-    start in folders of their own (a node whose data sits elsewhere gives its own data root)."""
-    out = [s for s in sets if not s.startswith("data.root=")]
+    start in folders of their own (a node whose data sits elsewhere gives its own data root). With
+    none to pin (no folder found, none given), the overrides as they are."""
     root = resolve_data_root(config["data.root"])
     if root.is_dir():
-        out.append(f"data.root={root.resolve()}")
+        pin = f"data.root={root.resolve()}"
     elif config["data.root"]:
-        out.append(f"data.root={config['data.root']}")
-    return out
+        pin = f"data.root={config['data.root']}"
+    else:
+        return list(sets)
+    return [s for s in sets if not s.startswith("data.root=")] + [pin]
+
+
+def _as_pinned(config: dict, sets: list[str]) -> dict:
+    """``config`` with the data root that :func:`_pinned`'s ``sets`` give the parties, as they read it."""
+    return config | dict(parse_override(s) for s in sets if s.startswith("data.root="))
 
 
 def cmd_deploy(args) -> int:
@@ -134,17 +147,20 @@ def cmd_deploy(args) -> int:
         print(f"wrote {path}")
         return 0
     if args.action == "app":
-        settings, config = _settings(args, args.out)
-        folder = write_app(args.dir, settings)
+        _flower_sets(args.sets)
+        config = load_config(args.config, args.sets)
+        folder = write_app(args.dir, _settings(args, config, args.out))
         M = adapter_for(config["task"]).n_nodes(config)
         print(f"wrote {folder}; with a SuperLink and {M} SuperNodes "
               f"(--node-config \"client-index=0\" .. \"client-index={M - 1}\") running:\n"
               f"  flwr run {folder} <connection> --stream")
         return 0
-    config = load_config(args.config, args.sets)
+    config = load_config(args.config, args.sets)  # once: the checks here and the server party use it
     check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
     grpc = (args.runtime or default_runtime(config)) == "grpc"
-    settings, config = _settings(args, args.out, flower=not grpc)
+    if not grpc:
+        _flower_sets(args.sets)
+    settings = _settings(args, config, args.out)
     adapter = adapter_for(config["task"])
     credentials = None
     if args.secure:
@@ -153,7 +169,7 @@ def cmd_deploy(args) -> int:
         credentials = args.out / "credentials"
         write_credentials(credentials, adapter.n_nodes(config), force=True)  # this run's own
     if grpc:
-        _local_grpc(args, _source(args.config), _pinned(args.sets, config), credentials)
+        _local_grpc(args, config, _pinned(args.sets, config), credentials)
     else:
         app = write_app(args.out / "app", settings)
         folder = args.out / "deployment"
@@ -168,13 +184,14 @@ def cmd_deploy(args) -> int:
     return 0
 
 
-def _local_grpc(args, source: str, sets: list[str], tls: Path | None) -> None:
-    """``deploy local`` on the gRPC runtime: the server party here, one client process per client
-    (each given ``source`` and ``sets``, the data root pinned; values with spaces are fine here)."""
+def _local_grpc(args, config: dict, sets: list[str], tls: Path | None) -> None:
+    """``deploy local`` on the gRPC runtime: the server party here with ``config`` (as loaded from
+    ``args.config`` and ``args.sets``), one client process per client (each given the config's source
+    and ``sets``, the data root pinned; values with spaces are fine here)."""
     # gRPC is an optional dependency: imported when a deployment runs
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment, serve_server
 
-    config = load_config(source, sets)
+    source, config = _source(args.config), _as_pinned(config, sets)  # the server reads the nodes' data root
     M = adapter_for(config["task"]).n_nodes(config)
     with GrpcLocalDeployment(source, sets, M, args.out / "deployment", tls_dir=tls) as nodes:
         serve_server(config, listen="127.0.0.1:0", out=args.out, tls_dir=tls, audit=args.audit,

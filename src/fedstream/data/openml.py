@@ -17,14 +17,13 @@ Fields are split at every comma: quoted values holding commas are not supported.
 from __future__ import annotations
 
 import os
-import zipfile
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text, read_first_line
+from fedstream.data._npz import read_npz_arrays
 from fedstream.data._numtext import Layout, Table, check_table, read_table, unquote
 from fedstream.errors import DataError
 
@@ -162,17 +161,7 @@ def read_rtdl_valtest_npz(path: str | os.PathLike[str], *, n_features: int, n_cl
     """
     path = Path(path)
     fmt = f"{name} npz"
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in RTDL_KEYS if k not in z.files]
-            if missing:
-                raise DataError(f"{path}: {fmt}: missing arrays {missing}: expected keys "
-                                f"{list(RTDL_KEYS)}, found {sorted(z.files)}")
-            arr = {k: z[k] for k in RTDL_KEYS}
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}") from e
+    arr = read_npz_arrays(path, RTDL_KEYS, fmt)
     for split in ("val", "test"):
         check_table(path, fmt, arr[f"X_{split}"], arr[f"y_{split}"], n_classes,
                     n_features=n_features, name=f"X_{split}")

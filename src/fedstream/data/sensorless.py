@@ -11,14 +11,12 @@ The features have no names upstream (``feature_names`` is None).
 from __future__ import annotations
 
 import os
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from fedstream.data._npz import read_npz_arrays
 from fedstream.data._numtext import Layout, Table, check_table, read_table
-from fedstream.errors import DataError
 
 N_FEATURES = 48
 N_CLASSES = 11
@@ -39,16 +37,7 @@ def read_sensorless_txt(path: str | os.PathLike[str]) -> Table:
 def read_sensorless_npz(path: str | os.PathLike[str]) -> Table:
     """Read the subset npz (keys ``X``, ``y``): X float32 (n, 48), y int64 in 0..10."""
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("X", "y") if k not in z.files]
-            if missing:
-                raise DataError(f"{path}: Sensorless npz: missing arrays {missing}: expected keys "
-                                f"['X', 'y'], found {sorted(z.files)}")
-            X, y = z["X"], z["y"]
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}") from e
+    arr = read_npz_arrays(path, ("X", "y"), "Sensorless npz")
+    X, y = arr["X"], arr["y"]
     check_table(path, "Sensorless npz", X, y, N_CLASSES, n_features=N_FEATURES)
     return Table(X.astype(np.float32), y.astype(np.int64), None)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import itertools
 import os
 import warnings
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
+from fedstream.data._npz import read_npz_arrays
 from fedstream.data._numtext import number_problem
 from fedstream.errors import DataError
 
@@ -144,19 +143,7 @@ def read_higgs_npz(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray
     higgs-small, which follows the order of HIGGS.csv).
     """
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in NPZ_KEYS if k not in z.files]
-            if missing:
-                raise DataError(
-                    f"{path}: missing arrays {missing}: expected keys {list(NPZ_KEYS)}, "
-                    f"found {sorted(z.files)}"
-                )
-            arr = {k: z[k] for k in NPZ_KEYS}
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}") from e
+    arr = read_npz_arrays(path, NPZ_KEYS)
     Xs, ys, ids = [], [], []
     for split in ("val", "test"):
         X, y, idx = arr[f"X_{split}"], arr[f"y_{split}"], arr[f"idx_{split}"]

@@ -20,14 +20,18 @@ def check_client(reported: object, m: int) -> None:
         raise ProtocolError(f"the node reports client {reported!r}, expected {m}")
 
 
+def _differ(got: Mapping, first: Mapping, keys: Iterable[str]) -> dict:
+    """The values of ``keys`` that ``got`` and ``first`` report differently: key -> (got's, first's)."""
+    return {k: (got[k], first[k]) for k in keys if got[k] != first[k]}
+
+
 def agree(nodes: Mapping[int, Mapping], keys: Iterable[str]) -> Mapping:
     """Every node must report client 0's values of ``keys`` (the same data set and settings); return
     the lowest-numbered node's report."""
     keys = tuple(keys)
     first = nodes[min(nodes)]
     for m, got in sorted(nodes.items()):
-        diff = {k: (got[k], first[k]) for k in keys if got[k] != first[k]}
-        if diff:
+        if diff := _differ(got, first, keys):
             raise ProtocolError(f"client {m} reports {diff} (its value, client 0's): the nodes do not hold "
                                 "the same data set or settings")
     return first
@@ -35,8 +39,7 @@ def agree(nodes: Mapping[int, Mapping], keys: Iterable[str]) -> Mapping:
 
 def unchanged(got: Mapping, first: Mapping, keys: Iterable[str]) -> None:
     """A node set up again must report what it reported at its first setup for ``keys``."""
-    diff = {k: (got[k], first[k]) for k in keys if got[k] != first[k]}
-    if diff:
+    if diff := _differ(got, first, keys):
         raise ProtocolError(
             f"the node reports {diff} (now, at the first setup): not the same data or settings"
         )

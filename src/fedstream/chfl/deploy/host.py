@@ -36,7 +36,7 @@ from fedstream.chfl.deploy.records import (
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, build_clients
 from fedstream.chfl.selection import Selector
-from fedstream.chfl.stream import draw_parties, learn_tick, played, stream_client
+from fedstream.chfl.stream import StreamParty, draw_parties, stream_client
 from fedstream.chfl.trainer import variants_of
 from fedstream.deploy.archive import pack_state, unpack_state
 from fedstream.deploy.host import FinishReply, NodeHost
@@ -188,10 +188,9 @@ class StreamHost(ClientNode):
         method, seed = config["chfl.method"], config["seed"]
         self.federated = method != "local"
         _, drawn = draw_parties(rows.layout, s, method, seed, rows.n_classes, index + 1)
-        self.client: Client = stream_client(index, rows.view, drawn[index], s, method, seed)
-        self.join = rows.layout.join_tick[index]
+        client = stream_client(index, rows.view, drawn[index], s, method, seed)
+        self.party = StreamParty(client, rows.layout.join_tick[index], s.batch)
         self.tick = -1  # the last tick played
-        self.since = 0  # rows learnt since the last upload
         if state:
             self.load_state_dict(state)
 
@@ -200,7 +199,7 @@ class StreamHost(ClientNode):
         return Envelope(SETUP, env.round, info=StreamSetupReply(
             client=self.index, tick=self.tick, n_rows=p.n_rows, n_features=p.n_features,
             n_common=len(p.layout.features.common), n_classes=p.n_classes,
-            n_ticks=p.layout.n_ticks, join_tick=self.join).info())
+            n_ticks=p.layout.n_ticks, join_tick=self.party.join_tick).info())
 
     def on_finish(self, env: Envelope) -> Envelope:
         self._global(env, f"client {self.index}, finish request")
@@ -214,33 +213,28 @@ class StreamHost(ClientNode):
                                 f"received {len(env.parts)}")
         if not env.parts:
             return
-        msg = self.global_column(env.parts[0], f"{where}: ", self.client, None)
+        msg = self.global_column(env.parts[0], f"{where}: ", self.party.client, None)
         self.received(env.parts[0])
-        self.client.receive(msg)
+        self.party.client.receive(msg)
 
     def on_round(self, env: Envelope) -> Envelope:
         a, where = env.round, f"client {self.index}, ticks from {env.round}"
-        s, n_ticks = self.settings, self.part.layout.n_ticks
+        join, n_ticks = self.party.join_tick, self.part.layout.n_ticks
         request = SegmentRequest.read(env.info, where, t=a, n_ticks=n_ticks, federated=self.federated)
-        if a < self.join or a <= self.tick:
-            raise ProtocolError(f"{where}: the node joins at tick {self.join} and played up to tick "
+        if a < join or a <= self.tick:
+            raise ProtocolError(f"{where}: the node joins at tick {join} and played up to tick "
                                 f"{self.tick}: requests must move forward")
         self._global(env, where)  # the last check: from here on the request changes the node
-        scores = [learn_tick(self.client, t, self.join, s.batch) for t in range(a, request.until)]
-        self.since += len(scores) * s.batch
+        p = self.party.play(a, request.until, request.upload)
         self.tick = request.until - 1
-        parts = []
-        if request.upload:
-            parts.append(self.sent(encode_update(self.client.upload()._replace(n_samples=self.since))))
-            self.since = 0
-        p = played(scores, None)
+        parts = [] if p.update is None else [self.sent(encode_update(p.update))]
         return Envelope(ROUND, a, parts, SegmentReply(correct=p.correct.astype(int).tolist()).info(),
                         arrays={"predicted": p.predicted.astype(np.int64),
                                 "labels": p.labels.astype(np.int64)})
 
     def node_state(self) -> dict:
-        return {"tick": self.tick, "since": self.since, "client": self.client.state()}
+        return {"tick": self.tick, "since": self.party.since, "client": self.party.client.state()}
 
     def load_node_state(self, saved: dict) -> None:
-        self.tick, self.since = int(saved["tick"]), int(saved["since"])
-        self.client.load_state(saved["client"])
+        self.tick, self.party.since = int(saved["tick"]), int(saved["since"])
+        self.party.client.load_state(saved["client"])
