@@ -37,7 +37,7 @@ from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.engine import OnlineVFL
+from fedstream.ovfl.engine import CHUNK, OnlineVFL
 
 BATCHES = (1, 16, 256)
 
@@ -298,8 +298,14 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
         with nodes:
             nodes.start(counter.address if relay else f"127.0.0.1:{link.port}")
             link.wait_for(M, 300)
-            for warm in ({"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}):
-                _play(dict(base, **warm), link, None)  # warm-up: per event, and the compiled batches
+            # warm-up: per event, the compiled batches, and the rounds of the longest run, whose rows
+            # each node computes once (then reads from its cache, as every run does chunk 0's)
+            longest = max((b * max(min_requests, -(-events // b)), b) for b in batches)
+            warm_ups = [{"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}]
+            if longest[0] > CHUNK:  # past the first chunk of rows
+                warm_ups.append({"network.batch": longest[1], "rounds": longest[0]})
+            for warm in warm_ups:
+                _play(dict(base, **warm), link, None)
             one = dict(base, **{"network.batch": 1, "rounds": 64})
             payload = b"\0" * round(_play(one, link, None)["payload_bytes_per_event"] / M)
             for _ in range(100):
@@ -359,18 +365,19 @@ def _mean(values: list) -> float | None:
 def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
                        echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
                        workdir: Path, profile: bool = True, plain: bool = True, log=print) -> dict:
-    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
-    client. The floor is a bare echo round to the same processes on the same streams (one frame of
-    one event's payload to every node at once and back, as an event's requests and replies go),
-    measured before each B and after the last; each B's ratio is to the mean of the two floors
-    measured around it (other jobs' load drifts). Online VFL runs for each B, at least ``events`` events and
-    ``min_requests`` requests each (after a warm-up run that is not reported: numba loads its
-    kernels in each node). Timings come from a pass with the clients connected directly; the socket
-    bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
-    :class:`TcpRelay` (plaintext), whose Python threads would slow the first. With ``profile`` the
-    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``. With ``plain``, B = 1
-    runs a second time without requests ahead (``ahead = False`` in its row: the plain path, each
-    with the floors around it), to show what they change in the same run."""
+    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per client.
+    The floor is a bare echo round to the same processes on the same streams (one frame of one event's
+    payload to every node at once and back, as an event's requests and replies go), measured before each
+    B and after the last; each B's ratio is to the mean of the two floors measured around it (other
+    jobs' load drifts). Online VFL runs for each B, at least ``events`` events and ``min_requests``
+    requests each (after warm-up runs that are not reported: numba loads its kernels in each node, and
+    each node computes the rows of the longest run's chunks once, which every run then reads from its
+    cache). Timings come from a pass with the clients connected directly; the socket bytes from a second
+    pass (new client processes, a quarter of the events) behind a byte-counting :class:`TcpRelay`
+    (plaintext), whose Python threads would slow the first. With ``profile`` the server's side of an
+    extra B = 1 run is profiled into ``workdir/profile-b1.txt``. With ``plain``, B = 1 runs a second
+    time without requests ahead (``ahead = False`` in its row: the plain path, each with the floors
+    around it), to show what they change in the same run."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     base, sets = bench_config(config, sets)
