@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fedstream.bench.network import _row, bench_network, format_network_bench
+from fedstream.bench.network import CpuClock, _row, bench_network, format_network_bench, process_cpu_seconds
 from fedstream.bench.relay import RelayProcess, TcpRelay, TokenBucket
 
 
@@ -223,3 +223,27 @@ def test_the_relay_in_its_own_process_delays_counts_and_changes_its_link():
         assert relay.reset() == (10, 10) and relay.in_flight() == 0
         with pytest.raises(ValueError, match="bandwidth"):
             relay.set_link(0.0, -1.0)
+
+
+def test_the_cpu_clock_counts_a_process_busy_and_not_one_asleep():
+    """The bench's CPU columns: a child that spins uses CPU seconds, one that sleeps almost none;
+    per-unit figures divide by the units; a process that is gone has no CPU time (None)."""
+    import subprocess
+    import sys
+
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"])
+    rest = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        clock = CpuClock([spin.pid, rest.pid])
+        time.sleep(1.5)
+        busy, idle = (process_cpu_seconds(p.pid) for p in (spin, rest))
+        assert busy >= 0.3 > 0.2 > idle
+        per = clock.per(2, "round")
+        assert per["node_cpu_ms_per_round"] > 0 and per["server_cpu_ms_per_round"] >= 0
+    finally:
+        for p in (spin, rest):
+            p.kill()
+            p.wait()
+    assert process_cpu_seconds(spin.pid) is None
+    assert CpuClock([spin.pid]).per(1, "request")["node_cpu_ms_per_request"] is None

@@ -282,6 +282,10 @@ def test_bench_network_grpc_measures_the_floor_around_every_batch_size(data_root
         assert row["faults"] == 0 and row["tcp_bytes_per_event"] > row["payload_bytes_per_event"]
     assert "before each B and after the last" in format_network_grpc(d)
     assert "*: the plain path" in format_network_grpc(d)
+    for row in d["rows"]:  # what each party spent, per request: the server's process and each node's
+        assert row["server_cpu_ms_per_request"] > 0 and row["node_cpu_ms_per_request"] >= 0  # (10 ms ticks)
+    assert d["floor"]["server_cpu_ms_per_round"] > 0 and d["floor"]["node_cpu_ms_per_round"] >= 0
+    assert "CPU ms/req" in format_network_grpc(d)
     engines = d["engine_measured_events_per_second"]  # the engine before and after: x engine is to their mean
     assert len(engines) == 2 and d["engine_events_per_second"] == sum(engines) / 2
     for row in d["rows"]:

@@ -127,6 +127,11 @@ def test_unpack_refuses_what_the_codec_refuses_or_another_message():
     assert unpack(parts, Embedding, rounds, 0, (1, 2)) is None  # another client
     assert unpack(parts, Embedding, rounds, 1, (2, 1)) is None  # another shape
     assert unpack(parts[:2] + [parts[2][:-1]], Embedding, rounds, 1, (1, 2)) is None  # truncated
+    moved = [parts[0] + parts[1][:1], parts[1][1:], parts[2]]  # the same bytes, split elsewhere
+    assert unpack(moved, Embedding, rounds, 1, (1, 2)) is None
+    assert unpack(parts, Embedding, rounds + (1 << 32), 1, (1, 2)) is None  # rounds past the header's u32
+    assert unpack(parts, Embedding, rounds - 3, 1, (1, 2)) is None  # negative rounds
+    assert unpack([], Embedding, rounds[:0], 1, (1, 2)).shape == (0, 1, 2)
     bad = values.copy()
     bad[1, 0, 1] = np.nan
     assert unpack(pack(Embedding, rounds, 1, bad), Embedding, rounds, 1, (1, 2)) is None  # not finite

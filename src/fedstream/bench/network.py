@@ -37,7 +37,7 @@ from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
 from fedstream.ovfl.deploy.rows import BlockRows
-from fedstream.ovfl.engine import OnlineVFL
+from fedstream.ovfl.engine import CHUNK, OnlineVFL
 
 BATCHES = (1, 16, 256)
 
@@ -207,6 +207,40 @@ class _TimedLink:
         return replies
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds (user and system, all its threads) process ``pid`` has used so far, from
+    ``/proc`` (None where there is none: not Linux); 10 ms resolution."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuClock:
+    """The CPU time of this process (the server party and gRPC's threads) and of each client node's
+    process, between :meth:`start` and :meth:`per`: what each party spends, whatever else runs on
+    the machine (the load stretches wall times, not CPU times, or much less)."""
+
+    def __init__(self, pids):
+        self.pids = list(pids)
+        self.start()
+
+    def _now(self) -> tuple[float, list[float | None]]:
+        return time.process_time(), [process_cpu_seconds(pid) for pid in self.pids]
+
+    def start(self) -> None:
+        self.since = self._now()
+
+    def per(self, n: int, unit: str) -> dict:
+        """Milliseconds of CPU per ``unit`` (n of them since :meth:`start`): the server's, and the
+        mean of the nodes' (None where a node's is unknown)."""
+        (s0, nodes0), (s1, nodes1) = self.since, self._now()
+        used = [b - a for a, b in zip(nodes0, nodes1) if a is not None and b is not None]
+        node = 1e3 * sum(used) / len(used) / n if used and len(used) == len(self.pids) else None
+        return {f"server_cpu_ms_per_{unit}": 1e3 * (s1 - s0) / n, f"node_cpu_ms_per_{unit}": node}
+
+
 def _play(cfg: dict, link, relay: TcpRelay | RelayProcess | None, *, profile: Path | None = None,
           ahead: bool = True) -> dict:
     """One online VFL run over ``link``; its figures (socket bytes from ``relay``, when given).
@@ -264,21 +298,31 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
         with nodes:
             nodes.start(counter.address if relay else f"127.0.0.1:{link.port}")
             link.wait_for(M, 300)
-            for warm in ({"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}):
-                _play(dict(base, **warm), link, None)  # warm-up: per event, and the compiled batches
+            # warm-up: per event, the compiled batches, and the rounds of the longest run, whose rows
+            # each node computes once (then reads from its cache, as every run does chunk 0's)
+            longest = max((b * max(min_requests, -(-events // b)), b) for b in batches)
+            warm_ups = [{"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}]
+            if longest[0] > CHUNK:  # past the first chunk of rows
+                warm_ups.append({"network.batch": longest[1], "rounds": longest[0]})
+            for warm in warm_ups:
+                _play(dict(base, **warm), link, None)
             one = dict(base, **{"network.batch": 1, "rounds": 64})
             payload = b"\0" * round(_play(one, link, None)["payload_bytes_per_event"] / M)
             for _ in range(100):
                 link.echo(payload)
 
+            clock = CpuClock(p.pid for p in nodes.nodes.values())
+
             def echo() -> dict:
                 if counter is not None:
                     counter.reset()
+                clock.start()
                 tic = time.perf_counter()
                 for _ in range(echo_rounds):
                     link.echo(payload)
                 wall = time.perf_counter() - tic
-                out = {"rounds_per_second": echo_rounds / wall, "ms_per_round_trip": 1e3 * wall / echo_rounds}
+                out = {"rounds_per_second": echo_rounds / wall, "ms_per_round_trip": 1e3 * wall / echo_rounds,
+                       **clock.per(echo_rounds, "round")}
                 if counter is not None:
                     out["tcp_bytes_per_round"] = sum(counter.reset()) / echo_rounds
                 return out
@@ -289,7 +333,9 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
                 n = batch * max(min_requests, -(-events // batch))
                 cfg = dict(base, **{"network.batch": batch, "rounds": n})
                 check_deployable(cfg)
+                clock.start()
                 rows.append(_play(cfg, link, counter, ahead=ahead))
+                rows[-1] |= clock.per(rows[-1]["requests_per_node"] + 2, "request")  # setup and finish too
                 if counter is None:  # the pass counting socket bytes needs the floor's bytes once
                     floors.append(echo())
                     rows[-1]["floor_rounds_per_second"] = (floors[-2]["rounds_per_second"]
@@ -297,6 +343,8 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
             rates = [f["rounds_per_second"] for f in floors]
             floor = {"rounds": echo_rounds, "rounds_per_second": sum(rates) / len(rates),
                      "ms_per_round_trip": sum(f["ms_per_round_trip"] for f in floors) / len(floors),
+                     **{k: _mean([f[k] for f in floors]) for k in ("server_cpu_ms_per_round",
+                                                                    "node_cpu_ms_per_round")},
                      "measured_rounds_per_second": rates, "payload_bytes_per_node": len(payload)}
             if counter is not None:
                 floor["tcp_bytes_per_round"] = floors[0]["tcp_bytes_per_round"]
@@ -309,21 +357,27 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
     return floor, rows
 
 
+def _mean(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
 def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096, min_requests: int = 64,
                        echo_rounds: int = 2000, config: str = "ovfl-imnist", sets: list[str] | None = None,
                        workdir: Path, profile: bool = True, plain: bool = True, log=print) -> dict:
-    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per
-    client. The floor is a bare echo round to the same processes on the same streams (one frame of
-    one event's payload to every node at once and back, as an event's requests and replies go),
-    measured before each B and after the last; each B's ratio is to the mean of the two floors
-    measured around it (other jobs' load drifts). Online VFL runs for each B, at least ``events`` events and
-    ``min_requests`` requests each (after a warm-up run that is not reported: numba loads its
-    kernels in each node). Timings come from a pass with the clients connected directly; the socket
-    bytes from a second pass (new client processes, a quarter of the events) behind a byte-counting
-    :class:`TcpRelay` (plaintext), whose Python threads would slow the first. With ``profile`` the
-    server's side of an extra B = 1 run is profiled into ``workdir/profile-b1.txt``. With ``plain``, B = 1
-    runs a second time without requests ahead (``ahead = False`` in its row: the plain path, each
-    with the floors around it), to show what they change in the same run."""
+    """The gRPC runtime on loopback: the server here, one ``fedstream serve client`` process per client.
+    The floor is a bare echo round to the same processes on the same streams (one frame of one event's
+    payload to every node at once and back, as an event's requests and replies go), measured before each
+    B and after the last; each B's ratio is to the mean of the two floors measured around it (other
+    jobs' load drifts). Online VFL runs for each B, at least ``events`` events and ``min_requests``
+    requests each (after warm-up runs that are not reported: numba loads its kernels in each node, and
+    each node computes the rows of the longest run's chunks once, which every run then reads from its
+    cache). Timings come from a pass with the clients connected directly; the socket bytes from a second
+    pass (new client processes, a quarter of the events) behind a byte-counting :class:`TcpRelay`
+    (plaintext), whose Python threads would slow the first. With ``profile`` the server's side of an
+    extra B = 1 run is profiled into ``workdir/profile-b1.txt``. With ``plain``, B = 1 runs a second
+    time without requests ahead (``ahead = False`` in its row: the plain path, each with the floors
+    around it), to show what they change in the same run."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     base, sets = bench_config(config, sets)
@@ -364,6 +418,10 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
             "floor": floor, "rows": rows}
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def format_network_grpc(d: dict) -> str:
     """The table of :func:`bench_network_grpc`'s dict."""
     f = d["floor"]
@@ -375,10 +433,12 @@ def format_network_grpc(d: dict) -> str:
              f"echo floor: {f['rounds_per_second']:.0f} rounds/s, {f['ms_per_round_trip']:.2f} ms per round "
              f"trip, {f['tcp_bytes_per_round']:.0f} socket B per round "
              f"({f['payload_bytes_per_node']} B each way per node); measured before each B and after "
-             "the last: " + ", ".join(f"{r:.0f}" for r in f.get("measured_rounds_per_second", [])),
+             "the last: " + ", ".join(f"{r:.0f}" for r in f.get("measured_rounds_per_second", []))
+             + f"; CPU ms per round: server {_ms(f.get('server_cpu_ms_per_round'))}, each node "
+             f"{_ms(f.get('node_cpu_ms_per_round'))}",
              f"{'B':>5} {'events':>7} {'events/s':>9} {'ms/RTT':>7} {'server ms':>9} {'payload B/ev':>12} "
              f"{'frame B/ev':>10} {'socket B/ev':>11} {'socket/payload':>14} {'floor r/s':>9} {'x floor':>7} "
-             f"{'x engine':>8}"]
+             f"{'x engine':>8} {'CPU ms/req: server':>18} {'node':>5}"]
     for r in d["rows"]:
         mark = " " if r.get("ahead", True) else "*"
         lines.append(f"{r['batch']:>4}{mark} {r['events']:>7} {r['events_per_second']:>9.0f} "
@@ -386,9 +446,13 @@ def format_network_grpc(d: dict) -> str:
                      f"{r['payload_bytes_per_event']:>12.0f} {r['frame_bytes_per_event']:>10.0f} "
                      f"{r['tcp_bytes_per_event']:>11.0f} {r['overhead_tcp_over_payload']:>14.2f} "
                      f"{r.get('floor_rounds_per_second', f['rounds_per_second']):>9.0f} "
-                     f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f}")
+                     f"{r['ratio_to_floor']:>7.2f} {r['ratio_to_engine']:>8.3f} "
+                     f"{_ms(r.get('server_cpu_ms_per_request')):>18} "
+                     f"{_ms(r.get('node_cpu_ms_per_request')):>5}")
     if not all(r.get("ahead", True) for r in d["rows"]):
         lines.append("*: the plain path, no request sent ahead (the same B = 1 run otherwise)")
+    lines.append("CPU ms/req: CPU time per request of the server's process (the server party and gRPC's "
+                 "threads) and of each node's process (their mean), setup and finish included")
     return "\n".join(lines)
 
 

@@ -55,6 +55,14 @@ def kernels_apply(config: dict, party) -> bool:
             and type(party.model) is MLP and type(party.optimizer) in (DLR, OGD))
 
 
+def _headers(kind: type, rounds: np.ndarray, client: int, rows: int, cols: int) -> np.ndarray:
+    """The codec's headers of messages of rounds ``rounds`` (n, 11) uint8."""
+    head = np.empty(len(rounds), HEADERS)
+    head["kind"], head["round"], head["client"] = KINDS[kind], rounds, client
+    head["rows"], head["cols"] = rows, cols
+    return head.view(np.uint8).reshape(len(rounds), HEADER.size)
+
+
 def pack(kind: type, rounds: np.ndarray, client: int, values: np.ndarray) -> list[bytes]:
     """The encoded messages of rounds ``rounds`` from (or to) ``client``: one per row of
     ``values`` (n, rows, cols) float32, or, for queries, (n, rows, 0): what
@@ -62,31 +70,31 @@ def pack(kind: type, rounds: np.ndarray, client: int, values: np.ndarray) -> lis
     n, rows, cols = values.shape
     size = HEADER.size + 4 * rows * cols
     buf = np.empty((n, size), np.uint8)
-    head = np.empty(n, HEADERS)
-    head["kind"], head["round"], head["client"] = KINDS[kind], rounds, client
-    head["rows"], head["cols"] = rows, cols
-    buf[:, :HEADER.size] = head.view(np.uint8).reshape(n, HEADER.size)
-    buf[:, HEADER.size:] = np.ascontiguousarray(values, F32).reshape(n, rows * cols).view(np.uint8)
+    buf[:, :HEADER.size] = _headers(kind, rounds, client, rows, cols)
+    if cols:
+        buf[:, HEADER.size:] = np.ascontiguousarray(values, F32).reshape(n, rows * cols).view(np.uint8)
     data = buf.tobytes()
-    return [data[i * size:(i + 1) * size] for i in range(n)]
+    return [data[i:i + size] for i in range(0, n * size, size)]
 
 
 def unpack(parts: list[bytes], kind: type, rounds: np.ndarray, client: int, shape: tuple[int, int]
            ) -> np.ndarray | None:
     """The values (n, rows, cols) of ``parts`` when each is the plain encoding of a ``kind`` message
     of round ``rounds[i]`` for (or from) ``client`` with ``shape`` and finite values; else None (the
-    caller then decodes them one by one, which names what is wrong)."""
-    size = HEADER.size + 4 * shape[0] * shape[1]
+    caller then decodes them one by one, which names what is wrong). The headers are compared with
+    those :func:`pack` writes, whole (one comparison per batch)."""
+    rows, cols = shape
+    n, size = len(parts), HEADER.size + 4 * rows * cols
+    if not n:
+        return np.empty((0, rows, cols), F32)
+    # every part of the size: together n * size bytes, none shorter
     data = b"".join(parts)
-    if len(data) != size * len(parts) or any(len(p) != size for p in parts):
+    if len(data) != size * n or min(map(len, parts)) != size or (rounds >> 32).any():  # a round past u32
         return None
-    raw = np.frombuffer(data, np.uint8).reshape(len(parts), size)
-    head = raw[:, :HEADER.size].copy().view(HEADERS)[:, 0]
-    if not ((head["kind"] == KINDS[kind]).all() and (head["round"] == rounds).all()
-            and (head["client"] == client).all() and (head["rows"] == shape[0]).all()
-            and (head["cols"] == (0 if kind is Query else shape[1])).all()):
+    raw = np.frombuffer(data, np.uint8).reshape(n, size)
+    if not (raw[:, :HEADER.size] == _headers(kind, rounds, client, rows, 0 if kind is Query else cols)).all():
         return None
-    values = raw[:, HEADER.size:].copy().view(F32).reshape(len(parts), *shape)
+    values = raw[:, HEADER.size:].copy().view(F32).reshape(n, rows, cols)
     return values if np.isfinite(values).all() else None
 
 

@@ -53,6 +53,9 @@ class ClientHost(NodeHost):
         # the events of the last batch, in order: (round, activated); activated ones wait for a gradient
         self.pending: list[tuple[int, bool]] = []
         self.acts: dict[int, list[np.ndarray]] = {}  # round -> forward state of an activated event
+        # the last batch's forward states as the compiled path computed them, (its first round, the
+        # arrays): self.acts holds views of their rows, gathered back at once for its gradients
+        self._states: tuple[int, list[np.ndarray]] | None = None
         if state is not None:
             self.load_state_dict(state)
 
@@ -105,10 +108,12 @@ class ClientHost(NodeHost):
         played = [i for i in range(n) if decided is None or active[i]]  # the server left it out of the others
         if fast:  # the batch in one compiled call (fedstream.ovfl.party_kernels)
             states = self.kernel.embed(rows)
+            self._states = (t0, states)
             parts = pack(Embedding, np.arange(t0, t0 + n), self.index, states[-1])
             embeddings = [self.sent(parts[i]) for i in played]
             self.acts |= {t0 + i: [s[i] for s in states] for i in played if active[i]}
         else:
+            self._states = None
             asked = queries or [None] * n  # None: the server decides, and asks nothing
             embeddings = [self._send(msg) for i in range(n)
                           if (msg := self._embed(t0 + i, rows[i], active[i], asked[i])) is not None]
@@ -192,8 +197,7 @@ class ClientHost(NodeHost):
             slot = {t: s for s, t in enumerate(grads)}
             order = np.array([slot[t] if active and t in slot else -1 for t, active in self.pending],
                              np.int64)
-            states = [np.stack(layer) for layer in zip(*(self.acts[t] for t in grads))]
-            self.kernel.learn(order, values, states)
+            self.kernel.learn(order, values, self._stacked(list(grads)))
         for t, active in self.pending:
             acts = self.acts.pop(t, None)
             if values is not None:
@@ -202,7 +206,18 @@ class ClientHost(NodeHost):
                 self.client.skip()
             else:  # checked already; a topk-grad link's ranking sees it now
                 self.client.apply(Ticket(t, acts), self.end.receive(grads[t]))
-        self.pending = []
+        self.pending, self._states = [], None
+
+    def _stacked(self, rounds: list[int]) -> list[np.ndarray]:
+        """The forward states of ``rounds`` stacked per layer (n, R, width): gathered from the last
+        batch's arrays at once where they hold every one of them (their views are ``self.acts``),
+        else stacked from ``self.acts``."""
+        if rounds and self._states is not None:
+            t0, states = self._states
+            at = np.array(rounds, np.int64) - t0
+            if at.min() >= 0 and at.max() < len(states[0]):
+                return [s[at] for s in states]
+        return [np.stack(layer) for layer in zip(*(self.acts[t] for t in rounds))]
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:
         """Decode without changing any state; check type, recipient and round."""
@@ -226,7 +241,7 @@ class ClientHost(NodeHost):
         restore({"client": self.client, "link": self.end}, state)
         self.round, self.up, self.down, self.messages = (int(v) for v in state["host"])
         self.pending = [(int(t), bool(a)) for t, a in state["pending"]]
-        self.acts = {}
+        self.acts, self._states = {}, None
         keys = (k for k in state if k.startswith("acts."))  # acts.{round}.{layer}
         for key in sorted(keys, key=lambda k: tuple(map(int, k.split(".")[1:]))):
             self.acts.setdefault(int(key.split(".")[1]), []).append(np.array(state[key]))

@@ -18,6 +18,11 @@ from fedstream.deploy.records import check_client_index
 from fedstream.ovfl.deploy.parties import client_rows, party_stream
 from fedstream.ovfl.engine import CHUNK, STREAM_KEYS, feature_blocks
 
+# chunks of rows a node keeps in its cache behind the one it reads (each CHUNK rows of its block): a
+# run started again from an earlier round (a restarted server, the bench's runs from round 0) reads
+# them back rather than computing them again
+KEEP_CHUNKS = 8
+
 
 class BlockRows:
     """Client ``index``'s columns of the rounds of ``config``'s stream, cached per chunk in ``cache_dir``
@@ -67,7 +72,7 @@ class BlockRows:
         if block is None:
             block = client_rows(party_stream(self.config), chunk * CHUNK, CHUNK, self.block)
             self.cache.save_array(f"chunk{chunk}", block)
-            self.cache.drop_before("chunk", chunk - 1)  # the run has moved past them
+            self.cache.drop_before("chunk", chunk - KEEP_CHUNKS)  # the run has moved past them
         self._chunk = (chunk, block)
         return block
 
