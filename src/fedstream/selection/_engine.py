@@ -31,6 +31,7 @@ import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
 from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
 from fedstream.selection._layout import Prepared
+from fedstream.selection._plan_kernels import count_kernel
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -64,6 +65,14 @@ def sum_plan(groups: list[tuple[int, ...]], m: int) -> tuple[np.ndarray, np.ndar
                 rows[frozenset(current)] = m + len(parent) - 1
     return (np.array(parent, dtype=np.int64), np.array(client, dtype=np.int64),
             np.array([rows[frozenset(g)] for g in groups], dtype=np.int64))
+
+
+def marginal_design(groups: list[tuple[int, ...]], m: int) -> bool:
+    """True when ``groups`` are the marginal design's (each client alone, each leave-one-out group,
+    the full set), in any order: a plan that depends on m alone."""
+    from fedstream.selection.group_testing import marginal_groups  # group_testing imports the engine
+
+    return {tuple(sorted(g)) for g in groups} == set(marginal_groups(m))
 
 
 def tile_shape(prep: Prepared, tile, plan_rows: int) -> tuple[int, int]:
@@ -187,6 +196,11 @@ class Engine:
         else:
             self.dtype = np.int32 if prep.int_mode else np.float64
         self._local = threading.local()
+        # phase 2's kernel generated for the plan (_plan_kernels) where its compilation is paid once
+        # per machine: the marginal design's plan depends on m alone
+        self._count_plan = None
+        if prep.int8 and marginal_design(groups, prep.n_clients):
+            self._count_plan = count_kernel(prep.n_clients, self.parent, self.client, self.grow)
 
     # ------------------------------------------------------------------ per-thread work buffers
     def _buffers(self):
@@ -325,11 +339,14 @@ class Engine:
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
         if p.int8 and lab[r0] == lab[r1 - 1] and lab[c0] == lab[c1 - 1]:  # rows and columns of two classes
+            tile = (*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
+                    _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), row_rad, col_rad)
+            if self._count_plan is not None:
+                self._count_plan(*tile, symmetric, row_cnt, credit)
+                return symmetric
             if not hasattr(loc, "block"):
                 loc.block = np.empty((ROW_BLOCK, p.n_clients + self.parent.shape[0], CHUNK), dtype=np.int32)
-            count_int(*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
-                      _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), row_rad, col_rad, self.parent,
-                      self.client, self.grow, symmetric, row_cnt, credit, loc.block)
+            count_int(*tile, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
             return symmetric
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)
