@@ -165,3 +165,28 @@ def test_the_marginal_design_counts_as_the_reference_through_the_engine():
         for tile in (None, (13, 50), (64, 7)):
             got, _ = knn_counts(blocks, y, groups, k=4, backend="int8", tile=tile, workers=2)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
+@pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61), (0, 3, 0, 90)])
+def test_generated_topk_kernel_equals_topk_int(blank_share, cuts):
+    """Phase 1's kernel generated for the marginal plan: the K smallest and the further zeros of
+    the generic int8 kernel, also when a row's K smallest come from an earlier tile."""
+    from fedstream.selection._plan_kernels import topk_kernel
+    from fedstream.selection.group_testing import marginal_groups
+
+    k = 5
+    _, feats, blank = _features(90, seed=9, blank_share=blank_share)
+    r0, r1, c0, c1 = cuts
+    groups = marginal_groups(4)
+    parent, client, grow = sum_plan(groups, 4)
+    G, R, C = len(groups), r1 - r0, c1 - c0
+    kernel = topk_kernel(4, parent, client, grow)
+    state = [(np.full((G, R, k), BIG, np.int32), np.zeros((G, R), np.int64)) for _ in range(2)]
+    for lo, hi in ((c0, c0 + C // 2), (c0 + C // 2, c1)):  # the second tile starts from the first's top-K
+        tile = _tile(feats, blank, r0, r1, lo, hi)
+        mins, work = np.empty(C // 16 + 2, np.int32), np.empty((4 + parent.shape[0]) * C, np.int32)
+        topk_int(*tile, r0, lo, parent, client, grow, *state[0], work, mins)
+        kernel(*tile, r0, lo, *state[1], mins)
+    np.testing.assert_array_equal(state[1][0], state[0][0])
+    np.testing.assert_array_equal(state[1][1], state[0][1])

@@ -31,7 +31,7 @@ import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
 from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
 from fedstream.selection._layout import Prepared
-from fedstream.selection._plan_kernels import count_kernel
+from fedstream.selection._plan_kernels import chunk_width, count_kernel, topk_kernel
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -198,9 +198,10 @@ class Engine:
         self._local = threading.local()
         # phase 2's kernel generated for the plan (_plan_kernels) where its compilation is paid once
         # per machine: the marginal design's plan depends on m alone
-        self._count_plan = None
+        self._count_plan = self._topk_plan = None
         if prep.int8 and marginal_design(groups, prep.n_clients):
             self._count_plan = count_kernel(prep.n_clients, self.parent, self.client, self.grow)
+            self._topk_plan = topk_kernel(prep.n_clients, self.parent, self.client, self.grow)
 
     # ------------------------------------------------------------------ per-thread work buffers
     def _buffers(self):
@@ -285,6 +286,10 @@ class Engine:
             if p.int8:
                 nr, fr, _ = self._row_side(r0, r1)
                 nc, fc = _c(p.norms[:, c0:c1]), _c(p.floor[:, c0:c1])
+                if self._topk_plan is not None and c1 - c0 <= chunk_width(self.G):  # generated for the plan
+                    tile = self._int8_dots(r0, r1, c0, c1)
+                    self._topk_plan(*tile, nr, nc, fr, fc, r0, c0, top, zeros, mins)
+                    continue
                 topk_int(*self._int8_dots(r0, r1, c0, c1), nr, nc, fr, fc, r0, c0, self.parent, self.client,
                          self.grow, top, zeros, loc.work, mins)
             elif p.mode == "dots":
