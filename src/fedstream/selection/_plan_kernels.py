@@ -1,4 +1,5 @@
-"""Phase 2 of the int8 path as one numba kernel generated for the sum plan at hand (issue 33).
+"""The int8 path's kernels generated for the sum plan at hand (issue 33): phase 2's counts
+(``count_plan``) and phase 1's forming before the bounded top-K (``topk_plan``).
 
 The generic count kernel (``_int8_kernels.count_int``) writes, per row, the clients' exact int32
 distances and every sum-plan row into a work buffer (4 + 8 rows for the marginal design of 4
@@ -9,10 +10,11 @@ partial sums and the rows' per-group counts in registers; the memory traffic per
 clients' inputs and (symmetric tiles) each group's column bound and credit, once per block of
 rows. The credits of a chunk of ``CW`` columns live on the loop function's stack
 (:func:`stack_int32`): through an argument the compiler could not rule out aliasing with the
-inputs and left the loop scalar.
+inputs and left the loop scalar. ``topk_plan`` forms each row's group distances the same way and
+writes them once, to the stack, for ``_int8_kernels._topk_row_bounded``.
 
-The engine takes it for the marginal design only (``_engine.marginal_design``), whose plan
-depends on the number of clients alone: numba's compilation of a generated kernel (5–9 s on the
+The engine takes them for the marginal design only (``_engine.marginal_design``), whose plan
+depends on the number of clients alone: numba's compilation of a generated module (~12 s on the
 shared 2-core machine) is then paid once per machine and m, where a random design's plan would
 pay it again for every draw.
 
