@@ -196,7 +196,7 @@ class Engine:
         else:
             self.dtype = np.int32 if prep.int_mode else np.float64
         self._local = threading.local()
-        # phase 2's kernel generated for the plan (_plan_kernels) where its compilation is paid once
+        # the int8 kernels generated for the plan (_plan_kernels) where their compilation is paid once
         # per machine: the marginal design's plan depends on m alone
         self._count_plan = self._topk_plan = None
         if prep.int8 and marginal_design(groups, prep.n_clients):
