@@ -6,8 +6,9 @@ import pytest
 
 from fedstream.selection import _kernels as K
 from fedstream.selection._engine import int8_tile_dots, sum_plan
-from fedstream.selection._int8_kernels import BIG, CHUNK, ROW_BLOCK, count_int, topk_int
+from fedstream.selection._int8_kernels import BIG, topk_int
 from fedstream.selection._layout import int8_norms
+from fedstream.selection._plan_kernels import CW, ROWS, count_kernel, plan_source
 
 WIDTHS = (3, 5, 2, 4)
 GROUPS = [(0,), (1,), (2,), (3,), (1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2), (0, 1, 2, 3), (1, 3)]
@@ -43,11 +44,14 @@ def _distances(feats, r0, r1, c0, c1):
 
 
 @pytest.mark.parametrize(
-    "rows,cols", [(ROW_BLOCK * 3, CHUNK * 2 + 37), (ROW_BLOCK * 2 + 3, 19), (1, CHUNK + 1)]
+    "rows,cols", [(ROWS * 3, CW + 37), (ROWS * 2 + 1, 19), (1, CW + 1), (ROWS * 5 + 1, 300)]
 )
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("blank_share", [0.0, 0.5, 1.0])
-def test_count_int_equals_generic_kernel(rows, cols, symmetric, blank_share):
+def test_generated_count_kernel_equals_generic_kernel(rows, cols, symmetric, blank_share):
+    """Phase 2's kernel generated for the plan: the counts of the generic kernel and of the
+    definition, with rows left over after the blocks of ROWS, column chunks cut anywhere and
+    blank rows and columns (the three cases of each client's distance)."""
     rng, feats, blank = _features(rows + cols, seed=rows + cols, blank_share=blank_share)
     r0, r1, c0, c1 = 0, rows, rows, rows + cols
     tile = _tile(feats, blank, r0, r1, c0, c1)
@@ -66,8 +70,7 @@ def test_count_int_equals_generic_kernel(rows, cols, symmetric, blank_share):
     K.count_dots(dots, nr, nc, True, np.zeros((1, 1), np.float32), np.zeros(5, np.int64), 0, rows, *labels,
                  row_bound, col_bound, parent, client, grow, symmetric, want_rows, want_cols, work)
     got_rows, got_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
-    block = np.empty((ROW_BLOCK, 4 + parent.shape[0], CHUNK), np.int32)
-    count_int(*tile, row_bound, col_bound, parent, client, grow, symmetric, got_rows, got_cols, block)
+    count_kernel(4, parent, client, grow)(*tile, row_bound, col_bound, symmetric, got_rows, got_cols)
     np.testing.assert_array_equal(got_rows, want_rows)
     np.testing.assert_array_equal(got_cols, want_cols)
     for g, members in enumerate(GROUPS):  # and the plain definition, summed over the group
@@ -76,7 +79,24 @@ def test_count_int_equals_generic_kernel(rows, cols, symmetric, blank_share):
         if symmetric:
             np.testing.assert_array_equal(got_cols[g], (dg <= col_bound[g][None, :]).sum(axis=0))
     assert 0 < got_rows.sum() < G * rows * cols
+    if not symmetric:
+        assert not got_cols.any()
 
+
+def test_generated_kernel_is_written_once_and_loaded_from_the_cache(tmp_path, monkeypatch):
+    """The kernel's source goes to the cache folder (numba then caches its machine code beside it);
+    the same plan gives the same function, another plan another file."""
+    import fedstream.selection._plan_kernels as P
+
+    monkeypatch.setenv("FEDSTREAM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(P, "_LOADED", {})
+    parent, client, grow = sum_plan(GROUPS, 4)
+    first = count_kernel(4, parent, client, grow)
+    assert count_kernel(4, parent, client, grow) is first
+    files = sorted(tmp_path.glob("plan_*.py"))
+    assert len(files) == 1 and files[0].read_text() == plan_source(4, parent, client, grow)
+    count_kernel(2, *sum_plan([(0,), (1,), (0, 1)], 2))
+    assert len(list(tmp_path.glob("plan_*.py"))) == 2
 
 @pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
 @pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61)])
@@ -119,3 +139,54 @@ def test_blank_order_keeps_the_two_blankest_clients_non_blank_samples_contiguous
             continue
         nonblank = np.flatnonzero(~blank[j][order])
         assert nonblank.size == 0 or nonblank[-1] - nonblank[0] + 1 == nonblank.size
+
+
+def test_the_marginal_design_counts_as_the_reference_through_the_engine():
+    """Pixel strips with blank edge strips, the marginal design (the generated kernel) and another
+    design (the generic one), tiles cut anywhere: the counts m_q are the reference's."""
+    from fedstream.selection._engine import marginal_design
+    from fedstream.selection.group_testing import marginal_groups
+    from fedstream.selection.knn_mi import knn_counts
+    from fedstream.selection.reference import reference_m_counts
+
+    rng = np.random.default_rng(11)
+    n = 260
+    y = rng.integers(0, 3, n)
+    rows = rng.integers(0, 256, (5, 28))[rng.integers(0, 5, n)] + rng.integers(-2, 3, (n, 28))
+    rows = np.clip(rows, 0, 255).astype(np.uint8)
+    rows[rng.random(n) < 0.4, :7] = 0  # blank edge strips: zero radii, blank rows and columns
+    rows[rng.random(n) < 0.3, 21:] = 0
+    blocks = [rows[:, 7 * j: 7 * j + 7] for j in range(4)]
+    marginal = marginal_groups(4)
+    other = [(0,), (1, 2), (0, 3), (0, 1, 2, 3)]
+    assert marginal_design(marginal[::-1], 4) and not marginal_design(other, 4)
+    for groups in (marginal, other):
+        want = reference_m_counts(blocks, y, groups, k=4)
+        for tile in (None, (13, 50), (64, 7)):
+            got, _ = knn_counts(blocks, y, groups, k=4, backend="int8", tile=tile, workers=2)
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
+@pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61), (0, 3, 0, 90)])
+def test_generated_topk_kernel_equals_topk_int(blank_share, cuts):
+    """Phase 1's kernel generated for the marginal plan: the K smallest and the further zeros of
+    the generic int8 kernel, also when a row's K smallest come from an earlier tile."""
+    from fedstream.selection._plan_kernels import topk_kernel
+    from fedstream.selection.group_testing import marginal_groups
+
+    k = 5
+    _, feats, blank = _features(90, seed=9, blank_share=blank_share)
+    r0, r1, c0, c1 = cuts
+    groups = marginal_groups(4)
+    parent, client, grow = sum_plan(groups, 4)
+    G, R, C = len(groups), r1 - r0, c1 - c0
+    kernel = topk_kernel(4, parent, client, grow)
+    state = [(np.full((G, R, k), BIG, np.int32), np.zeros((G, R), np.int64)) for _ in range(2)]
+    for lo, hi in ((c0, c0 + C // 2), (c0 + C // 2, c1)):  # the second tile starts from the first's top-K
+        tile = _tile(feats, blank, r0, r1, lo, hi)
+        mins, work = np.empty(C // 16 + 2, np.int32), np.empty((4 + parent.shape[0]) * C, np.int32)
+        topk_int(*tile, r0, lo, parent, client, grow, *state[0], work, mins)
+        kernel(*tile, r0, lo, *state[1], mins)
+    np.testing.assert_array_equal(state[1][0], state[0][0])
+    np.testing.assert_array_equal(state[1][1], state[0][1])

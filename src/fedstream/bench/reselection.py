@@ -14,9 +14,10 @@ The reference ("before") is ``backend="dots"``: the straightforward blocked engi
 SGEMM per client and tile for the dot products, the distances |a|² + |b|² − 2a·b in int32 (exact
 on pixels), a top-K insertion over every same-class column and a count over every other-class
 column. The fast path ("after") is ``backend="auto"``, which picks the int8 path on pixels
-(``selection/_int8_kernels``: an int8 GEMM into int32, exact; the thresholded top-K; the blocked
-count). Wall and CPU seconds (both worker threads) are reported, with the load average before and
-after; on a loaded machine the CPU ratio is the steadier. Both compute in exact integer
+(``selection/_int8_kernels``: an int8 GEMM into int32, exact; the thresholded top-K; for the
+marginal design, the kernels generated for its sum plan, ``selection/_plan_kernels``). Wall and
+CPU seconds (both worker threads) are reported, with the load average before and after; on a
+loaded machine the CPU ratio is the steadier. Both compute in exact integer
 arithmetic, so their per-query counts m_q, the scores and the picks must be equal: the bench
 checks each and reports the largest score difference.
 """

@@ -31,6 +31,7 @@ import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
 from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
 from fedstream.selection._layout import Prepared
+from fedstream.selection._plan_kernels import chunk_width, count_kernel, topk_kernel
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -64,6 +65,14 @@ def sum_plan(groups: list[tuple[int, ...]], m: int) -> tuple[np.ndarray, np.ndar
                 rows[frozenset(current)] = m + len(parent) - 1
     return (np.array(parent, dtype=np.int64), np.array(client, dtype=np.int64),
             np.array([rows[frozenset(g)] for g in groups], dtype=np.int64))
+
+
+def marginal_design(groups: list[tuple[int, ...]], m: int) -> bool:
+    """True when ``groups`` are the marginal design's (each client alone, each leave-one-out group,
+    the full set), in any order: a plan that depends on m alone."""
+    from fedstream.selection.group_testing import marginal_groups  # group_testing imports the engine
+
+    return {tuple(sorted(g)) for g in groups} == set(marginal_groups(m))
 
 
 def tile_shape(prep: Prepared, tile, plan_rows: int) -> tuple[int, int]:
@@ -146,7 +155,7 @@ def _nonblank_span(blank: np.ndarray) -> tuple[int, int]:
     return int(keep.argmax()), int(keep.size - keep[::-1].argmax())
 
 
-def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo) -> np.ndarray:
+def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo, row_spans=None) -> np.ndarray:
     """The int8 GEMMs of a tile, rows r0..r1 against columns c0..c1: for each client only the
     rectangle spanning its non-blank rows and columns (a blank sample's distance is known
     without one, ``_int8_kernels.form``). Fills ``geo`` (m, 5) with each rectangle's first row,
@@ -154,7 +163,7 @@ def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo) -> np.ndarr
     """
     off = 0
     for j, (f, ft) in enumerate(zip(feats, feats_t)):
-        lr, hr = _nonblank_span(blank[j, r0:r1])
+        lr, hr = _nonblank_span(blank[j, r0:r1]) if row_spans is None else row_spans[j]
         lc, hc = _nonblank_span(blank[j, c0:c1])
         geo[j] = (lr, hr, lc, hc, off)
         size = (hr - lr) * (hc - lc)
@@ -187,6 +196,12 @@ class Engine:
         else:
             self.dtype = np.int32 if prep.int_mode else np.float64
         self._local = threading.local()
+        # the int8 kernels generated for the plan (_plan_kernels) where their compilation is paid once
+        # per machine: the marginal design's plan depends on m alone
+        self._count_plan = self._topk_plan = None
+        if prep.int8 and marginal_design(groups, prep.n_clients):
+            self._count_plan = count_kernel(prep.n_clients, self.parent, self.client, self.grow)
+            self._topk_plan = topk_kernel(prep.n_clients, self.parent, self.client, self.grow)
 
     # ------------------------------------------------------------------ per-thread work buffers
     def _buffers(self):
@@ -199,11 +214,20 @@ class Engine:
                                     dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
 
+    def _row_side(self, r0, r1):
+        """(norms, floor, non-blank spans) of rows r0..r1, kept for the row block's next tiles."""
+        loc, p = self._local, self.prep
+        if getattr(loc, "row_key", None) != (r0, r1):
+            spans = [_nonblank_span(p.blank[j, r0:r1]) for j in range(p.n_clients)]
+            loc.row_key, loc.row_side = (r0, r1), (_c(p.norms[:, r0:r1]), _c(p.floor[:, r0:r1]), spans)
+        return loc.row_side
+
     def _int8_dots(self, r0, r1, c0, c1) -> tuple[np.ndarray, np.ndarray]:
         p, loc = self.prep, self._buffers()
         if not hasattr(loc, "geo"):
             loc.geo = np.zeros((p.n_clients, 5), dtype=np.int64)
-        int8_tile_dots(p.feats, p.feats_t, p.blank, r0, r1, c0, c1, loc.dots, loc.geo)
+        spans = self._row_side(r0, r1)[2]
+        int8_tile_dots(p.feats, p.feats_t, p.blank, r0, r1, c0, c1, loc.dots, loc.geo, spans)
         return loc.dots, loc.geo
 
     def _dots(self, r0, r1, c0, c1) -> np.ndarray:
@@ -260,8 +284,13 @@ class Engine:
         mins = np.empty(self.cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
         for c0, c1 in cols:
             if p.int8:
-                topk_int(*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
-                         _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), r0, c0, self.parent, self.client,
+                nr, fr, _ = self._row_side(r0, r1)
+                nc, fc = _c(p.norms[:, c0:c1]), _c(p.floor[:, c0:c1])
+                if self._topk_plan is not None and c1 - c0 <= chunk_width(self.G):  # generated for the plan
+                    tile = self._int8_dots(r0, r1, c0, c1)
+                    self._topk_plan(*tile, nr, nc, fr, fc, r0, c0, top, zeros, mins)
+                    continue
+                topk_int(*self._int8_dots(r0, r1, c0, c1), nr, nc, fr, fc, r0, c0, self.parent, self.client,
                          self.grow, top, zeros, loc.work, mins)
             elif p.mode == "dots":
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
@@ -325,11 +354,15 @@ class Engine:
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
         if p.int8 and lab[r0] == lab[r1 - 1] and lab[c0] == lab[c1 - 1]:  # rows and columns of two classes
+            nr, fr, _ = self._row_side(r0, r1)
+            tile = (*self._int8_dots(r0, r1, c0, c1), nr, _c(p.norms[:, c0:c1]), fr, _c(p.floor[:, c0:c1]),
+                    row_rad, col_rad)
+            if self._count_plan is not None:
+                self._count_plan(*tile, symmetric, row_cnt, credit)
+                return symmetric
             if not hasattr(loc, "block"):
                 loc.block = np.empty((ROW_BLOCK, p.n_clients + self.parent.shape[0], CHUNK), dtype=np.int32)
-            count_int(*self._int8_dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]),
-                      _c(p.floor[:, r0:r1]), _c(p.floor[:, c0:c1]), row_rad, col_rad, self.parent,
-                      self.client, self.grow, symmetric, row_cnt, credit, loc.block)
+            count_int(*tile, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
             return symmetric
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)

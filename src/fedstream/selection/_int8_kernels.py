@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fedstream.selection._kernels import _credit, _n_within, insert_sorted
+from fedstream.selection._kernels import _credit, _n_within, apply_plan, insert_sorted
 
 STRETCH = 16
 BIG = np.iinfo(np.int32).max
@@ -31,10 +31,12 @@ U = np.uint64  # an unsigned index: numba skips the wrap-around of negative indi
 
 
 @njit(cache=True)
-def _kth_of_minima(d, mins, k, cap):  # pragma: no cover (jit)
+def _kth_of_minima(d, mins, best, cap):  # pragma: no cover (jit)
     """Fill mins[s] = min(d[s::n]) for s < n = ceil(C / STRETCH) and return the k-th smallest of
-    them (BIG when there are fewer than k sets), or ``cap`` without selecting when cap < BIG (the
-    row's K-th so far, from an earlier tile: already a bound as good)."""
+    them (BIG when there are fewer than k sets; k = best.shape[0], ``best`` a scratch), or ``cap``
+    without selecting when cap < BIG (the row's K-th so far, from an earlier tile: already a bound
+    as good)."""
+    k = best.shape[0]
     C = d.shape[0]
     n = (C + STRETCH - 1) // STRETCH
     for b in range(n):
@@ -48,7 +50,7 @@ def _kth_of_minima(d, mins, k, cap):  # pragma: no cover (jit)
             mins[U(b)] = min(mins[U(b)], d[u0 + U(b)])
     if n < k or cap < BIG:
         return cap
-    best = np.full(k, BIG, dtype=np.int32)
+    best[:] = BIG
     for s in range(n):
         if mins[s] < best[k - 1]:
             insert_sorted(best, mins[s])
@@ -56,13 +58,14 @@ def _kth_of_minima(d, mins, k, cap):  # pragma: no cover (jit)
 
 
 @njit(cache=True)
-def _topk_row_bounded(d, mins, top, zeros, g, a):  # pragma: no cover (jit)
+def _topk_row_bounded(d, mins, best, top, zeros, g, a):  # pragma: no cover (jit)
     """Insert the columns of d (the row's own already set to BIG) into ``top``, the ascending K
-    smallest; once the K-th is 0, count each further distance 0 in ``zeros[g, a]``."""
+    smallest; once the K-th is 0, count each further distance 0 in ``zeros[g, a]``. ``mins`` and
+    ``best`` (K,) are scratch."""
     k = top.shape[0]
     C = d.shape[0]
     worst = top[k - 1]
-    u = _kth_of_minima(d, mins, k, worst)
+    u = _kth_of_minima(d, mins, best, worst)
     if worst <= 0 or u <= 0:  # the radius is 0 (already, or K columns of this tile are at 0)
         z = _n_within(d, 0)  # the zero distances, vectorised (the own column holds BIG)
         if worst > 0:  # the K smallest become zeros; the zeros beyond K are counted
@@ -118,16 +121,6 @@ def form(dots, geo, nr, nc, fr, fc, j, a, s, w, out):  # pragma: no cover (jit)
         out[uj, U(b)] = ea
 
 
-@njit(cache=True, inline="always")
-def add_plan(buf, m, parent, client, w):  # pragma: no cover (jit)
-    """buf[m + p, :w] = buf[parent[p], :w] + buf[client[p], :w] (the sum plan, unsigned indices)."""
-    for p in range(parent.shape[0]):
-        o, x, y = U(m + p), U(parent[p]), U(client[p])
-        for b in range(w):
-            i = U(b)
-            buf[o, i] = buf[x, i] + buf[y, i]
-
-
 @njit(nogil=True, cache=True)
 def topk_int(dots, geo, nr, nc, fr, fc, r0, c0, parent, client, grow, top, zeros, buf,
              mins):  # pragma: no cover (jit)
@@ -137,16 +130,17 @@ def topk_int(dots, geo, nr, nc, fr, fc, r0, c0, parent, client, grow, top, zeros
     a (C // STRETCH + 1,) int32 scratch."""
     m, R, C = geo.shape[0], top.shape[1], nc.shape[1]
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
+    best = np.empty(top.shape[2], dtype=np.int32)  # the K smallest minima, reused by every row
     for a in range(R):
         for j in range(m):
             form(dots, geo, nr, nc, fr, fc, j, a, 0, C, work)
-        add_plan(work, m, parent, client, C)
+        apply_plan(work, m, parent, client, C)
         own = r0 + a - c0
         for g in range(grow.shape[0]):
             d = work[grow[g]]
             if 0 <= own < C:
                 d[own] = BIG  # the row's own sample: neither a neighbour nor a zero
-            _topk_row_bounded(d, mins, top[g, a], zeros, g, a)
+            _topk_row_bounded(d, mins, best, top[g, a], zeros, g, a)
 
 
 ROW_BLOCK = 4  # rows whose distances are formed before the columns' credits are taken (one load of each)
@@ -194,7 +188,7 @@ def count_int(dots, geo, nr, nc, fr, fc, row_bound, col_bound, parent, client, g
                 buf = work[r]
                 for j in range(m):
                     form(dots, geo, nr, nc, fr, fc, j, a, s, w, buf)
-                add_plan(buf, m, parent, client, w)
+                apply_plan(buf, m, parent, client, w)
             for g in range(G):
                 h = grow[g]
                 if symmetric and nb == ROW_BLOCK:

@@ -85,14 +85,16 @@ def _fill_direct(XT, offsets, a, c0, buf):  # pragma: no cover (jit)
                 row[b] += t * t
 
 
-@njit(cache=True)
-def _apply_plan(buf, m, parent, client):  # pragma: no cover (jit)
-    """buf[m + r] = buf[parent[r]] + buf[client[r]]: the groups' global distances, prefix by prefix."""
-    C = buf.shape[1]
+@njit(cache=True, inline="always")
+def apply_plan(buf, m, parent, client, w):  # pragma: no cover (jit)
+    """buf[m + r, :w] = buf[parent[r], :w] + buf[client[r], :w]: the groups' global distances,
+    prefix by prefix. Indices are unsigned: numba then drops its negative-index check and the loop
+    vectorises without slicing. The one sum-plan loop of the float, int8 and direct kernels."""
     for r in range(parent.shape[0]):
-        out, x, y = buf[m + r], buf[parent[r]], buf[client[r]]
-        for b in range(C):
-            out[b] = x[b] + y[b]
+        o, x, y = np.uint64(m + r), np.uint64(parent[r]), np.uint64(client[r])
+        for b in range(w):
+            i = np.uint64(b)
+            buf[o, i] = buf[x, i] + buf[y, i]
 
 
 @njit(cache=True)
@@ -184,7 +186,7 @@ def topk_dots(dots, nr, nc, r0, c0, int_mode, F, offsets, parent, client, grow, 
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
     for a in range(R):
         _fill_dots(dots, nr, nc, a, work, int_mode, F, offsets, r0 + a, c0)
-        _apply_plan(work, m, parent, client)
+        apply_plan(work, m, parent, client, C)
         for g in range(grow.shape[0]):
             _topk_row(work[grow[g]], c0, r0 + a, top[g, a], zeros, g, a)
 
@@ -196,7 +198,7 @@ def topk_direct(XT, offsets, r0, c0, C, parent, client, grow, top, zeros, buf): 
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
     for a in range(top.shape[1]):
         _fill_direct(XT, offsets, r0 + a, c0, work)
-        _apply_plan(work, m, parent, client)
+        apply_plan(work, m, parent, client, C)
         for g in range(grow.shape[0]):
             _topk_row(work[grow[g]], c0, r0 + a, top[g, a], zeros, g, a)
 
@@ -210,7 +212,7 @@ def count_dots(dots, nr, nc, int_mode, F, offsets, r0, c0, row_lab, col_lab, row
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
     for a in range(R):
         _fill_dots(dots, nr, nc, a, work, int_mode, F, offsets, r0 + a, c0)
-        _apply_plan(work, m, parent, client)
+        apply_plan(work, m, parent, client, C)
         _count_groups(work, a, row_lab, col_lab, row_rad, col_rad, grow, symmetric, row_cnt, col_cnt)
 
 
@@ -222,7 +224,7 @@ def count_direct(XT, offsets, r0, c0, C, row_lab, col_lab, row_rad, col_rad, par
     work = buf[: (m + parent.shape[0]) * C].reshape((m + parent.shape[0], C))
     for a in range(row_cnt.shape[1]):
         _fill_direct(XT, offsets, r0 + a, c0, work)
-        _apply_plan(work, m, parent, client)
+        apply_plan(work, m, parent, client, C)
         _count_groups(work, a, row_lab, col_lab, row_rad, col_rad, grow, symmetric, row_cnt, col_cnt)
 
 
