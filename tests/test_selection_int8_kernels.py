@@ -194,3 +194,62 @@ def test_generated_topk_kernel_equals_topk_int(blank_share, cuts):
         kernel(*tile, r0, lo, *state[1], mins)
     np.testing.assert_array_equal(state[1][0], state[0][0])
     np.testing.assert_array_equal(state[1][1], state[0][1])
+
+
+def test_generated_topk_kernel_takes_tiles_wider_than_a_count_chunk():
+    """Phase 1's tiles are as wide as ``topk_width`` (wider than the count kernel's chunk): the
+    generated top-K equals ``topk_int`` on a tile that wide (after an earlier tile's top-K), and
+    refuses a wider one."""
+    from fedstream.selection._plan_kernels import topk_kernel, topk_width
+
+    k, G = 5, len(MARGINAL)
+    C = topk_width(G)
+    assert C > CW
+    _, feats, blank = _features(C + 40, seed=12, blank_share=0.4)
+    parent, client, grow = sum_plan(MARGINAL, 4)
+    kernel = topk_kernel(4, parent, client, grow)
+    r0, r1 = 20, 20 + ROWS * 2 + 1  # rows inside the wide tile: each row's own column is set aside
+    state = [(np.full((G, r1 - r0, k), BIG, np.int32), np.zeros((G, r1 - r0), np.int64)) for _ in range(2)]
+    mins = np.empty(C // 16 + 2, np.int32)
+    work = np.empty((4 + parent.shape[0]) * C, np.int32)
+    for lo, hi in ((C, C + 40), (0, C)):  # a narrow tile first, then one topk_width columns wide
+        tile = _tile(feats, blank, r0, r1, lo, hi)
+        topk_int(*tile, r0, lo, parent, client, grow, *state[0], work, mins)
+        kernel(*tile, r0, lo, *state[1], mins)
+    np.testing.assert_array_equal(state[1][0], state[0][0])
+    np.testing.assert_array_equal(state[1][1], state[0][1])
+    with pytest.raises(ValueError, match="C <="):
+        kernel(*_tile(feats, blank, r0, r1, 0, C + 1), r0, 0, *state[1], np.empty(C // 16 + 3, np.int32))
+
+
+def test_the_engine_runs_phase_1_on_whole_classes_as_with_narrow_tiles():
+    """The marginal design with the default tiles takes phase 1's tiles ``topk_width`` wide (a
+    class of more than a count chunk's columns in one tile): the same radii, same-class counts and
+    m_q as tiles of the count chunk's width, as the float32 engine and, on a subset, as the reference."""
+    from fedstream.selection._engine import Engine
+    from fedstream.selection._layout import prepare
+    from fedstream.selection._plan_kernels import topk_width
+    from fedstream.selection.knn_mi import knn_counts
+    from fedstream.selection.reference import reference_m_counts
+
+    rng = np.random.default_rng(13)
+    n = CW + 700
+    y = (rng.random(n) < 0.15).astype(np.int64)  # class 0 wider than a count chunk
+    rows = rng.integers(0, 256, (6, 28))[rng.integers(0, 6, n)] + rng.integers(-2, 3, (n, 28))
+    rows = np.clip(rows, 0, 255).astype(np.uint8)
+    rows[rng.random(n) < 0.4, :7] = 0  # blank edge strips: zero radii, blank rows and columns
+    rows[rng.random(n) < 0.3, 21:] = 0
+    blocks = [np.ascontiguousarray(rows[:, 7 * j: 7 * j + 7]) for j in range(4)]
+    queries = np.arange(n)
+    wide = Engine(prepare(blocks, y, queries, "int8", "auto"), MARGINAL, 10, None, 2)
+    narrow = Engine(prepare(blocks, y, queries, "int8", "auto"), MARGINAL, 10, (wide.rows, CW), 2)
+    assert wide.radii_cols == topk_width(len(MARGINAL)) > CW == narrow.radii_cols
+    got, want = wide.radii(), narrow.radii()
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    counts, _ = knn_counts(blocks, y, MARGINAL, k=10, backend="int8")
+    np.testing.assert_array_equal(counts, knn_counts(blocks, y, MARGINAL, k=10, backend="dots")[0])
+    part = np.sort(rng.choice(n, 600, replace=False))  # the reference on a subset (its cost is n²)
+    sub = [b[part] for b in blocks]
+    np.testing.assert_array_equal(knn_counts(sub, y[part], MARGINAL, k=10, backend="int8")[0],
+                                  reference_m_counts(sub, y[part], MARGINAL, k=10))

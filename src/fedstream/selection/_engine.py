@@ -31,7 +31,7 @@ import fedstream.selection._kernels as K
 from fedstream.errors import ConfigError
 from fedstream.selection._int8_kernels import CHUNK, ROW_BLOCK, STRETCH, count_int, topk_int
 from fedstream.selection._layout import Prepared
-from fedstream.selection._plan_kernels import chunk_width, count_kernel, topk_kernel
+from fedstream.selection._plan_kernels import count_kernel, topk_kernel, topk_width
 
 TILE_ROWS = 512
 TILE_COLS = 2048
@@ -202,6 +202,12 @@ class Engine:
         if prep.int8 and marginal_design(groups, prep.n_clients):
             self._count_plan = count_kernel(prep.n_clients, self.parent, self.client, self.grow)
             self._topk_plan = topk_kernel(prep.n_clients, self.parent, self.client, self.grow)
+        # phase 1's tiles: as wide as the generated top-K takes (a whole class of the relaxed
+        # re-selection in one tile: one GEMM per client and row block, and each row's bound u from
+        # all its same-class columns; measured 0.73-0.82 -> 0.67-0.68 CPU s of phase 1, two workers)
+        self.radii_cols = self.cols
+        if tile is None and self._topk_plan is not None:
+            self.radii_cols = max(self.cols, topk_width(self.G))
 
     # ------------------------------------------------------------------ per-thread work buffers
     def _buffers(self):
@@ -210,7 +216,8 @@ class Engine:
             width = self.prep.n_clients + self.parent.shape[0]
             loc.work = np.empty(width * max(self.cols, self.rows), dtype=self.dtype)
             if self.prep.mode == "dots":
-                loc.dots = np.empty(self.prep.n_clients * self.rows * max(self.cols, self.rows),
+                cols = max(self.cols, self.radii_cols, self.rows)
+                loc.dots = np.empty(self.prep.n_clients * self.rows * cols,
                                     dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
 
@@ -264,7 +271,7 @@ class Engine:
         for c in np.unique(p.labels[:nq]):
             q0, q1 = _class_range(p.labels, 0, nq, c)
             s0, s1 = _class_range(p.labels, nq, n, c)
-            cols = _spans(q0, q1, self.cols) + _spans(s0, s1, self.cols)
+            cols = _spans(q0, q1, self.radii_cols) + _spans(s0, s1, self.radii_cols)
             tasks += [(r0, r1, cols) for r0, r1 in _spans(q0, q1, self.rows)]
         radius = np.empty((self.G, nq), dtype=self.dtype)
         same = np.empty((self.G, nq), dtype=np.int64)
@@ -281,12 +288,12 @@ class Engine:
         big = np.iinfo(np.int32).max if self.dtype == np.int32 else np.inf
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
         zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
-        mins = np.empty(self.cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
+        mins = np.empty(self.radii_cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
         for c0, c1 in cols:
             if p.int8:
                 nr, fr, _ = self._row_side(r0, r1)
                 nc, fc = _c(p.norms[:, c0:c1]), _c(p.floor[:, c0:c1])
-                if self._topk_plan is not None and c1 - c0 <= chunk_width(self.G):  # generated for the plan
+                if self._topk_plan is not None and c1 - c0 <= topk_width(self.G):  # generated for the plan
                     tile = self._int8_dots(r0, r1, c0, c1)
                     self._topk_plan(*tile, nr, nc, fr, fc, r0, c0, top, zeros, mins)
                     continue

@@ -55,6 +55,8 @@ CW = 2048  # columns per chunk of a symmetric tile: the columns' credits of a ch
 # vectorises the loop (stored through an argument the loop needed more run-time alias checks than
 # LLVM makes, and ran scalar: 4.7x slower than the kernel it replaces)
 STACK_BYTES = 256 << 10  # the most the credits of a chunk may take on a worker thread's stack
+TOPK_CW = 4096  # the most columns of a phase-1 tile: a whole class of the relaxed re-selection
+# (~3,400 rows) in one tile; the group rows of one row, (G, TOPK_CW) int32, live on the stack
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, object] = {}
 
@@ -141,6 +143,12 @@ def chunk_width(groups: int) -> int:
     return int(min(CW, max(64, STACK_BYTES // (4 * groups) // 64 * 64)))
 
 
+def topk_width(groups: int) -> int:
+    """The most columns of a phase-1 tile for ``topk_plan``: TOPK_CW, fewer when a row's group
+    distances would take more than STACK_BYTES (a multiple of 64, at least 64)."""
+    return int(min(TOPK_CW, max(64, STACK_BYTES // (4 * groups) // 64 * 64)))
+
+
 def _chunk(m: int, parent, client, grow, symmetric: bool) -> str:
     """The function that counts one chunk of columns c_lo..c_hi-1 (cut at ``cuts``) for every row."""
     G, CW = len(grow), chunk_width(len(grow))
@@ -168,7 +176,7 @@ def _chunk(m: int, parent, client, grow, symmetric: bool) -> str:
 def _topk(m: int, parent, client, grow) -> str:
     """Phase 1's kernel: each row's group distances formed in registers and written once (to the
     stack), then the bounded top-K of ``_int8_kernels`` on each group's row."""
-    G, CW = len(grow), chunk_width(len(grow))
+    G, CW = len(grow), topk_width(len(grow))
     out = ["@njit(nogil=True, cache=True)",
            "def topk_plan(dots, geo, nr, nc, fr, fc, r0, c0, top, zeros, mins):  # pragma: no cover (jit)",
            '    """Update top (G, R, K) int32 and zeros (G, R) with the tile\'s exact int32 distances, as',
@@ -296,13 +304,13 @@ def count_kernel(m: int, parent, client, grow):
 
 
 def topk_kernel(m: int, parent, client, grow):
-    """The generated ``topk_plan`` (phase 1) for this plan: at most ``chunk_width(G)`` columns."""
+    """The generated ``topk_plan`` (phase 1) for this plan: at most ``topk_width(G)`` columns."""
     return _module(m, parent, client, grow).topk_plan
 
 
 def _module(m: int, parent, client, grow):
     """The generated module for this plan (generated, written and imported once per process)."""
-    key = (m, tuple(map(int, parent)), tuple(map(int, client)), tuple(map(int, grow)), ROWS, CW)
+    key = (m, tuple(map(int, parent)), tuple(map(int, client)), tuple(map(int, grow)), ROWS, CW, TOPK_CW)
     with _LOCK:
         if key not in _LOADED:
             text = plan_source(m, parent, client, grow)
