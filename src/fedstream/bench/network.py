@@ -288,6 +288,7 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
     from fedstream.deploy.runtimes.grpc_local import GrpcLocalDeployment
 
     M = base["vfl.clients"]
+    rounds = {b: b * max(min_requests, -(-events // b)) for b in batches}  # each B's run: whole requests
     link = GrpcLink("127.0.0.1:0", M, limit=message_limit(dict(base, **{"network.batch": max(batches)})),
                     timeout=120).start()
     counter = TcpRelay(("127.0.0.1", link.port)) if relay else None
@@ -300,7 +301,7 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
             link.wait_for(M, 300)
             # warm-up: per event, the compiled batches, and the rounds of the longest run, whose rows
             # each node computes once (then reads from its cache, as every run does chunk 0's)
-            longest = max((b * max(min_requests, -(-events // b)), b) for b in batches)
+            longest = max((n, b) for b, n in rounds.items())
             warm_ups = [{"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}]
             if longest[0] > CHUNK:  # past the first chunk of rows
                 warm_ups.append({"network.batch": longest[1], "rounds": longest[0]})
@@ -330,8 +331,7 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
             floors = [echo()]  # the floor before each B and after the last: each row's ratio is to
             runs = [(b, a) for b in batches for a in ((True, False) if b == 1 and plain else (True,))]
             for batch, ahead in runs:  # the mean of the two measured around it (the load drifts)
-                n = batch * max(min_requests, -(-events // batch))
-                cfg = dict(base, **{"network.batch": batch, "rounds": n})
+                cfg = dict(base, **{"network.batch": batch, "rounds": rounds[batch]})
                 check_deployable(cfg)
                 clock.start()
                 rows.append(_play(cfg, link, counter, ahead=ahead))
