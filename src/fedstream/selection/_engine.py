@@ -206,8 +206,9 @@ class Engine:
         # re-selection in one tile: one GEMM per client and row block, and each row's bound u from
         # all its same-class columns; measured 0.73-0.82 -> 0.67-0.68 CPU s of phase 1, two workers)
         self.radii_cols = self.cols
+        self._topk_cols = topk_width(self.G)  # the widest tile the generated top-K takes
         if tile is None and self._topk_plan is not None:
-            self.radii_cols = max(self.cols, topk_width(self.G))
+            self.radii_cols = max(self.cols, self._topk_cols)
 
     # ------------------------------------------------------------------ per-thread work buffers
     def _buffers(self):
@@ -241,11 +242,8 @@ class Engine:
         feats, loc = self.prep.feats, self._buffers()
         R, C = r1 - r0, c1 - c0
         dots = loc.dots[: len(feats) * R * C].reshape(len(feats), R, C)
-        for j, f in enumerate(feats):
-            if self.prep.int8:
-                int8_matmul(f[r0:r1], self.prep.feats_t[j][:, c0:c1], dots[j])
-            else:
-                np.matmul(f[r0:r1], f[c0:c1].T, out=dots[j])
+        for j, f in enumerate(feats):  # float features (int8 ones take _int8_dots)
+            np.matmul(f[r0:r1], f[c0:c1].T, out=dots[j])
         return dots
 
     def _run(self, fn, tasks, consume) -> None:
@@ -289,16 +287,15 @@ class Engine:
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
         zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
         mins = np.empty(self.radii_cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
+        nr, fr, _ = self._row_side(r0, r1) if p.int8 else (None, None, None)
         for c0, c1 in cols:
             if p.int8:
-                nr, fr, _ = self._row_side(r0, r1)
                 nc, fc = _c(p.norms[:, c0:c1]), _c(p.floor[:, c0:c1])
-                if self._topk_plan is not None and c1 - c0 <= topk_width(self.G):  # generated for the plan
-                    tile = self._int8_dots(r0, r1, c0, c1)
-                    self._topk_plan(*tile, nr, nc, fr, fc, r0, c0, top, zeros, mins)
-                    continue
-                topk_int(*self._int8_dots(r0, r1, c0, c1), nr, nc, fr, fc, r0, c0, self.parent, self.client,
-                         self.grow, top, zeros, loc.work, mins)
+                tile = (*self._int8_dots(r0, r1, c0, c1), nr, nc, fr, fc, r0, c0)
+                if self._topk_plan is not None and c1 - c0 <= self._topk_cols:  # generated for the plan
+                    self._topk_plan(*tile, top, zeros, mins)
+                else:
+                    topk_int(*tile, self.parent, self.client, self.grow, top, zeros, loc.work, mins)
             elif p.mode == "dots":
                 K.topk_dots(self._dots(r0, r1, c0, c1), _c(p.norms[:, r0:r1]), _c(p.norms[:, c0:c1]), r0, c0,
                             p.int_mode, p.rows, p.offsets, self.parent, self.client, self.grow, top, zeros,
@@ -341,8 +338,7 @@ class Engine:
         row_cnt = np.zeros((self.G, r1 - r0), dtype=np.int64)
         row_rad = _c(radius[:, r0:r1])
         col_cnt = np.zeros((self.G, nq - r1), dtype=np.int32) if r1 < nq else None
-        self._count_tile(row_cnt, row_rad, None, None, r0, r1, r0, r1)  # the diagonal block, row side
-        lab = self.prep.labels
+        lab = self.prep.labels  # the rows are of one class (_class_spans): their own block has no pair
         for c0, c1 in _class_spans(lab, r1, nq, self.cols):  # later queries: both sides
             credit = np.zeros((self.G, c1 - c0), dtype=np.int32)
             if self._count_tile(row_cnt, row_rad, _c(radius[:, c0:c1]), credit, r0, r1, c0, c1):
@@ -360,7 +356,7 @@ class Engine:
             col_rad = np.zeros((self.G, 1), dtype=self.dtype)
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
-        if p.int8 and lab[r0] == lab[r1 - 1] and lab[c0] == lab[c1 - 1]:  # rows and columns of two classes
+        if p.int8:  # rows of one class, columns of another (_class_spans)
             nr, fr, _ = self._row_side(r0, r1)
             tile = (*self._int8_dots(r0, r1, c0, c1), nr, _c(p.norms[:, c0:c1]), fr, _c(p.floor[:, c0:c1]),
                     row_rad, col_rad)
