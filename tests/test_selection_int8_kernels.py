@@ -102,6 +102,31 @@ def test_generated_kernel_is_written_once_and_loaded_from_the_cache(tmp_path, mo
     count_kernel(2, *sum_plan([(0,), (1,), (0, 1)], 2))
     assert len(list(tmp_path.glob("plan_*.py"))) == 2
 
+
+def test_generated_kernels_change_name_with_the_kernels_they_call(monkeypatch):
+    """A kernel cache kept across versions: the generated text (hence its file) names the kernels
+    it was built on, so numba's cache of an older file is never used with newer kernels."""
+    import fedstream.selection._plan_kernels as P
+
+    plan = sum_plan([(0,), (1,), (0, 1)], 2)
+    before = plan_source(2, *plan)
+    assert P._kernels_digest() in before
+    monkeypatch.setattr(P, "_kernels_digest", lambda: "0" * 16)
+    assert plan_source(2, *plan) != before
+
+
+def test_an_unusable_kernel_cache_falls_back_with_a_warning(tmp_path, monkeypatch, caplog):
+    import fedstream.selection._plan_kernels as P
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("FEDSTREAM_KERNEL_CACHE", str(not_a_folder))
+    monkeypatch.setattr(P, "_LOADED", {})
+    with caplog.at_level("WARNING", logger="fedstream.selection"):
+        kernel = count_kernel(2, *sum_plan([(0,), (1,), (0, 1)], 2))
+    assert callable(kernel)
+    assert str(not_a_folder) in caplog.text and "FEDSTREAM_KERNEL_CACHE" in caplog.text
+
 @pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
 @pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61)])
 def test_topk_int_keeps_the_k_smallest(blank_share, cuts):

@@ -37,8 +37,10 @@ keeps the machine code between processes like any other kernel), then imported f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 import tempfile
@@ -48,6 +50,10 @@ from pathlib import Path
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from fedstream.runs.files import OutputError, atomic_write
+
+log = logging.getLogger("fedstream.selection")
 
 ROWS = 2  # rows per block: their distances, partial sums and counts stay in registers
 CW = 2048  # columns per chunk of a symmetric tile: the columns' credits of a chunk, (G, CW) int32,
@@ -137,16 +143,20 @@ def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) ->
     return [pad + line for line in out]
 
 
+def _stack_width(most: int, groups: int) -> int:
+    """``most`` columns, fewer when (groups, columns) int32 would take more than STACK_BYTES of a
+    thread's stack (a multiple of 64, at least 64)."""
+    return int(min(most, max(64, STACK_BYTES // (4 * groups) // 64 * 64)))
+
+
 def chunk_width(groups: int) -> int:
-    """Columns per chunk of a symmetric tile: CW, fewer when the groups' credits would take more
-    than STACK_BYTES (a multiple of 64, at least 64)."""
-    return int(min(CW, max(64, STACK_BYTES // (4 * groups) // 64 * 64)))
+    """Columns per chunk of a symmetric tile (the groups' credits on the stack)."""
+    return _stack_width(CW, groups)
 
 
 def topk_width(groups: int) -> int:
-    """The most columns of a phase-1 tile for ``topk_plan``: TOPK_CW, fewer when a row's group
-    distances would take more than STACK_BYTES (a multiple of 64, at least 64)."""
-    return int(min(TOPK_CW, max(64, STACK_BYTES // (4 * groups) // 64 * 64)))
+    """The most columns of a phase-1 tile for ``topk_plan`` (a row's group distances on the stack)."""
+    return _stack_width(TOPK_CW, groups)
 
 
 def _chunk(m: int, parent, client, grow, symmetric: bool) -> str:
@@ -266,10 +276,22 @@ def count_plan(dots, geo, nr, nc, fr, fc, row_bound, col_bound, symmetric, row_c
 '''
 
 
+@functools.cache
+def _kernels_digest() -> str:
+    """A digest of the kernels the generated code calls and numba compiles into it: its name changes
+    with them, so a kernel cache kept across versions never serves machine code built on old ones
+    (numba checks only the generated file itself)."""
+    from fedstream.selection import _int8_kernels, _kernels
+
+    modules = (_kernels, _int8_kernels, sys.modules[__name__])
+    text = b"".join(Path(mod.__file__).read_bytes() for mod in modules)
+    return hashlib.sha1(text).hexdigest()[:16]
+
+
 def plan_source(m: int, parent, client, grow) -> str:
     """The module text of the count kernel for ``m`` clients and the sum plan (parent, client, grow)."""
     parent, client, grow = (tuple(int(v) for v in a) for a in (parent, client, grow))
-    parts = [_HEADER]
+    parts = [_HEADER, f"# built on the kernels {_kernels_digest()}\n"]
     for symmetric in (False, True):
         parts.append("\n\n" + _chunk(m, parent, client, grow, symmetric))
     parts.append("\n\n" + _topk(m, parent, client, grow))
@@ -282,19 +304,18 @@ def cache_dir() -> Path:
     """Where generated kernels are written: ``$FEDSTREAM_KERNEL_CACHE``, else the user's cache
     folder (``$XDG_CACHE_HOME`` or ``~/.cache``) under ``fedstream/selection-kernels``."""
     if os.environ.get("FEDSTREAM_KERNEL_CACHE"):
-        return Path(os.environ["FEDSTREAM_KERNEL_CACHE"])
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return Path(os.environ["FEDSTREAM_KERNEL_CACHE"]).expanduser()
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
     return root / "fedstream" / "selection-kernels"
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
+    """``folder/name`` holding ``text``, written atomically (another process importing it sees the
+    old or the new file whole) unless it already holds it."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     if not path.exists() or path.read_text() != text:
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)  # atomic: another process importing it sees the old or the new file whole
+        atomic_write(path, text)
     return path
 
 
@@ -318,7 +339,10 @@ def _module(m: int, parent, client, grow):
             name = f"plan_{digest}.py"
             try:
                 path = _write(cache_dir(), name, text)
-            except OSError:  # an unwritable cache folder: a private one for this process
+            except (OSError, OutputError) as exc:  # unwritable: a private folder for this process
+                log.warning("cannot keep the generated selection kernels in %s (%s): compiling them in a "
+                            "temporary folder, again in every process; set FEDSTREAM_KERNEL_CACHE to a "
+                            "writable folder", cache_dir(), exc)
                 path = _write(Path(tempfile.mkdtemp(prefix="fedstream-kernels-")), name, text)
             spec = importlib.util.spec_from_file_location(f"fedstream_selection_plan_{digest}", path)
             module = importlib.util.module_from_spec(spec)
