@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import counts_report
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link
 from fedstream.deploy.session import Session
 from fedstream.errors import FedstreamError, ProtocolError
@@ -80,17 +81,19 @@ class RemoteNodes(Session):
         return out
 
     def finish_reports(self, requests: dict[int, Envelope], t: int, needs: tuple[str, ...],
-                       report: Callable[[int, Envelope, FinishReply], dict], *, parts: int | None = None
-                       ) -> dict[int, FinishReply]:
+                       report: Callable[[int, Envelope, FinishReply], dict] | None = None, *,
+                       parts: int | None = None) -> dict[int, FinishReply]:
         """Send the ``finish`` requests; each reply must be a finish reply (with ``parts`` parts, when
         given) carrying the :class:`~fedstream.deploy.host.FinishReply` fields ``needs``.
         ``report(m, reply, got)`` cross-checks the node's counts and makes its entry in ``reports``
-        (raising, it refuses the reply: a fault). Return the accepted replies."""
+        (raising, it refuses the reply: a fault); by default the node's (up, down, messages) beside
+        the ledger's (:func:`~fedstream.deploy.reconcile.counts_report`). Return the accepted replies."""
         self.reports = []
 
         def check(m: int, reply: Envelope) -> FinishReply:
             got = FinishReply.read(reply.info, "finish reply", needs=needs)
-            self.reports.append(report(m, reply, got))
+            self.reports.append(counts_report(self, m, t, got, self.ledger) if report is None
+                                else report(m, reply, got))
             return got
 
         return self.answers(requests, t, check, request=FINISH, kind=FINISH, parts=parts)

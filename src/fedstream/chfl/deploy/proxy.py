@@ -390,8 +390,7 @@ class RemoteStreamCohort(RemoteClients):
         """The last broadcast (after a synchronisation at the very end) and every node's byte counts."""
         requests = {m: Envelope(FINISH, t, [self.send(m, models[m])] if m in models else [], {})
                     for m in sorted(set(self.nodes) & self.link.available())}
-        self.finish_reports(requests, t, COUNTS,
-                            lambda m, reply, got: counts_report(self, m, t, got, self.ledger))
+        self.finish_reports(requests, t, COUNTS)
 
     def checkpoint_state(self) -> dict:
         """What the server knows of its nodes; the nodes keep their own state of the same tick."""

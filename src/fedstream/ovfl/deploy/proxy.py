@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedstream.deploy.host import FinishReply
+from fedstream.deploy.reconcile import counts_report
 from fedstream.deploy.records import FINISH, ROUND, Envelope, Failure, Link, peek
 from fedstream.deploy.remote import RemoteNodes
 from fedstream.errors import ProtocolError
@@ -108,9 +109,7 @@ class LinkTransport(RemoteNodes):
             requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
 
         def report(m: int, reply: Envelope, got: FinishReply) -> dict:
-            mine = (self.ledger.up[m], self.ledger.down[m], self.ledger.messages[m])
-            self.cross_check(m, t, (got.up, got.down, got.messages), mine, "(up, down, messages) = ")
-            report = got.info() | {"server_counted": list(mine)}
+            report = got.info() | counts_report(self, m, t, got, self.ledger)
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             return report
