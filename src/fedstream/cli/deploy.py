@@ -158,9 +158,11 @@ def cmd_deploy(args) -> int:
     config = load_config(args.config, args.sets)  # once: the checks here and the server party use it
     check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
     grpc = (args.runtime or default_runtime(config)) == "grpc"
-    if not grpc:
+    if grpc:  # a bad config is rejected here, before any process starts
+        check_deployable(config)
+    else:
         _flower_sets(args.sets)
-    settings = _settings(args, config, args.out)
+        settings = _settings(args, config, args.out)
     adapter = adapter_for(config["task"])
     credentials = None
     if args.secure:
