@@ -52,8 +52,8 @@ class NetworkBatchVFL:
         self.config, self.labels, self.out, self.progress = config, labels, out, progress
         self.seed = config["seed"]
         # the top model (the client models are the nodes'); one file per party: drawn alone
-        shapes = table_layout(s.clients, labels.n_classes, {}) if s.own_draws else layout(s)
-        self.server = build_parties(s, shapes, self.seed)[1]
+        self.shapes = table_layout(s.clients, labels.n_classes, {}) if s.own_draws else layout(s)
+        self.server = build_parties(s, self.shapes, self.seed)[1]
         if self.server.padding is None:  # stands in for a node that is down (never used without a fault)
             self.server.padding = make_padding("zero", s.clients, s.embedding)
         if s.selection.method == "vfps":  # each node's distance message must fit a Flower message
@@ -83,7 +83,7 @@ class NetworkBatchVFL:
         if s.own_draws:  # each node's own width; its file's ids must be the server's, in its order
             expected = {m: rows | {"ids": self.labels.ids} for m in range(s.clients)}
         else:
-            shapes = layout(s).strip_shapes()
+            shapes = self.shapes.strip_shapes()
             expected = {m: {"shape": list(shapes[m])} | rows for m in range(s.clients)}
         c.setup(expected, resume=boundary(self.done) if self.resumed else None)
         if s.own_draws:  # every node's columns of data.categorical: the simulator's check
