@@ -100,6 +100,12 @@ def kept_boundary(env: Envelope) -> int | None:
     return Keep.read(env.info, "a request with info 'keep'").kept()
 
 
+def machine_data(data_root: str | None, store: Path | None) -> Callable[[Adapter, dict, int], object]:
+    """A deployed node's ``data`` for :class:`Node`: its task's own rows, read from this machine's
+    data root (None: the config's) with the node's cache folder ``store``."""
+    return lambda adapter, config, m: adapter.node_data(config, m, data_root=data_root, cache_dir=store)
+
+
 class Node:
     """Client ``index``'s node on every runtime: answers ``psi``, ``setup``, ``round`` and ``finish``
     requests, keeping the run's config, token and party between them; ProtocolError for a malformed one.

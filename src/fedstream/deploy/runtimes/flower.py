@@ -21,7 +21,7 @@ from fedstream.config import load_config
 from fedstream.config.loader import parse_override
 from fedstream.deploy.records import KINDS
 from fedstream.deploy.serve import serve
-from fedstream.deploy.session import Node, NodeMemory, default_cache_dir
+from fedstream.deploy.session import Node, NodeMemory, default_cache_dir, machine_data
 from fedstream.errors import ConfigError
 
 # Flower reports usage to its servers and checks for updates unless told not to; a library that
@@ -161,8 +161,7 @@ def _handle(msg: Message, context: Context) -> Message:
     env = from_record(msg.content, f"message to client {index}")
     store = node_store(context.node_config)
     data_root = str(context.node_config.get("data-root", "")) or None
-    node = Node(index, store=store, psi=False, data=lambda adapter, config, m: adapter.node_data(
-        config, m, data_root=data_root, cache_dir=store))
+    node = Node(index, store=store, psi=False, data=machine_data(data_root, store))
     if CONFIG in context.state and STATE in context.state:
         head = context.state[CONFIG]
         node.restore(NodeMemory(str(head["json"]), str(head["run"]),

@@ -19,7 +19,7 @@ from fedstream.deploy.records import SETUP
 from fedstream.deploy.runtimes import grpc_wire as wire
 from fedstream.deploy.runtimes.grpc import PATH, channel_options
 from fedstream.deploy.runtimes.grpc_tls import client_credentials, tls_failure
-from fedstream.deploy.session import Node, default_cache_dir
+from fedstream.deploy.session import Node, default_cache_dir, machine_data
 from fedstream.errors import FedstreamError, ProtocolError
 
 try:
@@ -46,8 +46,7 @@ class GrpcNode:
         self.tls_dir = Path(tls_dir) if tls_dir is not None else None
         self.server_name = server_name
         store = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.node = Node(index, store=store, save_every=save_every, data=lambda adapter, config, m:
-                         adapter.node_data(config, m, data_root=data_root, cache_dir=store))
+        self.node = Node(index, store=store, save_every=save_every, data=machine_data(data_root, store))
         self.requests = 0  # requests answered
         self.server_failed: str | None = None  # why the server's run failed, as its bye said
         self.last_contact = time.monotonic()  # when the server last sent a frame
