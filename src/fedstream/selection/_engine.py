@@ -69,7 +69,9 @@ def sum_plan(groups: list[tuple[int, ...]], m: int) -> tuple[np.ndarray, np.ndar
 
 def marginal_design(groups: list[tuple[int, ...]], m: int) -> bool:
     """True when ``groups`` are the marginal design's (each client alone, each leave-one-out group,
-    the full set), in any order: a plan that depends on m alone."""
+    the full set), in any order. Its plan depends on m and on that order: ``group_test`` passes them
+    in :func:`~fedstream.selection.group_testing.marginal_groups`' order, so one plan per m (another
+    order is exact too, and compiles a plan of its own)."""
     from fedstream.selection.group_testing import marginal_groups  # group_testing imports the engine
 
     return {tuple(sorted(g)) for g in groups} == set(marginal_groups(m))
