@@ -47,6 +47,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -71,7 +72,7 @@ import numpy as np
 from numba import carray, njit
 
 from fedstream.selection._int8_kernels import BIG, _topk_row_bounded
-from fedstream.selection._plan_kernels import setup_segment, stack_int32
+from fedstream.selection._plan_kernels import segment_cuts, segment_sources, setup_segment, stack_int32
 
 U = np.uint64
 '''
@@ -107,6 +108,32 @@ def setup_segment(geo, nr, fr, base, xo, yo, mk, a0, nb, x, e, C):  # pragma: no
                 yo[r, j] = off + (a - lr) * (hc - lc) + x - lc
             else:  # blank columns: the row's distance to the blank sample
                 base[r, j], xo[r, j], yo[r, j], mk[r, j] = fr[j, a], 2 * m * C + x, 0, 0
+
+
+@njit(cache=True)
+def segment_sources(nc, fc):  # pragma: no cover (jit)
+    """The ``src`` rows of a tile's C columns (flat, (2m + 1) C int32): nc of each client, fc of each
+    client, zeros (:func:`setup_segment`)."""
+    m, C = nc.shape
+    src = np.zeros((2 * m + 1) * C, np.int32)
+    for j in range(m):
+        for b in range(C):
+            src[j * C + b] = nc[j, b]
+            src[(m + j) * C + b] = fc[j, b]
+    return src
+
+
+@njit(cache=True)
+def segment_cuts(geo, lo, hi):  # pragma: no cover (jit)
+    """Columns lo..hi cut at every client's rectangle edges (sorted, unique), so that each segment is
+    inside or outside each rectangle as a whole."""
+    m = geo.shape[0]
+    cuts = np.empty(2 * m + 2, np.int64)
+    cuts[0], cuts[1] = lo, hi
+    for j in range(m):
+        cuts[2 + 2 * j] = min(max(geo[j, 2], lo), hi)
+        cuts[3 + 2 * j] = min(max(geo[j, 3], lo), hi)
+    return np.unique(cuts)
 
 
 def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) -> list[str]:
@@ -195,17 +222,7 @@ def _topk(m: int, parent, client, grow) -> str:
            f"    m, R, C = {m}, top.shape[1], nc.shape[1]",
            f"    if geo.shape[0] != m or dots.shape[0] < C or C > {CW}:",
            f'        raise ValueError("topk_plan: a geo row per client, a dots entry per column, C <= {CW}")',
-           "    src = np.zeros((2 * m + 1) * C, np.int32)  # nc of each client, fc of each client, zeros",
-           "    for j in range(m):",
-           "        for b in range(C):",
-           "            src[j * C + b] = nc[j, b]",
-           "            src[(m + j) * C + b] = fc[j, b]",
-           "    cuts = np.empty(2 * m + 2, np.int64)  # the tile cut at every client's rectangle edges",
-           "    cuts[0], cuts[1] = 0, C",
-           "    for j in range(m):",
-           "        cuts[2 + 2 * j] = min(max(geo[j, 2], 0), C)",
-           "        cuts[3 + 2 * j] = min(max(geo[j, 3], 0), C)",
-           "    cuts = np.unique(cuts)",
+           "    src, cuts = segment_sources(nc, fc), segment_cuts(geo, 0, C)",
            "    base = np.zeros((1, m), np.int32)",
            "    xo = np.zeros((1, m), np.int64)",
            "    yo = np.zeros((1, m), np.int64)",
@@ -250,23 +267,14 @@ def count_plan(dots, geo, nr, nc, fr, fc, row_bound, col_bound, symmetric, row_c
     m, C = {m}, nc.shape[1]
     if geo.shape[0] != m or dots.shape[0] < C:
         raise ValueError("count_plan: geo needs one row per client, dots at least one entry per column")
-    src = np.zeros((2 * m + 1) * C, np.int32)  # rows: nc of each client, fc of each client, zeros
-    for j in range(m):
-        for b in range(C):
-            src[j * C + b] = nc[j, b]
-            src[(m + j) * C + b] = fc[j, b]
+    src = segment_sources(nc, fc)
     base = np.zeros(({rows}, m), np.int32)
     xo = np.zeros(({rows}, m), np.int64)
     yo = np.zeros(({rows}, m), np.int64)
     mk = np.zeros(({rows}, m), np.int32)
     for c_lo in range(0, C, {cw}):
         c_hi = min(C, c_lo + {cw})
-        cuts = np.empty(2 * m + 2, np.int64)  # the chunk cut at every client's rectangle edges
-        cuts[0], cuts[1] = c_lo, c_hi
-        for j in range(m):
-            cuts[2 + 2 * j] = min(max(geo[j, 2], c_lo), c_hi)
-            cuts[3 + 2 * j] = min(max(geo[j, 3], c_lo), c_hi)
-        cuts = np.unique(cuts)
+        cuts = segment_cuts(geo, c_lo, c_hi)
         if symmetric:
             _chunk_sym(src, dots, geo, nr, fr, row_bound, col_bound, col_cnt, row_cnt, cuts, c_lo, c_hi, C,
                        base, xo, yo, mk)
