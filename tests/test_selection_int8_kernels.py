@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from fedstream.selection import _kernels as K
-from fedstream.selection._engine import int8_tile_dots, sum_plan
+from fedstream.selection._engine import int8_side, int8_tile_dots, sum_plan
 from fedstream.selection._int8_kernels import BIG, topk_int
-from fedstream.selection._layout import int8_norms
+from fedstream.selection._layout import int8_layout
 from fedstream.selection._plan_kernels import CW, ROWS, count_kernel, plan_source
 from fedstream.selection.group_testing import marginal_groups
 
@@ -35,10 +35,28 @@ def _features(n, seed, blank_share):
 def _tile(feats, blank, r0, r1, c0, c1):
     flat = np.empty(len(feats) * (r1 - r0) * (c1 - c0), np.int32)
     geo = np.zeros((len(feats), 5), np.int64)
-    int8_tile_dots(feats, [np.ascontiguousarray(f.T) for f in feats], blank, r0, r1, c0, c1, flat, geo)
-    norms, floor = int8_norms(feats)
-    part = [a[:, lo:hi].copy() for a in (norms, floor) for lo, hi in ((r0, r1), (c0, c1))]
-    return flat, geo, part[0], part[1], part[2], part[3]
+    _, feats_t, norms, floor = int8_layout(feats, np.arange(feats[0].shape[0]), [0] * len(feats))
+    rows, cols = int8_side(norms, floor, blank, r0, r1), int8_side(norms, floor, blank, c0, c1, feats_t)
+    int8_tile_dots(feats, rows, cols, flat, geo)
+    return flat, geo, rows.norms, cols.norms, rows.floor, cols.floor
+
+
+@pytest.mark.parametrize("dtype,shift", [(np.uint8, 128), (np.int64, 3), (np.float64, -100)])
+def test_int8_layout_is_the_gather_shift_and_transpose(dtype, shift):
+    """The layout's one pass: rows in the given order, x - shift as int8, the transpose, the
+    squared norms and the distances to the blank sample (every shifted feature at -128)."""
+    rng = np.random.default_rng(7)
+    lo = 0 if dtype is np.uint8 else shift - 128
+    x = rng.integers(lo, lo + 256, (131, 70)).astype(dtype)  # 131 rows: blocks of 64 and a rest
+    perm = rng.permutation(131)
+    feats, feats_t, norms, floor = int8_layout([x, x[:, :1]], perm, [shift, shift])
+    for j, b in enumerate((x, x[:, :1])):
+        want = (b[perm].astype(np.int64) - shift).astype(np.int8)
+        assert feats[j].dtype == np.int8 and np.array_equal(feats[j], want)
+        assert feats_t[j].flags.c_contiguous and np.array_equal(feats_t[j], want.T)
+        w = want.astype(np.int64)
+        assert np.array_equal(norms[j], (w**2).sum(axis=1))
+        assert np.array_equal(floor[j], ((w + 128) ** 2).sum(axis=1))
 
 
 def _distances(feats, r0, r1, c0, c1):
@@ -278,3 +296,30 @@ def test_the_engine_runs_phase_1_on_whole_classes_as_with_narrow_tiles():
     sub = [b[part] for b in blocks]
     np.testing.assert_array_equal(knn_counts(sub, y[part], MARGINAL, k=10, backend="int8")[0],
                                   reference_m_counts(sub, y[part], MARGINAL, k=10))
+
+
+def test_engine_workers_run_the_int8_gemm_on_one_openmp_thread():
+    """A fresh worker thread starts with OpenMP's default team (the cores), which oneDNN's int8
+    GEMM asks for: the engine's workers set their own to one (``torch.set_num_threads`` sets only
+    the calling thread's)."""
+    import ctypes
+    import os
+
+    import torch  # noqa: F401  (loads the OpenMP runtime looked for below)
+
+    from fedstream.selection._engine import Engine
+    from fedstream.selection._layout import prepare
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: OpenMP's default team is one thread already")
+    maps = open("/proc/self/maps").read().split() if os.path.exists("/proc/self/maps") else []
+    lib = next((p for p in maps if "libgomp" in p or "libiomp" in p), None)
+    if lib is None:
+        pytest.skip("no OpenMP runtime of PyTorch's found in this process's maps")
+    omp = ctypes.CDLL(lib)
+    x = np.random.default_rng(0).integers(0, 256, (40, 6)).astype(np.uint8)
+    y = np.arange(40) % 2
+    engine = Engine(prepare([x[:, :3], x[:, 3:]], y, np.arange(40), "int8", "auto"), [(0,), (1,)], 3, None, 2)
+    seen = []
+    engine._run(lambda t: omp.omp_get_max_threads(), list(range(8)), lambda t, out: seen.append(out))
+    assert engine.prep.int8 and seen == [1] * 8

@@ -23,6 +23,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -138,15 +139,26 @@ def single_threaded_blas(torch_too: bool = False):
             yield
 
 
+def one_torch_thread_here() -> None:
+    """Give this worker thread's int8 GEMMs one thread. ``torch.set_num_threads`` sets OpenMP's
+    thread count for the calling thread only, and oneDNN's int8 GEMM asks OpenMP, so a fresh worker
+    thread ran each product on a team of two: measured on the relaxed re-selection, 0.4 CPU s of
+    helper threads and 4 runnable threads on 2 cores; with this, none."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def int8_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b exactly: a (R, d) and b (d, C) int8, out (R, C) int32 (PyTorch's int8 GEMM).
 
-    ``b`` is copied: a one-row slice counts as contiguous for NumPy and PyTorch while keeping its
-    parent's row stride, which the int8 GEMM then misreads (measured: zeros for d = 1).
+    ``b`` must have strides of its own (made by ``.copy()``, as :func:`int8_side` does): a one-row
+    slice counts as contiguous for NumPy and PyTorch while keeping its parent's row stride, which
+    the int8 GEMM then misreads (measured: zeros for d = 1).
     """
     import torch
 
-    torch._int_mm(torch.from_numpy(a), torch.from_numpy(b.copy()), out=torch.from_numpy(out))
+    torch._int_mm(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
 
 
 def _nonblank_span(blank: np.ndarray) -> tuple[int, int]:
@@ -157,21 +169,41 @@ def _nonblank_span(blank: np.ndarray) -> tuple[int, int]:
     return int(keep.argmax()), int(keep.size - keep[::-1].argmax())
 
 
-def int8_tile_dots(feats, feats_t, blank, r0, r1, c0, c1, flat, geo, row_spans=None) -> np.ndarray:
-    """The int8 GEMMs of a tile, rows r0..r1 against columns c0..c1: for each client only the
-    rectangle spanning its non-blank rows and columns (a blank sample's distance is known
-    without one, ``_int8_kernels.form``). Fills ``geo`` (m, 5) with each rectangle's first row,
-    end row, first column, end column (tile-relative) and offset in ``flat``; returns ``flat``.
+@dataclass(frozen=True)
+class Side:
+    """What the int8 kernels read of a tile's rows (or columns) lo..hi, taken once and shared by
+    every tile with the same rows (columns): a phase-2 column stretch is met by every earlier row
+    block, so its GEMM operands are copied once instead of once per tile (measured: 0.08 CPU s of
+    copies and spans per relaxed re-selection)."""
+
+    lo: int
+    norms: np.ndarray  # (m, hi - lo) int32 squared norms
+    floor: np.ndarray  # (m, hi - lo) int32 squared distances to the blank sample
+    spans: tuple[tuple[int, int], ...]  # per client, [first, end) of its non-blank samples, from lo
+    operands: tuple[np.ndarray, ...] = ()  # columns: per client its GEMM operand (d_j, end - first)
+
+
+def int8_side(norms, floor, blank, lo: int, hi: int, feats_t=None) -> Side:
+    """The :class:`Side` of samples lo..hi; with ``feats_t`` (per client (d_j, n)), as columns."""
+    spans = tuple(_nonblank_span(b[lo:hi]) for b in blank)
+    operands = () if feats_t is None else tuple(ft[:, lo + a:lo + e].copy() for ft, (a, e) in zip(feats_t, spans))
+    return Side(lo, _c(norms[:, lo:hi]), _c(floor[:, lo:hi]), spans, operands)
+
+
+def int8_tile_dots(feats, rows: Side, cols: Side, flat, geo) -> np.ndarray:
+    """The int8 GEMMs of a tile, ``rows`` against ``cols``: for each client only the rectangle
+    spanning its non-blank rows and columns (a blank sample's distance is known without one,
+    ``_int8_kernels.form``). Fills ``geo`` (m, 5) with each rectangle's first row, end row, first
+    column, end column (tile-relative) and offset in ``flat``; returns ``flat``.
     """
     off = 0
-    for j, (f, ft) in enumerate(zip(feats, feats_t)):
-        lr, hr = _nonblank_span(blank[j, r0:r1]) if row_spans is None else row_spans[j]
-        lc, hc = _nonblank_span(blank[j, c0:c1])
+    for j, f in enumerate(feats):
+        (lr, hr), (lc, hc) = rows.spans[j], cols.spans[j]
         geo[j] = (lr, hr, lc, hc, off)
         size = (hr - lr) * (hc - lc)
         if size:
             out = flat[off:off + size].reshape(hr - lr, hc - lc)
-            int8_matmul(f[r0 + lr:r0 + hr], ft[:, c0 + lc:c0 + hc], out)
+            int8_matmul(f[rows.lo + lr:rows.lo + hr], cols.operands[j], out)
         off += size
     return flat
 
@@ -198,6 +230,7 @@ class Engine:
         else:
             self.dtype = np.int32 if prep.int_mode else np.float64
         self._local = threading.local()
+        self._columns: dict[tuple[int, int], Side] = {}  # the column sides of the phase running
         # the int8 kernels generated for the plan (_plan_kernels) where their compilation is paid once
         # per machine: the marginal design's plan depends on m alone
         self._count_plan = self._topk_plan = None
@@ -224,21 +257,31 @@ class Engine:
                                     dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
 
-    def _row_side(self, r0, r1):
-        """(norms, floor, non-blank spans) of rows r0..r1, kept for the row block's next tiles."""
+    def _row_side(self, r0, r1) -> Side:
+        """The :class:`Side` of rows r0..r1, kept (per worker) for the row block's next tiles."""
         loc, p = self._local, self.prep
         if getattr(loc, "row_key", None) != (r0, r1):
-            spans = [_nonblank_span(p.blank[j, r0:r1]) for j in range(p.n_clients)]
-            loc.row_key, loc.row_side = (r0, r1), (_c(p.norms[:, r0:r1]), _c(p.floor[:, r0:r1]), spans)
+            loc.row_key, loc.row_side = (r0, r1), int8_side(p.norms, p.floor, p.blank, r0, r1)
         return loc.row_side
 
-    def _int8_dots(self, r0, r1, c0, c1) -> tuple[np.ndarray, np.ndarray]:
+    def _column_side(self, c0, c1) -> Side:
+        """The :class:`Side` of columns c0..c1 with their GEMM operands, kept for the phase's other
+        row blocks (two workers may both build one the first time: the same value)."""
+        side = self._columns.get((c0, c1))
+        if side is None:
+            p = self.prep
+            side = self._columns[c0, c1] = int8_side(p.norms, p.floor, p.blank, c0, c1, p.feats_t)
+        return side
+
+    def _int8_tile(self, r0, r1, c0, c1) -> tuple:
+        """The int8 kernels' first arguments for a tile: (dots, geo, row norms, column norms, row
+        floor, column floor)."""
         p, loc = self.prep, self._buffers()
         if not hasattr(loc, "geo"):
             loc.geo = np.zeros((p.n_clients, 5), dtype=np.int64)
-        spans = self._row_side(r0, r1)[2]
-        int8_tile_dots(p.feats, p.feats_t, p.blank, r0, r1, c0, c1, loc.dots, loc.geo, spans)
-        return loc.dots, loc.geo
+        rows, cols = self._row_side(r0, r1), self._column_side(c0, c1)
+        int8_tile_dots(p.feats, rows, cols, loc.dots, loc.geo)
+        return loc.dots, loc.geo, rows.norms, cols.norms, rows.floor, cols.floor
 
     def _dots(self, r0, r1, c0, c1) -> np.ndarray:
         feats, loc = self.prep.feats, self._buffers()
@@ -252,15 +295,20 @@ class Engine:
         """consume(task, fn(task)) for every task, fn on the worker threads, results taken in order.
 
         Results are consumed as they come (not collected), so at most a few tasks' outputs are held.
+        The column sides built on the way (:meth:`_column_side`) are dropped at the end.
         """
-        with single_threaded_blas(torch_too=self.prep.int8):
-            if self.workers == 1 or len(tasks) <= 1:
-                for t in tasks:
-                    consume(t, fn(t))
-                return
-            with ThreadPoolExecutor(self.workers) as ex:
-                for t, out in zip(tasks, ex.map(fn, tasks)):
-                    consume(t, out)
+        try:
+            with single_threaded_blas(torch_too=self.prep.int8):
+                if self.workers == 1 or len(tasks) <= 1:
+                    for t in tasks:
+                        consume(t, fn(t))
+                    return
+                init = one_torch_thread_here if self.prep.int8 else None
+                with ThreadPoolExecutor(self.workers, initializer=init) as ex:
+                    for t, out in zip(tasks, ex.map(fn, tasks)):
+                        consume(t, out)
+        finally:
+            self._columns.clear()
 
     # ------------------------------------------------------------------ phase 1
     def radii(self) -> tuple[np.ndarray, np.ndarray]:
@@ -289,11 +337,9 @@ class Engine:
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
         zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
         mins = np.empty(self.radii_cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
-        nr, fr, _ = self._row_side(r0, r1) if p.int8 else (None, None, None)
         for c0, c1 in cols:
             if p.int8:
-                nc, fc = _c(p.norms[:, c0:c1]), _c(p.floor[:, c0:c1])
-                tile = (*self._int8_dots(r0, r1, c0, c1), nr, nc, fr, fc, r0, c0)
+                tile = (*self._int8_tile(r0, r1, c0, c1), r0, c0)
                 if self._topk_plan is not None and c1 - c0 <= self._topk_cols:  # generated for the plan
                     self._topk_plan(*tile, top, zeros, mins)
                 else:
@@ -359,9 +405,7 @@ class Engine:
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
         if p.int8:  # rows of one class, columns of another (_class_spans)
-            nr, fr, _ = self._row_side(r0, r1)
-            tile = (*self._int8_dots(r0, r1, c0, c1), nr, _c(p.norms[:, c0:c1]), fr, _c(p.floor[:, c0:c1]),
-                    row_rad, col_rad)
+            tile = (*self._int8_tile(r0, r1, c0, c1), row_rad, col_rad)
             if self._count_plan is not None:
                 self._count_plan(*tile, symmetric, row_cnt, credit)
                 return symmetric

@@ -47,8 +47,11 @@ class Prepared:
 
 def informative_columns(a: np.ndarray) -> np.ndarray:
     """Columns of ``a`` that are not constant (constant ones add zero to every distance)."""
-    keep = (a != a[:1]).any(axis=0)
-    return a[:, keep] if keep.any() else np.zeros((a.shape[0], 1), dtype=a.dtype)
+    keep = np.flatnonzero(a.min(axis=0) != a.max(axis=0))
+    if keep.size == a.shape[1]:
+        return a
+    # take, not a boolean mask: measured 3 against 20 ms on a 33,614 x 196 uint8 strip
+    return a.take(keep, axis=1) if keep.size else np.zeros((a.shape[0], 1), dtype=a.dtype)
 
 
 def _integer_valued(a: np.ndarray) -> bool:
@@ -99,14 +102,6 @@ def int8_shifts(blocks: list[np.ndarray]) -> list[int] | None:
     return shifts
 
 
-def shifted_int8(a: np.ndarray, shift: int) -> np.ndarray:
-    """``a - shift`` as int8 (the caller checked it lies in -128..127); uint8 pixels take the
-    cheap route of a wrap-around: x - 128 = int8(x ^ 0x80) for 0 <= x <= 255."""
-    if a.dtype == np.uint8 and shift == 128:
-        return np.ascontiguousarray(a ^ np.uint8(0x80)).view(np.int8)
-    return np.ascontiguousarray(a.astype(np.int64) - shift, dtype=np.int8)
-
-
 def blank_order(blank: np.ndarray) -> np.ndarray:
     """A sort key (within a class) that makes each of the two clients with the most blank samples
     (every feature at the client's minimum) hold its non-blank samples in one contiguous run.
@@ -128,27 +123,47 @@ def blank_order(blank: np.ndarray) -> np.ndarray:
     return np.where(a == 0, np.where(b, 0, 1), np.where(b, 3, 2))
 
 
-@njit(cache=True)
-def _int8_norms(f, norms, floor):  # pragma: no cover (jit)
-    for i in range(f.shape[0]):
-        s = np.int32(0)
-        t = np.int32(0)
-        for c in range(f.shape[1]):
-            x = np.int32(f[i, c])
-            s += x * x
-            t += (x + 128) * (x + 128)
-        norms[i] = s
-        floor[i] = t
+@njit(nogil=True, cache=True)
+def _int8_layout(x, perm, shift, feats, feats_t, norms, floor):  # pragma: no cover (jit)
+    for i0 in range(0, perm.shape[0], 64):  # blocks of 64 rows: the transposed block stays in L1
+        i1 = min(perm.shape[0], i0 + 64)
+        for i in range(i0, i1):
+            r = perm[i]
+            s = np.int32(0)
+            t = np.int32(0)
+            for c in range(feats.shape[1]):
+                v = np.int8(np.int64(x[r, c]) - shift)
+                feats[i, c] = v
+                w = np.int32(v)
+                s += w * w
+                t += (w + 128) * (w + 128)
+            norms[i] = s
+            floor[i] = t
+        for c in range(feats.shape[1]):
+            for i in range(i0, i1):
+                feats_t[c, i] = feats[i, c]
 
 
-def int8_norms(feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(m, n) int32 squared norms of the shifted int8 features, and (m, n) int32 squared distances
-    to each client's blank sample (every shifted feature at −128)."""
-    n = feats[0].shape[0]
-    norms, floor = np.empty((len(feats), n), np.int32), np.empty((len(feats), n), np.int32)
-    for j, f in enumerate(feats):
-        _int8_norms(f, norms[j], floor[j])
-    return norms, floor
+def int8_layout(blocks: list[np.ndarray], perm: np.ndarray, shifts: list[int]):
+    """Each client's features in the order ``perm``, shifted into int8 (``x - shift``; the caller
+    checked the range, :func:`int8_shifts`), row-major and transposed (the GEMM's two operands),
+    with the int32 squared norms of the shifted features and the squared distances to the client's
+    blank sample (every shifted feature at −128): ``(feats, feats_t, norms (m, n), floor (m, n))``.
+
+    One pass per client (measured 3.7 against 42 ms for a 33,614 x 154 pixel strip gathered,
+    shifted, transposed and summed by NumPy in turn). int32 is exact: a norm is at most d_j 128²
+    and a distance to the blank sample at most d_j 255² (:func:`int8_shifts` checks both).
+    """
+    n, m = perm.shape[0], len(blocks)
+    norms, floor = np.empty((m, n), np.int32), np.empty((m, n), np.int32)
+    feats, feats_t = [], []
+    for j, (b, s) in enumerate(zip(blocks, shifts)):
+        x = b if b.dtype == np.uint8 else b.astype(np.int64)  # two compiled variants, not one per dtype
+        f, ft = np.empty((n, b.shape[1]), np.int8), np.empty((b.shape[1], n), np.int8)
+        _int8_layout(x, perm, s, f, ft, norms[j], floor[j])
+        feats.append(f)
+        feats_t.append(ft)
+    return feats, feats_t, norms, floor
 
 
 def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
@@ -202,11 +217,7 @@ def prepare(
                     mode=mode, int_mode=int_mode, int8=dtype is np.int8)
     prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     if prep.int8:  # shifted into int8; exact integer norms of the shifted features
-        prep.feats = [shifted_int8(b[perm], s) for b, s in zip(blocks, int8_shifts(blocks))]
-        # int32 is exact: a client's norm is at most d_j 128² < 2³¹ and its distance to the blank
-        # sample at most d_j 255² (int8_shifts checks both)
-        prep.norms, prep.floor = int8_norms(prep.feats)
-        prep.feats_t = [np.ascontiguousarray(f.T) for f in prep.feats]
+        prep.feats, prep.feats_t, prep.norms, prep.floor = int8_layout(blocks, perm, int8_shifts(blocks))
         prep.blank = np.ascontiguousarray(blank[:, perm])
         prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
     elif mode == "dots":
