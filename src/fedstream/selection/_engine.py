@@ -186,7 +186,9 @@ class Side:
 def int8_side(norms, floor, blank, lo: int, hi: int, feats_t=None) -> Side:
     """The :class:`Side` of samples lo..hi; with ``feats_t`` (per client (d_j, n)), as columns."""
     spans = tuple(_nonblank_span(b[lo:hi]) for b in blank)
-    operands = () if feats_t is None else tuple(ft[:, lo + a:lo + e].copy() for ft, (a, e) in zip(feats_t, spans))
+    operands = ()
+    if feats_t is not None:  # copies, with strides of their own (see int8_matmul)
+        operands = tuple(ft[:, lo + a:lo + e].copy() for ft, (a, e) in zip(feats_t, spans))
     return Side(lo, _c(norms[:, lo:hi]), _c(floor[:, lo:hi]), spans, operands)
 
 
