@@ -11,7 +11,7 @@ import pytest
 from fedstream.cli import main
 from fedstream.config import load_config
 from fedstream.config.schema import KEYS_BY_TASK, SCHEMA
-from fedstream.deploy.adapters import adapter_for
+from fedstream.deploy.adapters import Adapter, adapter_for
 from fedstream.errors import ConfigError
 from fedstream.runs.folder import RunFolder
 from fedstream.runs.task import Task
@@ -28,7 +28,11 @@ def test_every_task_is_a_complete_task_object_named_as_its_package():
         for f in dataclasses.fields(Task):
             if f.name not in ("deploy", "predict", "warm"):  # optional: None says the task does not do it
                 assert getattr(task, f.name) is not None, (name, f.name)
-        assert adapter_for(name).task == name  # its deployment adapter, through the registry
+        adapter = adapter_for(name)  # its deployment adapter, through the registry
+        assert adapter.task == name and isinstance(adapter, Adapter)
+        config = load_config(None, {"task": name})  # the protocol's defaults where the task keeps them
+        assert adapter.runtime_for(config) in ("grpc", "flower")
+        assert (adapter.frame_limit(config) is None) == (name != "ovfl")  # only online VFL sizes its frames
     with pytest.raises(ConfigError, match="task = 'hfl': expected one of ovfl, vfl, chfl"):
         get_task("hfl")
 

@@ -7,18 +7,16 @@ its server, its checks. Nothing else in :mod:`fedstream.deploy` branches on ``co
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from fedstream.errors import ConfigError
 from fedstream.tasks import TASKS, get_task
 
 
+@runtime_checkable
 class Adapter(Protocol):
-    """What a task brings to a deployment (see the module doc).
-
-    Optional: ``runtime_for(config)`` where the task's modes fit different runtimes, and
-    ``frame_limit(config)`` where its frames grow with the config's shapes (the gRPC runtime's
-    message limit, :func:`fedstream.deploy.runtimes.grpc_wire.message_limit`)."""
+    """What a task brings to a deployment (see the module doc). The adapters subclass it, so that
+    :meth:`runtime_for` and :meth:`frame_limit` have their defaults unless a task says otherwise."""
 
     task: str
     runtime: str  # the runtime `fedstream deploy local` uses unless --runtime says otherwise
@@ -35,6 +33,17 @@ class Adapter(Protocol):
 
     def report(self, summary: dict) -> str: ...
 
+    def runtime_for(self, config: dict) -> str:
+        """The runtime ``fedstream deploy local`` uses for ``config``: :attr:`runtime`, unless the
+        task's modes fit different runtimes."""
+        return self.runtime
+
+    def frame_limit(self, config: dict) -> int | None:
+        """The bytes past the runtime's base a frame of this run may carry, where the task's frames
+        grow with the config's shapes; None: the shared limit, :data:`fedstream.deploy.records.MAX_PAYLOAD`
+        (the gRPC runtime's message limit, :func:`fedstream.deploy.runtimes.grpc_wire.message_limit`)."""
+        return None
+
 
 def adapter_for(task: str) -> Adapter:
     """The deployment adapter of ``task``; ConfigError naming the tasks that deploy for any other."""
@@ -49,11 +58,9 @@ def adapter_for(task: str) -> Adapter:
 
 
 def default_runtime(config: dict) -> str:
-    """The runtime ``fedstream deploy local`` uses for ``config`` unless ``--runtime`` says otherwise:
-    the adapter's ``runtime_for(config)`` where its modes fit different runtimes, else its ``runtime``."""
-    adapter = adapter_for(config["task"])
-    pick = getattr(adapter, "runtime_for", None)
-    return pick(config) if pick is not None else adapter.runtime
+    """The runtime ``fedstream deploy local`` uses for ``config`` unless ``--runtime`` says otherwise
+    (the adapter's :meth:`Adapter.runtime_for`)."""
+    return adapter_for(config["task"]).runtime_for(config)
 
 
 def check_deployable(config: dict) -> Adapter:

@@ -27,6 +27,10 @@ from fedstream.transport.wire import CODEC_NAMES, is_compressed, unframe
 SETUP, ROUND, FINISH = "setup", "round", "finish"
 PSI = "psi"  # before setup, one file per party: private entity alignment (fedstream.deploy.psi)
 KINDS = (SETUP, ROUND, FINISH, PSI)
+# bytes of fedstream parts in one message, Flower's limit: batch VFL's VF-PS distances, evaluation
+# embeddings and models, CHFL's models (online VFL's frames are sized by its adapter's frame_limit);
+# a larger message is refused before decoding
+MAX_PAYLOAD = 64 * 2**20
 
 
 @dataclass

@@ -15,10 +15,11 @@ from fedstream.chfl.deploy.data import NodePart, StreamPart, load_part, load_str
 from fedstream.chfl.deploy.driver import NetworkCHFL, NetworkStream
 from fedstream.chfl.deploy.host import CHFLHost, StreamHost
 from fedstream.data.chfl_datasets import SPECS
+from fedstream.deploy.adapters import Adapter
 from fedstream.errors import ConfigError
 
 
-class CHFLAdapter:
+class CHFLAdapter(Adapter):
     task = "chfl"
     runtime = "flower"  # batch mode: FedAvg rounds of seconds to minutes, Flower's Message API suits them
 

@@ -18,12 +18,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from fedstream.deploy.records import KINDS, Envelope, Failure
+from fedstream.deploy.records import KINDS, MAX_PAYLOAD, Envelope, Failure
 from fedstream.errors import ProtocolError
 
 log = logging.getLogger("fedstream.deploy")
 
-MAX_PAYLOAD = 64 * 2**20  # bytes of fedstream parts in one message; a larger one is refused before decoding
 HELLO = "query.hello"
 TIMING = "timing."  # info keys of a reply that time the ClientApp (stripped by GridLink)
 

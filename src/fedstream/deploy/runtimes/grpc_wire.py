@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from fedstream.deploy import protocol_pb2 as pb
 from fedstream.deploy import schema
 from fedstream.deploy.adapters import adapter_for
-from fedstream.deploy.records import KINDS, Envelope
+from fedstream.deploy.records import KINDS, MAX_PAYLOAD, Envelope
 from fedstream.errors import ProtocolError
 
 HELLO, REQUEST, REPLY, ERROR, BYE, ECHO = 1, 2, 3, 4, 5, 6
@@ -36,7 +36,6 @@ _OWN_SLOT = {HELLO: "hello", ERROR: "error", BYE: "error"}
 MAX_DIMS = 8
 CLIENT_CN = "fedstream client "  # a client certificate's common name: "fedstream client M"
 BASE_LIMIT = 1 << 20  # bytes: the setup request's config, info and headers of any message
-VFL_LIMIT = 64 * 2**20  # batch VFL, CHFL: VF-PS distances, evaluation embeddings, models (Flower's limit)
 _EMPTY = Envelope("", 0)
 
 
@@ -51,11 +50,11 @@ class Frame(NamedTuple):
 
 def message_limit(config: dict, *, audit: bool = False) -> int:
     """The largest frame a party of this run sends or accepts: the task adapter's ``frame_limit``
-    where its frames scale with the config's shapes (online VFL), else :data:`VFL_LIMIT` (batch VFL's
-    VF-PS distances, evaluation embeddings and models; CHFL's models). ``audit``: a node's final report
-    carries its model too (16 MiB more)."""
-    sized = getattr(adapter_for(config["task"]), "frame_limit", None)
-    limit = sized(config) + BASE_LIMIT if sized is not None else VFL_LIMIT
+    where its frames scale with the config's shapes (online VFL), else
+    :data:`~fedstream.deploy.records.MAX_PAYLOAD` (batch VFL's VF-PS distances, evaluation embeddings
+    and models; CHFL's models). ``audit``: a node's final report carries its model too (16 MiB more)."""
+    sized = adapter_for(config["task"]).frame_limit(config)
+    limit = sized + BASE_LIMIT if sized is not None else MAX_PAYLOAD
     return limit + (16 * 2**20 if audit else 0)
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedstream.data.table_party import per_party
+from fedstream.deploy.adapters import Adapter
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.host import ClientHost
 from fedstream.ovfl.deploy.parties import check_deployable, server_stream
 from fedstream.ovfl.deploy.rows import BlockRows, PartyRows
 
 
-class OnlineVFLAdapter:
+class OnlineVFLAdapter(Adapter):
     task = "ovfl"
     runtime = "grpc"  # one message per event: long-lived parties on gRPC
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedstream.deploy.adapters import Adapter
 from fedstream.vfl.deploy.data import ClientBlock, batch_settings, load_block, load_labels
 from fedstream.vfl.deploy.driver import NetworkBatchVFL
 from fedstream.vfl.deploy.host import BatchVFLHost
 from fedstream.vfl.deploy.table import TableBlock, load_table_block, load_table_labels
 
 
-class BatchVFLAdapter:
+class BatchVFLAdapter(Adapter):
     task = "vfl"
     runtime = "grpc"  # one message per training step: long-lived parties on gRPC
 

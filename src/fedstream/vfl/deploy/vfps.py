@@ -16,6 +16,7 @@ import struct
 
 import numpy as np
 
+from fedstream.deploy.records import MAX_PAYLOAD
 from fedstream.errors import ConfigError, ProtocolError
 from fedstream.selection.reference import local_sq_distances
 
@@ -79,19 +80,16 @@ def local_distances(block: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return small if np.array_equal(small, dist) else dist
 
 
-# = deploy/runtimes/flower_grid.py MAX_PAYLOAD: the largest reply a Flower message may carry
-MAX_MESSAGE = 64 * 2**20
-
 
 def check_size(spec, n: int) -> None:
     """ConfigError naming selection.queries when a node's distance message would exceed a Flower
     message (``spec``: the run's SelectionSpec, ``n``: training rows)."""
     q = n if spec.queries is None else min(spec.queries, n)
     size = HEADER.size + 4 * q * n  # a distance message of Q x n float32
-    if size > MAX_MESSAGE:
-        most = max(1, (MAX_MESSAGE - HEADER.size) // (4 * n))
+    if size > MAX_PAYLOAD:
+        most = max(1, (MAX_PAYLOAD - HEADER.size) // (4 * n))
         raise ConfigError(
             f"selection.queries = {spec.queries!r}: each node would send {q} x {n} local distances "
-            f"({size} bytes), over the {MAX_MESSAGE}-byte limit of a Flower message; set "
+            f"({size} bytes), over the {MAX_PAYLOAD}-byte limit of a Flower message; set "
             f"selection.queries <= {most}"
         )
