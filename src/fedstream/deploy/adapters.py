@@ -7,16 +7,16 @@ its server, its checks. Nothing else in :mod:`fedstream.deploy` branches on ``co
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from fedstream.errors import ConfigError
 from fedstream.tasks import TASKS, get_task
 
 
-@runtime_checkable
 class Adapter(Protocol):
     """What a task brings to a deployment (see the module doc). The adapters subclass it, so that
-    :meth:`runtime_for` and :meth:`frame_limit` have their defaults unless a task says otherwise."""
+    :meth:`runtime_for` and :meth:`frame_limit` have their defaults unless a task says otherwise;
+    every other method each adapter defines (``tests/test_tasks.py`` checks)."""
 
     task: str
     runtime: str  # the runtime `fedstream deploy local` uses unless --runtime says otherwise

@@ -158,7 +158,7 @@ def int8_layout(blocks: list[np.ndarray], perm: np.ndarray, shifts: list[int]):
     norms, floor = np.empty((m, n), np.int32), np.empty((m, n), np.int32)
     feats, feats_t = [], []
     for j, (b, s) in enumerate(zip(blocks, shifts)):
-        x = b if b.dtype == np.uint8 else b.astype(np.int64)  # two compiled variants, not one per dtype
+        x = b if b.dtype == np.uint8 else b.astype(np.int64)  # uint8 (any layout) or int64: not one per dtype
         f, ft = np.empty((n, b.shape[1]), np.int8), np.empty((b.shape[1], n), np.int8)
         _int8_layout(x, perm, s, f, ft, norms[j], floor[j])
         feats.append(f)

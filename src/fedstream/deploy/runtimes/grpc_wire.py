@@ -54,7 +54,7 @@ def message_limit(config: dict, *, audit: bool = False) -> int:
     :data:`~fedstream.deploy.records.MAX_PAYLOAD` (batch VFL's VF-PS distances, evaluation embeddings
     and models; CHFL's models). ``audit``: a node's final report carries its model too (16 MiB more)."""
     sized = adapter_for(config["task"]).frame_limit(config)
-    limit = sized + BASE_LIMIT if sized is not None else MAX_PAYLOAD
+    limit = (MAX_PAYLOAD if sized is None else sized) + BASE_LIMIT  # a frame's headers on top of its parts
     return limit + (16 * 2**20 if audit else 0)
 
 

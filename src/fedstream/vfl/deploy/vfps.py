@@ -80,16 +80,15 @@ def local_distances(block: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return small if np.array_equal(small, dist) else dist
 
 
-
 def check_size(spec, n: int) -> None:
-    """ConfigError naming selection.queries when a node's distance message would exceed a Flower
-    message (``spec``: the run's SelectionSpec, ``n``: training rows)."""
+    """ConfigError naming selection.queries when a node's distance message would exceed what one
+    message may carry, on any runtime (``spec``: the run's SelectionSpec, ``n``: training rows)."""
     q = n if spec.queries is None else min(spec.queries, n)
     size = HEADER.size + 4 * q * n  # a distance message of Q x n float32
     if size > MAX_PAYLOAD:
         most = max(1, (MAX_PAYLOAD - HEADER.size) // (4 * n))
         raise ConfigError(
             f"selection.queries = {spec.queries!r}: each node would send {q} x {n} local distances "
-            f"({size} bytes), over the {MAX_PAYLOAD}-byte limit of a Flower message; set "
+            f"({size} bytes), over the {MAX_PAYLOAD}-byte limit of a message; set "
             f"selection.queries <= {most}"
         )
