@@ -179,7 +179,7 @@ SPOILS = {
     "short": (lambda r: Envelope(r.kind, r.round, [b"\x07"], r.info), "shorter than the 16-byte header"),
     "parts": (
         lambda r: Envelope(r.kind, r.round, r.parts * 2, r.info),
-        r"expected one distance message, received 2 part\(s\)",
+        r"expected 1 distance message\(s\), received 2 part\(s\)",
     ),
     "failure": (lambda r: Failure("the client failed: boom"), "boom"),
 }

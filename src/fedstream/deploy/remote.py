@@ -67,15 +67,16 @@ class RemoteNodes(Session):
 
     def answers(self, requests: dict[int, Envelope], t: int, check: Callable[[int, Envelope | Failure], T], *,
                 request: str = ROUND, kind: str | None = None, parts: int | None = None,
-                ahead: Callable | None = None) -> dict[int, T]:
+                payload: str | None = None, ahead: Callable | None = None) -> dict[int, T]:
         """Send ``requests`` all at once (``ahead``: as :meth:`~fedstream.deploy.session.Session.exchange`);
         what ``check(m, reply)`` makes of each reply, which with ``kind`` is first checked to be a
-        ``kind`` reply to request ``t`` with ``parts`` parts. A reply that fails a check (a
+        ``kind`` reply to request ``t`` with ``parts`` parts (``payload``: what the error calls them;
+        :meth:`~fedstream.deploy.session.Session.reply`). A reply that fails a check (a
         FedstreamError) is a fault of ``request``, and nothing of it is used."""
         out = {}
         for m, reply in sorted(self.exchange(requests, ahead).items()):
             try:
-                out[m] = check(m, reply if kind is None else self.reply(reply, kind, t, parts))
+                out[m] = check(m, reply if kind is None else self.reply(reply, kind, t, parts, payload))
             except FedstreamError as exc:
                 self.fault(m, t, request, str(exc))
         return out

@@ -300,9 +300,11 @@ class Session:
         self.disputes += [{"client": m, "field": f, "node": a, "server": b} for f, a, b in pairs if a != b]
         return False
 
-    def reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None = None) -> Envelope:
+    def reply(self, reply: Envelope | Failure, kind: str, t: int, parts: int | None = None,
+              payload: str | None = None) -> Envelope:
         """``reply`` if it is a ``kind`` reply for request number ``t`` (with ``parts`` parts, when
-        given); ProtocolError saying what was expected otherwise (a :class:`Failure`: its reason)."""
+        given, named ``payload`` in the error, by default the session's); ProtocolError saying what
+        was expected otherwise (a :class:`Failure`: its reason)."""
         if isinstance(reply, Failure):
             raise ProtocolError(reply.reason)
         if reply.kind != kind or reply.round != t:
@@ -311,7 +313,8 @@ class Session:
                 f"{self.unit} {reply.round}"
             )
         if parts is not None and len(reply.parts) != parts:
-            raise ProtocolError(f"expected {parts} {self.payload}, received {len(reply.parts)} part(s)")
+            noun = payload or self.payload
+            raise ProtocolError(f"expected {parts} {noun}, received {len(reply.parts)} part(s)")
         return reply
 
     def require_all(self, ready: Iterable[int], n: int, run: str) -> None:

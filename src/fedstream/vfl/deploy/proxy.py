@@ -84,13 +84,12 @@ class RemoteCohort(RemoteNodes):
             requests[m] = Envelope(ROUND, epoch, [part], info.copy())  # a due gradient stays in the outbox
 
         def check(m: int, reply: Envelope) -> tuple[bytes, np.ndarray]:
-            parts = reply.parts
-            if len(parts) != 1:
-                raise ProtocolError(f"expected one distance message, received {len(parts)} part(s)")
-            return parts[0], decode_vfps(parts[0], kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
+            data = reply.parts[0]
+            return data, decode_vfps(data, kind=DISTANCES, round=epoch, client=m, shape=(Q, n))
 
         out = np.empty((M, Q, n))
-        got = self.answers(requests, epoch, check, request=SELECT, kind=ROUND)
+        got = self.answers(requests, epoch, check, request=SELECT, kind=ROUND, parts=1,
+                           payload="distance message(s)")
         for m, (data, values) in got.items():
             out[m] = values
             self.selection_bytes[m]["up"] += len(data)
