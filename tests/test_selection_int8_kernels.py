@@ -298,18 +298,18 @@ def test_the_engine_runs_phase_1_on_whole_classes_as_with_narrow_tiles():
                                   reference_m_counts(sub, y[part], MARGINAL, k=10))
 
 
-def test_engine_workers_run_the_int8_gemm_on_one_openmp_thread():
+def test_engine_workers_run_the_int8_gemm_on_one_openmp_thread(monkeypatch):
     """A fresh worker thread starts with OpenMP's default team (the cores), which oneDNN's int8
     GEMM asks for: the engine's workers set their own to one (``torch.set_num_threads`` sets only
-    the calling thread's)."""
+    the calling thread's). Seen from the thread of every int8 GEMM of a two-worker count."""
     import ctypes
     import os
     from pathlib import Path
 
     import torch  # loads the OpenMP runtime looked for below
 
-    from fedstream.selection._engine import Engine
-    from fedstream.selection._layout import prepare
+    from fedstream.selection import _engine
+    from fedstream.selection.knn_mi import knn_counts
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: OpenMP's default team is one thread already")
@@ -321,9 +321,14 @@ def test_engine_workers_run_the_int8_gemm_on_one_openmp_thread():
     if lib is None:
         pytest.skip("no OpenMP runtime of PyTorch's found in this process's maps")
     omp = ctypes.CDLL(lib)
-    x = np.random.default_rng(0).integers(0, 256, (40, 6)).astype(np.uint8)
-    y = np.arange(40) % 2
-    engine = Engine(prepare([x[:, :3], x[:, 3:]], y, np.arange(40), "int8", "auto"), [(0,), (1,)], 3, None, 2)
-    seen = []
-    engine._run(lambda t: omp.omp_get_max_threads(), list(range(8)), lambda t, out: seen.append(out))
-    assert engine.prep.int8 and seen == [1] * 8
+    seen, matmul = [], _engine.int8_matmul
+
+    def counted(a, b, out):
+        seen.append(omp.omp_get_max_threads())
+        matmul(a, b, out)
+
+    monkeypatch.setattr(_engine, "int8_matmul", counted)
+    x = np.random.default_rng(0).integers(0, 256, (300, 6)).astype(np.uint8)
+    knn_counts([x[:, :3], x[:, 3:]], np.arange(300) % 2, [(0,), (1,)], k=3, backend="int8", tile=64,
+               workers=2)
+    assert len(seen) > 8 and set(seen) == {1}
