@@ -243,3 +243,19 @@ def test_the_fused_path_lists_the_parties_arrays_themselves(arrays, compiled, mo
     if arrays[0].flags.writeable:
         listed[0][...] = 7.0
         assert (arrays[0] == 7.0).all()
+
+
+def test_fused_path_takes_over_once_ready(monkeypatch):
+    """SLR's first l - 1 rounds take the message path (its rings are not full); from then on the
+    fused path plays the segments, not the message path to the end of the first segment."""
+    import fedstream.ovfl.engine as engine
+
+    calls, play_round = [], engine.play_round
+    monkeypatch.setattr(engine, "play_round", lambda t, *a, **k: calls.append(t) or play_round(t, *a, **k))
+    window = 6
+    cfg = small_config(**{"optimizer.name": "slr", "optimizer.window": window, "rounds": 600,
+                          "eval.interval": 300})
+    run = OnlineVFL(cfg, stream=synthetic_stream())
+    assert run.fused is not None
+    run.run()
+    assert calls == list(range(window - 1))

@@ -172,6 +172,8 @@ class OnlineRun:
             if path is not None and path.ready(upto - j):
                 self._play_segment(path, X, y, mask, (base, j, upto, counted), hooks)
             else:
+                if path is not None:  # not ready yet (SLR's first rounds fill its rings): one round,
+                    upto = j + 1  # then ask again, so the path takes over as soon as it can
                 self._play_rounds(blocks, y, mask, queried, (base, j, upto, counted), hooks)
             j = upto
             counted = self._after_segment(j, base, (blocks, y, mask), counted, hooks, watch)
