@@ -6,7 +6,7 @@ import pytest
 
 from fedstream.selection import _kernels as K
 from fedstream.selection._engine import int8_side, int8_tile_dots, sum_plan
-from fedstream.selection._int8_kernels import BIG, topk_int
+from fedstream.selection._int8_kernels import BIG, CHUNK, ROW_BLOCK, count_int, topk_int
 from fedstream.selection._layout import int8_layout
 from fedstream.selection._plan_kernels import CW, ROWS, count_kernel, plan_source
 from fedstream.selection.group_testing import marginal_groups
@@ -70,10 +70,13 @@ def _distances(feats, r0, r1, c0, c1):
 )
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("blank_share", [0.0, 0.5, 1.0])
-def test_generated_count_kernel_equals_generic_kernel(rows, cols, symmetric, blank_share):
-    """Phase 2's kernel generated for the plan: the counts of the generic kernel and of the
-    definition, with rows left over after the blocks of ROWS, column chunks cut anywhere and
-    blank rows and columns (the three cases of each client's distance)."""
+@pytest.mark.parametrize("kernel", ["generated", "count_int"])
+def test_int8_count_kernels_equal_generic_kernel(rows, cols, symmetric, blank_share, kernel):
+    """Phase 2's int8 kernels, the one generated for the plan (marginal design) and ``count_int``
+    (any other design): the counts of the generic kernel and of the definition, with rows left
+    over after the blocks of ROWS (ROW_BLOCK), column chunks cut anywhere (CW + 37 columns: two
+    of count_int's CHUNK and a part) and blank rows and columns (the three cases of each client's
+    distance)."""
     rng, feats, blank = _features(rows + cols, seed=rows + cols, blank_share=blank_share)
     r0, r1, c0, c1 = 0, rows, rows, rows + cols
     tile = _tile(feats, blank, r0, r1, c0, c1)
@@ -92,7 +95,11 @@ def test_generated_count_kernel_equals_generic_kernel(rows, cols, symmetric, bla
     K.count_dots(dots, nr, nc, True, np.zeros((1, 1), np.float32), np.zeros(5, np.int64), 0, rows, *labels,
                  row_bound, col_bound, parent, client, grow, symmetric, want_rows, want_cols, work)
     got_rows, got_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
-    count_kernel(4, parent, client, grow)(*tile, row_bound, col_bound, symmetric, got_rows, got_cols)
+    if kernel == "generated":
+        count_kernel(4, parent, client, grow)(*tile, row_bound, col_bound, symmetric, got_rows, got_cols)
+    else:
+        block = np.empty((ROW_BLOCK, 4 + parent.shape[0], CHUNK), np.int32)
+        count_int(*tile, row_bound, col_bound, parent, client, grow, symmetric, got_rows, got_cols, block)
     np.testing.assert_array_equal(got_rows, want_rows)
     np.testing.assert_array_equal(got_cols, want_cols)
     for g, members in enumerate(MARGINAL):  # and the plain definition, summed over the group

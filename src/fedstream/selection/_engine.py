@@ -6,10 +6,9 @@ Data are put in class-sorted order, queries first: ``[queries by class | other s
 * Phase 1 (:meth:`Engine.radii`) visits only same-class tiles (about 1/C of all pairs) and keeps,
   per group and query, the K smallest same-class distances; the K-th is the radius r_q. It also
   counts the same-class samples inside the radius (strictly inside, or at distance 0 when r_q = 0).
-* Phase 2 (:meth:`Engine.counts`) visits each row block of queries against (a) itself, row side
-  only, (b) the later query columns, crediting both sides (each unordered pair once), (c) the
-  non-query columns, row side only. Tiles are cut at class boundaries, so every same-class tile
-  is skipped whole.
+* Phase 2 (:meth:`Engine.counts`) visits each row block of queries (of one class) against (a) the
+  later query columns, crediting both sides (each unordered pair once), (b) the non-query columns,
+  row side only. Tiles are cut at class boundaries, so every same-class tile is skipped whole.
 
 Each task (a row block) runs on a worker thread: one single-threaded BLAS GEMM per client and tile
 for the dot products (or, with int8 features, one single-threaded int8 GEMM into int32 by
@@ -139,16 +138,6 @@ def single_threaded_blas(torch_too: bool = False):
             yield
 
 
-def one_torch_thread_here() -> None:
-    """Give this worker thread's int8 GEMMs one thread. ``torch.set_num_threads`` sets OpenMP's
-    thread count for the calling thread only, and oneDNN's int8 GEMM asks OpenMP, so a fresh worker
-    thread ran each product on a team of two: measured on the relaxed re-selection, 0.4 CPU s of
-    helper threads and 4 runnable threads on 2 cores; with this, none."""
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def int8_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b exactly: a (R, d) and b (d, C) int8, out (R, C) int32 (PyTorch's int8 GEMM).
 
@@ -254,19 +243,17 @@ class Engine:
         loc = self._local
         if not hasattr(loc, "work"):
             width = self.prep.n_clients + self.parent.shape[0]
-            loc.work = np.empty(width * max(self.cols, self.rows), dtype=self.dtype)
+            loc.work = np.empty(width * self.cols, dtype=self.dtype)
             if self.prep.mode == "dots":
-                cols = max(self.cols, self.radii_cols, self.rows)
+                cols = max(self.cols, self.radii_cols)
                 loc.dots = np.empty(self.prep.n_clients * self.rows * cols,
                                     dtype=np.int32 if self.prep.int8 else self.prep.feats[0].dtype)
         return loc
 
-    def _row_side(self, r0, r1) -> Side:
-        """The :class:`Side` of rows r0..r1, kept (per worker) for the row block's next tiles."""
-        loc, p = self._local, self.prep
-        if getattr(loc, "row_key", None) != (r0, r1):
-            loc.row_key, loc.row_side = (r0, r1), int8_side(p.norms, p.floor, p.blank, r0, r1)
-        return loc.row_side
+    def _row_side(self, r0, r1) -> Side | None:
+        """The :class:`Side` of rows r0..r1 (a task's row block; None off the int8 path)."""
+        p = self.prep
+        return int8_side(p.norms, p.floor, p.blank, r0, r1) if p.int8 else None
 
     def _column_side(self, c0, c1) -> Side:
         """The :class:`Side` of columns c0..c1 with their GEMM operands, kept for the phase's other
@@ -277,13 +264,13 @@ class Engine:
             side = self._columns[c0, c1] = int8_side(p.norms, p.floor, p.blank, c0, c1, p.feats_t)
         return side
 
-    def _int8_tile(self, r0, r1, c0, c1) -> tuple:
-        """The int8 kernels' first arguments for a tile: (dots, geo, row norms, column norms, row
-        floor, column floor)."""
+    def _int8_tile(self, rows: Side, c0, c1) -> tuple:
+        """The int8 kernels' first arguments for a tile of ``rows`` and columns c0..c1: (dots, geo,
+        row norms, column norms, row floor, column floor)."""
         p, loc = self.prep, self._buffers()
         if not hasattr(loc, "geo"):
             loc.geo = np.zeros((p.n_clients, 5), dtype=np.int64)
-        rows, cols = self._row_side(r0, r1), self._column_side(c0, c1)
+        cols = self._column_side(c0, c1)
         int8_tile_dots(p.feats, rows, cols, loc.dots, loc.geo)
         return loc.dots, loc.geo, rows.norms, cols.norms, rows.floor, cols.floor
 
@@ -307,7 +294,9 @@ class Engine:
                     for t in tasks:
                         consume(t, fn(t))
                     return
-                init = one_torch_thread_here if self.prep.int8 else None
+                init = None
+                if self.prep.int8:  # the workers' int8 GEMMs on one thread each, as the caller's
+                    from fedstream.runs.threads import one_torch_thread_here as init
                 with ThreadPoolExecutor(self.workers, initializer=init) as ex:
                     for t, out in zip(tasks, ex.map(fn, tasks)):
                         consume(t, out)
@@ -341,9 +330,10 @@ class Engine:
         top = np.full((self.G, r1 - r0, self.k), big, dtype=self.dtype)
         zeros = np.zeros((self.G, r1 - r0), dtype=np.int64)
         mins = np.empty(self.radii_cols // STRETCH + 2, dtype=np.int32) if p.int8 else None
+        rows = self._row_side(r0, r1)
         for c0, c1 in cols:
             if p.int8:
-                tile = (*self._int8_tile(r0, r1, c0, c1), r0, c0)
+                tile = (*self._int8_tile(rows, c0, c1), r0, c0)
                 if self._topk_plan is not None and c1 - c0 <= self._topk_cols:  # generated for the plan
                     self._topk_plan(*tile, top, zeros, mins)
                 else:
@@ -391,16 +381,19 @@ class Engine:
         row_rad = _c(radius[:, r0:r1])
         col_cnt = np.zeros((self.G, nq - r1), dtype=np.int32) if r1 < nq else None
         lab = self.prep.labels  # the rows are of one class (_class_spans): their own block has no pair
+        rows = self._row_side(r0, r1)
         for c0, c1 in _class_spans(lab, r1, nq, self.cols):  # later queries: both sides
             credit = np.zeros((self.G, c1 - c0), dtype=np.int32)
-            if self._count_tile(row_cnt, row_rad, _c(radius[:, c0:c1]), credit, r0, r1, c0, c1):
+            if self._count_tile(row_cnt, row_rad, _c(radius[:, c0:c1]), credit, (r0, r1, rows), c0, c1):
                 col_cnt[:, c0 - r1: c1 - r1] += credit
         for c0, c1 in _class_spans(lab, nq, n, self.cols):  # samples that are not queries: row side
-            self._count_tile(row_cnt, row_rad, None, None, r0, r1, c0, c1)
+            self._count_tile(row_cnt, row_rad, None, None, (r0, r1, rows), c0, c1)
         return row_cnt, col_cnt
 
-    def _count_tile(self, row_cnt, row_rad, col_rad, credit, r0, r1, c0, c1) -> bool:
-        lab, p = self.prep.labels, self.prep
+    def _count_tile(self, row_cnt, row_rad, col_rad, credit, block, c0, c1) -> bool:
+        """Count a tile of the rows ``block`` (r0, r1, their :class:`Side`) and columns c0..c1 into
+        ``row_cnt`` and, when ``credit`` is given, the columns' ``credit``; whether it credited them."""
+        (r0, r1, rows), lab, p = block, self.prep.labels, self.prep
         if lab[r0] == lab[r1 - 1] == lab[c0] == lab[c1 - 1]:
             return False  # a single-class tile holds no other-class pair
         symmetric = credit is not None
@@ -409,13 +402,14 @@ class Engine:
             credit = np.zeros((self.G, 1), dtype=np.int32)
         loc = self._buffers()
         if p.int8:  # rows of one class, columns of another (_class_spans)
-            tile = (*self._int8_tile(r0, r1, c0, c1), row_rad, col_rad)
+            tile = (*self._int8_tile(rows, c0, c1), row_rad, col_rad)
             if self._count_plan is not None:
                 self._count_plan(*tile, symmetric, row_cnt, credit)
-                return symmetric
-            if not hasattr(loc, "block"):
-                loc.block = np.empty((ROW_BLOCK, p.n_clients + self.parent.shape[0], CHUNK), dtype=np.int32)
-            count_int(*tile, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
+            else:
+                if not hasattr(loc, "block"):
+                    width = p.n_clients + self.parent.shape[0]
+                    loc.block = np.empty((ROW_BLOCK, width, CHUNK), dtype=np.int32)
+                count_int(*tile, self.parent, self.client, self.grow, symmetric, row_cnt, credit, loc.block)
             return symmetric
         args = (lab[r0:r1], lab[c0:c1], row_rad, col_rad, self.parent, self.client, self.grow, symmetric,
                 row_cnt, credit, loc.work)

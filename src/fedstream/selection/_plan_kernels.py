@@ -136,13 +136,33 @@ def segment_cuts(geo, lo, hi):  # pragma: no cover (jit)
     return np.unique(cuts)
 
 
+def _scratch(rows: int) -> list[str]:
+    """The set-up of a generated kernel: the tile's ``src`` rows and ``setup_segment``'s outputs for
+    ``rows`` rows."""
+    return ["src = segment_sources(nc, fc)"] + [f"{a} = np.zeros(({rows}, m), np.{t})" for a, t in
+                                                (("base", "int32"), ("xo", "int64"), ("yo", "int64"),
+                                                 ("mk", "int32"))]
+
+
+def _segment_lines(r: int, m: int) -> list[str]:
+    """Row r's base, source offset, dot-product offset and mask of every client, for a segment."""
+    return [f"B{r}_{j} = base[{r}, {j}]; X{r}_{j} = U(xo[{r}, {j}]); Y{r}_{j} = U(yo[{r}, {j}]); "
+            f"K{r}_{j} = mk[{r}, {j}]" for j in range(m)]
+
+
+def _distance_lines(r: int, m: int, parent, client) -> list[str]:
+    """Row r's distance to column ``ui`` for every client (``d{r}_j``) and plan row (``d{r}_{m+p}``)."""
+    out = [f"d{r}_{j} = np.int32(B{r}_{j} + src[X{r}_{j} + ui] - ((dots[Y{r}_{j} + ui] & K{r}_{j}) << 1))"
+           for j in range(m)]
+    pairs = enumerate(zip(parent, client))
+    return out + [f"d{r}_{m + p} = np.int32(d{r}_{a} + d{r}_{b})" for p, (a, b) in pairs]
+
+
 def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) -> list[str]:
     """The loop over one segment's columns for ``rows`` rows, indented by ``pad``."""
-    out, CW = [], chunk_width(len(grow))
+    out, cw = [], chunk_width(len(grow))
     for r in range(rows):
-        for j in range(m):
-            out.append(f"B{r}_{j} = base[{r}, {j}]; X{r}_{j} = U(xo[{r}, {j}]); "
-                       f"Y{r}_{j} = U(yo[{r}, {j}]); K{r}_{j} = mk[{r}, {j}]")
+        out += _segment_lines(r, m)
         for g in range(len(grow)):
             out.append(f"t{r}_{g} = row_bound[{g}, a0 + {r}]; n{r}_{g} = np.int32(0)")
     out += ["ux = U(x)"]
@@ -151,11 +171,7 @@ def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) ->
         out.append("cr = cred[x - c_lo:]")
     out += ["for i in range(e - x):", "    ui = U(i)"]
     for r in range(rows):
-        for j in range(m):
-            dot = f"((dots[Y{r}_{j} + ui] & K{r}_{j}) << 1)"
-            out.append(f"    d{r}_{j} = np.int32(B{r}_{j} + src[X{r}_{j} + ui] - {dot})")
-        for p, (a, b) in enumerate(zip(parent, client)):
-            out.append(f"    d{r}_{m + p} = np.int32(d{r}_{a} + d{r}_{b})")
+        out += ["    " + line for line in _distance_lines(r, m, parent, client)]
         for g, h in enumerate(grow):
             out.append(f"    n{r}_{g} = np.int32(n{r}_{g} + np.int32(d{r}_{h} <= t{r}_{g}))")
     if symmetric:
@@ -163,7 +179,7 @@ def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) ->
         for g, h in enumerate(grow):
             within = " + ".join(f"np.int32(d{r}_{h} <= c{g})" for r in range(rows))
             out.append(f"    c{g} = col_bound[{g}, b]")
-            out.append(f"    cr[{g * CW} + ui] = np.int32(cr[{g * CW} + ui] + {within})")
+            out.append(f"    cr[{g * cw} + ui] = np.int32(cr[{g * cw} + ui] + {within})")
     for r in range(rows):
         for g in range(len(grow)):
             out.append(f"row_cnt[{g}, a0 + {r}] += n{r}_{g}")
@@ -188,14 +204,14 @@ def topk_width(groups: int) -> int:
 
 def _chunk(m: int, parent, client, grow, symmetric: bool) -> str:
     """The function that counts one chunk of columns c_lo..c_hi-1 (cut at ``cuts``) for every row."""
-    G, CW = len(grow), chunk_width(len(grow))
+    G, cw = len(grow), chunk_width(len(grow))
     out = ["@njit(cache=True)",
            f"def _chunk{'_sym' if symmetric else ''}(src, dots, geo, nr, fr, row_bound, col_bound, col_cnt, "
            "row_cnt, cuts, c_lo, c_hi, C, base, xo, yo, mk):  # pragma: no cover (jit)",
            "    R = row_cnt.shape[1]"]
     if symmetric:
-        out += [f"    cred = carray(stack_int32({G * CW}), {G * CW})",
-                f"    for i in range({G * CW}):", "        cred[i] = 0"]
+        out += [f"    cred = carray(stack_int32({G * cw}), {G * cw})",
+                f"    for i in range({G * cw}):", "        cred[i] = 0"]
     out += ["    a0 = 0", "    while a0 < R:", f"        nb = {ROWS} if R - a0 >= {ROWS} else 1",
             "        for s in range(cuts.shape[0] - 1):", "            x, e = cuts[s], cuts[s + 1]",
             "            setup_segment(geo, nr, fr, base, xo, yo, mk, a0, nb, x, e, C)",
@@ -206,49 +222,38 @@ def _chunk(m: int, parent, client, grow, symmetric: bool) -> str:
     out += ["        a0 += nb"]
     if symmetric:
         out += [f"    for g in range({G}):", "        for b in range(c_hi - c_lo):",
-                f"            col_cnt[g, c_lo + b] += cred[g * {CW} + b]"]
+                f"            col_cnt[g, c_lo + b] += cred[g * {cw} + b]"]
     return "\n".join(out) + "\n"
 
 
 def _topk(m: int, parent, client, grow) -> str:
     """Phase 1's kernel: each row's group distances formed in registers and written once (to the
     stack), then the bounded top-K of ``_int8_kernels`` on each group's row."""
-    G, CW = len(grow), topk_width(len(grow))
+    G, cw = len(grow), topk_width(len(grow))
     out = ["@njit(nogil=True, cache=True)",
            "def topk_plan(dots, geo, nr, nc, fr, fc, r0, c0, top, zeros, mins):  # pragma: no cover (jit)",
            '    """Update top (G, R, K) int32 and zeros (G, R) with the tile\'s exact int32 distances, as',
            "    ``_int8_kernels.topk_int`` (same arguments, no work buffer); at most "
-           f'{CW} columns."""',
+           f'{cw} columns."""',
            f"    m, R, C = {m}, top.shape[1], nc.shape[1]",
-           f"    if geo.shape[0] != m or dots.shape[0] < C or C > {CW}:",
-           f'        raise ValueError("topk_plan: a geo row per client, a dots entry per column, C <= {CW}")',
-           "    src, cuts = segment_sources(nc, fc), segment_cuts(geo, 0, C)",
-           "    base = np.zeros((1, m), np.int32)",
-           "    xo = np.zeros((1, m), np.int64)",
-           "    yo = np.zeros((1, m), np.int64)",
-           "    mk = np.zeros((1, m), np.int32)",
+           f"    if geo.shape[0] != m or dots.shape[0] < C or C > {cw}:",
+           f'        raise ValueError("topk_plan: a geo row per client, a dots entry per column, C <= {cw}")',
+           *("    " + line for line in _scratch(1)),
+           "    cuts = segment_cuts(geo, 0, C)",
            "    best = np.empty(top.shape[2], np.int32)",
-           f"    work = carray(stack_int32({G * CW}), {G * CW})",
+           f"    work = carray(stack_int32({G * cw}), {G * cw})",
            "    for a in range(R):",
            "        for s in range(cuts.shape[0] - 1):",
            "            x, e = cuts[s], cuts[s + 1]",
            "            setup_segment(geo, nr, fr, base, xo, yo, mk, a, 1, x, e, C)",
            "            wk = work[x:]"]
-    body = []
-    for j in range(m):
-        body.append(f"B0_{j} = base[0, {j}]; X0_{j} = U(xo[0, {j}]); Y0_{j} = U(yo[0, {j}]); "
-                    f"K0_{j} = mk[0, {j}]")
-    body += ["for i in range(e - x):", "    ui = U(i)"]
-    for j in range(m):
-        body.append(f"    d0_{j} = np.int32(B0_{j} + src[X0_{j} + ui] - ((dots[Y0_{j} + ui] & K0_{j}) << 1))")
-    for p, (a, b) in enumerate(zip(parent, client)):
-        body.append(f"    d0_{m + p} = np.int32(d0_{a} + d0_{b})")
-    for g, h in enumerate(grow):
-        body.append(f"    wk[{g * CW} + ui] = d0_{h}")
+    body = [*_segment_lines(0, m), "for i in range(e - x):", "    ui = U(i)"]
+    body += ["    " + line for line in _distance_lines(0, m, parent, client)]
+    body += [f"    wk[{g * cw} + ui] = d0_{h}" for g, h in enumerate(grow)]
     out += [" " * 12 + line for line in body]
     out += ["        own = r0 + a - c0",
             f"        for g in range({G}):",
-            f"            d = work[g * {CW}:g * {CW} + C]",
+            f"            d = work[g * {cw}:g * {cw} + C]",
             "            if 0 <= own < C:",
             "                d[own] = BIG  # the row's own sample: neither a neighbour nor a zero",
             "            _topk_row_bounded(d, mins, best, top[g, a], zeros, g, a)"]
@@ -267,11 +272,7 @@ def count_plan(dots, geo, nr, nc, fr, fc, row_bound, col_bound, symmetric, row_c
     m, C = {m}, nc.shape[1]
     if geo.shape[0] != m or dots.shape[0] < C:
         raise ValueError("count_plan: geo needs one row per client, dots at least one entry per column")
-    src = segment_sources(nc, fc)
-    base = np.zeros(({rows}, m), np.int32)
-    xo = np.zeros(({rows}, m), np.int64)
-    yo = np.zeros(({rows}, m), np.int64)
-    mk = np.zeros(({rows}, m), np.int32)
+{scratch}
     for c_lo in range(0, C, {cw}):
         c_hi = min(C, c_lo + {cw})
         cuts = segment_cuts(geo, c_lo, c_hi)
@@ -297,13 +298,15 @@ def _kernels_digest() -> str:
 
 
 def plan_source(m: int, parent, client, grow) -> str:
-    """The module text of the count kernel for ``m`` clients and the sum plan (parent, client, grow)."""
+    """The module text of the kernels (``count_plan``, ``topk_plan``) for ``m`` clients and the sum
+    plan (parent, client, grow)."""
     parent, client, grow = (tuple(int(v) for v in a) for a in (parent, client, grow))
     parts = [_HEADER, f"# built on the kernels {_kernels_digest()}\n"]
     for symmetric in (False, True):
         parts.append("\n\n" + _chunk(m, parent, client, grow, symmetric))
     parts.append("\n\n" + _topk(m, parent, client, grow))
-    driver = _DRIVER.replace("{m}", str(m)).replace("{rows}", str(ROWS))
+    scratch = "\n".join("    " + line for line in _scratch(ROWS))
+    driver = _DRIVER.replace("{m}", str(m)).replace("{scratch}", scratch)
     parts.append("\n" + driver.replace("{cw}", str(chunk_width(len(grow)))))
     return "".join(parts)
 
@@ -318,11 +321,11 @@ def cache_dir() -> Path:
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
-    """``folder/name`` holding ``text``, written atomically (another process importing it sees the
-    old or the new file whole) unless it already holds it."""
+    """``folder/name`` holding ``text`` (the name is the text's digest: a file there holds it), written
+    atomically: another process importing it sees the whole file or none."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    if not path.exists() or path.read_text() != text:
+    if not path.exists():
         atomic_write(path, text)
     return path
 
@@ -339,7 +342,7 @@ def topk_kernel(m: int, parent, client, grow):
 
 def _module(m: int, parent, client, grow):
     """The generated module for this plan (generated, written and imported once per process)."""
-    key = (m, tuple(map(int, parent)), tuple(map(int, client)), tuple(map(int, grow)), ROWS, CW, TOPK_CW)
+    key = (m, tuple(map(int, parent)), tuple(map(int, client)), tuple(map(int, grow)))
     with _LOCK:
         if key not in _LOADED:
             text = plan_source(m, parent, client, grow)
