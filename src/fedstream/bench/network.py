@@ -36,7 +36,7 @@ from fedstream.deploy.runtimes.loopback import LoopbackLink
 from fedstream.errors import ConfigError
 from fedstream.ovfl.deploy.driver import NetworkVFL
 from fedstream.ovfl.deploy.parties import server_stream
-from fedstream.ovfl.deploy.rows import BlockRows
+from fedstream.ovfl.deploy.rows import KEEP_CHUNKS, BlockRows
 from fedstream.ovfl.engine import CHUNK, OnlineVFL
 
 BATCHES = (1, 16, 256)
@@ -305,6 +305,9 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
             warm_ups = [{"network.batch": 1, "rounds": 300}, {"network.batch": 16, "rounds": 320}]
             if longest[0] > CHUNK:  # past the first chunk of rows
                 warm_ups.append({"network.batch": longest[1], "rounds": longest[0]})
+            if longest[0] > KEEP_CHUNKS * CHUNK:
+                log(f"note: the longest run ({longest[0]} events) is past the {KEEP_CHUNKS * CHUNK} rows a "
+                    "node keeps in its cache: its nodes compute some of their rows inside the timed runs")
             for warm in warm_ups:
                 _play(dict(base, **warm), link, None)
             one = dict(base, **{"network.batch": 1, "rounds": 64})
@@ -341,10 +344,9 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
                     rows[-1]["floor_rounds_per_second"] = (floors[-2]["rounds_per_second"]
                                                            + floors[-1]["rounds_per_second"]) / 2
             rates = [f["rounds_per_second"] for f in floors]
-            floor = {"rounds": echo_rounds, "rounds_per_second": sum(rates) / len(rates),
-                     "ms_per_round_trip": sum(f["ms_per_round_trip"] for f in floors) / len(floors),
-                     **{k: _mean([f[k] for f in floors]) for k in ("server_cpu_ms_per_round",
-                                                                    "node_cpu_ms_per_round")},
+            floor = {"rounds": echo_rounds, "rounds_per_second": _mean(rates),
+                     **{k: _mean([f[k] for f in floors])
+                        for k in ("ms_per_round_trip", "server_cpu_ms_per_round", "node_cpu_ms_per_round")},
                      "measured_rounds_per_second": rates, "payload_bytes_per_node": len(payload)}
             if counter is not None:
                 floor["tcp_bytes_per_round"] = floors[0]["tcp_bytes_per_round"]
@@ -358,6 +360,7 @@ def _grpc_pass(base: dict, config: str, sets: list[str], workdir: Path, *, batch
 
 
 def _mean(values: list) -> float | None:
+    """The mean of the values that are known (None: none is)."""
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
 
@@ -383,7 +386,7 @@ def bench_network_grpc(*, batches: tuple[int, ...] = BATCHES, events: int = 4096
     base, sets = bench_config(config, sets)
     load_before = os.getloadavg()
     # the engine warmed up as the deployment is (its runs below are timed after warm-ups): numba's
-    # kernels loaded, the data read once; measured cold, its first run was up to a third slower
+    # kernels loaded, the data read once; measured cold, its first run was up to nearly half slower
     OnlineVFL(dict(base, rounds=2 * CHUNK)).run()
     tic = time.perf_counter()
     engine = OnlineVFL(dict(base, rounds=20000)).run()

@@ -93,9 +93,8 @@ def _flower_sets(sets: list[str]) -> None:
 
 
 def _settings(args, config: dict, out: Path | None) -> dict:
-    """The Flower app's settings for ``config`` (loaded from ``args.config`` and ``args.sets``), once it
-    is checked deployable: a bad config is rejected here, not on the server's machine."""
-    check_deployable(config)
+    """The Flower app's settings for ``config`` (loaded from ``args.config`` and ``args.sets``; the
+    caller checked it deployable: a bad config is rejected here, not on the server's machine)."""
     if args.resume and out is None:  # the folder is the server's: only deploy local can look into it
         check_out(out, args.resume, get_task(config["task"]).checkpoint_name)
     return {"config": _source(args.config), "set": " ".join(_pinned(args.sets, config)),
@@ -149,8 +148,8 @@ def cmd_deploy(args) -> int:
     if args.action == "app":
         _flower_sets(args.sets)
         config = load_config(args.config, args.sets)
+        M = check_deployable(config).n_nodes(config)
         folder = write_app(args.dir, _settings(args, config, args.out))
-        M = adapter_for(config["task"]).n_nodes(config)
         print(f"wrote {folder}; with a SuperLink and {M} SuperNodes "
               f"(--node-config \"client-index=0\" .. \"client-index={M - 1}\") running:\n"
               f"  flwr run {folder} <connection> --stream")
@@ -158,12 +157,10 @@ def cmd_deploy(args) -> int:
     config = load_config(args.config, args.sets)  # once: the checks here and the server party use it
     check_out(args.out, args.resume, get_task(config["task"]).checkpoint_name)  # before any process starts
     grpc = (args.runtime or default_runtime(config)) == "grpc"
-    if grpc:  # a bad config is rejected here, before any process starts
-        check_deployable(config)
-    else:
+    adapter = check_deployable(config)  # a bad config is rejected here, before any process starts
+    if not grpc:
         _flower_sets(args.sets)
         settings = _settings(args, config, args.out)
-    adapter = adapter_for(config["task"])
     credentials = None
     if args.secure:
         from fedstream.deploy.credentials import write_credentials  # cryptography: an optional dependency

@@ -5,11 +5,14 @@ own byte counts; each failure is one :class:`~fedstream.errors.ProtocolError` in
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from fedstream.deploy.host import FinishReply
 from fedstream.deploy.session import Session
 from fedstream.errors import ProtocolError
-from fedstream.transport.ledger import ByteLedger
+
+if TYPE_CHECKING:  # the nodes' session imports this module
+    from fedstream.deploy.remote import RemoteNodes
 
 COUNTS = ("up", "down", "messages")  # a node's byte counts, as its FinishReply has them
 
@@ -50,10 +53,12 @@ def recent_faults(session: Session) -> str:
     return f"(faults: {[f['reason'] for f in session.faults[-3:]]})"
 
 
-def counts_report(session: Session, m: int, t: int, got: FinishReply, ledger: ByteLedger) -> dict:
-    """Client m's finish report: its own byte counts (up, down, messages) beside the server's,
-    cross-checked (:meth:`~fedstream.deploy.session.Session.cross_check`: a difference is a fault)."""
+def counts_report(nodes: RemoteNodes, m: int, t: int, got: FinishReply) -> dict:
+    """Client m's finish report: its own byte counts (up, down, messages) beside those of the
+    server's ledger, cross-checked (:meth:`~fedstream.deploy.session.Session.cross_check`: a
+    difference is a fault)."""
+    ledger = nodes.ledger
     counted = [ledger.up[m], ledger.down[m], ledger.messages[m]]
     theirs = [getattr(got, k) for k in COUNTS]
-    session.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
+    nodes.cross_check(m, t, theirs, counted, "(up, down, messages) = ")
     return {"client": m, **dict(zip(COUNTS, theirs)), "server_counted": counted}

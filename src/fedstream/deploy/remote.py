@@ -93,7 +93,7 @@ class RemoteNodes(Session):
 
         def check(m: int, reply: Envelope) -> FinishReply:
             got = FinishReply.read(reply.info, "finish reply", needs=needs)
-            self.reports.append(counts_report(self, m, t, got, self.ledger) if report is None
+            self.reports.append(counts_report(self, m, t, got) if report is None
                                 else report(m, reply, got))
             return got
 

@@ -31,9 +31,8 @@ from fedstream.models import MLP
 from fedstream.optim import DLR, OGD
 from fedstream.ovfl.fused import array_list, optimiser_arrays
 from fedstream.ovfl.fused_kernels import client_embed, client_learn, server_events
-from fedstream.transport.codec import HEADER, KINDS
+from fedstream.transport.codec import HEADER, KINDS, encoded_size
 from fedstream.transport.compressed import CompressionSpec
-from fedstream.transport.messages import Query
 
 F32 = np.float32
 # a batch of fewer events takes the per-event path: the compiled path's set-up per batch (typed
@@ -68,7 +67,7 @@ def pack(kind: type, rounds: np.ndarray, client: int, values: np.ndarray) -> lis
     ``values`` (n, rows, cols) float32, or, for queries, (n, rows, 0): what
     :func:`fedstream.transport.codec.encode` makes of each, in one buffer."""
     n, rows, cols = values.shape
-    size = HEADER.size + 4 * rows * cols
+    size = encoded_size(kind, rows, cols)
     buf = np.empty((n, size), np.uint8)
     buf[:, :HEADER.size] = _headers(kind, rounds, client, rows, cols)
     if cols:
@@ -80,11 +79,11 @@ def pack(kind: type, rounds: np.ndarray, client: int, values: np.ndarray) -> lis
 def unpack(parts: list[bytes], kind: type, rounds: np.ndarray, client: int, shape: tuple[int, int]
            ) -> np.ndarray | None:
     """The values (n, rows, cols) of ``parts`` when each is the plain encoding of a ``kind`` message
-    of round ``rounds[i]`` for (or from) ``client`` with ``shape`` and finite values; else None (the
-    caller then decodes them one by one, which names what is wrong). The headers are compared with
-    those :func:`pack` writes, whole (one comparison per batch)."""
+    of round ``rounds[i]`` for (or from) ``client`` with ``shape`` ((rows, 0) for queries) and finite
+    values; else None (the caller then decodes them one by one, which names what is wrong). The
+    headers are compared with those :func:`pack` writes, whole (one comparison per batch)."""
     rows, cols = shape
-    n, size = len(parts), HEADER.size + 4 * rows * cols
+    n, size = len(parts), encoded_size(kind, rows, cols)
     if not n:
         return np.empty((0, rows, cols), F32)
     # every part of the size: together n * size bytes, none shorter
@@ -92,7 +91,7 @@ def unpack(parts: list[bytes], kind: type, rounds: np.ndarray, client: int, shap
     if len(data) != size * n or min(map(len, parts)) != size or (rounds >> 32).any():  # a round past u32
         return None
     raw = np.frombuffer(data, np.uint8).reshape(n, size)
-    if not (raw[:, :HEADER.size] == _headers(kind, rounds, client, rows, 0 if kind is Query else cols)).all():
+    if not (raw[:, :HEADER.size] == _headers(kind, rounds, client, rows, cols)).all():
         return None
     values = raw[:, HEADER.size:].copy().view(F32).reshape(n, rows, cols)
     return values if np.isfinite(values).all() else None

@@ -209,14 +209,14 @@ class ClientHost(NodeHost):
         self.pending, self._states = [], None
 
     def _stacked(self, rounds: list[int]) -> list[np.ndarray]:
-        """The forward states of ``rounds`` stacked per layer (n, R, width): gathered from the last
-        batch's arrays at once where they hold every one of them (their views are ``self.acts``),
-        else stacked from ``self.acts``."""
+        """The forward states of ``rounds`` stacked per layer (n, R, width): gathered at once from the
+        last batch's arrays where its compiled embed wrote them (they hold every round that awaits a
+        gradient: ``pending`` and ``_states`` are set and cleared together; ``self.acts`` are their
+        views), else stacked from ``self.acts``."""
         if rounds and self._states is not None:
             t0, states = self._states
             at = np.array(rounds, np.int64) - t0
-            if at.min() >= 0 and at.max() < len(states[0]):
-                return [s[at] for s in states]
+            return [s[at] for s in states]
         return [np.stack(layer) for layer in zip(*(self.acts[t] for t in rounds))]
 
     def _decode(self, data: bytes, kind: type, t: int, shape: tuple[int, int] | None = None) -> Message:

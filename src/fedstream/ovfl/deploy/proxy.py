@@ -109,7 +109,7 @@ class LinkTransport(RemoteNodes):
             requests[m] = Envelope(FINISH, t, [g for _, g in held], info)
 
         def report(m: int, reply: Envelope, got: FinishReply) -> dict:
-            report = got.info() | counts_report(self, m, t, got, self.ledger)
+            report = got.info() | counts_report(self, m, t, got)
             if models:
                 report["params"] = [reply.arrays[f"param{i}"] for i in range(len(reply.arrays))]
             return report

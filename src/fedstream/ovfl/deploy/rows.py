@@ -72,7 +72,7 @@ class BlockRows:
         if block is None:
             block = client_rows(party_stream(self.config), chunk * CHUNK, CHUNK, self.block)
             self.cache.save_array(f"chunk{chunk}", block)
-            self.cache.drop_before("chunk", chunk - KEEP_CHUNKS)  # the run has moved past them
+            self.cache.drop_before("chunk", chunk - KEEP_CHUNKS)  # all but the last KEEP_CHUNKS behind
         self._chunk = (chunk, block)
         return block
 
