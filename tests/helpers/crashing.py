@@ -3,7 +3,8 @@
 :class:`CrashOnce` is a :class:`~fedstream.deploy.runtimes.loopback.LoopbackLink` on which one client's node
 crashes once; :func:`crash_then_load` kills an online VFL server mid-run and loads a new one from
 its checkpoint; :func:`run_with_fault` runs a real local Flower deployment while a thread harms it;
-:func:`stop_when` stops a whole deployment and :func:`run_resumed` runs it again with ``resume``.
+:func:`stop_when` stops a whole deployment, :func:`kill_then_replace` kills a node and starts a new
+one in its place, and :func:`run_resumed` runs a deployment again with ``resume``.
 """
 
 from __future__ import annotations

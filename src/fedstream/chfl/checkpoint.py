@@ -32,16 +32,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedstream.chfl.fedavg import FedAvgServer
 from fedstream.chfl.settings import CONFIG_KEYS
 from fedstream.runs.batch import CHECKPOINT
 from fedstream.runs.checkpoint import CheckpointError
 from fedstream.runs.folder import RunFolder as BaseRunFolder
 from fedstream.runs.torch_checkpoint import load_torch, save_torch
+
+if TYPE_CHECKING:  # the annotations only: persistence does not depend on FedAvg
+    from fedstream.chfl.fedavg import FedAvgServer
 
 FORMAT = 1
 METRICS = "metrics.csv"
@@ -202,7 +204,9 @@ def server_state(server: FedAvgServer | None) -> dict[str, Any] | None:
     return None if server is None else {"round": server.round, "tensors": arrays_to_tensors(server.state)}
 
 
-def load_server(server: FedAvgServer, state: Mapping[str, Any]) -> None:
-    """Restore :func:`server_state`'s ``state`` into ``server``."""
+def load_server(server: FedAvgServer | None, state: Mapping[str, Any] | None) -> None:
+    """Restore :func:`server_state`'s ``state`` into ``server`` (None: a run without one, nothing)."""
+    if server is None:
+        return
     server.state = tensors_to_arrays(state["tensors"])
     server.round = int(state["round"])

@@ -74,16 +74,16 @@ class FedAvgServer:
         self.round += 1
 
 
-def carry_over_or_stop(server: FedAvgServer, carried: list, this: object, before: object, *, only: bool,
-                       error: str) -> None:
+def try_carry_over(server: FedAvgServer, carried: list, this: object, before: object, *, only: bool) -> bool:
     """A round that brought no client's update (every node of a deployed run failed it, each one's
     fault): θ carries over (:meth:`FedAvgServer.carry_over`) and ``this`` round is recorded in
-    ``carried``. Once is a lost reply; when the round ``before`` it was carried over too, or it is the
-    run's ``only`` one, the run cannot learn: ProtocolError(``error``)."""
+    ``carried``; True. Once is a lost reply; when the round ``before`` it was carried over too, or it
+    is the run's ``only`` one, the run cannot learn: False, nothing changed (the caller stops)."""
     if before in carried or only:
-        raise ProtocolError(error)
+        return False
     server.carry_over()
     carried.append(this)
+    return True
 
 
 def proximal_term(module: torch.nn.Module, anchor: Mapping[str, torch.Tensor], rho: float) -> torch.Tensor:

@@ -22,10 +22,11 @@ from fedstream.chfl.checkpoint import (
     server_state,
 )
 from fedstream.chfl.cohort import Cohort
-from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
+from fedstream.chfl.fedavg import FedAvgServer, try_carry_over
 from fedstream.chfl.models import state_arrays
 from fedstream.chfl.plan import Plan, Progress, initial_column
 from fedstream.chfl.selection import summarize
+from fedstream.errors import ProtocolError
 from fedstream.transport.ledger import ByteLedger
 
 
@@ -122,12 +123,12 @@ class BatchRun:
     def _carry_over(self, t: int) -> None:
         """Round ``t`` brought no client's update: θ^{t+1} = θ^t, recorded in :attr:`carried`; a
         second round in a row, or the only round of a federation: ProtocolError
-        (:func:`~fedstream.chfl.fedavg.carry_over_or_stop`)."""
-        before = f", nor in round {t - 1}" if t else ""
-        carry_over_or_stop(self.server, self.carried, [self.lr_index, t], [self.lr_index, t - 1],
-                           only=self.plan.settings.rounds == 1,
-                           error=f"federation {self.lr_index}, round {t}: no client sent a valid model "
-                                 f"update{before}: the run cannot go on (the clients' faults say why)")
+        (:func:`~fedstream.chfl.fedavg.try_carry_over`)."""
+        if not try_carry_over(self.server, self.carried, [self.lr_index, t], [self.lr_index, t - 1],
+                              only=self.plan.settings.rounds == 1):
+            before = f", nor in round {t - 1}" if t else ""
+            raise ProtocolError(f"federation {self.lr_index}, round {t}: no client sent a valid model "
+                                f"update{before}: the run cannot go on (the clients' faults say why)")
 
     def test_choices(self, variants: dict[str, Callable[[str], bool]]) -> dict[str, dict]:
         """Each variant's per-client choice, scored on the test rows from its snapshot."""
@@ -157,6 +158,5 @@ class BatchRun:
             self.resumed = state
 
     def _load_federation(self, state: dict) -> None:
-        if self.server is not None:
-            load_server(self.server, state["server"])
+        load_server(self.server, state["server"])
         self.cohort.load_federation(state)

@@ -44,7 +44,7 @@ from fedstream.chfl.checkpoint import (
     server_state,
 )
 from fedstream.chfl.client import Client, ClientData, View, make_heads
-from fedstream.chfl.fedavg import FedAvgServer, carry_over_or_stop
+from fedstream.chfl.fedavg import FedAvgServer, try_carry_over
 from fedstream.chfl.models import Column, common_column, state_arrays
 from fedstream.chfl.settings import (
     METHODS,
@@ -56,6 +56,7 @@ from fedstream.chfl.settings import (
 from fedstream.chfl.splits import FeatureSplit, SettingError, random_split
 from fedstream.data.chfl_datasets import DATASETS, SPECS, load_chfl_dataset
 from fedstream.data.paths import resolve_data_root
+from fedstream.errors import ProtocolError
 from fedstream.metrics.collapse import collapse_fields, count_share, most_collapsed
 from fedstream.runs.threads import one_torch_thread
 from fedstream.transport.ledger import ByteLedger
@@ -466,12 +467,12 @@ class StreamRun:
     def _carry_over(self, b: int) -> None:
         """The synchronisation at tick ``b`` brought no update: θ carries over (``carried``); twice in
         a row, or the run's only synchronisation: ProtocolError
-        (:func:`~fedstream.chfl.fedavg.carry_over_or_stop`)."""
+        (:func:`~fedstream.chfl.fedavg.try_carry_over`)."""
         every = self.s.sync_every
-        carry_over_or_stop(self.server, self.carried, b, b - every, only=self.n_ticks // every == 1,
-                           error=f"tick {b - 1}: no client node sent a valid model update"
-                                 f"{', nor at the synchronisation before' if b > every else ''} (faults: "
-                                 f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
+        if not try_carry_over(self.server, self.carried, b, b - every, only=self.n_ticks // every == 1):
+            raise ProtocolError(f"tick {b - 1}: no client node sent a valid model update"
+                                f"{', nor at the synchronisation before' if b > every else ''} (faults: "
+                                f"{[f['reason'] for f in self.cohort.faults[-3:]]})")
 
     def missed(self) -> list[int]:
         """Per client, the ticks it did not play (a remote client that failed)."""
@@ -505,8 +506,7 @@ class StreamRun:
 
     def _load(self, v: dict) -> None:
         self.tick, self.elapsed = int(v["tick"]), float(v["elapsed"])
-        if self.server is not None:
-            load_server(self.server, v["server"])
+        load_server(self.server, v["server"])
         self.correct = v["correct"].numpy().copy()
         if "seen" in v:
             self.seen = v["seen"].numpy().astype(bool)

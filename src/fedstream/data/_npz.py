@@ -12,6 +12,14 @@ import numpy as np
 
 from fedstream.errors import DataError
 
+# what np.load raises on a file that is not a readable npz (corrupt, truncated, not a zip)
+NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def npz_error(path: Path, e: Exception) -> DataError:
+    """The DataError of an npz file np.load could not read (``e``: one of :data:`NPZ_ERRORS`)."""
+    return DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}")
+
 
 def read_npz_arrays(path: Path, keys: Sequence[str], what: str | None = None) -> dict[str, np.ndarray]:
     """The arrays ``keys`` of the npz file ``path`` (``what``: the format, named in the message of a
@@ -24,7 +32,5 @@ def read_npz_arrays(path: Path, keys: Sequence[str], what: str | None = None) ->
                 raise DataError(f"{where}missing arrays {missing}: expected keys {list(keys)}, "
                                 f"found {sorted(z.files)}")
             return {k: z[k] for k in keys}
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}") from e
+    except NPZ_ERRORS as e:
+        raise npz_error(path, e) from e

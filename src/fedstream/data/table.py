@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import csv
 import os
-import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fedstream.data._gz import GZIP_ERRORS, gzip_error, open_text
+from fedstream.data._npz import NPZ_ERRORS, npz_error
 from fedstream.errors import DataError
 
 FORMATS = (".csv", ".csv.gz", ".npz", ".parquet")
@@ -103,8 +102,8 @@ def _read_npz(path: Path) -> Table:
         with np.load(path, allow_pickle=False) as z:
             names = list(z.files)
             columns = [z[k] for k in names]
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{path}: not a readable npz file: {type(e).__name__}: {e}") from None
+    except NPZ_ERRORS as e:
+        raise npz_error(path, e) from None
     for name, col in zip(names, columns):
         if col.ndim != 1 or len(col) != len(columns[0]):
             raise DataError(f"{path}: array {name!r}: expected one 1-D array per column, all of length "

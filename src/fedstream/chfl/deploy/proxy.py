@@ -237,7 +237,7 @@ class RemoteCohort(RemoteClients):
 
         def report(m: int, reply: Envelope, got: FinishReply) -> dict:
             picks[m] = self._check_choices(got, variants)
-            return counts_report(self, m, t, got, self.ledger)
+            return counts_report(self, m, t, got)
 
         self.finish_reports(requests, t, ("choices",), report)
         if not picks:
