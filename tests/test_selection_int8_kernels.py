@@ -1,6 +1,10 @@
 """The int8 path's kernels count exactly what the generic kernel and the plain definition count,
 also when a client's rows or columns are blank (its GEMM then covers only a part of the tile)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -151,6 +155,18 @@ def test_an_unusable_kernel_cache_falls_back_with_a_warning(tmp_path, monkeypatc
         kernel = count_kernel(2, *sum_plan([(0,), (1,), (0, 1)], 2))
     assert callable(kernel)
     assert str(not_a_folder) in caplog.text and "FEDSTREAM_KERNEL_CACHE" in caplog.text
+    assert [p.read_text() for p in P.private_dir().glob("plan_*.py")] == [plan_source(2, *sum_plan([(0,), (1,), (0, 1)], 2))]
+
+
+def test_the_private_kernel_folder_is_removed_when_the_process_exits(tmp_path):
+    """With an unwritable cache a process writes its kernels to a temporary folder of its own
+    (the test above) and leaves nothing behind when it exits."""
+    code = ("from fedstream.selection import _plan_kernels as P; d = P.private_dir(); "
+            "(d / 'plan_x.py').write_text(''); print(d)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    folder = Path(out.stdout.strip())
+    assert folder.name.startswith("fedstream-kernels-") and not folder.exists()
 
 @pytest.mark.parametrize("blank_share", [0.0, 0.4, 1.0])
 @pytest.mark.parametrize("cuts", [(0, 40, 0, 90), (10, 37, 0, 37), (50, 90, 20, 61)])

@@ -54,13 +54,15 @@ def test_query_subset_equals_reference(backend):
 
 def test_int_data_runs_exactly_in_int8_or_float32():
     blocks, y = int_data()
-    assert choose([np.asarray(b) for b in blocks], "auto", "auto") == ("dots", np.int8, True)
-    assert choose([np.asarray(b) for b in blocks], "dots", "auto") == ("dots", np.float32, True)
+    got = choose([np.asarray(b) for b in blocks], "auto", "auto")
+    assert got[:3] == ("dots", np.int8, True)
+    assert got.shifts == [int(np.asarray(b).min()) + 128 for b in blocks]  # each client's minimum goes to -128
+    assert choose([np.asarray(b) for b in blocks], "dots", "auto")[:3] == ("dots", np.float32, True)
     wide = [np.asarray(b) * 40 for b in blocks]  # integers spanning more than 256 values: float32 GEMM
-    assert choose(wide, "auto", "auto") == ("dots", np.float32, True)
+    assert choose(wide, "auto", "auto") == ("dots", np.float32, True, None)
     assert choose([np.asarray(b) for b in blocks], "direct", "auto")[:2] == ("direct", np.float32)
     real, _ = float_data()
-    assert choose(real, "auto", "auto") == ("direct", np.float64, False)
+    assert choose(real, "auto", "auto") == ("direct", np.float64, False, None)
 
 
 def test_int8_needs_small_integers():

@@ -11,6 +11,7 @@ column-major features, for clients with few features each).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -166,9 +167,18 @@ def int8_layout(blocks: list[np.ndarray], perm: np.ndarray, shifts: list[int]):
     return feats, feats_t, norms, floor
 
 
-def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str, type, bool]:
-    """(mode, feature dtype, int_mode) for ``backend`` / ``precision`` (``"auto"`` resolved here;
-    ``"int8"`` comes back as mode ``"dots"`` with an int8 feature dtype).
+class Choice(NamedTuple):
+    """What :func:`choose` picked."""
+
+    mode: str  # "dots" or "direct"
+    dtype: type  # the features' dtype in the layout: np.int8, np.float32 or np.float64
+    int_mode: bool  # exact int32 distance arithmetic
+    shifts: list[int] | None = None  # int8: each client's shift into int8 (:func:`int8_shifts`)
+
+
+def choose(blocks: list[np.ndarray], backend: str, precision: str) -> Choice:
+    """The mode, feature dtype and int_mode for ``backend`` / ``precision`` (``"auto"`` resolved
+    here; ``"int8"`` comes back as mode ``"dots"`` with an int8 feature dtype and its shifts).
 
     ``"auto"`` precision picks float32 only where it is exact (integer features that are small
     enough), so the result equals the float64 one; ``"float32"`` forces it (faster, approximate for
@@ -179,21 +189,23 @@ def choose(blocks: list[np.ndarray], backend: str, precision: str) -> tuple[str,
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
     if backend == "int8":
-        if int8_shifts(blocks) is None:
-            raise ConfigError("backend 'int8' needs integer features spanning at most 256 values per client")
         if precision == "float64":
             raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto'")
-        return "dots", np.int8, True
+        shifts = int8_shifts(blocks)
+        if shifts is None:
+            raise ConfigError("backend 'int8' needs integer features spanning at most 256 values per client")
+        return Choice("dots", np.int8, True, shifts)
     if backend == "auto":
         mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
         backend = "direct" if mean_width <= DIRECT_MAX_WIDTH else "dots"
-        if backend == "dots" and precision != "float64" and int8_shifts(blocks) is not None:
-            return "dots", np.int8, True
+        shifts = int8_shifts(blocks) if backend == "dots" and precision != "float64" else None
+        if shifts is not None:
+            return Choice("dots", np.int8, True, shifts)
     exact = exact_in_int32(blocks) if backend == "dots" else exact_in_float32_direct(blocks)
     if precision == "auto":
         precision = "float32" if exact else "float64"
     int_mode = backend == "dots" and precision == "float32" and exact
-    return backend, np.float32 if precision == "float32" else np.float64, int_mode
+    return Choice(backend, np.float32 if precision == "float32" else np.float64, int_mode)
 
 
 def prepare(
@@ -204,7 +216,7 @@ def prepare(
     is_query = np.zeros(n, dtype=bool)
     is_query[queries] = True
     blocks = [informative_columns(b) for b in blocks]
-    mode, dtype, int_mode = choose(blocks, backend, precision)
+    mode, dtype, int_mode, shifts = choose(blocks, backend, precision)
     blank = None
     if dtype is np.int8:  # blank samples last within their class (see blank_order)
         blank = np.stack([(b == b.min()).all(axis=1) for b in blocks])
@@ -217,7 +229,7 @@ def prepare(
                     mode=mode, int_mode=int_mode, int8=dtype is np.int8)
     prep.offsets = np.cumsum([0] + [b.shape[1] for b in blocks]).astype(np.int64)
     if prep.int8:  # shifted into int8; exact integer norms of the shifted features
-        prep.feats, prep.feats_t, prep.norms, prep.floor = int8_layout(blocks, perm, int8_shifts(blocks))
+        prep.feats, prep.feats_t, prep.norms, prep.floor = int8_layout(blocks, perm, shifts)
         prep.blank = np.ascontiguousarray(blank[:, perm])
         prep.rows = np.zeros((1, 1), dtype=np.float32)  # exact: nothing to recompute
     elif mode == "dots":

@@ -37,11 +37,13 @@ keeps the machine code between processes like any other kernel), then imported f
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -320,6 +322,15 @@ def cache_dir() -> Path:
     return root / "fedstream" / "selection-kernels"
 
 
+@functools.cache
+def private_dir() -> Path:
+    """A temporary folder for this process's generated kernels when the cache folder cannot be
+    written: made once, removed when the process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="fedstream-kernels-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def _write(folder: Path, name: str, text: str) -> Path:
     """``folder/name`` holding ``text`` (the name is the text's digest: a file there holds it), written
     atomically: another process importing it sees the whole file or none."""
@@ -354,7 +365,7 @@ def _module(m: int, parent, client, grow):
                 log.warning("cannot keep the generated selection kernels in %s (%s): compiling them in a "
                             "temporary folder, again in every process; set FEDSTREAM_KERNEL_CACHE to a "
                             "writable folder", cache_dir(), exc)
-                path = _write(Path(tempfile.mkdtemp(prefix="fedstream-kernels-")), name, text)
+                path = _write(private_dir(), name, text)
             spec = importlib.util.spec_from_file_location(f"fedstream_selection_plan_{digest}", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # numba's cache re-imports the module by this name
