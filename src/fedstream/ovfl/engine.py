@@ -190,9 +190,7 @@ class OnlineRun:
             for i, p in enumerate(preds.tolist()):
                 h.on_round(base + j + i, int(y[j + i]), p)
         if bad >= 0:
-            self.t = base + bad
-            self.active_counts += mask[counted:bad].sum(axis=0)
-            raise self.diverged(self.t, NonFiniteError("a message holds NaN or inf"))
+            raise self._diverged_at(base, bad, mask, counted, NonFiniteError("a message holds NaN or inf"))
 
     def _play_rounds(self, blocks: list[np.ndarray], y: np.ndarray, mask: np.ndarray,
                      queried: np.ndarray | None, rows: tuple[int, int, int, int], h: Hooks) -> None:
@@ -205,12 +203,18 @@ class OnlineRun:
                                     self.clients, self.transport, self.clock,
                                     None if queried is None else queried[j])
             except NonFiniteError as exc:  # both sides are our parties: the numbers blew up
-                self.active_counts += mask[counted:j].sum(axis=0)  # the rounds played before this one
-                raise self.diverged(t, exc) from exc
+                raise self._diverged_at(base, j, mask, counted, exc) from exc
             self.metrics.update(int(y[j]), result.prediction)
             if h.on_round is not None:
                 h.on_round(t, int(y[j]), result.prediction)
             self.t = t + 1
+
+    def _diverged_at(self, base: int, j: int, mask: np.ndarray, counted: int, exc: NonFiniteError) -> DivergedError:
+        """The run stops before row j of the chunk at ``base`` (its round diverged): the rounds
+        played before it are counted (``mask`` rows from ``counted``); returns the error to raise."""
+        self.t = base + j
+        self.active_counts += mask[counted:j].sum(axis=0)
+        return self.diverged(self.t, exc)
 
     def segment_end(self, j: int, base: int, stop: int, h: Hooks) -> int:
         """The end (exclusive, in the chunk) of the segment from row j: the next interval end,
