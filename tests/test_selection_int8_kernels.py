@@ -155,7 +155,8 @@ def test_an_unusable_kernel_cache_falls_back_with_a_warning(tmp_path, monkeypatc
         kernel = count_kernel(2, *sum_plan([(0,), (1,), (0, 1)], 2))
     assert callable(kernel)
     assert str(not_a_folder) in caplog.text and "FEDSTREAM_KERNEL_CACHE" in caplog.text
-    assert [p.read_text() for p in P.private_dir().glob("plan_*.py")] == [plan_source(2, *sum_plan([(0,), (1,), (0, 1)], 2))]
+    written = [p.read_text() for p in P.private_dir().glob("plan_*.py")]
+    assert written == [plan_source(2, *sum_plan([(0,), (1,), (0, 1)], 2))]
 
 
 def test_the_private_kernel_folder_is_removed_when_the_process_exits(tmp_path):

@@ -56,7 +56,7 @@ def test_int_data_runs_exactly_in_int8_or_float32():
     blocks, y = int_data()
     got = choose([np.asarray(b) for b in blocks], "auto", "auto")
     assert got[:3] == ("dots", np.int8, True)
-    assert got.shifts == [int(np.asarray(b).min()) + 128 for b in blocks]  # each client's minimum goes to -128
+    assert got.shifts == [int(np.asarray(b).min()) + 128 for b in blocks]  # each client's minimum to -128
     assert choose([np.asarray(b) for b in blocks], "dots", "auto")[:3] == ("dots", np.float32, True)
     wide = [np.asarray(b) * 40 for b in blocks]  # integers spanning more than 256 values: float32 GEMM
     assert choose(wide, "auto", "auto") == ("dots", np.float32, True, None)

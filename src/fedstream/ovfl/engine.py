@@ -209,7 +209,8 @@ class OnlineRun:
                 h.on_round(t, int(y[j]), result.prediction)
             self.t = t + 1
 
-    def _diverged_at(self, base: int, j: int, mask: np.ndarray, counted: int, exc: NonFiniteError) -> DivergedError:
+    def _diverged_at(self, base: int, j: int, mask: np.ndarray, counted: int,
+                     exc: NonFiniteError) -> DivergedError:
         """The run stops before row j of the chunk at ``base`` (its round diverged): the rounds
         played before it are counted (``mask`` rows from ``counted``); returns the error to raise."""
         self.t = base + j
