@@ -189,11 +189,11 @@ def choose(blocks: list[np.ndarray], backend: str, precision: str) -> Choice:
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
     if backend == "int8":
-        if precision == "float64":
-            raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto'")
         shifts = int8_shifts(blocks)
         if shifts is None:
             raise ConfigError("backend 'int8' needs integer features spanning at most 256 values per client")
+        if precision == "float64":
+            raise ConfigError("backend 'int8' computes exactly in integers; use precision 'auto'")
         return Choice("dots", np.int8, True, shifts)
     if backend == "auto":
         mean_width = sum(b.shape[1] for b in blocks) / len(blocks)
