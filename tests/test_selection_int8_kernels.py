@@ -12,7 +12,7 @@ from fedstream.selection import _kernels as K
 from fedstream.selection._engine import int8_side, int8_tile_dots, sum_plan
 from fedstream.selection._int8_kernels import BIG, CHUNK, ROW_BLOCK, count_int, topk_int
 from fedstream.selection._layout import int8_layout
-from fedstream.selection._plan_kernels import CW, ROWS, count_kernel, plan_source
+from fedstream.selection._plan_kernels import CW, PACK, ROWS, count_kernel, plan_source
 from fedstream.selection.group_testing import marginal_groups
 
 WIDTHS = (3, 5, 2, 4)
@@ -114,6 +114,26 @@ def test_int8_count_kernels_equal_generic_kernel(rows, cols, symmetric, blank_sh
     assert 0 < got_rows.sum() < G * rows * cols
     if not symmetric:
         assert not got_cols.any()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_generated_count_kernel_keeps_a_pair_of_rows_counts_apart(symmetric):
+    """The generated loop counts a pair of rows in one int32 (the second row's hits PACK bits up): a
+    row whose every column is within its bound beside one with none, over chunks of CW columns
+    (the most one segment holds), and the reverse, give exactly C and 0."""
+    rows, cols = ROWS * 2 + 1, 2 * CW + 37
+    assert ROWS == 2 and CW < 1 << PACK  # the packing's premise: a half never carries into the other
+    _, feats, blank = _features(rows + cols, seed=5, blank_share=0.0)
+    tile = _tile(feats, blank, 0, rows, rows, rows + cols)
+    parent, client, grow = sum_plan(MARGINAL, 4)
+    G = len(MARGINAL)
+    everything = np.iinfo(np.int32).max - 1
+    row_bound = np.where(np.arange(rows) % 2 == np.arange(G)[:, None] % 2, everything, -1).astype(np.int32)
+    col_bound = np.full((G, cols), everything, np.int32)
+    got_rows, got_cols = np.zeros((G, rows), np.int64), np.zeros((G, cols), np.int32)
+    count_kernel(4, parent, client, grow)(*tile, row_bound, col_bound, symmetric, got_rows, got_cols)
+    np.testing.assert_array_equal(got_rows, np.where(row_bound > 0, cols, 0))
+    np.testing.assert_array_equal(got_cols, np.full((G, cols), rows if symmetric else 0))
 
 
 def test_generated_kernel_is_written_once_and_loaded_from_the_cache(tmp_path, monkeypatch):
