@@ -61,8 +61,8 @@ log = logging.getLogger("fedstream.selection")
 
 ROWS = 2  # rows per block: their distances, partial sums and counts stay in registers
 PACK = 16  # a pair of rows counts a group's hits in one int32, the second row's shifted by PACK bits
-# (half the loop's accumulators: measured 6-15 % less time in phase 2, which spilled them); exact
-# while a segment holds fewer than 2**PACK columns (at most CW)
+# (half the loop's accumulators, which it spilled: phase 2 7-8 % faster on the relaxed re-selection,
+# docs/selection.md); exact while a segment holds fewer than 2**PACK columns (at most CW)
 CW = 2048  # columns per chunk of a symmetric tile: the columns' credits of a chunk, (G, CW) int32,
 # live on the stack of the loop's function, where the compiler knows no input can alias them and
 # vectorises the loop (stored through an argument the loop needed more run-time alias checks than
@@ -179,7 +179,7 @@ def _loop(rows: int, m: int, parent, client, grow, symmetric: bool, pad: str) ->
     out += ["for i in range(e - x):", "    ui = U(i)"]
     for r in range(rows):
         out += ["    " + line for line in _distance_lines(r, m, parent, client)]
-    for g, h in enumerate(grow):  # a pair of rows counts into one int32, the second row << 16 (PACK)
+    for g, h in enumerate(grow):  # a pair of rows counts into one int32, the second row PACK bits up
         for r in range(0, rows, 2):
             hits = f"np.int32(d{r}_{h} <= t{r}_{g})"
             if r + 1 < rows:
